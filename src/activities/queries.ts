@@ -1,0 +1,53 @@
+// Reading the audit log: one activity, or a page of them.
+import { invalidArgument, notFound } from "../errors.js";
+import { defineQuery } from "../operations/registry.js";
+import { renderActivity } from "./records.js";
+
+interface Pagination {
+  limit?: string;
+  before?: string;
+  after?: string;
+}
+
+function pageSize(limit: string | undefined): number {
+  if (limit === undefined || limit === "") return 10;
+  const n = Number(limit);
+  if (!/^\d+$/.test(limit) || n < 1 || n > 100) throw invalidArgument(`paginationOptions.limit must be between 1 and 100, got "${limit}"`);
+  return n;
+}
+
+export const activityQueries = [
+  defineQuery<{ organizationId: string; activityId: string }>({
+    name: "get_activity",
+    summary: "One activity of the audit log.",
+    async run(ctx, body) {
+      const row = await ctx.db.selectFrom("activities").selectAll().where("organization_id", "=", ctx.organizationId).where("id", "=", body.activityId).executeTakeFirst();
+      if (!row) throw notFound(`activity ${body.activityId} not found`, "ACTIVITY_NOT_FOUND");
+      return { activity: renderActivity(row) };
+    },
+  }),
+
+  defineQuery<{ organizationId: string; filterByStatus?: string[]; filterByType?: string[]; paginationOptions?: Pagination }>({
+    name: "list_activities",
+    summary: "Activities newest first; `after` pages towards older ones, `before` towards newer ones.",
+    async run(ctx, body) {
+      const { limit, before, after } = body.paginationOptions ?? {};
+      if (before && after) throw invalidArgument("paginationOptions takes before or after, not both");
+      const size = pageSize(limit);
+      let query = ctx.db.selectFrom("activities").selectAll().where("organization_id", "=", ctx.organizationId);
+      if (body.filterByStatus?.length) query = query.where("status", "in", body.filterByStatus);
+      if (body.filterByType?.length) query = query.where("type", "in", body.filterByType);
+      const cursorId = before ?? after;
+      if (cursorId) {
+        const cursor = await ctx.db.selectFrom("activities").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst();
+        if (!cursor) throw invalidArgument(`pagination cursor ${cursorId} is not an activity of this organization`);
+        const op = after ? "<" : ">";
+        query = query.where((eb) => eb.or([eb("created_at", op, cursor.created_at), eb.and([eb("created_at", "=", cursor.created_at), eb("id", op, cursor.id)])]));
+      }
+      const direction = before ? "asc" : "desc";
+      const rows = await query.orderBy("created_at", direction).orderBy("id", direction).limit(size).execute();
+      if (before) rows.reverse();
+      return { activities: rows.map(renderActivity) };
+    },
+  }),
+];

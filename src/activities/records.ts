@@ -1,0 +1,82 @@
+// The activity record: stored once per accepted submit request and kept for ever as the audit log.
+// Rendered in both envelopes the clients and the spec read (shared/reference/compatibility.md).
+import type { ActivitiesTable } from "../store/schema.js";
+import type { Tx } from "../store/database.js";
+import { keysOf } from "../operations/registry.js";
+import { timestamp } from "../operations/resources.js";
+
+export type ActivityStatus =
+  | "ACTIVITY_STATUS_CREATED"
+  | "ACTIVITY_STATUS_PENDING"
+  | "ACTIVITY_STATUS_COMPLETED"
+  | "ACTIVITY_STATUS_FAILED"
+  | "ACTIVITY_STATUS_CONSENSUS_NEEDED"
+  | "ACTIVITY_STATUS_REJECTED"
+  | "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED";
+
+export interface StoredVote {
+  id: string;
+  userId: string;
+  /** Who the voter was when voting; the user may be deleted later, the audit log stays readable. */
+  user: { userId: string; userName: string; userEmail?: string };
+  activityId: string;
+  selection: "VOTE_SELECTION_APPROVED" | "VOTE_SELECTION_REJECTED";
+  message: string;
+  publicKey: string;
+  signature: string;
+  scheme: string;
+  createdAt: number;
+}
+
+export interface StoredFailure {
+  code: number;
+  message: string;
+  details: Array<{ "@type": string; turnkeyErrorCode: string }>;
+}
+
+function keyed(keys: string[], value: unknown): Record<string, unknown> {
+  return Object.fromEntries(keys.map((k) => [k, value]));
+}
+
+function renderVote(vote: StoredVote) {
+  return {
+    id: vote.id,
+    userId: vote.userId,
+    user: { ...vote.user, authenticators: [], apiKeys: [], userTags: [], oauthProviders: [], createdAt: timestamp(vote.createdAt), updatedAt: timestamp(vote.createdAt) },
+    activityId: vote.activityId,
+    selection: vote.selection,
+    message: vote.message,
+    publicKey: vote.publicKey,
+    signature: vote.signature,
+    scheme: vote.scheme,
+    createdAt: timestamp(vote.createdAt),
+  };
+}
+
+/** The activity object of the API, with the spec's nested `result.activity` beside the result key. */
+export function renderActivity(row: ActivitiesTable) {
+  const keys = keysOf(row.type);
+  const intent = keyed(keys.intentKeys, JSON.parse(row.intent));
+  const resultBody = row.status === "ACTIVITY_STATUS_COMPLETED" ? keyed(keys.resultKeys, JSON.parse(row.result)) : {};
+  const failure = row.failure ? (JSON.parse(row.failure) as StoredFailure) : undefined;
+  return {
+    id: row.id,
+    organizationId: row.organization_id,
+    status: row.status,
+    type: row.type,
+    intent,
+    result: { ...resultBody, activity: { type: row.type, intent, result: resultBody } },
+    votes: (JSON.parse(row.votes) as StoredVote[]).map(renderVote),
+    fingerprint: row.fingerprint,
+    canApprove: false,
+    canReject: false,
+    createdAt: timestamp(row.created_at),
+    updatedAt: timestamp(row.updated_at),
+    timestampMs: row.timestamp_ms,
+    ...(failure ? { failure } : {}),
+  };
+}
+
+export async function insertActivity(trx: Tx, row: ActivitiesTable): Promise<void> {
+  await trx.insertInto("activities").values(row).execute();
+}

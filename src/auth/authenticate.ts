@@ -1,0 +1,74 @@
+// Who sent a request: the stamp's signature is checked and its key traced to a credential of a user.
+import type { Db } from "../store/database.js";
+import { ServiceError, notFound, permissionDenied, unauthenticated } from "../errors.js";
+import { SCHEME_CURVES, verifyApiKeyStamp, type Stamp } from "./stamps.js";
+import { toBase64url, verifyWebauthnStamp, type WebauthnPolicy } from "./webauthn.js";
+
+export interface Principal {
+  /** The organization the credential belongs to. */
+  organizationId: string;
+  userId: string;
+  credentialType: "CREDENTIAL_TYPE_API_KEY_P256" | "CREDENTIAL_TYPE_API_KEY_SECP256K1" | "CREDENTIAL_TYPE_API_KEY_ED25519" | "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR";
+  /** The API key id or authenticator id. */
+  credentialId: string;
+  publicKey: string;
+  scheme: string;
+  signature: string;
+}
+
+const CREDENTIAL_TYPES: Record<string, Principal["credentialType"]> = {
+  API_KEY_CURVE_P256: "CREDENTIAL_TYPE_API_KEY_P256",
+  API_KEY_CURVE_SECP256K1: "CREDENTIAL_TYPE_API_KEY_SECP256K1",
+  API_KEY_CURVE_ED25519: "CREDENTIAL_TYPE_API_KEY_ED25519",
+};
+
+/** Picks the credential of the target organization among those sharing a key, or explains why none. */
+async function chooseForOrganization<T extends { organization_id: string }>(db: Db, candidates: T[], organizationId: string, what: string): Promise<T> {
+  const match = candidates.find((c) => c.organization_id === organizationId);
+  if (match) return match;
+  const organization = await db.selectFrom("organizations").select("id").where("id", "=", organizationId).executeTakeFirst();
+  if (!organization) throw notFound(`organization ${organizationId} not found`, "ORGANIZATION_NOT_FOUND");
+  throw permissionDenied(`${what} does not belong to organization ${organizationId}`, "ORGANIZATION_MISMATCH");
+}
+
+export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organizationId: string, now: number, webauthn: WebauthnPolicy): Promise<Principal> {
+  if (stamp.kind === "API_KEY") {
+    if (!verifyApiKeyStamp(stamp, body)) throw unauthenticated("stamp signature does not verify over the request body", "SIGNATURE_INVALID");
+    const candidates = await db.selectFrom("api_keys").selectAll().where("public_key", "=", stamp.publicKey).execute();
+    if (candidates.length === 0) throw unauthenticated(`no API key with public key ${stamp.publicKey}`, "PUBLIC_KEY_NOT_FOUND");
+    const key = await chooseForOrganization(db, candidates, organizationId, "the stamp's API key");
+    if (key.curve !== SCHEME_CURVES[stamp.scheme]) {
+      throw unauthenticated(`stamp scheme ${stamp.scheme} does not match the key's curve ${key.curve}`, "SIGNATURE_INVALID");
+    }
+    if (key.expires_at !== null && key.expires_at <= now) throw unauthenticated(`API key ${key.id} has expired`, "API_KEY_EXPIRED");
+    return {
+      organizationId: key.organization_id,
+      userId: key.user_id,
+      credentialType: CREDENTIAL_TYPES[key.curve],
+      credentialId: key.id,
+      publicKey: key.public_key,
+      scheme: stamp.scheme,
+      signature: stamp.signature,
+    };
+  }
+
+  const credentialId = toBase64url(stamp.credentialId);
+  const candidates = await db.selectFrom("authenticators").selectAll().where("credential_id", "=", credentialId).execute();
+  if (candidates.length === 0) throw unauthenticated(`no authenticator with credential id ${credentialId}`, "PUBLIC_KEY_NOT_FOUND");
+  const authenticator = await chooseForOrganization(db, candidates, organizationId, "the stamp's authenticator");
+  try {
+    verifyWebauthnStamp(stamp, body, authenticator.public_key, webauthn);
+  } catch (error) {
+    if (error instanceof ServiceError) throw error;
+    throw unauthenticated("passkey stamp does not verify", "SIGNATURE_INVALID");
+  }
+  return {
+    organizationId: authenticator.organization_id,
+    userId: authenticator.user_id,
+    credentialType: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR",
+    credentialId: authenticator.id,
+    publicKey: authenticator.public_key,
+    scheme: "SIGNATURE_SCHEME_TK_WEBAUTHN",
+    signature: stamp.signature,
+  };
+}

@@ -1,0 +1,114 @@
+// The two stamp headers: what they look like on the wire and whether their signatures hold.
+// Looking up who owns the key is authenticate.ts's job; this module touches no database.
+import { unauthenticated } from "../errors.js";
+import { isHex, verifyEd25519, verifyP256Der, verifySecp256k1Der, verifySecp256k1Eip191Der } from "../crypto/keys.js";
+
+export const API_KEY_STAMP_HEADER = "x-stamp";
+export const WEBAUTHN_STAMP_HEADER = "x-stamp-webauthn";
+
+export type StampScheme =
+  | "SIGNATURE_SCHEME_TK_API_P256"
+  | "SIGNATURE_SCHEME_TK_API_SECP256K1"
+  | "SIGNATURE_SCHEME_TK_API_SECP256K1_EIP191"
+  | "SIGNATURE_SCHEME_TK_API_ED25519";
+
+/** Which API-key curve each scheme verifies with. */
+export const SCHEME_CURVES: Record<StampScheme, string> = {
+  SIGNATURE_SCHEME_TK_API_P256: "API_KEY_CURVE_P256",
+  SIGNATURE_SCHEME_TK_API_SECP256K1: "API_KEY_CURVE_SECP256K1",
+  SIGNATURE_SCHEME_TK_API_SECP256K1_EIP191: "API_KEY_CURVE_SECP256K1",
+  SIGNATURE_SCHEME_TK_API_ED25519: "API_KEY_CURVE_ED25519",
+};
+
+export interface ApiKeyStamp {
+  kind: "API_KEY";
+  publicKey: string;
+  scheme: StampScheme;
+  signature: string;
+}
+
+export interface WebauthnStamp {
+  kind: "WEBAUTHN";
+  authenticatorData: string;
+  clientDataJson: string;
+  credentialId: string;
+  signature: string;
+}
+
+export type Stamp = ApiKeyStamp | WebauthnStamp;
+
+const malformed = (why: string) => unauthenticated(`malformed stamp: ${why}`, "MALFORMED_STAMP");
+const BASE64URL = /^[A-Za-z0-9_-]*={0,2}$/;
+
+/** Picks the one stamp a request carries; none or both is refused. */
+export function readStamp(headers: Record<string, string | string[] | undefined>): Stamp {
+  const apiKey = headers[API_KEY_STAMP_HEADER];
+  const webauthn = headers[WEBAUTHN_STAMP_HEADER];
+  if (apiKey === undefined && webauthn === undefined) {
+    throw unauthenticated("request is not stamped: send exactly one of X-Stamp or X-Stamp-Webauthn", "SIGNATURE_MISSING");
+  }
+  if (apiKey !== undefined && webauthn !== undefined) {
+    throw unauthenticated("request carries both X-Stamp and X-Stamp-Webauthn: send exactly one", "MULTIPLE_STAMPS");
+  }
+  if (Array.isArray(apiKey) || Array.isArray(webauthn)) {
+    throw unauthenticated("the stamp header appears more than once: send exactly one", "MULTIPLE_STAMPS");
+  }
+  return apiKey !== undefined ? parseApiKeyStamp(apiKey) : parseWebauthnStamp(webauthn!);
+}
+
+function parseJsonObject(text: string, what: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw malformed(`${what} is not JSON`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw malformed(`${what} is not a JSON object`);
+  return value as Record<string, unknown>;
+}
+
+function stringField(obj: Record<string, unknown>, field: string, what: string): string {
+  const value = obj[field];
+  if (typeof value !== "string" || value === "") throw malformed(`${what} has no "${field}" string`);
+  return value;
+}
+
+export function parseApiKeyStamp(header: string): ApiKeyStamp {
+  if (!BASE64URL.test(header)) throw malformed("X-Stamp is not base64url");
+  const obj = parseJsonObject(Buffer.from(header, "base64url").toString("utf8"), "X-Stamp");
+  const publicKey = stringField(obj, "publicKey", "X-Stamp");
+  const scheme = stringField(obj, "scheme", "X-Stamp");
+  const signature = stringField(obj, "signature", "X-Stamp");
+  if (!(scheme in SCHEME_CURVES)) throw malformed(`unsupported signature scheme "${scheme}"`);
+  if (!isHex(publicKey)) throw malformed("publicKey is not hex");
+  if (!isHex(signature)) throw malformed("signature is not hex");
+  return { kind: "API_KEY", publicKey: publicKey.toLowerCase(), scheme: scheme as StampScheme, signature: signature.toLowerCase() };
+}
+
+export function parseWebauthnStamp(header: string): WebauthnStamp {
+  const obj = parseJsonObject(header, "X-Stamp-Webauthn");
+  const fields = ["authenticatorData", "clientDataJson", "credentialId", "signature"] as const;
+  const values = Object.fromEntries(fields.map((f) => [f, stringField(obj, f, "X-Stamp-Webauthn")])) as Record<(typeof fields)[number], string>;
+  for (const f of fields) if (!BASE64URL.test(values[f])) throw malformed(`X-Stamp-Webauthn ${f} is not base64url`);
+  return { kind: "WEBAUTHN", ...values };
+}
+
+/** Whether an API-key stamp's signature covers exactly these body bytes. */
+export function verifyApiKeyStamp(stamp: ApiKeyStamp, body: Uint8Array): boolean {
+  const signature = Buffer.from(stamp.signature, "hex");
+  try {
+    switch (stamp.scheme) {
+      case "SIGNATURE_SCHEME_TK_API_P256":
+        return verifyP256Der(stamp.publicKey, body, signature);
+      case "SIGNATURE_SCHEME_TK_API_SECP256K1":
+        return verifySecp256k1Der(stamp.publicKey, body, signature);
+      case "SIGNATURE_SCHEME_TK_API_SECP256K1_EIP191":
+        return verifySecp256k1Eip191Der(stamp.publicKey, body, signature);
+      case "SIGNATURE_SCHEME_TK_API_ED25519":
+        return verifyEd25519(stamp.publicKey, body, signature);
+    }
+  } catch {
+    // A key that is not on its curve or a signature that does not decode is simply not a valid stamp.
+    return false;
+  }
+}

@@ -1,0 +1,145 @@
+// Passkeys: reading a registration (attestation) into the key we store, and checking the assertion
+// carried by an X-Stamp-Webauthn header. Attestation parsing and verification is @simplewebauthn's.
+import { verifyRegistrationResponse } from "@simplewebauthn/server";
+import { decodeClientDataJSON, parseAuthenticatorData, decodeCredentialPublicKey, cose } from "@simplewebauthn/server/helpers";
+import { invalidArgument, unauthenticated } from "../errors.js";
+import { compressP256, verifyP256Der, sha256 } from "../crypto/keys.js";
+import type { WebauthnStamp } from "./stamps.js";
+
+export interface WebauthnPolicy {
+  /** Accepted relying-party ids; empty accepts any. */
+  rpIds: string[];
+  /** Accepted origins; empty accepts any. */
+  origins: string[];
+}
+
+export interface RegistrationInput {
+  credentialId: string;
+  clientDataJson: string;
+  attestationObject: string;
+  transports: string[];
+  /** The challenge the client presented to the authenticator (as sent in the request). */
+  challenge: string;
+}
+
+export interface RegisteredPasskey {
+  credentialId: string;
+  /** Compressed P-256 hex. */
+  publicKey: string;
+  aaguid: string;
+  attestationType: string;
+  signCount: number;
+}
+
+const TRANSPORT_NAMES: Record<string, string> = {
+  AUTHENTICATOR_TRANSPORT_BLE: "ble",
+  AUTHENTICATOR_TRANSPORT_INTERNAL: "internal",
+  AUTHENTICATOR_TRANSPORT_NFC: "nfc",
+  AUTHENTICATOR_TRANSPORT_USB: "usb",
+  AUTHENTICATOR_TRANSPORT_HYBRID: "hybrid",
+};
+
+/** base64url of `value`, accepting standard base64 and padding as browsers and libraries vary. */
+export function toBase64url(value: string): string {
+  return Buffer.from(value.replace(/-/g, "+").replace(/_/g, "/"), "base64").toString("base64url");
+}
+
+/** The challenge as WebAuthn encodes it in clientDataJSON: base64url of the challenge bytes. The
+ * product's clients pass the challenge either already base64url-encoded or as the raw string. */
+function challengeMatches(presented: string, fromClientData: string): boolean {
+  return fromClientData === presented || fromClientData === Buffer.from(presented, "utf8").toString("base64url");
+}
+
+/** Verifies a passkey registration and returns the key to store. Only ES256 (P-256) passkeys are
+ * accepted, as stamps are verified as P-256 signatures. */
+export async function verifyPasskeyRegistration(input: RegistrationInput, policy: WebauthnPolicy): Promise<RegisteredPasskey> {
+  const clientDataJson = toBase64url(input.clientDataJson);
+  let clientData: { origin?: string; challenge?: string };
+  try {
+    clientData = decodeClientDataJSON(clientDataJson);
+  } catch {
+    throw invalidArgument("attestation clientDataJson is not base64url JSON", "INVALID_ATTESTATION");
+  }
+  const origin = String(clientData.origin ?? "");
+  let verification;
+  try {
+    verification = await verifyRegistrationResponse({
+      response: {
+        id: toBase64url(input.credentialId),
+        rawId: toBase64url(input.credentialId),
+        type: "public-key",
+        response: {
+          clientDataJSON: clientDataJson,
+          attestationObject: toBase64url(input.attestationObject),
+          transports: input.transports.map((t) => TRANSPORT_NAMES[t]).filter(Boolean) as any,
+        },
+        clientExtensionResults: {},
+      },
+      expectedChallenge: (challenge: string) => challengeMatches(input.challenge, challenge),
+      expectedOrigin: policy.origins.length ? policy.origins : origin,
+      expectedRPID: policy.rpIds.length ? policy.rpIds : undefined,
+      requireUserVerification: false,
+      supportedAlgorithmIDs: [cose.COSEALG.ES256],
+    });
+  } catch (error) {
+    throw invalidArgument(`attestation rejected: ${error instanceof Error ? error.message : String(error)}`, "INVALID_ATTESTATION");
+  }
+  if (!verification.verified || !verification.registrationInfo) throw invalidArgument("attestation rejected", "INVALID_ATTESTATION");
+  const info = verification.registrationInfo;
+  const coseKey = decodeCredentialPublicKey(info.credential.publicKey) as Map<number, unknown>;
+  const x = coseKey.get(cose.COSEKEYS.x) as Uint8Array;
+  const y = coseKey.get(cose.COSEKEYS.y) as Uint8Array;
+  if (coseKey.get(cose.COSEKEYS.crv) !== cose.COSECRV.P256 || !x || !y) {
+    throw invalidArgument("only P-256 (ES256) passkeys are supported", "INVALID_ATTESTATION");
+  }
+  return {
+    credentialId: info.credential.id,
+    publicKey: compressP256(Buffer.concat([Buffer.from([4]), x, y])),
+    aaguid: info.aaguid,
+    attestationType: info.fmt,
+    signCount: info.credential.counter,
+  };
+}
+
+const stampInvalid = (why: string) => unauthenticated(`passkey stamp rejected: ${why}`, "SIGNATURE_INVALID");
+
+/**
+ * Checks a passkey assertion over a request body: the challenge must be the lowercase hex SHA-256 of
+ * the body, the user must have been present, and the signature must verify with the stored key.
+ */
+export function verifyWebauthnStamp(stamp: WebauthnStamp, body: Uint8Array, publicKeyHex: string, policy: WebauthnPolicy): { signCount: number } {
+  const clientDataBytes = Buffer.from(stamp.clientDataJson, "base64url");
+  let clientData: { type?: unknown; challenge?: unknown; origin?: unknown };
+  try {
+    clientData = JSON.parse(clientDataBytes.toString("utf8"));
+  } catch {
+    throw stampInvalid("clientDataJson is not JSON");
+  }
+  if (clientData.type !== "webauthn.get") throw stampInvalid(`clientData type is "${String(clientData.type)}", expected "webauthn.get"`);
+  const expectedChallenge = Buffer.from(sha256(body).toString("hex"), "utf8").toString("base64url");
+  if (clientData.challenge !== expectedChallenge) throw stampInvalid("challenge does not match the request body");
+  if (policy.origins.length && !policy.origins.includes(String(clientData.origin))) {
+    throw stampInvalid(`origin "${String(clientData.origin)}" is not allowed`);
+  }
+  const authenticatorData = Buffer.from(stamp.authenticatorData, "base64url");
+  let parsed;
+  try {
+    parsed = parseAuthenticatorData(authenticatorData);
+  } catch {
+    throw stampInvalid("authenticatorData does not parse");
+  }
+  if (!parsed.flags.up) throw stampInvalid("user presence flag is not set");
+  if (policy.rpIds.length) {
+    const rpIdHash = Buffer.from(parsed.rpIdHash);
+    if (!policy.rpIds.some((rpId) => sha256(rpId).equals(rpIdHash))) throw stampInvalid("relying party id is not allowed");
+  }
+  const signed = Buffer.concat([authenticatorData, sha256(clientDataBytes)]);
+  let valid = false;
+  try {
+    valid = verifyP256Der(publicKeyHex, signed, Buffer.from(stamp.signature, "base64url"));
+  } catch {
+    valid = false;
+  }
+  if (!valid) throw stampInvalid("signature does not verify");
+  return { signCount: parsed.counter };
+}

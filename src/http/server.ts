@@ -1,0 +1,99 @@
+// The HTTP face of the service: one route per registered operation, the error body the official
+// clients parse, body limits, and /health. No SQL and no business rules live here.
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import pino from "pino";
+import type { Config } from "../config.js";
+import { ServiceError } from "../errors.js";
+import { openStore, type Store } from "../store/database.js";
+import { Pipeline } from "../activities/pipeline.js";
+import { activityOperations, queryOperations } from "../activities/catalog.js";
+
+export interface RunningServer {
+  app: FastifyInstance;
+  store: Store;
+  /** Base URL the server answers on, e.g. http://127.0.0.1:8080 */
+  url: string;
+  close(): Promise<void>;
+}
+
+export function createLogger(config: Pick<Config, "logLevel">): pino.Logger {
+  return pino({ level: config.logLevel, base: { service: "sigil" } });
+}
+
+export function buildApp(config: Config, store: Store, logger: pino.Logger): FastifyInstance {
+  const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
+    // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
+    logController: new LogController({ disableRequestLogging: true }),
+  });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn }, logger });
+
+  // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
+  app.removeAllContentTypeParsers();
+  app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
+
+  app.setErrorHandler((error, request, reply) => {
+    if (error instanceof ServiceError) return reply.status(error.httpStatus).send(error.toBody());
+    const fastifyError = error as { code?: string; statusCode?: number; message: string };
+    if (fastifyError.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
+      const tooLarge = new ServiceError("ResourceExhausted", "REQUEST_TOO_LARGE", `request body exceeds the limit of ${config.bodyLimitBytes} bytes`, 413);
+      return reply.status(413).send(tooLarge.toBody());
+    }
+    if (fastifyError.statusCode && fastifyError.statusCode < 500) {
+      const bad = new ServiceError("InvalidArgument", "REQUEST_INVALID", fastifyError.message);
+      return reply.status(fastifyError.statusCode).send(bad.toBody());
+    }
+    request.log.error({ err: error }, "unhandled error");
+    return reply.status(500).send(new ServiceError("Internal", "INTERNAL", "internal error").toBody());
+  });
+
+  app.setNotFoundHandler((request, reply) => {
+    const error = new ServiceError("NotFound", "ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${request.url}`);
+    return reply.status(404).send(error.toBody());
+  });
+
+  app.addHook("onResponse", (request, reply, done) => {
+    request.log.debug({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, "request");
+    done();
+  });
+
+  app.get("/health", async () => ({ status: "ok" }));
+
+  const raw = (body: unknown) => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
+  for (const operation of activityOperations) {
+    app.post(`/public/v1/submit/${operation.name}`, async (request, reply) => {
+      const response = await pipeline.submit(operation, raw(request.body), request.headers);
+      return reply.status(response.status).send(response.body);
+    });
+  }
+  for (const operation of queryOperations) {
+    app.post(`/public/v1/query/${operation.name}`, async (request, reply) => {
+      const response = await pipeline.query(operation, raw(request.body), request.headers);
+      return reply.status(response.status).send(response.body);
+    });
+  }
+  return app;
+}
+
+export async function startServer(config: Config, logger = createLogger(config)): Promise<RunningServer> {
+  const store = await openStore(config);
+  const app = buildApp(config, store, logger);
+  try {
+    await app.listen({ host: config.host, port: config.port });
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+  const address = app.server.address();
+  const port = typeof address === "object" && address ? address.port : config.port;
+  const host = config.host.includes(":") ? `[${config.host}]` : config.host;
+  logger.info({ url: `http://${host}:${port}`, database: store.location }, "sigil is accepting requests");
+  return {
+    app,
+    store,
+    url: `http://${host}:${port}`,
+    async close() {
+      await app.close();
+      await store.close();
+    },
+  };
+}

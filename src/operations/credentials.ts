@@ -1,0 +1,236 @@
+// API keys and passkeys (authenticators): the credentials users stamp requests with.
+import { alreadyExists, invalidArgument, notFound } from "../errors.js";
+import { validatePublicKey, type ApiKeyCurve } from "../crypto/keys.js";
+import { verifyPasskeyRegistration } from "../auth/webauthn.js";
+import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
+import { distinct, newId, renderApiKey, renderAuthenticator, requireUser } from "./resources.js";
+
+export interface ApiKeyParams {
+  apiKeyName: string;
+  publicKey: string;
+  /** Absent in the oldest versions, which only knew P-256. */
+  curveType?: ApiKeyCurve;
+  expirationSeconds?: string;
+}
+
+/** An authenticator as the newer versions send it, or the older browser-shaped credential. */
+export interface AuthenticatorParams {
+  authenticatorName: string;
+  challenge: string;
+  userId?: string;
+  attestation:
+    | { credentialId: string; clientDataJson: string; attestationObject: string; transports: string[] }
+    | {
+        id: string;
+        rawId: string;
+        type: string;
+        authenticatorAttachment?: string;
+        response: { clientDataJson: string; attestationObject: string; transports?: string[]; authenticatorAttachment?: string };
+        clientExtensionResults: unknown;
+      };
+}
+
+const MAX_EXPIRATION_SECONDS = 100 * 365 * 24 * 3600;
+
+export function parseExpirationSeconds(value: string | undefined, field: string): number | null {
+  if (value === undefined || value === "") return null;
+  if (!/^\d+$/.test(value) || Number(value) <= 0 || Number(value) > MAX_EXPIRATION_SECONDS) {
+    throw invalidArgument(`${field} must be a whole number of seconds between 1 and ${MAX_EXPIRATION_SECONDS}, got "${value}"`);
+  }
+  return Number(value);
+}
+
+export function requireName(value: string, field: string): string {
+  const trimmed = value.trim();
+  if (trimmed === "") throw invalidArgument(`${field} must not be empty`);
+  if (trimmed.length > 256) throw invalidArgument(`${field} must be at most 256 characters`);
+  return trimmed;
+}
+
+export async function addApiKeys(ctx: ActivityContext, userId: string, keys: ApiKeyParams[], field = "apiKeys"): Promise<string[]> {
+  const seen = new Set<string>();
+  const ids: string[] = [];
+  for (const [i, key] of keys.entries()) {
+    const name = requireName(key.apiKeyName, `${field}[${i}].apiKeyName`);
+    const curve = key.curveType ?? "API_KEY_CURVE_P256";
+    const problem = validatePublicKey(curve, key.publicKey);
+    if (problem) throw invalidArgument(`${field}[${i}].publicKey: ${problem}`, "INVALID_PUBLIC_KEY");
+    const publicKey = key.publicKey.toLowerCase();
+    const expirationSeconds = parseExpirationSeconds(key.expirationSeconds, `${field}[${i}].expirationSeconds`);
+    const existing = await ctx.trx
+      .selectFrom("api_keys")
+      .select("id")
+      .where("organization_id", "=", ctx.organizationId)
+      .where("public_key", "=", publicKey)
+      .executeTakeFirst();
+    if (existing || seen.has(publicKey)) {
+      throw alreadyExists(`an API key with public key ${publicKey} already exists in this organization`, "API_KEY_ALREADY_EXISTS");
+    }
+    seen.add(publicKey);
+    const id = newId();
+    await ctx.trx
+      .insertInto("api_keys")
+      .values({
+        id,
+        organization_id: ctx.organizationId,
+        user_id: userId,
+        name,
+        public_key: publicKey,
+        curve,
+        expiration_seconds: expirationSeconds === null ? null : String(expirationSeconds),
+        expires_at: expirationSeconds === null ? null : ctx.now + expirationSeconds * 1000,
+        created_at: ctx.now,
+        updated_at: ctx.now,
+      })
+      .execute();
+    ids.push(id);
+  }
+  return ids;
+}
+
+export async function addAuthenticators(ctx: ActivityContext, userId: string, authenticators: AuthenticatorParams[], field = "authenticators"): Promise<string[]> {
+  const ids: string[] = [];
+  for (const [i, params] of authenticators.entries()) {
+    const name = requireName(params.authenticatorName, `${field}[${i}].authenticatorName`);
+    const a = params.attestation;
+    const registration =
+      "credentialId" in a
+        ? { credentialId: a.credentialId, clientDataJson: a.clientDataJson, attestationObject: a.attestationObject, transports: a.transports }
+        : { credentialId: a.rawId || a.id, clientDataJson: a.response.clientDataJson, attestationObject: a.response.attestationObject, transports: a.response.transports ?? [] };
+    const passkey = await verifyPasskeyRegistration({ ...registration, challenge: params.challenge }, ctx.env.webauthn);
+    const existing = await ctx.trx
+      .selectFrom("authenticators")
+      .select("id")
+      .where("organization_id", "=", ctx.organizationId)
+      .where("credential_id", "=", passkey.credentialId)
+      .executeTakeFirst();
+    if (existing) throw alreadyExists(`an authenticator with credential id ${passkey.credentialId} already exists in this organization`, "AUTHENTICATOR_ALREADY_EXISTS");
+    const id = newId();
+    await ctx.trx
+      .insertInto("authenticators")
+      .values({
+        id,
+        organization_id: ctx.organizationId,
+        user_id: userId,
+        name,
+        credential_id: passkey.credentialId,
+        public_key: passkey.publicKey,
+        attestation_type: passkey.attestationType,
+        aaguid: passkey.aaguid,
+        model: "",
+        transports: JSON.stringify([...new Set(registration.transports)]),
+        sign_count: passkey.signCount,
+        created_at: ctx.now,
+        updated_at: ctx.now,
+      })
+      .execute();
+    ids.push(id);
+  }
+  return ids;
+}
+
+export const credentialOperations = [
+  defineActivity<{ userId: string; apiKeys: ApiKeyParams[] }>({
+    name: "create_api_keys",
+    summary: "Add API keys to a user.",
+    resource: "CREDENTIAL",
+    action: "CREATE",
+    async execute(ctx, p) {
+      await requireUser(ctx.trx, ctx.organizationId, p.userId);
+      if (p.apiKeys.length === 0) throw invalidArgument("apiKeys must list at least one key");
+      return { apiKeyIds: await addApiKeys(ctx, p.userId, p.apiKeys) };
+    },
+  }),
+
+  defineActivity<{ userId: string; apiKeyIds: string[] }>({
+    name: "delete_api_keys",
+    summary: "Remove API keys from a user.",
+    resource: "CREDENTIAL",
+    action: "DELETE",
+    async execute(ctx, p) {
+      await requireUser(ctx.trx, ctx.organizationId, p.userId);
+      const ids = distinct(p.apiKeyIds, "apiKeyIds");
+      if (ids.length === 0) throw invalidArgument("apiKeyIds must list at least one key");
+      const found = await ctx.trx.selectFrom("api_keys").select("id").where("user_id", "=", p.userId).where("id", "in", ids).execute();
+      const missing = ids.find((id) => !found.some((k) => k.id === id));
+      if (missing) throw notFound(`API key ${missing} not found for user ${p.userId}`, "API_KEY_NOT_FOUND");
+      await ctx.trx.deleteFrom("api_keys").where("id", "in", ids).execute();
+      return { apiKeyIds: ids };
+    },
+  }),
+
+  defineActivity<{ userId: string; authenticators: AuthenticatorParams[] }>({
+    name: "create_authenticators",
+    summary: "Register passkeys for a user.",
+    resource: "CREDENTIAL",
+    action: "CREATE",
+    async execute(ctx, p) {
+      await requireUser(ctx.trx, ctx.organizationId, p.userId);
+      if (p.authenticators.length === 0) throw invalidArgument("authenticators must list at least one authenticator");
+      return { authenticatorIds: await addAuthenticators(ctx, p.userId, p.authenticators) };
+    },
+  }),
+
+  defineActivity<{ userId: string; authenticatorIds: string[] }>({
+    name: "delete_authenticators",
+    summary: "Remove passkeys from a user.",
+    resource: "CREDENTIAL",
+    action: "DELETE",
+    async execute(ctx, p) {
+      await requireUser(ctx.trx, ctx.organizationId, p.userId);
+      const ids = distinct(p.authenticatorIds, "authenticatorIds");
+      if (ids.length === 0) throw invalidArgument("authenticatorIds must list at least one authenticator");
+      const found = await ctx.trx.selectFrom("authenticators").select("id").where("user_id", "=", p.userId).where("id", "in", ids).execute();
+      const missing = ids.find((id) => !found.some((a) => a.id === id));
+      if (missing) throw notFound(`authenticator ${missing} not found for user ${p.userId}`, "AUTHENTICATOR_NOT_FOUND");
+      await ctx.trx.deleteFrom("authenticators").where("id", "in", ids).execute();
+      return { authenticatorIds: ids };
+    },
+  }),
+
+  defineQuery<{ organizationId: string; apiKeyId: string }>({
+    name: "get_api_key",
+    summary: "One API key.",
+    async run(ctx, body) {
+      const row = await ctx.db.selectFrom("api_keys").selectAll().where("organization_id", "=", ctx.organizationId).where("id", "=", body.apiKeyId).executeTakeFirst();
+      if (!row) throw notFound(`API key ${body.apiKeyId} not found`, "API_KEY_NOT_FOUND");
+      return { apiKey: renderApiKey(row) };
+    },
+  }),
+
+  defineQuery<{ organizationId: string; userId?: string }>({
+    name: "get_api_keys",
+    summary: "The API keys of a user (the caller when userId is absent).",
+    async run(ctx, body) {
+      const userId = body.userId ?? ctx.principal.userId;
+      await requireUser(ctx.db, ctx.organizationId, userId);
+      const rows = await ctx.db.selectFrom("api_keys").selectAll().where("user_id", "=", userId).orderBy("created_at").orderBy("id").execute();
+      return { apiKeys: rows.map(renderApiKey) };
+    },
+  }),
+
+  defineQuery<{ organizationId: string; authenticatorId: string }>({
+    name: "get_authenticator",
+    summary: "One passkey.",
+    async run(ctx, body) {
+      const row = await ctx.db
+        .selectFrom("authenticators")
+        .selectAll()
+        .where("organization_id", "=", ctx.organizationId)
+        .where("id", "=", body.authenticatorId)
+        .executeTakeFirst();
+      if (!row) throw notFound(`authenticator ${body.authenticatorId} not found`, "AUTHENTICATOR_NOT_FOUND");
+      return { authenticator: renderAuthenticator(row) };
+    },
+  }),
+
+  defineQuery<{ organizationId: string; userId: string }>({
+    name: "get_authenticators",
+    summary: "The passkeys of a user.",
+    async run(ctx, body) {
+      await requireUser(ctx.db, ctx.organizationId, body.userId);
+      const rows = await ctx.db.selectFrom("authenticators").selectAll().where("user_id", "=", body.userId).orderBy("created_at").orderBy("id").execute();
+      return { authenticators: rows.map(renderAuthenticator) };
+    },
+  }),
+];

@@ -1,0 +1,99 @@
+// Organizations: creation (bootstrap), the root quorum's safety rule, and whoami.
+import type { Db, Tx } from "../store/database.js";
+import { failedPrecondition, invalidArgument, notFound } from "../errors.js";
+import { validatePublicKey, type ApiKeyCurve } from "../crypto/keys.js";
+import { defineQuery } from "./registry.js";
+import { newId } from "./resources.js";
+
+export interface NewOrganization {
+  organizationName: string;
+  userName: string;
+  userEmail?: string;
+  apiKeyName: string;
+  apiPublicKey: string;
+  apiKeyCurve?: ApiKeyCurve;
+}
+
+/** Creates an organization whose root quorum is one user (threshold 1) holding one API key. */
+export async function createOrganization(db: Db, input: NewOrganization, now = Date.now()) {
+  const curve = input.apiKeyCurve ?? "API_KEY_CURVE_P256";
+  const problem = validatePublicKey(curve, input.apiPublicKey);
+  if (problem) throw invalidArgument(`api public key: ${problem}`);
+  if (!input.organizationName.trim()) throw invalidArgument("organization name must not be empty");
+  if (!input.userName.trim()) throw invalidArgument("user name must not be empty");
+  const organizationId = newId();
+  const userId = newId();
+  const apiKeyId = newId();
+  await db.transaction().execute(async (trx) => {
+    await trx.insertInto("organizations").values({ id: organizationId, name: input.organizationName.trim(), parent_organization_id: null, root_quorum_threshold: 1, created_at: now, updated_at: now }).execute();
+    await trx
+      .insertInto("users")
+      .values({ id: userId, organization_id: organizationId, name: input.userName.trim(), email: input.userEmail ?? null, phone_number: null, created_at: now, updated_at: now })
+      .execute();
+    await trx.insertInto("root_quorum_members").values({ organization_id: organizationId, user_id: userId }).execute();
+    await trx
+      .insertInto("api_keys")
+      .values({
+        id: apiKeyId,
+        organization_id: organizationId,
+        user_id: userId,
+        name: input.apiKeyName,
+        public_key: input.apiPublicKey.toLowerCase(),
+        curve,
+        expiration_seconds: null,
+        expires_at: null,
+        created_at: now,
+        updated_at: now,
+      })
+      .execute();
+  });
+  return { organizationId, userId, apiKeyId };
+}
+
+export async function rootQuorumUserIds(db: Db | Tx, organizationId: string): Promise<string[]> {
+  const rows = await db.selectFrom("root_quorum_members").select("user_id").where("organization_id", "=", organizationId).execute();
+  return rows.map((r) => r.user_id);
+}
+
+/**
+ * An organization must never lock itself out: at least `threshold` root users must keep a credential
+ * they can still use (an unexpired API key, a passkey, or an OAuth identity). Checked after every
+ * activity, inside its transaction, so any change that breaks it is rolled back whole.
+ */
+export async function assertRootQuorumReachable(trx: Tx, organizationId: string, now: number): Promise<void> {
+  const organization = await trx.selectFrom("organizations").select("root_quorum_threshold").where("id", "=", organizationId).executeTakeFirstOrThrow();
+  const members = await rootQuorumUserIds(trx, organizationId);
+  let reachable = 0;
+  for (const userId of members) {
+    const key = await trx
+      .selectFrom("api_keys")
+      .select("id")
+      .where("user_id", "=", userId)
+      .where((eb) => eb.or([eb("expires_at", "is", null), eb("expires_at", ">", now)]))
+      .executeTakeFirst();
+    const other =
+      key ??
+      (await trx.selectFrom("authenticators").select("id").where("user_id", "=", userId).executeTakeFirst()) ??
+      (await trx.selectFrom("oauth_providers").select("id").where("user_id", "=", userId).executeTakeFirst());
+    if (other) reachable++;
+  }
+  if (reachable < organization.root_quorum_threshold) {
+    throw failedPrecondition(
+      `this change would leave ${reachable} root user(s) with a usable credential, fewer than the root quorum threshold of ${organization.root_quorum_threshold}: the organization would be locked out`,
+      "ROOT_QUORUM_UNREACHABLE",
+    );
+  }
+}
+
+export const organizationOperations = [
+  defineQuery<{ organizationId: string }>({
+    name: "whoami",
+    summary: "The caller's user and organization.",
+    async run(ctx) {
+      const organization = await ctx.db.selectFrom("organizations").select(["id", "name"]).where("id", "=", ctx.organizationId).executeTakeFirst();
+      const user = await ctx.db.selectFrom("users").select(["id", "name"]).where("id", "=", ctx.principal.userId).executeTakeFirst();
+      if (!organization || !user) throw notFound("the caller's user no longer exists", "USER_NOT_FOUND");
+      return { organizationId: organization.id, organizationName: organization.name, userId: user.id, username: user.name };
+    },
+  }),
+];

@@ -1,0 +1,119 @@
+// Operations are data: each is declared once, and the router, request validation, policy metadata and
+// the docs table are derived from these declarations. Activity type versions, and the intent and
+// result key of each, come from the product's published API description (swagger-schemas.json).
+import swaggerSchemas from "./swagger-schemas.json" with { type: "json" };
+import type { Tx, Db, Dialect } from "../store/database.js";
+import type { Principal } from "../auth/authenticate.js";
+import type { WebauthnPolicy } from "../auth/webauthn.js";
+
+export interface SwaggerSchemas {
+  activityTypes: Record<string, { intentKey: string; resultKey: string | null; parameters: string }>;
+  submits: Record<string, { request: string; type: string | null }>;
+  queries: Record<string, { request: string }>;
+  definitions: Record<string, object>;
+}
+
+export const swagger = swaggerSchemas as unknown as SwaggerSchemas;
+
+/** Where the spec (shared/spec/organization-api.md) names a key differently from the swagger, the
+ * spec's name is served first and the swagger's beside it. */
+const SPEC_KEYS: Record<string, { intentKey?: string; resultKey?: string }> = {
+  ACTIVITY_TYPE_CREATE_USERS_V3: { intentKey: "createUsersIntent", resultKey: "createUsersResult" },
+  ACTIVITY_TYPE_CREATE_AUTHENTICATORS_V2: { intentKey: "createAuthenticatorsIntent" },
+  ACTIVITY_TYPE_UPDATE_POLICY_V2: { intentKey: "updatePolicyIntentV2", resultKey: "updatePolicyResultV2" },
+  ACTIVITY_TYPE_INIT_OTP_AUTH_V2: { intentKey: "initOtpAuthIntentV2", resultKey: "initOtpAuthResultV2" },
+  ACTIVITY_TYPE_SIGN_TRANSACTION_V2: { intentKey: "signTransactionIntent", resultKey: "signTransactionResult" },
+};
+
+export interface ActivityTypeKeys {
+  /** Keys the intent is served under: the spec's (if it names one) first, then the swagger's. */
+  intentKeys: string[];
+  resultKeys: string[];
+  /** swagger definition of the `parameters` object for this version */
+  parametersDefinition: string;
+}
+
+export function keysOf(type: string): ActivityTypeKeys {
+  const fromSwagger = swagger.activityTypes[type];
+  if (!fromSwagger) throw new Error(`unknown activity type ${type}`);
+  const spec = SPEC_KEYS[type] ?? {};
+  const unique = (...keys: Array<string | null | undefined>) => [...new Set(keys.filter((k): k is string => !!k))];
+  return {
+    intentKeys: unique(spec.intentKey, fromSwagger.intentKey),
+    resultKeys: unique(spec.resultKey, fromSwagger.resultKey),
+    parametersDefinition: fromSwagger.parameters,
+  };
+}
+
+/** Every version of the activity type the swagger's request for `operation` names (X, X_V2, X_V3, …). */
+export function activityTypesFor(operation: string): string[] {
+  const latest = swagger.submits[operation]?.type;
+  if (!latest) throw new Error(`the swagger has no submit endpoint ${operation}`);
+  const base = latest.replace(/_V\d+$/, "");
+  const versions = Object.keys(swagger.activityTypes).filter((t) => t === base || new RegExp(`^${base}_V\\d+$`).test(t));
+  return versions.sort((a, b) => versionOf(a) - versionOf(b));
+}
+
+const versionOf = (type: string) => Number(/_V(\d+)$/.exec(type)?.[1] ?? 1);
+
+export interface OperationEnvironment {
+  webauthn: WebauthnPolicy;
+}
+
+export interface ActivityContext {
+  trx: Tx;
+  dialect: Dialect;
+  organizationId: string;
+  activityId: string;
+  principal: Principal;
+  /** Milliseconds since the epoch; one clock reading per activity. */
+  now: number;
+  env: OperationEnvironment;
+}
+
+export interface QueryContext {
+  db: Db;
+  organizationId: string;
+  principal: Principal;
+  now: number;
+}
+
+/** `activity.resource` / `activity.action` of the policy language. */
+export type PolicyResource =
+  | "USER" | "PRIVATE_KEY" | "POLICY" | "WALLET" | "ORGANIZATION" | "INVITATION" | "CREDENTIAL" | "CONFIG" | "RECOVERY" | "AUTH" | "OTP" | "PAYMENT_METHOD" | "SUBSCRIPTION" | "WALLET_ACCOUNT" | "ACTIVITY" | "WEBHOOK";
+export type PolicyAction = "CREATE" | "UPDATE" | "DELETE" | "SIGN" | "EXPORT" | "IMPORT" | "APPROVE" | "REJECT" | "VERIFY";
+
+export interface ActivityOperation<P = any> {
+  kind: "activity";
+  /** Path suffix: /public/v1/submit/<name> */
+  name: string;
+  summary: string;
+  /** Accepted activity types, oldest first. */
+  types: string[];
+  resource: PolicyResource;
+  action: PolicyAction;
+  /** Parameters that are secrets: never stored in the intent or echoed in a vote's message. */
+  secretParameters?: string[];
+  /** Runs inside the activity's transaction; returns the result object (the value under the result key). */
+  execute(ctx: ActivityContext, parameters: P, type: string): Promise<Record<string, unknown>>;
+}
+
+export interface QueryOperation<B = any> {
+  kind: "query";
+  /** Path suffix: /public/v1/query/<name> */
+  name: string;
+  summary: string;
+  /** Returns the whole response object, e.g. `{ user }`. */
+  run(ctx: QueryContext, body: B): Promise<Record<string, unknown>>;
+}
+
+export type Operation = ActivityOperation | QueryOperation;
+
+export function defineActivity<P>(op: Omit<ActivityOperation<P>, "kind" | "types"> & { types?: string[] }): ActivityOperation<P> {
+  return { ...op, kind: "activity", types: op.types ?? activityTypesFor(op.name) };
+}
+
+export function defineQuery<B>(op: Omit<QueryOperation<B>, "kind">): QueryOperation<B> {
+  if (!swagger.queries[op.name]) throw new Error(`the swagger has no query endpoint ${op.name}`);
+  return { ...op, kind: "query" };
+}

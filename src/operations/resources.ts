@@ -1,0 +1,134 @@
+// Stored rows rendered as the API's resource objects, and the look-ups operations share.
+import crypto from "node:crypto";
+import type { Db, Tx } from "../store/database.js";
+import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
+import { invalidArgument, notFound } from "../errors.js";
+
+export const newId = () => crypto.randomUUID();
+
+export interface Timestamp {
+  seconds: string;
+  nanos: string;
+}
+
+export function timestamp(ms: number): Timestamp {
+  return { seconds: String(Math.floor(ms / 1000)), nanos: String((ms % 1000) * 1_000_000) };
+}
+
+const API_KEY_CREDENTIAL_TYPES: Record<string, string> = {
+  API_KEY_CURVE_P256: "CREDENTIAL_TYPE_API_KEY_P256",
+  API_KEY_CURVE_SECP256K1: "CREDENTIAL_TYPE_API_KEY_SECP256K1",
+  API_KEY_CURVE_ED25519: "CREDENTIAL_TYPE_API_KEY_ED25519",
+};
+
+export function renderApiKey(row: ApiKeysTable) {
+  return {
+    credential: { publicKey: row.public_key, type: API_KEY_CREDENTIAL_TYPES[row.curve] },
+    apiKeyId: row.id,
+    apiKeyName: row.name,
+    createdAt: timestamp(row.created_at),
+    updatedAt: timestamp(row.updated_at),
+    ...(row.expiration_seconds !== null ? { expirationSeconds: row.expiration_seconds } : {}),
+  };
+}
+
+export function renderAuthenticator(row: AuthenticatorsTable) {
+  return {
+    transports: JSON.parse(row.transports) as string[],
+    attestationType: row.attestation_type,
+    aaguid: row.aaguid,
+    credentialId: row.credential_id,
+    model: row.model,
+    credential: { publicKey: row.public_key, type: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR" },
+    authenticatorId: row.id,
+    authenticatorName: row.name,
+    createdAt: timestamp(row.created_at),
+    updatedAt: timestamp(row.updated_at),
+  };
+}
+
+export function renderOauthProvider(row: OauthProvidersTable) {
+  return {
+    providerId: row.id,
+    providerName: row.name,
+    issuer: row.issuer,
+    audience: row.audience,
+    subject: row.subject,
+    createdAt: timestamp(row.created_at),
+    updatedAt: timestamp(row.updated_at),
+  };
+}
+
+/** Users with their credentials and tags, in creation order, loaded in a fixed number of queries. */
+export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: string[]) {
+  if (userIds && userIds.length === 0) return [];
+  let usersQuery = db.selectFrom("users").selectAll().where("organization_id", "=", organizationId);
+  if (userIds) usersQuery = usersQuery.where("id", "in", userIds);
+  const users = await usersQuery.orderBy("created_at").orderBy("id").execute();
+  if (users.length === 0) return [];
+  const ids = users.map((u) => u.id);
+  const [apiKeys, authenticators, providers, tags] = await Promise.all([
+    db.selectFrom("api_keys").selectAll().where("user_id", "in", ids).orderBy("created_at").orderBy("id").execute(),
+    db.selectFrom("authenticators").selectAll().where("user_id", "in", ids).orderBy("created_at").orderBy("id").execute(),
+    db.selectFrom("oauth_providers").selectAll().where("user_id", "in", ids).orderBy("created_at").orderBy("id").execute(),
+    db.selectFrom("user_tag_members").select(["user_id", "tag_id"]).where("user_id", "in", ids).orderBy("tag_id").execute(),
+  ]);
+  const byUser = <T extends { user_id: string }>(rows: T[]) => {
+    const map = new Map<string, T[]>();
+    for (const row of rows) map.set(row.user_id, [...(map.get(row.user_id) ?? []), row]);
+    return map;
+  };
+  const keysBy = byUser(apiKeys), authsBy = byUser(authenticators), providersBy = byUser(providers), tagsBy = byUser(tags);
+  return users.map((user: UsersTable) => ({
+    userId: user.id,
+    userName: user.name,
+    ...(user.email !== null ? { userEmail: user.email } : {}),
+    ...(user.phone_number !== null ? { userPhoneNumber: user.phone_number } : {}),
+    authenticators: (authsBy.get(user.id) ?? []).map(renderAuthenticator),
+    apiKeys: (keysBy.get(user.id) ?? []).map(renderApiKey),
+    userTags: (tagsBy.get(user.id) ?? []).map((t) => t.tag_id),
+    oauthProviders: (providersBy.get(user.id) ?? []).map(renderOauthProvider),
+    createdAt: timestamp(user.created_at),
+    updatedAt: timestamp(user.updated_at),
+  }));
+}
+
+export async function requireUser(db: Db | Tx, organizationId: string, userId: string): Promise<UsersTable> {
+  const user = await db.selectFrom("users").selectAll().where("organization_id", "=", organizationId).where("id", "=", userId).executeTakeFirst();
+  if (!user) throw notFound(`user ${userId} not found in organization ${organizationId}`, "USER_NOT_FOUND");
+  return user;
+}
+
+/** Throws NotFound naming the first id that is not a user of the organization. */
+export async function requireUsers(db: Db | Tx, organizationId: string, userIds: string[]): Promise<void> {
+  if (userIds.length === 0) return;
+  const found = await db.selectFrom("users").select("id").where("organization_id", "=", organizationId).where("id", "in", userIds).execute();
+  const known = new Set(found.map((u) => u.id));
+  const missing = userIds.find((id) => !known.has(id));
+  if (missing) throw notFound(`user ${missing} not found in organization ${organizationId}`, "USER_NOT_FOUND");
+}
+
+/** Throws NotFound naming the first id that is not a user tag of the organization. */
+export async function requireUserTags(db: Db | Tx, organizationId: string, tagIds: string[]): Promise<void> {
+  if (tagIds.length === 0) return;
+  const found = await db
+    .selectFrom("tags")
+    .select("id")
+    .where("organization_id", "=", organizationId)
+    .where("tag_type", "=", "TAG_TYPE_USER")
+    .where("id", "in", tagIds)
+    .execute();
+  const known = new Set(found.map((t) => t.id));
+  const missing = tagIds.find((id) => !known.has(id));
+  if (missing) throw notFound(`user tag ${missing} not found in organization ${organizationId}`, "USER_TAG_NOT_FOUND");
+}
+
+/** Rejects a list that names the same id twice: the caller almost certainly meant something else. */
+export function distinct(ids: string[], what: string): string[] {
+  const seen = new Set<string>();
+  for (const id of ids) {
+    if (seen.has(id)) throw invalidArgument(`${what} lists ${id} more than once`);
+    seen.add(id);
+  }
+  return ids;
+}

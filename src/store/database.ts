@@ -1,0 +1,113 @@
+// Opens the one database the service keeps its state in: an embedded SQLite file by default, or
+// PostgreSQL when a URL is given. Everything above this module sees one Kysely interface.
+import fs from "node:fs";
+import path from "node:path";
+import BetterSqlite3 from "better-sqlite3";
+import pg from "pg";
+import {
+  CompiledQuery,
+  Kysely,
+  Migrator,
+  PostgresDialect,
+  SqliteDialect,
+  SqliteDriver,
+  type DatabaseConnection,
+  type Transaction,
+} from "kysely";
+import type { Database } from "./schema.js";
+import { migrationProvider } from "./migrations.js";
+
+export type Dialect = "sqlite" | "postgres";
+export type Tx = Transaction<Database>;
+export type Db = Kysely<Database>;
+
+export interface Store {
+  db: Db;
+  dialect: Dialect;
+  /** Human-readable location, for logs (never includes a password). */
+  location: string;
+  close(): Promise<void>;
+}
+
+export interface StoreOptions {
+  databaseUrl: string | null;
+  dataDir: string;
+}
+
+/**
+ * SQLite's default BEGIN is deferred: a transaction that reads first and writes later can fail with
+ * SQLITE_BUSY when another process (the CLI, a second server) wrote in between. BEGIN IMMEDIATE takes
+ * the write lock up front, so concurrent writers queue on the busy timeout instead.
+ */
+class ImmediateSqliteDriver extends SqliteDriver {
+  override async beginTransaction(connection: DatabaseConnection): Promise<void> {
+    await connection.executeQuery(CompiledQuery.raw("begin immediate"));
+  }
+}
+
+class ImmediateSqliteDialect extends SqliteDialect {
+  constructor(private readonly sqliteConfig: ConstructorParameters<typeof SqliteDialect>[0]) {
+    super(sqliteConfig);
+  }
+  override createDriver() {
+    return new ImmediateSqliteDriver(this.sqliteConfig);
+  }
+}
+
+export const SQLITE_FILE_NAME = "sigil.db";
+
+function openSqlite(dataDir: string): Store {
+  fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const file = path.join(dataDir, SQLITE_FILE_NAME);
+  const sqlite = new BetterSqlite3(file, { timeout: 10_000 });
+  sqlite.pragma("journal_mode = WAL");
+  sqlite.pragma("synchronous = NORMAL");
+  sqlite.pragma("foreign_keys = ON");
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: sqlite }) });
+  return { db, dialect: "sqlite", location: file, close: () => db.destroy() };
+}
+
+function openPostgres(url: string): Store {
+  // int8 columns hold millisecond timestamps, well inside Number's exact range.
+  const types = {
+    getTypeParser: (oid: number, format?: any) =>
+      oid === pg.types.builtins.INT8 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format),
+  };
+  const pool = new pg.Pool({ connectionString: url, max: 10, types });
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  const parsed = new URL(url);
+  parsed.password = "";
+  return { db, dialect: "postgres", location: parsed.toString(), close: () => db.destroy() };
+}
+
+/** Opens the database and brings its schema up to date. */
+export async function openStore(options: StoreOptions): Promise<Store> {
+  const store = options.databaseUrl ? openPostgres(options.databaseUrl) : openSqlite(options.dataDir);
+  try {
+    await migrate(store.db);
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+  return store;
+}
+
+export async function migrate(db: Db): Promise<void> {
+  const migrator = new Migrator({ db, provider: migrationProvider, migrationTableName: "sigil_migrations", migrationLockTableName: "sigil_migrations_lock" });
+  const { error, results } = await migrator.migrateToLatest();
+  if (error) {
+    const failed = results?.find((r) => r.status === "Error");
+    throw new Error(`database migration ${failed?.migrationName ?? ""} failed: ${error instanceof Error ? error.message : String(error)}`);
+  }
+}
+
+/**
+ * Runs `fn` in one transaction that holds the organization's write lock, so the activities of one
+ * organization are applied one after another even across server processes. On PostgreSQL that is a
+ * row lock on the organization; SQLite already admits one writer at a time (BEGIN IMMEDIATE).
+ */
+export async function lockOrganization(trx: Tx, dialect: Dialect, organizationId: string): Promise<boolean> {
+  let query = trx.selectFrom("organizations").select("id").where("id", "=", organizationId);
+  if (dialect === "postgres") query = query.forUpdate();
+  return (await query.executeTakeFirst()) !== undefined;
+}

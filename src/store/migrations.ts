@@ -1,0 +1,138 @@
+// One set of migrations for both dialects, written with Kysely's schema builder so the same code
+// produces SQLite and PostgreSQL DDL. Append new migrations; never edit a released one.
+import type { Kysely, Migration, MigrationProvider } from "kysely";
+
+const initial: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("organizations")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("parent_organization_id", "text")
+      .addColumn("root_quorum_threshold", "integer", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+
+    await db.schema
+      .createTable("users")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("email", "text")
+      .addColumn("phone_number", "text")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("users_by_organization").on("users").columns(["organization_id", "created_at"]).execute();
+
+    await db.schema
+      .createTable("root_quorum_members")
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("user_id", "text", (c) => c.notNull().references("users.id"))
+      .addPrimaryKeyConstraint("root_quorum_members_pk", ["organization_id", "user_id"])
+      .execute();
+
+    await db.schema
+      .createTable("api_keys")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("user_id", "text", (c) => c.notNull().references("users.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("public_key", "text", (c) => c.notNull())
+      .addColumn("curve", "text", (c) => c.notNull())
+      .addColumn("expiration_seconds", "text")
+      .addColumn("expires_at", "bigint")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    // The stamp check finds a key by its public half; one organization holds a public key once.
+    await db.schema.createIndex("api_keys_by_public_key").on("api_keys").columns(["public_key", "organization_id"]).unique().execute();
+    await db.schema.createIndex("api_keys_by_user").on("api_keys").columns(["user_id"]).execute();
+
+    await db.schema
+      .createTable("authenticators")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("user_id", "text", (c) => c.notNull().references("users.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("credential_id", "text", (c) => c.notNull())
+      .addColumn("public_key", "text", (c) => c.notNull())
+      .addColumn("attestation_type", "text", (c) => c.notNull())
+      .addColumn("aaguid", "text", (c) => c.notNull())
+      .addColumn("model", "text", (c) => c.notNull())
+      .addColumn("transports", "text", (c) => c.notNull())
+      .addColumn("sign_count", "bigint", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex("authenticators_by_credential_id")
+      .on("authenticators")
+      .columns(["credential_id", "organization_id"])
+      .unique()
+      .execute();
+    await db.schema.createIndex("authenticators_by_user").on("authenticators").columns(["user_id"]).execute();
+
+    await db.schema
+      .createTable("oauth_providers")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("user_id", "text", (c) => c.notNull().references("users.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("issuer", "text", (c) => c.notNull())
+      .addColumn("audience", "text", (c) => c.notNull())
+      .addColumn("subject", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("oauth_providers_by_user").on("oauth_providers").columns(["user_id"]).execute();
+
+    await db.schema
+      .createTable("tags")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("tag_type", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("tags_by_name").on("tags").columns(["organization_id", "tag_type", "name"]).unique().execute();
+
+    await db.schema
+      .createTable("user_tag_members")
+      .addColumn("tag_id", "text", (c) => c.notNull().references("tags.id"))
+      .addColumn("user_id", "text", (c) => c.notNull().references("users.id"))
+      .addPrimaryKeyConstraint("user_tag_members_pk", ["tag_id", "user_id"])
+      .execute();
+    await db.schema.createIndex("user_tag_members_by_user").on("user_tag_members").columns(["user_id"]).execute();
+
+    await db.schema
+      .createTable("activities")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("type", "text", (c) => c.notNull())
+      .addColumn("status", "text", (c) => c.notNull())
+      .addColumn("intent", "text", (c) => c.notNull())
+      .addColumn("result", "text", (c) => c.notNull())
+      .addColumn("failure", "text")
+      .addColumn("votes", "text", (c) => c.notNull())
+      .addColumn("fingerprint", "text", (c) => c.notNull().unique())
+      .addColumn("timestamp_ms", "text", (c) => c.notNull())
+      .addColumn("user_id", "text")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("activities_by_organization").on("activities").columns(["organization_id", "created_at", "id"]).execute();
+  },
+};
+
+export const migrations: Record<string, Migration> = {
+  "0001_initial": initial,
+};
+
+export const migrationProvider: MigrationProvider = {
+  async getMigrations() {
+    return migrations;
+  },
+};

@@ -1,0 +1,128 @@
+// Row types of the database, shared by SQLite and PostgreSQL. Times are integer milliseconds since the
+// epoch; JSON documents are stored as text so both dialects read them back the same way.
+import type { Generated } from "kysely";
+
+export interface OrganizationsTable {
+  id: string;
+  name: string;
+  /** Set for a sub-organization; its parent may read it. */
+  parent_organization_id: string | null;
+  root_quorum_threshold: number;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface RootQuorumMembersTable {
+  organization_id: string;
+  user_id: string;
+}
+
+export interface UsersTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  email: string | null;
+  phone_number: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface ApiKeysTable {
+  id: string;
+  organization_id: string;
+  user_id: string;
+  name: string;
+  /** Hex: compressed P-256/secp256k1 point, or 32-byte ed25519 key. */
+  public_key: string;
+  /** API_KEY_CURVE_P256 | API_KEY_CURVE_SECP256K1 | API_KEY_CURVE_ED25519 */
+  curve: string;
+  /** As requested (seconds, a decimal string); null when the key does not expire. */
+  expiration_seconds: string | null;
+  /** created_at + expiration_seconds, precomputed for the stamp check. */
+  expires_at: number | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface AuthenticatorsTable {
+  id: string;
+  organization_id: string;
+  user_id: string;
+  name: string;
+  /** base64url credential id, as the authenticator reports it. */
+  credential_id: string;
+  /** Compressed P-256 hex. */
+  public_key: string;
+  attestation_type: string;
+  aaguid: string;
+  model: string;
+  /** JSON array of AUTHENTICATOR_TRANSPORT_* values. */
+  transports: string;
+  sign_count: number;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface OauthProvidersTable {
+  id: string;
+  organization_id: string;
+  user_id: string;
+  name: string;
+  issuer: string;
+  audience: string;
+  subject: string;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface TagsTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  /** TAG_TYPE_USER | TAG_TYPE_PRIVATE_KEY */
+  tag_type: string;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface UserTagMembersTable {
+  tag_id: string;
+  user_id: string;
+}
+
+export interface ActivitiesTable {
+  id: string;
+  organization_id: string;
+  type: string;
+  status: string;
+  /** JSON: { <intentKey>: parameters } */
+  intent: string;
+  /** JSON: { <resultKey>: result }, "{}" until completed */
+  result: string;
+  /** JSON: the gRPC-style status of a failed activity, or null */
+  failure: string | null;
+  /** JSON array of votes */
+  votes: string;
+  /** sha256 hex of the exact request body: the idempotency key and the replay defence. */
+  fingerprint: string;
+  /** The request's timestampMs, as sent. */
+  timestamp_ms: string;
+  user_id: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface Database {
+  organizations: OrganizationsTable;
+  root_quorum_members: RootQuorumMembersTable;
+  users: UsersTable;
+  api_keys: ApiKeysTable;
+  authenticators: AuthenticatorsTable;
+  oauth_providers: OauthProvidersTable;
+  tags: TagsTable;
+  user_tag_members: UserTagMembersTable;
+  activities: ActivitiesTable;
+}
+
+// Kysely needs Generated<> only for columns the database fills in; none here, every id is a UUID we make.
+export type { Generated };
