@@ -1,10 +1,11 @@
 // Stored rows rendered as the API's resource objects, and the look-ups operations share.
-import crypto from "node:crypto";
+import { v7 as uuidv7 } from "uuid";
 import type { Db, Tx } from "../store/database.js";
 import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
 import { invalidArgument, notFound } from "../errors.js";
 
-export const newId = () => crypto.randomUUID();
+/** Time-ordered (UUIDv7) so that records made in the same millisecond still list in creation order. */
+export const newId = () => uuidv7();
 
 export interface Timestamp {
   seconds: string;

@@ -1,0 +1,129 @@
+// A real server on loopback with a real database, plus the clients a user's program would use.
+import crypto from "node:crypto";
+import pino from "pino";
+import { Turnkey } from "@turnkey/sdk-server";
+import { TurnkeyClient } from "@turnkey/http";
+import { ApiKeyStamper } from "@turnkey/api-key-stamper";
+import { loadConfig, type Config } from "../../src/config.js";
+import { startServer, type RunningServer } from "../../src/http/server.js";
+import { createOrganization } from "../../src/operations/organizations.js";
+import { generateP256KeyPair } from "../../src/crypto/keys.js";
+import { createTestDatabase, type TestDatabase } from "./backend.js";
+
+export interface ApiKeyPair {
+  publicKey: string;
+  privateKey: string;
+}
+
+export interface TestOrganization {
+  organizationId: string;
+  userId: string;
+  apiKeyId: string;
+  key: ApiKeyPair;
+}
+
+export interface Harness {
+  server: RunningServer;
+  config: Config;
+  url: string;
+  database: TestDatabase;
+  /** Lines the server logged, for checks that nothing secret was written. */
+  logLines: string[];
+  close(): Promise<void>;
+  /** A new organization with a root user holding a fresh P-256 API key (what `sigil bootstrap` does). */
+  organization(name?: string): Promise<TestOrganization>;
+  /** @turnkey/sdk-server's API client, as a user's backend builds it. */
+  sdk(org: { organizationId: string }, key: ApiKeyPair): ReturnType<Turnkey["apiClient"]>;
+  /** @turnkey/http's TurnkeyClient with an ApiKeyStamper. */
+  http(key: ApiKeyPair): TurnkeyClient;
+  /** A POST with a body sent byte for byte, stamped (or not) as the caller says. */
+  post(path: string, body: string | Buffer, headers?: Record<string, string>): Promise<{ status: number; json: any }>;
+  /** Every row of every table, to prove a refused request changed nothing. */
+  snapshot(): Promise<string>;
+}
+
+export const newKeyPair = (): ApiKeyPair => generateP256KeyPair();
+
+/** The X-Stamp header value for a body, as @turnkey/api-key-stamper makes it. */
+export function apiKeyStamp(body: string | Buffer, key: ApiKeyPair): string {
+  const privateKey = crypto.createPrivateKey({
+    key: {
+      kty: "EC",
+      crv: "P-256",
+      d: Buffer.from(key.privateKey, "hex").toString("base64url"),
+      ...uncompressedXY(key.publicKey),
+    },
+    format: "jwk",
+  });
+  const signature = crypto.sign("sha256", Buffer.from(body), { key: privateKey, dsaEncoding: "der" }).toString("hex");
+  return Buffer.from(JSON.stringify({ publicKey: key.publicKey, scheme: "SIGNATURE_SCHEME_TK_API_P256", signature })).toString("base64url");
+}
+
+function uncompressedXY(compressedHex: string) {
+  const point = crypto.ECDH.convertKey(compressedHex, "prime256v1", "hex", undefined, "uncompressed") as Buffer;
+  return { x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") };
+}
+
+export async function startHarness(env: Record<string, string> = {}): Promise<Harness> {
+  const database = await createTestDatabase();
+  const config = loadConfig(
+    { SIGIL_LOG_LEVEL: "info", ...env, ...(database.databaseUrl ? { SIGIL_DATABASE_URL: database.databaseUrl } : {}) },
+    { host: "127.0.0.1", dataDir: database.dataDir },
+  );
+  config.port = 0; // any free port
+  const logLines: string[] = [];
+  const logger = pino({ level: config.logLevel }, { write: (line: string) => void logLines.push(line) });
+  const server = await startServer(config, logger);
+  const url = server.url;
+
+  const harness: Harness = {
+    server,
+    config,
+    url,
+    database,
+    logLines,
+    async close() {
+      await server.close();
+      await database.drop();
+    },
+    async organization(name = "Test Org") {
+      const key = newKeyPair();
+      const created = await createOrganization(server.store.db, { organizationName: name, userName: "root", apiPublicKey: key.publicKey, apiKeyName: "root key" });
+      return { ...created, key };
+    },
+    sdk(org, key) {
+      return new Turnkey({ apiBaseUrl: url, apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey, defaultOrganizationId: org.organizationId }).apiClient();
+    },
+    http(key) {
+      return new TurnkeyClient({ baseUrl: url }, new ApiKeyStamper({ apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey }));
+    },
+    async post(path, body, headers = {}) {
+      const response = await fetch(url + path, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: typeof body === "string" ? body : new Uint8Array(body) });
+      const text = await response.text();
+      let json: unknown;
+      try {
+        json = JSON.parse(text);
+      } catch {
+        json = text;
+      }
+      return { status: response.status, json };
+    },
+    async snapshot() {
+      const db = server.store.db;
+      const tables = ["organizations", "root_quorum_members", "users", "api_keys", "authenticators", "oauth_providers", "tags", "user_tag_members", "activities"] as const;
+      const out: Record<string, unknown[]> = {};
+      for (const table of tables) {
+        const rows = await db.selectFrom(table).selectAll().execute();
+        out[table] = rows.map((r) => JSON.stringify(r)).sort();
+      }
+      return JSON.stringify(out);
+    },
+  };
+  return harness;
+}
+
+/** A stamped submit request body and headers, for raw-HTTP tests. */
+export function signedRequest(body: unknown, key: ApiKeyPair) {
+  const text = typeof body === "string" ? body : JSON.stringify(body);
+  return { body: text, headers: { "X-Stamp": apiKeyStamp(text, key) } };
+}
