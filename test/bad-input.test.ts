@@ -200,6 +200,13 @@ describe("stamps", () => {
     expect(message).toContain(stranger.publicKey);
   });
 
+  it("refuses a valid passkey stamp from a passkey registered nowhere (401 PUBLIC_KEY_NOT_FOUND, naming the credential)", async () => {
+    const body = JSON.stringify(createUsersBody([userWithKey("stranger-passkey")]));
+    const passkey = new SoftwarePasskey();
+    const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, body, { "X-Stamp-Webauthn": passkey.stamp(body) }), 401, 16, "PUBLIC_KEY_NOT_FOUND");
+    expect(message).toContain(passkey.credentialIdBase64url);
+  });
+
   it("refuses a stamp from an expired API key (401 API_KEY_EXPIRED)", async () => {
     const expiring = newKeyPair();
     const { apiKeyIds } = await h.sdk(org, org.key).createApiKeys({
@@ -280,6 +287,18 @@ describe("request body", () => {
     expect(message).toContain('unknown field "parameters.users[0].apiKeys[0].foo"');
   });
 
+  it("refuses an unknown __proto__ field nested in parameters (400 REQUEST_INVALID, naming its path)", async () => {
+    const text = JSON.stringify(createUsersBody([userWithKey("proto")])).replace('"userName":"proto"', '"userName":"proto","__proto__":{"isAdmin":true}');
+    expect(text).toContain("__proto__");
+    const message = await expectRefusedUnchanged(() => sendSigned(CREATE_USERS, text), 400, 3, "REQUEST_INVALID");
+    expect(message).toContain('unknown field "parameters.users[0].__proto__"');
+  });
+
+  it("refuses an unknown field in a query body (400 REQUEST_INVALID, naming it)", async () => {
+    const message = await expectRefusedUnchanged(() => sendSigned("/public/v1/query/list_users", { organizationId: org.organizationId, includeDeleted: true }), 400, 3, "REQUEST_INVALID");
+    expect(message).toContain('unknown field "includeDeleted"');
+  });
+
   it("refuses a missing required field (400 REQUEST_INVALID, naming it)", async () => {
     const { userName: _omitted, ...nameless } = userWithKey("nameless");
     const message = await expectRefusedUnchanged(() => sendSigned(CREATE_USERS, createUsersBody([nameless])), 400, 3, "REQUEST_INVALID");
@@ -329,6 +348,14 @@ describe("activity types and routing", () => {
     const body = createUsersBody([userWithKey("nowhere")]);
     const message = await expectRefusedUnchanged(() => sendSigned("/public/v1/submit/make_coffee", body), 404, 5, "ENDPOINT_NOT_FOUND");
     expect(message).toContain("/public/v1/submit/make_coffee");
+  });
+
+  it("answers a GET on a submit path with 404 ENDPOINT_NOT_FOUND, naming the method", async () => {
+    const message = await expectRefusedUnchanged(async () => {
+      const response = await fetch(h.url + CREATE_USERS, { method: "GET" });
+      return { status: response.status, json: await response.json() };
+    }, 404, 5, "ENDPOINT_NOT_FOUND");
+    expect(message).toContain(`GET ${CREATE_USERS}`);
   });
 
   it("answers an unknown query endpoint with 404 ENDPOINT_NOT_FOUND", async () => {
