@@ -7,19 +7,25 @@ import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { keccak_256 } from "@noble/hashes/sha3.js";
 import { startServer, type RunningServer } from "../src/http/server.js";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { backend } from "./helpers/backend.js";
 
 let h: Harness;
 let org: TestOrganization;
-let second: RunningServer;
+let second: RunningServer | undefined;
+/** Where concurrent requests go, alternately. On PostgreSQL: two servers, each with its own pool. On
+ * SQLite one server: a second better-sqlite3 connection in the same process would block the shared
+ * event loop on the file lock (separate processes on one file are covered by cli.test.ts). */
+let targets: string[];
 
 beforeAll(async () => {
   h = await startHarness();
   org = await h.organization();
   // A second server process's worth of state (own pool / connection, own port) on the same database.
-  second = await startServer({ ...h.config, port: 0 }, pino({ level: "silent" }));
+  if (backend === "postgres") second = await startServer({ ...h.config, port: 0 }, pino({ level: "silent" }));
+  targets = second ? [h.url, second.url] : [h.url];
 });
 afterAll(async () => {
-  await second.close();
+  await second?.close();
   await h.close();
 });
 
@@ -36,10 +42,10 @@ async function post(baseUrl: string, path: string, body: string, headers: Record
 }
 
 describe("idempotency", () => {
-  it("runs an operation once for identical bodies sent concurrently to two servers", async () => {
+  it("runs an operation once for identical bodies sent concurrently", async () => {
     const { body, headers } = signedRequest(tagBody("once"), org.key);
     const responses = await Promise.all(
-      Array.from({ length: 6 }, (_, i) => post(i % 2 ? second.url : h.url, "/public/v1/submit/create_user_tag", body, headers)),
+      Array.from({ length: 6 }, (_, i) => post(targets[i % targets.length], "/public/v1/submit/create_user_tag", body, headers)),
     );
     expect(responses.map((r) => r.status)).toEqual(Array(6).fill(200));
     const ids = new Set(responses.map((r) => r.json.activity.id));
@@ -63,7 +69,7 @@ describe("idempotency", () => {
 describe("serialization across server processes", () => {
   it("applies concurrent activities of one organization one at a time, none lost", async () => {
     const requests = Array.from({ length: 20 }, (_, i) => signedRequest(tagBody(`tag-${i}`), org.key));
-    const responses = await Promise.all(requests.map((r, i) => post(i % 2 ? second.url : h.url, "/public/v1/submit/create_user_tag", r.body, r.headers)));
+    const responses = await Promise.all(requests.map((r, i) => post(targets[i % targets.length], "/public/v1/submit/create_user_tag", r.body, r.headers)));
     expect(responses.map((r) => r.status)).toEqual(Array(20).fill(200));
     const tags = await h.server.store.db.selectFrom("tags").select("name").where("name", "like", "tag-%").execute();
     expect(tags).toHaveLength(20);
@@ -82,7 +88,7 @@ describe("serialization across server processes", () => {
         org.key,
       ),
     );
-    const responses = await Promise.all(requests.map((r, i) => post(i % 2 ? second.url : h.url, "/public/v1/submit/create_api_keys", r.body, r.headers)));
+    const responses = await Promise.all(requests.map((r, i) => post(targets[i % targets.length], "/public/v1/submit/create_api_keys", r.body, r.headers)));
     expect(responses.filter((r) => r.status === 200)).toHaveLength(1);
     expect(responses.filter((r) => r.status === 409).every((r) => r.json.details[0].turnkeyErrorCode === "API_KEY_ALREADY_EXISTS")).toBe(true);
     expect(responses.filter((r) => r.status === 409)).toHaveLength(5);
@@ -164,5 +170,21 @@ describe("API key signature schemes", () => {
     expect(ok.status).toBe(200);
     const tampered = await h.post("/public/v1/query/whoami", body.replace("}", " }"), { "X-Stamp": stampWith("SIGNATURE_SCHEME_TK_API_ED25519", pub, sig) });
     expect(tampered.status).toBe(401);
+  });
+});
+
+describe("idempotency across users", () => {
+  it("refuses another user's exact body instead of answering with that user's activity", async () => {
+    const key = newKeyPair();
+    await h.sdk(org, org.key).createUsers({ users: [{ userName: "replayer", apiKeys: [{ apiKeyName: "r", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }] });
+    const body = JSON.stringify(tagBody("root only"));
+    const first = await h.post("/public/v1/submit/create_user_tag", body, signedRequest(body, org.key).headers);
+    expect(first.status).toBe(200);
+    const before = await h.snapshot();
+    const replay = await h.post("/public/v1/submit/create_user_tag", body, signedRequest(body, key).headers);
+    expect(replay.status).toBe(409);
+    expect(replay.json.details[0].turnkeyErrorCode).toBe("DUPLICATE_REQUEST");
+    expect(replay.json.message).toContain(first.json.activity.id);
+    expect(await h.snapshot()).toBe(before);
   });
 });

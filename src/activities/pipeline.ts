@@ -105,6 +105,11 @@ export class Pipeline {
       const existing = await trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
       if (existing) {
         await trx.commit().execute();
+        // The same bytes stamped by someone else are not a retry of theirs: say so rather than
+        // answer with another user's activity as if it were the caller's success.
+        if (existing.user_id !== principal.userId) {
+          throw new ServiceError("AlreadyExists", "DUPLICATE_REQUEST", `an identical request body was already submitted by another user (activity ${existing.id}); change timestampMs to submit it yourself`);
+        }
         return this.respond(existing);
       }
 
