@@ -129,6 +129,19 @@ export async function addAuthenticators(ctx: ActivityContext, userId: string, au
   return ids;
 }
 
+/** Deletes credentials of one user; every id must be one of that user's, or nothing is deleted. */
+async function deleteUserCredentials(ctx: ActivityContext, table: "api_keys" | "authenticators", userId: string, requested: string[], field: string): Promise<string[]> {
+  const what = table === "api_keys" ? "API key" : "authenticator";
+  await requireUser(ctx.trx, ctx.organizationId, userId);
+  const ids = distinct(requested, field);
+  if (ids.length === 0) throw invalidArgument(`${field} must list at least one ${what}`);
+  const found = await ctx.trx.selectFrom(table).select("id").where("user_id", "=", userId).where("id", "in", ids).execute();
+  const missing = ids.find((id) => !found.some((row) => row.id === id));
+  if (missing) throw notFound(`${what} ${missing} not found for user ${userId}`, table === "api_keys" ? "API_KEY_NOT_FOUND" : "AUTHENTICATOR_NOT_FOUND");
+  await ctx.trx.deleteFrom(table).where("id", "in", ids).execute();
+  return ids;
+}
+
 export const credentialOperations = [
   defineActivity<{ userId: string; apiKeys: ApiKeyParams[] }>({
     name: "create_api_keys",
@@ -148,14 +161,7 @@ export const credentialOperations = [
     resource: "CREDENTIAL",
     action: "DELETE",
     async execute(ctx, p) {
-      await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      const ids = distinct(p.apiKeyIds, "apiKeyIds");
-      if (ids.length === 0) throw invalidArgument("apiKeyIds must list at least one key");
-      const found = await ctx.trx.selectFrom("api_keys").select("id").where("user_id", "=", p.userId).where("id", "in", ids).execute();
-      const missing = ids.find((id) => !found.some((k) => k.id === id));
-      if (missing) throw notFound(`API key ${missing} not found for user ${p.userId}`, "API_KEY_NOT_FOUND");
-      await ctx.trx.deleteFrom("api_keys").where("id", "in", ids).execute();
-      return { apiKeyIds: ids };
+      return { apiKeyIds: await deleteUserCredentials(ctx, "api_keys", p.userId, p.apiKeyIds, "apiKeyIds") };
     },
   }),
 
@@ -177,14 +183,7 @@ export const credentialOperations = [
     resource: "CREDENTIAL",
     action: "DELETE",
     async execute(ctx, p) {
-      await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      const ids = distinct(p.authenticatorIds, "authenticatorIds");
-      if (ids.length === 0) throw invalidArgument("authenticatorIds must list at least one authenticator");
-      const found = await ctx.trx.selectFrom("authenticators").select("id").where("user_id", "=", p.userId).where("id", "in", ids).execute();
-      const missing = ids.find((id) => !found.some((a) => a.id === id));
-      if (missing) throw notFound(`authenticator ${missing} not found for user ${p.userId}`, "AUTHENTICATOR_NOT_FOUND");
-      await ctx.trx.deleteFrom("authenticators").where("id", "in", ids).execute();
-      return { authenticatorIds: ids };
+      return { authenticatorIds: await deleteUserCredentials(ctx, "authenticators", p.userId, p.authenticatorIds, "authenticatorIds") };
     },
   }),
 

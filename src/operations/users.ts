@@ -78,6 +78,14 @@ export async function addOauthProviders(ctx: ActivityContext, userId: string, pr
   return ids;
 }
 
+/** Contact changes may carry an OTP verification token; until OTP verification exists, one cannot be
+ * checked, and accepting it unchecked would pretend the contact was verified. */
+function refuseVerificationToken(token: string | undefined): void {
+  if (token !== undefined) {
+    throw failedPrecondition("verificationToken is not accepted yet: OTP verification tokens arrive with the one-time-password capability", "VERIFICATION_TOKEN_UNSUPPORTED");
+  }
+}
+
 async function setUserTags(ctx: ActivityContext, userId: string, tagIds: string[]): Promise<void> {
   await ctx.trx.deleteFrom("user_tag_members").where("user_id", "=", userId).execute();
   if (tagIds.length) await ctx.trx.insertInto("user_tag_members").values(tagIds.map((tag_id) => ({ tag_id, user_id: userId }))).execute();
@@ -180,9 +188,7 @@ export const userOperations = [
     action: "UPDATE",
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      if (p.verificationToken !== undefined) {
-        throw failedPrecondition("verificationToken is not accepted yet: OTP verification tokens arrive with the one-time-password capability", "VERIFICATION_TOKEN_UNSUPPORTED");
-      }
+      refuseVerificationToken(p.verificationToken);
       await touchUser(ctx, p.userId, { email: normalizeEmail(p.userEmail, "userEmail") });
       return { userId: p.userId };
     },
@@ -195,9 +201,7 @@ export const userOperations = [
     action: "UPDATE",
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      if (p.verificationToken !== undefined) {
-        throw failedPrecondition("verificationToken is not accepted yet: OTP verification tokens arrive with the one-time-password capability", "VERIFICATION_TOKEN_UNSUPPORTED");
-      }
+      refuseVerificationToken(p.verificationToken);
       await touchUser(ctx, p.userId, { phone_number: normalizePhone(p.userPhoneNumber, "userPhoneNumber") });
       return { userId: p.userId };
     },
