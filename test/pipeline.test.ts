@@ -188,3 +188,25 @@ describe("idempotency across users", () => {
     expect(await h.snapshot()).toBe(before);
   });
 });
+
+describe("credential re-check under the organization lock", () => {
+  it("refuses a principal whose key was deleted after it authenticated", async () => {
+    const { confirmCredential } = await import("../src/auth/authenticate.js");
+    const key = newKeyPair();
+    const client = h.sdk(org, org.key);
+    const { apiKeyIds } = await client.createApiKeys({ userId: org.userId, apiKeys: [{ apiKeyName: "soon gone", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    const principal = {
+      organizationId: org.organizationId,
+      userId: org.userId,
+      credentialType: "CREDENTIAL_TYPE_API_KEY_P256" as const,
+      credentialId: apiKeyIds[0],
+      publicKey: key.publicKey,
+      scheme: "SIGNATURE_SCHEME_TK_API_P256",
+      signature: "",
+    };
+    const db = h.server.store.db;
+    await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).resolves.toBeUndefined();
+    await client.deleteApiKeys({ userId: org.userId, apiKeyIds });
+    await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).rejects.toMatchObject({ turnkeyErrorCode: "PUBLIC_KEY_NOT_FOUND" });
+  });
+});

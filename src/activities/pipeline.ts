@@ -8,7 +8,7 @@ import type { Store } from "../store/database.js";
 import { lockOrganization } from "../store/database.js";
 import { ServiceError, invalidArgument } from "../errors.js";
 import { readStamp } from "../auth/stamps.js";
-import { authenticate, type Principal } from "../auth/authenticate.js";
+import { authenticate, confirmCredential, type Principal } from "../auth/authenticate.js";
 import { sha256 } from "../crypto/keys.js";
 import type { ActivityOperation, OperationEnvironment, QueryOperation } from "../operations/registry.js";
 import { swagger } from "../operations/registry.js";
@@ -102,6 +102,9 @@ export class Pipeline {
     const trx = await store.db.startTransaction().execute();
     try {
       await lockOrganization(trx, store.dialect, envelope.organizationId);
+      // Authentication read outside the lock; an activity that removed this credential may have
+      // committed since. Checked again under the lock so a revoked key can never act.
+      await confirmCredential(trx, principal, now);
       const existing = await trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
       if (existing) {
         await trx.commit().execute();

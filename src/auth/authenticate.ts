@@ -1,5 +1,5 @@
 // Who sent a request: the stamp's signature is checked and its key traced to a credential of a user.
-import type { Db } from "../store/database.js";
+import type { Db, Tx } from "../store/database.js";
 import { ServiceError, notFound, permissionDenied, unauthenticated } from "../errors.js";
 import { SCHEME_CURVES, verifyApiKeyStamp, type Stamp } from "./stamps.js";
 import { toBase64url, verifyWebauthnStamp, type WebauthnPolicy } from "./webauthn.js";
@@ -71,4 +71,17 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
     scheme: "SIGNATURE_SCHEME_TK_WEBAUTHN",
     signature: stamp.signature,
   };
+}
+
+/** Whether the credential a principal authenticated with still exists (and has not expired). */
+export async function confirmCredential(trx: Tx, principal: Principal, now: number): Promise<void> {
+  const gone = () => unauthenticated(`the credential ${principal.credentialId} that stamped this request no longer exists`, "PUBLIC_KEY_NOT_FOUND");
+  if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
+    const row = await trx.selectFrom("authenticators").select("id").where("id", "=", principal.credentialId).executeTakeFirst();
+    if (!row) throw gone();
+    return;
+  }
+  const key = await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "=", principal.credentialId).executeTakeFirst();
+  if (!key) throw gone();
+  if (key.expires_at !== null && key.expires_at <= now) throw unauthenticated(`API key ${key.id} has expired`, "API_KEY_EXPIRED");
 }
