@@ -104,3 +104,17 @@ describe("sigil CLI", () => {
     expect(failure.stderr).toMatch(/sigil serve/);
   });
 });
+
+describe("GET /openapi.json", () => {
+  it("describes every registered operation, with every schema reference resolvable", async () => {
+    const { activityOperations, queryOperations } = await import("../src/activities/catalog.js");
+    const doc = (await (await fetch(`${baseUrl}/openapi.json`)).json()) as any;
+    expect(doc.openapi).toBe("3.1.0");
+    for (const op of activityOperations) expect(doc.paths[`/public/v1/submit/${op.name}`].post["x-policy-resource"]).toBe(op.resource);
+    for (const op of queryOperations) expect(doc.paths[`/public/v1/query/${op.name}`]).toBeDefined();
+    expect(Object.keys(doc.paths)).toHaveLength(activityOperations.length + queryOperations.length);
+    const refs = JSON.stringify(doc).match(/"#\/components\/schemas\/[^"]+"/g) ?? [];
+    expect(refs.length).toBeGreaterThan(0);
+    for (const ref of new Set(refs)) expect(doc.components.schemas[JSON.parse(ref).split("/").pop()], ref).toBeDefined();
+  });
+});

@@ -7,6 +7,8 @@ import { ServiceError } from "../errors.js";
 import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import { activityOperations, queryOperations } from "../activities/catalog.js";
+import { buildOpenApiDocument } from "./openapi.js";
+import packageJson from "../../package.json" with { type: "json" };
 
 export interface RunningServer {
   app: FastifyInstance;
@@ -57,6 +59,8 @@ export function buildApp(config: Config, store: Store, logger: pino.Logger): Fas
   });
 
   app.get("/health", async () => ({ status: "ok" }));
+  const openApi = buildOpenApiDocument(packageJson.version);
+  app.get("/openapi.json", async () => openApi);
 
   const raw = (body: unknown) => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
   for (const operation of activityOperations) {

@@ -1,0 +1,86 @@
+// An OpenAPI 3.1 description of exactly the operations this server registers, derived from the
+// registry and the swagger-derived request schemas (served at GET /openapi.json).
+import { activityOperations, queryOperations } from "../activities/catalog.js";
+import { keysOf, swagger } from "../operations/registry.js";
+
+const errorBody = {
+  type: "object",
+  required: ["code", "message", "details"],
+  properties: {
+    code: { type: "integer", description: "gRPC status code" },
+    message: { type: "string" },
+    details: { type: "array", items: { type: "object", properties: { "@type": { type: "string" }, turnkeyErrorCode: { type: "string" } } } },
+  },
+};
+
+const errors = {
+  default: { description: "Error (gRPC-style body)", content: { "application/json": { schema: { $ref: "#/components/schemas/Error" } } } },
+};
+
+/** swagger "#/definitions/X" references become OpenAPI "#/components/schemas/X". */
+function rewriteRefs(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(rewriteRefs);
+  if (value && typeof value === "object") {
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [k, k === "$ref" && typeof v === "string" ? v.replace("#/definitions/", "#/components/schemas/") : rewriteRefs(v)]),
+    );
+  }
+  return value;
+}
+
+export function buildOpenApiDocument(version: string) {
+  const paths: Record<string, unknown> = {};
+  for (const op of activityOperations) {
+    const envelopes = op.types.map((type) => ({
+      type: "object",
+      required: ["type", "timestampMs", "organizationId", "parameters"],
+      additionalProperties: false,
+      properties: {
+        type: { const: type },
+        timestampMs: { type: "string" },
+        organizationId: { type: "string" },
+        parameters: { $ref: `#/components/schemas/${keysOf(type).parametersDefinition}` },
+        generateAppProofs: { type: "boolean" },
+      },
+    }));
+    paths[`/public/v1/submit/${op.name}`] = {
+      post: {
+        operationId: op.name,
+        summary: op.summary,
+        tags: ["activities"],
+        "x-policy-resource": op.resource,
+        "x-policy-action": op.action,
+        requestBody: { required: true, content: { "application/json": { schema: { oneOf: envelopes } } } },
+        responses: { "200": { description: "The activity", content: { "application/json": { schema: { $ref: "#/components/schemas/ActivityResponse" } } } }, ...errors },
+      },
+    };
+  }
+  for (const op of queryOperations) {
+    paths[`/public/v1/query/${op.name}`] = {
+      post: {
+        operationId: op.name,
+        summary: op.summary,
+        tags: ["queries"],
+        requestBody: { required: true, content: { "application/json": { schema: { $ref: `#/components/schemas/${swagger.queries[op.name].request}` } } } },
+        responses: { "200": { description: "The result" }, ...errors },
+      },
+    };
+  }
+  return {
+    openapi: "3.1.0",
+    info: { title: "Sigil", version, description: "Activity-based organization API. Every request is authenticated by an X-Stamp or X-Stamp-Webauthn header." },
+    paths,
+    components: {
+      schemas: {
+        ...(rewriteRefs(swagger.definitions) as Record<string, unknown>),
+        Error: errorBody,
+        ActivityResponse: { type: "object", required: ["activity"], properties: { activity: { type: "object" } } },
+      },
+      securitySchemes: {
+        apiKeyStamp: { type: "apiKey", in: "header", name: "X-Stamp" },
+        passkeyStamp: { type: "apiKey", in: "header", name: "X-Stamp-Webauthn" },
+      },
+    },
+    security: [{ apiKeyStamp: [] }, { passkeyStamp: [] }],
+  };
+}
