@@ -9,6 +9,7 @@ import {
   Kysely,
   Migrator,
   PostgresDialect,
+  SqliteAdapter,
   SqliteDialect,
   SqliteDriver,
   type DatabaseConnection,
@@ -45,12 +46,27 @@ class ImmediateSqliteDriver extends SqliteDriver {
   }
 }
 
+/**
+ * Kysely runs SQLite migrations outside a transaction and without a lock, so two processes starting on
+ * a fresh file (a server and `sigil bootstrap`) could both create the tables, and a crash could leave
+ * half a schema. SQLite's DDL is transactional: declaring it makes the migrator wrap each run in one
+ * (BEGIN IMMEDIATE) transaction, which doubles as the cross-process migration lock.
+ */
+class TransactionalDdlSqliteAdapter extends SqliteAdapter {
+  override get supportsTransactionalDdl(): boolean {
+    return true;
+  }
+}
+
 class ImmediateSqliteDialect extends SqliteDialect {
   constructor(private readonly sqliteConfig: ConstructorParameters<typeof SqliteDialect>[0]) {
     super(sqliteConfig);
   }
   override createDriver() {
     return new ImmediateSqliteDriver(this.sqliteConfig);
+  }
+  override createAdapter() {
+    return new TransactionalDdlSqliteAdapter();
   }
 }
 
