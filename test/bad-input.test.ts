@@ -3,6 +3,7 @@
 // schema, liveness, authentication) leave the whole database as it was; requests refused by the
 // operation itself leave only their FAILED activity record in the audit log.
 import crypto from "node:crypto";
+import http from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { apiKeyStamp, newKeyPair, signedRequest, startHarness, type ApiKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
@@ -132,6 +133,25 @@ describe("stamps", () => {
     const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, body, headers), 401, 16, "MULTIPLE_STAMPS");
     expect(message).toContain("X-Stamp");
     expect(message).toContain("X-Stamp-Webauthn");
+  });
+
+  it("refuses an X-Stamp header sent twice (401 MULTIPLE_STAMPS)", async () => {
+    const { body, headers } = signedRequest(createUserTagBody("twice"), org.key);
+    const send = () =>
+      new Promise<{ status: number; json: any }>((resolve, reject) => {
+        const url = new URL(h.url + CREATE_USER_TAG);
+        const request = http.request(
+          { host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { "content-type": "application/json", "x-stamp": [headers["X-Stamp"], headers["X-Stamp"]] } },
+          (response) => {
+            let text = "";
+            response.on("data", (chunk) => (text += chunk));
+            response.on("end", () => resolve({ status: response.statusCode ?? 0, json: JSON.parse(text) }));
+          },
+        );
+        request.on("error", reject);
+        request.end(body);
+      });
+    await expectRefusedUnchanged(send, 401, 16, "MULTIPLE_STAMPS");
   });
 
   it("refuses an X-Stamp that is not base64url (401 MALFORMED_STAMP)", async () => {
@@ -464,6 +484,12 @@ describe("operation-level refusals (only the audit log changes)", () => {
     const message = await expectOperationFailure(CREATE_USERS, body, 400, 3, "REQUEST_INVALID");
     expect(message).toContain("users[0].userPhoneNumber");
     expect(message).toContain("E.164");
+  });
+
+  it("refuses an OAuth identity given as empty oidcClaims (400 INVALID_OIDC_TOKEN)", async () => {
+    const body = createUsersBody([userWithKey("oidc", {}, { oauthProviders: [{ providerName: "p", oidcClaims: { iss: "", sub: "", aud: "" } }] })]);
+    const message = await expectOperationFailure(CREATE_USERS, body, 400, 3, "INVALID_OIDC_TOKEN");
+    expect(message).toContain("users[0].oauthProviders[0].oidcClaims");
   });
 
   it('refuses expirationSeconds "abc" (400 REQUEST_INVALID, naming the field)', async () => {

@@ -98,6 +98,20 @@ describe("passkey stamps", () => {
     expect(res.json.details[0].turnkeyErrorCode).toBe("PUBLIC_KEY_NOT_FOUND");
   });
 
+  it("says nothing about another organization's passkey to a stamp that does not verify", async () => {
+    const other = await h.organization("Other");
+    const body = JSON.stringify({ organizationId: other.organizationId });
+    const stamp = JSON.parse(passkey.stamp(body));
+    stamp.signature = Buffer.from("not a signature").toString("base64url");
+    const forged = await h.post("/public/v1/query/whoami", body, { "X-Stamp-Webauthn": JSON.stringify(stamp) });
+    expect(forged.status).toBe(401);
+    expect(forged.json.details[0].turnkeyErrorCode).toBe("PUBLIC_KEY_NOT_FOUND");
+    // With a genuine assertion the caller learns the passkey belongs to another organization.
+    const genuine = await h.post("/public/v1/query/whoami", body, { "X-Stamp-Webauthn": passkey.stamp(body) });
+    expect(genuine.status).toBe(403);
+    expect(genuine.json.details[0].turnkeyErrorCode).toBe("ORGANIZATION_MISMATCH");
+  });
+
   it("refuses a registration whose challenge is not the one presented, and stores nothing", async () => {
     const other = new SoftwarePasskey();
     const registration = other.register("Y2hhbGxlbmdlLXNpZ25lZA");

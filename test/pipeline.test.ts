@@ -124,14 +124,16 @@ describe("root quorum lock-out protection", () => {
     expect((await rotated.getWhoami({})).userId).toBe(other.userId);
   });
 
-  it("counts an unexpired expiring key as a usable root credential", async () => {
+  it("does not count an expiring key: it would lock the organization out when it expires", async () => {
     const other = await h.organization("Expiring");
     const client = h.sdk(other, other.key);
     const temp = newKeyPair();
     await client.createApiKeys({ userId: other.userId, apiKeys: [{ apiKeyName: "temp", publicKey: temp.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "600" }] });
-    // The temporary key is still valid, so the permanent one may go.
-    await client.deleteApiKeys({ userId: other.userId, apiKeyIds: [other.apiKeyId] });
-    expect((await h.sdk(other, temp).getWhoami({})).userId).toBe(other.userId);
+    await expect(client.deleteApiKeys({ userId: other.userId, apiKeyIds: [other.apiKeyId] })).rejects.toMatchObject({
+      code: 9,
+      details: [expect.objectContaining({ turnkeyErrorCode: "ROOT_QUORUM_UNREACHABLE" })],
+    });
+    expect((await client.getApiKeys({ userId: other.userId })).apiKeys).toHaveLength(2);
   });
 });
 
@@ -208,5 +210,25 @@ describe("credential re-check under the organization lock", () => {
     await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).resolves.toBeUndefined();
     await client.deleteApiKeys({ userId: org.userId, apiKeyIds });
     await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).rejects.toMatchObject({ turnkeyErrorCode: "PUBLIC_KEY_NOT_FOUND" });
+  });
+});
+
+describe("retries after rotating the stamping key", () => {
+  it("answers a retry of a request that deleted its own stamping key with the original activity", async () => {
+    const other = await h.organization("Rotating");
+    const client = h.sdk(other, other.key);
+    const next = newKeyPair();
+    await client.createApiKeys({ userId: other.userId, apiKeys: [{ apiKeyName: "next", publicKey: next.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    const request = signedRequest(
+      { type: "ACTIVITY_TYPE_DELETE_API_KEYS", timestampMs: String(Date.now()), organizationId: other.organizationId, parameters: { userId: other.userId, apiKeyIds: [other.apiKeyId] } },
+      other.key,
+    );
+    const first = await h.post("/public/v1/submit/delete_api_keys", request.body, request.headers);
+    expect(first.status).toBe(200);
+    const retry = await h.post("/public/v1/submit/delete_api_keys", request.body, request.headers);
+    expect(retry).toEqual(first);
+    // The deleted key cannot do anything new.
+    const fresh = signedRequest(tagBody("after rotation", other.organizationId), other.key);
+    expect((await h.post("/public/v1/submit/create_user_tag", fresh.body, fresh.headers)).status).toBe(401);
   });
 });

@@ -55,6 +55,12 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
   const credentialId = toBase64url(stamp.credentialId);
   const candidates = await db.selectFrom("authenticators").selectAll().where("credential_id", "=", credentialId).execute();
   if (candidates.length === 0) throw unauthenticated(`no authenticator with credential id ${credentialId}`, "PUBLIC_KEY_NOT_FOUND");
+  // Nothing about other organizations is revealed to a stamp that does not verify: a credential id
+  // registered only elsewhere looks unknown unless the stamp's signature holds for it.
+  const inOrganization = candidates.find((c) => c.organization_id === organizationId);
+  if (!inOrganization && !candidates.some((c) => stampVerifiesWith(stamp, body, c.public_key, webauthn))) {
+    throw unauthenticated(`no authenticator with credential id ${credentialId} in organization ${organizationId}`, "PUBLIC_KEY_NOT_FOUND");
+  }
   const authenticator = await chooseForOrganization(db, candidates, organizationId, "the stamp's authenticator");
   try {
     verifyWebauthnStamp(stamp, body, authenticator.public_key, webauthn);
@@ -84,4 +90,16 @@ export async function confirmCredential(trx: Tx, principal: Principal, now: numb
   const key = await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "=", principal.credentialId).executeTakeFirst();
   if (!key) throw gone();
   if (key.expires_at !== null && key.expires_at <= now) throw unauthenticated(`API key ${key.id} has expired`, "API_KEY_EXPIRED");
+}
+
+/** Whether a stamp's signature over `body` holds for a given public key (no database involved). */
+export function stampVerifiesWith(stamp: Stamp, body: Uint8Array, publicKey: string | undefined, webauthn: WebauthnPolicy): boolean {
+  if (!publicKey) return false;
+  if (stamp.kind === "API_KEY") return stamp.publicKey === publicKey && verifyApiKeyStamp(stamp, body);
+  try {
+    verifyWebauthnStamp(stamp, body, publicKey, webauthn);
+    return true;
+  } catch {
+    return false;
+  }
 }

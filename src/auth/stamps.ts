@@ -50,10 +50,14 @@ export function readStamp(headers: Record<string, string | string[] | undefined>
   if (apiKey !== undefined && webauthn !== undefined) {
     throw unauthenticated("request carries both X-Stamp and X-Stamp-Webauthn: send exactly one", "MULTIPLE_STAMPS");
   }
-  if (Array.isArray(apiKey) || Array.isArray(webauthn)) {
+  // Repeated header lines arrive as arrays (the HTTP layer passes them distinct); a proxy may instead
+  // have joined them with ", ", which base64url never contains.
+  const repeated = (value: string | string[] | undefined) => Array.isArray(value) && value.length > 1;
+  if (repeated(apiKey) || repeated(webauthn) || (typeof apiKey === "string" ? apiKey : apiKey?.[0] ?? "").includes(",")) {
     throw unauthenticated("the stamp header appears more than once: send exactly one", "MULTIPLE_STAMPS");
   }
-  return apiKey !== undefined ? parseApiKeyStamp(apiKey) : parseWebauthnStamp(webauthn!);
+  const single = (value: string | string[]) => (Array.isArray(value) ? value[0] : value);
+  return apiKey !== undefined ? parseApiKeyStamp(single(apiKey)) : parseWebauthnStamp(single(webauthn!));
 }
 
 function parseJsonObject(text: string, what: string): Record<string, unknown> {

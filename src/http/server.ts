@@ -65,13 +65,13 @@ export function buildApp(config: Config, store: Store, logger: pino.Logger): Fas
   const raw = (body: unknown) => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
   for (const operation of activityOperations) {
     app.post(`/public/v1/submit/${operation.name}`, async (request, reply) => {
-      const response = await pipeline.submit(operation, raw(request.body), request.headers);
+      const response = await pipeline.submit(operation, raw(request.body), request.raw.headersDistinct);
       return reply.status(response.status).send(response.body);
     });
   }
   for (const operation of queryOperations) {
     app.post(`/public/v1/query/${operation.name}`, async (request, reply) => {
-      const response = await pipeline.query(operation, raw(request.body), request.headers);
+      const response = await pipeline.query(operation, raw(request.body), request.raw.headersDistinct);
       return reply.status(response.status).send(response.body);
     });
   }

@@ -56,21 +56,17 @@ export async function rootQuorumUserIds(db: Db | Tx, organizationId: string): Pr
 }
 
 /**
- * An organization must never lock itself out: at least `threshold` root users must keep a credential
- * they can still use (an unexpired API key, a passkey, or an OAuth identity). Checked after every
- * activity, inside its transaction, so any change that breaks it is rolled back whole.
+ * An organization must never lock itself out: at least `threshold` root users must keep a lasting
+ * credential (an API key without expiry, a passkey, or an OAuth identity). An expiring key does not
+ * count: when it lapses the organization would be locked out with nobody left to notice. Checked
+ * after every activity, inside its transaction, so any change that breaks it is rolled back whole.
  */
-export async function assertRootQuorumReachable(trx: Tx, organizationId: string, now: number): Promise<void> {
+export async function assertRootQuorumReachable(trx: Tx, organizationId: string): Promise<void> {
   const organization = await trx.selectFrom("organizations").select("root_quorum_threshold").where("id", "=", organizationId).executeTakeFirstOrThrow();
   const members = await rootQuorumUserIds(trx, organizationId);
   let reachable = 0;
   for (const userId of members) {
-    const key = await trx
-      .selectFrom("api_keys")
-      .select("id")
-      .where("user_id", "=", userId)
-      .where((eb) => eb.or([eb("expires_at", "is", null), eb("expires_at", ">", now)]))
-      .executeTakeFirst();
+    const key = await trx.selectFrom("api_keys").select("id").where("user_id", "=", userId).where("expires_at", "is", null).executeTakeFirst();
     const other =
       key ??
       (await trx.selectFrom("authenticators").select("id").where("user_id", "=", userId).executeTakeFirst()) ??

@@ -41,7 +41,11 @@ function normalizePhone(value: string | undefined, field: string): string | null
 /** The identity an OIDC token names. Its signature is checked by the login flows (oauth, oauth_login)
  * that accept it as proof; here a root-authorized activity only records which identity may log in. */
 function oidcIdentity(p: OauthProviderParams, field: string): { issuer: string; subject: string; audience: string } {
-  if (p.oidcClaims) return { issuer: p.oidcClaims.iss, subject: p.oidcClaims.sub, audience: p.oidcClaims.aud };
+  if (p.oidcClaims) {
+    const { iss, sub, aud } = p.oidcClaims;
+    if (!iss.trim() || !sub.trim() || !aud.trim()) throw invalidArgument(`${field}.oidcClaims needs non-empty iss, sub and aud`, "INVALID_OIDC_TOKEN");
+    return { issuer: iss, subject: sub, audience: aud };
+  }
   if (!p.oidcToken) throw invalidArgument(`${field} needs an oidcToken or oidcClaims`);
   let claims;
   try {
