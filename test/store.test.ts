@@ -39,3 +39,30 @@ describe("migrations", () => {
     }
   });
 });
+
+describe("PostgreSQL connection loss", () => {
+  it("survives the database dropping every pooled connection, and reconnects", async () => {
+    const { startHarness } = await import("./helpers/harness.js");
+    const h = await startHarness();
+    try {
+      const org = await h.organization();
+      const client = h.sdk(org, org.key);
+      expect((await client.getWhoami({})).userId).toBe(org.userId);
+      if (h.database.databaseUrl) {
+        const pg = (await import("pg")).default;
+        const admin = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL });
+        await admin.connect();
+        const name = new URL(h.database.databaseUrl).pathname.slice(1);
+        const killed = await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", [name]);
+        await admin.end();
+        expect(killed.rowCount).toBeGreaterThan(0);
+        await new Promise((r) => setTimeout(r, 200));
+        expect(h.logLines.some((line) => line.includes("database connection lost"))).toBe(true);
+      }
+      // The server is still up and serves requests on fresh connections.
+      expect((await client.getWhoami({})).userId).toBe(org.userId);
+    } finally {
+      await h.close();
+    }
+  });
+});

@@ -79,7 +79,7 @@ export function buildApp(config: Config, store: Store, logger: pino.Logger): Fas
 }
 
 export async function startServer(config: Config, logger = createLogger(config)): Promise<RunningServer> {
-  const store = await openStore(config);
+  const store = await openStore({ ...config, onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect") });
   const app = buildApp(config, store, logger);
   try {
     await app.listen({ host: config.host, port: config.port });

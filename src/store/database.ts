@@ -33,6 +33,9 @@ export interface Store {
 export interface StoreOptions {
   databaseUrl: string | null;
   dataDir: string;
+  /** Told when PostgreSQL drops an idle pooled connection (a restart, a failover, an admin's kill).
+   * The pool replaces the connection; without a listener such an event would crash the process. */
+  onConnectionError?: (error: Error) => void;
 }
 
 /**
@@ -83,13 +86,14 @@ function openSqlite(dataDir: string): Store {
   return { db, dialect: "sqlite", location: file, close: () => db.destroy() };
 }
 
-function openPostgres(url: string): Store {
+function openPostgres(url: string, onConnectionError: (error: Error) => void): Store {
   // int8 columns hold millisecond timestamps, well inside Number's exact range.
   const types = {
     getTypeParser: (oid: number, format?: any) =>
       oid === pg.types.builtins.INT8 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format),
   };
   const pool = new pg.Pool({ connectionString: url, max: 10, types });
+  pool.on("error", onConnectionError);
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   const parsed = new URL(url);
   parsed.password = "";
@@ -98,7 +102,8 @@ function openPostgres(url: string): Store {
 
 /** Opens the database and brings its schema up to date. */
 export async function openStore(options: StoreOptions): Promise<Store> {
-  const store = options.databaseUrl ? openPostgres(options.databaseUrl) : openSqlite(options.dataDir);
+  const onConnectionError = options.onConnectionError ?? ((error: Error) => console.error(`database connection lost: ${error.message}`));
+  const store = options.databaseUrl ? openPostgres(options.databaseUrl, onConnectionError) : openSqlite(options.dataDir);
   try {
     await migrate(store.db);
   } catch (error) {
