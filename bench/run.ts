@@ -3,7 +3,7 @@
 import crypto from "node:crypto";
 import { p256 } from "@noble/curves/nist.js";
 import { parseApiKeyStamp, verifyApiKeyStamp } from "../src/auth/stamps.js";
-import { generateP256KeyPair } from "../src/crypto/keys.js";
+import { decompressP256, generateP256KeyPair } from "../src/crypto/keys.js";
 
 function measure(name: string, iterations: number, fn: () => void): number {
   for (let i = 0; i < Math.min(200, iterations); i++) fn(); // warm up
@@ -33,6 +33,6 @@ const reference = measure("P-256 verify, pure JS reference (@noble/curves)", 100
 console.log(`\nstamp verification is ${(reference / ours).toFixed(1)}x faster than the pure-JS reference`);
 
 function xy(compressedHex: string) {
-  const point = crypto.ECDH.convertKey(compressedHex, "prime256v1", "hex", undefined, "uncompressed") as Buffer;
+  const point = decompressP256(compressedHex);
   return { x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") };
 }

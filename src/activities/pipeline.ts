@@ -17,7 +17,7 @@ import { assertRootQuorumReachable } from "../operations/organizations.js";
 import { newId } from "../operations/resources.js";
 import { authorizeActivity, authorizeQuery } from "./authorization.js";
 import { operationByActivityType } from "./catalog.js";
-import { insertActivity, renderActivity, type StoredFailure, type StoredVote } from "./records.js";
+import { insertActivity, renderActivity, type StoredVote } from "./records.js";
 import type { ActivitiesTable } from "../store/schema.js";
 
 export interface PipelineOptions {
@@ -50,10 +50,6 @@ function parseBody(raw: Buffer): unknown {
   } catch (error) {
     throw invalidArgument(`request body is not valid JSON: ${error instanceof Error ? error.message : ""}`, "REQUEST_BODY_INVALID");
   }
-}
-
-function failureOf(error: ServiceError): StoredFailure {
-  return error.toBody();
 }
 
 function removeSecrets(parameters: Record<string, unknown>, secrets: string[] | undefined): Record<string, unknown> {
@@ -159,7 +155,7 @@ export class Pipeline {
       const decision = await authorizeActivity(trx, principal, envelope.organizationId, operation);
       if (!decision.allowed) {
         row.status = "ACTIVITY_STATUS_FAILED";
-        row.failure = JSON.stringify(failureOf(decision.error));
+        row.failure = JSON.stringify(decision.error.toBody());
       } else {
         const savepoint = await trx.savepoint("operation").execute();
         try {
@@ -171,7 +167,7 @@ export class Pipeline {
           await savepoint.rollbackToSavepoint("operation").execute();
           const failure = error instanceof ServiceError ? error : this.internal(error, activityId);
           row.status = "ACTIVITY_STATUS_FAILED";
-          row.failure = JSON.stringify(failureOf(failure));
+          row.failure = JSON.stringify(failure.toBody());
         }
       }
       await insertActivity(trx, row);

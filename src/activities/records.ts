@@ -4,6 +4,7 @@ import type { ActivitiesTable } from "../store/schema.js";
 import type { Tx } from "../store/database.js";
 import { keysOf } from "../operations/registry.js";
 import { timestamp } from "../operations/resources.js";
+import type { ErrorBody } from "../errors.js";
 
 export type ActivityStatus =
   | "ACTIVITY_STATUS_CREATED"
@@ -28,11 +29,6 @@ export interface StoredVote {
   createdAt: number;
 }
 
-export interface StoredFailure {
-  code: number;
-  message: string;
-  details: Array<{ "@type": string; turnkeyErrorCode: string }>;
-}
 
 function keyed(keys: string[], value: unknown): Record<string, unknown> {
   return Object.fromEntries(keys.map((k) => [k, value]));
@@ -58,7 +54,7 @@ export function renderActivity(row: ActivitiesTable) {
   const keys = keysOf(row.type);
   const intent = keyed(keys.intentKeys, JSON.parse(row.intent));
   const resultBody = row.status === "ACTIVITY_STATUS_COMPLETED" ? keyed(keys.resultKeys, JSON.parse(row.result)) : {};
-  const failure = row.failure ? (JSON.parse(row.failure) as StoredFailure) : undefined;
+  const failure = row.failure ? (JSON.parse(row.failure) as ErrorBody) : undefined;
   return {
     id: row.id,
     organizationId: row.organization_id,

@@ -16,7 +16,8 @@ export interface Principal {
   signature: string;
 }
 
-const CREDENTIAL_TYPES: Record<string, Principal["credentialType"]> = {
+/** The credential type the API reports for an API key of each curve. */
+export const API_KEY_CREDENTIAL_TYPES: Record<string, Principal["credentialType"]> = {
   API_KEY_CURVE_P256: "CREDENTIAL_TYPE_API_KEY_P256",
   API_KEY_CURVE_SECP256K1: "CREDENTIAL_TYPE_API_KEY_SECP256K1",
   API_KEY_CURVE_ED25519: "CREDENTIAL_TYPE_API_KEY_ED25519",
@@ -44,7 +45,7 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
     return {
       organizationId: key.organization_id,
       userId: key.user_id,
-      credentialType: CREDENTIAL_TYPES[key.curve],
+      credentialType: API_KEY_CREDENTIAL_TYPES[key.curve],
       credentialId: key.id,
       publicKey: key.public_key,
       scheme: stamp.scheme,

@@ -3,6 +3,7 @@ import { v7 as uuidv7 } from "uuid";
 import type { Db, Tx } from "../store/database.js";
 import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
 import { invalidArgument, notFound } from "../errors.js";
+import { API_KEY_CREDENTIAL_TYPES } from "../auth/authenticate.js";
 
 /** Time-ordered (UUIDv7) so that records made in the same millisecond still list in creation order. */
 export const newId = () => uuidv7();
@@ -15,12 +16,6 @@ export interface Timestamp {
 export function timestamp(ms: number): Timestamp {
   return { seconds: String(Math.floor(ms / 1000)), nanos: String((ms % 1000) * 1_000_000) };
 }
-
-const API_KEY_CREDENTIAL_TYPES: Record<string, string> = {
-  API_KEY_CURVE_P256: "CREDENTIAL_TYPE_API_KEY_P256",
-  API_KEY_CURVE_SECP256K1: "CREDENTIAL_TYPE_API_KEY_SECP256K1",
-  API_KEY_CURVE_ED25519: "CREDENTIAL_TYPE_API_KEY_ED25519",
-};
 
 export function renderApiKey(row: ApiKeysTable) {
   return {
@@ -76,7 +71,11 @@ export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: s
   ]);
   const byUser = <T extends { user_id: string }>(rows: T[]) => {
     const map = new Map<string, T[]>();
-    for (const row of rows) map.set(row.user_id, [...(map.get(row.user_id) ?? []), row]);
+    for (const row of rows) {
+      const list = map.get(row.user_id);
+      if (list) list.push(row);
+      else map.set(row.user_id, [row]);
+    }
     return map;
   };
   const keysBy = byUser(apiKeys), authsBy = byUser(authenticators), providersBy = byUser(providers), tagsBy = byUser(tags);

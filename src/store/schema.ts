@@ -1,7 +1,5 @@
 // Row types of the database, shared by SQLite and PostgreSQL. Times are integer milliseconds since the
 // epoch; JSON documents are stored as text so both dialects read them back the same way.
-import type { Generated } from "kysely";
-
 export interface OrganizationsTable {
   id: string;
   name: string;
@@ -123,6 +121,3 @@ export interface Database {
   user_tag_members: UserTagMembersTable;
   activities: ActivitiesTable;
 }
-
-// Kysely needs Generated<> only for columns the database fills in; none here, every id is a UUID we make.
-export type { Generated };

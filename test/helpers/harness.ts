@@ -7,7 +7,7 @@ import { ApiKeyStamper } from "@turnkey/api-key-stamper";
 import { loadConfig, type Config } from "../../src/config.js";
 import { startServer, type RunningServer } from "../../src/http/server.js";
 import { createOrganization } from "../../src/operations/organizations.js";
-import { generateP256KeyPair } from "../../src/crypto/keys.js";
+import { decompressP256, generateP256KeyPair } from "../../src/crypto/keys.js";
 import { createTestDatabase, type TestDatabase } from "./backend.js";
 
 export interface ApiKeyPair {
@@ -60,7 +60,7 @@ export function apiKeyStamp(body: string | Buffer, key: ApiKeyPair): string {
 }
 
 function uncompressedXY(compressedHex: string) {
-  const point = crypto.ECDH.convertKey(compressedHex, "prime256v1", "hex", undefined, "uncompressed") as Buffer;
+  const point = decompressP256(compressedHex);
   return { x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") };
 }
 

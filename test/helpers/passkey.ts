@@ -2,6 +2,7 @@
 // way a platform authenticator does, so passkey flows are tested without a browser.
 import crypto from "node:crypto";
 import { isoCBOR } from "@simplewebauthn/server/helpers";
+import { compressP256 } from "../../src/crypto/keys.js";
 
 export interface AssertionOptions {
   /** Clear the user-presence flag (a malformed or malicious authenticator). */
@@ -46,7 +47,7 @@ export class SoftwarePasskey {
   publicKeyCompressedHex(): string {
     const jwk = this.keyPair.publicKey.export({ format: "jwk" });
     const uncompressed = Buffer.concat([Buffer.from([4]), Buffer.from(jwk.x!, "base64url"), Buffer.from(jwk.y!, "base64url")]);
-    return crypto.ECDH.convertKey(uncompressed, "prime256v1", undefined, "hex", "compressed") as string;
+    return compressP256(uncompressed);
   }
 
   /** A registration for `challenge` (base64url), in the v1Attestation shape of the API. */
