@@ -110,7 +110,11 @@ describe("GET /openapi.json", () => {
     const { activityOperations, queryOperations } = await import("../src/activities/catalog.js");
     const doc = (await (await fetch(`${baseUrl}/openapi.json`)).json()) as any;
     expect(doc.openapi).toBe("3.1.0");
-    for (const op of activityOperations) expect(doc.paths[`/public/v1/submit/${op.name}`].post["x-policy-resource"]).toBe(op.resource);
+    for (const op of activityOperations) {
+      const described = doc.paths[`/public/v1/submit/${op.name}`].post;
+      if (op.kind === "activity") expect(described["x-policy-resource"]).toBe(op.resource);
+      else expect(described["x-vote"]).toBe(op.selection);
+    }
     for (const op of queryOperations) expect(doc.paths[`/public/v1/query/${op.name}`]).toBeDefined();
     expect(Object.keys(doc.paths)).toHaveLength(activityOperations.length + queryOperations.length);
     const refs = JSON.stringify(doc).match(/"#\/components\/schemas\/[^"]+"/g) ?? [];

@@ -1,27 +1,184 @@
-// The one place that decides whether a caller may do what it asks. Until the policy engine lands, the
-// rule is: root-quorum users may do everything in their organization; other users may only read.
-import type { Tx, Db } from "../store/database.js";
-import type { Principal } from "../auth/authenticate.js";
+// The one place that decides whether an activity may run, given the approvals it has so far:
+//   1. approved by at least `threshold` root-quorum users -> allow (no policy is consulted);
+//   2. a root-only type (update_root_quorum, …) -> waits for the root quorum, or is denied;
+//   3. the organization's policies (policy/engine): an applicable deny denies, an applicable allow allows;
+//   4. default allowance: a user may change its own credentials unless a policy explicitly denies it;
+//   5. an allow policy waiting only for approvals, or a root user waiting for the rest of the quorum
+//      -> consensus needed; otherwise implicit deny.
+// A root user's activity never fails on a policy deny: it waits for the root quorum instead, so the
+// quorum can always undo policies that lock everyone out.
+import type { Db, Tx } from "../store/database.js";
+import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.js";
 import type { ActivityOperation } from "../operations/registry.js";
-import { ServiceError, permissionDenied } from "../errors.js";
-import { rootQuorumUserIds } from "../operations/organizations.js";
+import { activityKind } from "../operations/registry.js";
+import { permissionDenied } from "../errors.js";
+import { evaluatePolicies, namesVoter, approvalStillPossible, type EvaluationInput, type Outcome, type PolicySource, type PolicyVerdict, type Effect } from "../policy/engine.js";
+import type { Value } from "../policy/types.js";
+import type { StoredVote } from "./records.js";
 
-export type Decision = { allowed: true } | { allowed: false; error: ServiceError };
+export interface Decision {
+  outcome: "OUTCOME_ALLOW" | "OUTCOME_DENY_EXPLICIT" | "OUTCOME_DENY_IMPLICIT" | "OUTCOME_REQUIRES_CONSENSUS";
+  verdicts: PolicyVerdict[];
+  /** Why, in words: goes into the error message of a denial and the operator's log. */
+  reason: string;
+}
 
-export async function authorizeActivity(trx: Tx, principal: Principal, organizationId: string, operation: ActivityOperation): Promise<Decision> {
-  if (principal.organizationId !== organizationId) {
-    return { allowed: false, error: permissionDenied(`credentials of organization ${principal.organizationId} cannot act in organization ${organizationId}`, "ORGANIZATION_MISMATCH") };
+/** The activity being decided, as policies see it. */
+export interface ActivitySubject {
+  organizationId: string;
+  type: string;
+  operation: ActivityOperation;
+  parameters: Record<string, unknown>;
+  requesterId: string;
+  votes: StoredVote[];
+  now: number;
+}
+
+interface RootQuorum {
+  threshold: number;
+  members: Set<string>;
+}
+
+async function rootQuorum(trx: Tx | Db, organizationId: string): Promise<RootQuorum> {
+  const organization = await trx.selectFrom("organizations").select("root_quorum_threshold").where("id", "=", organizationId).executeTakeFirstOrThrow();
+  const members = await trx.selectFrom("root_quorum_members").select("user_id").where("organization_id", "=", organizationId).execute();
+  return { threshold: organization.root_quorum_threshold, members: new Set(members.map((m) => m.user_id)) };
+}
+
+async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<PolicySource[]> {
+  const rows = await trx.selectFrom("policies").select(["id", "effect", "condition", "consensus", "time"]).where("organization_id", "=", organizationId).orderBy("created_at").orderBy("id").execute();
+  return rows.map((r) => ({ ...r, effect: r.effect as Effect }));
+}
+
+const approvedBy = (votes: StoredVote[]) => [...new Set(votes.filter((v) => v.selection === "VOTE_SELECTION_APPROVED").map((v) => v.userId))];
+
+/** `approvers` and `credentials` values for the given users and votes, read from current records. */
+async function consensusValues(trx: Tx | Db, organizationId: string, userIds: string[], votes: StoredVote[]): Promise<{ users: Map<string, Value>; credentials: Value[] }> {
+  const users = new Map<string, Value>();
+  if (userIds.length) {
+    const rows = await trx.selectFrom("users").select(["id", "name", "email"]).where("organization_id", "=", organizationId).where("id", "in", userIds).execute();
+    const tags = await trx.selectFrom("user_tag_members").select(["user_id", "tag_id"]).where("user_id", "in", userIds).orderBy("tag_id").execute();
+    // A deleted user's approval no longer counts: it is absent from `approvers`.
+    for (const row of rows) {
+      users.set(row.id, { id: row.id, tags: tags.filter((t) => t.user_id === row.id).map((t) => t.tag_id), email: row.email ?? "", alias: row.name });
+    }
   }
-  const root = await rootQuorumUserIds(trx, organizationId);
-  if (root.includes(principal.userId)) return { allowed: true };
+  const credentials = votes.filter((v) => v.selection === "VOTE_SELECTION_APPROVED" && users.has(v.userId)).map(credentialValue);
+  return { users, credentials };
+}
+
+function credentialValue(vote: Pick<StoredVote, "userId" | "credentialId" | "credentialType" | "webauthnCredentialId" | "publicKey">): Value {
+  return { id: vote.credentialId, user_id: vote.userId, type: vote.credentialType, credential_id: vote.webauthnCredentialId ?? "", public_key: vote.publicKey };
+}
+
+async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverIds: string[]): Promise<EvaluationInput> {
+  const { operation, parameters, type } = subject;
+  const { users, credentials } = await consensusValues(trx, subject.organizationId, approverIds, subject.votes);
+  const activity = {
+    type,
+    kind: activityKind(type),
+    resource: operation.resource,
+    action: operation.action,
+    params: operation.policyParameters?.(parameters, type) ?? {},
+  };
+  const extra = (await operation.policyContext?.(trx as Tx, subject.organizationId, parameters, type)) ?? {};
   return {
-    allowed: false,
-    error: permissionDenied(`user ${principal.userId} is not in the root quorum and may not perform ${operation.resource}/${operation.action} (${operation.name})`),
+    condition: { ...extra, activity },
+    approvers: approverIds.flatMap((id) => (users.has(id) ? [users.get(id)!] : [])),
+    credentials,
+    nowMs: subject.now,
   };
 }
 
+export async function decideActivity(trx: Tx, subject: ActivitySubject): Promise<Decision> {
+  const quorum = await rootQuorum(trx, subject.organizationId);
+  const approvers = approvedBy(subject.votes);
+  const rootApprovals = approvers.filter((id) => quorum.members.has(id)).length;
+  const rootPending = rootApprovals > 0;
+  const quorumText = `${rootApprovals} of the ${quorum.threshold} root approval(s) needed`;
+
+  if (rootApprovals >= quorum.threshold) return { outcome: "OUTCOME_ALLOW", verdicts: [], reason: `approved by the root quorum (${quorumText})` };
+  if (subject.operation.rootOnly) {
+    return rootPending
+      ? { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: [], reason: `waiting for the root quorum (${quorumText})` }
+      : { outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], reason: `${subject.type} can only be approved by the root quorum; no policy can allow it` };
+  }
+
+  const policies = await loadPolicies(trx, subject.organizationId);
+  const { outcome, verdicts } = evaluatePolicies(policies, await evaluationInput(trx, subject, approvers));
+  const deciding = (o: Outcome) => verdicts.filter((v) => v.outcome === o).map((v) => v.policyId).join(", ");
+
+  if (outcome === "OUTCOME_DENY_EXPLICIT") {
+    if (rootPending) return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `denied by policy ${deciding(outcome)} unless the root quorum approves (${quorumText})` };
+    return { outcome, verdicts, reason: `explicitly denied by policy ${deciding(outcome)}` };
+  }
+  if (outcome === "OUTCOME_ALLOW") return { outcome, verdicts, reason: `allowed by policy ${deciding(outcome)}` };
+  const owner = subject.operation.credentialOwner?.(subject.parameters, { userId: subject.requesterId } as Principal);
+  if (owner !== undefined && owner === subject.requesterId) {
+    return { outcome: "OUTCOME_ALLOW", verdicts, reason: "a user may change its own credentials unless a policy denies it" };
+  }
+  if (outcome === "OUTCOME_REQUIRES_CONSENSUS") return { outcome, verdicts, reason: `waiting for the approvals policy ${deciding(outcome)} requires` };
+  if (rootPending) return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `waiting for the root quorum (${quorumText})` };
+  return { outcome: "OUTCOME_DENY_IMPLICIT", verdicts, reason: "no policy allows it" };
+}
+
+/** The words a caller sees when an activity is refused. */
+export function denialError(subject: Pick<ActivitySubject, "type" | "requesterId">, decision: Decision) {
+  return permissionDenied(`${subject.type} by user ${subject.requesterId} is not allowed: ${decision.outcome} (${decision.reason})`, "POLICY_DENIED");
+}
+
+/**
+ * May this user vote on a pending activity? Root-quorum members always may (the quorum must be able
+ * to act whatever the policies say); so may a user named by the consensus of an allow policy in force
+ * for the activity, or one an allow policy permits to approve (`activity.kind == 'APPROVE_ACTIVITY'`).
+ */
+export async function mayVote(trx: Tx, subject: ActivitySubject, voter: StoredVote, voteType: string): Promise<boolean> {
+  const quorum = await rootQuorum(trx, subject.organizationId);
+  if (quorum.members.has(voter.userId)) return true;
+  const policies = await loadPolicies(trx, subject.organizationId);
+  const approvers = approvedBy(subject.votes);
+  const input = await evaluationInput(trx, subject, approvers);
+  const { users } = await consensusValues(trx, subject.organizationId, [voter.userId], []);
+  const voterValue = users.get(voter.userId);
+  if (!voterValue) return false;
+  if (namesVoter(policies, input, voterValue, [credentialValue(voter)])) return true;
+  // An explicit permission to vote, written against the vote's own activity type.
+  const voteInput: EvaluationInput = {
+    condition: { activity: { type: voteType, kind: activityKind(voteType), resource: "ACTIVITY", action: "UPDATE", params: {} } },
+    approvers: [voterValue],
+    credentials: [credentialValue(voter)],
+    nowMs: subject.now,
+  };
+  return evaluatePolicies(policies, voteInput).outcome === "OUTCOME_ALLOW";
+}
+
+/**
+ * After a rejection: can the activity still be approved if everyone who has not rejected approves?
+ * An activity waits either for the root quorum (a root user requested or approved it, or only the
+ * quorum may allow it) or for a policy's consensus; it is judged by what it waits for. Otherwise any
+ * activity would stay pending for ever, since the root quorum could in principle approve anything.
+ */
+export async function stillApprovable(trx: Tx, subject: ActivitySubject): Promise<boolean> {
+  const rejected = new Set(subject.votes.filter((v) => v.selection === "VOTE_SELECTION_REJECTED").map((v) => v.userId));
+  const quorum = await rootQuorum(trx, subject.organizationId);
+  const waitsForRoot = subject.operation.rootOnly || approvedBy(subject.votes).some((id) => quorum.members.has(id));
+  if (waitsForRoot && [...quorum.members].filter((id) => !rejected.has(id)).length >= quorum.threshold) return true;
+  if (subject.operation.rootOnly) return false;
+  const everyone = await trx.selectFrom("users").select("id").where("organization_id", "=", subject.organizationId).orderBy("created_at").execute();
+  const potential = [...new Set([...approvedBy(subject.votes), ...everyone.map((u) => u.id).filter((id) => !rejected.has(id))])];
+  const input = await evaluationInput(trx, subject, potential);
+  // Every credential of every potential approver could be the one they approve with.
+  const apiKeys = await trx.selectFrom("api_keys").select(["id", "user_id", "public_key", "curve"]).where("organization_id", "=", subject.organizationId).execute();
+  const passkeys = await trx.selectFrom("authenticators").select(["id", "user_id", "public_key", "credential_id"]).where("organization_id", "=", subject.organizationId).execute();
+  const credentials: Value[] = [
+    ...apiKeys.filter((k) => !rejected.has(k.user_id)).map((k) => ({ id: k.id, user_id: k.user_id, type: API_KEY_CREDENTIAL_TYPES[k.curve] ?? k.curve, credential_id: "", public_key: k.public_key })),
+    ...passkeys.filter((k) => !rejected.has(k.user_id)).map((k) => ({ id: k.id, user_id: k.user_id, type: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR", credential_id: k.credential_id, public_key: k.public_key })),
+  ];
+  return approvalStillPossible(await loadPolicies(trx, subject.organizationId), { ...input, credentials });
+}
+
 /** Every user of an organization reads it. */
-export async function authorizeQuery(_db: Db, principal: Principal, organizationId: string): Promise<Decision> {
+export async function authorizeQuery(_db: Db, principal: Principal, organizationId: string): Promise<{ allowed: true } | { allowed: false; error: ReturnType<typeof permissionDenied> }> {
   if (principal.organizationId === organizationId) return { allowed: true };
   return { allowed: false, error: permissionDenied(`credentials of organization ${principal.organizationId} cannot read organization ${organizationId}`, "ORGANIZATION_MISMATCH") };
 }

@@ -1,16 +1,27 @@
 // Every operation the service offers. The HTTP routes, request validation, policy metadata and the
 // operations table in docs/ are all derived from this list.
-import type { ActivityOperation, Operation, QueryOperation } from "../operations/registry.js";
+import type { Operation, QueryOperation, SubmitOperation } from "../operations/registry.js";
 import { userOperations } from "../operations/users.js";
 import { credentialOperations } from "../operations/credentials.js";
 import { tagOperations } from "../operations/tags.js";
 import { organizationOperations } from "../operations/organizations.js";
+import { policyOperations } from "../operations/policies.js";
 import { activityQueries } from "./queries.js";
+import { voteOperations } from "./votes.js";
 
-export const operations: Operation[] = [...userOperations, ...credentialOperations, ...tagOperations, ...organizationOperations, ...activityQueries];
+export const operations: Operation[] = [
+  ...userOperations,
+  ...credentialOperations,
+  ...tagOperations,
+  ...policyOperations,
+  ...organizationOperations,
+  ...voteOperations,
+  ...activityQueries,
+];
 
-export const activityOperations = operations.filter((op): op is ActivityOperation => op.kind === "activity");
+/** Everything served under /public/v1/submit/: activities and votes on them. */
+export const activityOperations = operations.filter((op): op is SubmitOperation => op.kind !== "query");
 export const queryOperations = operations.filter((op): op is QueryOperation => op.kind === "query");
 
 /** Activity type -> the operation that accepts it, so a type sent to the wrong path gets a useful error. */
-export const operationByActivityType = new Map<string, ActivityOperation>(activityOperations.flatMap((op) => op.types.map((t) => [t, op] as const)));
+export const operationByActivityType = new Map<string, SubmitOperation>(activityOperations.flatMap((op) => op.types.map((t) => [t, op] as const)));

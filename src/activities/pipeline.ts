@@ -1,23 +1,27 @@
 // The road every request walks (DESIGN.md, "One request, one path"):
 //   submit: stamp ─► JSON ─► envelope schema ─► liveness ─► who (stamp check) ─► in one transaction
-//           holding the organization's lock: idempotency ─► may they? ─► operation ─► quorum safety
-//           ─► activity record ─► response envelope
+//           holding the organization's lock: idempotency ─► may they? (root quorum, policies) ─►
+//           operation, or wait for approvals, or refuse ─► quorum safety ─► activity record and
+//           policy evaluation ─► response envelope
+//   vote:   the same up to "who", then in one transaction: find the pending activity ─► may they
+//           vote? ─► add the vote ─► decide again (run it, keep waiting, or reject) ─► response
 //   query:  stamp ─► JSON ─► schema ─► who ─► may they read? ─► read ─► response envelope
 import type pino from "pino";
-import type { Store } from "../store/database.js";
+import type { OpenTx, Store } from "../store/database.js";
 import { lockOrganization } from "../store/database.js";
-import { ServiceError, invalidArgument } from "../errors.js";
-import { readStamp } from "../auth/stamps.js";
+import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
+import { readStamp, type Stamp } from "../auth/stamps.js";
 import { authenticate, confirmCredential, stampVerifiesWith, type Principal } from "../auth/authenticate.js";
 import { sha256 } from "../crypto/keys.js";
-import type { ActivityOperation, OperationEnvironment, QueryOperation } from "../operations/registry.js";
+import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation } from "../operations/registry.js";
+import type { PolicyVerdict } from "../policy/engine.js";
 import { swagger } from "../operations/registry.js";
 import { validateActivityRequest, validateQueryRequest } from "../operations/validation.js";
 import { assertRootQuorumReachable } from "../operations/organizations.js";
 import { newId } from "../operations/resources.js";
-import { authorizeActivity, authorizeQuery } from "./authorization.js";
+import { authorizeQuery, decideActivity, denialError, mayVote, stillApprovable, type ActivitySubject, type Decision } from "./authorization.js";
 import { operationByActivityType } from "./catalog.js";
-import { insertActivity, renderActivity, type StoredVote } from "./records.js";
+import { insertActivity, recordEvaluation, renderActivity, requesterOf, type StoredVote } from "./records.js";
 import type { ActivitiesTable } from "../store/schema.js";
 
 export interface PipelineOptions {
@@ -76,7 +80,7 @@ export class Pipeline {
     }
   }
 
-  async submit(operation: ActivityOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
+  async submit(operation: SubmitOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
     const { store, env } = this.options;
     const stamp = readStamp(headers);
     const body = parseBody(raw);
@@ -92,6 +96,7 @@ export class Pipeline {
     const envelope = body as Envelope;
     const received = this.clock();
     this.checkLiveness(envelope.timestampMs, received);
+    if (operation.kind === "vote") return this.vote(operation, envelope, raw, stamp, received);
     const fingerprint = sha256(raw).toString("hex");
 
     // A retry is answered from the audit log when its stamp verifies with the key that made the
@@ -102,18 +107,10 @@ export class Pipeline {
     }
 
     const principal = await authenticate(store.db, stamp, raw, envelope.organizationId, received, env.webauthn);
-    const trx = await store.db.startTransaction().execute();
-    try {
-      await lockOrganization(trx, store.dialect, envelope.organizationId);
-      // Read the clock under the lock, so an organization's activities are timestamped in the order
-      // they are applied even when a request waited for the lock.
-      const now = this.clock();
-      // Authentication read outside the lock; an activity that removed this credential may have
-      // committed since. Checked again under the lock so a revoked key can never act.
+    return this.inOrganization(envelope.organizationId, async (trx, now) => {
       await confirmCredential(trx, principal, now);
       const existing = await trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
       if (existing) {
-        await trx.commit().execute();
         // The same bytes stamped by someone else are not a retry of theirs: say so rather than
         // answer with another user's activity as if it were the caller's success.
         if (existing.user_id !== principal.userId) {
@@ -123,24 +120,12 @@ export class Pipeline {
       }
 
       const activityId = newId();
-      const voter = await trx.selectFrom("users").select(["id", "name", "email"]).where("id", "=", principal.userId).executeTakeFirstOrThrow();
-      const vote: StoredVote = {
-        id: newId(),
-        userId: principal.userId,
-        user: { userId: voter.id, userName: voter.name, ...(voter.email ? { userEmail: voter.email } : {}) },
-        activityId,
-        selection: "VOTE_SELECTION_APPROVED",
-        message: operation.secretParameters?.length ? "" : raw.toString("utf8"),
-        publicKey: principal.publicKey,
-        signature: principal.signature,
-        scheme: principal.scheme,
-        createdAt: now,
-      };
+      const vote = await this.castBy(trx, principal, activityId, "VOTE_SELECTION_APPROVED", operation.secretParameters?.length ? "" : raw.toString("utf8"), now);
       const row: ActivitiesTable = {
         id: activityId,
         organization_id: envelope.organizationId,
         type,
-        status: "ACTIVITY_STATUS_COMPLETED",
+        status: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
         intent: JSON.stringify(removeSecrets(envelope.parameters, operation.secretParameters)),
         result: "{}",
         failure: null,
@@ -151,33 +136,132 @@ export class Pipeline {
         created_at: now,
         updated_at: now,
       };
-
-      const decision = await authorizeActivity(trx, principal, envelope.organizationId, operation);
-      if (!decision.allowed) {
-        row.status = "ACTIVITY_STATUS_FAILED";
-        row.failure = JSON.stringify(decision.error.toBody());
-      } else {
-        const savepoint = await trx.savepoint("operation").execute();
-        try {
-          const result = await operation.execute({ trx, dialect: store.dialect, organizationId: envelope.organizationId, activityId, principal, now, env }, envelope.parameters, type);
-          await assertRootQuorumReachable(trx, envelope.organizationId);
-          await savepoint.releaseSavepoint("operation").execute();
-          row.result = JSON.stringify(result);
-        } catch (error) {
-          await savepoint.rollbackToSavepoint("operation").execute();
-          const failure = error instanceof ServiceError ? error : this.internal(error, activityId);
-          row.status = "ACTIVITY_STATUS_FAILED";
-          row.failure = JSON.stringify(failure.toBody());
-        }
-      }
+      const subject: ActivitySubject = { organizationId: envelope.organizationId, type, operation, parameters: envelope.parameters, requesterId: principal.userId, votes: [vote], now };
+      const decision = await decideActivity(trx, subject);
+      await this.apply(trx, decision, subject, row, principal);
       await insertActivity(trx, row);
+      await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
+      this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId, outcome: decision.outcome }, "activity");
+      return () => this.respond(row);
+    });
+  }
+
+  /** Runs `work` in one transaction holding the organization's lock, with the clock read under it,
+   * so an organization's activities are timestamped in the order they are applied. `work` returns
+   * the response to send once the transaction has committed. */
+  private async inOrganization(organizationId: string, work: (trx: OpenTx, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>): Promise<PipelineResponse> {
+    const { store } = this.options;
+    const trx = await store.db.startTransaction().execute();
+    try {
+      await lockOrganization(trx, store.dialect, organizationId);
+      const outcome = await work(trx, this.clock());
       await trx.commit().execute();
-      this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId }, "activity");
-      return this.respond(row);
+      return typeof outcome === "function" ? outcome() : outcome;
     } catch (error) {
       await trx.rollback().execute().catch(() => undefined);
       throw error;
     }
+  }
+
+  /** A vote of `principal`, as stored in the activity's votes. */
+  private async castBy(trx: OpenTx, principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): Promise<StoredVote> {
+    const voter = await trx.selectFrom("users").select(["id", "name", "email"]).where("id", "=", principal.userId).executeTakeFirstOrThrow();
+    const passkey =
+      principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR"
+        ? await trx.selectFrom("authenticators").select("credential_id").where("id", "=", principal.credentialId).executeTakeFirst()
+        : undefined;
+    return {
+      id: newId(),
+      userId: principal.userId,
+      user: { userId: voter.id, userName: voter.name, ...(voter.email ? { userEmail: voter.email } : {}) },
+      activityId,
+      selection,
+      message,
+      publicKey: principal.publicKey,
+      signature: principal.signature,
+      scheme: principal.scheme,
+      createdAt: now,
+      credentialId: principal.credentialId,
+      credentialType: principal.credentialType,
+      ...(passkey ? { webauthnCredentialId: passkey.credential_id } : {}),
+    };
+  }
+
+  /** Carries out a decision on the activity row: run it, keep it waiting for votes, or refuse it. */
+  private async apply(trx: OpenTx, decision: Decision, subject: ActivitySubject, row: ActivitiesTable, requester: Principal): Promise<void> {
+    const { store, env } = this.options;
+    const fail = (error: ServiceError) => {
+      row.status = "ACTIVITY_STATUS_FAILED";
+      row.failure = JSON.stringify(error.toBody());
+    };
+    if (decision.outcome === "OUTCOME_DENY_EXPLICIT" || decision.outcome === "OUTCOME_DENY_IMPLICIT") return fail(denialError(subject, decision));
+    if (decision.outcome === "OUTCOME_REQUIRES_CONSENSUS") {
+      // Its secret parameters are not stored, so it could not run later: it must be allowed now.
+      if (subject.operation.secretParameters?.length) return fail(failedPrecondition(`${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
+      row.status = "ACTIVITY_STATUS_CONSENSUS_NEEDED";
+      return;
+    }
+    const savepoint = await trx.savepoint("operation").execute();
+    try {
+      const ctx = { trx, dialect: store.dialect, organizationId: subject.organizationId, activityId: row.id, principal: requester, now: subject.now, env };
+      const result = await subject.operation.execute(ctx, subject.parameters, subject.type);
+      await assertRootQuorumReachable(trx, subject.organizationId);
+      await savepoint.releaseSavepoint("operation").execute();
+      row.status = "ACTIVITY_STATUS_COMPLETED";
+      row.result = JSON.stringify(result);
+    } catch (error) {
+      await savepoint.rollbackToSavepoint("operation").execute();
+      fail(error instanceof ServiceError ? error : this.internal(error, row.id));
+    }
+  }
+
+  /**
+   * approve_activity / reject_activity: adds the caller's vote to the pending activity with that
+   * fingerprint and decides it again. The answer is that activity as it now stands, so a client
+   * reads the result of an activity its approval completed from the approval's response.
+   */
+  private async vote(operation: VoteOperation, envelope: Envelope, raw: Buffer, stamp: Stamp, received: number): Promise<PipelineResponse> {
+    const { store, env } = this.options;
+    const principal = await authenticate(store.db, stamp, raw, envelope.organizationId, received, env.webauthn);
+    const fingerprint = String(envelope.parameters.fingerprint ?? "");
+    return this.inOrganization(envelope.organizationId, async (trx, now) => {
+      await confirmCredential(trx, principal, now);
+      const row = await trx.selectFrom("activities").selectAll().where("organization_id", "=", envelope.organizationId).where("fingerprint", "=", fingerprint).executeTakeFirst();
+      if (!row) throw notFound(`no activity of organization ${envelope.organizationId} has fingerprint ${fingerprint}`, "ACTIVITY_NOT_FOUND");
+      const votes = JSON.parse(row.votes) as StoredVote[];
+      const mine = votes.find((v) => v.userId === principal.userId);
+      // Voting again the same way is a retry, answered with the activity as it stands.
+      if (mine?.selection === operation.selection) return { status: 200, body: { activity: renderActivity(row) } };
+      if (mine) throw failedPrecondition(`user ${principal.userId} already voted ${mine.selection} on activity ${row.id}; a vote cannot be changed`, "VOTE_ALREADY_CAST");
+      if (row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED") throw failedPrecondition(`activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`, "ACTIVITY_NOT_PENDING");
+      const target = operationByActivityType.get(row.type);
+      if (target?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
+
+      const vote = await this.castBy(trx, principal, row.id, operation.selection, raw.toString("utf8"), now);
+      const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation: target, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now };
+      if (!(await mayVote(trx, subject, vote, envelope.type))) {
+        throw permissionDenied(`user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`, "VOTE_NOT_ALLOWED");
+      }
+      subject.votes = [...votes, vote];
+      row.votes = JSON.stringify(subject.votes);
+      row.updated_at = now;
+      let outcome: string;
+      let verdicts: PolicyVerdict[] = [];
+      if (operation.selection === "VOTE_SELECTION_APPROVED") {
+        const decision = await decideActivity(trx, subject);
+        await this.apply(trx, decision, subject, row, requesterOf(votes[0]!, row.organization_id));
+        ({ outcome, verdicts } = decision);
+      } else if (await stillApprovable(trx, subject)) {
+        outcome = "OUTCOME_REQUIRES_CONSENSUS";
+      } else {
+        row.status = "ACTIVITY_STATUS_REJECTED";
+        outcome = "OUTCOME_REJECTED";
+      }
+      await trx.updateTable("activities").set({ status: row.status, result: row.result, failure: row.failure, votes: row.votes, updated_at: row.updated_at }).where("id", "=", row.id).execute();
+      await recordEvaluation(trx, row, vote, outcome, verdicts, now);
+      this.options.logger.info({ activityId: row.id, organizationId: row.organization_id, type: row.type, status: row.status, userId: principal.userId, vote: operation.selection }, "vote");
+      return { status: 200, body: { activity: renderActivity(row) } };
+    });
   }
 
   private internal(error: unknown, activityId: string): ServiceError {

@@ -1,7 +1,7 @@
 // Reading the audit log: one activity, or a page of them.
 import { invalidArgument, notFound } from "../errors.js";
 import { defineQuery } from "../operations/registry.js";
-import { renderActivity } from "./records.js";
+import { renderActivity, renderPolicyEvaluation } from "./records.js";
 
 interface Pagination {
   limit?: string;
@@ -17,6 +17,18 @@ function pageSize(limit: string | undefined): number {
 }
 
 export const activityQueries = [
+  defineQuery<{ organizationId: string; activityId: string }>({
+    name: "get_policy_evaluations",
+    summary: "How the organization's policies judged an activity: one evaluation per vote, with each policy's outcome.",
+    async run(ctx, body) {
+      const activity = await ctx.db.selectFrom("activities").select("id").where("organization_id", "=", ctx.organizationId).where("id", "=", body.activityId).executeTakeFirst();
+      if (!activity) throw notFound(`activity ${body.activityId} not found`, "ACTIVITY_NOT_FOUND");
+      const rows = await ctx.db.selectFrom("policy_evaluations").selectAll().where("activity_id", "=", activity.id).orderBy("created_at").orderBy("id").execute();
+      return { policyEvaluations: rows.map(renderPolicyEvaluation) };
+    },
+  }),
+
+
   defineQuery<{ organizationId: string; activityId: string }>({
     name: "get_activity",
     summary: "One activity of the audit log.",

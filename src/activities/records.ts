@@ -1,9 +1,11 @@
 // The activity record: stored once per accepted submit request and kept for ever as the audit log.
 // Rendered in both envelopes the clients and the spec read (shared/reference/compatibility.md).
-import type { ActivitiesTable } from "../store/schema.js";
+import type { ActivitiesTable, PolicyEvaluationsTable } from "../store/schema.js";
 import type { Tx } from "../store/database.js";
 import { keysOf } from "../operations/registry.js";
-import { timestamp } from "../operations/resources.js";
+import { newId, timestamp } from "../operations/resources.js";
+import type { Principal } from "../auth/authenticate.js";
+import type { PolicyVerdict } from "../policy/engine.js";
 import type { ErrorBody } from "../errors.js";
 
 export type ActivityStatus =
@@ -27,6 +29,11 @@ export interface StoredVote {
   signature: string;
   scheme: string;
   createdAt: number;
+  /** The API key or authenticator id that signed the vote, and its type (policies' `credentials`). */
+  credentialId: string;
+  credentialType: string;
+  /** A passkey's WebAuthn credential id. */
+  webauthnCredentialId?: string;
 }
 
 
@@ -75,4 +82,37 @@ export function renderActivity(row: ActivitiesTable) {
 
 export async function insertActivity(trx: Tx, row: ActivitiesTable): Promise<void> {
   await trx.insertInto("activities").values(row).execute();
+}
+
+/** The requester of an activity as the operation sees it when the activity runs after approvals. */
+export function requesterOf(firstVote: StoredVote, organizationId: string): Principal {
+  return {
+    organizationId,
+    userId: firstVote.userId,
+    credentialType: firstVote.credentialType as Principal["credentialType"],
+    credentialId: firstVote.credentialId,
+    publicKey: firstVote.publicKey,
+    scheme: firstVote.scheme,
+    signature: firstVote.signature,
+  };
+}
+
+/** One row per vote: how the organization's policies judged the activity at that vote. */
+export async function recordEvaluation(trx: Tx, activity: ActivitiesTable, vote: StoredVote, outcome: string, verdicts: PolicyVerdict[], now: number): Promise<void> {
+  await trx
+    .insertInto("policy_evaluations")
+    .values({ id: newId(), organization_id: activity.organization_id, activity_id: activity.id, vote_id: vote.id, outcome, evaluations: JSON.stringify(verdicts), created_at: now })
+    .execute();
+}
+
+export function renderPolicyEvaluation(row: PolicyEvaluationsTable) {
+  return {
+    id: row.id,
+    activityId: row.activity_id,
+    organizationId: row.organization_id,
+    voteId: row.vote_id,
+    outcome: row.outcome,
+    policyEvaluations: JSON.parse(row.evaluations) as PolicyVerdict[],
+    createdAt: timestamp(row.created_at),
+  };
 }

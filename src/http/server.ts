@@ -22,12 +22,17 @@ export function createLogger(config: Pick<Config, "logLevel">): pino.Logger {
   return pino({ level: config.logLevel, base: { service: "sigil" } });
 }
 
-export function buildApp(config: Config, store: Store, logger: pino.Logger): FastifyInstance {
+export interface ServerOptions {
+  /** The trusted server time (liveness window, policies' time.now). Tests replace it to move time. */
+  clock?: () => number;
+}
+
+export function buildApp(config: Config, store: Store, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
   const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn }, logger });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn }, logger, clock: options.clock });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
@@ -78,9 +83,9 @@ export function buildApp(config: Config, store: Store, logger: pino.Logger): Fas
   return app;
 }
 
-export async function startServer(config: Config, logger = createLogger(config)): Promise<RunningServer> {
+export async function startServer(config: Config, logger = createLogger(config), options: ServerOptions = {}): Promise<RunningServer> {
   const store = await openStore({ ...config, onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect") });
-  const app = buildApp(config, store, logger);
+  const app = buildApp(config, store, logger, options);
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {

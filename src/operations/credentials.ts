@@ -148,6 +148,8 @@ export const credentialOperations = [
     summary: "Add API keys to a user.",
     resource: "CREDENTIAL",
     action: "CREATE",
+    policyParameters: (p) => ({ user_id: p.userId }),
+    credentialOwner: (p) => p.userId,
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       if (p.apiKeys.length === 0) throw invalidArgument("apiKeys must list at least one key");
@@ -160,6 +162,8 @@ export const credentialOperations = [
     summary: "Remove API keys from a user.",
     resource: "CREDENTIAL",
     action: "DELETE",
+    policyParameters: (p) => ({ user_id: p.userId, api_key_ids: p.apiKeyIds }),
+    credentialOwner: (p) => p.userId,
     async execute(ctx, p) {
       return { apiKeyIds: await deleteUserCredentials(ctx, "api_keys", p.userId, p.apiKeyIds, "apiKeyIds") };
     },
@@ -170,6 +174,7 @@ export const credentialOperations = [
     summary: "Register passkeys for a user.",
     resource: "CREDENTIAL",
     action: "CREATE",
+    credentialOwner: (p) => p.userId,
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       if (p.authenticators.length === 0) throw invalidArgument("authenticators must list at least one authenticator");
@@ -182,6 +187,7 @@ export const credentialOperations = [
     summary: "Remove passkeys from a user.",
     resource: "CREDENTIAL",
     action: "DELETE",
+    credentialOwner: (p) => p.userId,
     async execute(ctx, p) {
       return { authenticatorIds: await deleteUserCredentials(ctx, "authenticators", p.userId, p.authenticatorIds, "authenticatorIds") };
     },

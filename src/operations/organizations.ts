@@ -2,8 +2,8 @@
 import type { Db, Tx } from "../store/database.js";
 import { failedPrecondition, invalidArgument, notFound } from "../errors.js";
 import { validatePublicKey, type ApiKeyCurve } from "../crypto/keys.js";
-import { defineQuery } from "./registry.js";
-import { newId } from "./resources.js";
+import { defineActivity, defineQuery } from "./registry.js";
+import { distinct, newId, requireUsers } from "./resources.js";
 
 export interface NewOrganization {
   organizationName: string;
@@ -82,6 +82,28 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
 }
 
 export const organizationOperations = [
+  defineActivity<{ threshold: number; userIds: string[] }>({
+    name: "update_root_quorum",
+    summary: "Set the root quorum's members and threshold. Only the current root quorum can approve it.",
+    resource: "ORGANIZATION",
+    action: "UPDATE",
+    rootOnly: true,
+    async execute(ctx, p) {
+      const userIds = distinct(p.userIds, "userIds");
+      if (userIds.length === 0) throw invalidArgument("userIds must name at least one user");
+      if (!Number.isInteger(p.threshold) || p.threshold < 1 || p.threshold > userIds.length) {
+        throw invalidArgument(`threshold must be between 1 and the number of users (${userIds.length}), got ${p.threshold}`);
+      }
+      await requireUsers(ctx.trx, ctx.organizationId, userIds);
+      await ctx.trx.deleteFrom("root_quorum_members").where("organization_id", "=", ctx.organizationId).execute();
+      await ctx.trx.insertInto("root_quorum_members").values(userIds.map((user_id) => ({ organization_id: ctx.organizationId, user_id }))).execute();
+      await ctx.trx.updateTable("organizations").set({ root_quorum_threshold: p.threshold, updated_at: ctx.now }).where("id", "=", ctx.organizationId).execute();
+      // Whether the new quorum can still act is checked for every activity (assertRootQuorumReachable).
+      return {};
+    },
+  }),
+
+
   defineQuery<{ organizationId: string }>({
     name: "whoami",
     summary: "The caller's user and organization.",

@@ -100,9 +100,31 @@ export interface ActivityOperation<P = any> {
   action: PolicyAction;
   /** Parameters that are secrets: never stored in the intent or echoed in a vote's message. */
   secretParameters?: string[];
+  /** Only the root quorum may perform it; no policy can allow it (the product's root-only types). */
+  rootOnly?: boolean;
+  /** `activity.params` of the policy language: the documented snake_case fields this type exposes. */
+  policyParameters?(parameters: P, type: string): Record<string, unknown>;
+  /** The user whose own credentials this activity changes: a user may change its own credentials
+   * without a policy, unless a policy explicitly denies it. */
+  credentialOwner?(parameters: P, principal: Principal): string | undefined;
+  /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path. */
+  policyContext?(trx: Tx, organizationId: string, parameters: P, type: string): Promise<Record<string, unknown>>;
   /** Runs inside the activity's transaction; returns the result object (the value under the result key). */
   execute(ctx: ActivityContext, parameters: P, type: string): Promise<Record<string, unknown>>;
 }
+
+/** approve_activity / reject_activity: a vote on a pending activity, named by its fingerprint. The
+ * pipeline applies it to that activity; the vote itself is recorded among the activity's votes. */
+export interface VoteOperation {
+  kind: "vote";
+  name: string;
+  summary: string;
+  types: string[];
+  selection: "VOTE_SELECTION_APPROVED" | "VOTE_SELECTION_REJECTED";
+}
+
+/** Anything submitted to /public/v1/submit/<name>. */
+export type SubmitOperation = ActivityOperation | VoteOperation;
 
 export interface QueryOperation<B = any> {
   kind: "query";
@@ -113,10 +135,14 @@ export interface QueryOperation<B = any> {
   run(ctx: QueryContext, body: B): Promise<Record<string, unknown>>;
 }
 
-export type Operation = ActivityOperation | QueryOperation;
+export type Operation = ActivityOperation | VoteOperation | QueryOperation;
 
 export function defineActivity<P>(op: Omit<ActivityOperation<P>, "kind" | "types"> & { types?: string[] }): ActivityOperation<P> {
   return { ...op, kind: "activity", types: op.types ?? activityTypesFor(op.name) };
+}
+
+export function defineVote(op: Omit<VoteOperation, "kind" | "types">): VoteOperation {
+  return { ...op, kind: "vote", types: activityTypesFor(op.name) };
 }
 
 export function defineQuery<B>(op: Omit<QueryOperation<B>, "kind">): QueryOperation<B> {

@@ -140,6 +140,7 @@ export const userOperations = [
     summary: "Delete users and every credential they hold.",
     resource: "USER",
     action: "DELETE",
+    policyParameters: (p) => ({ user_ids: p.userIds }),
     async execute(ctx, p) {
       const ids = distinct(p.userIds, "userIds");
       if (ids.length === 0) throw invalidArgument("userIds must list at least one user");

@@ -12,6 +12,7 @@ import {
   SqliteAdapter,
   SqliteDialect,
   SqliteDriver,
+  type ControlledTransaction,
   type DatabaseConnection,
   type Transaction,
 } from "kysely";
@@ -20,6 +21,8 @@ import { migrationProvider } from "./migrations.js";
 
 export type Dialect = "sqlite" | "postgres";
 export type Tx = Transaction<Database>;
+/** A transaction the pipeline commits itself, with savepoints around each operation. */
+export type OpenTx = ControlledTransaction<Database>;
 export type Db = Kysely<Database>;
 
 export interface Store {

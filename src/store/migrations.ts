@@ -127,8 +127,40 @@ const initial: Migration = {
   },
 };
 
+const policies: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("policies")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("effect", "text", (c) => c.notNull())
+      .addColumn("condition", "text")
+      .addColumn("consensus", "text")
+      .addColumn("time", "text")
+      .addColumn("notes", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("policies_by_organization").on("policies").columns(["organization_id", "created_at"]).execute();
+
+    await db.schema
+      .createTable("policy_evaluations")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("activity_id", "text", (c) => c.notNull().references("activities.id"))
+      .addColumn("vote_id", "text", (c) => c.notNull())
+      .addColumn("outcome", "text", (c) => c.notNull())
+      .addColumn("evaluations", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("policy_evaluations_by_activity").on("policy_evaluations").columns(["activity_id", "created_at"]).execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
+  "0002_policies": policies,
 };
 
 export const migrationProvider: MigrationProvider = {

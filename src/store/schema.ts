@@ -110,6 +110,34 @@ export interface ActivitiesTable {
   updated_at: number;
 }
 
+export interface PoliciesTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  /** EFFECT_ALLOW | EFFECT_DENY */
+  effect: string;
+  /** Policy-language expressions as written; null when absent. */
+  condition: string | null;
+  consensus: string | null;
+  time: string | null;
+  notes: string;
+  created_at: number;
+  updated_at: number;
+}
+
+/** One evaluation of an organization's policies for one vote on an activity. */
+export interface PolicyEvaluationsTable {
+  id: string;
+  organization_id: string;
+  activity_id: string;
+  vote_id: string;
+  /** The combined outcome (OUTCOME_*) of this evaluation. */
+  outcome: string;
+  /** JSON array of { policyId, outcome } */
+  evaluations: string;
+  created_at: number;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   root_quorum_members: RootQuorumMembersTable;
@@ -120,4 +148,6 @@ export interface Database {
   tags: TagsTable;
   user_tag_members: UserTagMembersTable;
   activities: ActivitiesTable;
+  policies: PoliciesTable;
+  policy_evaluations: PolicyEvaluationsTable;
 }

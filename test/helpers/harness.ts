@@ -33,7 +33,7 @@ export interface Harness {
   /** A new organization with a root user holding a fresh P-256 API key (what `sigil bootstrap` does). */
   organization(name?: string): Promise<TestOrganization>;
   /** @turnkey/sdk-server's API client, as a user's backend builds it. */
-  sdk(org: { organizationId: string }, key: ApiKeyPair): ReturnType<Turnkey["apiClient"]>;
+  sdk(org: { organizationId: string }, key: ApiKeyPair, options?: { activityPoller?: { intervalMs: number; numRetries: number } }): ReturnType<Turnkey["apiClient"]>;
   /** @turnkey/http's TurnkeyClient with an ApiKeyStamper. */
   http(key: ApiKeyPair): TurnkeyClient;
   /** A POST with a body sent byte for byte, stamped (or not) as the caller says. */
@@ -64,7 +64,7 @@ function uncompressedXY(compressedHex: string) {
   return { x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") };
 }
 
-export async function startHarness(env: Record<string, string> = {}): Promise<Harness> {
+export async function startHarness(env: Record<string, string> = {}, options: { clock?: () => number } = {}): Promise<Harness> {
   const database = await createTestDatabase();
   const config = loadConfig(
     { SIGIL_LOG_LEVEL: "info", ...env, ...(database.databaseUrl ? { SIGIL_DATABASE_URL: database.databaseUrl } : {}) },
@@ -73,7 +73,7 @@ export async function startHarness(env: Record<string, string> = {}): Promise<Ha
   config.port = 0; // any free port
   const logLines: string[] = [];
   const logger = pino({ level: config.logLevel }, { write: (line: string) => void logLines.push(line) });
-  const server = await startServer(config, logger);
+  const server = await startServer(config, logger, options);
   const url = server.url;
 
   const harness: Harness = {
@@ -91,8 +91,8 @@ export async function startHarness(env: Record<string, string> = {}): Promise<Ha
       const created = await createOrganization(server.store.db, { organizationName: name, userName: "root", apiPublicKey: key.publicKey, apiKeyName: "root key" });
       return { ...created, key };
     },
-    sdk(org, key) {
-      return new Turnkey({ apiBaseUrl: url, apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey, defaultOrganizationId: org.organizationId }).apiClient();
+    sdk(org, key, options = {}) {
+      return new Turnkey({ apiBaseUrl: url, apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey, defaultOrganizationId: org.organizationId, ...options }).apiClient();
     },
     http(key) {
       return new TurnkeyClient({ baseUrl: url }, new ApiKeyStamper({ apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey }));
@@ -110,7 +110,7 @@ export async function startHarness(env: Record<string, string> = {}): Promise<Ha
     },
     async snapshot() {
       const db = server.store.db;
-      const tables = ["organizations", "root_quorum_members", "users", "api_keys", "authenticators", "oauth_providers", "tags", "user_tag_members", "activities"] as const;
+      const tables = ["organizations", "root_quorum_members", "users", "api_keys", "authenticators", "oauth_providers", "tags", "user_tag_members", "activities", "policies", "policy_evaluations"] as const;
       const out: Record<string, unknown[]> = {};
       for (const table of tables) {
         const rows = await db.selectFrom(table).selectAll().execute();

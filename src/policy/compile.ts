@@ -1,0 +1,369 @@
+// Type-checks a parsed expression and turns it into a closure in the same pass. Everything that can
+// be known before evaluation is checked here (types, keyword names, literal ranges, Timestamp and
+// CronSpan arguments), so evaluation fails only for what depends on the activity: a keyword or
+// field the activity does not have, or an index out of range.
+//
+// Evaluation does not short-circuit, as in the product: `a || b` evaluates both sides, so an error
+// in either makes the whole expression an error.
+import { PolicySyntaxError } from "./lexer.js";
+import { parse, type Node } from "./parser.js";
+import { keywordTypes, type PolicyField } from "./keywords.js";
+import { compileCronSpan, inCronSpan, parseTimestamp } from "./time.js";
+import { I128_MAX, I128_MIN, PolicyTimestamp, T, U256_MAX, compatible, describeType, isNumeric, unify, type Type, type Value } from "./types.js";
+
+/** Something the expression needed that this activity does not have. */
+export class PolicyEvaluationError extends Error {
+  override name = "PolicyEvaluationError";
+}
+
+export interface Environment {
+  /** Keyword values by root name (see rootValues). */
+  roots: Record<string, unknown>;
+  /** time.now in milliseconds, for CronSpan. */
+  nowMs: number;
+  /** Lambda variables, by slot. */
+  locals: Value[];
+  /** When set, records whether one of these values (a would-be voter's user and credential) was
+   * counted, or made a predicate true, while evaluating a consensus (see namesVoter). */
+  trace?: { subjects: Set<unknown>; named: boolean };
+}
+
+export type Evaluator = (env: Environment) => Value;
+
+interface Compiled {
+  type: Type;
+  run: Evaluator;
+}
+
+interface Scope {
+  field: PolicyField;
+  locals: Map<string, { slot: number; type: Type }>;
+}
+
+export const MAX_EXPRESSION_LENGTH = 16_384;
+
+/** Parses, checks and compiles an expression that must be a bool. Throws PolicySyntaxError. */
+export function compileExpression(source: string, field: PolicyField): Evaluator {
+  if (source.length > MAX_EXPRESSION_LENGTH) throw new PolicySyntaxError(source, MAX_EXPRESSION_LENGTH, `the expression is longer than ${MAX_EXPRESSION_LENGTH} characters`);
+  const tree = parse(source);
+  let compiled: Compiled;
+  try {
+    compiled = check(tree, { field, locals: new Map() }, source);
+  } catch (error) {
+    // A very long chain of operators nests the tree beyond the stack: refuse it as too complex.
+    if (error instanceof RangeError) throw new PolicySyntaxError(source, 0, "the expression is too deeply nested");
+    throw error;
+  }
+  if (compiled.type.kind !== "bool") throw new PolicySyntaxError(source, 0, `a ${field} must be a bool expression, but this one is ${describeType(compiled.type)}`);
+  return compiled.run;
+}
+
+function check(node: Node, scope: Scope, source: string): Compiled {
+  const fail = (at: Node | number, problem: string): never => {
+    throw new PolicySyntaxError(source, typeof at === "number" ? at : at.start, problem);
+  };
+  const sub = (n: Node, s: Scope = scope) => check(n, s, source);
+
+  switch (node.kind) {
+    case "bool": {
+      const value = node.value;
+      return { type: T.bool, run: () => value };
+    }
+    case "number": {
+      const value = BigInt(node.digits);
+      if (value > U256_MAX) fail(node, `the number ${node.digits} is larger than the largest uint (2^256 - 1)`);
+      return { type: value > I128_MAX ? T.uint : T.int, run: () => value };
+    }
+    case "negate": {
+      const operand = sub(node.operand);
+      if (!isNumeric(operand.type)) fail(node, `"-" applies to a number, not ${describeType(operand.type)}`);
+      if (node.operand.kind === "number") {
+        const value = -BigInt(node.operand.digits);
+        if (value < I128_MIN) fail(node, `the number -${node.operand.digits} is smaller than the smallest int (-2^127)`);
+        return { type: T.int, run: () => value };
+      }
+      if (operand.type.kind === "uint") fail(node, `"-" does not apply to a uint`);
+      const run = operand.run;
+      return {
+        type: T.int,
+        run: (env) => {
+          const v = -(run(env) as bigint);
+          if (v > I128_MAX) throw new PolicyEvaluationError("integer overflow in negation");
+          return v;
+        },
+      };
+    }
+    case "string": {
+      const value = node.value;
+      return { type: T.string, run: () => value };
+    }
+    case "list": {
+      const items = node.items.map((item) => sub(item));
+      let element: Type = T.never;
+      for (const [i, item] of items.entries()) {
+        if (!compatible(element, item.type)) fail(node.items[i]!, `a list holds one type: this item is ${describeType(item.type)}, earlier items are ${describeType(element)}`);
+        element = unify(element, item.type);
+      }
+      const runs = items.map((i) => i.run);
+      return { type: T.list(element), run: (env) => runs.map((r) => r(env)) };
+    }
+    case "name": {
+      const local = scope.locals.get(node.name);
+      if (local) {
+        const slot = local.slot;
+        return { type: local.type, run: (env) => env.locals[slot]! };
+      }
+      const roots = keywordTypes(scope.field);
+      const type = roots.get(node.name);
+      if (!type) {
+        const available = [...roots.keys()].sort().join(", ");
+        fail(node, `unknown keyword "${node.name}" in a ${scope.field} (available: ${available})`);
+      }
+      const name = node.name;
+      return {
+        type: type!,
+        run: (env) => {
+          const value = env.roots[name];
+          if (value === undefined) throw new PolicyEvaluationError(`${name} is not available for this activity`);
+          return value as Value;
+        },
+      };
+    }
+    case "not": {
+      const operand = sub(node.operand);
+      if (operand.type.kind !== "bool") fail(node, `"!" applies to a bool, not ${describeType(operand.type)}`);
+      const run = operand.run;
+      return { type: T.bool, run: (env) => !run(env) };
+    }
+    case "binary":
+      return binary(node, scope, source, fail);
+    case "field": {
+      const object = sub(node.object);
+      if (object.type.kind !== "struct") fail(node, `${describeType(object.type)} has no fields; "${node.field}" cannot be read from it`);
+      const struct = object.type as Extract<Type, { kind: "struct" }>;
+      const type = struct.fields[node.field];
+      if (!type) fail(node, `${struct.name} has no field "${node.field}" (fields: ${Object.keys(struct.fields).join(", ")})`);
+      const field = node.field;
+      const path = source.slice(startOf(node.object), node.start + field.length);
+      const run = object.run;
+      return {
+        type: type!,
+        run: (env) => {
+          const value = (run(env) as Record<string, Value>)[field];
+          if (value === undefined) throw new PolicyEvaluationError(`missing field: ${path} is not available for this activity`);
+          return value;
+        },
+      };
+    }
+    case "index": {
+      const object = sub(node.object);
+      const index = sub(node.index);
+      if (!isNumeric(index.type)) fail(node.index, `an index must be a number, not ${describeType(index.type)}`);
+      const [element, items] = indexable(object.type, node, fail);
+      const runObject = object.run;
+      const runIndex = index.run;
+      return {
+        type: element,
+        run: (env) => {
+          const all = items(runObject(env));
+          const i = runIndex(env) as bigint;
+          if (i < 0n || i >= BigInt(all.length)) throw new PolicyEvaluationError(`index ${i} is out of range for a length of ${all.length}`);
+          return all[Number(i)]!;
+        },
+      };
+    }
+    case "slice": {
+      const object = sub(node.object);
+      const from = node.from ? sub(node.from) : null;
+      const to = node.to ? sub(node.to) : null;
+      for (const [bound, n] of [[from, node.from], [to, node.to]] as const) {
+        if (bound && !isNumeric(bound.type)) fail(n!, `a slice bound must be a number, not ${describeType(bound.type)}`);
+      }
+      const [, items] = indexable(object.type, node, fail);
+      const isString = object.type.kind === "string";
+      const runObject = object.run;
+      return {
+        type: object.type,
+        run: (env) => {
+          const all = items(runObject(env));
+          const start = from ? (from.run(env) as bigint) : 0n;
+          const end = to ? (to.run(env) as bigint) : BigInt(all.length);
+          if (start < 0n || end > BigInt(all.length) || start > end) throw new PolicyEvaluationError(`slice ${start}..${end} is out of range for a length of ${all.length}`);
+          const part = all.slice(Number(start), Number(end));
+          return isString ? (part as string[]).join("") : part;
+        },
+      };
+    }
+    case "method":
+      return method(node, scope, source, fail);
+    case "call":
+      return call(node, scope, source, fail);
+  }
+}
+
+function startOf(node: Node): number {
+  switch (node.kind) {
+    case "field":
+    case "method":
+    case "index":
+    case "slice":
+      return startOf(node.object);
+    case "binary":
+      return startOf(node.left);
+    default:
+      return node.start;
+  }
+}
+
+type Fail = (at: Node | number, problem: string) => never;
+
+/** Lists index by element; strings by Unicode code point, so 'é' is one character. */
+function indexable(type: Type, node: Node, fail: Fail): [Type, (value: Value) => Value[]] {
+  if (type.kind === "list") return [type.element, (v) => v as Value[]];
+  if (type.kind === "string") return [T.string, (v) => Array.from(v as string)];
+  return fail(node, `only lists and strings can be indexed or sliced, not ${describeType(type)}`);
+}
+
+function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: string, fail: Fail): Compiled {
+  const left = check(node.left, scope, source);
+  const right = check(node.right, scope, source);
+  const l = left.run;
+  const r = right.run;
+  const op = node.operator;
+  if (op === "&&" || op === "||") {
+    if (left.type.kind !== "bool" || right.type.kind !== "bool") {
+      fail(node, `"${op}" joins two bools, not ${describeType(left.type)} and ${describeType(right.type)}`);
+    }
+    // Both sides always run (no short-circuit), so an error on either side is an error.
+    return op === "&&"
+      ? { type: T.bool, run: (env) => { const a = l(env); const b = r(env); return (a as boolean) && (b as boolean); } }
+      : { type: T.bool, run: (env) => { const a = l(env); const b = r(env); return (a as boolean) || (b as boolean); } };
+  }
+  if (op === "in") {
+    if (right.type.kind !== "list") fail(node, `the right side of "in" must be a list, not ${describeType(right.type)}`);
+    const element = (right.type as Extract<Type, { kind: "list" }>).element;
+    if (!compatible(left.type, element)) fail(node, `cannot look for ${describeType(left.type)} in ${describeType(right.type)}`);
+    return { type: T.bool, run: (env) => { const needle = l(env); return (r(env) as Value[]).some((item) => equal(needle, item)); } };
+  }
+  if (op === "==" || op === "!=") {
+    if (!compatible(left.type, right.type)) fail(node, `cannot compare ${describeType(left.type)} with ${describeType(right.type)} using "${op}"`);
+    return op === "=="
+      ? { type: T.bool, run: (env) => equal(l(env), r(env)) }
+      : { type: T.bool, run: (env) => !equal(l(env), r(env)) };
+  }
+  const ordered = (isNumeric(left.type) && isNumeric(right.type)) || (left.type.kind === "timestamp" && right.type.kind === "timestamp");
+  if (!ordered) fail(node, `"${op}" compares two numbers or two timestamps, not ${describeType(left.type)} and ${describeType(right.type)}`);
+  const key = left.type.kind === "timestamp" ? (v: Value) => (v as PolicyTimestamp).epochNanos : (v: Value) => v as bigint;
+  switch (op) {
+    case "<":
+      return { type: T.bool, run: (env) => key(l(env)) < key(r(env)) };
+    case ">":
+      return { type: T.bool, run: (env) => key(l(env)) > key(r(env)) };
+    case "<=":
+      return { type: T.bool, run: (env) => key(l(env)) <= key(r(env)) };
+    default:
+      return { type: T.bool, run: (env) => key(l(env)) >= key(r(env)) };
+  }
+}
+
+export function equal(a: Value, b: Value): boolean {
+  if (a === b) return true;
+  if (a instanceof PolicyTimestamp && b instanceof PolicyTimestamp) return a.epochNanos === b.epochNanos;
+  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((item, i) => equal(item, b[i]!));
+  if (typeof a === "object" && typeof b === "object" && !Array.isArray(a) && !Array.isArray(b) && !(a instanceof PolicyTimestamp) && !(b instanceof PolicyTimestamp)) {
+    const keys = Object.keys(a);
+    return keys.length === Object.keys(b).length && keys.every((k) => k in b && equal(a[k]!, b[k]!));
+  }
+  return false;
+}
+
+const LAMBDA_METHODS = new Set(["all", "any", "filter"]);
+
+function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: string, fail: Fail): Compiled {
+  const object = check(node.object, scope, source);
+  const known = ["all", "any", "filter", "contains", "count"];
+  if (!known.includes(node.method)) fail(node, `unknown function "${node.method}" (functions: ${known.map((k) => `${k}()`).join(", ")})`);
+  if (object.type.kind !== "list") fail(node, `${node.method}() applies to a list, not ${describeType(object.type)}`);
+  const element = (object.type as Extract<Type, { kind: "list" }>).element;
+  const runList = object.run;
+
+  if (node.method === "count") {
+    if (node.args.length !== 0) fail(node, `count() takes no arguments`);
+    return {
+      type: T.int,
+      run: (env) => {
+        const items = runList(env) as Value[];
+        if (env.trace && items.some((item) => env.trace!.subjects.has(item))) env.trace.named = true;
+        return BigInt(items.length);
+      },
+    };
+  }
+  if (node.method === "contains") {
+    if (node.args.length !== 1) fail(node, `contains() takes one argument`);
+    const needle = check(node.args[0]!, scope, source);
+    if (!compatible(needle.type, element)) fail(node.args[0]!, `cannot look for ${describeType(needle.type)} in ${describeType(object.type)}`);
+    return { type: T.bool, run: (env) => { const items = runList(env) as Value[]; const v = needle.run(env); return items.some((item) => equal(v, item)); } };
+  }
+  // all / any / filter: (variable, predicate)
+  if (!LAMBDA_METHODS.has(node.method)) fail(node, `unknown function "${node.method}"`);
+  if (node.args.length !== 2) fail(node, `${node.method}() takes a variable name and a predicate, as in ${node.method}(x, x == 1)`);
+  const variable = node.args[0]!;
+  if (variable.kind !== "name") fail(variable, `the first argument of ${node.method}() must be a variable name`);
+  const name = (variable as Extract<Node, { kind: "name" }>).name;
+  if (keywordTypes(scope.field).has(name) || name === "true" || name === "false") fail(variable, `"${name}" is a keyword and cannot name a variable`);
+  const slot = scope.locals.size;
+  const locals = new Map(scope.locals);
+  locals.set(name, { slot, type: element });
+  const predicate = check(node.args[1]!, { ...scope, locals }, source);
+  if (predicate.type.kind !== "bool") fail(node.args[1]!, `the predicate of ${node.method}() must be a bool, not ${describeType(predicate.type)}`);
+  const test = predicate.run;
+  // Every item is tested (no short-circuit), so an error for any item is an error.
+  const results = (env: Environment, items: Value[]): boolean[] =>
+    items.map((item) => {
+      env.locals[slot] = item;
+      const ok = test(env) as boolean;
+      if (ok && env.trace?.subjects.has(item)) env.trace.named = true;
+      return ok;
+    });
+  switch (node.method) {
+    case "all":
+      return { type: T.bool, run: (env) => results(env, runList(env) as Value[]).every(Boolean) };
+    case "any":
+      return { type: T.bool, run: (env) => results(env, runList(env) as Value[]).some(Boolean) };
+    default:
+      return {
+        type: object.type,
+        run: (env) => {
+          const items = runList(env) as Value[];
+          const keep = results(env, items);
+          return items.filter((_, i) => keep[i]);
+        },
+      };
+  }
+}
+
+function literalArguments(node: Extract<Node, { kind: "call" }>, count: number, fail: Fail): string[] {
+  if (node.args.length !== count) fail(node, `${node.callee}() takes ${count} string argument${count > 1 ? "s" : ""}, got ${node.args.length}`);
+  return node.args.map((arg) => {
+    if (arg.kind !== "string") fail(arg, `the arguments of ${node.callee}() must be string literals in single quotes`);
+    return (arg as Extract<Node, { kind: "string" }>).value;
+  });
+}
+
+function call(node: Extract<Node, { kind: "call" }>, _scope: Scope, _source: string, fail: Fail): Compiled {
+  if (node.callee === "Timestamp") {
+    const [text] = literalArguments(node, 1, fail);
+    const parsed = parseTimestamp(text!);
+    if (typeof parsed === "string") fail(node.args[0]!, parsed);
+    const value = parsed as PolicyTimestamp;
+    return { type: T.timestamp, run: () => value };
+  }
+  if (node.callee === "CronSpan") {
+    const [cron, duration, zone] = literalArguments(node, 3, fail);
+    const span = compileCronSpan(cron!, duration!, zone!);
+    if (typeof span === "string") fail(node, span);
+    const compiled = span as Exclude<typeof span, string>;
+    return { type: T.bool, run: (env) => inCronSpan(compiled, env.nowMs) };
+  }
+  return fail(node, `unknown function "${node.callee}" (functions: Timestamp(), CronSpan())`);
+}

@@ -1,0 +1,202 @@
+// Policies: compiled once per distinct text (cached), evaluated against one activity and the
+// approvals it has so far. The order is the product's:
+//   an applicable EFFECT_DENY denies (explicit deny); else an applicable EFFECT_ALLOW allows;
+//   else an allow policy waiting only for approvals asks for consensus; else implicit deny.
+// A policy applies when its time, condition and consensus all hold (each absent one holds).
+// The root quorum and the default allowances are decided by the caller (activities/authorization).
+import { PolicySyntaxError } from "./lexer.js";
+import { PolicyEvaluationError, compileExpression, type Environment, type Evaluator } from "./compile.js";
+import { rootValues, type PolicyField } from "./keywords.js";
+import { PolicyTimestamp, type Value } from "./types.js";
+
+export type Effect = "EFFECT_ALLOW" | "EFFECT_DENY";
+export type Outcome =
+  | "OUTCOME_ALLOW"
+  | "OUTCOME_DENY_EXPLICIT"
+  | "OUTCOME_DENY_IMPLICIT"
+  | "OUTCOME_REQUIRES_CONSENSUS"
+  | "OUTCOME_REJECTED"
+  | "OUTCOME_ERROR"
+  | "OUTCOME_REQUIRES_AUTHENTICATORS"
+  | "OUTCOME_TIME_INACTIVE";
+
+export interface PolicySource {
+  id: string;
+  effect: Effect;
+  condition: string | null;
+  consensus: string | null;
+  time: string | null;
+}
+
+interface CompiledPolicy extends PolicySource {
+  run: Partial<Record<PolicyField, Evaluator>>;
+}
+
+/** A policy text that does not compile, naming which field it is in. */
+export class InvalidPolicyError extends Error {
+  constructor(
+    readonly field: PolicyField,
+    readonly problem: PolicySyntaxError,
+  ) {
+    super(`${field}: ${problem.message}`);
+    this.name = "InvalidPolicyError";
+  }
+}
+
+const CACHE_LIMIT = 4096;
+const cache = new Map<string, Evaluator>();
+
+/** Compiles one field's expression; the same text in the same field is compiled once per process. */
+export function compileField(field: PolicyField, source: string): Evaluator {
+  const key = `${field}\u0000${source}`;
+  const hit = cache.get(key);
+  if (hit) return hit;
+  let compiled: Evaluator;
+  try {
+    compiled = compileExpression(source, field);
+  } catch (error) {
+    if (error instanceof PolicySyntaxError) throw new InvalidPolicyError(field, error);
+    throw error;
+  }
+  // Bounded: an organization editing policies in a loop must not grow memory without end.
+  if (cache.size >= CACHE_LIMIT) cache.delete(cache.keys().next().value!);
+  cache.set(key, compiled);
+  return compiled;
+}
+
+/** An absent or empty (whitespace only) field always holds. */
+export const present = (text: string | null | undefined): text is string => typeof text === "string" && text.trim() !== "";
+
+/** Checks every field of a policy; throws InvalidPolicyError for the first that does not compile. */
+export function validatePolicy(policy: Pick<PolicySource, "condition" | "consensus" | "time">): void {
+  for (const field of ["condition", "consensus", "time"] as const) {
+    const text = policy[field];
+    if (present(text)) compileField(field, text);
+  }
+}
+
+function compilePolicy(policy: PolicySource): CompiledPolicy {
+  const run: CompiledPolicy["run"] = {};
+  for (const field of ["condition", "consensus", "time"] as const) {
+    const text = policy[field];
+    if (present(text)) run[field] = compileField(field, text);
+  }
+  return { ...policy, run };
+}
+
+/** What an activity looks like to policies. */
+export interface EvaluationInput {
+  /** Condition keyword values by path ("activity", "wallet", "eth.tx", …). */
+  condition: Record<string, unknown>;
+  approvers: Value[];
+  credentials: Value[];
+  nowMs: number;
+}
+
+export interface PolicyVerdict {
+  policyId: string;
+  outcome: Outcome;
+  /** Why an evaluation failed (OUTCOME_ERROR): for the audit log and the operator, not for callers. */
+  error?: string;
+}
+
+export interface PolicySetResult {
+  outcome: "OUTCOME_ALLOW" | "OUTCOME_DENY_EXPLICIT" | "OUTCOME_DENY_IMPLICIT" | "OUTCOME_REQUIRES_CONSENSUS";
+  verdicts: PolicyVerdict[];
+}
+
+class Evaluation {
+  private readonly conditionRoots: Record<string, unknown>;
+  private readonly consensusRoots: Record<string, unknown>;
+  private readonly timeRoots: Record<string, unknown>;
+
+  constructor(readonly input: EvaluationInput) {
+    const now = PolicyTimestamp.fromMillis(input.nowMs);
+    this.conditionRoots = rootValues({ ...input.condition, "time.now": now });
+    this.consensusRoots = rootValues({ approvers: input.approvers, credentials: input.credentials, "time.now": now });
+    this.timeRoots = rootValues({ "time.now": now });
+  }
+
+  run(evaluator: Evaluator, field: PolicyField, overrides?: Partial<Environment>): boolean {
+    const roots = field === "condition" ? this.conditionRoots : field === "consensus" ? this.consensusRoots : this.timeRoots;
+    return evaluator({ roots, nowMs: this.input.nowMs, locals: [], ...overrides }) as boolean;
+  }
+
+  /** time and condition: whether the policy is in force for this activity at all. */
+  gate(policy: CompiledPolicy): PolicyVerdict | null {
+    try {
+      if (policy.run.time && !this.run(policy.run.time, "time")) return { policyId: policy.id, outcome: "OUTCOME_TIME_INACTIVE" };
+      if (policy.run.condition && !this.run(policy.run.condition, "condition")) return { policyId: policy.id, outcome: "OUTCOME_DENY_IMPLICIT" };
+      return null;
+    } catch (error) {
+      return errorVerdict(policy, error);
+    }
+  }
+
+  verdict(policy: CompiledPolicy): PolicyVerdict {
+    const gated = this.gate(policy);
+    if (gated) return gated;
+    try {
+      if (policy.run.consensus && !this.run(policy.run.consensus, "consensus")) {
+        return { policyId: policy.id, outcome: policy.effect === "EFFECT_ALLOW" ? "OUTCOME_REQUIRES_CONSENSUS" : "OUTCOME_DENY_IMPLICIT" };
+      }
+    } catch (error) {
+      return errorVerdict(policy, error);
+    }
+    return { policyId: policy.id, outcome: policy.effect === "EFFECT_ALLOW" ? "OUTCOME_ALLOW" : "OUTCOME_DENY_EXPLICIT" };
+  }
+}
+
+function errorVerdict(policy: PolicySource, error: unknown): PolicyVerdict {
+  if (error instanceof PolicyEvaluationError) return { policyId: policy.id, outcome: "OUTCOME_ERROR", error: error.message };
+  throw error;
+}
+
+/** Evaluates every policy (no early exit: each one's outcome is recorded) and combines them. */
+export function evaluatePolicies(policies: PolicySource[], input: EvaluationInput): PolicySetResult {
+  const evaluation = new Evaluation(input);
+  const verdicts = policies.map((p) => evaluation.verdict(compilePolicy(p)));
+  const has = (outcome: Outcome) => verdicts.some((v) => v.outcome === outcome);
+  const outcome = has("OUTCOME_DENY_EXPLICIT")
+    ? "OUTCOME_DENY_EXPLICIT"
+    : has("OUTCOME_ALLOW")
+      ? "OUTCOME_ALLOW"
+      : has("OUTCOME_REQUIRES_CONSENSUS")
+        ? "OUTCOME_REQUIRES_CONSENSUS"
+        : "OUTCOME_DENY_IMPLICIT";
+  return { outcome, verdicts };
+}
+
+/**
+ * Whether an allow policy in force for this activity counts the would-be voter in its consensus:
+ * the voter's user (or credential) makes one of the consensus's predicates over approvers true, or
+ * is counted. This is "a user named by a consensus may vote": `approvers.any(u, u.id == 'X')`
+ * names X, `approvers.filter(u, u.tags.contains('T')).count() >= 2` names every user tagged T, and
+ * `approvers.count() >= 2` names everyone.
+ */
+export function namesVoter(policies: PolicySource[], input: EvaluationInput, voter: Value, voterCredentials: Value[]): boolean {
+  const withVoter = new Evaluation({ ...input, approvers: [...input.approvers, voter], credentials: [...input.credentials, ...voterCredentials] });
+  for (const source of policies) {
+    if (source.effect !== "EFFECT_ALLOW") continue;
+    const policy = compilePolicy(source);
+    if (!policy.run.consensus || withVoter.gate(policy)) continue;
+    const trace = { subjects: new Set<unknown>([voter, ...voterCredentials]), named: false };
+    try {
+      withVoter.run(policy.run.consensus, "consensus", { trace });
+    } catch (error) {
+      if (!(error instanceof PolicyEvaluationError)) throw error;
+    }
+    if (trace.named) return true;
+  }
+  return false;
+}
+
+/**
+ * Whether some allow policy in force could still be satisfied if every user who has not rejected
+ * approved. Used to decide that a rejection has made approval impossible. Consensus expressions are
+ * assumed to be monotone (more approvers never hurt), which holds for the forms the product documents.
+ */
+export function approvalStillPossible(policies: PolicySource[], input: EvaluationInput): boolean {
+  const evaluation = new Evaluation(input);
+  return policies.some((p) => p.effect === "EFFECT_ALLOW" && evaluation.verdict(compilePolicy(p)).outcome === "OUTCOME_ALLOW");
+}

@@ -1,0 +1,333 @@
+// The policy engine, driven the way users drive it: policies created and activities submitted and
+// approved through @turnkey/sdk-server and @turnkey/http, against a real server and database.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TurnkeyActivityError, createActivityPoller } from "@turnkey/http";
+import { startHarness, newKeyPair, type ApiKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
+
+const noCredentials = { authenticators: [], oauthProviders: [], userTags: [] };
+const fastPoller = { activityPoller: { intervalMs: 10, numRetries: 1 } };
+
+interface Member {
+  userId: string;
+  key: ApiKeyPair;
+  client: ReturnType<Harness["sdk"]>;
+}
+
+/** A fresh organization with a root user and the named non-root users, each holding an API key. */
+async function organizationWith(h: Harness, names: string[]) {
+  const org = await h.organization();
+  const root = h.sdk(org, org.key, fastPoller);
+  const keys = names.map(() => newKeyPair());
+  if (names.length === 0) return { org, root, members: {} as Record<string, Member> };
+  const { userIds } = await root.createUsers({
+    users: names.map((userName, i) => ({ userName, apiKeys: [{ apiKeyName: `${userName} key`, publicKey: keys[i]!.publicKey, curveType: "API_KEY_CURVE_P256" as const }], ...noCredentials })),
+  });
+  const members: Record<string, Member> = {};
+  names.forEach((name, i) => (members[name] = { userId: userIds[i]!, key: keys[i]!, client: h.sdk(org, keys[i]!, fastPoller) }));
+  return { org, root, members };
+}
+
+async function activityCount(h: Harness, org: TestOrganization) {
+  const row = await h.server.store.db.selectFrom("activities").select((eb) => eb.fn.countAll<number>().as("n")).where("organization_id", "=", org.organizationId).executeTakeFirstOrThrow();
+  return Number(row.n);
+}
+
+let h: Harness;
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterAll(() => h.close());
+
+describe("policies as resources", () => {
+  it("creates (every version), reads, lists, updates and deletes policies", async () => {
+    const { root } = await organizationWith(h, []);
+    const v3 = await root.createPolicy({ policyName: "allow tag creation", effect: "EFFECT_ALLOW", condition: "activity.resource == 'USER'", consensus: "approvers.count() >= 1", notes: "n" });
+    expect(v3.activity.type).toBe("ACTIVITY_TYPE_CREATE_POLICY_V3");
+    const { policy } = await root.getPolicy({ policyId: v3.policyId });
+    expect(policy).toMatchObject({ policyId: v3.policyId, policyName: "allow tag creation", effect: "EFFECT_ALLOW", condition: "activity.resource == 'USER'", consensus: "approvers.count() >= 1", notes: "n" });
+    expect(policy.createdAt.seconds).toMatch(/^\d+$/);
+
+    const many = await root.createPolicies({
+      policies: [
+        { policyName: "a", effect: "EFFECT_DENY", condition: "activity.action == 'DELETE'", notes: "" },
+        { policyName: "b", effect: "EFFECT_ALLOW", time: "time.now > Timestamp('2020-01-01T00:00:00Z')", notes: "" },
+      ],
+    });
+    expect(many.policyIds).toHaveLength(2);
+
+    const updated = await root.updatePolicy({ policyId: many.policyIds[0]!, policyName: "a2", policyCondition: "activity.action == 'UPDATE'" });
+    expect(updated.activity.type).toBe("ACTIVITY_TYPE_UPDATE_POLICY_V2");
+    expect((await root.getPolicy({ policyId: many.policyIds[0]! })).policy).toMatchObject({ policyName: "a2", effect: "EFFECT_DENY", condition: "activity.action == 'UPDATE'" });
+
+    const { policies } = await root.getPolicies({});
+    expect(policies.map((p) => p.policyName)).toEqual(["allow tag creation", "a2", "b"]);
+    expect(policies[2]).toMatchObject({ time: "time.now > Timestamp('2020-01-01T00:00:00Z')", condition: "", consensus: "" });
+
+    await root.deletePolicy({ policyId: v3.policyId });
+    await expect(root.getPolicy({ policyId: v3.policyId })).rejects.toMatchObject({ code: 5 });
+    await root.deletePolicies({ policyIds: many.policyIds });
+    expect((await root.getPolicies({})).policies).toEqual([]);
+  });
+
+  it("refuses a policy that does not parse or type-check, naming the field, position and problem, and stores nothing", async () => {
+    const { org, root } = await organizationWith(h, []);
+    const before = await h.snapshot();
+    await expect(root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", condition: "activity.type == ", notes: "" })).rejects.toMatchObject({
+      code: 3,
+      message: expect.stringMatching(/condition is not a valid policy expression: line 1, column 18: expected a value but found end of input/),
+    });
+    await expect(root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", consensus: "approvers.count() >= 'two'", notes: "" })).rejects.toMatchObject({
+      message: expect.stringMatching(/consensus .*column 19: .*compares two numbers/),
+    });
+    await expect(root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", condition: "approvers.count() > 1", notes: "" })).rejects.toMatchObject({
+      message: expect.stringMatching(/unknown keyword "approvers" in a condition/),
+    });
+    await expect(root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", time: "CronSpan('*/5 * * * *', '1h', 'UTC')", notes: "" })).rejects.toMatchObject({
+      message: expect.stringMatching(/step values/),
+    });
+    // Nothing stored but the failed activities themselves (the audit log keeps refused attempts).
+    const after = JSON.parse(await h.snapshot());
+    expect(after.policies).toEqual(JSON.parse(before).policies);
+    const failed = (await root.getActivities({ filterByStatus: ["ACTIVITY_STATUS_FAILED"] })).activities;
+    expect(failed).toHaveLength(4);
+    expect(org).toBeDefined();
+  });
+
+  it("translates legacy selectors (CREATE_POLICY_V2) into an expression", async () => {
+    const { org } = await organizationWith(h, []);
+    const client = h.http(org.key);
+    const response = await client.createPolicy({
+      type: "ACTIVITY_TYPE_CREATE_POLICY_V2",
+      organizationId: org.organizationId,
+      timestampMs: String(Date.now()),
+      parameters: { policyName: "legacy", effect: "EFFECT_ALLOW", notes: "", selectors: [{ subject: "activity.type", operator: "OPERATOR_IN", targets: ["ACTIVITY_TYPE_CREATE_USERS_V4"] }] } as any,
+    } as any);
+    const policyId = (response.activity.result as any).createPolicyResult.policyId;
+    const { policy } = await client.getPolicy({ organizationId: org.organizationId, policyId });
+    expect(policy.condition).toBe("activity.type in ['ACTIVITY_TYPE_CREATE_USERS_V4']");
+  });
+});
+
+describe("evaluation", () => {
+  it("denies a non-root user (implicit deny, 403, recorded as FAILED), then a policy allows it", async () => {
+    const { org, root, members } = await organizationWith(h, ["alice"]);
+    const alice = members.alice!;
+    const count = await activityCount(h, org);
+    const denied = alice.client.createUserTag({ userTagName: "ops", userIds: [] });
+    await expect(denied).rejects.toMatchObject({ code: 7, message: expect.stringContaining("OUTCOME_DENY_IMPLICIT") });
+    expect(await activityCount(h, org)).toBe(count + 1);
+    const [failed] = (await root.getActivities({ filterByStatus: ["ACTIVITY_STATUS_FAILED"] })).activities;
+    expect(failed).toMatchObject({ type: "ACTIVITY_TYPE_CREATE_USER_TAG", status: "ACTIVITY_STATUS_FAILED" });
+    const evaluations = await root.getPolicyEvaluations({ activityId: failed!.id });
+    expect(evaluations.policyEvaluations).toHaveLength(1);
+    expect(evaluations.policyEvaluations[0]).toMatchObject({ activityId: failed!.id, organizationId: org.organizationId, voteId: failed!.votes[0]!.id, policyEvaluations: [] });
+
+    const { policyId } = await root.createPolicy({
+      policyName: "alice manages tags",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(user, user.id == '${alice.userId}')`,
+      condition: "activity.resource == 'USER' && activity.kind == 'CREATE_USER_TAG'",
+      notes: "",
+    });
+    const created = await alice.client.createUserTag({ userTagName: "ops", userIds: [] });
+    expect(created.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    const allowed = await root.getPolicyEvaluations({ activityId: created.activity.id });
+    expect(allowed.policyEvaluations[0]!.policyEvaluations).toEqual([{ policyId, outcome: "OUTCOME_ALLOW" }]);
+  });
+
+  it("an explicit deny beats an allow, and the message says so", async () => {
+    const { root, members } = await organizationWith(h, ["bob"]);
+    const bob = members.bob!;
+    await root.createPolicy({ policyName: "bob may create tags", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${bob.userId}')`, condition: "activity.action == 'CREATE'", notes: "" });
+    const deny = await root.createPolicy({ policyName: "no tags named secret", effect: "EFFECT_DENY", condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    await expect(bob.client.createUserTag({ userTagName: "x", userIds: [] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining(`OUTCOME_DENY_EXPLICIT (explicitly denied by policy ${deny.policyId})`) });
+    await root.deletePolicy({ policyId: deny.policyId });
+    expect((await bob.client.createUserTag({ userTagName: "x", userIds: [] })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+  });
+
+  it("a user changes its own credentials without a policy, unless a policy explicitly denies it; not another user's", async () => {
+    const { root, members } = await organizationWith(h, ["carol", "dave"]);
+    const carol = members.carol!;
+    const own = await carol.client.createApiKeys({ userId: carol.userId, apiKeys: [{ apiKeyName: "second", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    expect(own.apiKeyIds).toHaveLength(1);
+    await expect(carol.client.createApiKeys({ userId: members.dave!.userId, apiKeys: [{ apiKeyName: "x", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }] })).rejects.toMatchObject({ code: 7 });
+    await root.createPolicy({ policyName: "no new keys", effect: "EFFECT_DENY", condition: "activity.resource == 'CREDENTIAL' && activity.params.user_id != ''", notes: "" });
+    await expect(carol.client.deleteApiKeys({ userId: carol.userId, apiKeyIds: own.apiKeyIds })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("OUTCOME_DENY_EXPLICIT") });
+  });
+
+  it("exposes activity.params: a user may delete only itself (the docs' example)", async () => {
+    const { root, members } = await organizationWith(h, ["erin", "frank"]);
+    const erin = members.erin!;
+    await root.createPolicy({
+      policyName: "self deletion",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(user, user.id == '${erin.userId}')`,
+      condition: `activity.type == 'ACTIVITY_TYPE_DELETE_USERS' && activity.params.user_ids.count() == 1 && '${erin.userId}' in activity.params.user_ids`,
+      notes: "",
+    });
+    await expect(erin.client.deleteUsers({ userIds: [members.frank!.userId] })).rejects.toMatchObject({ code: 7 });
+    expect((await erin.client.deleteUsers({ userIds: [erin.userId] })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+  });
+
+  it("a policy whose condition reads a keyword this activity lacks is OUTCOME_ERROR and allows nothing", async () => {
+    const { root, members } = await organizationWith(h, ["gina"]);
+    const gina = members.gina!;
+    const { policyId } = await root.createPolicy({ policyName: "wallet scoped", effect: "EFFECT_ALLOW", condition: "wallet.id == 'w' || activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    const attempt = gina.client.createUserTag({ userTagName: "t", userIds: [] });
+    await expect(attempt).rejects.toMatchObject({ code: 7 });
+    const [failed] = (await root.getActivities({ filterByStatus: ["ACTIVITY_STATUS_FAILED"] })).activities;
+    const evaluation = await root.getPolicyEvaluations({ activityId: failed!.id });
+    expect(evaluation.policyEvaluations[0]!.policyEvaluations).toEqual([{ policyId, outcome: "OUTCOME_ERROR", error: expect.stringContaining("wallet") }]);
+  });
+});
+
+describe("consensus", () => {
+  async function twoOfThree() {
+    const setup = await organizationWith(h, ["ann", "ben", "cat", "outsider"]);
+    const { root, members } = setup;
+    const { userTagId } = await root.createUserTag({ userTagName: "approvers", userIds: [members.ann!.userId, members.ben!.userId, members.cat!.userId] });
+    await root.createPolicy({
+      policyName: "two approvers create users",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.filter(user, user.tags.contains('${userTagId}')).count() >= 2`,
+      condition: "activity.resource == 'USER' && activity.action == 'CREATE'",
+      notes: "",
+    });
+    return setup;
+  }
+
+  it("2-of-3 through @turnkey/sdk-server: CONSENSUS_NEEDED, approved by another user, runs exactly once", async () => {
+    const { org, root, members } = await twoOfThree();
+    const pending = await members.ann!.client.createUsers({ users: [{ userName: "newcomer", apiKeys: [], ...noCredentials }] });
+    expect(pending.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    expect((pending as any).userIds).toBeUndefined();
+    const usersBefore = (await root.getUsers({})).users.length;
+
+    // Someone the consensus does not name may not vote.
+    await expect(members.outsider!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("may not vote") });
+
+    const approved = await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint });
+    expect(approved.activity).toMatchObject({ id: pending.activity.id, status: "ACTIVITY_STATUS_COMPLETED" });
+    expect((approved as any).createUsersResult.userIds).toHaveLength(1);
+    expect(approved.activity.votes.map((v: any) => [v.userId, v.selection])).toEqual([
+      [members.ann!.userId, "VOTE_SELECTION_APPROVED"],
+      [members.ben!.userId, "VOTE_SELECTION_APPROVED"],
+    ]);
+    const { users } = await root.getUsers({});
+    expect(users.length).toBe(usersBefore + 1);
+
+    // A third approval finds it no longer pending and changes nothing; the same approval again is a retry.
+    await expect(members.cat!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 9 });
+    expect((await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await root.getUsers({})).users.length).toBe(usersBefore + 1);
+    const evaluations = await root.getPolicyEvaluations({ activityId: pending.activity.id });
+    expect(evaluations.policyEvaluations.map((e: any) => e.policyEvaluations[0].outcome)).toEqual(["OUTCOME_REQUIRES_CONSENSUS", "OUTCOME_ALLOW"]);
+    expect(org).toBeDefined();
+  });
+
+  it("2-of-3 through @turnkey/http's createActivityPoller: raises TurnkeyActivityError with the activity id", async () => {
+    const { org, members } = await twoOfThree();
+    const client = h.http(members.cat!.key);
+    const poll = createActivityPoller({ client, requestFn: client.createUsers });
+    let error: unknown;
+    try {
+      await poll({ type: "ACTIVITY_TYPE_CREATE_USERS_V4", organizationId: org.organizationId, timestampMs: String(Date.now()), parameters: { users: [{ userName: "via http", apiKeys: [], ...noCredentials }] } } as any);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(TurnkeyActivityError);
+    const { activityId, activityStatus } = error as TurnkeyActivityError;
+    expect(activityStatus).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    const { activity } = await client.getActivity({ organizationId: org.organizationId, activityId: activityId! });
+    const approver = h.http(members.ann!.key);
+    const approve = createActivityPoller({ client: approver, requestFn: approver.approveActivity });
+    const done = await approve({ type: "ACTIVITY_TYPE_APPROVE_ACTIVITY", organizationId: org.organizationId, timestampMs: String(Date.now()), parameters: { fingerprint: activity.fingerprint } });
+    expect(done).toMatchObject({ id: activityId, status: "ACTIVITY_STATUS_COMPLETED" });
+  });
+
+  it("a rejection that makes approval impossible rejects the activity; one that does not leaves it pending", async () => {
+    const { root, members } = await twoOfThree();
+    const pending = await members.ann!.client.createUsers({ users: [{ userName: "maybe", apiKeys: [], ...noCredentials }] });
+    const oneNo = await members.ben!.client.rejectActivity({ fingerprint: pending.activity.fingerprint });
+    expect(oneNo.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    const usersBefore = (await root.getUsers({})).users.length;
+    const twoNo = await members.cat!.client.rejectActivity({ fingerprint: pending.activity.fingerprint });
+    expect(twoNo.activity.status).toBe("ACTIVITY_STATUS_REJECTED");
+    // Nothing can revive it, not even the root quorum; nothing ran.
+    await expect(root.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 9, message: expect.stringContaining("ACTIVITY_STATUS_REJECTED") });
+    expect((await root.getUsers({})).users.length).toBe(usersBefore);
+    const evaluations = await root.getPolicyEvaluations({ activityId: pending.activity.id });
+    expect(evaluations.policyEvaluations.at(-1)).toMatchObject({ outcome: "OUTCOME_REJECTED" });
+  });
+});
+
+describe("root quorum", () => {
+  it("2-of-3 root quorum: one root approval waits, a second runs it; update_root_quorum needs the current quorum", async () => {
+    const { org, root, members } = await organizationWith(h, ["r2", "r3", "plain"]);
+    const r2 = members.r2!;
+    const r3 = members.r3!;
+    // A non-root user can never change the root quorum, whatever the policies say.
+    await root.createPolicy({ policyName: "plain may do anything", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.plain!.userId}')`, notes: "" });
+    await expect(members.plain!.client.updateRootQuorum({ threshold: 1, userIds: [members.plain!.userId] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("only be approved by the root quorum") });
+
+    await root.updateRootQuorum({ threshold: 2, userIds: [org.userId, r2.userId, r3.userId] });
+    const pending = await root.createUserTag({ userTagName: "needs two", userIds: [] });
+    expect(pending.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    const done = await r3.client.approveActivity({ fingerprint: pending.activity.fingerprint });
+    expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((done as any).createUserTagResult.userTagId).toBeDefined();
+
+    // Changing the quorum back needs two root approvals too.
+    const change = await r2.client.updateRootQuorum({ threshold: 1, userIds: [org.userId] });
+    expect(change.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    await root.approveActivity({ fingerprint: change.activity.fingerprint });
+    const single = await root.createUserTag({ userTagName: "one is enough", userIds: [] });
+    expect(single.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+  });
+
+  it("a policy that locks everyone out is undone by the root quorum", async () => {
+    const { root, members } = await organizationWith(h, ["ops"]);
+    const ops = members.ops!;
+    await root.createPolicy({ policyName: "ops may create tags", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${ops.userId}')`, condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    const lockout = await root.createPolicy({ policyName: "deny everything", effect: "EFFECT_DENY", condition: "true", notes: "" });
+    await expect(ops.client.createUserTag({ userTagName: "a", userIds: [] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("OUTCOME_DENY_EXPLICIT") });
+    await expect(ops.client.deletePolicy({ policyId: lockout.policyId })).rejects.toMatchObject({ code: 7 });
+    // The root quorum bypasses policies.
+    await root.deletePolicy({ policyId: lockout.policyId });
+    expect((await ops.client.createUserTag({ userTagName: "a", userIds: [] })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+  });
+
+  it("refuses a root quorum that could never act, and changes nothing", async () => {
+    const { org, root, members } = await organizationWith(h, ["x"]);
+    const before = await h.snapshot();
+    await expect(root.updateRootQuorum({ threshold: 3, userIds: [org.userId, members.x!.userId] })).rejects.toMatchObject({ code: 3, message: expect.stringContaining("threshold") });
+    await expect(root.updateRootQuorum({ threshold: 1, userIds: ["not-a-user"] })).rejects.toMatchObject({ code: 5 });
+    const after = JSON.parse(await h.snapshot());
+    const was = JSON.parse(before);
+    for (const table of ["organizations", "root_quorum_members", "users", "policies"]) expect(after[table], table).toEqual(was[table]);
+  });
+});
+
+describe("time", () => {
+  it("a time-windowed allow applies only inside its window, by the server's clock", async () => {
+    let now = Date.parse("2026-03-02T15:00:00Z"); // a Monday, 10:00 in New York
+    // The liveness window is widened so the clients' own timestamps are accepted by the moved clock.
+    const clocked = await startHarness({ SIGIL_TIMESTAMP_WINDOW_SECONDS: String(366 * 24 * 3600) }, { clock: () => now });
+    try {
+      const { root, members } = await organizationWith(clocked, ["shift"]);
+      const shift = members.shift!;
+      const { policyId } = await root.createPolicy(
+        { policyName: "business hours", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${shift.userId}')`, condition: "activity.kind == 'CREATE_USER_TAG'", time: "CronSpan('0 9 * * 1-5', '8h', 'America/New_York')", notes: "" },
+      );
+      const inside = await shift.client.createUserTag({ userTagName: "in", userIds: [] });
+      expect(inside.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+      now = Date.parse("2026-03-07T15:00:00Z"); // Saturday
+      await expect(shift.client.createUserTag({ userTagName: "out", userIds: [] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("OUTCOME_DENY_IMPLICIT") });
+      const [failed] = (await root.getActivities({ filterByStatus: ["ACTIVITY_STATUS_FAILED"] })).activities;
+      const evaluation = await root.getPolicyEvaluations({ activityId: failed!.id });
+      expect(evaluation.policyEvaluations[0]!.policyEvaluations).toEqual([{ policyId, outcome: "OUTCOME_TIME_INACTIVE" }]);
+    } finally {
+      await clocked.close();
+    }
+  });
+});
