@@ -44,12 +44,12 @@ export class InvalidPolicyError extends Error {
 }
 
 const CACHE_LIMIT = 4096;
-const cache = new Map<string, Evaluator>();
+const caches: Record<PolicyField, Map<string, Evaluator>> = { condition: new Map(), consensus: new Map(), time: new Map() };
 
 /** Compiles one field's expression; the same text in the same field is compiled once per process. */
 export function compileField(field: PolicyField, source: string): Evaluator {
-  const key = `${field}\u0000${source}`;
-  const hit = cache.get(key);
+  const cache = caches[field];
+  const hit = cache.get(source);
   if (hit) return hit;
   let compiled: Evaluator;
   try {
@@ -60,7 +60,7 @@ export function compileField(field: PolicyField, source: string): Evaluator {
   }
   // Bounded: an organization editing policies in a loop must not grow memory without end.
   if (cache.size >= CACHE_LIMIT) cache.delete(cache.keys().next().value!);
-  cache.set(key, compiled);
+  cache.set(source, compiled);
   return compiled;
 }
 
@@ -106,20 +106,28 @@ export interface PolicySetResult {
 }
 
 class Evaluation {
-  private readonly conditionRoots: Record<string, unknown>;
-  private readonly consensusRoots: Record<string, unknown>;
-  private readonly timeRoots: Record<string, unknown>;
+  private readonly roots: Partial<Record<PolicyField, Record<string, unknown>>> = {};
+  private readonly now: PolicyTimestamp;
 
   constructor(readonly input: EvaluationInput) {
-    const now = PolicyTimestamp.fromMillis(input.nowMs);
-    this.conditionRoots = rootValues({ ...input.condition, "time.now": now });
-    this.consensusRoots = rootValues({ approvers: input.approvers, credentials: input.credentials, "time.now": now });
-    this.timeRoots = rootValues({ "time.now": now });
+    this.now = PolicyTimestamp.fromMillis(input.nowMs);
+  }
+
+  /** Keyword values of one field, built the first time a policy reads that field. */
+  private rootsOf(field: PolicyField): Record<string, unknown> {
+    const built = this.roots[field];
+    if (built) return built;
+    const values =
+      field === "condition"
+        ? { ...this.input.condition, "time.now": this.now }
+        : field === "consensus"
+          ? { approvers: this.input.approvers, credentials: this.input.credentials, "time.now": this.now }
+          : { "time.now": this.now };
+    return (this.roots[field] = rootValues(values));
   }
 
   run(evaluator: Evaluator, field: PolicyField, overrides?: Partial<Environment>): boolean {
-    const roots = field === "condition" ? this.conditionRoots : field === "consensus" ? this.consensusRoots : this.timeRoots;
-    return evaluator({ roots, nowMs: this.input.nowMs, locals: [], ...overrides }) as boolean;
+    return evaluator({ roots: this.rootsOf(field), nowMs: this.input.nowMs, locals: [], ...overrides }) as boolean;
   }
 
   /** time and condition: whether the policy is in force for this activity at all. */

@@ -57,6 +57,10 @@ export function rootValues(values: Record<string, unknown>): Record<string, unkn
   const roots: Record<string, unknown> = {};
   for (const [path, value] of Object.entries(values)) {
     if (value === undefined) continue;
+    if (!path.includes(".")) {
+      roots[path] = value;
+      continue;
+    }
     const segments = path.split(".");
     let holder = roots;
     for (const segment of segments.slice(0, -1)) holder = (holder[segment] ??= {}) as Record<string, unknown>;

@@ -49,6 +49,8 @@ export interface CronSpan {
   dowRestricted: boolean;
   durationMs: number;
   zone: string;
+  /** The last answer, for the minute it was computed in. */
+  memo?: { minute: number; active: boolean };
 }
 
 function parseCronField(text: string, field: CronField): { values: Set<number>; restricted: boolean } | string {
@@ -121,6 +123,17 @@ function dayMatches(span: CronSpan, day: DateTime): boolean {
  * open a window that is still open (durations are at most 7 days), so only those are visited.
  */
 export function inCronSpan(span: CronSpan, nowMs: number): boolean {
+  // Every window opens and closes on a whole minute (fires are whole local minutes, zone offsets
+  // whole minutes, durations whole minutes), so the answer holds for the rest of the minute; time
+  // zone arithmetic is the costly part, and a busy server asks many times a minute.
+  const minute = Math.floor(nowMs / 60_000);
+  if (span.memo?.minute === minute) return span.memo.active;
+  const active = computeInCronSpan(span, nowMs);
+  span.memo = { minute, active };
+  return active;
+}
+
+function computeInCronSpan(span: CronSpan, nowMs: number): boolean {
   const now = DateTime.fromMillis(nowMs, { zone: span.zone });
   for (let back = 0; back <= 8; back++) {
     const day = now.startOf("day").minus({ days: back });
