@@ -145,6 +145,21 @@ describe("evaluation", () => {
     expect((await bob.client.createUserTag({ userTagName: "x", userIds: [] })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
   });
 
+  it("README worked example 2: ops manage users, but an explicit deny stops bulk deletion; root is not bound", async () => {
+    const { root, members } = await organizationWith(h, ["op", "u1", "u2", "u3", "u4"]);
+    const { userTagId } = await root.createUserTag({ userTagName: "ops", userIds: [members.op!.userId] });
+    await root.createPolicies({
+      policies: [
+        { policyName: "Ops manage users", effect: "EFFECT_ALLOW", consensus: `approvers.any(user, user.tags.contains('${userTagId}'))`, condition: "activity.resource == 'USER'", notes: "" },
+        { policyName: "But never delete more than one user at once", effect: "EFFECT_DENY", condition: "activity.kind == 'DELETE_USERS' && activity.params.user_ids.count() > 1", notes: "" },
+      ],
+    });
+    const op = members.op!.client;
+    await expect(op.deleteUsers({ userIds: [members.u1!.userId, members.u2!.userId] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("OUTCOME_DENY_EXPLICIT (explicitly denied by policy") });
+    expect((await op.deleteUsers({ userIds: [members.u1!.userId] })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await root.deleteUsers({ userIds: [members.u3!.userId, members.u4!.userId] })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+  });
+
   it("a user changes its own credentials without a policy, unless a policy explicitly denies it; not another user's", async () => {
     const { root, members } = await organizationWith(h, ["carol", "dave"]);
     const carol = members.carol!;
