@@ -218,6 +218,13 @@ describe("consensus", () => {
     expect((pending as any).userIds).toBeUndefined();
     const usersBefore = (await root.getUsers({})).users.length;
 
+    // canApprove / canReject are the caller's own: ben may vote; ann already did; the outsider may not.
+    const seenBy = async (m: Member) => (await m.client.getActivity({ activityId: pending.activity.id })).activity;
+    expect(await seenBy(members.ben!)).toMatchObject({ canApprove: true, canReject: true });
+    expect(await seenBy(members.ann!)).toMatchObject({ canApprove: false, canReject: false });
+    expect(await seenBy(members.outsider!)).toMatchObject({ canApprove: false, canReject: false });
+    expect((await members.ben!.client.getActivities({ filterByStatus: ["ACTIVITY_STATUS_CONSENSUS_NEEDED"] })).activities[0]).toMatchObject({ id: pending.activity.id, canApprove: true });
+
     // Someone the consensus does not name may not vote.
     await expect(members.outsider!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("may not vote") });
 

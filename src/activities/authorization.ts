@@ -132,7 +132,12 @@ export function denialError(subject: Pick<ActivitySubject, "type" | "requesterId
  * to act whatever the policies say); so may a user named by the consensus of an allow policy in force
  * for the activity, or one an allow policy permits to approve (`activity.kind == 'APPROVE_ACTIVITY'`).
  */
-export async function mayVote(trx: Tx, subject: ActivitySubject, voter: StoredVote, voteType: string): Promise<boolean> {
+export async function mayVote(
+  trx: Tx | Db,
+  subject: ActivitySubject,
+  voter: Pick<StoredVote, "userId" | "credentialId" | "credentialType" | "webauthnCredentialId" | "publicKey">,
+  voteType: string,
+): Promise<boolean> {
   const quorum = await rootQuorum(trx, subject.organizationId);
   if (quorum.members.has(voter.userId)) return true;
   const policies = await loadPolicies(trx, subject.organizationId);

@@ -13,7 +13,7 @@ import { ServiceError, failedPrecondition, invalidArgument, notFound, permission
 import { readStamp, type Stamp } from "../auth/stamps.js";
 import { authenticate, confirmCredential, stampVerifiesWith, type Principal } from "../auth/authenticate.js";
 import { sha256 } from "../crypto/keys.js";
-import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation } from "../operations/registry.js";
+import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../operations/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
 import { swagger } from "../operations/registry.js";
 import { validateActivityRequest, validateQueryRequest } from "../operations/validation.js";
@@ -279,6 +279,20 @@ export class Pipeline {
     return { status: 200, body: { activity: renderActivity(row) } };
   }
 
+  /** The caller may vote on a pending activity it has not voted on, if mayVote says so. */
+  private async votingRights(row: ActivitiesTable, principal: Principal, now: number): Promise<VotingRights> {
+    const none = { canApprove: false, canReject: false };
+    if (row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED") return none;
+    const votes = JSON.parse(row.votes) as StoredVote[];
+    const operation = operationByActivityType.get(row.type);
+    if (votes.some((v) => v.userId === principal.userId) || operation?.kind !== "activity") return none;
+    const { db } = this.options.store;
+    const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now };
+    const voter = { userId: principal.userId, credentialId: principal.credentialId, credentialType: principal.credentialType, publicKey: principal.publicKey };
+    const may = await mayVote(db, subject, voter, "ACTIVITY_TYPE_APPROVE_ACTIVITY");
+    return { canApprove: may, canReject: may };
+  }
+
   async query(operation: QueryOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
     const { store, env } = this.options;
     const stamp = readStamp(headers);
@@ -289,7 +303,8 @@ export class Pipeline {
     const principal: Principal = await authenticate(store.db, stamp, raw, organizationId, now, env.webauthn);
     const decision = await authorizeQuery(store.db, principal, organizationId);
     if (!decision.allowed) throw decision.error;
-    const result = await operation.run({ db: store.db, organizationId, principal, now }, body);
+    const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);
+    const result = await operation.run({ db: store.db, organizationId, principal, now, votingRights }, body);
     if ("activity" in result) return { status: 200, body: result };
     // The spec's query envelope, served beside the top-level keys the clients read.
     const activity = { id: newId(), status: "ACTIVITY_STATUS_COMPLETED", type: "ACTIVITY_TYPE_UNKNOWN_V1", organizationId, timestampMs: String(now), result };

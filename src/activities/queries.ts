@@ -35,7 +35,7 @@ export const activityQueries = [
     async run(ctx, body) {
       const row = await ctx.db.selectFrom("activities").selectAll().where("organization_id", "=", ctx.organizationId).where("id", "=", body.activityId).executeTakeFirst();
       if (!row) throw notFound(`activity ${body.activityId} not found`, "ACTIVITY_NOT_FOUND");
-      return { activity: renderActivity(row) };
+      return { activity: renderActivity(row, await ctx.votingRights(row)) };
     },
   }),
 
@@ -59,7 +59,9 @@ export const activityQueries = [
       const direction = before ? "asc" : "desc";
       const rows = await query.orderBy("created_at", direction).orderBy("id", direction).limit(size).execute();
       if (before) rows.reverse();
-      return { activities: rows.map(renderActivity) };
+      const rendered = [];
+      for (const row of rows) rendered.push(renderActivity(row, await ctx.votingRights(row)));
+      return { activities: rendered };
     },
   }),
 ];

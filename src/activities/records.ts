@@ -2,7 +2,7 @@
 // Rendered in both envelopes the clients and the spec read (shared/reference/compatibility.md).
 import type { ActivitiesTable, PolicyEvaluationsTable } from "../store/schema.js";
 import type { Tx } from "../store/database.js";
-import { keysOf } from "../operations/registry.js";
+import { keysOf, type VotingRights } from "../operations/registry.js";
 import { newId, timestamp } from "../operations/resources.js";
 import type { Principal } from "../auth/authenticate.js";
 import type { PolicyVerdict } from "../policy/engine.js";
@@ -57,7 +57,7 @@ function renderVote(vote: StoredVote) {
 }
 
 /** The activity object of the API, with the spec's nested `result.activity` beside the result key. */
-export function renderActivity(row: ActivitiesTable) {
+export function renderActivity(row: ActivitiesTable, rights: VotingRights = { canApprove: false, canReject: false }) {
   const keys = keysOf(row.type);
   const intent = keyed(keys.intentKeys, JSON.parse(row.intent));
   const resultBody = row.status === "ACTIVITY_STATUS_COMPLETED" ? keyed(keys.resultKeys, JSON.parse(row.result)) : {};
@@ -71,8 +71,8 @@ export function renderActivity(row: ActivitiesTable) {
     result: { ...resultBody, activity: { type: row.type, intent, result: resultBody } },
     votes: (JSON.parse(row.votes) as StoredVote[]).map(renderVote),
     fingerprint: row.fingerprint,
-    canApprove: false,
-    canReject: false,
+    canApprove: rights.canApprove,
+    canReject: rights.canReject,
     createdAt: timestamp(row.created_at),
     updatedAt: timestamp(row.updated_at),
     timestampMs: row.timestamp_ms,

@@ -3,6 +3,7 @@
 // result key of each, come from the product's published API description (swagger-schemas.json).
 import swaggerSchemas from "./swagger-schemas.json" with { type: "json" };
 import type { Tx, Db, Dialect } from "../store/database.js";
+import type { ActivitiesTable } from "../store/schema.js";
 import type { Principal } from "../auth/authenticate.js";
 import type { WebauthnPolicy } from "../auth/webauthn.js";
 
@@ -76,6 +77,13 @@ export interface QueryContext {
   organizationId: string;
   principal: Principal;
   now: number;
+  /** Whether the caller may vote on this activity now (the activity's canApprove / canReject). */
+  votingRights(activity: ActivitiesTable): Promise<VotingRights>;
+}
+
+export interface VotingRights {
+  canApprove: boolean;
+  canReject: boolean;
 }
 
 /** `activity.resource` / `activity.action` of the policy language, with the values the product's
