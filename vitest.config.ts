@@ -2,13 +2,16 @@
 import { defineConfig } from "vitest/config";
 
 const backends = ["sqlite", ...(process.env.TEST_DATABASE_URL ? ["postgres"] : [])];
+// Suites that touch no database (the policy language on its own) run once, in the first project.
+const databaseFree = ["test/policy-language.test.ts", "test/policy-fuzz.test.ts"];
 
 export default defineConfig({
   test: {
-    projects: backends.map((backend) => ({
+    projects: backends.map((backend, i) => ({
       test: {
         name: backend,
         include: ["test/**/*.test.ts"],
+        exclude: i === 0 ? [] : databaseFree,
         env: { SIGIL_TEST_BACKEND: backend },
         testTimeout: 30_000,
         hookTimeout: 60_000,

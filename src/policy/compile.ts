@@ -38,6 +38,9 @@ interface Compiled {
 interface Scope {
   field: PolicyField;
   locals: Map<string, { slot: number; type: Type }>;
+  /** How many lambdas enclose this point: the next lambda's variable takes this slot, so a name
+   * reused by an inner lambda shadows the outer one without overwriting it. */
+  depth: number;
 }
 
 export const MAX_EXPRESSION_LENGTH = 16_384;
@@ -45,10 +48,9 @@ export const MAX_EXPRESSION_LENGTH = 16_384;
 /** Parses, checks and compiles an expression that must be a bool. Throws PolicySyntaxError. */
 export function compileExpression(source: string, field: PolicyField): Evaluator {
   if (source.length > MAX_EXPRESSION_LENGTH) throw new PolicySyntaxError(source, MAX_EXPRESSION_LENGTH, `the expression is longer than ${MAX_EXPRESSION_LENGTH} characters`);
-  const tree = parse(source);
   let compiled: Compiled;
   try {
-    compiled = check(tree, { field, locals: new Map() }, source);
+    compiled = check(parse(source), { field, locals: new Map(), depth: 0 }, source);
   } catch (error) {
     // A very long chain of operators nests the tree beyond the stack: refuse it as too complex.
     if (error instanceof RangeError) throw new PolicySyntaxError(source, 0, "the expression is too deeply nested");
@@ -141,7 +143,8 @@ function check(node: Node, scope: Scope, source: string): Compiled {
       const object = sub(node.object);
       if (object.type.kind !== "struct") fail(node, `${describeType(object.type)} has no fields; "${node.field}" cannot be read from it`);
       const struct = object.type as Extract<Type, { kind: "struct" }>;
-      const type = struct.fields[node.field];
+      // Own fields only: "constructor" or "__proto__" are not fields of any struct.
+      const type = Object.hasOwn(struct.fields, node.field) ? struct.fields[node.field] : undefined;
       if (!type) fail(node, `${struct.name} has no field "${node.field}" (fields: ${Object.keys(struct.fields).join(", ")})`);
       const field = node.field;
       const path = source.slice(startOf(node.object), node.start + field.length);
@@ -149,7 +152,8 @@ function check(node: Node, scope: Scope, source: string): Compiled {
       return {
         type: type!,
         run: (env) => {
-          const value = (run(env) as Record<string, Value>)[field];
+          const object = run(env) as Record<string, Value>;
+          const value = Object.hasOwn(object, field) ? object[field] : undefined;
           if (value === undefined) throw new PolicyEvaluationError(`missing field: ${path} is not available for this activity`);
           return value;
         },
@@ -225,20 +229,12 @@ function indexable(type: Type, node: Node, fail: Fail): [Type, (value: Value) =>
 }
 
 function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: string, fail: Fail): Compiled {
+  const op = node.operator;
+  if (op === "&&" || op === "||") return logical(node, op, scope, source, fail);
   const left = check(node.left, scope, source);
   const right = check(node.right, scope, source);
   const l = left.run;
   const r = right.run;
-  const op = node.operator;
-  if (op === "&&" || op === "||") {
-    if (left.type.kind !== "bool" || right.type.kind !== "bool") {
-      fail(node, `"${op}" joins two bools, not ${describeType(left.type)} and ${describeType(right.type)}`);
-    }
-    // Both sides always run (no short-circuit), so an error on either side is an error.
-    return op === "&&"
-      ? { type: T.bool, run: (env) => { const a = l(env); const b = r(env); return (a as boolean) && (b as boolean); } }
-      : { type: T.bool, run: (env) => { const a = l(env); const b = r(env); return (a as boolean) || (b as boolean); } };
-  }
   if (op === "in") {
     if (right.type.kind !== "list") fail(node, `the right side of "in" must be a list, not ${describeType(right.type)}`);
     const element = (right.type as Extract<Type, { kind: "list" }>).element;
@@ -264,6 +260,39 @@ function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: s
     default:
       return { type: T.bool, run: (env) => key(l(env)) >= key(r(env)) };
   }
+}
+
+/**
+ * A chain of one logical operator (`a && b && c …`) compiled flat: the parser nests it to the left,
+ * and walking that spine iteratively keeps a long chain from exhausting the stack. Every operand runs
+ * (no short-circuit), so an error in any operand is an error.
+ */
+function logical(node: Extract<Node, { kind: "binary" }>, op: "&&" | "||", scope: Scope, source: string, fail: Fail): Compiled {
+  const operands: Node[] = [];
+  let spine: Node = node;
+  while (spine.kind === "binary" && spine.operator === op) {
+    operands.push(spine.right);
+    spine = spine.left;
+  }
+  operands.push(spine);
+  operands.reverse();
+  const runs = operands.map((operand) => {
+    const compiled = check(operand, scope, source);
+    if (compiled.type.kind !== "bool") fail(operand, `"${op}" joins bools, but this operand is ${describeType(compiled.type)}`);
+    return compiled.run;
+  });
+  const all = op === "&&";
+  return {
+    type: T.bool,
+    run: (env) => {
+      let result = all;
+      for (const run of runs) {
+        const value = run(env) as boolean;
+        result = all ? result && value : result || value;
+      }
+      return result;
+    },
+  };
 }
 
 export function equal(a: Value, b: Value): boolean {
@@ -311,10 +340,10 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
   if (variable.kind !== "name") fail(variable, `the first argument of ${node.method}() must be a variable name`);
   const name = (variable as Extract<Node, { kind: "name" }>).name;
   if (keywordTypes(scope.field).has(name) || name === "true" || name === "false") fail(variable, `"${name}" is a keyword and cannot name a variable`);
-  const slot = scope.locals.size;
+  const slot = scope.depth;
   const locals = new Map(scope.locals);
   locals.set(name, { slot, type: element });
-  const predicate = check(node.args[1]!, { ...scope, locals }, source);
+  const predicate = check(node.args[1]!, { ...scope, locals, depth: scope.depth + 1 }, source);
   if (predicate.type.kind !== "bool") fail(node.args[1]!, `the predicate of ${node.method}() must be a bool, not ${describeType(predicate.type)}`);
   const test = predicate.run;
   // Every item is tested (no short-circuit), so an error for any item is an error.

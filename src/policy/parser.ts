@@ -103,7 +103,8 @@ export function parse(source: string): Node {
         if (name.kind !== "identifier") fail(name, `expected a field or method name after "." but found ${describe(name)}`);
         if (isOp("(")) {
           next();
-          node = { kind: "method", object: node, method: name.text, args: argumentsUntilClose(`to close the arguments of ${name.text}(`), start: name.start };
+          const object = node;
+          node = nested(name, () => ({ kind: "method", object, method: name.text, args: argumentsUntilClose(`to close the arguments of ${name.text}(`), start: name.start }));
         } else {
           node = { kind: "field", object: node, field: name.text, start: name.start };
         }

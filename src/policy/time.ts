@@ -14,8 +14,11 @@ export function parseTimestamp(text: string): PolicyTimestamp | string {
     return `'${text}' is not an RFC 3339 timestamp such as '2025-01-01T00:00:00Z'`;
   }
   const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
-  const ms = Date.UTC(year, month - 1, day, hour, minute, second);
-  const check = new Date(ms);
+  // setUTCFullYear, not Date.UTC: Date.UTC reads years 0-99 as 1900-1999.
+  const check = new Date(0);
+  check.setUTCFullYear(year, month - 1, day);
+  check.setUTCHours(hour, minute, second, 0);
+  const ms = check.getTime();
   // Date.UTC rolls 2025-02-30 over to March; a timestamp naming a day that does not exist is refused.
   if (check.getUTCFullYear() !== year || check.getUTCMonth() !== month - 1 || check.getUTCDate() !== day || hour > 23 || minute > 59 || second > 59) {
     return `timestamp '${text}' names a date or time that does not exist`;
