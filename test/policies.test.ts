@@ -93,6 +93,22 @@ describe("policies as resources", () => {
     expect(org).toBeDefined();
   });
 
+  it("accepts UPDATE_POLICY (V1) through @turnkey/http, with the result under updatePolicyResult", async () => {
+    const { org, root } = await organizationWith(h, []);
+    const { policyId } = await root.createPolicy({ policyName: "v1 target", effect: "EFFECT_ALLOW", condition: "activity.kind == 'CREATE_USERS'", notes: "" });
+    const client = h.http(org.key);
+    const response = await client.updatePolicy({
+      type: "ACTIVITY_TYPE_UPDATE_POLICY",
+      organizationId: org.organizationId,
+      timestampMs: String(Date.now()),
+      parameters: { policyId, policyEffect: "EFFECT_DENY", policyConsensus: "approvers.count() >= 1" },
+    } as any);
+    expect(response.activity).toMatchObject({ type: "ACTIVITY_TYPE_UPDATE_POLICY", status: "ACTIVITY_STATUS_COMPLETED" });
+    expect((response.activity.result as any).updatePolicyResult).toEqual({ policyId });
+    const { policy } = await root.getPolicy({ policyId });
+    expect(policy).toMatchObject({ policyName: "v1 target", effect: "EFFECT_DENY", condition: "activity.kind == 'CREATE_USERS'", consensus: "approvers.count() >= 1" });
+  });
+
   it("translates legacy selectors (CREATE_POLICY_V2) into an expression", async () => {
     const { org } = await organizationWith(h, []);
     const client = h.http(org.key);

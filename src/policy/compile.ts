@@ -374,7 +374,7 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
 function literalArguments(node: Extract<Node, { kind: "call" }>, count: number, fail: Fail): string[] {
   if (node.args.length !== count) fail(node, `${node.callee}() takes ${count} string argument${count > 1 ? "s" : ""}, got ${node.args.length}`);
   return node.args.map((arg) => {
-    if (arg.kind !== "string") fail(arg, `the arguments of ${node.callee}() must be string literals in single quotes`);
+    if (arg.kind !== "string") fail(startOf(arg), `the arguments of ${node.callee}() must be string literals in single quotes`);
     return (arg as Extract<Node, { kind: "string" }>).value;
   });
 }
