@@ -1,5 +1,6 @@
 // The policy engine, driven the way users drive it: policies created and activities submitted and
 // approved through @turnkey/sdk-server and @turnkey/http, against a real server and database.
+import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TurnkeyActivityError, createActivityPoller } from "@turnkey/http";
 import { startHarness, newKeyPair, type ApiKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
@@ -367,5 +368,110 @@ describe("time", () => {
     } finally {
       await clocked.close();
     }
+  });
+});
+
+describe("hardening (review findings)", () => {
+  async function tagged(names: string[]) {
+    const setup = await organizationWith(h, names);
+    const { userTagId } = await setup.root.createUserTag({ userTagName: "approvers", userIds: names.slice(0, 3).map((n) => setup.members[n]!.userId) });
+    await setup.root.createPolicy({
+      policyName: "two approvers create tags",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.filter(user, user.tags.contains('${userTagId}')).count() >= 2`,
+      condition: "activity.kind == 'CREATE_USER_TAG'",
+      notes: "",
+    });
+    return { ...setup, userTagId };
+  }
+
+  it("an explicit deny on approving beats being named by a consensus; canApprove and canReject follow it separately", async () => {
+    const { root, members } = await tagged(["ann", "ben", "cat"]);
+    await root.createPolicy({ policyName: "ben never approves", effect: "EFFECT_DENY", consensus: `approvers.any(u, u.id == '${members.ben!.userId}')`, condition: "activity.kind == 'APPROVE_ACTIVITY'", notes: "" });
+    const pending = await members.ann!.client.createUserTag({ userTagName: "t", userIds: [] });
+    const seen = (await members.ben!.client.getActivity({ activityId: pending.activity.id })).activity;
+    expect(seen).toMatchObject({ canApprove: false, canReject: true });
+    const before = await h.snapshot();
+    await expect(members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("may not vote") });
+    expect(await h.snapshot()).toBe(before);
+    expect((await members.cat!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+  });
+
+  it("an approval whose key was deleted since no longer counts", async () => {
+    const { root, members } = await tagged(["ann", "ben", "cat"]);
+    const pending = await members.ann!.client.createUserTag({ userTagName: "t", userIds: [] });
+    // ann rotates: a new key, then the old one (the one that signed her approval) goes.
+    const fresh = newKeyPair();
+    await members.ann!.client.createApiKeys({ userId: members.ann!.userId, apiKeys: [{ apiKeyName: "new", publicKey: fresh.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    const { user } = await root.getUser({ userId: members.ann!.userId });
+    const old = user.apiKeys.find((k) => k.credential.publicKey === members.ann!.key.publicKey)!;
+    await root.deleteApiKeys({ userId: members.ann!.userId, apiKeyIds: [old.apiKeyId] });
+    expect((await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    expect((await members.cat!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+  });
+
+  it("a user given the approvers' tag while an activity waits may then vote, and the approval counts", async () => {
+    const { root, members, userTagId } = await tagged(["ann", "ben", "cat", "dan"]);
+    const pending = await members.ann!.client.createUserTag({ userTagName: "t", userIds: [] });
+    await expect(members.dan!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 7 });
+    await root.updateUserTag({ userTagId, addUserIds: [members.dan!.userId], removeUserIds: [] });
+    const danVote = await members.dan!.client.approveActivity({ fingerprint: pending.activity.fingerprint });
+    expect(danVote.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+  });
+
+  it("a pending activity whose approvals were satisfied by a tag change runs when an approver repeats the approval", async () => {
+    const { root, members, userTagId } = await tagged(["ann", "ben", "cat", "eve"]);
+    // eve is not in the approvers tag; a second policy lets eve vote on tag creation.
+    await root.createPolicy({ policyName: "eve votes", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.eve!.userId}') && approvers.count() >= 3`, condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    const pending = await members.ann!.client.createUserTag({ userTagName: "t", userIds: [] });
+    expect((await members.eve!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    await root.updateUserTag({ userTagId, addUserIds: [members.eve!.userId], removeUserIds: [] });
+    const again = await members.eve!.client.approveActivity({ fingerprint: pending.activity.fingerprint });
+    expect(again.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect(again.activity.votes).toHaveLength(2);
+  });
+
+  it("deleting a root user needs the root quorum, whatever the policies allow", async () => {
+    const { org, root, members } = await organizationWith(h, ["admin", "second"]);
+    await root.createPolicy({ policyName: "admin deletes users", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.admin!.userId}')`, condition: "activity.kind == 'DELETE_USERS'", notes: "" });
+    await root.updateRootQuorum({ threshold: 1, userIds: [org.userId, members.second!.userId] });
+    const before = await h.snapshot();
+    await expect(members.admin!.client.deleteUsers({ userIds: [members.second!.userId] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("changes the root quorum") });
+    expect(JSON.parse(await h.snapshot()).root_quorum_members).toEqual(JSON.parse(before).root_quorum_members);
+  });
+
+  it("refuses a legacy selector whose subject is not a keyword path (no expression injection)", async () => {
+    const { org } = await organizationWith(h, []);
+    const before = JSON.parse(await h.snapshot()).policies;
+    await expect(
+      h.http(org.key).createPolicy({
+        type: "ACTIVITY_TYPE_CREATE_POLICY",
+        organizationId: org.organizationId,
+        timestampMs: String(Date.now()),
+        parameters: { policyName: "sneaky", effect: "EFFECT_ALLOW", selectors: [{ subject: "activity.type == 'X' || true || activity.type", operator: "OPERATOR_EQUAL", target: "Y" }] },
+      } as any),
+    ).rejects.toMatchObject({ code: 3, message: expect.stringContaining("must be a keyword path") });
+    expect(JSON.parse(await h.snapshot()).policies).toEqual(before);
+  });
+
+  it("a stored policy that no longer compiles is judged OUTCOME_ERROR, not a server error", async () => {
+    const { org, root, members } = await organizationWith(h, ["fay"]);
+    await root.createPolicy({ policyName: "fay tags", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.fay!.userId}')`, condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    // As if written by an older version whose language accepted it.
+    const id = crypto.randomUUID();
+    await h.server.store.db.insertInto("policies").values({ id, organization_id: org.organizationId, name: "legacy", effect: "EFFECT_DENY", condition: "activity.constructor == activity.constructor", consensus: null, time: null, notes: "", created_at: Date.now(), updated_at: Date.now() }).execute();
+    const done = await members.fay!.client.createUserTag({ userTagName: "still works", userIds: [] });
+    const evaluation = await root.getPolicyEvaluations({ activityId: done.activity.id });
+    expect(evaluation.policyEvaluations[0]!.policyEvaluations).toContainEqual({ policyId: id, outcome: "OUTCOME_ERROR", error: expect.stringContaining("does not compile") });
+  });
+
+  it("a policy that would take hours to evaluate is stopped by the step budget (OUTCOME_ERROR) and the request is answered", async () => {
+    const { root, members } = await organizationWith(h, ["gus"]);
+    const big = `[${Array.from({ length: 300 }, (_, i) => i).join(",")}]`;
+    const { policyId } = await root.createPolicy({ policyName: "heavy", effect: "EFFECT_ALLOW", condition: `${big}.all(a, ${big}.all(b, ${big}.all(c, ${big}.all(d, true))))`, notes: "" });
+    await expect(members.gus!.client.createUserTag({ userTagName: "x", userIds: [] })).rejects.toMatchObject({ code: 7 });
+    const [failed] = (await root.getActivities({ filterByStatus: ["ACTIVITY_STATUS_FAILED"] })).activities;
+    const evaluation = await root.getPolicyEvaluations({ activityId: failed!.id });
+    expect(evaluation.policyEvaluations[0]!.policyEvaluations).toEqual([{ policyId, outcome: "OUTCOME_ERROR", error: expect.stringContaining("budget") }]);
   });
 });

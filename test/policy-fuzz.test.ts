@@ -2,7 +2,7 @@
 // user submits, compiling it either succeeds or throws PolicySyntaxError, and a compiled expression
 // evaluates to a bool or throws PolicyEvaluationError: never a TypeError, RangeError or a non-bool.
 import { describe, expect, it } from "vitest";
-import { PolicyEvaluationError, compileExpression, type Environment } from "../src/policy/compile.js";
+import { PolicyEvaluationError, compileExpression, type Environment, STEP_BUDGET } from "../src/policy/compile.js";
 import { rootValues, type PolicyField } from "../src/policy/keywords.js";
 import { PolicySyntaxError } from "../src/policy/lexer.js";
 import { PolicyTimestamp } from "../src/policy/types.js";
@@ -75,6 +75,7 @@ const environment = (values: Record<string, unknown>): Environment => ({
   roots: rootValues({ ...values, "time.now": PolicyTimestamp.fromMillis(NOW) }),
   nowMs: NOW,
   locals: [],
+  budget: { steps: STEP_BUDGET },
 });
 
 // ---- The property under test ----

@@ -2,7 +2,7 @@
 // ones are refused at compile time (and where), that evaluation never short-circuits, how CronSpan
 // windows open and close, and how the engine combines policies and decides who may vote.
 import { describe, expect, it } from "vitest";
-import { PolicyEvaluationError, compileExpression, type Environment } from "../src/policy/compile.js";
+import { PolicyEvaluationError, compileExpression, type Environment, STEP_BUDGET } from "../src/policy/compile.js";
 import { InvalidPolicyError, evaluatePolicies, namesVoter, validatePolicy, type EvaluationInput, type Outcome, type PolicySource } from "../src/policy/engine.js";
 import { rootValues, type PolicyField } from "../src/policy/keywords.js";
 import { PolicySyntaxError } from "../src/policy/lexer.js";
@@ -65,7 +65,7 @@ const VALUES: Record<PolicyField, Record<string, unknown>> = { condition: CONDIT
 // ---- Helpers ----
 
 function environment(values: Record<string, unknown>, nowMs: number): Environment {
-  return { roots: rootValues({ ...values, "time.now": PolicyTimestamp.fromMillis(nowMs) }), nowMs, locals: [] };
+  return { roots: rootValues({ ...values, "time.now": PolicyTimestamp.fromMillis(nowMs) }), nowMs, locals: [], budget: { steps: STEP_BUDGET } };
 }
 
 function evaluate(source: string, field: PolicyField = "condition", values = VALUES[field], nowMs = NOW): Value {
@@ -773,7 +773,9 @@ describe("engine", () => {
     { name: "an erroring condition joined with || true is still an error", policies: [allow({ condition: `${BROKEN} || true` })], input: { condition: NO_PARAMS }, outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
     { name: "an erroring allow beside a working allow", policies: [allow({ condition: BROKEN }), allow({ condition: SIGNING })], input: { condition: NO_PARAMS }, outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_ERROR", "OUTCOME_ALLOW"] },
     { name: "an erroring condition does not turn into a consensus request", policies: [allow({ condition: BROKEN, consensus: TWO_APPROVERS })], input: { condition: NO_PARAMS }, outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
-    { name: "an erroring consensus is an error", policies: [allow({ consensus: "approvers[3].id == 'A'" })], outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
+    // An allow policy in force whose consensus fails on missing approvals waits for more of them.
+    { name: "an allow policy's erroring consensus waits for approvals", policies: [allow({ consensus: "approvers[3].id == 'A'" })], outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: ["OUTCOME_REQUIRES_CONSENSUS"] },
+    { name: "a deny policy's erroring consensus is an error", policies: [deny({ consensus: "approvers[3].id == 'A'" })], outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
     { name: "an erroring deny is an error verdict", policies: [deny({ condition: BROKEN })], input: { condition: NO_PARAMS }, outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
     { name: "a condition naming a keyword the activity lacks is an error", policies: [allow({ condition: "wallet.id == 'w1'" })], input: { condition: { activity: ACTIVITY } }, outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
   ];
@@ -792,9 +794,24 @@ describe("engine", () => {
     expect(verdict!.error).toContain("activity.params.otp_length");
   });
 
-  it("a policy that does not compile is refused with InvalidPolicyError", () => {
-    const error = thrown(() => evaluatePolicies([allow({ condition: "approvers.count() > 1" })], input()));
-    expect(error).toBeInstanceOf(InvalidPolicyError);
+  it("a stored policy that no longer compiles is OUTCOME_ERROR, never an exception", () => {
+    const result = evaluatePolicies([allow({ condition: "approvers.count() > 1" }), allow({})], input());
+    expect(result.outcome).toBe("OUTCOME_ALLOW");
+    expect(result.verdicts[0]).toMatchObject({ outcome: "OUTCOME_ERROR", error: expect.stringContaining("the stored policy does not compile") });
+  });
+
+  it("a policy that multiplies work past the step budget is OUTCOME_ERROR (64 million steps are never taken)", () => {
+    const big = `[${Array.from({ length: 400 }, (_, i) => i).join(", ")}]`;
+    const heavy = `${big}.all(a, ${big}.all(b, ${big}.all(c, true)))`;
+    const result = evaluatePolicies([deny({ condition: heavy })], input());
+    expect(result.verdicts[0]).toMatchObject({ outcome: "OUTCOME_ERROR", error: expect.stringContaining("budget") });
+    expect(result.outcome).toBe("OUTCOME_DENY_IMPLICIT");
+  });
+
+  it("refuses predicates nested more than four deep", () => {
+    const error = thrown(() => compileExpression("[1].all(a, [1].all(b, [1].all(c, [1].all(d, [1].all(e, true)))))", "condition"));
+    expect(error).toBeInstanceOf(PolicySyntaxError);
+    expect((error as Error).message).toContain("nests more than 4 predicates deep");
   });
 
   describe("validatePolicy", () => {

@@ -50,6 +50,19 @@ async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<Polic
   return rows.map((r) => ({ ...r, effect: r.effect as Effect }));
 }
 
+/**
+ * The votes that still count: an approval signed with a credential that has since been deleted or
+ * has expired no longer counts, just as that credential could no longer make the request itself.
+ */
+async function withLiveVotes(trx: Tx | Db, subject: ActivitySubject): Promise<ActivitySubject> {
+  const ids = [...new Set(subject.votes.map((v) => v.credentialId))];
+  if (ids.length === 0) return subject;
+  const keys = await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "in", ids).execute();
+  const passkeys = await trx.selectFrom("authenticators").select("id").where("id", "in", ids).execute();
+  const live = new Set([...keys.filter((k) => k.expires_at === null || k.expires_at > subject.now).map((k) => k.id), ...passkeys.map((p) => p.id)]);
+  return { ...subject, votes: subject.votes.filter((v) => live.has(v.credentialId)) };
+}
+
 const approvedBy = (votes: StoredVote[]) => [...new Set(votes.filter((v) => v.selection === "VOTE_SELECTION_APPROVED").map((v) => v.userId))];
 
 /** `approvers` and `credentials` values for the given users and votes, read from current records. */
@@ -90,7 +103,8 @@ async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverI
   };
 }
 
-export async function decideActivity(trx: Tx, subject: ActivitySubject): Promise<Decision> {
+export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Promise<Decision> {
+  const subject = await withLiveVotes(trx, asSubmitted);
   const quorum = await rootQuorum(trx, subject.organizationId);
   const approvers = approvedBy(subject.votes);
   const rootApprovals = approvers.filter((id) => quorum.members.has(id)).length;
@@ -98,10 +112,11 @@ export async function decideActivity(trx: Tx, subject: ActivitySubject): Promise
   const quorumText = `${rootApprovals} of the ${quorum.threshold} root approval(s) needed`;
 
   if (rootApprovals >= quorum.threshold) return { outcome: "OUTCOME_ALLOW", verdicts: [], reason: `approved by the root quorum (${quorumText})` };
-  if (subject.operation.rootOnly) {
+  const rootOnlyBecause = subject.operation.rootOnly ? `${subject.type} can only be approved by the root quorum; no policy can allow it` : await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters);
+  if (rootOnlyBecause) {
     return rootPending
       ? { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: [], reason: `waiting for the root quorum (${quorumText})` }
-      : { outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], reason: `${subject.type} can only be approved by the root quorum; no policy can allow it` };
+      : { outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], reason: rootOnlyBecause };
   }
 
   const policies = await loadPolicies(trx, subject.organizationId);
@@ -134,27 +149,30 @@ export function denialError(subject: Pick<ActivitySubject, "type" | "requesterId
  */
 export async function mayVote(
   trx: Tx | Db,
-  subject: ActivitySubject,
+  asSubmitted: ActivitySubject,
   voter: Pick<StoredVote, "userId" | "credentialId" | "credentialType" | "webauthnCredentialId" | "publicKey">,
   voteType: string,
 ): Promise<boolean> {
-  const quorum = await rootQuorum(trx, subject.organizationId);
+  const quorum = await rootQuorum(trx, asSubmitted.organizationId);
   if (quorum.members.has(voter.userId)) return true;
+  const subject = await withLiveVotes(trx, asSubmitted);
   const policies = await loadPolicies(trx, subject.organizationId);
-  const approvers = approvedBy(subject.votes);
-  const input = await evaluationInput(trx, subject, approvers);
   const { users } = await consensusValues(trx, subject.organizationId, [voter.userId], []);
   const voterValue = users.get(voter.userId);
   if (!voterValue) return false;
-  if (namesVoter(policies, input, voterValue, [credentialValue(voter)])) return true;
-  // An explicit permission to vote, written against the vote's own activity type.
+  // A vote is judged as an activity of its own first: a policy that explicitly denies this user
+  // approving (or rejecting) wins over being named by a consensus.
   const voteInput: EvaluationInput = {
-    condition: { activity: { type: voteType, kind: activityKind(voteType), resource: "ACTIVITY", action: "UPDATE", params: {} } },
+    condition: { activity: { type: voteType, kind: activityKind(voteType), resource: "ACTIVITY", action: voteType === "ACTIVITY_TYPE_REJECT_ACTIVITY" ? "REJECT" : "APPROVE", params: {} } },
     approvers: [voterValue],
     credentials: [credentialValue(voter)],
     nowMs: subject.now,
   };
-  return evaluatePolicies(policies, voteInput).outcome === "OUTCOME_ALLOW";
+  const asActivity = evaluatePolicies(policies, voteInput).outcome;
+  if (asActivity === "OUTCOME_DENY_EXPLICIT") return false;
+  if (asActivity === "OUTCOME_ALLOW") return true;
+  const input = await evaluationInput(trx, subject, approvedBy(subject.votes));
+  return namesVoter(policies, input, voterValue, [credentialValue(voter)]);
 }
 
 /**
@@ -163,12 +181,14 @@ export async function mayVote(
  * quorum may allow it) or for a policy's consensus; it is judged by what it waits for. Otherwise any
  * activity would stay pending for ever, since the root quorum could in principle approve anything.
  */
-export async function stillApprovable(trx: Tx, subject: ActivitySubject): Promise<boolean> {
+export async function stillApprovable(trx: Tx, asSubmitted: ActivitySubject): Promise<boolean> {
+  const subject = await withLiveVotes(trx, asSubmitted);
   const rejected = new Set(subject.votes.filter((v) => v.selection === "VOTE_SELECTION_REJECTED").map((v) => v.userId));
   const quorum = await rootQuorum(trx, subject.organizationId);
-  const waitsForRoot = subject.operation.rootOnly || approvedBy(subject.votes).some((id) => quorum.members.has(id));
+  const rootOnly = subject.operation.rootOnly || (await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters)) !== undefined;
+  const waitsForRoot = rootOnly || approvedBy(subject.votes).some((id) => quorum.members.has(id));
   if (waitsForRoot && [...quorum.members].filter((id) => !rejected.has(id)).length >= quorum.threshold) return true;
-  if (subject.operation.rootOnly) return false;
+  if (rootOnly) return false;
   const everyone = await trx.selectFrom("users").select("id").where("organization_id", "=", subject.organizationId).orderBy("created_at").execute();
   const potential = [...new Set([...approvedBy(subject.votes), ...everyone.map((u) => u.id).filter((id) => !rejected.has(id))])];
   const input = await evaluationInput(trx, subject, potential);

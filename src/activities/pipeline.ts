@@ -230,19 +230,24 @@ export class Pipeline {
       if (!row) throw notFound(`no activity of organization ${envelope.organizationId} has fingerprint ${fingerprint}`, "ACTIVITY_NOT_FOUND");
       const votes = JSON.parse(row.votes) as StoredVote[];
       const mine = votes.find((v) => v.userId === principal.userId);
+      const pending = row.status === "ACTIVITY_STATUS_CONSENSUS_NEEDED";
+      if (mine && mine.selection !== operation.selection) throw failedPrecondition(`user ${principal.userId} already voted ${mine.selection} on activity ${row.id}; a vote cannot be changed`, "VOTE_ALREADY_CAST");
       // Voting again the same way is a retry, answered with the activity as it stands.
-      if (mine?.selection === operation.selection) return { status: 200, body: { activity: renderActivity(row) } };
-      if (mine) throw failedPrecondition(`user ${principal.userId} already voted ${mine.selection} on activity ${row.id}; a vote cannot be changed`, "VOTE_ALREADY_CAST");
-      if (row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED") throw failedPrecondition(`activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`, "ACTIVITY_NOT_PENDING");
+      if (mine && !(pending && mine.selection === "VOTE_SELECTION_APPROVED")) return { status: 200, body: { activity: renderActivity(row) } };
+      if (!pending) throw failedPrecondition(`activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`, "ACTIVITY_NOT_PENDING");
       const target = operationByActivityType.get(row.type);
       if (target?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
-
-      const vote = await this.castBy(trx, principal, row.id, operation.selection, raw.toString("utf8"), now);
       const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation: target, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now };
-      if (!(await mayVote(trx, subject, vote, envelope.type))) {
-        throw permissionDenied(`user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`, "VOTE_NOT_ALLOWED");
+
+      // Repeating an approval decides the activity again without a new vote: what it waits for may
+      // have been met by something other than a vote (a tag given to an approver, a new policy).
+      const vote = mine ?? (await this.castBy(trx, principal, row.id, operation.selection, raw.toString("utf8"), now));
+      if (!mine) {
+        if (!(await mayVote(trx, subject, vote, envelope.type))) {
+          throw permissionDenied(`user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`, "VOTE_NOT_ALLOWED");
+        }
+        subject.votes = [...votes, vote];
       }
-      subject.votes = [...votes, vote];
       row.votes = JSON.stringify(subject.votes);
       row.updated_at = now;
       let outcome: string;
@@ -289,8 +294,10 @@ export class Pipeline {
     const { db } = this.options.store;
     const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now };
     const voter = { userId: principal.userId, credentialId: principal.credentialId, credentialType: principal.credentialType, publicKey: principal.publicKey };
-    const may = await mayVote(db, subject, voter, "ACTIVITY_TYPE_APPROVE_ACTIVITY");
-    return { canApprove: may, canReject: may };
+    return {
+      canApprove: await mayVote(db, subject, voter, "ACTIVITY_TYPE_APPROVE_ACTIVITY"),
+      canReject: await mayVote(db, subject, voter, "ACTIVITY_TYPE_REJECT_ACTIVITY"),
+    };
   }
 
   async query(operation: QueryOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {

@@ -174,6 +174,7 @@ export const credentialOperations = [
     summary: "Register passkeys for a user.",
     resource: "CREDENTIAL",
     action: "CREATE",
+    policyParameters: (p) => ({ user_id: p.userId }),
     credentialOwner: (p) => p.userId,
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
@@ -187,6 +188,7 @@ export const credentialOperations = [
     summary: "Remove passkeys from a user.",
     resource: "CREDENTIAL",
     action: "DELETE",
+    policyParameters: (p) => ({ user_id: p.userId }),
     credentialOwner: (p) => p.userId,
     async execute(ctx, p) {
       return { authenticatorIds: await deleteUserCredentials(ctx, "authenticators", p.userId, p.authenticatorIds, "authenticatorIds") };

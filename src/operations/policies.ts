@@ -45,12 +45,17 @@ function literal(value: string): string {
   return /^-?\d+$/.test(value) ? value : `'${value.replace(/\\/g, "\\\\").replace(/'/g, "\\'")}'`;
 }
 
+/** One selector needs no parentheses; several are each parenthesised before joining with &&. */
+const unwrapSingle = (parts: string[]) => (parts.length === 1 ? [parts[0]!.slice(1, -1)] : parts);
+
 /** Translates legacy selectors to an expression of the language; approver selectors form the consensus. */
 export function selectorsToExpressions(selectors: Selector[]): { condition?: string; consensus?: string } {
   const condition: string[] = [];
   const consensus: string[] = [];
   for (const [i, s] of selectors.entries()) {
     if (!s.subject || !s.operator) throw invalidArgument(`selectors[${i}] needs a subject and an operator`);
+    // The subject is pasted into the expression, so it must be a keyword path and nothing more.
+    if (!/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$/.test(s.subject)) throw invalidArgument(`selectors[${i}].subject must be a keyword path such as activity.type, got "${s.subject}"`, "POLICY_INVALID");
     const targets = s.targets ?? (s.target !== undefined ? [s.target] : []);
     const one = () => {
       if (targets.length !== 1) throw invalidArgument(`selectors[${i}]: ${s.operator} takes exactly one target`);
@@ -73,11 +78,11 @@ export function selectorsToExpressions(selectors: Selector[]): { condition?: str
     else if (s.operator === "OPERATOR_CONTAINS_ONE") expression = `${list}.any(target, ${s.subject}.contains(target))`;
     else if (s.operator === "OPERATOR_CONTAINS_ALL") expression = `${list}.all(target, ${s.subject}.contains(target))`;
     else throw invalidArgument(`selectors[${i}]: unknown operator ${s.operator}`);
-    (/^(approvers|credentials)\b/.test(s.subject) ? consensus : condition).push(expression);
+    (/^(approvers|credentials)\b/.test(s.subject) ? consensus : condition).push(`(${expression})`);
   }
   return {
-    ...(condition.length ? { condition: condition.join(" && ") } : {}),
-    ...(consensus.length ? { consensus: consensus.join(" && ") } : {}),
+    ...(condition.length ? { condition: unwrapSingle(condition).join(" && ") } : {}),
+    ...(consensus.length ? { consensus: unwrapSingle(consensus).join(" && ") } : {}),
   };
 }
 

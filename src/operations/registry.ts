@@ -110,6 +110,8 @@ export interface ActivityOperation<P = any> {
   secretParameters?: string[];
   /** Only the root quorum may perform it; no policy can allow it (the product's root-only types). */
   rootOnly?: boolean;
+  /** Only the root quorum may perform it with these parameters: returns why, or undefined. */
+  rootOnlyWhen?(trx: Tx | Db, organizationId: string, parameters: P): Promise<string | undefined>;
   /** `activity.params` of the policy language: the documented snake_case fields this type exposes. */
   policyParameters?(parameters: P, type: string): Record<string, unknown>;
   /** The user whose own credentials this activity changes: a user may change its own credentials

@@ -141,6 +141,13 @@ export const userOperations = [
     resource: "USER",
     action: "DELETE",
     policyParameters: (p) => ({ user_ids: p.userIds }),
+    // Deleting a root user changes the root quorum, which only the quorum itself may do.
+    async rootOnlyWhen(trx, organizationId, p) {
+      const ids = Array.isArray(p.userIds) ? p.userIds : [];
+      if (ids.length === 0) return undefined;
+      const root = await trx.selectFrom("root_quorum_members").select("user_id").where("organization_id", "=", organizationId).where("user_id", "in", ids).execute();
+      return root.length ? `deleting root user ${root.map((r) => r.user_id).join(", ")} changes the root quorum, which only the root quorum can approve` : undefined;
+    },
     async execute(ctx, p) {
       const ids = distinct(p.userIds, "userIds");
       if (ids.length === 0) throw invalidArgument("userIds must list at least one user");
@@ -158,6 +165,7 @@ export const userOperations = [
     summary: "Change a user's name, email, phone number or tags.",
     resource: "USER",
     action: "UPDATE",
+    policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       const changes: { name?: string; email?: string | null; phone_number?: string | null } = {};
@@ -179,6 +187,7 @@ export const userOperations = [
     summary: "Rename a user.",
     resource: "USER",
     action: "UPDATE",
+    policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       await touchUser(ctx, p.userId, { name: requireName(p.userName, "userName") });
@@ -191,6 +200,7 @@ export const userOperations = [
     summary: "Set or remove (empty string) a user's email.",
     resource: "USER",
     action: "UPDATE",
+    policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       refuseVerificationToken(p.verificationToken);
@@ -204,6 +214,7 @@ export const userOperations = [
     summary: "Set or remove (empty string) a user's phone number.",
     resource: "USER",
     action: "UPDATE",
+    policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       refuseVerificationToken(p.verificationToken);

@@ -23,12 +23,27 @@ export interface Environment {
   nowMs: number;
   /** Lambda variables, by slot. */
   locals: Value[];
+  /** Work left for this evaluation (see spend). Shared by every policy of one decision. */
+  budget: { steps: number };
   /** When set, records whether one of these values (a would-be voter's user and credential) was
    * counted, or made a predicate true, while evaluating a consensus (see namesVoter). */
   trace?: { subjects: Set<unknown>; named: boolean };
 }
 
 export type Evaluator = (env: Environment) => Value;
+
+/**
+ * Nested lambdas multiply work (`l.all(a, l.all(b, …))`), so one stored policy could otherwise keep
+ * the server's only thread busy for hours while it holds an organization's lock. Each list item
+ * visited, compared or built costs a step; past the budget the evaluation fails (OUTCOME_ERROR).
+ */
+export const STEP_BUDGET = 1_000_000;
+export const MAX_LAMBDA_DEPTH = 4;
+
+function spend(env: Environment, steps: number): void {
+  env.budget.steps -= steps;
+  if (env.budget.steps < 0) throw new PolicyEvaluationError(`evaluation exceeded its budget of ${STEP_BUDGET} steps`);
+}
 
 interface Compiled {
   type: Type;
@@ -107,7 +122,13 @@ function check(node: Node, scope: Scope, source: string): Compiled {
         element = unify(element, item.type);
       }
       const runs = items.map((i) => i.run);
-      return { type: T.list(element), run: (env) => runs.map((r) => r(env)) };
+      return {
+        type: T.list(element),
+        run: (env) => {
+          spend(env, runs.length);
+          return runs.map((r) => r(env));
+        },
+      };
     }
     case "name": {
       const local = scope.locals.get(node.name);
@@ -239,7 +260,15 @@ function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: s
     if (right.type.kind !== "list") fail(node, `the right side of "in" must be a list, not ${describeType(right.type)}`);
     const element = (right.type as Extract<Type, { kind: "list" }>).element;
     if (!compatible(left.type, element)) fail(node, `cannot look for ${describeType(left.type)} in ${describeType(right.type)}`);
-    return { type: T.bool, run: (env) => { const needle = l(env); return (r(env) as Value[]).some((item) => equal(needle, item)); } };
+    return {
+      type: T.bool,
+      run: (env) => {
+        const needle = l(env);
+        const items = r(env) as Value[];
+        spend(env, items.length);
+        return items.some((item) => equal(needle, item));
+      },
+    };
   }
   if (op === "==" || op === "!=") {
     if (!compatible(left.type, right.type)) fail(node, `cannot compare ${describeType(left.type)} with ${describeType(right.type)} using "${op}"`);
@@ -331,7 +360,15 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
     if (node.args.length !== 1) fail(node, `contains() takes one argument`);
     const needle = check(node.args[0]!, scope, source);
     if (!compatible(needle.type, element)) fail(node.args[0]!, `cannot look for ${describeType(needle.type)} in ${describeType(object.type)}`);
-    return { type: T.bool, run: (env) => { const items = runList(env) as Value[]; const v = needle.run(env); return items.some((item) => equal(v, item)); } };
+    return {
+      type: T.bool,
+      run: (env) => {
+        const items = runList(env) as Value[];
+        const v = needle.run(env);
+        spend(env, items.length);
+        return items.some((item) => equal(v, item));
+      },
+    };
   }
   // all / any / filter: (variable, predicate)
   if (!LAMBDA_METHODS.has(node.method)) fail(node, `unknown function "${node.method}"`);
@@ -340,6 +377,7 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
   if (variable.kind !== "name") fail(variable, `the first argument of ${node.method}() must be a variable name`);
   const name = (variable as Extract<Node, { kind: "name" }>).name;
   if (keywordTypes(scope.field).has(name) || name === "true" || name === "false") fail(variable, `"${name}" is a keyword and cannot name a variable`);
+  if (scope.depth >= MAX_LAMBDA_DEPTH) fail(node, `${node.method}() nests more than ${MAX_LAMBDA_DEPTH} predicates deep`);
   const slot = scope.depth;
   const locals = new Map(scope.locals);
   locals.set(name, { slot, type: element });
@@ -347,13 +385,15 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
   if (predicate.type.kind !== "bool") fail(node.args[1]!, `the predicate of ${node.method}() must be a bool, not ${describeType(predicate.type)}`);
   const test = predicate.run;
   // Every item is tested (no short-circuit), so an error for any item is an error.
-  const results = (env: Environment, items: Value[]): boolean[] =>
-    items.map((item) => {
+  const results = (env: Environment, items: Value[]): boolean[] => {
+    spend(env, items.length);
+    return items.map((item) => {
       env.locals[slot] = item;
       const ok = test(env) as boolean;
       if (ok && env.trace?.subjects.has(item)) env.trace.named = true;
       return ok;
     });
+  };
   switch (node.method) {
     case "all":
       return { type: T.bool, run: (env) => results(env, runList(env) as Value[]).every(Boolean) };
@@ -392,7 +432,14 @@ function call(node: Extract<Node, { kind: "call" }>, _scope: Scope, _source: str
     const span = compileCronSpan(cron!, duration!, zone!);
     if (typeof span === "string") fail(node, span);
     const compiled = span as Exclude<typeof span, string>;
-    return { type: T.bool, run: (env) => inCronSpan(compiled, env.nowMs) };
+    return {
+      type: T.bool,
+      run: (env) => {
+        // Time zone arithmetic is the costliest thing a policy can ask for.
+        spend(env, 1000);
+        return inCronSpan(compiled, env.nowMs);
+      },
+    };
   }
   return fail(node, `unknown function "${node.callee}" (functions: Timestamp(), CronSpan())`);
 }

@@ -5,7 +5,7 @@
 // A policy applies when its time, condition and consensus all hold (each absent one holds).
 // The root quorum and the default allowances are decided by the caller (activities/authorization).
 import { PolicySyntaxError } from "./lexer.js";
-import { PolicyEvaluationError, compileExpression, type Environment, type Evaluator } from "./compile.js";
+import { PolicyEvaluationError, STEP_BUDGET, compileExpression, type Environment, type Evaluator } from "./compile.js";
 import { rootValues, type PolicyField } from "./keywords.js";
 import { PolicyTimestamp, type Value } from "./types.js";
 
@@ -105,9 +105,23 @@ export interface PolicySetResult {
   verdicts: PolicyVerdict[];
 }
 
+/** A stored policy that does not compile (any more): it is judged OUTCOME_ERROR, never a 500. */
+type Loaded = CompiledPolicy | { source: PolicySource; error: string };
+
+function load(source: PolicySource): Loaded {
+  try {
+    return compilePolicy(source);
+  } catch (error) {
+    if (error instanceof InvalidPolicyError) return { source, error: `the stored policy does not compile: ${error.message}` };
+    throw error;
+  }
+}
+
 class Evaluation {
   private readonly roots: Partial<Record<PolicyField, Record<string, unknown>>> = {};
   private readonly now: PolicyTimestamp;
+  /** One budget for the whole decision, so many policies cannot add up to an unbounded cost. */
+  private readonly budget = { steps: STEP_BUDGET };
 
   constructor(readonly input: EvaluationInput) {
     this.now = PolicyTimestamp.fromMillis(input.nowMs);
@@ -126,12 +140,13 @@ class Evaluation {
     return (this.roots[field] = rootValues(values));
   }
 
-  run(evaluator: Evaluator, field: PolicyField, overrides?: Partial<Environment>): boolean {
-    return evaluator({ roots: this.rootsOf(field), nowMs: this.input.nowMs, locals: [], ...overrides }) as boolean;
+  run(evaluator: Evaluator, field: PolicyField, trace?: Environment["trace"]): boolean {
+    return evaluator({ roots: this.rootsOf(field), nowMs: this.input.nowMs, locals: [], budget: this.budget, trace }) as boolean;
   }
 
   /** time and condition: whether the policy is in force for this activity at all. */
-  gate(policy: CompiledPolicy): PolicyVerdict | null {
+  gate(policy: Loaded): PolicyVerdict | null {
+    if (!("run" in policy)) return { policyId: policy.source.id, outcome: "OUTCOME_ERROR", error: policy.error };
     try {
       if (policy.run.time && !this.run(policy.run.time, "time")) return { policyId: policy.id, outcome: "OUTCOME_TIME_INACTIVE" };
       if (policy.run.condition && !this.run(policy.run.condition, "condition")) return { policyId: policy.id, outcome: "OUTCOME_DENY_IMPLICIT" };
@@ -141,17 +156,25 @@ class Evaluation {
     }
   }
 
-  verdict(policy: CompiledPolicy): PolicyVerdict {
+  verdict(policy: Loaded): PolicyVerdict {
     const gated = this.gate(policy);
-    if (gated) return gated;
+    if (gated || !("run" in policy)) return gated!;
     try {
       if (policy.run.consensus && !this.run(policy.run.consensus, "consensus")) {
         return { policyId: policy.id, outcome: policy.effect === "EFFECT_ALLOW" ? "OUTCOME_REQUIRES_CONSENSUS" : "OUTCOME_DENY_IMPLICIT" };
       }
     } catch (error) {
-      return errorVerdict(policy, error);
+      const verdict = errorVerdict(policy, error);
+      // A consensus can only fail on what the approvals so far lack (`approvers[1]` with one
+      // approver): an allow policy in force then waits for more approvals rather than failing.
+      if (policy.effect === "EFFECT_ALLOW" && !this.budgetSpent()) return { ...verdict, outcome: "OUTCOME_REQUIRES_CONSENSUS" };
+      return verdict;
     }
     return { policyId: policy.id, outcome: policy.effect === "EFFECT_ALLOW" ? "OUTCOME_ALLOW" : "OUTCOME_DENY_EXPLICIT" };
+  }
+
+  budgetSpent(): boolean {
+    return this.budget.steps < 0;
   }
 }
 
@@ -160,10 +183,15 @@ function errorVerdict(policy: PolicySource, error: unknown): PolicyVerdict {
   throw error;
 }
 
-/** Evaluates every policy (no early exit: each one's outcome is recorded) and combines them. */
+/**
+ * Evaluates every policy (no early exit: each one's outcome is recorded) and combines them. A policy
+ * whose evaluation fails (OUTCOME_ERROR) neither allows nor denies: that is the product's rule, and
+ * its documented deny examples rely on it (a deny reading `activity.params.hash_function` fails for
+ * every activity that has no hash function, and must not deny those).
+ */
 export function evaluatePolicies(policies: PolicySource[], input: EvaluationInput): PolicySetResult {
   const evaluation = new Evaluation(input);
-  const verdicts = policies.map((p) => evaluation.verdict(compilePolicy(p)));
+  const verdicts = policies.map((p) => evaluation.verdict(load(p)));
   const has = (outcome: Outcome) => verdicts.some((v) => v.outcome === outcome);
   const outcome = has("OUTCOME_DENY_EXPLICIT")
     ? "OUTCOME_DENY_EXPLICIT"
@@ -186,11 +214,11 @@ export function namesVoter(policies: PolicySource[], input: EvaluationInput, vot
   const withVoter = new Evaluation({ ...input, approvers: [...input.approvers, voter], credentials: [...input.credentials, ...voterCredentials] });
   for (const source of policies) {
     if (source.effect !== "EFFECT_ALLOW") continue;
-    const policy = compilePolicy(source);
-    if (!policy.run.consensus || withVoter.gate(policy)) continue;
+    const policy = load(source);
+    if (!("run" in policy) || !policy.run.consensus || withVoter.gate(policy)) continue;
     const trace = { subjects: new Set<unknown>([voter, ...voterCredentials]), named: false };
     try {
-      withVoter.run(policy.run.consensus, "consensus", { trace });
+      withVoter.run(policy.run.consensus, "consensus", trace);
     } catch (error) {
       if (!(error instanceof PolicyEvaluationError)) throw error;
     }
@@ -206,5 +234,5 @@ export function namesVoter(policies: PolicySource[], input: EvaluationInput, vot
  */
 export function approvalStillPossible(policies: PolicySource[], input: EvaluationInput): boolean {
   const evaluation = new Evaluation(input);
-  return policies.some((p) => p.effect === "EFFECT_ALLOW" && evaluation.verdict(compilePolicy(p)).outcome === "OUTCOME_ALLOW");
+  return policies.some((p) => p.effect === "EFFECT_ALLOW" && evaluation.verdict(load(p)).outcome === "OUTCOME_ALLOW");
 }

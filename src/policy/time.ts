@@ -110,14 +110,25 @@ export function compileCronSpan(cron: string, duration: string, zone: string): C
   };
 }
 
-function dayMatches(span: CronSpan, day: DateTime): boolean {
+interface LocalDay {
+  year: number;
+  month: number;
+  day: number;
+  /** 0 = Sunday, as cron counts */
+  weekday: number;
+}
+
+function dayMatches(span: CronSpan, day: LocalDay): boolean {
   if (!span.months.has(day.month)) return false;
   const dom = span.daysOfMonth.has(day.day);
-  const dow = span.daysOfWeek.has(day.weekday % 7); // luxon: Monday=1..Sunday=7; cron: Sunday=0
+  const dow = span.daysOfWeek.has(day.weekday);
   // Standard cron: when both day fields are restricted, either one matching fires.
   if (span.domRestricted && span.dowRestricted) return dom || dow;
   return dom && dow;
 }
+
+const HOUR_MS = 3_600_000;
+const DAY_MS = 24 * HOUR_MS;
 
 /**
  * Whether `now` lies in [fire, fire + duration) for some fire of the schedule. Fires are local wall
@@ -138,12 +149,26 @@ export function inCronSpan(span: CronSpan, nowMs: number): boolean {
 
 function computeInCronSpan(span: CronSpan, nowMs: number): boolean {
   const now = DateTime.fromMillis(nowMs, { zone: span.zone });
+  // Wall-clock arithmetic is exact while the zone's offset holds; it is checked at both ends of the
+  // stretch of time a window can come from. Across a daylight-saving change luxon resolves each
+  // local fire time instead (a skipped time fires at the shifted instant, a repeated one once).
+  const steady =
+    DateTime.fromMillis(nowMs - 9 * DAY_MS, { zone: span.zone }).offset === now.offset &&
+    DateTime.fromMillis(nowMs + 3 * HOUR_MS, { zone: span.zone }).offset === now.offset;
+  const instant = (day: LocalDay, hour: number, minute: number) =>
+    steady
+      ? Date.UTC(day.year, day.month - 1, day.day, hour, minute) - now.offset * 60_000
+      : DateTime.fromObject({ year: day.year, month: day.month, day: day.day, hour, minute }, { zone: span.zone }).toMillis();
   for (let back = 0; back <= 8; back++) {
-    const day = now.startOf("day").minus({ days: back });
+    const date = new Date(Date.UTC(now.year, now.month - 1, now.day - back));
+    const day: LocalDay = { year: date.getUTCFullYear(), month: date.getUTCMonth() + 1, day: date.getUTCDate(), weekday: date.getUTCDay() };
     if (!dayMatches(span, day)) continue;
     for (const hour of span.hours) {
       for (const minute of span.minutes) {
-        const fire = DateTime.fromObject({ year: day.year, month: day.month, day: day.day, hour, minute }, { zone: span.zone }).toMillis();
+        // Today's fires later than now by the wall clock are in the future unless a daylight-saving
+        // change lies between; two hours of slack cover any such shift.
+        if (back === 0 && (hour - now.hour) * 60 + (minute - now.minute) > 120) continue;
+        const fire = instant(day, hour, minute);
         if (fire > nowMs) continue;
         // Fires are visited newest first: the first one not after now decides.
         return nowMs < fire + span.durationMs;
