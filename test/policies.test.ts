@@ -110,6 +110,26 @@ describe("policies as resources", () => {
     expect(policy).toMatchObject({ policyName: "v1 target", effect: "EFFECT_DENY", condition: "activity.kind == 'CREATE_USERS'", consensus: "approvers.count() >= 1" });
   });
 
+  it("stores the product's documented transaction policies (eth.tx, eth.eip_712, solana.tx) as written", async () => {
+    const { root, members } = await organizationWith(h, ["worker"]);
+    const conditions = [
+      "eth.tx.to == '0x08d2b0a37f869ff76bacb5bab3278e26ab7067b7' && eth.tx.value < 500000000000000000",
+      "eth.tx.function_name == 'executeBatch' && eth.tx.contract_call_args['calls'].all(call, call[0] == '0xc0ffee' && call[1] == 0)",
+      "eth.eip_712.domain.name == 'Permit2' && eth.eip_712.message['permitted'][0]['token'] == '0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48' && activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2'",
+      "solana.tx.spl_transfers.all(transfer, transfer.signers.any(s, s == 'SIGNER'))",
+    ];
+    const { policyIds } = await root.createPolicies({ policies: conditions.map((condition, i) => ({ policyName: `chain ${i}`, effect: "EFFECT_DENY" as const, condition, notes: "" })) });
+    const { policies } = await root.getPolicies({});
+    expect(policies.filter((p) => policyIds.includes(p.policyId)).map((p) => p.condition)).toEqual(conditions);
+    // On an activity that signs nothing they fail to evaluate (OUTCOME_ERROR), and so deny nothing.
+    await root.createPolicy({ policyName: "worker tags", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.worker!.userId}')`, condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    const done = await members.worker!.client.createUserTag({ userTagName: "unaffected", userIds: [] });
+    expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    const { policyEvaluations } = await root.getPolicyEvaluations({ activityId: done.activity.id });
+    const outcomes = policyEvaluations[0]!.policyEvaluations.filter((v: any) => policyIds.includes(v.policyId)).map((v: any) => v.outcome);
+    expect(outcomes).toEqual(["OUTCOME_ERROR", "OUTCOME_ERROR", "OUTCOME_ERROR", "OUTCOME_ERROR"]);
+  });
+
   it("translates legacy selectors (CREATE_POLICY_V2) into an expression", async () => {
     const { org } = await organizationWith(h, []);
     const client = h.http(org.key);

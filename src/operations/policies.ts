@@ -5,6 +5,8 @@ import { InvalidPolicyError, present, validatePolicy } from "../policy/engine.js
 import type { PoliciesTable } from "../store/schema.js";
 import type { Tx } from "../store/database.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
+// Policies may name the transaction keywords, so they must be declared before any is checked.
+import "./transaction-keywords.js";
 import { requireName } from "./credentials.js";
 import { distinct, newId, timestamp } from "./resources.js";
 

@@ -9,7 +9,7 @@ import { PolicySyntaxError } from "./lexer.js";
 import { parse, type Node } from "./parser.js";
 import { keywordTypes, type PolicyField } from "./keywords.js";
 import { compileCronSpan, inCronSpan, parseTimestamp } from "./time.js";
-import { I128_MAX, I128_MIN, PolicyTimestamp, T, U256_MAX, compatible, describeType, isNumeric, unify, type Type, type Value } from "./types.js";
+import { I128_MAX, I128_MIN, PolicyTimestamp, T, U256_MAX, compatible, describeType, isDynamic, isNumeric, unify, type Type, type Value } from "./types.js";
 
 /** Something the expression needed that this activity does not have. */
 export class PolicyEvaluationError extends Error {
@@ -58,6 +58,36 @@ interface Scope {
   depth: number;
 }
 
+// ---- Values of dynamic type are checked where they are used. ----
+
+const isMap = (v: Value): v is { [key: string]: Value } => typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PolicyTimestamp);
+
+function kindOf(v: Value): string {
+  if (typeof v === "boolean") return "bool";
+  if (typeof v === "bigint") return "number";
+  if (typeof v === "string") return "string";
+  if (v instanceof PolicyTimestamp) return "timestamp";
+  return Array.isArray(v) ? "list" : "map";
+}
+
+function expectBool(v: Value): boolean {
+  if (typeof v !== "boolean") throw new PolicyEvaluationError(`expected a bool, found a ${kindOf(v)}`);
+  return v;
+}
+
+function expectList(v: Value): Value[] {
+  if (!Array.isArray(v)) throw new PolicyEvaluationError(`expected a list, found a ${kindOf(v)}`);
+  return v;
+}
+
+/** A bool-typed use of an expression: dynamic values are checked when they arrive. */
+function asBool(compiled: Compiled): Evaluator {
+  const run = compiled.run;
+  return isDynamic(compiled.type) ? (env) => expectBool(run(env)) : run;
+}
+
+const isBoolish = (type: Type) => type.kind === "bool" || isDynamic(type);
+
 export const MAX_EXPRESSION_LENGTH = 16_384;
 
 /** Parses, checks and compiles an expression that must be a bool. Throws PolicySyntaxError. */
@@ -71,8 +101,8 @@ export function compileExpression(source: string, field: PolicyField): Evaluator
     if (error instanceof RangeError) throw new PolicySyntaxError(source, 0, "the expression is too deeply nested");
     throw error;
   }
-  if (compiled.type.kind !== "bool") throw new PolicySyntaxError(source, 0, `a ${field} must be a bool expression, but this one is ${describeType(compiled.type)}`);
-  return compiled.run;
+  if (!isBoolish(compiled.type)) throw new PolicySyntaxError(source, 0, `a ${field} must be a bool expression, but this one is ${describeType(compiled.type)}`);
+  return asBool(compiled);
 }
 
 function check(node: Node, scope: Scope, source: string): Compiled {
@@ -154,39 +184,59 @@ function check(node: Node, scope: Scope, source: string): Compiled {
     }
     case "not": {
       const operand = sub(node.operand);
-      if (operand.type.kind !== "bool") fail(node, `"!" applies to a bool, not ${describeType(operand.type)}`);
-      const run = operand.run;
+      if (!isBoolish(operand.type)) fail(node, `"!" applies to a bool, not ${describeType(operand.type)}`);
+      const run = asBool(operand);
       return { type: T.bool, run: (env) => !run(env) };
     }
     case "binary":
       return binary(node, scope, source, fail);
     case "field": {
       const object = sub(node.object);
+      const field = node.field;
+      const path = source.slice(startOf(node.object), node.start + field.length);
+      const run = object.run;
+      const read = (env: Environment) => {
+        const value = run(env);
+        if (!isMap(value)) throw new PolicyEvaluationError(`${path}: a ${kindOf(value)} has no fields`);
+        const found = Object.hasOwn(value, field) ? value[field] : undefined;
+        if (found === undefined) throw new PolicyEvaluationError(`missing field: ${path} is not available for this activity`);
+        return found;
+      };
+      if (isDynamic(object.type)) return { type: T.dynamic, run: read };
       if (object.type.kind !== "struct") fail(node, `${describeType(object.type)} has no fields; "${node.field}" cannot be read from it`);
       const struct = object.type as Extract<Type, { kind: "struct" }>;
       // Own fields only: "constructor" or "__proto__" are not fields of any struct.
       const type = Object.hasOwn(struct.fields, node.field) ? struct.fields[node.field] : undefined;
       if (!type) fail(node, `${struct.name} has no field "${node.field}" (fields: ${Object.keys(struct.fields).join(", ")})`);
-      const field = node.field;
-      const path = source.slice(startOf(node.object), node.start + field.length);
-      const run = object.run;
-      return {
-        type: type!,
-        run: (env) => {
-          const object = run(env) as Record<string, Value>;
-          const value = Object.hasOwn(object, field) ? object[field] : undefined;
-          if (value === undefined) throw new PolicyEvaluationError(`missing field: ${path} is not available for this activity`);
-          return value;
-        },
-      };
+      return { type: type!, run: read };
     }
     case "index": {
       const object = sub(node.object);
       const index = sub(node.index);
-      if (!isNumeric(index.type)) fail(node.index, `an index must be a number, not ${describeType(index.type)}`);
-      const [element, items] = indexable(object.type, node, fail);
       const runObject = object.run;
       const runIndex = index.run;
+      const byKey = (container: Value, key: Value): Value => {
+        if (typeof key === "string") {
+          if (!isMap(container)) throw new PolicyEvaluationError(`cannot look up '${key}' in a ${kindOf(container)}`);
+          const found = Object.hasOwn(container, key) ? container[key] : undefined;
+          if (found === undefined) throw new PolicyEvaluationError(`missing key '${key}'`);
+          return found;
+        }
+        if (typeof key !== "bigint") throw new PolicyEvaluationError(`an index must be a number or a string, found a ${kindOf(key)}`);
+        const all = typeof container === "string" ? Array.from(container) : expectList(container);
+        if (key < 0n || key >= BigInt(all.length)) throw new PolicyEvaluationError(`index ${key} is out of range for a length of ${all.length}`);
+        return all[Number(key)]!;
+      };
+      if (object.type.kind === "map") {
+        if (index.type.kind !== "string" && !isDynamic(index.type)) fail(node.index, `a map is indexed by a string key, not ${describeType(index.type)}`);
+        return { type: object.type.value, run: (env) => byKey(runObject(env), runIndex(env)) };
+      }
+      if (isDynamic(object.type)) {
+        if (!isNumeric(index.type) && index.type.kind !== "string" && !isDynamic(index.type)) fail(node.index, `an index must be a number or a string key, not ${describeType(index.type)}`);
+        return { type: T.dynamic, run: (env) => byKey(runObject(env), runIndex(env)) };
+      }
+      if (!isNumeric(index.type)) fail(node.index, `an index must be a number, not ${describeType(index.type)}`);
+      const [element, items] = indexable(object.type, node, fail);
       return {
         type: element,
         run: (env) => {
@@ -205,17 +255,17 @@ function check(node: Node, scope: Scope, source: string): Compiled {
         if (bound && !isNumeric(bound.type)) fail(n!, `a slice bound must be a number, not ${describeType(bound.type)}`);
       }
       const [, items] = indexable(object.type, node, fail);
-      const isString = object.type.kind === "string";
       const runObject = object.run;
       return {
         type: object.type,
         run: (env) => {
-          const all = items(runObject(env));
+          const whole = runObject(env);
+          const all = items(whole);
           const start = from ? (from.run(env) as bigint) : 0n;
           const end = to ? (to.run(env) as bigint) : BigInt(all.length);
           if (start < 0n || end > BigInt(all.length) || start > end) throw new PolicyEvaluationError(`slice ${start}..${end} is out of range for a length of ${all.length}`);
           const part = all.slice(Number(start), Number(end));
-          return isString ? (part as string[]).join("") : part;
+          return typeof whole === "string" ? (part as string[]).join("") : part;
         },
       };
     }
@@ -246,6 +296,7 @@ type Fail = (at: Node | number, problem: string) => never;
 function indexable(type: Type, node: Node, fail: Fail): [Type, (value: Value) => Value[]] {
   if (type.kind === "list") return [type.element, (v) => v as Value[]];
   if (type.kind === "string") return [T.string, (v) => Array.from(v as string)];
+  if (isDynamic(type)) return [T.dynamic, (v) => (typeof v === "string" ? Array.from(v) : expectList(v))];
   return fail(node, `only lists and strings can be indexed or sliced, not ${describeType(type)}`);
 }
 
@@ -257,14 +308,14 @@ function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: s
   const l = left.run;
   const r = right.run;
   if (op === "in") {
-    if (right.type.kind !== "list") fail(node, `the right side of "in" must be a list, not ${describeType(right.type)}`);
-    const element = (right.type as Extract<Type, { kind: "list" }>).element;
+    if (right.type.kind !== "list" && !isDynamic(right.type)) fail(node, `the right side of "in" must be a list, not ${describeType(right.type)}`);
+    const element = right.type.kind === "list" ? right.type.element : T.dynamic;
     if (!compatible(left.type, element)) fail(node, `cannot look for ${describeType(left.type)} in ${describeType(right.type)}`);
     return {
       type: T.bool,
       run: (env) => {
         const needle = l(env);
-        const items = r(env) as Value[];
+        const items = expectList(r(env));
         spend(env, items.length);
         return items.some((item) => equal(needle, item));
       },
@@ -276,18 +327,30 @@ function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: s
       ? { type: T.bool, run: (env) => equal(l(env), r(env)) }
       : { type: T.bool, run: (env) => !equal(l(env), r(env)) };
   }
-  const ordered = (isNumeric(left.type) && isNumeric(right.type)) || (left.type.kind === "timestamp" && right.type.kind === "timestamp");
+  const orderable = (t: Type) => isNumeric(t) || t.kind === "timestamp" || isDynamic(t);
+  const ordered = orderable(left.type) && orderable(right.type) && (isDynamic(left.type) || isDynamic(right.type) || (isNumeric(left.type) && isNumeric(right.type)) || left.type.kind === right.type.kind);
   if (!ordered) fail(node, `"${op}" compares two numbers or two timestamps, not ${describeType(left.type)} and ${describeType(right.type)}`);
-  const key = left.type.kind === "timestamp" ? (v: Value) => (v as PolicyTimestamp).epochNanos : (v: Value) => v as bigint;
+  // Numbers compare as bigints, timestamps by their nanoseconds; a dynamic value must turn out to be
+  // of the same kind as the other side.
+  const key = (v: Value, other: Value): bigint => {
+    if (typeof v === "bigint" && typeof other === "bigint") return v;
+    if (v instanceof PolicyTimestamp && other instanceof PolicyTimestamp) return v.epochNanos;
+    throw new PolicyEvaluationError(`"${op}" cannot compare a ${kindOf(v)} with a ${kindOf(other)}`);
+  };
+  const compare = (env: Environment): [bigint, bigint] => {
+    const a = l(env);
+    const b = r(env);
+    return [key(a, b), key(b, a)];
+  };
   switch (op) {
     case "<":
-      return { type: T.bool, run: (env) => key(l(env)) < key(r(env)) };
+      return { type: T.bool, run: (env) => { const [a, b] = compare(env); return a < b; } };
     case ">":
-      return { type: T.bool, run: (env) => key(l(env)) > key(r(env)) };
+      return { type: T.bool, run: (env) => { const [a, b] = compare(env); return a > b; } };
     case "<=":
-      return { type: T.bool, run: (env) => key(l(env)) <= key(r(env)) };
+      return { type: T.bool, run: (env) => { const [a, b] = compare(env); return a <= b; } };
     default:
-      return { type: T.bool, run: (env) => key(l(env)) >= key(r(env)) };
+      return { type: T.bool, run: (env) => { const [a, b] = compare(env); return a >= b; } };
   }
 }
 
@@ -307,8 +370,8 @@ function logical(node: Extract<Node, { kind: "binary" }>, op: "&&" | "||", scope
   operands.reverse();
   const runs = operands.map((operand) => {
     const compiled = check(operand, scope, source);
-    if (compiled.type.kind !== "bool") fail(operand, `"${op}" joins bools, but this operand is ${describeType(compiled.type)}`);
-    return compiled.run;
+    if (!isBoolish(compiled.type)) fail(operand, `"${op}" joins bools, but this operand is ${describeType(compiled.type)}`);
+    return asBool(compiled);
   });
   const all = op === "&&";
   return {
@@ -341,9 +404,10 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
   const object = check(node.object, scope, source);
   const known = ["all", "any", "filter", "contains", "count"];
   if (!known.includes(node.method)) fail(node, `unknown function "${node.method}" (functions: ${known.map((k) => `${k}()`).join(", ")})`);
-  if (object.type.kind !== "list") fail(node, `${node.method}() applies to a list, not ${describeType(object.type)}`);
-  const element = (object.type as Extract<Type, { kind: "list" }>).element;
-  const runList = object.run;
+  if (object.type.kind !== "list" && !isDynamic(object.type)) fail(node, `${node.method}() applies to a list, not ${describeType(object.type)}`);
+  const element = object.type.kind === "list" ? object.type.element : T.dynamic;
+  const runObject = object.run;
+  const runList = isDynamic(object.type) ? (env: Environment) => expectList(runObject(env)) : runObject;
 
   if (node.method === "count") {
     if (node.args.length !== 0) fail(node, `count() takes no arguments`);
@@ -382,8 +446,8 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
   const locals = new Map(scope.locals);
   locals.set(name, { slot, type: element });
   const predicate = check(node.args[1]!, { ...scope, locals, depth: scope.depth + 1 }, source);
-  if (predicate.type.kind !== "bool") fail(node.args[1]!, `the predicate of ${node.method}() must be a bool, not ${describeType(predicate.type)}`);
-  const test = predicate.run;
+  if (!isBoolish(predicate.type)) fail(node.args[1]!, `the predicate of ${node.method}() must be a bool, not ${describeType(predicate.type)}`);
+  const test = asBool(predicate);
   // Every item is tested (no short-circuit), so an error for any item is an error.
   const results = (env: Environment, items: Value[]): boolean[] => {
     spend(env, items.length);
@@ -401,7 +465,7 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
       return { type: T.bool, run: (env) => results(env, runList(env) as Value[]).some(Boolean) };
     default:
       return {
-        type: object.type,
+        type: object.type.kind === "list" ? object.type : T.list(T.dynamic),
         run: (env) => {
           const items = runList(env) as Value[];
           const keep = results(env, items);

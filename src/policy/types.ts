@@ -11,7 +11,12 @@ export type Type =
   /** The element type of `[]`, which fits any list. */
   | { kind: "never" }
   | { kind: "list"; element: Type }
-  | { kind: "struct"; name: string; fields: Record<string, Type> };
+  | { kind: "struct"; name: string; fields: Record<string, Type> }
+  /** A map with string keys, read as `m['key']` (an EIP-712 message, a contract call's arguments). */
+  | { kind: "map"; value: Type }
+  /** A value whose shape is only known at evaluation (a decoded contract argument): what is done with
+   * it is checked when the policy runs, and a mismatch is an evaluation error. */
+  | { kind: "dynamic" };
 
 export const T = {
   bool: { kind: "bool" } as Type,
@@ -22,6 +27,8 @@ export const T = {
   never: { kind: "never" } as Type,
   list: (element: Type): Type => ({ kind: "list", element }),
   struct: (name: string, fields: Record<string, Type>): Type => ({ kind: "struct", name, fields }),
+  map: (value: Type): Type => ({ kind: "map", value }),
+  dynamic: { kind: "dynamic" } as Type,
 };
 
 export const I128_MIN = -(2n ** 127n);
@@ -36,20 +43,24 @@ export function describeType(type: Type): string {
       return type.name;
     case "never":
       return "nothing";
+    case "map":
+      return `map<string, ${describeType(type.value)}>`;
     default:
       return type.kind;
   }
 }
 
 export const isNumeric = (type: Type) => type.kind === "int" || type.kind === "uint";
+export const isDynamic = (type: Type) => type.kind === "dynamic";
 
 /** Whether values of the two types can be compared for equality (ints and uints compare by value). */
 export function compatible(a: Type, b: Type): boolean {
-  if (a.kind === "never" || b.kind === "never") return true;
+  if (a.kind === "never" || b.kind === "never" || a.kind === "dynamic" || b.kind === "dynamic") return true;
   if (isNumeric(a) && isNumeric(b)) return true;
   if (a.kind !== b.kind) return false;
   if (a.kind === "list" && b.kind === "list") return compatible(a.element, b.element);
   if (a.kind === "struct" && b.kind === "struct") return a.name === b.name;
+  if (a.kind === "map" && b.kind === "map") return compatible(a.value, b.value);
   return true;
 }
 
@@ -57,6 +68,7 @@ export function compatible(a: Type, b: Type): boolean {
 export function unify(a: Type, b: Type): Type {
   if (a.kind === "never") return b;
   if (b.kind === "never") return a;
+  if (a.kind === "dynamic" || b.kind === "dynamic") return T.dynamic;
   if (isNumeric(a) && isNumeric(b)) return a.kind === b.kind ? a : T.uint;
   if (a.kind === "list" && b.kind === "list") return T.list(unify(a.element, b.element));
   return a;
