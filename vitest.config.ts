@@ -3,7 +3,7 @@ import { defineConfig } from "vitest/config";
 
 const backends = ["sqlite", ...(process.env.TEST_DATABASE_URL ? ["postgres"] : [])];
 // Suites that touch no database (the policy language on its own) run once, in the first project.
-const databaseFree = ["test/policy-language.test.ts", "test/policy-fuzz.test.ts", "test/policy-chain-keywords.test.ts"];
+const databaseFree = ["test/policy-language.test.ts", "test/policy-fuzz.test.ts", "test/policy-chain-keywords.test.ts", "test/crypto-wallets.test.ts"];
 
 export default defineConfig({
   test: {

@@ -1,10 +1,11 @@
 // Environment variables and command-line flags, resolved once into one typed object.
 import path from "node:path";
+import type { MasterKeyConfig } from "./crypto/master-key.js";
 
 export interface Config {
   host: string;
   port: number;
-  /** Directory of the embedded SQLite database (and, later, the master key). */
+  /** Directory of the embedded SQLite database and the default master key file. */
   dataDir: string;
   /** postgres://… to keep all state in PostgreSQL instead of SQLite. */
   databaseUrl: string | null;
@@ -19,6 +20,8 @@ export interface Config {
     origins: string[];
   };
   logLevel: string;
+  /** The key every stored secret is sealed under (see crypto/master-key.ts). */
+  masterKey: MasterKeyConfig;
 }
 
 export interface ConfigFlags {
@@ -38,14 +41,21 @@ const list = (raw: string | undefined) => (raw ?? "").split(",").map((s) => s.tr
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFlags = {}): Config {
   const port = positiveInteger("port", flags.port !== undefined ? String(flags.port) : env.SIGIL_PORT, 8080);
+  const dataDir = path.resolve(flags.dataDir ?? env.SIGIL_DATA_DIR ?? "data");
   return {
     host: flags.host ?? env.SIGIL_HOST ?? "127.0.0.1",
     port,
-    dataDir: path.resolve(flags.dataDir ?? env.SIGIL_DATA_DIR ?? "data"),
+    dataDir,
     databaseUrl: env.SIGIL_DATABASE_URL || null,
     timestampWindowMs: positiveInteger("SIGIL_TIMESTAMP_WINDOW_SECONDS", env.SIGIL_TIMESTAMP_WINDOW_SECONDS, 300) * 1000,
     bodyLimitBytes: positiveInteger("SIGIL_BODY_LIMIT_BYTES", env.SIGIL_BODY_LIMIT_BYTES, 1024 * 1024),
     webauthn: { rpIds: list(env.SIGIL_WEBAUTHN_RP_IDS), origins: list(env.SIGIL_WEBAUTHN_ORIGINS) },
     logLevel: env.SIGIL_LOG_LEVEL ?? "info",
+    masterKey: {
+      key: env.SIGIL_MASTER_KEY || null,
+      file: env.SIGIL_MASTER_KEY_FILE ? path.resolve(env.SIGIL_MASTER_KEY_FILE) : path.join(dataDir, "master.key"),
+      fileIsDefault: !env.SIGIL_MASTER_KEY_FILE,
+      previous: list(env.SIGIL_MASTER_KEY_PREVIOUS),
+    },
   };
 }

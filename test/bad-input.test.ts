@@ -349,9 +349,9 @@ describe("activity types and routing", () => {
   });
 
   it("refuses a known activity type this server does not implement (400 ACTIVITY_TYPE_UNSUPPORTED)", async () => {
-    const body = createUsersBody([userWithKey("wallet")], { type: "ACTIVITY_TYPE_CREATE_WALLET" });
+    const body = createUsersBody([userWithKey("billing")], { type: "ACTIVITY_TYPE_SET_PAYMENT_METHOD_V2" });
     const message = await expectRefusedUnchanged(() => sendSigned(CREATE_USERS, body), 400, 3, "ACTIVITY_TYPE_UNSUPPORTED");
-    expect(message).toContain("ACTIVITY_TYPE_CREATE_WALLET");
+    expect(message).toContain("ACTIVITY_TYPE_SET_PAYMENT_METHOD_V2");
   });
 
   it("refuses a valid activity type sent to the wrong path (400 ACTIVITY_TYPE_MISMATCH, naming the right one)", async () => {

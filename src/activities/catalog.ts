@@ -6,6 +6,8 @@ import { credentialOperations } from "../operations/credentials.js";
 import { tagOperations } from "../operations/tags.js";
 import { organizationOperations } from "../operations/organizations.js";
 import { policyOperations } from "../operations/policies.js";
+import { walletOperations } from "../operations/wallets.js";
+import { privateKeyOperations } from "../operations/private-keys.js";
 import { activityQueries } from "./queries.js";
 import { voteOperations } from "./votes.js";
 
@@ -14,6 +16,8 @@ export const operations: Operation[] = [
   ...credentialOperations,
   ...tagOperations,
   ...policyOperations,
+  ...walletOperations,
+  ...privateKeyOperations,
   ...organizationOperations,
   ...voteOperations,
   ...activityQueries,

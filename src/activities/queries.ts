@@ -1,20 +1,9 @@
 // Reading the audit log: one activity, or a page of them.
 import { invalidArgument, notFound } from "../errors.js";
 import { defineQuery } from "../operations/registry.js";
+import { pageSize, type Pagination } from "../operations/resources.js";
 import { renderActivity, renderPolicyEvaluation } from "./records.js";
 
-interface Pagination {
-  limit?: string;
-  before?: string;
-  after?: string;
-}
-
-function pageSize(limit: string | undefined): number {
-  if (limit === undefined || limit === "") return 10;
-  const n = Number(limit);
-  if (!/^\d+$/.test(limit) || n < 1 || n > 100) throw invalidArgument(`paginationOptions.limit must be between 1 and 100, got "${limit}"`);
-  return n;
-}
 
 export const activityQueries = [
   defineQuery<{ organizationId: string; activityId: string }>({

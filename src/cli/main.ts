@@ -5,11 +5,17 @@ import { startServer } from "../http/server.js";
 import { openStore } from "../store/database.js";
 import { generateP256KeyPair } from "../crypto/keys.js";
 import { createOrganization } from "../operations/organizations.js";
+import { resealAll } from "../operations/secrets.js";
+import { Keyring, MASTER_KEY_BYTES } from "../crypto/envelope.js";
+import { loadKeyring, nextKeyFile, parseMasterKey, writeKeyFile } from "../crypto/master-key.js";
+import crypto from "node:crypto";
+import fs from "node:fs";
 
 const USAGE = `usage:
   sigil serve [--host H] [--port P] [--data-dir D]
   sigil keygen
   sigil bootstrap --org-name N --user-name U --api-public-key K [--user-email E] [--api-key-name X] [--data-dir D]
+  sigil rotate-master-key [--data-dir D] [--new-key-file F]
 
 Set SIGIL_DATABASE_URL=postgres://… to keep state in PostgreSQL instead of SQLite.`;
 
@@ -57,6 +63,47 @@ async function bootstrap(args: string[]) {
   }
 }
 
+/**
+ * Re-seals every stored secret under a new master key, in one transaction. With the default key file
+ * the new key is generated into master.key.next first, so a crash at any point leaves every secret
+ * readable (the keyring loads master.key, master.key.next and master.key.previous-*), and running the
+ * command again finishes the job. With SIGIL_MASTER_KEY the new key comes from --new-key-file.
+ */
+async function rotateMasterKey(args: string[]) {
+  const { values } = parseArgs({ args, options: { "data-dir": { type: "string" }, "new-key-file": { type: "string" } } });
+  const config = loadConfig(process.env, { dataDir: values["data-dir"] });
+  const { keyring: from } = loadKeyring(config.masterKey);
+  const fileBased = !config.masterKey.key;
+  let newKey: Buffer;
+  if (values["new-key-file"]) {
+    newKey = parseMasterKey(fs.readFileSync(values["new-key-file"], "utf8"), values["new-key-file"]);
+  } else if (fileBased) {
+    const next = nextKeyFile(config.masterKey.file);
+    if (!fs.existsSync(next)) writeKeyFile(next, crypto.randomBytes(MASTER_KEY_BYTES));
+    newKey = parseMasterKey(fs.readFileSync(next, "utf8"), next);
+  } else {
+    throw new Error(`SIGIL_MASTER_KEY is set: give the new key with --new-key-file F\n\n${USAGE}`);
+  }
+  const to = new Keyring(newKey);
+  const store = await openStore(config);
+  let report;
+  try {
+    report = await resealAll(store.db, from, to);
+  } finally {
+    await store.close();
+  }
+  if (fileBased && !values["new-key-file"]) {
+    const file = config.masterKey.file;
+    fs.renameSync(file, `${file}.previous-${from.currentKeyId}`);
+    fs.renameSync(nextKeyFile(file), file);
+  }
+  process.stdout.write(JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: to.currentKeyId }) + "\n");
+  const after = fileBased && !values["new-key-file"]
+    ? `The new key is ${config.masterKey.file}; the old one was kept as ${config.masterKey.file}.previous-${from.currentKeyId}. Restart every server.`
+    : `Now set SIGIL_MASTER_KEY (or the key file) to the new key and keep the old one in SIGIL_MASTER_KEY_PREVIOUS until every server has restarted.`;
+  process.stderr.write(after + "\n");
+}
+
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   switch (command) {
@@ -67,6 +114,8 @@ export async function main(argv: string[]): Promise<void> {
       return;
     case "bootstrap":
       return bootstrap(rest);
+    case "rotate-master-key":
+      return rotateMasterKey(rest);
     case undefined:
     case "help":
     case "--help":

@@ -6,6 +6,8 @@ import type { Config } from "../config.js";
 import { ServiceError } from "../errors.js";
 import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
+import type { Keyring } from "../crypto/envelope.js";
+import { loadKeyring } from "../crypto/master-key.js";
 import { activityOperations, queryOperations } from "../activities/catalog.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import packageJson from "../../package.json" with { type: "json" };
@@ -27,12 +29,17 @@ export interface ServerOptions {
   clock?: () => number;
 }
 
-export function buildApp(config: Config, store: Store, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
+export interface ServerParts {
+  store: Store;
+  keyring: Keyring;
+}
+
+export function buildApp(config: Config, { store, keyring }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
   const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn }, logger, clock: options.clock });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring }, logger, clock: options.clock });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
@@ -84,8 +91,11 @@ export function buildApp(config: Config, store: Store, logger: pino.Logger, opti
 }
 
 export async function startServer(config: Config, logger = createLogger(config), options: ServerOptions = {}): Promise<RunningServer> {
+  const { keyring, source, created } = loadKeyring(config.masterKey);
+  if (created) logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it");
+  else logger.info({ masterKey: source }, "master key loaded");
   const store = await openStore({ ...config, onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect") });
-  const app = buildApp(config, store, logger, options);
+  const app = buildApp(config, { store, keyring }, logger, options);
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {

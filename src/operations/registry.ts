@@ -6,6 +6,7 @@ import type { Tx, Db, Dialect } from "../store/database.js";
 import type { ActivitiesTable } from "../store/schema.js";
 import type { Principal } from "../auth/authenticate.js";
 import type { WebauthnPolicy } from "../auth/webauthn.js";
+import type { Keyring } from "../crypto/envelope.js";
 
 export interface SwaggerSchemas {
   activityTypes: Record<string, { intentKey: string; resultKey: string | null; parameters: string }>;
@@ -59,6 +60,8 @@ const versionOf = (type: string) => Number(/_V(\d+)$/.exec(type)?.[1] ?? 1);
 
 export interface OperationEnvironment {
   webauthn: WebauthnPolicy;
+  /** Seals and opens the secrets operations store (mnemonics, private keys). */
+  keyring: Keyring;
 }
 
 export interface ActivityContext {

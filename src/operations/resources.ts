@@ -132,3 +132,17 @@ export function distinct(ids: string[], what: string): string[] {
   }
   return ids;
 }
+
+export interface Pagination {
+  limit?: string;
+  before?: string;
+  after?: string;
+}
+
+/** paginationOptions.limit of the list queries: 1 to 100, 10 when absent. */
+export function pageSize(limit: string | undefined): number {
+  if (limit === undefined || limit === "") return 10;
+  const n = Number(limit);
+  if (!/^\d+$/.test(limit) || n < 1 || n > 100) throw invalidArgument(`paginationOptions.limit must be between 1 and 100, got "${limit}"`);
+  return n;
+}

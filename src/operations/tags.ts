@@ -1,107 +1,153 @@
-// User tags: named groups of users that policies refer to (approvers.any(u, u.tags.contains(...))).
+// Tags: named groups of users (policies read them: approvers.any(u, u.tags.contains(...))) and of
+// private keys (private_key.tags). Both kinds work alike; each is described once below and its
+// operations (create/update/delete/list) are made from that description.
 import { alreadyExists, invalidArgument, notFound } from "../errors.js";
-import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
+import type { Kysely } from "kysely";
+import type { Db, Tx } from "../store/database.js";
+import { defineActivity, defineQuery, type ActivityContext, type PolicyResource } from "./registry.js";
 import { requireName } from "./credentials.js";
 import { distinct, newId, requireUsers, timestamp } from "./resources.js";
 
-async function requireUniqueTagName(ctx: ActivityContext, name: string, exceptId?: string) {
-  let query = ctx.trx.selectFrom("tags").select("id").where("organization_id", "=", ctx.organizationId).where("tag_type", "=", "TAG_TYPE_USER").where("name", "=", name);
-  if (exceptId) query = query.where("id", "!=", exceptId);
-  if (await query.executeTakeFirst()) throw alreadyExists(`a user tag named "${name}" already exists`, "USER_TAG_ALREADY_EXISTS");
+interface TagKind {
+  tagType: "TAG_TYPE_USER" | "TAG_TYPE_PRIVATE_KEY";
+  /** Field-name stem of the API: userTagName / privateKeyTagName, userIds / privateKeyIds, … */
+  field: "user" | "privateKey";
+  /** Operation-name stem: create_user_tag / create_private_key_tag, … */
+  operation: "user" | "private_key";
+  /** Words for messages and error codes. */
+  noun: "user" | "private key";
+  code: "USER" | "PRIVATE_KEY";
+  resource: PolicyResource;
+  members: { table: "user_tag_members"; column: "user_id" } | { table: "private_key_tag_members"; column: "private_key_id" };
+  requireMembers(db: Db | Tx, organizationId: string, ids: string[]): Promise<void>;
 }
 
-async function requireUserTag(ctx: ActivityContext, tagId: string) {
-  const tag = await ctx.trx
-    .selectFrom("tags")
-    .selectAll()
-    .where("organization_id", "=", ctx.organizationId)
-    .where("tag_type", "=", "TAG_TYPE_USER")
-    .where("id", "=", tagId)
-    .executeTakeFirst();
-  if (!tag) throw notFound(`user tag ${tagId} not found`, "USER_TAG_NOT_FOUND");
-  return tag;
+const capitalized = (s: string) => s[0]!.toUpperCase() + s.slice(1);
+
+export async function requirePrivateKeys(db: Db | Tx, organizationId: string, ids: string[]): Promise<void> {
+  if (ids.length === 0) return;
+  const found = await db.selectFrom("private_keys").select("id").where("organization_id", "=", organizationId).where("id", "in", ids).execute();
+  const missing = ids.find((id) => !found.some((f) => f.id === id));
+  if (missing) throw notFound(`private key ${missing} not found`, "PRIVATE_KEY_NOT_FOUND");
+}
+
+function tagOperationsFor(kind: TagKind) {
+  const F = capitalized(kind.field);
+  const { table, column } = kind.members;
+  // The member table is chosen at run time; both have the same shape (tag_id, <member>_id).
+  const members = (trx: Tx) => trx as unknown as Kysely<any>;
+  const memberRows = (tagId: string, ids: string[]) => ids.map((id) => ({ tag_id: tagId, [column]: id }));
+
+  async function requireUniqueName(ctx: ActivityContext, name: string, exceptId?: string) {
+    let query = ctx.trx.selectFrom("tags").select("id").where("organization_id", "=", ctx.organizationId).where("tag_type", "=", kind.tagType).where("name", "=", name);
+    if (exceptId) query = query.where("id", "!=", exceptId);
+    if (await query.executeTakeFirst()) throw alreadyExists(`a ${kind.noun} tag named "${name}" already exists`, `${kind.code}_TAG_ALREADY_EXISTS`);
+  }
+
+  async function requireTag(ctx: ActivityContext, tagId: string) {
+    const tag = await ctx.trx.selectFrom("tags").selectAll().where("organization_id", "=", ctx.organizationId).where("tag_type", "=", kind.tagType).where("id", "=", tagId).executeTakeFirst();
+    if (!tag) throw notFound(`${kind.noun} tag ${tagId} not found`, `${kind.code}_TAG_NOT_FOUND`);
+    return tag;
+  }
+
+  return [
+    defineActivity<Record<string, unknown>>({
+      name: `create_${kind.operation}_tag`,
+      summary: `Create a ${kind.noun} tag and apply it to ${kind.noun}s.`,
+      resource: kind.resource,
+      action: "CREATE",
+      async execute(ctx, p) {
+        const name = requireName(p[`${kind.field}TagName`] as string, `${kind.field}TagName`);
+        const ids = distinct(p[`${kind.field}Ids`] as string[], `${kind.field}Ids`);
+        await requireUniqueName(ctx, name);
+        await kind.requireMembers(ctx.trx, ctx.organizationId, ids);
+        const id = newId();
+        await ctx.trx.insertInto("tags").values({ id, organization_id: ctx.organizationId, name, tag_type: kind.tagType, created_at: ctx.now, updated_at: ctx.now }).execute();
+        if (ids.length) await members(ctx.trx).insertInto(table).values(memberRows(id, ids)).execute();
+        return { [`${kind.field}TagId`]: id, [`${kind.field}Ids`]: ids };
+      },
+    }),
+
+    defineActivity<Record<string, unknown>>({
+      name: `update_${kind.operation}_tag`,
+      summary: `Rename a ${kind.noun} tag, or add and remove its ${kind.noun}s.`,
+      resource: kind.resource,
+      action: "UPDATE",
+      async execute(ctx, p) {
+        const tagId = p[`${kind.field}TagId`] as string;
+        await requireTag(ctx, tagId);
+        const add = distinct(p[`add${F}Ids`] as string[], `add${F}Ids`);
+        const remove = distinct(p[`remove${F}Ids`] as string[], `remove${F}Ids`);
+        const both = add.find((id) => remove.includes(id));
+        if (both) throw invalidArgument(`${kind.noun} ${both} is in both add${F}Ids and remove${F}Ids`);
+        await kind.requireMembers(ctx.trx, ctx.organizationId, [...add, ...remove]);
+        const newName = p[`new${F}TagName`] as string | undefined;
+        if (newName !== undefined && newName !== "") {
+          const name = requireName(newName, `new${F}TagName`);
+          await requireUniqueName(ctx, name, tagId);
+          await ctx.trx.updateTable("tags").set({ name }).where("id", "=", tagId).execute();
+        }
+        const trx = members(ctx.trx);
+        if (remove.length) await trx.deleteFrom(table).where("tag_id", "=", tagId).where(column, "in", remove).execute();
+        if (add.length) {
+          const present: Record<string, string>[] = await trx.selectFrom(table).select(column).where("tag_id", "=", tagId).where(column, "in", add).execute();
+          const missing = add.filter((id) => !present.some((m) => m[column] === id));
+          if (missing.length) await trx.insertInto(table).values(memberRows(tagId, missing)).execute();
+        }
+        await ctx.trx.updateTable("tags").set({ updated_at: ctx.now }).where("id", "=", tagId).execute();
+        return { [`${kind.field}TagId`]: tagId };
+      },
+    }),
+
+    defineActivity<Record<string, unknown>>({
+      name: `delete_${kind.operation}_tags`,
+      summary: `Delete ${kind.noun} tags (the ${kind.noun}s stay).`,
+      resource: kind.resource,
+      action: "DELETE",
+      async execute(ctx, p) {
+        const ids = distinct(p[`${kind.field}TagIds`] as string[], `${kind.field}TagIds`);
+        if (ids.length === 0) throw invalidArgument(`${kind.field}TagIds must list at least one tag`);
+        for (const id of ids) await requireTag(ctx, id);
+        const trx = members(ctx.trx);
+        const tagged: Record<string, string>[] = await trx.selectFrom(table).select(column).distinct().where("tag_id", "in", ids).orderBy(column).execute();
+        await trx.deleteFrom(table).where("tag_id", "in", ids).execute();
+        await ctx.trx.deleteFrom("tags").where("id", "in", ids).execute();
+        return { [`${kind.field}TagIds`]: ids, [`${kind.field}Ids`]: tagged.map((m) => m[column]) };
+      },
+    }),
+
+    defineQuery<{ organizationId: string }>({
+      name: `list_${kind.operation}_tags`,
+      summary: `Every ${kind.noun} tag of the organization.`,
+      async run(ctx) {
+        const rows = await ctx.db.selectFrom("tags").selectAll().where("organization_id", "=", ctx.organizationId).where("tag_type", "=", kind.tagType).orderBy("created_at").orderBy("id").execute();
+        return {
+          [`${kind.field}Tags`]: rows.map((t) => ({ tagId: t.id, tagName: t.name, tagType: t.tag_type, createdAt: timestamp(t.created_at), updatedAt: timestamp(t.updated_at) })),
+        };
+      },
+    }),
+  ];
 }
 
 export const tagOperations = [
-  defineActivity<{ userTagName: string; userIds: string[] }>({
-    name: "create_user_tag",
-    summary: "Create a user tag and apply it to users.",
+  ...tagOperationsFor({
+    tagType: "TAG_TYPE_USER",
+    field: "user",
+    operation: "user",
+    noun: "user",
+    code: "USER",
     resource: "USER",
-    action: "CREATE",
-    async execute(ctx, p) {
-      const name = requireName(p.userTagName, "userTagName");
-      const userIds = distinct(p.userIds, "userIds");
-      await requireUniqueTagName(ctx, name);
-      await requireUsers(ctx.trx, ctx.organizationId, userIds);
-      const id = newId();
-      await ctx.trx
-        .insertInto("tags")
-        .values({ id, organization_id: ctx.organizationId, name, tag_type: "TAG_TYPE_USER", created_at: ctx.now, updated_at: ctx.now })
-        .execute();
-      if (userIds.length) await ctx.trx.insertInto("user_tag_members").values(userIds.map((user_id) => ({ tag_id: id, user_id }))).execute();
-      return { userTagId: id, userIds };
-    },
+    members: { table: "user_tag_members", column: "user_id" },
+    requireMembers: requireUsers,
   }),
-
-  defineActivity<{ userTagId: string; newUserTagName?: string; addUserIds: string[]; removeUserIds: string[] }>({
-    name: "update_user_tag",
-    summary: "Rename a user tag, or add and remove its users.",
-    resource: "USER",
-    action: "UPDATE",
-    async execute(ctx, p) {
-      await requireUserTag(ctx, p.userTagId);
-      const add = distinct(p.addUserIds, "addUserIds");
-      const remove = distinct(p.removeUserIds, "removeUserIds");
-      const both = add.find((id) => remove.includes(id));
-      if (both) throw invalidArgument(`user ${both} is in both addUserIds and removeUserIds`);
-      await requireUsers(ctx.trx, ctx.organizationId, [...add, ...remove]);
-      if (p.newUserTagName !== undefined && p.newUserTagName !== "") {
-        const name = requireName(p.newUserTagName, "newUserTagName");
-        await requireUniqueTagName(ctx, name, p.userTagId);
-        await ctx.trx.updateTable("tags").set({ name }).where("id", "=", p.userTagId).execute();
-      }
-      if (remove.length) await ctx.trx.deleteFrom("user_tag_members").where("tag_id", "=", p.userTagId).where("user_id", "in", remove).execute();
-      if (add.length) {
-        const present = await ctx.trx.selectFrom("user_tag_members").select("user_id").where("tag_id", "=", p.userTagId).where("user_id", "in", add).execute();
-        const missing = add.filter((id) => !present.some((m) => m.user_id === id));
-        if (missing.length) await ctx.trx.insertInto("user_tag_members").values(missing.map((user_id) => ({ tag_id: p.userTagId, user_id }))).execute();
-      }
-      await ctx.trx.updateTable("tags").set({ updated_at: ctx.now }).where("id", "=", p.userTagId).execute();
-      return { userTagId: p.userTagId };
-    },
-  }),
-
-  defineActivity<{ userTagIds: string[] }>({
-    name: "delete_user_tags",
-    summary: "Delete user tags (the users stay).",
-    resource: "USER",
-    action: "DELETE",
-    async execute(ctx, p) {
-      const ids = distinct(p.userTagIds, "userTagIds");
-      if (ids.length === 0) throw invalidArgument("userTagIds must list at least one tag");
-      for (const id of ids) await requireUserTag(ctx, id);
-      const members = await ctx.trx.selectFrom("user_tag_members").select("user_id").distinct().where("tag_id", "in", ids).orderBy("user_id").execute();
-      await ctx.trx.deleteFrom("user_tag_members").where("tag_id", "in", ids).execute();
-      await ctx.trx.deleteFrom("tags").where("id", "in", ids).execute();
-      return { userTagIds: ids, userIds: members.map((m) => m.user_id) };
-    },
-  }),
-
-  defineQuery<{ organizationId: string }>({
-    name: "list_user_tags",
-    summary: "Every user tag of the organization.",
-    async run(ctx) {
-      const rows = await ctx.db
-        .selectFrom("tags")
-        .selectAll()
-        .where("organization_id", "=", ctx.organizationId)
-        .where("tag_type", "=", "TAG_TYPE_USER")
-        .orderBy("created_at")
-        .orderBy("id")
-        .execute();
-      return {
-        userTags: rows.map((t) => ({ tagId: t.id, tagName: t.name, tagType: t.tag_type, createdAt: timestamp(t.created_at), updatedAt: timestamp(t.updated_at) })),
-      };
-    },
+  ...tagOperationsFor({
+    tagType: "TAG_TYPE_PRIVATE_KEY",
+    field: "privateKey",
+    operation: "private_key",
+    noun: "private key",
+    code: "PRIVATE_KEY",
+    resource: "PRIVATE_KEY",
+    members: { table: "private_key_tag_members", column: "private_key_id" },
+    requireMembers: requirePrivateKeys,
   }),
 ];

@@ -158,9 +158,74 @@ const policies: Migration = {
   },
 };
 
+const wallets: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("wallets")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("sealed_mnemonic", "text", (c) => c.notNull())
+      .addColumn("mnemonic_language", "text", (c) => c.notNull())
+      .addColumn("imported", "integer", (c) => c.notNull())
+      .addColumn("exported", "integer", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("wallets_by_name").on("wallets").columns(["organization_id", "name"]).unique().execute();
+
+    await db.schema
+      .createTable("wallet_accounts")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("wallet_id", "text", (c) => c.notNull().references("wallets.id"))
+      .addColumn("curve", "text", (c) => c.notNull())
+      .addColumn("path_format", "text", (c) => c.notNull())
+      .addColumn("path", "text", (c) => c.notNull())
+      .addColumn("address_format", "text", (c) => c.notNull())
+      .addColumn("address", "text", (c) => c.notNull())
+      .addColumn("public_key", "text", (c) => c.notNull())
+      .addColumn("name", "text")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    // One account per (wallet, curve, path, format): asking again for it returns the same account.
+    await db.schema.createIndex("wallet_accounts_unique").on("wallet_accounts").columns(["wallet_id", "curve", "path", "address_format"]).unique().execute();
+    // Listing pages by (created_at, id) and signing finds an account by its address.
+    await db.schema.createIndex("wallet_accounts_by_wallet").on("wallet_accounts").columns(["wallet_id", "created_at", "id"]).execute();
+    await db.schema.createIndex("wallet_accounts_by_organization").on("wallet_accounts").columns(["organization_id", "created_at", "id"]).execute();
+    await db.schema.createIndex("wallet_accounts_by_address").on("wallet_accounts").columns(["organization_id", "address"]).execute();
+
+    await db.schema
+      .createTable("private_keys")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("curve", "text", (c) => c.notNull())
+      .addColumn("public_key", "text", (c) => c.notNull())
+      .addColumn("sealed_private_key", "text", (c) => c.notNull())
+      .addColumn("addresses", "text", (c) => c.notNull())
+      .addColumn("imported", "integer", (c) => c.notNull())
+      .addColumn("exported", "integer", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("private_keys_by_name").on("private_keys").columns(["organization_id", "name"]).unique().execute();
+
+    await db.schema
+      .createTable("private_key_tag_members")
+      .addColumn("tag_id", "text", (c) => c.notNull().references("tags.id"))
+      .addColumn("private_key_id", "text", (c) => c.notNull().references("private_keys.id"))
+      .addPrimaryKeyConstraint("private_key_tag_members_pk", ["tag_id", "private_key_id"])
+      .execute();
+    await db.schema.createIndex("private_key_tag_members_by_key").on("private_key_tag_members").columns(["private_key_id"]).execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
+  "0003_wallets": wallets,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -138,6 +138,58 @@ export interface PolicyEvaluationsTable {
   created_at: number;
 }
 
+export interface WalletsTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  /** The mnemonic, sealed under the master key (crypto/envelope.ts); never stored in the clear. */
+  sealed_mnemonic: string;
+  /** MNEMONIC_LANGUAGE_* */
+  mnemonic_language: string;
+  /** 0 or 1 */
+  imported: number;
+  exported: number;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface WalletAccountsTable {
+  id: string;
+  organization_id: string;
+  wallet_id: string;
+  curve: string;
+  path_format: string;
+  path: string;
+  address_format: string;
+  address: string;
+  /** Hex: compressed secp256k1/P-256 point, or the 32-byte ed25519 key. */
+  public_key: string;
+  name: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface PrivateKeysTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  curve: string;
+  public_key: string;
+  /** The private key, sealed under the master key; never stored in the clear. */
+  sealed_private_key: string;
+  /** JSON array of { format, address } */
+  addresses: string;
+  imported: number;
+  exported: number;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface PrivateKeyTagMembersTable {
+  tag_id: string;
+  private_key_id: string;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   root_quorum_members: RootQuorumMembersTable;
@@ -150,4 +202,8 @@ export interface Database {
   activities: ActivitiesTable;
   policies: PoliciesTable;
   policy_evaluations: PolicyEvaluationsTable;
+  wallets: WalletsTable;
+  wallet_accounts: WalletAccountsTable;
+  private_keys: PrivateKeysTable;
+  private_key_tag_members: PrivateKeyTagMembersTable;
 }

@@ -1,0 +1,252 @@
+// HD wallet plumbing: BIP-39 mnemonics, BIP-32 paths and key derivation per curve. Every primitive
+// comes from a library: @scure/bip39 (PBKDF2 seed, wordlists), @scure/bip32 (secp256k1 BIP-32),
+// micro-key-producer's slip10 (ed25519 SLIP-10) and @noble/curves for standalone keys.
+//
+// What the product documents (tkhq/docs features/wallets.mdx, networks/*.mdx, public_api.swagger.json):
+// wallets are BIP-39 seeds of 12/15/18/21/24 words (default 12); "the Wallet seed and Account curve
+// are used to create a root key pair", then the BIP-32 path derives the account key. It names the
+// curves (SECP256K1, ED25519, P256) but never says which HD scheme P-256 accounts use.
+import { HDKey as Bip32Key } from "@scure/bip32";
+import * as bip39 from "@scure/bip39";
+import { wordlist as czech } from "@scure/bip39/wordlists/czech.js";
+import { wordlist as english } from "@scure/bip39/wordlists/english.js";
+import { wordlist as french } from "@scure/bip39/wordlists/french.js";
+import { wordlist as italian } from "@scure/bip39/wordlists/italian.js";
+import { wordlist as japanese } from "@scure/bip39/wordlists/japanese.js";
+import { wordlist as korean } from "@scure/bip39/wordlists/korean.js";
+import { wordlist as simplifiedChinese } from "@scure/bip39/wordlists/simplified-chinese.js";
+import { wordlist as spanish } from "@scure/bip39/wordlists/spanish.js";
+import { wordlist as traditionalChinese } from "@scure/bip39/wordlists/traditional-chinese.js";
+import { ed25519 } from "@noble/curves/ed25519.js";
+import { p256 } from "@noble/curves/nist.js";
+import { secp256k1 } from "@noble/curves/secp256k1.js";
+import { HDKey as Slip10Ed25519Key } from "micro-key-producer/slip10.js";
+
+export type Curve = "CURVE_SECP256K1" | "CURVE_ED25519" | "CURVE_P256";
+
+export type MnemonicLanguage =
+  | "MNEMONIC_LANGUAGE_ENGLISH"
+  | "MNEMONIC_LANGUAGE_SIMPLIFIED_CHINESE"
+  | "MNEMONIC_LANGUAGE_TRADITIONAL_CHINESE"
+  | "MNEMONIC_LANGUAGE_CZECH"
+  | "MNEMONIC_LANGUAGE_FRENCH"
+  | "MNEMONIC_LANGUAGE_ITALIAN"
+  | "MNEMONIC_LANGUAGE_JAPANESE"
+  | "MNEMONIC_LANGUAGE_KOREAN"
+  | "MNEMONIC_LANGUAGE_SPANISH";
+
+export interface KeyPair {
+  privateKey: Uint8Array;
+  /** secp256k1 / P-256: 33-byte compressed point; ed25519: the 32-byte key. */
+  publicKey: Uint8Array;
+}
+
+/** Anything wrong with a mnemonic, a path, a seed or key material; the message says how to fix it. */
+export class DerivationError extends Error {
+  override name = "DerivationError";
+}
+
+// English first: it is the default, and detection reports the first list a phrase fits.
+const WORDLISTS: Record<MnemonicLanguage, string[]> = {
+  MNEMONIC_LANGUAGE_ENGLISH: english,
+  MNEMONIC_LANGUAGE_SIMPLIFIED_CHINESE: simplifiedChinese,
+  MNEMONIC_LANGUAGE_TRADITIONAL_CHINESE: traditionalChinese,
+  MNEMONIC_LANGUAGE_CZECH: czech,
+  MNEMONIC_LANGUAGE_FRENCH: french,
+  MNEMONIC_LANGUAGE_ITALIAN: italian,
+  MNEMONIC_LANGUAGE_JAPANESE: japanese,
+  MNEMONIC_LANGUAGE_KOREAN: korean,
+  MNEMONIC_LANGUAGE_SPANISH: spanish,
+};
+export const MNEMONIC_LANGUAGES = Object.keys(WORDLISTS) as MnemonicLanguage[];
+
+const WORD_COUNTS = [12, 15, 18, 21, 24] as const;
+export type MnemonicLength = (typeof WORD_COUNTS)[number];
+
+function wordlistFor(language: MnemonicLanguage): string[] {
+  const list = WORDLISTS[language];
+  if (!list) throw new DerivationError(`unknown mnemonic language ${String(language)}: use one of ${MNEMONIC_LANGUAGES.join(", ")}`);
+  return list;
+}
+
+export function generateMnemonic(words: MnemonicLength = 12, language: MnemonicLanguage = "MNEMONIC_LANGUAGE_ENGLISH"): string {
+  if (!WORD_COUNTS.includes(words)) throw new DerivationError(`a mnemonic has 12, 15, 18, 21 or 24 words, not ${words}`);
+  // 11 bits per word, one checksum bit per 32 bits of entropy: 12 words carry 128 bits, 24 carry 256.
+  return bip39.generateMnemonic(wordlistFor(language), (words / 3) * 32);
+}
+
+// BIP-39 hashes the NFKD form of the sentence. Collapsing runs of whitespace (which also turns the
+// Japanese ideographic space into the ASCII one, exactly as NFKD does) lets a pasted phrase with a
+// stray space or newline give the same seed as its canonical spelling instead of silently another.
+function normalizeMnemonic(mnemonic: string): string {
+  if (typeof mnemonic !== "string") throw new DerivationError("mnemonic must be a string of words separated by spaces");
+  return mnemonic.normalize("NFKD").trim().split(/\s+/u).join(" ");
+}
+
+/** Why the phrase is not a BIP-39 mnemonic in `language` (any supported list when omitted), or null. */
+function mnemonicProblem(mnemonic: string, language?: MnemonicLanguage): string | null {
+  const phrase = normalizeMnemonic(mnemonic);
+  const words = phrase === "" ? [] : phrase.split(" ");
+  if (!(WORD_COUNTS as readonly number[]).includes(words.length)) {
+    return `mnemonic has ${words.length} words; a BIP-39 mnemonic has 12, 15, 18, 21 or 24`;
+  }
+  const languages = language ? [language] : MNEMONIC_LANGUAGES;
+  for (const lang of languages) if (bip39.validateMnemonic(phrase, wordlistFor(lang))) return null;
+  // The closest list decides the message: it knows every word (so the checksum failed), most words
+  // (so name the misspelt ones), or too few to call it that language.
+  const where = language ? `the ${languageName(language)} wordlist` : "any supported wordlist";
+  let best: { lang: MnemonicLanguage; unknown: string[] } | undefined;
+  for (const lang of languages) {
+    const list = new Set(wordlistFor(lang));
+    const unknown = words.filter((w) => !list.has(w));
+    if (!best || unknown.length < best.unknown.length) best = { lang, unknown };
+  }
+  if (best && best.unknown.length === 0) {
+    return `mnemonic words are all in the ${languageName(best.lang)} wordlist but the checksum does not match: a word is wrong or out of order`;
+  }
+  if (best && best.unknown.length < words.length / 2) {
+    return `mnemonic word${best.unknown.length > 1 ? "s" : ""} ${best.unknown.map((w) => `"${w}"`).join(", ")} not in ${language ? where : `the ${languageName(best.lang)} wordlist`}; check the spelling`;
+  }
+  return `mnemonic is not made of words from ${where}`;
+}
+
+const languageName = (language: MnemonicLanguage) =>
+  language.replace("MNEMONIC_LANGUAGE_", "").toLowerCase().replace("_", " ");
+
+/** True when the phrase is a valid BIP-39 mnemonic (word list and checksum) in `language`, or in
+ * any supported language when it is omitted; use detectMnemonicLanguage to learn which. */
+export function validateMnemonic(mnemonic: string, language?: MnemonicLanguage): boolean {
+  try {
+    return mnemonicProblem(mnemonic, language) === null;
+  } catch {
+    return false;
+  }
+}
+
+/** The wordlist a valid mnemonic is written in, or undefined when it is valid in none. A phrase
+ * valid in several lists (they share a few words) reports the first in MNEMONIC_LANGUAGES order. */
+export function detectMnemonicLanguage(mnemonic: string): MnemonicLanguage | undefined {
+  const phrase = normalizeMnemonic(mnemonic);
+  return MNEMONIC_LANGUAGES.find((lang) => bip39.validateMnemonic(phrase, WORDLISTS[lang]));
+}
+
+/** The 64-byte BIP-39 seed. Refuses phrases that fail the checksum: BIP-39 would still hash them,
+ * but a typo would then silently open an empty wallet instead of the user's. */
+export function mnemonicToSeed(mnemonic: string, passphrase = ""): Uint8Array {
+  const problem = mnemonicProblem(mnemonic);
+  if (problem) throw new DerivationError(problem);
+  return bip39.mnemonicToSeedSync(normalizeMnemonic(mnemonic), passphrase);
+}
+
+export const HARDENED = 0x80000000;
+const MAX_DEPTH = 255; // BIP-32 serializes depth in one byte
+const PATH_EXAMPLE = "path must look like m/44'/60'/0'/0/0";
+
+/** BIP-32 path to child indexes (hardened ones have 2^31 added). Accepts ', h and H as markers. */
+export function parsePath(path: string): number[] {
+  if (typeof path !== "string" || !/^m(\/|$)/.test(path)) {
+    throw new DerivationError(`${PATH_EXAMPLE} (got ${JSON.stringify(path)})`);
+  }
+  if (path === "m") return [];
+  const steps = path.slice(2).split("/");
+  if (steps.length > MAX_DEPTH) throw new DerivationError(`path is ${steps.length} steps deep; BIP-32 allows at most ${MAX_DEPTH}`);
+  return steps.map((step) => {
+    const match = /^(\d+)(['hH]?)$/.exec(step);
+    if (!match) {
+      throw new DerivationError(`path step ${JSON.stringify(step)} is not an index: ${PATH_EXAMPLE}, with ' or h after hardened steps`);
+    }
+    const index = Number(match[1]);
+    if (!Number.isSafeInteger(index) || index >= HARDENED) {
+      throw new DerivationError(
+        `path step ${match[1]} is out of range: each index must be below 2^31 (${HARDENED}); write a hardened step as 0' rather than adding 2^31`,
+      );
+    }
+    return match[2] ? index + HARDENED : index;
+  });
+}
+
+const formatPath = (indexes: number[]) =>
+  ["m", ...indexes.map((i) => (i >= HARDENED ? `${i - HARDENED}'` : String(i)))].join("/");
+
+export function deriveKeyPair(seed: Uint8Array, curve: Curve, path: string): KeyPair {
+  if (!(seed instanceof Uint8Array) || seed.length < 16 || seed.length > 64) {
+    throw new DerivationError("seed must be 16 to 64 bytes (a BIP-39 seed is 64)");
+  }
+  const indexes = parsePath(path);
+  switch (curve) {
+    case "CURVE_SECP256K1": {
+      let key = Bip32Key.fromMasterSeed(seed);
+      for (const index of indexes) {
+        try {
+          key = key.deriveChild(index);
+        } catch (e) {
+          // Only reachable when I_L >= n or the child is zero (odds ~2^-127); BIP-32 says skip the index.
+          throw new DerivationError(`BIP-32 has no key at ${path} (${(e as Error).message}); use the next index`);
+        }
+      }
+      return { privateKey: Uint8Array.from(key.privateKey!), publicKey: Uint8Array.from(key.publicKey!) };
+    }
+    case "CURVE_ED25519": {
+      // SLIP-10 ed25519 defines only hardened children. The product's docs list ed25519 paths with
+      // plain steps (wallets.mdx: Solana m/44'/501'/0'/0, Sui m/44'/784'/0'/0/0; canton.mdx creates
+      // m/44'/0'/0'/0/0) without saying how it treats them, so rather than guess (and hand out an
+      // address the product would not) we refuse and name the all-hardened spelling.
+      if (indexes.some((i) => i < HARDENED)) {
+        throw new DerivationError(
+          `ed25519 derivation (SLIP-10) supports only hardened steps: write ${formatPath(indexes.map((i) => (i >= HARDENED ? i : i + HARDENED)))}`,
+        );
+      }
+      let key = Slip10Ed25519Key.fromMasterSeed(seed);
+      for (const index of indexes) key = key.deriveChild(index);
+      return { privateKey: Uint8Array.from(key.privateKey), publicKey: Uint8Array.from(key.publicKeyRaw) };
+    }
+    case "CURVE_P256":
+      // SLIP-10 defines NIST P-256 ("Nist256p1 seed"), but neither @scure/bip32 (secp256k1 only) nor
+      // micro-key-producer (ed25519 only) implements it, and we do not hand-roll key derivation.
+      throw new DerivationError(
+        "CURVE_P256 HD derivation is not supported yet: create a CURVE_P256 private key instead, or use CURVE_SECP256K1 / CURVE_ED25519 wallet accounts",
+      );
+    default:
+      throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
+  }
+}
+
+/** Public key for a standalone private key (32 bytes on every curve). */
+export function keyPairFromPrivateKey(curve: Curve, privateKey: Uint8Array): KeyPair {
+  if (!(privateKey instanceof Uint8Array) || privateKey.length !== 32) {
+    throw new DerivationError("private key must be 32 bytes");
+  }
+  const copy = Uint8Array.from(privateKey);
+  switch (curve) {
+    case "CURVE_SECP256K1":
+    case "CURVE_P256": {
+      const ecdsa = curve === "CURVE_SECP256K1" ? secp256k1 : p256;
+      // Zero and values >= the group order are not keys; the library checks the range.
+      if (!ecdsa.utils.isValidSecretKey(copy)) {
+        throw new DerivationError(`private key is not a valid ${curve.replace("CURVE_", "")} scalar (must be 1 .. n-1)`);
+      }
+      return { privateKey: copy, publicKey: ecdsa.getPublicKey(copy, true) };
+    }
+    case "CURVE_ED25519":
+      return { privateKey: copy, publicKey: ed25519.getPublicKey(copy) };
+    default:
+      throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
+  }
+}
+
+/** A fresh standalone key pair from the platform CSPRNG (via @noble/curves). */
+export function generatePrivateKey(curve: Curve): KeyPair {
+  switch (curve) {
+    case "CURVE_SECP256K1":
+      return keyPairFromPrivateKey(curve, secp256k1.utils.randomSecretKey());
+    case "CURVE_P256":
+      return keyPairFromPrivateKey(curve, p256.utils.randomSecretKey());
+    case "CURVE_ED25519":
+      return keyPairFromPrivateKey(curve, ed25519.utils.randomSecretKey());
+    default:
+      throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
+  }
+}
+
+/** Same as generatePrivateKey; the name src/operations/private-keys.ts imports. */
+export const generateKeyPair = generatePrivateKey;

@@ -1,0 +1,568 @@
+// HD wallets and addresses against published vectors. Every expected value below is copied from the
+// source named next to it; where a chain library is installed it also checks our answer on its own
+// (viem for Ethereum, btc-signer decoding Bitcoin addresses back to scripts, node:crypto's OpenSSL
+// Ed25519 for Solana keys), so a vector and an independent implementation both have to agree.
+import crypto from "node:crypto";
+import { describe, expect, it } from "vitest";
+import { HDKey } from "@scure/bip32";
+import { Address, NETWORK, OutScript, TEST_NETWORK } from "@scure/btc-signer";
+import { base64, hex } from "@scure/base";
+import { ripemd160 } from "@noble/hashes/legacy.js";
+import { sha256 } from "@noble/hashes/sha2.js";
+import { privateKeyToAddress } from "viem/accounts";
+import {
+  DerivationError,
+  HARDENED,
+  MNEMONIC_LANGUAGES,
+  deriveKeyPair,
+  detectMnemonicLanguage,
+  generateMnemonic,
+  generatePrivateKey,
+  keyPairFromPrivateKey,
+  mnemonicToSeed,
+  parsePath,
+  validateMnemonic,
+  type Curve,
+  type MnemonicLength,
+} from "../src/crypto/hd.js";
+import { ADDRESS_FORMATS, UnsupportedAddressError, address, supportedFormats, type AddressFormat } from "../src/crypto/addresses.js";
+
+const SECP = "CURVE_SECP256K1" as const;
+const ED = "CURVE_ED25519" as const;
+const P256 = "CURVE_P256" as const;
+const CURVES: Curve[] = [SECP, ED, P256];
+
+const ABANDON = "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about";
+const abandonSeed = mnemonicToSeed(ABANDON);
+const pub = (curve: Curve, path: string, seed = abandonSeed) => deriveKeyPair(seed, curve, path).publicKey;
+const at = (curve: Curve, path: string, format: AddressFormat, seed = abandonSeed) => address(curve, format, pub(curve, path, seed));
+const hash160 = (data: Uint8Array) => ripemd160(sha256(data));
+
+function thrown(fn: () => unknown): Error {
+  try {
+    fn();
+  } catch (e) {
+    return e as Error;
+  }
+  throw new Error("expected a throw");
+}
+
+describe("BIP-39 mnemonics", () => {
+  // trezor/python-mnemonic vectors.json @ f5a975ab10c0 (the vectors BIP-39 links to): entropy,
+  // mnemonic, seed with passphrase "TREZOR", root xprv.
+  const TREZOR: [string, string, string, string][] = [
+    [
+      "00000000000000000000000000000000",
+      "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about",
+      "c55257c360c07c72029aebc1b53c05ed0362ada38ead3e3e9efa3708e53495531f09a6987599d18264c1e1c92f2cf141630c7a3c4ab7c81b2f001698e7463b04",
+      "xprv9s21ZrQH143K3h3fDYiay8mocZ3afhfULfb5GX8kCBdno77K4HiA15Tg23wpbeF1pLfs1c5SPmYHrEpTuuRhxMwvKDwqdKiGJS9XFKzUsAF",
+    ],
+    [
+      "7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f7f",
+      "legal winner thank year wave sausage worth useful legal winner thank yellow",
+      "2e8905819b8723fe2c1d161860e5ee1830318dbf49a83bd451cfb8440c28bd6fa457fe1296106559a3c80937a1c1069be3a3a5bd381ee6260e8d9739fce1f607",
+      "xprv9s21ZrQH143K2gA81bYFHqU68xz1cX2APaSq5tt6MFSLeXnCKV1RVUJt9FWNTbrrryem4ZckN8k4Ls1H6nwdvDTvnV7zEXs2HgPezuVccsq",
+    ],
+    [
+      "000000000000000000000000000000000000000000000000",
+      "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon agent",
+      "035895f2f481b1b0f01fcf8c289c794660b289981a78f8106447707fdd9666ca06da5a9a565181599b79f53b844d8a71dd9f439c52a3d7b3e8a79c906ac845fa",
+      "xprv9s21ZrQH143K3mEDrypcZ2usWqFgzKB6jBBx9B6GfC7fu26X6hPRzVjzkqkPvDqp6g5eypdk6cyhGnBngbjeHTe4LsuLG1cCmKJka5SMkmU",
+    ],
+    [
+      "0000000000000000000000000000000000000000000000000000000000000000",
+      "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon art",
+      "bda85446c68413707090a52022edd26a1c9462295029f2e60cd7c4f2bbd3097170af7a4d73245cafa9c3cca8d561a7c3de6f5d4a10be8ed2a5e608d68f92fcc8",
+      "xprv9s21ZrQH143K32qBagUJAMU2LsHg3ka7jqMcV98Y7gVeVyNStwYS3U7yVVoDZ4btbRNf4h6ibWpY22iRmXq35qgLs79f312g2kj5539ebPM",
+    ],
+    [
+      "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
+      "zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo zoo vote",
+      "dd48c104698c30cfe2b6142103248622fb7bb0ff692eebb00089b32d22484e1613912f0a5b694407be899ffd31ed3992c456cdf60f5d4564b8ba3f05a69890ad",
+      "xprv9s21ZrQH143K2WFF16X85T2QCpndrGwx6GueB72Zf3AHwHJaknRXNF37ZmDrtHrrLSHvbuRejXcnYxoZKvRquTPyp2JiNG3XcjQyzSEgqCB",
+    ],
+    [
+      "9e885d952ad362caeb4efe34a8e91bd2",
+      "ozone drill grab fiber curtain grace pudding thank cruise elder eight picnic",
+      "274ddc525802f7c828d8ef7ddbcdc5304e87ac3535913611fbbfa986d0c9e5476c91689f9c8a54fd55bd38606aa6a8595ad213d4c9c9f9aca3fb217069a41028",
+      "xprv9s21ZrQH143K2oZ9stBYpoaZ2ktHj7jLz7iMqpgg1En8kKFTXJHsjxry1JbKH19YrDTicVwKPehFKTbmaxgVEc5TpHdS1aYhB2s9aFJBeJH",
+    ],
+  ];
+
+  it.each(TREZOR)("Trezor vector %s: valid, seed and root key match", (_entropy, mnemonic, seed, xprv) => {
+    expect(validateMnemonic(mnemonic, "MNEMONIC_LANGUAGE_ENGLISH")).toBe(true);
+    const derived = mnemonicToSeed(mnemonic, "TREZOR");
+    expect(hex.encode(derived)).toBe(seed);
+    expect(HDKey.fromMasterSeed(derived).privateExtendedKey).toBe(xprv);
+  });
+
+  // Same file, "french" and "chinese_simplified" sections (passphrase "TREZOR"). French words carry
+  // accents, so this checks the NFKD normalization BIP-39 requires.
+  const OTHER_LANGUAGES = [
+    {
+      language: "MNEMONIC_LANGUAGE_FRENCH" as const,
+      mnemonic: "implorer visage sonnette voyage véloce pourpre volaille tribunal implorer visage sonnette voyelle",
+      seed: "ab9180b7dfdde74e5cf8781e5692e2c0b55afa8bc1987fa8e14e3fb83c88b195c53e9f939f8febc33d2958f5fcd8add57843cb318d8886130ef9c9879c826357",
+    },
+    {
+      language: "MNEMONIC_LANGUAGE_SIMPLIFIED_CHINESE" as const,
+      mnemonic: "枪 疫 霉 尝 俩 闹 饿 贤 枪 疫 霉 卿",
+      seed: "816a69d6866891b246b4d33f54d6d2be624470141754396205d039bdd8003949fec4340253dde4c8e11437a181ad992f56d5b976eb9fbe48f4c5e5fec60a27e1",
+    },
+  ];
+
+  it.each(OTHER_LANGUAGES)("Trezor $language vector", ({ language, mnemonic, seed }) => {
+    expect(validateMnemonic(mnemonic, language)).toBe(true);
+    expect(validateMnemonic(mnemonic, "MNEMONIC_LANGUAGE_ENGLISH")).toBe(false);
+    expect(validateMnemonic(mnemonic)).toBe(true);
+    expect(detectMnemonicLanguage(mnemonic)).toBe(language);
+    expect(hex.encode(mnemonicToSeed(mnemonic, "TREZOR"))).toBe(seed);
+    // The composed (NFC) spelling a keyboard produces gives the same seed.
+    expect(hex.encode(mnemonicToSeed(mnemonic.normalize("NFC"), "TREZOR"))).toBe(seed);
+  });
+
+  it("without a passphrase the abandon mnemonic gives the seed bip_utils uses as its test seed", () => {
+    // ebellocchia/bip_utils tests/bip/bip44/test_bip44.py @ 4c8cb68e: "seed" of every coin vector.
+    expect(hex.encode(abandonSeed)).toBe(
+      "5eb00bbddcf069084889a8ab9155568165f5c453ccb85e70811aaed6f6da5fc19a5ac40b389cd370d086206dec8aa6c43daea6690f20ad3d8d48b2d2ce9e38e4",
+    );
+    expect(detectMnemonicLanguage(ABANDON)).toBe("MNEMONIC_LANGUAGE_ENGLISH");
+  });
+
+  it("generates valid phrases of every length in every language", () => {
+    for (const language of MNEMONIC_LANGUAGES) {
+      for (const words of [12, 15, 18, 21, 24] as MnemonicLength[]) {
+        const phrase = generateMnemonic(words, language);
+        expect(phrase.normalize("NFKD").split(/\s+/u)).toHaveLength(words);
+        expect(validateMnemonic(phrase, language)).toBe(true);
+        expect(mnemonicToSeed(phrase)).toHaveLength(64);
+      }
+    }
+    expect(generateMnemonic()).not.toBe(generateMnemonic());
+    expect(detectMnemonicLanguage(generateMnemonic(12))).toBe("MNEMONIC_LANGUAGE_ENGLISH");
+    expect(() => generateMnemonic(13 as MnemonicLength)).toThrow(DerivationError);
+  });
+
+  it("tolerates stray whitespace but nothing else", () => {
+    const messy = `  ${ABANDON.replaceAll(" ", " \n ")}\t`;
+    expect(validateMnemonic(messy)).toBe(true);
+    expect(mnemonicToSeed(messy)).toEqual(abandonSeed);
+    expect(validateMnemonic(ABANDON.toUpperCase())).toBe(false);
+  });
+
+  it("refuses bad phrases with a message that says what is wrong", () => {
+    const cases: [string, RegExp][] = [
+      ["abandon abandon abandon", /has 3 words; a BIP-39 mnemonic has 12, 15, 18, 21 or 24/],
+      ["", /has 0 words/],
+      [ABANDON.replace("about", "abandon"), /checksum does not match: a word is wrong or out of order/],
+      [ABANDON.replace("about", "abuot"), /"abuot" not in the english wordlist; check the spelling/],
+      [Array(12).fill("xyzzy").join(" "), /not made of words from any supported wordlist/],
+    ];
+    for (const [phrase, message] of cases) {
+      expect(validateMnemonic(phrase)).toBe(false);
+      const error = thrown(() => mnemonicToSeed(phrase));
+      expect(error).toBeInstanceOf(DerivationError);
+      expect(error.message).toMatch(message);
+    }
+    expect(validateMnemonic(ABANDON, "MNEMONIC_LANGUAGE_SPANISH")).toBe(false);
+    expect(validateMnemonic(42 as unknown as string)).toBe(false);
+  });
+});
+
+describe("paths", () => {
+  it("parses hardened markers ' h H and plain steps", () => {
+    expect(parsePath("m")).toEqual([]);
+    expect(parsePath("m/44'/60'/0'/0/0")).toEqual([44 + HARDENED, 60 + HARDENED, HARDENED, 0, 0]);
+    expect(parsePath("m/44h/1H/2147483647'/2147483647")).toEqual([44 + HARDENED, 1 + HARDENED, 2 ** 32 - 1, 2 ** 31 - 1]);
+    expect(parsePath(`m${"/0".repeat(255)}`)).toHaveLength(255);
+  });
+
+  it("refuses malformed paths with DerivationError and a hint", () => {
+    const cases: [string, RegExp][] = [
+      ["44'/60'/0'/0/0", /path must look like m\/44'\/60'\/0'\/0\/0/],
+      ["", /path must look like m\/44'\/60'\/0'\/0\/0/],
+      ["M/44'/60'", /path must look like/],
+      ["m/", /path step "" is not an index/],
+      ["m//0", /path step "" is not an index/],
+      ["m/44'/60'/", /path step "" is not an index/],
+      ["m/44''", /path step "44''" is not an index/],
+      ["m/-1", /path step "-1" is not an index/],
+      ["m/0x10", /path step "0x10" is not an index/],
+      ["m/ 0", /path step " 0" is not an index/],
+      ["m/2147483648", /out of range: each index must be below 2\^31/],
+      ["m/2147483648'", /out of range/],
+      ["m/99999999999999999999", /out of range/],
+      [`m${"/0".repeat(256)}`, /256 steps deep; BIP-32 allows at most 255/],
+    ];
+    for (const [path, message] of cases) {
+      const error = thrown(() => parsePath(path));
+      expect(error, path).toBeInstanceOf(DerivationError);
+      expect(error.message, path).toMatch(message);
+      expect(() => deriveKeyPair(abandonSeed, SECP, path)).toThrow(DerivationError);
+    }
+    expect(thrown(() => parsePath(undefined as unknown as string))).toBeInstanceOf(DerivationError);
+  });
+
+  it("ed25519 takes only hardened steps and says how to write the path", () => {
+    const error = thrown(() => deriveKeyPair(abandonSeed, ED, "m/44'/501'/0'/0"));
+    expect(error).toBeInstanceOf(DerivationError);
+    expect(error.message).toBe("ed25519 derivation (SLIP-10) supports only hardened steps: write m/44'/501'/0'/0'");
+    expect(thrown(() => deriveKeyPair(abandonSeed, ED, "m/44'/784'/0'/0/0")).message).toContain("write m/44'/784'/0'/0'/0'");
+  });
+
+  it("P-256 HD derivation is refused rather than hand-rolled", () => {
+    const error = thrown(() => deriveKeyPair(abandonSeed, P256, "m/44'/0'/0'"));
+    expect(error).toBeInstanceOf(DerivationError);
+    expect(error.message).toMatch(/^CURVE_P256 HD derivation is not supported yet/);
+  });
+
+  it("checks the seed and the curve", () => {
+    expect(() => deriveKeyPair(new Uint8Array(15), SECP, "m/0")).toThrow(/seed must be 16 to 64 bytes/);
+    expect(() => deriveKeyPair(new Uint8Array(65), ED, "m/0'")).toThrow(DerivationError);
+    expect(() => deriveKeyPair(abandonSeed, "CURVE_X" as Curve, "m/0")).toThrow(/unknown curve/);
+  });
+
+  it("is deterministic: same seed and path, same key; another path, another key", () => {
+    for (const [curve, path] of [
+      [SECP, "m/44'/60'/0'/0/0"],
+      [ED, "m/44'/501'/0'/0'"],
+    ] as const) {
+      const a = deriveKeyPair(abandonSeed, curve, path);
+      const b = deriveKeyPair(Uint8Array.from(abandonSeed), curve, path.replaceAll("'", "h"));
+      expect(b).toEqual(a);
+      expect(deriveKeyPair(abandonSeed, curve, `${path.slice(0, -2)}1'`).privateKey).not.toEqual(a.privateKey);
+      expect(a.privateKey).toHaveLength(32);
+      expect(a.publicKey).toHaveLength(curve === SECP ? 33 : 32);
+    }
+  });
+});
+
+describe("BIP-32 secp256k1 (bitcoin/bips bip-0032.mediawiki @ 7fe0b034, test vectors 1 and 2)", () => {
+  // Public keys compared with those inside the published xpubs.
+  const VECTORS: { seed: string; chains: [string, string][] }[] = [
+    {
+      seed: "000102030405060708090a0b0c0d0e0f",
+      chains: [
+        ["m", "xpub661MyMwAqRbcFtXgS5sYJABqqG9YLmC4Q1Rdap9gSE8NqtwybGhePY2gZ29ESFjqJoCu1Rupje8YtGqsefD265TMg7usUDFdp6W1EGMcet8"],
+        ["m/0H", "xpub68Gmy5EdvgibQVfPdqkBBCHxA5htiqg55crXYuXoQRKfDBFA1WEjWgP6LHhwBZeNK1VTsfTFUHCdrfp1bgwQ9xv5ski8PX9rL2dZXvgGDnw"],
+        ["m/0H/1", "xpub6ASuArnXKPbfEwhqN6e3mwBcDTgzisQN1wXN9BJcM47sSikHjJf3UFHKkNAWbWMiGj7Wf5uMash7SyYq527Hqck2AxYysAA7xmALppuCkwQ"],
+        ["m/0H/1/2H", "xpub6D4BDPcP2GT577Vvch3R8wDkScZWzQzMMUm3PWbmWvVJrZwQY4VUNgqFJPMM3No2dFDFGTsxxpG5uJh7n7epu4trkrX7x7DogT5Uv6fcLW5"],
+        ["m/0H/1/2H/2", "xpub6FHa3pjLCk84BayeJxFW2SP4XRrFd1JYnxeLeU8EqN3vDfZmbqBqaGJAyiLjTAwm6ZLRQUMv1ZACTj37sR62cfN7fe5JnJ7dh8zL4fiyLHV"],
+        [
+          "m/0H/1/2H/2/1000000000",
+          "xpub6H1LXWLaKsWFhvm6RVpEL9P4KfRZSW7abD2ttkWP3SSQvnyA8FSVqNTEcYFgJS2UaFcxupHiYkro49S8yGasTvXEYBVPamhGW6cFJodrTHy",
+        ],
+      ],
+    },
+    {
+      seed: "fffcf9f6f3f0edeae7e4e1dedbd8d5d2cfccc9c6c3c0bdbab7b4b1aeaba8a5a29f9c999693908d8a8784817e7b7875726f6c696663605d5a5754514e4b484542",
+      chains: [
+        ["m", "xpub661MyMwAqRbcFW31YEwpkMuc5THy2PSt5bDMsktWQcFF8syAmRUapSCGu8ED9W6oDMSgv6Zz8idoc4a6mr8BDzTJY47LJhkJ8UB7WEGuduB"],
+        ["m/0", "xpub69H7F5d8KSRgmmdJg2KhpAK8SR3DjMwAdkxj3ZuxV27CprR9LgpeyGmXUbC6wb7ERfvrnKZjXoUmmDznezpbZb7ap6r1D3tgFxHmwMkQTPH"],
+        ["m/0/2147483647H", "xpub6ASAVgeehLbnwdqV6UKMHVzgqAG8Gr6riv3Fxxpj8ksbH9ebxaEyBLZ85ySDhKiLDBrQSARLq1uNRts8RuJiHjaDMBU4Zn9h8LZNnBC5y4a"],
+        ["m/0/2147483647H/1", "xpub6DF8uhdarytz3FWdA8TvFSvvAh8dP3283MY7p2V4SeE2wyWmG5mg5EwVvmdMVCQcoNJxGoWaU9DCWh89LojfZ537wTfunKau47EL2dhHKon"],
+        [
+          "m/0/2147483647H/1/2147483646H",
+          "xpub6ERApfZwUNrhLCkDtcHTcxd75RbzS1ed54G1LkBUHQVHQKqhMkhgbmJbZRkrgZw4koxb5JaHWkY4ALHY2grBGRjaDMzQLcgJvLJuZZvRcEL",
+        ],
+        [
+          "m/0/2147483647H/1/2147483646H/2",
+          "xpub6FnCn6nSzZAw5Tw7cgR9bi15UV96gLZhjDstkXXxvCLsUXBGXPdSnLFbdpq8p9HmGsApME5hQTZ3emM2rnY5agb9rXpVGyy3bdW6EEgAtqt",
+        ],
+      ],
+    },
+  ];
+
+  it.each(VECTORS.flatMap(({ seed, chains }) => chains.map(([path, xpub]) => ({ seed, path, xpub }))))(
+    "$path of seed $seed",
+    ({ seed, path, xpub }) => {
+      const pair = deriveKeyPair(hex.decode(seed), SECP, path);
+      expect(hex.encode(pair.publicKey)).toBe(hex.encode(HDKey.fromExtendedKey(xpub).publicKey!));
+      expect(keyPairFromPrivateKey(SECP, pair.privateKey).publicKey).toEqual(pair.publicKey);
+    },
+  );
+});
+
+describe("SLIP-10 ed25519 (satoshilabs/slips slip-0010.md @ 73c23acf, test vector 1)", () => {
+  const SEED = "000102030405060708090a0b0c0d0e0f";
+  // private key, then public key without SLIP-10's 00 prefix.
+  const CHAINS: [string, string, string][] = [
+    ["m", "2b4be7f19ee27bbf30c667b642d5f4aa69fd169872f8fc3059c08ebae2eb19e7", "a4b2856bfec510abab89753fac1ac0e1112364e7d250545963f135f2a33188ed"],
+    ["m/0H", "68e0fe46dfb67e368c75379acec591dad19df3cde26e63b93a8e704f1dade7a3", "8c8a13df77a28f3445213a0f432fde644acaa215fc72dcdf300d5efaa85d350c"],
+    ["m/0H/1H", "b1d0bad404bf35da785a64ca1ac54b2617211d2777696fbffaf208f746ae84f2", "1932a5270f335bed617d5b935c80aedb1a35bd9fc1e31acafd5372c30f5c1187"],
+    ["m/0H/1H/2H", "92a5b23c0b8a99e37d07df3fb9966917f5d06e02ddbd909c7e184371463e9fc9", "ae98736566d30ed0e9d2f4486a64bc95740d89c7db33f52121f8ea8f76ff0fc1"],
+    ["m/0H/1H/2H/2H", "30d1dc7e5fc04c31219ab25a27ae00b50f6fd66622f6e9c913253d6511d1e662", "8abae2d66361c879b900d204ad2cc4984fa2aa344dd7ddc46007329ac76c429c"],
+    [
+      "m/0H/1H/2H/2H/1000000000H",
+      "8f94d394a8e8fd6b1bc2f3f49f5c47e385281d5c17e65324b0f62483e37e8793",
+      "3c24da049451555d51a7014a37337aa4e12d41e485abccfa46b47dfb2af54b7a",
+    ],
+  ];
+
+  it.each(CHAINS)("%s", (path, privateKey, publicKey) => {
+    const pair = deriveKeyPair(hex.decode(SEED), ED, path);
+    expect(hex.encode(pair.privateKey)).toBe(privateKey);
+    expect(hex.encode(pair.publicKey)).toBe(publicKey);
+  });
+});
+
+describe("standalone private keys", () => {
+  it("derives the public key on each curve", () => {
+    const one = hex.decode(`${"00".repeat(31)}01`);
+    // Private key 1 gives the generator: SEC 2 §2.4.1 (secp256k1) and FIPS 186-4 D.1.2.3 (P-256).
+    expect(hex.encode(keyPairFromPrivateKey(SECP, one).publicKey)).toBe("0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798");
+    expect(hex.encode(keyPairFromPrivateKey(P256, one).publicKey)).toBe("036b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c296");
+    // RFC 8032 §7.1 TEST 1.
+    const rfc8032 = hex.decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60");
+    expect(hex.encode(keyPairFromPrivateKey(ED, rfc8032).publicKey)).toBe("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
+  });
+
+  it("refuses keys that are not scalars of the curve", () => {
+    const secpOrder = hex.decode("fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141");
+    const p256Order = hex.decode("ffffffff00000000ffffffffffffffffbce6faada7179e84f3b9cac2fc632551");
+    expect(() => keyPairFromPrivateKey(SECP, new Uint8Array(32))).toThrow(/not a valid SECP256K1 scalar/);
+    expect(() => keyPairFromPrivateKey(SECP, secpOrder)).toThrow(DerivationError);
+    expect(() => keyPairFromPrivateKey(P256, p256Order)).toThrow(/not a valid P256 scalar/);
+    expect(() => keyPairFromPrivateKey(ED, new Uint8Array(31))).toThrow(/must be 32 bytes/);
+  });
+
+  it("generates fresh keys whose public key matches the private key", () => {
+    for (const curve of CURVES) {
+      const a = generatePrivateKey(curve);
+      expect(a.privateKey).toHaveLength(32);
+      expect(a.publicKey).toHaveLength(curve === ED ? 32 : 33);
+      expect(keyPairFromPrivateKey(curve, a.privateKey)).toEqual(a);
+      expect(generatePrivateKey(curve).privateKey).not.toEqual(a.privateKey);
+      for (const format of supportedFormats(curve)) expect(address(curve, format, a.publicKey)).toBeTruthy();
+    }
+  });
+});
+
+describe("addresses from the abandon … about mnemonic", () => {
+  // ebellocchia/bip_utils tests @ 4c8cb68e (tests/bip/bip44/test_bip44.py, bip49/test_bip49.py,
+  // bip84/test_bip84.py, bip86/test_bip86.py): first address of each coin for this mnemonic, no
+  // passphrase. Paths are bip_utils' defaults; the ed25519 ones (all steps hardened) are also the
+  // product's default paths for Sui and Aptos (tkhq/sdk turnkey-helpers DEFAULT_*_ACCOUNTS).
+  const BIP_UTILS: [Curve, string, AddressFormat, string][] = [
+    [SECP, "m/44'/0'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2PKH", "1LqBGSKuX5yYUonjxT5qGfpUsXKYYWeabA"],
+    [SECP, "m/44'/1'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_TESTNET_P2PKH", "mkpZhYtJu2r87Js3pDiWJDmPte2NRZ8bJV"],
+    [SECP, "m/49'/0'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2SH", "37VucYSaXLCAsxYyAPfbSi9eh4iEcbShgf"],
+    [SECP, "m/84'/1'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH", "tb1q6rz28mcfaxtmd6v789l9rrlrusdprr9pqcpvkl"],
+    [SECP, "m/84'/1'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_REGTEST_P2WPKH", "bcrt1q6rz28mcfaxtmd6v789l9rrlrusdprr9pz3cppk"],
+    [SECP, "m/86'/1'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_TESTNET_P2TR", "tb1p8wpt9v4frpf3tkn0srd97pksgsxc5hs52lafxwru9kgeephvs7rqlqt9zj"],
+    [SECP, "m/44'/60'/0'/0/0", "ADDRESS_FORMAT_ETHEREUM", "0x9858EfFD232B4033E47d90003D41EC34EcaEda94"],
+    [SECP, "m/44'/118'/0'/0/0", "ADDRESS_FORMAT_COSMOS", "cosmos19rl4cm2hmr8afy4kldpxz3fka4jguq0auqdal4"],
+    [SECP, "m/44'/195'/0'/0/0", "ADDRESS_FORMAT_TRON", "TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH"],
+    [SECP, "m/44'/3'/0'/0/0", "ADDRESS_FORMAT_DOGE_MAINNET", "DBus3bamQjgJULBJtYXpEzDWQRwF5iwxgC"],
+    [SECP, "m/44'/1'/0'/0/0", "ADDRESS_FORMAT_DOGE_TESTNET", "nZVmfmUtKPmskB9Ds4P9GUJy9eYFqPKHqH"],
+    [SECP, "m/44'/144'/0'/0/0", "ADDRESS_FORMAT_XRP", "rHsMGQEkVNJmpGWs8XUBoTBiAAbwxZN5v3"],
+    [ED, "m/44'/501'/0'/0'/0'", "ADDRESS_FORMAT_SOLANA", "B9sVeu4rJU12oUrUtzjc6BSNuEXdfvurZkdcaTVkP2LY"],
+    [ED, "m/44'/784'/0'/0'/0'", "ADDRESS_FORMAT_SUI", "0x5e93a736d04fbb25737aa40bee40171ef79f65fae833749e3c089fe7cc2161f1"],
+    [ED, "m/44'/637'/0'/0'/0'", "ADDRESS_FORMAT_APTOS", "0xeb663b681209e7087d681c5d3eed12aaa8e1915e7c87794542c3f96e94b3d3bf"],
+    [ED, "m/44'/148'/0'/0'/0'", "ADDRESS_FORMAT_XLM", "GBAECME5H27NLRFYZLFF6SAF5NSFRPOWP72PNKGSRUWRMTGSAOCD3AYN"],
+  ];
+
+  it.each(BIP_UTILS)("%s %s %s", (curve, path, format, expected) => {
+    expect(at(curve, path, format)).toBe(expected);
+  });
+
+  it("BIP-44/49/84/86 first receive addresses (bitcoin/bips @ 7fe0b034, each BIP's test vectors)", () => {
+    // BIP-49's vector is testnet; BIP-84's and BIP-86's are mainnet.
+    expect(at(SECP, "m/49'/1'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_TESTNET_P2SH")).toBe("2Mww8dCYPUpKHofjgcXcBCEGmniw9CoaiD2");
+    expect(hex.encode(pub(SECP, "m/49'/1'/0'/0/0"))).toBe("03a1af804ac108a8a51782198c2d034b28bf90c8803f5a53f76276fa69a4eae77f");
+    expect(at(SECP, "m/84'/0'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH")).toBe("bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu");
+    expect(at(SECP, "m/84'/0'/0'/0/1", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH")).toBe("bc1qnjg0jd8228aq7egyzacy8cys3knf9xvrerkf9g");
+    expect(at(SECP, "m/84'/0'/0'/1/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH")).toBe("bc1q8c6fshw2dlwun7ekn9qwf37cu2rn755upcp6el");
+    expect(at(SECP, "m/86'/0'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR")).toBe("bc1p5cyxnuxmeuwuvkwfem96lqzszd02n6xdcjrs20cac6yqjjwudpxqkedrcr");
+    expect(at(SECP, "m/86'/0'/0'/0/1", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR")).toBe("bc1p4qhjn9zdvkux4e44uhx8tc55attvtyu358kutcqkudyccelu0was9fqzwh");
+    expect(at(SECP, "m/86'/0'/0'/1/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR")).toBe("bc1p3qkhfews2uk44qtvauqyr2ttdsw7svhkl9nkm9s9c3x4ax5h60wqwruhk7");
+  });
+
+  it("Solana at the product's default path m/44'/501'/0'/0', key checked by OpenSSL", () => {
+    // @solana/web3.js is not installed, so the Keypair cross-check is done with node:crypto: the
+    // derived 32-byte private key is an RFC 8032 seed, and OpenSSL's public key must equal ours.
+    // HAgk14… itself is a regression pin, not a cited vector (no primary source publishes this
+    // mnemonic at this path); the derivation behind it is pinned to the Solana Cookbook's published
+    // output in the next test and to bip_utils one level deeper above.
+    const pair = deriveKeyPair(abandonSeed, ED, "m/44'/501'/0'/0'");
+    const der = Buffer.concat([Buffer.from("302e020100300506032b657004220420", "hex"), pair.privateKey]);
+    const jwk = crypto.createPublicKey(crypto.createPrivateKey({ key: der, format: "der", type: "pkcs8" })).export({ format: "jwk" });
+    expect(Buffer.from(jwk.x!, "base64url").toString("hex")).toBe(hex.encode(pair.publicKey));
+    expect(address(ED, "ADDRESS_FORMAT_SOLANA", pair.publicKey)).toBe("HAgk14JpMQLgt6rVgv7cBQFJWFto5Dqxi472uT3DKpqk");
+  });
+
+  it("Solana Cookbook vector (solana-developers/solana-cookbook mnemonic-to-keypair/from-bip44.ts output)", () => {
+    // Produced there with @solana/web3.js Keypair.fromSeed(derivePath(path, seed).key).
+    const seed = mnemonicToSeed("neither lonely flavor argue grass remind eye tag avocado spot unusual intact");
+    expect(at(ED, "m/44'/501'/0'/0'", "ADDRESS_FORMAT_SOLANA", seed)).toBe("5vftMkHL72JaJG6ExQfGAsT2uGVHpRR7oTNUPMs68Y2N");
+    expect(at(ED, "m/44'/501'/1'/0'", "ADDRESS_FORMAT_SOLANA", seed)).toBe("GcXbfQ5yY3uxCyBNDPBbR5FjumHf89E7YHXuULfGDBBv");
+  });
+
+  it("Ethereum: Hardhat / Anvil default account #0, and viem agrees on every key", () => {
+    // "test … junk" is the Hardhat Network / Foundry Anvil development mnemonic; account #0 at
+    // m/44'/60'/0'/0/0 is 0xf39F…2266 with the well-known private key ac09…ff80.
+    const seed = mnemonicToSeed("test test test test test test test test test test test junk");
+    const pair = deriveKeyPair(seed, SECP, "m/44'/60'/0'/0/0");
+    expect(hex.encode(pair.privateKey)).toBe("ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80");
+    expect(address(SECP, "ADDRESS_FORMAT_ETHEREUM", pair.publicKey)).toBe("0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266");
+    for (const [s, path] of [
+      [seed, "m/44'/60'/0'/0/0"],
+      [abandonSeed, "m/44'/60'/0'/0/0"],
+      [abandonSeed, "m/44'/60'/0'/0/7"],
+    ] as const) {
+      const { privateKey, publicKey } = deriveKeyPair(s, SECP, path);
+      expect(address(SECP, "ADDRESS_FORMAT_ETHEREUM", publicKey)).toBe(privateKeyToAddress(`0x${hex.encode(privateKey)}`));
+    }
+  });
+
+  it("Bitcoin addresses decode, through btc-signer, to the script each format promises", () => {
+    const key = pub(SECP, "m/84'/0'/0'/0/0");
+    const keyHash = hash160(key);
+    const REGTEST = { ...TEST_NETWORK, bech32: "bcrt" };
+    const networks = { MAINNET: NETWORK, TESTNET: TEST_NETWORK, SIGNET: TEST_NETWORK, REGTEST } as const;
+    const scripts = {
+      P2PKH: `76a914${hex.encode(keyHash)}88ac`,
+      // P2SH-P2WPKH: hash160 of the redeem script 0014 <keyhash>.
+      P2SH: `a914${hex.encode(hash160(hex.decode(`0014${hex.encode(keyHash)}`)))}87`,
+      P2WPKH: `0014${hex.encode(keyHash)}`,
+      // wsh(pk(K)): sha256 of the witness script <33-byte K> OP_CHECKSIG.
+      P2WSH: `0020${hex.encode(sha256(hex.decode(`21${hex.encode(key)}ac`)))}`,
+    };
+    for (const [network, net] of Object.entries(networks)) {
+      for (const [script, expected] of Object.entries(scripts)) {
+        const text = address(SECP, `ADDRESS_FORMAT_BITCOIN_${network}_${script}` as AddressFormat, key);
+        expect(hex.encode(OutScript.encode(Address(net).decode(text))), `${network} ${script}`).toBe(expected);
+      }
+    }
+    // BIP-86 vector: the output key of m/86'/0'/0'/0/0, on every network.
+    for (const [network, net] of Object.entries(networks)) {
+      const text = address(SECP, `ADDRESS_FORMAT_BITCOIN_${network}_P2TR` as AddressFormat, pub(SECP, "m/86'/0'/0'/0/0"));
+      expect(hex.encode(OutScript.encode(Address(net).decode(text)))).toBe("5120a60869f0dbcf1dc659c9cecbaf8050135ea9e8cdc487053f1dc6880949dc684c");
+    }
+    // Prefixes: BIP-173 'bc'/'tb' (signet shares testnet's), 'bcrt' for regtest.
+    expect(address(SECP, "ADDRESS_FORMAT_BITCOIN_SIGNET_P2WPKH", key)).toBe(address(SECP, "ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH", key));
+    expect(address(SECP, "ADDRESS_FORMAT_BITCOIN_REGTEST_P2WPKH", key)).toMatch(/^bcrt1q/);
+    expect(address(SECP, "ADDRESS_FORMAT_BITCOIN_REGTEST_P2PKH", key)).toBe(address(SECP, "ADDRESS_FORMAT_BITCOIN_TESTNET_P2PKH", key));
+    // A mainnet address does not decode as testnet and vice versa.
+    expect(() => Address(TEST_NETWORK).decode(address(SECP, "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH", key))).toThrow();
+    expect(() => Address(NETWORK).decode(address(SECP, "ADDRESS_FORMAT_BITCOIN_TESTNET_P2TR", key))).toThrow();
+  });
+});
+
+describe("addresses from other published vectors", () => {
+  it("Stellar: SEP-0005 tests 2 and 4 (stellar/stellar-protocol ecosystem/sep-0005.md)", () => {
+    const test2 = mnemonicToSeed("resource asthma orphan phone ice canvas fire useful arch jewel impose vague theory cushion top");
+    expect(hex.encode(test2)).toBe(
+      "7b36d4e725b48695c3ffd2b4b317d5552cb157c1a26c46d36a05317f0d3053eb8b3b6496ba39ebd9312d10e3f9937b47a6790541e7c577da027a564862e92811",
+    );
+    expect(at(ED, "m/44'/148'/0'", "ADDRESS_FORMAT_XLM", test2)).toBe("GAVXVW5MCK7Q66RIBWZZKZEDQTRXWCZUP4DIIFXCCENGW2P6W4OA34RH");
+    expect(at(ED, "m/44'/148'/9'", "ADDRESS_FORMAT_XLM", test2)).toBe("GB3C6RRQB3V7EPDXEDJCMTS45LVDLSZQ46PTIGKZUY37DXXEOAKJIWSV");
+    const test4 = mnemonicToSeed(
+      "cable spray genius state float twenty onion head street palace net private method loan turn phrase state blanket interest dry amazing dress blast tube",
+      "p4ssphr4se",
+    );
+    expect(at(ED, "m/44'/148'/0'", "ADDRESS_FORMAT_XLM", test4)).toBe("GDAHPZ2NSYIIHZXM56Y36SBVTV5QKFIZGYMMBHOU53ETUSWTP62B63EQ");
+  });
+
+  it("Sui secp256k1: MystenLabs/sui sdk/typescript test/unit/cryptography/secp256k1-keypair.test.ts", () => {
+    // TEST_CASES[0]: base64 flag 0x01 ‖ private key, and its address (generated with the Rust keytool).
+    const secret = base64.decode("AQA9EYZoLXirIahsXHQMDfdi5DPQ72wLA79zke4EY6CP");
+    expect(secret[0]).toBe(0x01);
+    const { publicKey } = keyPairFromPrivateKey(SECP, secret.subarray(1));
+    expect(address(SECP, "ADDRESS_FORMAT_SUI", publicKey)).toBe("0x9e8f732575cc5386f8df3c784cd3ed1b53ce538da79926b2ad54dcc1197d2532");
+  });
+});
+
+describe("raw key formats", () => {
+  it("COMPRESSED / UNCOMPRESSED are the key in hex", () => {
+    const secp = pub(SECP, "m/44'/60'/0'/0/0");
+    expect(address(SECP, "ADDRESS_FORMAT_COMPRESSED", secp)).toBe(hex.encode(secp));
+    const uncompressed = address(SECP, "ADDRESS_FORMAT_UNCOMPRESSED", secp);
+    expect(uncompressed).toMatch(/^04[0-9a-f]{128}$/);
+    expect(uncompressed.slice(2, 66)).toBe(hex.encode(secp).slice(2));
+    // A 65-byte key is accepted too and gives the same addresses.
+    expect(address(SECP, "ADDRESS_FORMAT_ETHEREUM", hex.decode(uncompressed))).toBe("0x9858EfFD232B4033E47d90003D41EC34EcaEda94");
+
+    const ed = pub(ED, "m/44'/501'/0'/0'");
+    expect(address(ED, "ADDRESS_FORMAT_COMPRESSED", ed)).toBe(hex.encode(ed));
+
+    const p256 = generatePrivateKey(P256).publicKey;
+    expect(address(P256, "ADDRESS_FORMAT_COMPRESSED", p256)).toBe(hex.encode(p256));
+    const p256Uncompressed = address(P256, "ADDRESS_FORMAT_UNCOMPRESSED", p256);
+    expect(crypto.ECDH.convertKey(p256Uncompressed, "prime256v1", "hex", "hex", "compressed")).toBe(hex.encode(p256));
+  });
+
+  it("rejects public keys that are not on the curve", () => {
+    expect(() => address(SECP, "ADDRESS_FORMAT_ETHEREUM", new Uint8Array(33))).toThrow(/not a valid SECP256K1 key/);
+    expect(() => address(SECP, "ADDRESS_FORMAT_ETHEREUM", new Uint8Array(32))).toThrow(TypeError);
+    expect(() => address(ED, "ADDRESS_FORMAT_SOLANA", new Uint8Array(33))).toThrow(/expected 32 bytes/);
+    expect(() => address(P256, "ADDRESS_FORMAT_COMPRESSED", pub(SECP, "m/0"))).toThrow(/not a valid P256 key/);
+  });
+});
+
+describe("curve / format pairs", () => {
+  const EXPECTED: Record<Curve, AddressFormat[]> = {
+    CURVE_SECP256K1: [
+      "ADDRESS_FORMAT_UNCOMPRESSED",
+      "ADDRESS_FORMAT_COMPRESSED",
+      "ADDRESS_FORMAT_ETHEREUM",
+      "ADDRESS_FORMAT_COSMOS",
+      "ADDRESS_FORMAT_TRON",
+      "ADDRESS_FORMAT_SUI",
+      ...(["MAINNET", "TESTNET", "SIGNET", "REGTEST"] as const).flatMap((n) =>
+        (["P2PKH", "P2SH", "P2WPKH", "P2WSH", "P2TR"] as const).map((s) => `ADDRESS_FORMAT_BITCOIN_${n}_${s}` as AddressFormat),
+      ),
+      "ADDRESS_FORMAT_SEI",
+      "ADDRESS_FORMAT_DOGE_MAINNET",
+      "ADDRESS_FORMAT_DOGE_TESTNET",
+      "ADDRESS_FORMAT_XRP",
+    ],
+    CURVE_ED25519: ["ADDRESS_FORMAT_COMPRESSED", "ADDRESS_FORMAT_SOLANA", "ADDRESS_FORMAT_SUI", "ADDRESS_FORMAT_APTOS", "ADDRESS_FORMAT_XLM"],
+    CURVE_P256: ["ADDRESS_FORMAT_UNCOMPRESSED", "ADDRESS_FORMAT_COMPRESSED"],
+  };
+  const KEYS: Record<Curve, Uint8Array> = {
+    CURVE_SECP256K1: pub(SECP, "m/44'/60'/0'/0/0"),
+    CURVE_ED25519: pub(ED, "m/44'/501'/0'/0'"),
+    CURVE_P256: keyPairFromPrivateKey(P256, hex.decode(`${"00".repeat(31)}01`)).publicKey,
+  };
+
+  it("the enum matches the swagger's ADDRESS_FORMAT_* list", () => {
+    expect(ADDRESS_FORMATS).toHaveLength(38);
+    for (const f of ["ADDRESS_FORMAT_TON_V5R1", "ADDRESS_FORMAT_SPARK_REGTEST", "ADDRESS_FORMAT_BITCOIN_SIGNET_P2WSH"]) {
+      expect(ADDRESS_FORMATS).toContain(f);
+    }
+  });
+
+  it.each(CURVES)("%s supports exactly the expected formats", (curve) => {
+    expect([...supportedFormats(curve)].sort()).toEqual([...EXPECTED[curve]].sort());
+  });
+
+  it("every other pair is refused with UnsupportedAddressError naming what works", () => {
+    let refused = 0;
+    for (const curve of CURVES) {
+      for (const format of ADDRESS_FORMATS) {
+        if (EXPECTED[curve].includes(format)) {
+          expect(address(curve, format, KEYS[curve])).toBeTruthy();
+          continue;
+        }
+        const error = thrown(() => address(curve, format, KEYS[curve]));
+        expect(error, `${curve} ${format}`).toBeInstanceOf(UnsupportedAddressError);
+        expect(error.message).toContain(`${curve} supports: ${EXPECTED[curve][0]}`);
+        refused++;
+      }
+    }
+    expect(refused).toBe(3 * 38 - (30 + 5 + 2));
+  });
+
+  it("explains the common mistakes", () => {
+    expect(thrown(() => address(ED, "ADDRESS_FORMAT_ETHEREUM", KEYS[ED])).message).toMatch(/^ADDRESS_FORMAT_ETHEREUM needs CURVE_SECP256K1\. CURVE_ED25519 supports: /);
+    expect(thrown(() => address(SECP, "ADDRESS_FORMAT_SOLANA", KEYS[SECP])).message).toMatch(/^ADDRESS_FORMAT_SOLANA needs CURVE_ED25519\./);
+    expect(thrown(() => address(P256, "ADDRESS_FORMAT_SUI", KEYS[P256])).message).toMatch(/needs CURVE_SECP256K1 or CURVE_ED25519/);
+    expect(thrown(() => address(ED, "ADDRESS_FORMAT_UNCOMPRESSED", KEYS[ED])).message).toMatch(/needs CURVE_SECP256K1 or CURVE_P256/);
+    for (const f of ["ADDRESS_FORMAT_TON_V3R2", "ADDRESS_FORMAT_TON_V4R2", "ADDRESS_FORMAT_TON_V5R1", "ADDRESS_FORMAT_SPARK_MAINNET", "ADDRESS_FORMAT_SPARK_REGTEST"] as const) {
+      expect(thrown(() => address(ED, f, KEYS[ED])).message).toMatch(/is not implemented by this server; use ADDRESS_FORMAT_COMPRESSED/);
+    }
+    expect(thrown(() => address(SECP, "ADDRESS_FORMAT_NOPE" as AddressFormat, KEYS[SECP]))).toBeInstanceOf(UnsupportedAddressError);
+    expect(thrown(() => address("CURVE_NOPE" as Curve, "ADDRESS_FORMAT_COMPRESSED", KEYS[SECP]))).toBeInstanceOf(UnsupportedAddressError);
+  });
+});

@@ -1,0 +1,139 @@
+// Secrets at rest: the keyring (AES-256-GCM bound to the record), where the master key comes from,
+// and `sigil rotate-master-key` re-sealing every stored secret (run as the built CLI).
+import fs from "node:fs";
+import path from "node:path";
+import crypto from "node:crypto";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Keyring, SecretError, keyIdOf } from "../src/crypto/envelope.js";
+import { loadKeyring, parseMasterKey } from "../src/crypto/master-key.js";
+import { loadConfig } from "../src/config.js";
+import { startHarness, type Harness } from "./helpers/harness.js";
+import { mnemonicIdentity } from "../src/operations/wallets.js";
+import { privateKeyIdentity } from "../src/operations/private-keys.js";
+
+const run = promisify(execFile);
+const CLI = path.resolve("bin/sigil.js");
+const identity = { organizationId: "org-1", kind: "private_key", resourceId: "key-1" };
+
+describe("keyring", () => {
+  const key = crypto.randomBytes(32);
+
+  it("opens what it sealed, and only for the same record", () => {
+    const keyring = new Keyring(key);
+    const sealed = keyring.seal("a secret", identity);
+    expect(sealed.startsWith(`v1.${keyIdOf(key)}.`)).toBe(true);
+    expect(sealed.includes("a secret")).toBe(false);
+    expect(keyring.open(sealed, identity).toString()).toBe("a secret");
+    for (const other of [{ ...identity, organizationId: "org-2" }, { ...identity, resourceId: "key-2" }, { ...identity, kind: "wallet.mnemonic" }]) {
+      expect(() => keyring.open(sealed, other)).toThrow(/does not open/);
+    }
+  });
+
+  it("refuses a tampered value, a truncated one, and one sealed under a key it does not hold", () => {
+    const keyring = new Keyring(key);
+    const sealed = keyring.seal("a secret", identity);
+    const [format, kid, payload] = sealed.split(".");
+    const flipped = Buffer.from(payload!, "base64url");
+    flipped[14]! ^= 1;
+    expect(() => keyring.open(`${format}.${kid}.${flipped.toString("base64url")}`, identity)).toThrow(SecretError);
+    expect(() => keyring.open(`${format}.${kid}.AAAA`, identity)).toThrow(/truncated/);
+    const stranger = new Keyring(crypto.randomBytes(32));
+    expect(() => stranger.open(sealed, identity)).toThrow(new RegExp(`master key ${kid}`));
+  });
+
+  it("opens values sealed under an earlier key it still holds, and seals under the current one", () => {
+    const old = new Keyring(key);
+    const sealed = old.seal("kept", identity);
+    const next = crypto.randomBytes(32);
+    const rotated = new Keyring(next, [key]);
+    expect(rotated.open(sealed, identity).toString()).toBe("kept");
+    expect(Keyring.keyIdOf(rotated.seal("new", identity))).toBe(keyIdOf(next));
+  });
+
+  it("reads a master key as hex or base64 and refuses anything else", () => {
+    expect(parseMasterKey(key.toString("hex"), "k")).toEqual(key);
+    expect(parseMasterKey(key.toString("base64") + "\n", "k")).toEqual(key);
+    for (const bad of ["", "abc", key.toString("hex").slice(2), crypto.randomBytes(16).toString("base64"), "!".repeat(44)]) {
+      expect(() => parseMasterKey(bad, "SIGIL_MASTER_KEY")).toThrow(/32-byte key/);
+    }
+  });
+});
+
+describe("where the master key comes from", () => {
+  const dirs: string[] = [];
+  const tempDir = () => {
+    const dir = fs.mkdtempSync(path.join(fs.realpathSync("/tmp"), "sigil-key-"));
+    dirs.push(dir);
+    return dir;
+  };
+  afterAll(() => dirs.forEach((d) => fs.rmSync(d, { recursive: true, force: true })));
+
+  it("creates <data dir>/master.key, readable by its owner only, on first start, and reuses it after", () => {
+    const dataDir = tempDir();
+    const config = loadConfig({}, { dataDir });
+    const first = loadKeyring(config.masterKey);
+    expect(first.created).toBe(true);
+    expect(fs.statSync(path.join(dataDir, "master.key")).mode & 0o777).toBe(0o600);
+    const second = loadKeyring(config.masterKey);
+    expect(second.created).toBe(false);
+    expect(second.keyring.currentKeyId).toBe(first.keyring.currentKeyId);
+    expect(second.source).not.toContain(fs.readFileSync(path.join(dataDir, "master.key"), "utf8").trim());
+  });
+
+  it("takes SIGIL_MASTER_KEY over the file, and refuses a missing SIGIL_MASTER_KEY_FILE", () => {
+    const key = crypto.randomBytes(32);
+    const fromEnv = loadKeyring(loadConfig({ SIGIL_MASTER_KEY: key.toString("hex") }, { dataDir: tempDir() }).masterKey);
+    expect(fromEnv.keyring.currentKeyId).toBe(keyIdOf(key));
+    expect(() => loadKeyring(loadConfig({ SIGIL_MASTER_KEY_FILE: "/nonexistent/master.key" }, { dataDir: tempDir() }).masterKey)).toThrow(/does not exist/);
+  });
+});
+
+describe("sigil rotate-master-key", () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness();
+  });
+  afterAll(() => h.close());
+
+  it("re-seals every stored secret under a new key in one go; the old key is kept beside it", async () => {
+    const org = await h.organization();
+    const client = h.sdk(org, org.key);
+    const { walletId } = await client.createWallet({ walletName: "rotated", accounts: [] });
+    const { privateKeys } = await client.createPrivateKeys({ privateKeys: [{ privateKeyName: "rotated key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: [] }] });
+    const db = h.server.store.db;
+    const read = async () => ({
+      wallet: await db.selectFrom("wallets").selectAll().where("id", "=", walletId).executeTakeFirstOrThrow(),
+      key: await db.selectFrom("private_keys").selectAll().where("id", "=", privateKeys[0]!.privateKeyId!).executeTakeFirstOrThrow(),
+    });
+    const before = await read();
+    const oldKeyring = loadKeyring(h.config.masterKey).keyring;
+    const mnemonic = oldKeyring.open(before.wallet.sealed_mnemonic, mnemonicIdentity(before.wallet)).toString();
+    const secret = oldKeyring.open(before.key.sealed_private_key, privateKeyIdentity(before.key)).toString("hex");
+
+    const env: NodeJS.ProcessEnv = { ...process.env };
+    delete env.SIGIL_MASTER_KEY;
+    delete env.SIGIL_DATABASE_URL;
+    if (h.database.databaseUrl) env.SIGIL_DATABASE_URL = h.database.databaseUrl;
+    const { stdout } = await run(process.execPath, [CLI, "rotate-master-key", "--data-dir", h.config.dataDir], { env });
+    const report = JSON.parse(stdout);
+    expect(report).toMatchObject({ from: oldKeyring.currentKeyId });
+    expect(report.resealed).toBeGreaterThanOrEqual(2);
+    expect(report.to).not.toBe(report.from);
+    expect(stdout).not.toContain(secret);
+
+    const after = await read();
+    const newKeyring = loadKeyring(h.config.masterKey).keyring;
+    expect(newKeyring.currentKeyId).toBe(report.to);
+    expect(Keyring.keyIdOf(after.wallet.sealed_mnemonic)).toBe(report.to);
+    expect(Keyring.keyIdOf(after.key.sealed_private_key)).toBe(report.to);
+    expect(newKeyring.open(after.wallet.sealed_mnemonic, mnemonicIdentity(after.wallet)).toString()).toBe(mnemonic);
+    expect(newKeyring.open(after.key.sealed_private_key, privateKeyIdentity(after.key)).toString("hex")).toBe(secret);
+    // The new key alone opens them: nothing is left under the old one.
+    const onlyNew = new Keyring(parseMasterKey(fs.readFileSync(h.config.masterKey.file, "utf8"), "master.key"));
+    expect(onlyNew.open(after.key.sealed_private_key, privateKeyIdentity(after.key)).toString("hex")).toBe(secret);
+    expect(fs.existsSync(`${h.config.masterKey.file}.previous-${report.from}`)).toBe(true);
+    expect(fs.existsSync(`${h.config.masterKey.file}.next`)).toBe(false);
+  });
+});
