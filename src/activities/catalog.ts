@@ -8,6 +8,7 @@ import { organizationOperations } from "../operations/organizations.js";
 import { policyOperations } from "../operations/policies.js";
 import { walletOperations } from "../operations/wallets.js";
 import { privateKeyOperations } from "../operations/private-keys.js";
+import { signingOperations } from "../operations/signing.js";
 import { activityQueries } from "./queries.js";
 import { voteOperations } from "./votes.js";
 
@@ -18,6 +19,7 @@ export const operations: Operation[] = [
   ...policyOperations,
   ...walletOperations,
   ...privateKeyOperations,
+  ...signingOperations,
   ...organizationOperations,
   ...voteOperations,
   ...activityQueries,

@@ -100,6 +100,9 @@ async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyParams[])
         updated_at: ctx.now,
       })
       .execute();
+    if (addresses.length) {
+      await ctx.trx.insertInto("private_key_addresses").values(addresses.map((a) => ({ private_key_id: id, organization_id: ctx.organizationId, format: a.format, address: a.address }))).execute();
+    }
     if (tagIds.length) await ctx.trx.insertInto("private_key_tag_members").values(tagIds.map((tag_id) => ({ tag_id, private_key_id: id }))).execute();
     created.push({ privateKeyId: id, addresses });
   }
@@ -134,6 +137,7 @@ export const privateKeyOperations = [
         }
       }
       await ctx.trx.deleteFrom("private_key_tag_members").where("private_key_id", "in", ids).execute();
+      await ctx.trx.deleteFrom("private_key_addresses").where("private_key_id", "in", ids).execute();
       await ctx.trx.deleteFrom("private_keys").where("id", "in", ids).execute();
       return { privateKeyIds: ids };
     },

@@ -19,6 +19,12 @@ export interface WalletAccountParams {
   name?: string;
 }
 
+export const accountKeyIdentity = (account: Pick<WalletAccountsTable, "organization_id" | "id">): SecretIdentity => ({
+  organizationId: account.organization_id,
+  kind: "wallet_account.private_key",
+  resourceId: account.id,
+});
+
 export const mnemonicIdentity = (wallet: Pick<WalletsTable, "organization_id" | "id">): SecretIdentity => ({ organizationId: wallet.organization_id, kind: "wallet.mnemonic", resourceId: wallet.id });
 
 export function renderWallet(row: WalletsTable) {
@@ -82,7 +88,7 @@ async function deriveAccounts(ctx: ActivityContext, wallet: WalletsTable, seed: 
   for (const [i, account] of accounts.entries()) {
     const where = `accounts[${i}]`;
     if (account.pathFormat !== "PATH_FORMAT_BIP32") throw invalidArgument(`${where}.pathFormat must be PATH_FORMAT_BIP32`);
-    const { publicKey } = asInvalidArgument(where, () => deriveKeyPair(seed, account.curve, account.path));
+    const { publicKey, privateKey } = asInvalidArgument(where, () => deriveKeyPair(seed, account.curve, account.path));
     const accountAddress = asInvalidArgument(where, () => address(account.curve, account.addressFormat, publicKey));
     addresses.push(accountAddress);
     if (!persist) continue;
@@ -95,10 +101,11 @@ async function deriveAccounts(ctx: ActivityContext, wallet: WalletsTable, seed: 
       .where("address_format", "=", account.addressFormat)
       .executeTakeFirst();
     if (existing) continue;
+    const id = newId();
     await ctx.trx
       .insertInto("wallet_accounts")
       .values({
-        id: newId(),
+        id,
         organization_id: ctx.organizationId,
         wallet_id: wallet.id,
         curve: account.curve,
@@ -107,6 +114,7 @@ async function deriveAccounts(ctx: ActivityContext, wallet: WalletsTable, seed: 
         address_format: account.addressFormat,
         address: accountAddress,
         public_key: Buffer.from(publicKey).toString("hex"),
+        sealed_private_key: ctx.env.keyring.seal(privateKey, accountKeyIdentity({ organization_id: ctx.organizationId, id })),
         name: account.name ?? null,
         created_at: ctx.now,
         updated_at: ctx.now,

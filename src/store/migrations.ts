@@ -185,6 +185,7 @@ const wallets: Migration = {
       .addColumn("address_format", "text", (c) => c.notNull())
       .addColumn("address", "text", (c) => c.notNull())
       .addColumn("public_key", "text", (c) => c.notNull())
+      .addColumn("sealed_private_key", "text", (c) => c.notNull())
       .addColumn("name", "text")
       .addColumn("created_at", "bigint", (c) => c.notNull())
       .addColumn("updated_at", "bigint", (c) => c.notNull())
@@ -211,6 +212,17 @@ const wallets: Migration = {
       .addColumn("updated_at", "bigint", (c) => c.notNull())
       .execute();
     await db.schema.createIndex("private_keys_by_name").on("private_keys").columns(["organization_id", "name"]).unique().execute();
+
+    // Signing names a private key by one of its addresses as often as by its id.
+    await db.schema
+      .createTable("private_key_addresses")
+      .addColumn("private_key_id", "text", (c) => c.notNull().references("private_keys.id"))
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("format", "text", (c) => c.notNull())
+      .addColumn("address", "text", (c) => c.notNull())
+      .addPrimaryKeyConstraint("private_key_addresses_pk", ["private_key_id", "format"])
+      .execute();
+    await db.schema.createIndex("private_key_addresses_by_address").on("private_key_addresses").columns(["organization_id", "address"]).execute();
 
     await db.schema
       .createTable("private_key_tag_members")

@@ -164,6 +164,9 @@ export interface WalletAccountsTable {
   address: string;
   /** Hex: compressed secp256k1/P-256 point, or the 32-byte ed25519 key. */
   public_key: string;
+  /** The derived private key, sealed, so signing opens one value instead of re-deriving from the
+   * mnemonic (a PBKDF2 of 2048 rounds) on every request. */
+  sealed_private_key: string;
   name: string | null;
   created_at: number;
   updated_at: number;
@@ -183,6 +186,13 @@ export interface PrivateKeysTable {
   exported: number;
   created_at: number;
   updated_at: number;
+}
+
+export interface PrivateKeyAddressesTable {
+  private_key_id: string;
+  organization_id: string;
+  format: string;
+  address: string;
 }
 
 export interface PrivateKeyTagMembersTable {
@@ -206,4 +216,5 @@ export interface Database {
   wallet_accounts: WalletAccountsTable;
   private_keys: PrivateKeysTable;
   private_key_tag_members: PrivateKeyTagMembersTable;
+  private_key_addresses: PrivateKeyAddressesTable;
 }

@@ -1,0 +1,32 @@
+// Signatures with the service's keys (@noble/curves): secp256k1 and P-256 over a 32-byte digest,
+// with the recovery id; ed25519 over the message itself.
+import { secp256k1 } from "@noble/curves/secp256k1.js";
+import { p256 } from "@noble/curves/nist.js";
+import { ed25519 } from "@noble/curves/ed25519.js";
+import type { Curve } from "./hd.js";
+
+/** r, s and v as the API carries them: hex without 0x; v is the recovery id ("00" or "01"). */
+export interface RawSignature {
+  r: string;
+  s: string;
+  v: string;
+}
+
+const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex");
+
+export class SigningError extends Error {
+  override name = "SigningError";
+}
+
+/** Signs a 32-byte digest (secp256k1 with low S, as Ethereum and Bitcoin require; or P-256). */
+export function signDigest(curve: Exclude<Curve, "CURVE_ED25519">, privateKey: Uint8Array, digest: Uint8Array): RawSignature {
+  if (digest.length !== 32) throw new SigningError(`a ${curve} signature is over a 32-byte digest, got ${digest.length} bytes: hash the payload (hashFunction) or send its 32-byte hash`);
+  const recovered = (curve === "CURVE_SECP256K1" ? secp256k1 : p256).sign(digest, privateKey, { prehash: false, format: "recovered" });
+  return { r: hex(recovered.subarray(1, 33)), s: hex(recovered.subarray(33, 65)), v: recovered[0]!.toString(16).padStart(2, "0") };
+}
+
+/** Signs a message with ed25519 (which hashes internally): r and s are the two 32-byte halves. */
+export function signEd25519(privateKey: Uint8Array, message: Uint8Array): RawSignature {
+  const signature = ed25519.sign(message, privateKey);
+  return { r: hex(signature.subarray(0, 32)), s: hex(signature.subarray(32)), v: "00" };
+}

@@ -1,0 +1,163 @@
+// Signing with the organization's keys: raw payloads (one or many) and chain transactions. The key
+// is opened from its sealed form only inside the allowed activity, used once, and dropped.
+import { sha256 } from "@noble/hashes/sha2.js";
+import { keccak_256 } from "@noble/hashes/sha3.js";
+import { invalidArgument } from "../errors.js";
+import type { Tx } from "../store/database.js";
+import { signDigest, signEd25519, SigningError, type RawSignature } from "../crypto/sign.js";
+import { EthereumError, authorizationDigest, parseTypedData, parseUnsignedTransaction, serializeSigned, transactionKeyword, typedDataDigest, typedDataKeyword } from "../chains/ethereum.js";
+import { SolanaError, signSolanaTransaction, solanaKeyword } from "../chains/solana.js";
+import { defineActivity, type ActivityContext } from "./registry.js";
+import { findSigner, openSigner, signerKeywords, type FoundSigner } from "./signers.js";
+import "./transaction-keywords.js";
+
+type Encoding = "PAYLOAD_ENCODING_HEXADECIMAL" | "PAYLOAD_ENCODING_TEXT_UTF8" | "PAYLOAD_ENCODING_EIP712" | "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION";
+type HashFunction = "HASH_FUNCTION_NO_OP" | "HASH_FUNCTION_SHA256" | "HASH_FUNCTION_KECCAK256" | "HASH_FUNCTION_NOT_APPLICABLE";
+
+interface RawPayloadParams {
+  signWith?: string;
+  /** ACTIVITY_TYPE_SIGN_RAW_PAYLOAD (V1) names the key by id */
+  privateKeyId?: string;
+  payload: string;
+  encoding: Encoding;
+  hashFunction: HashFunction;
+}
+
+interface RawPayloadsParams {
+  signWith: string;
+  payloads: string[];
+  encoding: Encoding;
+  hashFunction: HashFunction;
+}
+
+interface TransactionParams {
+  signWith?: string;
+  privateKeyId?: string;
+  unsignedTransaction: string;
+  type: "TRANSACTION_TYPE_ETHEREUM" | "TRANSACTION_TYPE_SOLANA" | "TRANSACTION_TYPE_TRON" | "TRANSACTION_TYPE_BITCOIN" | "TRANSACTION_TYPE_TEMPO";
+}
+
+const signWithOf = (p: { signWith?: string; privateKeyId?: string }) => p.signWith ?? p.privateKeyId ?? "";
+
+/** Chain and payload errors are the caller's to fix: InvalidArgument with the library's words. */
+function callerError<T>(where: string, f: () => T): T {
+  try {
+    return f();
+  } catch (error) {
+    if (error instanceof EthereumError || error instanceof SolanaError || error instanceof SigningError) throw invalidArgument(`${where}: ${error.message}`);
+    throw error;
+  }
+}
+
+function bytesOf(payload: string, encoding: Encoding, where: string): Uint8Array {
+  if (encoding === "PAYLOAD_ENCODING_TEXT_UTF8") return Buffer.from(payload, "utf8");
+  const hex = payload.startsWith("0x") ? payload.slice(2) : payload;
+  if (!/^([0-9a-fA-F]{2})*$/.test(hex)) throw invalidArgument(`${where} is not hexadecimal (PAYLOAD_ENCODING_HEXADECIMAL): send an even number of hex digits, with or without 0x`);
+  return Buffer.from(hex, "hex");
+}
+
+/** What one payload's signature is over, per the curve's rules, and the signature. */
+function signPayload(signer: FoundSigner, privateKey: Uint8Array, payload: string, encoding: Encoding, hashFunction: HashFunction, where: string): RawSignature {
+  if (signer.curve === "CURVE_ED25519") {
+    if (hashFunction !== "HASH_FUNCTION_NOT_APPLICABLE") throw invalidArgument(`ed25519 hashes inside the signature: hashFunction must be HASH_FUNCTION_NOT_APPLICABLE, got ${hashFunction}`);
+    if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") throw invalidArgument(`${encoding} is signed with secp256k1 keys, and ${signer.kind === "wallet_account" ? signer.address : signer.privateKey.id} is ed25519`);
+    return signEd25519(privateKey, bytesOf(payload, encoding, where));
+  }
+  if (hashFunction === "HASH_FUNCTION_NOT_APPLICABLE") throw invalidArgument(`HASH_FUNCTION_NOT_APPLICABLE is for ed25519 keys; a ${signer.curve} key signs a 32-byte digest: use HASH_FUNCTION_NO_OP, _SHA256 or _KECCAK256`);
+  let digest: Uint8Array;
+  if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") {
+    if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`${encoding} is signed with secp256k1 keys, not ${signer.curve}`);
+    if (hashFunction !== "HASH_FUNCTION_NO_OP" && hashFunction !== "HASH_FUNCTION_KECCAK256") throw invalidArgument(`${encoding} is hashed by its own rules: hashFunction must be HASH_FUNCTION_NO_OP`);
+    digest = callerError(where, () => (encoding === "PAYLOAD_ENCODING_EIP712" ? typedDataDigest(parseTypedData(payload)) : authorizationDigest(payload).digest));
+  } else {
+    const bytes = bytesOf(payload, encoding, where);
+    digest = hashFunction === "HASH_FUNCTION_SHA256" ? sha256(bytes) : hashFunction === "HASH_FUNCTION_KECCAK256" ? keccak_256(bytes) : bytes;
+  }
+  return callerError(where, () => signDigest(signer.curve as "CURVE_SECP256K1", privateKey, digest));
+}
+
+/** The signer's keywords, and what the payload says to policies; a malformed request shows nothing
+ * here and is refused by the activity itself, so the audit log records the refusal. */
+async function payloadContext(trx: Tx, organizationId: string, signWith: string, payload: string | undefined, encoding: Encoding): Promise<Record<string, unknown>> {
+  const context: Record<string, unknown> = {};
+  try {
+    Object.assign(context, signerKeywords(await findSigner(trx, organizationId, signWith)));
+  } catch {
+    return context;
+  }
+  try {
+    if (payload !== undefined && encoding === "PAYLOAD_ENCODING_EIP712") context["eth.eip_712"] = typedDataKeyword(parseTypedData(payload));
+    if (payload !== undefined && encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") context["eth.eip_7702_authorization"] = authorizationDigest(payload).keyword;
+  } catch {
+    // refused with its reason when the activity runs
+  }
+  return context;
+}
+
+async function signerFor(ctx: ActivityContext, signWith: string) {
+  const signer = await findSigner(ctx.trx, ctx.organizationId, signWith);
+  return { signer, privateKey: openSigner(ctx.env.keyring, signer) };
+}
+
+export const signingOperations = [
+  defineActivity<RawPayloadParams>({
+    name: "sign_raw_payload",
+    summary: "Sign one payload (hex or UTF-8 text, EIP-712 typed data, an EIP-7702 authorization) with a wallet account or private key.",
+    resource: "PRIVATE_KEY",
+    action: "SIGN",
+    policyParameters: (p) => ({ hash_function: p.hashFunction, encoding: p.encoding }),
+    policyContext: (trx, organizationId, p) => payloadContext(trx, organizationId, signWithOf(p), p.payload, p.encoding),
+    async execute(ctx, p) {
+      const { signer, privateKey } = await signerFor(ctx, signWithOf(p));
+      return { ...signPayload(signer, privateKey, p.payload, p.encoding, p.hashFunction, "payload") };
+    },
+  }),
+
+  defineActivity<RawPayloadsParams>({
+    name: "sign_raw_payloads",
+    summary: "Sign several payloads with one key, in one activity.",
+    resource: "PRIVATE_KEY",
+    action: "SIGN",
+    policyParameters: (p) => ({ hash_function: p.hashFunction, encoding: p.encoding }),
+    policyContext: (trx, organizationId, p) => payloadContext(trx, organizationId, p.signWith, undefined, p.encoding),
+    async execute(ctx, p) {
+      if (p.payloads.length === 0) throw invalidArgument("payloads must list at least one payload");
+      const { signer, privateKey } = await signerFor(ctx, p.signWith);
+      return { signatures: p.payloads.map((payload, i) => signPayload(signer, privateKey, payload, p.encoding, p.hashFunction, `payloads[${i}]`)) };
+    },
+  }),
+
+  defineActivity<TransactionParams>({
+    name: "sign_transaction",
+    summary: "Sign a chain transaction: Ethereum (RLP hex, every envelope type) or Solana (wire transaction hex).",
+    resource: "PRIVATE_KEY",
+    action: "SIGN",
+    policyParameters: (p) => ({ type: p.type }),
+    async policyContext(trx, organizationId, p) {
+      const context = await payloadContext(trx, organizationId, signWithOf(p), undefined, "PAYLOAD_ENCODING_HEXADECIMAL");
+      try {
+        const signer = await findSigner(trx, organizationId, signWithOf(p));
+        const from = signer.kind === "wallet_account" ? signer.address : (signer.address ?? "");
+        if (p.type === "TRANSACTION_TYPE_ETHEREUM") context["eth.tx"] = transactionKeyword(parseUnsignedTransaction(p.unsignedTransaction).transaction, from);
+        if (p.type === "TRANSACTION_TYPE_SOLANA") context["solana.tx"] = solanaKeyword(p.unsignedTransaction);
+      } catch {
+        // refused with its reason when the activity runs
+      }
+      return context;
+    },
+    async execute(ctx, p) {
+      const { signer, privateKey } = await signerFor(ctx, signWithOf(p));
+      if (p.type === "TRANSACTION_TYPE_ETHEREUM") {
+        if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`Ethereum transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        const { transaction, digest } = callerError("unsignedTransaction", () => parseUnsignedTransaction(p.unsignedTransaction));
+        const signature = signDigest("CURVE_SECP256K1", privateKey, digest);
+        return { signedTransaction: serializeSigned(transaction, { r: signature.r, s: signature.s, recovery: Number.parseInt(signature.v, 16) }) };
+      }
+      if (p.type === "TRANSACTION_TYPE_SOLANA") {
+        if (signer.curve !== "CURVE_ED25519") throw invalidArgument(`Solana transactions are signed with ed25519 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        return { signedTransaction: callerError("unsignedTransaction", () => signSolanaTransaction(p.unsignedTransaction, signer.publicKey, (message) => signEd25519(privateKey, message))) };
+      }
+      throw invalidArgument(`${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA)`, "TRANSACTION_TYPE_UNSUPPORTED");
+    },
+  }),
+];

@@ -1,0 +1,199 @@
+// Signing through the chain clients users already have — @turnkey/viem, @turnkey/ethers and
+// @turnkey/solana pointed at Sigil — with every signature checked by the chain's own library.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createAccount } from "@turnkey/viem";
+import { TurnkeySigner as EthersSigner } from "@turnkey/ethers";
+import { TurnkeySigner as SolanaSigner } from "@turnkey/solana";
+import { createWalletClient, http as viemHttp, parseEther, parseTransaction, recoverAddress, recoverMessageAddress, recoverTransactionAddress, verifyTypedData, keccak256, serializeTransaction, type Hex } from "viem";
+import { mainnet } from "viem/chains";
+import { ethers } from "ethers";
+import { Keypair, PublicKey, SystemProgram, Transaction, TransactionMessage, VersionedTransaction } from "@solana/web3.js";
+import { ed25519 } from "@noble/curves/ed25519.js";
+import { startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
+
+let h: Harness;
+let org: TestOrganization;
+let client: ReturnType<Harness["sdk"]>;
+let ethAddress: string;
+let solAddress: string;
+let privateKeyId: string;
+let privateKeyAddress: string;
+
+const TYPED = {
+  domain: { name: "Ether Mail", version: "1", chainId: 1, verifyingContract: "0xCcCCccccCCCCcCCCCCCcCcCccCcCCCcCcccccccC" },
+  types: {
+    Person: [
+      { name: "name", type: "string" },
+      { name: "wallet", type: "address" },
+    ],
+    Mail: [
+      { name: "from", type: "Person" },
+      { name: "to", type: "Person" },
+      { name: "contents", type: "string" },
+    ],
+  },
+  primaryType: "Mail",
+  message: {
+    from: { name: "Cow", wallet: "0xCD2a3d9F938E13CD947Ec05AbC7FE734Df8DD826" },
+    to: { name: "Bob", wallet: "0xbBbBBBBbbBBBbbbBbbBbbbbBBbBbbbbBbBbbBBbB" },
+    contents: "Hello, Bob!",
+  },
+} as const;
+
+beforeAll(async () => {
+  h = await startHarness();
+  org = await h.organization("Signers");
+  client = h.sdk(org, org.key);
+  const wallet = await client.createWallet({
+    walletName: "signing",
+    accounts: [
+      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+      { curve: "CURVE_ED25519", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/501'/0'/0'", addressFormat: "ADDRESS_FORMAT_SOLANA" },
+    ],
+  });
+  [ethAddress, solAddress] = wallet.addresses as [string, string];
+  const keys = await client.createPrivateKeys({ privateKeys: [{ privateKeyName: "eth key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }] });
+  privateKeyId = keys.privateKeys[0]!.privateKeyId!;
+  privateKeyAddress = keys.privateKeys[0]!.addresses![0]!.address!;
+});
+afterAll(() => h.close());
+
+describe("@turnkey/viem", () => {
+  for (const via of ["@turnkey/sdk-server", "@turnkey/http"] as const) {
+    it(`signs messages, typed data and every transaction type, through ${via}`, async () => {
+      const turnkeyClient = via === "@turnkey/http" ? h.http(org.key) : client;
+      const account = await createAccount({ client: turnkeyClient as any, organizationId: org.organizationId, signWith: ethAddress });
+      expect(account.address).toBe(ethAddress);
+
+      const signature = await account.signMessage({ message: "hello sigil" });
+      expect(await recoverMessageAddress({ message: "hello sigil", signature })).toBe(ethAddress);
+
+      // Through a wallet client, as applications call it: viem then sends the EIP712Domain type too.
+      const walletClient = createWalletClient({ account, chain: mainnet, transport: viemHttp("http://127.0.0.1:1") });
+      const typedSignature = await walletClient.signTypedData(TYPED as any);
+      expect(await verifyTypedData({ ...(TYPED as any), address: ethAddress as Hex, signature: typedSignature })).toBe(true);
+
+      const base = { to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8" as Hex, value: parseEther("0.01"), nonce: 3, gas: 21000n, chainId: 1 };
+      const transactions = [
+        { ...base, type: "legacy" as const, gasPrice: 10n ** 9n },
+        { ...base, type: "eip2930" as const, gasPrice: 10n ** 9n, accessList: [] },
+        { ...base, type: "eip1559" as const, maxFeePerGas: 2n * 10n ** 9n, maxPriorityFeePerGas: 10n ** 9n },
+      ];
+      for (const transaction of transactions) {
+        const signed = await account.signTransaction(transaction);
+        expect(await recoverTransactionAddress({ serializedTransaction: signed as any })).toBe(ethAddress);
+        expect(parseTransaction(signed)).toMatchObject({ type: transaction.type, nonce: 3, chainId: 1 });
+      }
+    });
+  }
+
+  it("signs an EIP-7702 authorization whose signer recovers to the account", async () => {
+    const account = await createAccount({ client: client as any, organizationId: org.organizationId, signWith: ethAddress });
+    const authorization = await account.signAuthorization!({ address: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 0 } as any);
+    const { hashAuthorization } = await import("viem/utils");
+    const hash = hashAuthorization({ contractAddress: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 0 });
+    expect(await recoverAddress({ hash, signature: { r: authorization.r, s: authorization.s, yParity: authorization.yParity! } as any })).toBe(ethAddress);
+  });
+
+  it("signs with a private key named by its id (the client looks the address up)", async () => {
+    const account = await createAccount({ client: client as any, organizationId: org.organizationId, signWith: privateKeyId });
+    expect(account.address).toBe(privateKeyAddress);
+    const signature = await account.signMessage({ message: "by id" });
+    expect(await recoverMessageAddress({ message: "by id", signature })).toBe(privateKeyAddress);
+  });
+
+  it("works as a viem wallet client's account", async () => {
+    const account = await createAccount({ client: client as any, organizationId: org.organizationId, signWith: ethAddress });
+    const walletClient = createWalletClient({ account, chain: mainnet, transport: viemHttp("http://127.0.0.1:1") });
+    const signature = await walletClient.signMessage({ message: "wallet client" });
+    expect(await recoverMessageAddress({ message: "wallet client", signature })).toBe(ethAddress);
+  });
+});
+
+describe("@turnkey/ethers", () => {
+  it("signs messages, typed data and transactions as an ethers Signer", async () => {
+    const signer = new EthersSigner({ client: client as any, organizationId: org.organizationId, signWith: ethAddress });
+    expect(await signer.getAddress()).toBe(ethAddress);
+    const signature = await signer.signMessage("hello ethers");
+    expect(ethers.verifyMessage("hello ethers", signature)).toBe(ethAddress);
+    const typedSignature = await signer.signTypedData(TYPED.domain, { Person: [...TYPED.types.Person], Mail: [...TYPED.types.Mail] }, TYPED.message);
+    expect(ethers.verifyTypedData(TYPED.domain, { Person: [...TYPED.types.Person], Mail: [...TYPED.types.Mail] }, TYPED.message, typedSignature)).toBe(ethAddress);
+    const signed = await signer.signTransaction({ to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", value: 1n, nonce: 0, gasLimit: 21000n, chainId: 1n, maxFeePerGas: 2n, maxPriorityFeePerGas: 1n, type: 2 });
+    expect(ethers.Transaction.from(signed).from).toBe(ethAddress);
+  });
+});
+
+describe("@turnkey/solana", () => {
+  const blockhash = new PublicKey(Buffer.alloc(32, 7)).toBase58();
+  it("signs legacy and v0 transactions, keeping other signers' slots, and messages", async () => {
+    const signer = new SolanaSigner({ client: client as any, organizationId: org.organizationId });
+    const from = new PublicKey(solAddress);
+    const to = Keypair.generate().publicKey;
+
+    const legacy = new Transaction({ recentBlockhash: blockhash, feePayer: from }).add(SystemProgram.transfer({ fromPubkey: from, toPubkey: to, lamports: 5000 }));
+    const signedLegacy = (await signer.signTransaction(legacy, solAddress)) as Transaction;
+    expect(signedLegacy.verifySignatures()).toBe(true);
+
+    const coSigner = Keypair.generate();
+    const message = new TransactionMessage({
+      payerKey: from,
+      recentBlockhash: blockhash,
+      instructions: [SystemProgram.transfer({ fromPubkey: from, toPubkey: to, lamports: 1 }), SystemProgram.transfer({ fromPubkey: coSigner.publicKey, toPubkey: to, lamports: 1 })],
+    }).compileToV0Message();
+    const v0 = new VersionedTransaction(message);
+    v0.sign([coSigner]);
+    const coSignature = Buffer.from(v0.signatures[1]!);
+    const signedV0 = (await signer.signTransaction(v0, solAddress)) as VersionedTransaction;
+    expect(Buffer.from(signedV0.signatures[1]!)).toEqual(coSignature);
+    expect(ed25519.verify(signedV0.signatures[0]!, signedV0.message.serialize(), from.toBytes())).toBe(true);
+
+    const text = new TextEncoder().encode("hello solana");
+    const signature = await signer.signMessage(text, solAddress);
+    expect(ed25519.verify(signature, text, from.toBytes())).toBe(true);
+  });
+});
+
+describe("raw payloads", () => {
+  it("signs hex, text and pre-hashed payloads with each hash function; many at once", async () => {
+    const payload = Buffer.from("sigil").toString("hex");
+    const keccak = await client.signRawPayload({ signWith: ethAddress, payload, encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_KECCAK256" });
+    expect(keccak.r).toMatch(/^[0-9a-f]{64}$/);
+    expect(keccak.v).toMatch(/^0[01]$/);
+    const recovered = await recoverAddress({ hash: keccak256(`0x${payload}`), signature: { r: `0x${keccak.r}`, s: `0x${keccak.s}`, yParity: Number(keccak.v) } as any });
+    expect(recovered).toBe(ethAddress);
+
+    const text = await client.signRawPayload({ signWith: ethAddress, payload: "sigil", encoding: "PAYLOAD_ENCODING_TEXT_UTF8", hashFunction: "HASH_FUNCTION_KECCAK256" });
+    expect(text.r).toBe(keccak.r);
+
+    const many = await client.signRawPayloads({ signWith: solAddress, payloads: ["00", "0x0102"], encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NOT_APPLICABLE" });
+    expect(many.signatures).toHaveLength(2);
+    expect(ed25519.verify(Buffer.from(many.signatures![1]!.r + many.signatures![1]!.s, "hex"), Buffer.from("0102", "hex"), new PublicKey(solAddress).toBytes())).toBe(true);
+    expect(many.signatures![0]!.v).toBe("00");
+  });
+
+  it("refuses what a key cannot sign, recording a failed activity and storing nothing else", async () => {
+    const before = JSON.parse(await h.snapshot());
+    const refusals: [Promise<unknown>, RegExp][] = [
+      [client.signRawPayload({ signWith: ethAddress, payload: "abcd", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" }), /32-byte digest/],
+      [client.signRawPayload({ signWith: solAddress, payload: "abcd", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /HASH_FUNCTION_NOT_APPLICABLE/],
+      [client.signRawPayload({ signWith: ethAddress, payload: "xyz", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /not hexadecimal/],
+      [client.signRawPayload({ signWith: "0x0000000000000000000000000000000000000001", payload: "00", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /neither a wallet account address/],
+      [client.signTransaction({ signWith: ethAddress, unsignedTransaction: "deadbeef", type: "TRANSACTION_TYPE_ETHEREUM" }), /not an Ethereum transaction/],
+      [client.signTransaction({ signWith: solAddress, unsignedTransaction: serializeTransaction({ to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 0, gas: 21000n, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n, type: "eip1559" }).slice(2), type: "TRANSACTION_TYPE_ETHEREUM" }), /secp256k1/],
+      [client.signTransaction({ signWith: ethAddress, unsignedTransaction: "00", type: "TRANSACTION_TYPE_TRON" }), /not supported/],
+    ];
+    for (const [attempt, message] of refusals) await expect(attempt).rejects.toMatchObject({ message: expect.stringMatching(message) });
+    const after = JSON.parse(await h.snapshot());
+    for (const table of ["wallets", "wallet_accounts", "private_keys", "users"]) expect(after[table], table).toEqual(before[table]);
+    const failed = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
+    expect(failed).toHaveLength(refusals.length);
+    expect(failed.every((a: { status: string }) => a.status === "ACTIVITY_STATUS_FAILED")).toBe(true);
+  });
+
+  it("another organization cannot sign with this organization's keys", async () => {
+    const other = await h.organization("Thief");
+    const thief = h.sdk(other, other.key);
+    await expect(thief.signRawPayload({ signWith: ethAddress, payload: "00", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" })).rejects.toMatchObject({ code: 5 });
+    await expect(thief.signRawPayload({ signWith: privateKeyId, payload: "00", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" })).rejects.toMatchObject({ code: 5 });
+  });
+});
