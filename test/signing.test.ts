@@ -78,6 +78,14 @@ describe("@turnkey/viem", () => {
         { ...base, type: "legacy" as const, gasPrice: 10n ** 9n },
         { ...base, type: "eip2930" as const, gasPrice: 10n ** 9n, accessList: [] },
         { ...base, type: "eip1559" as const, maxFeePerGas: 2n * 10n ** 9n, maxPriorityFeePerGas: 10n ** 9n },
+        { ...base, type: "eip4844" as const, maxFeePerGas: 2n, maxPriorityFeePerGas: 1n, maxFeePerBlobGas: 1n, blobVersionedHashes: [`0x01${"00".repeat(31)}` as Hex] },
+        {
+          ...base,
+          type: "eip7702" as const,
+          maxFeePerGas: 2n,
+          maxPriorityFeePerGas: 1n,
+          authorizationList: [await account.signAuthorization!({ address: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 4 } as any)],
+        },
       ];
       for (const transaction of transactions) {
         const signed = await account.signTransaction(transaction);
@@ -150,6 +158,57 @@ describe("@turnkey/solana", () => {
     const text = new TextEncoder().encode("hello solana");
     const signature = await signer.signMessage(text, solAddress);
     expect(ed25519.verify(signature, text, from.toBytes())).toBe(true);
+  });
+});
+
+describe("bitcoin", () => {
+  it("signs the PSBT inputs its key can spend (P2WPKH with ECDSA, P2TR with BIP-341 Schnorr); the PSBT finalizes", async () => {
+    const btc = await import("@scure/btc-signer");
+    const { secp256k1, schnorr } = await import("@noble/curves/secp256k1.js");
+    const { walletId } = await client.createWallet({
+      walletName: "bitcoin",
+      accounts: [
+        { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/84'/0'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH" },
+        { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/86'/0'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR" },
+      ],
+    });
+    const { accounts } = await client.getWalletAccounts({ walletId });
+    for (const account of accounts) {
+      const publicKey = Buffer.from(account.publicKey!, "hex");
+      const taproot = account.addressFormat.endsWith("P2TR");
+      const payment = taproot ? btc.p2tr(publicKey.subarray(1)) : btc.p2wpkh(publicKey);
+      expect(payment.address).toBe(account.address);
+      const tx = new btc.Transaction();
+      tx.addInput({ txid: Buffer.alloc(32, 1), index: 0, witnessUtxo: { script: payment.script, amount: 100_000n }, ...(taproot ? { tapInternalKey: publicKey.subarray(1) } : {}) });
+      tx.addOutputAddress("bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu", 90_000n);
+      const { signedTransaction } = await client.signTransaction({ signWith: account.address, unsignedTransaction: Buffer.from(tx.toPSBT()).toString("hex"), type: "TRANSACTION_TYPE_BITCOIN" });
+      const signed = btc.Transaction.fromPSBT(Buffer.from(signedTransaction, "hex"));
+      const input = signed.getInput(0);
+      if (taproot) {
+        const preimage = signed.preimageWitnessV1(0, [payment.script], btc.SigHash.DEFAULT, [100_000n]);
+        expect(schnorr.verify(input.tapKeySig!, preimage, (payment as { tweakedPubkey: Uint8Array }).tweakedPubkey)).toBe(true);
+      } else {
+        const [[key, sig]] = input.partialSig! as [Uint8Array, Uint8Array][];
+        expect(Buffer.from(key!)).toEqual(publicKey);
+        const preimage = signed.preimageWitnessV0(0, btc.p2pkh(publicKey).script, btc.SigHash.ALL, 100_000n);
+        expect(secp256k1.verify(sig!.subarray(0, -1), preimage, publicKey, { format: "der", prehash: false })).toBe(true);
+      }
+      expect(signed.isFinal).toBe(false);
+      signed.finalize();
+      expect(signed.hex.length).toBeGreaterThan(0);
+    }
+  });
+
+  it("refuses a PSBT none of whose inputs the key can spend", async () => {
+    const btc = await import("@scure/btc-signer");
+    const { secp256k1 } = await import("@noble/curves/secp256k1.js");
+    const stranger = btc.p2wpkh(secp256k1.getPublicKey(secp256k1.utils.randomSecretKey(), true));
+    const tx = new btc.Transaction();
+    tx.addInput({ txid: Buffer.alloc(32, 2), index: 0, witnessUtxo: { script: stranger.script, amount: 1000n } });
+    tx.addOutputAddress("bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu", 500n);
+    const { addresses } = await client.createWallet({ walletName: "bitcoin stranger", accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/84'/0'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH" }] });
+    const attempt = client.signTransaction({ signWith: addresses[0]!, unsignedTransaction: Buffer.from(tx.toPSBT()).toString("hex"), type: "TRANSACTION_TYPE_BITCOIN" });
+    await expect(attempt).rejects.toMatchObject({ code: 3, message: expect.stringContaining("no input of the PSBT is spendable") });
   });
 });
 

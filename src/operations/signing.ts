@@ -7,6 +7,7 @@ import type { Tx } from "../store/database.js";
 import { signDigest, signEd25519, SigningError, type RawSignature } from "../crypto/sign.js";
 import { EthereumError, authorizationDigest, parseTypedData, parseUnsignedTransaction, serializeSigned, transactionKeyword, typedDataDigest, typedDataKeyword } from "../chains/ethereum.js";
 import { SolanaError, signSolanaTransaction, solanaKeyword } from "../chains/solana.js";
+import { BitcoinError, signPsbt } from "../chains/bitcoin.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
 import { findSigner, openSigner, signerKeywords, type FoundSigner } from "./signers.js";
 import "./transaction-keywords.js";
@@ -44,7 +45,7 @@ function callerError<T>(where: string, f: () => T): T {
   try {
     return f();
   } catch (error) {
-    if (error instanceof EthereumError || error instanceof SolanaError || error instanceof SigningError) throw invalidArgument(`${where}: ${error.message}`);
+    if (error instanceof EthereumError || error instanceof SolanaError || error instanceof BitcoinError || error instanceof SigningError) throw invalidArgument(`${where}: ${error.message}`);
     throw error;
   }
 }
@@ -129,7 +130,7 @@ export const signingOperations = [
 
   defineActivity<TransactionParams>({
     name: "sign_transaction",
-    summary: "Sign a chain transaction: Ethereum (RLP hex, every envelope type) or Solana (wire transaction hex).",
+    summary: "Sign a chain transaction: Ethereum (RLP hex, every envelope type), Solana (wire transaction hex) or Bitcoin (PSBT hex).",
     resource: "PRIVATE_KEY",
     action: "SIGN",
     policyParameters: (p) => ({ type: p.type }),
@@ -157,7 +158,11 @@ export const signingOperations = [
         if (signer.curve !== "CURVE_ED25519") throw invalidArgument(`Solana transactions are signed with ed25519 keys, and ${signWithOf(p)} is ${signer.curve}`);
         return { signedTransaction: callerError("unsignedTransaction", () => signSolanaTransaction(p.unsignedTransaction, signer.publicKey, (message) => signEd25519(privateKey, message))) };
       }
-      throw invalidArgument(`${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA)`, "TRANSACTION_TYPE_UNSUPPORTED");
+      if (p.type === "TRANSACTION_TYPE_BITCOIN") {
+        if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`Bitcoin transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        return { signedTransaction: callerError("unsignedTransaction", () => signPsbt(p.unsignedTransaction, privateKey, signWithOf(p))) };
+      }
+      throw invalidArgument(`${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA, TRANSACTION_TYPE_BITCOIN)`, "TRANSACTION_TYPE_UNSUPPORTED");
     },
   }),
 ];
