@@ -8,6 +8,7 @@ import { signDigest, signEd25519, SigningError, type RawSignature } from "../cry
 import { EthereumError, authorizationDigest, parseTypedData, parseUnsignedTransaction, serializeSigned, transactionKeyword, typedDataDigest, typedDataKeyword } from "../chains/ethereum.js";
 import { SolanaError, signSolanaTransaction, solanaKeyword } from "../chains/solana.js";
 import { BitcoinError, signPsbt } from "../chains/bitcoin.js";
+import { address } from "../crypto/addresses.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
 import { findSigner, openSigner, signerKeywords, type FoundSigner } from "./signers.js";
 import "./transaction-keywords.js";
@@ -138,7 +139,8 @@ export const signingOperations = [
       const context = await payloadContext(trx, organizationId, signWithOf(p), undefined, "PAYLOAD_ENCODING_HEXADECIMAL");
       try {
         const signer = await findSigner(trx, organizationId, signWithOf(p));
-        const from = signer.kind === "wallet_account" ? signer.address : (signer.address ?? "");
+        // The address the signature will recover to, however the key was named (address or id).
+        const from = signer.curve === "CURVE_SECP256K1" ? address("CURVE_SECP256K1", "ADDRESS_FORMAT_ETHEREUM", Buffer.from(signer.publicKey, "hex")) : "";
         if (p.type === "TRANSACTION_TYPE_ETHEREUM") context["eth.tx"] = transactionKeyword(parseUnsignedTransaction(p.unsignedTransaction).transaction, from);
         if (p.type === "TRANSACTION_TYPE_SOLANA") context["solana.tx"] = solanaKeyword(p.unsignedTransaction);
       } catch {
