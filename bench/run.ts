@@ -2,3 +2,7 @@
 const { stampVerification } = await import("./stamps.js");
 const { policySetEvaluation } = await import("./policies.js");
 console.log(`\nevaluating a typical policy set costs ${((policySetEvaluation / stampVerification) * 100).toFixed(1)}% of verifying one request's stamp`);
+// The HTTP load run against a started server, on SQLite and (if a PostgreSQL URL is set) PostgreSQL.
+const { runLoad } = await import("./load.js");
+await runLoad();
+

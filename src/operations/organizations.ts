@@ -62,20 +62,30 @@ export async function rootQuorumUserIds(db: Db | Tx, organizationId: string): Pr
  * after every activity, inside its transaction, so any change that breaks it is rolled back whole.
  */
 export async function assertRootQuorumReachable(trx: Tx, organizationId: string): Promise<void> {
-  const organization = await trx.selectFrom("organizations").select("root_quorum_threshold").where("id", "=", organizationId).executeTakeFirstOrThrow();
-  const members = await rootQuorumUserIds(trx, organizationId);
-  let reachable = 0;
-  for (const userId of members) {
-    const key = await trx.selectFrom("api_keys").select("id").where("user_id", "=", userId).where("expires_at", "is", null).executeTakeFirst();
-    const other =
-      key ??
-      (await trx.selectFrom("authenticators").select("id").where("user_id", "=", userId).executeTakeFirst()) ??
-      (await trx.selectFrom("oauth_providers").select("id").where("user_id", "=", userId).executeTakeFirst());
-    if (other) reachable++;
-  }
-  if (reachable < organization.root_quorum_threshold) {
+  // One query, as it runs after every activity: root members holding a lasting credential.
+  const row = await trx
+    .selectFrom("organizations")
+    .select((eb) => [
+      "root_quorum_threshold",
+      eb
+        .selectFrom("root_quorum_members as m")
+        .select((inner) => inner.fn.countAll<number>().as("n"))
+        .where("m.organization_id", "=", organizationId)
+        .where((w) =>
+          w.or([
+            w.exists(w.selectFrom("api_keys as k").select("k.id").whereRef("k.user_id", "=", "m.user_id").where("k.expires_at", "is", null)),
+            w.exists(w.selectFrom("authenticators as a").select("a.id").whereRef("a.user_id", "=", "m.user_id")),
+            w.exists(w.selectFrom("oauth_providers as o").select("o.id").whereRef("o.user_id", "=", "m.user_id")),
+          ]),
+        )
+        .as("reachable"),
+    ])
+    .where("id", "=", organizationId)
+    .executeTakeFirstOrThrow();
+  const reachable = Number(row.reachable ?? 0);
+  if (reachable < row.root_quorum_threshold) {
     throw failedPrecondition(
-      `this change would leave ${reachable} root user(s) with a usable credential, fewer than the root quorum threshold of ${organization.root_quorum_threshold}: the organization would be locked out`,
+      `this change would leave ${reachable} root user(s) with a usable credential, fewer than the root quorum threshold of ${row.root_quorum_threshold}: the organization would be locked out`,
       "ROOT_QUORUM_UNREACHABLE",
     );
   }

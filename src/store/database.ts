@@ -78,6 +78,28 @@ class ImmediateSqliteDialect extends SqliteDialect {
 
 export const SQLITE_FILE_NAME = "sigil.db";
 
+/**
+ * Kysely's SQLite driver prepares every query anew; preparing costs more than running most of ours.
+ * The service issues a small, fixed set of SQL texts, so prepared statements are kept and reused
+ * (better-sqlite3 statements are reusable; queries run one at a time on the one connection).
+ */
+function withStatementCache(sqlite: BetterSqlite3.Database) {
+  const statements = new Map<string, BetterSqlite3.Statement>();
+  return {
+    close: () => sqlite.close(),
+    prepare(sql: string) {
+      let statement = statements.get(sql);
+      if (!statement) {
+        // Bounded, in case a caller builds SQL texts without end (IN lists of varying length do).
+        if (statements.size >= 2000) statements.clear();
+        statement = sqlite.prepare(sql);
+        statements.set(sql, statement);
+      }
+      return statement;
+    },
+  };
+}
+
 function openSqlite(dataDir: string): Store {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(dataDir, SQLITE_FILE_NAME);
@@ -87,7 +109,7 @@ function openSqlite(dataDir: string): Store {
   // per commit). A key service must not forget an activity it has answered.
   sqlite.pragma("synchronous = FULL");
   sqlite.pragma("foreign_keys = ON");
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: sqlite }) });
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
   return { db, dialect: "sqlite", location: file, close: () => db.destroy() };
 }
 
