@@ -280,8 +280,11 @@ export const walletOperations = [
       const { limit, before, after } = body.paginationOptions ?? {};
       if (before && after) throw invalidArgument("paginationOptions takes before or after, not both");
       const size = pageSize(limit);
-      let query = ctx.db.selectFrom("wallet_accounts").selectAll().where("organization_id", "=", ctx.organizationId);
-      if (body.walletId) query = query.where("wallet_id", "=", body.walletId);
+      // With a wallet (already checked to be this organization's) the query follows the
+      // (wallet_id, created_at, id) index alone, so a page costs the same at any wallet size.
+      let query = body.walletId
+        ? ctx.db.selectFrom("wallet_accounts").selectAll().where("wallet_id", "=", body.walletId)
+        : ctx.db.selectFrom("wallet_accounts").selectAll().where("organization_id", "=", ctx.organizationId);
       const cursorId = before ?? after;
       if (cursorId) {
         const cursor = await ctx.db.selectFrom("wallet_accounts").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst();
