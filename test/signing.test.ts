@@ -230,6 +230,13 @@ describe("raw payloads", () => {
     expect(many.signatures![0]!.v).toBe("00");
   });
 
+  it("records sign_transaction V2's intent under both keys: the spec's (privateKeyId) and the swagger's (signWith)", async () => {
+    const unsignedTransaction = serializeTransaction({ to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 9, gas: 21000n, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n, type: "eip1559" }).slice(2);
+    const { activity } = await client.signTransaction({ signWith: ethAddress, unsignedTransaction, type: "TRANSACTION_TYPE_ETHEREUM" });
+    expect((activity.intent as any).signTransactionIntent).toMatchObject({ privateKeyId: ethAddress, unsignedTransaction, type: "TRANSACTION_TYPE_ETHEREUM" });
+    expect((activity.intent as any).signTransactionIntentV2).toMatchObject({ signWith: ethAddress, unsignedTransaction });
+  });
+
   it("refuses what a key cannot sign, recording a failed activity and storing nothing else", async () => {
     const before = JSON.parse(await h.snapshot());
     const refusals: [Promise<unknown>, RegExp][] = [

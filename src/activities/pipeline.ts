@@ -126,7 +126,7 @@ export class Pipeline {
         organization_id: envelope.organizationId,
         type,
         status: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
-        intent: JSON.stringify(removeSecrets(envelope.parameters, operation.secretParameters)),
+        intent: JSON.stringify(removeSecrets(operation.intentOf?.(envelope.parameters, type) ?? envelope.parameters, operation.secretParameters)),
         result: "{}",
         failure: null,
         votes: JSON.stringify([vote]),

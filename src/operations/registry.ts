@@ -122,6 +122,8 @@ export interface ActivityOperation<P = any> {
   credentialOwner?(parameters: P, principal: Principal): string | undefined;
   /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path. */
   policyContext?(trx: Tx, organizationId: string, parameters: P, type: string): Promise<Record<string, unknown>>;
+  /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
+  intentOf?(parameters: P, type: string): Record<string, unknown>;
   /** Runs inside the activity's transaction; returns the result object (the value under the result key). */
   execute(ctx: ActivityContext, parameters: P, type: string): Promise<Record<string, unknown>>;
 }

@@ -135,6 +135,9 @@ export const signingOperations = [
     resource: "PRIVATE_KEY",
     action: "SIGN",
     policyParameters: (p) => ({ type: p.type }),
+    // The spec records V2's intent under signTransactionIntent with the key in `privateKeyId`; the
+    // swagger's signTransactionIntentV2 has `signWith`. Both are kept, so either reader finds it.
+    intentOf: (p) => (p.signWith !== undefined ? { ...p, privateKeyId: p.signWith } : { ...p }),
     async policyContext(trx, organizationId, p) {
       const context = await payloadContext(trx, organizationId, signWithOf(p), undefined, "PAYLOAD_ENCODING_HEXADECIMAL");
       try {
