@@ -40,9 +40,15 @@ interface RootQuorum {
 }
 
 async function rootQuorum(trx: Tx | Db, organizationId: string): Promise<RootQuorum> {
-  const organization = await trx.selectFrom("organizations").select("root_quorum_threshold").where("id", "=", organizationId).executeTakeFirstOrThrow();
-  const members = await trx.selectFrom("root_quorum_members").select("user_id").where("organization_id", "=", organizationId).execute();
-  return { threshold: organization.root_quorum_threshold, members: new Set(members.map((m) => m.user_id)) };
+  // One round trip: the threshold beside each member (an organization always has at least one).
+  const rows = await trx
+    .selectFrom("organizations as o")
+    .leftJoin("root_quorum_members as m", "m.organization_id", "o.id")
+    .select(["o.root_quorum_threshold as threshold", "m.user_id as userId"])
+    .where("o.id", "=", organizationId)
+    .execute();
+  if (rows.length === 0) throw new Error(`organization ${organizationId} vanished during its own activity`);
+  return { threshold: rows[0]!.threshold, members: new Set(rows.flatMap((r) => (r.userId ? [r.userId] : []))) };
 }
 
 async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<PolicySource[]> {
@@ -55,10 +61,10 @@ async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<Polic
  * has expired no longer counts, just as that credential could no longer make the request itself.
  */
 async function withLiveVotes(trx: Tx | Db, subject: ActivitySubject): Promise<ActivitySubject> {
-  const ids = [...new Set(subject.votes.map((v) => v.credentialId))];
-  if (ids.length === 0) return subject;
-  const keys = await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "in", ids).execute();
-  const passkeys = await trx.selectFrom("authenticators").select("id").where("id", "in", ids).execute();
+  const passkeyIds = [...new Set(subject.votes.filter((v) => v.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId))];
+  const keyIds = [...new Set(subject.votes.filter((v) => v.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId))];
+  const keys = keyIds.length ? await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "in", keyIds).execute() : [];
+  const passkeys = passkeyIds.length ? await trx.selectFrom("authenticators").select("id").where("id", "in", passkeyIds).execute() : [];
   const live = new Set([...keys.filter((k) => k.expires_at === null || k.expires_at > subject.now).map((k) => k.id), ...passkeys.map((p) => p.id)]);
   return { ...subject, votes: subject.votes.filter((v) => live.has(v.credentialId)) };
 }
