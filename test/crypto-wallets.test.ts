@@ -155,7 +155,8 @@ describe("BIP-39 mnemonics", () => {
       ["abandon abandon abandon", /has 3 words; a BIP-39 mnemonic has 12, 15, 18, 21 or 24/],
       ["", /has 0 words/],
       [ABANDON.replace("about", "abandon"), /checksum does not match: a word is wrong or out of order/],
-      [ABANDON.replace("about", "abuot"), /"abuot" not in the english wordlist; check the spelling/],
+      // The message names the position, never the word: a mnemonic is a secret.
+      [ABANDON.replace("about", "abuot"), /word at position 12 is not in the english wordlist; check the spelling/],
       [Array(12).fill("xyzzy").join(" "), /not made of words from any supported wordlist/],
     ];
     for (const [phrase, message] of cases) {
@@ -174,7 +175,7 @@ describe("paths", () => {
     expect(parsePath("m")).toEqual([]);
     expect(parsePath("m/44'/60'/0'/0/0")).toEqual([44 + HARDENED, 60 + HARDENED, HARDENED, 0, 0]);
     expect(parsePath("m/44h/1H/2147483647'/2147483647")).toEqual([44 + HARDENED, 1 + HARDENED, 2 ** 32 - 1, 2 ** 31 - 1]);
-    expect(parsePath(`m${"/0".repeat(255)}`)).toHaveLength(255);
+    expect(parsePath(`m${"/0".repeat(16)}`)).toHaveLength(16);
   });
 
   it("refuses malformed paths with DerivationError and a hint", () => {
@@ -192,7 +193,7 @@ describe("paths", () => {
       ["m/2147483648", /out of range: each index must be below 2\^31/],
       ["m/2147483648'", /out of range/],
       ["m/99999999999999999999", /out of range/],
-      [`m${"/0".repeat(256)}`, /256 steps deep; BIP-32 allows at most 255/],
+      [`m${"/0".repeat(17)}`, /17 steps deep; BIP-32 allows at most 16/],
     ];
     for (const [path, message] of cases) {
       const error = thrown(() => parsePath(path));

@@ -6,12 +6,14 @@ import crypto from "node:crypto";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { sql } from "kysely";
 import { Keyring, SecretError, keyIdOf } from "../src/crypto/envelope.js";
 import { loadKeyring, parseMasterKey } from "../src/crypto/master-key.js";
 import { loadConfig } from "../src/config.js";
 import { startHarness, type Harness } from "./helpers/harness.js";
 import { mnemonicIdentity } from "../src/operations/wallets.js";
 import { privateKeyIdentity } from "../src/operations/private-keys.js";
+import { assertKeyringOpensStore } from "../src/operations/secrets.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");
@@ -96,6 +98,33 @@ describe("sigil rotate-master-key", () => {
     h = await startHarness();
   });
   afterAll(() => h.close());
+
+  it("a server refuses to start with a master key that cannot open the stored secrets, and leaves no new key behind", async () => {
+    const org = await h.organization();
+    await h.sdk(org, org.key).createWallet({ walletName: "guarded", accounts: [] });
+    await expect(assertKeyringOpensStore(h.server.store.db, new Keyring(crypto.randomBytes(32)))).rejects.toThrow(/sealed under master key/);
+    await assertKeyringOpensStore(h.server.store.db, loadKeyring(h.config.masterKey).keyring);
+
+    // The CLI, started on the same database with the key file gone (a wrong directory, a lost volume).
+    const elsewhere = fs.mkdtempSync(path.join(fs.realpathSync("/tmp"), "sigil-nokey-"));
+    const env: NodeJS.ProcessEnv = { ...process.env, SIGIL_MASTER_KEY_FILE: "", SIGIL_LOG_LEVEL: "warn" };
+    delete env.SIGIL_MASTER_KEY;
+    delete env.SIGIL_DATABASE_URL;
+    if (h.database.databaseUrl) env.SIGIL_DATABASE_URL = h.database.databaseUrl;
+    else {
+      await sql`pragma wal_checkpoint(TRUNCATE)`.execute(h.server.store.db);
+      fs.copyFileSync(path.join(h.database.dataDir, "sigil.db"), path.join(elsewhere, "sigil.db"));
+    }
+    const port = String(20000 + Math.floor(Math.random() * 20000));
+    const started = await run(process.execPath, [CLI, "serve", "--port", port, "--data-dir", elsewhere], { env, timeout: 20_000 }).then(
+      () => ({ ok: true, stderr: "" }),
+      (error: { stderr: string }) => ({ ok: false, stderr: error.stderr }),
+    );
+    expect(started.ok).toBe(false);
+    expect(started.stderr).toContain("sealed under master key");
+    expect(fs.existsSync(path.join(elsewhere, "master.key"))).toBe(false);
+    fs.rmSync(elsewhere, { recursive: true, force: true });
+  });
 
   it("re-seals every stored secret under a new key in one go; the old key is kept beside it", async () => {
     const org = await h.organization();

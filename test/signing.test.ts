@@ -199,6 +199,23 @@ describe("bitcoin", () => {
     }
   });
 
+  it("signs only the inputs of the address it is named by, not other scripts of the same key", async () => {
+    const btc = await import("@scure/btc-signer");
+    const { addresses, walletId } = await client.createWallet({ walletName: "bitcoin narrow", accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/84'/0'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH" }] });
+    const { account } = await client.getWalletAccount({ walletId, address: addresses[0]! });
+    const publicKey = Buffer.from(account.publicKey!, "hex");
+    const tx = new btc.Transaction();
+    tx.addInput({ txid: Buffer.alloc(32, 3), index: 0, witnessUtxo: { script: btc.p2wpkh(publicKey).script, amount: 1000n } });
+    // The same key's P2SH-P2WPKH output: the key could sign it, but the request named the P2WPKH address.
+    const nested = btc.p2sh(btc.p2wpkh(publicKey));
+    tx.addInput({ txid: Buffer.alloc(32, 4), index: 0, witnessUtxo: { script: nested.script, amount: 1000n }, redeemScript: nested.redeemScript });
+    tx.addOutputAddress("bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu", 1500n);
+    const { signedTransaction } = await client.signTransaction({ signWith: addresses[0]!, unsignedTransaction: Buffer.from(tx.toPSBT()).toString("hex"), type: "TRANSACTION_TYPE_BITCOIN" });
+    const signed = btc.Transaction.fromPSBT(Buffer.from(signedTransaction, "hex"));
+    expect(signed.getInput(0).partialSig).toHaveLength(1);
+    expect(signed.getInput(1).partialSig ?? []).toHaveLength(0);
+  });
+
   it("refuses a PSBT none of whose inputs the key can spend", async () => {
     const btc = await import("@scure/btc-signer");
     const { secp256k1 } = await import("@noble/curves/secp256k1.js");
@@ -254,6 +271,21 @@ describe("raw payloads", () => {
     const failed = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
     expect(failed).toHaveLength(refusals.length);
     expect(failed.every((a: { status: string }) => a.status === "ACTIVITY_STATUS_FAILED")).toBe(true);
+  });
+
+  it("review hardening: batch typed data, oversized batches, and messages policies cannot read are refused", async () => {
+    const before = JSON.parse(await h.snapshot());
+    await expect(client.signRawPayloads({ signWith: ethAddress, payloads: [JSON.stringify({ ...TYPED, types: { ...TYPED.types } })], encoding: "PAYLOAD_ENCODING_EIP712", hashFunction: "HASH_FUNCTION_NO_OP" })).rejects.toMatchObject({ code: 3, message: expect.stringContaining("one at a time") });
+    await expect(client.signRawPayloads({ signWith: solAddress, payloads: Array.from({ length: 101 }, () => "00"), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NOT_APPLICABLE" })).rejects.toMatchObject({ code: 3, details: [expect.objectContaining({ turnkeyErrorCode: "TOO_MANY_ITEMS" })] });
+    await expect(client.createWallet({ walletName: "too many", accounts: Array.from({ length: 101 }, (_, i) => ({ curve: "CURVE_SECP256K1" as const, pathFormat: "PATH_FORMAT_BIP32" as const, path: `m/44'/60'/0'/0/${i}`, addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const })) })).rejects.toMatchObject({ code: 3, message: expect.stringContaining("at most 100") });
+    // A Solana message of a version the policy context cannot read is not signed either.
+    const from = new PublicKey(solAddress);
+    const v0 = new VersionedTransaction(new TransactionMessage({ payerKey: from, recentBlockhash: new PublicKey(Buffer.alloc(32, 7)).toBase58(), instructions: [SystemProgram.transfer({ fromPubkey: from, toPubkey: from, lamports: 1 })] }).compileToV0Message());
+    const wire = Buffer.from(v0.serialize());
+    wire[65] = 0x81; // the version byte after one empty signature slot: "v1"
+    await expect(client.signTransaction({ signWith: solAddress, unsignedTransaction: wire.toString("hex"), type: "TRANSACTION_TYPE_SOLANA" })).rejects.toMatchObject({ code: 3 });
+    const after = JSON.parse(await h.snapshot());
+    for (const table of ["wallets", "wallet_accounts", "private_keys"]) expect(after[table], table).toEqual(before[table]);
   });
 
   it("another organization cannot sign with this organization's keys", async () => {

@@ -25,6 +25,9 @@ export function parseUnsignedTransaction(unsigned: string): ParsedEthereumTransa
     throw new EthereumError(`unsignedTransaction is not an Ethereum transaction viem can parse: ${(error as Error).message.split("\n")[0]}`);
   }
   if ("r" in transaction && transaction.r) throw new EthereumError("unsignedTransaction is already signed");
+  // An EIP-4844 transaction may come in its network wrapper (blobs, commitments, proofs): the
+  // signature covers the transaction alone.
+  for (const field of ["sidecars", "blobs", "kzg"] as const) delete (transaction as Record<string, unknown>)[field];
   const digest = Buffer.from(keccak256(serializeTransaction(transaction)).slice(2), "hex");
   return { transaction, digest };
 }
@@ -111,14 +114,17 @@ export function typedDataKeyword(data: TypedData): Record<string, unknown> {
     if (fields && value && typeof value === "object") return Object.fromEntries(fields.map((f) => [f.name, convert((value as Record<string, unknown>)[f.name], f.type)]));
     return value;
   };
-  const domain = data.domain ?? {};
+  // Only domain fields the signature covers: when the request declares EIP712Domain, viem hashes
+  // exactly those, so a field left out of it must not be shown to policies as if it were signed.
+  const declared = data.types.EIP712Domain?.map((f) => f.name);
+  const domain = Object.fromEntries(Object.entries(data.domain ?? {}).filter(([k]) => !declared || declared.includes(k)));
   return {
     primary_type: data.primaryType,
     domain: {
-      name: String(domain.name ?? ""),
-      version: String(domain.version ?? ""),
-      chain_id: domain.chainId !== undefined ? BigInt(domain.chainId as bigint) : 0n,
-      verifying_contract: String(domain.verifyingContract ?? "").toLowerCase(),
+      ...(domain.name !== undefined ? { name: String(domain.name) } : {}),
+      ...(domain.version !== undefined ? { version: String(domain.version) } : {}),
+      ...(domain.chainId !== undefined ? { chain_id: BigInt(domain.chainId as bigint) } : {}),
+      ...(domain.verifyingContract !== undefined ? { verifying_contract: String(domain.verifyingContract).toLowerCase() } : {}),
     },
     message: convert(data.message, data.primaryType),
   };

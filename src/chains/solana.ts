@@ -40,7 +40,13 @@ const u64 = (data: Buffer, offset: number) => data.readBigUInt64LE(offset);
 
 /** `solana.tx` of the policy language. */
 export function solanaKeyword(unsignedHex: string): Record<string, unknown> {
-  const decoded = getCompiledTransactionMessageDecoder().decode(decode(unsignedHex).messageBytes);
+  let decoded: ReturnType<ReturnType<typeof getCompiledTransactionMessageDecoder>["decode"]>;
+  try {
+    decoded = getCompiledTransactionMessageDecoder().decode(decode(unsignedHex).messageBytes);
+  } catch (error) {
+    if (error instanceof SolanaError) throw error;
+    throw new SolanaError(`the transaction's message cannot be read: ${(error as Error).message}`);
+  }
   if (!("instructions" in decoded)) throw new SolanaError(`Solana message version ${String(decoded.version)} is not supported: legacy and v0 messages are`);
   const message = decoded;
   const accounts = message.staticAccounts as string[];

@@ -7,7 +7,8 @@ import { generateP256KeyPair } from "../crypto/keys.js";
 import { createOrganization } from "../operations/organizations.js";
 import { resealAll } from "../operations/secrets.js";
 import { Keyring, MASTER_KEY_BYTES } from "../crypto/envelope.js";
-import { loadKeyring, nextKeyFile, parseMasterKey, writeKeyFile } from "../crypto/master-key.js";
+import { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } from "../crypto/master-key.js";
+import path from "node:path";
 import crypto from "node:crypto";
 import fs from "node:fs";
 
@@ -85,17 +86,34 @@ async function rotateMasterKey(args: string[]) {
     throw new Error(`SIGIL_MASTER_KEY is set: give the new key with --new-key-file F\n\n${USAGE}`);
   }
   const to = new Keyring(newKey);
-  const store = await openStore(config);
+  // One rotation at a time: a second one would re-seal under yet another key mid-way.
+  const lock = `${config.masterKey.file}.rotating`;
+  let lockFd: number;
+  try {
+    lockFd = fs.openSync(lock, "wx", 0o600);
+  } catch {
+    throw new Error(`another rotation holds ${lock}; if none is running (a crash), remove the file and run again`);
+  }
+  const store = await openStore(config).catch((error) => {
+    fs.closeSync(lockFd);
+    fs.rmSync(lock, { force: true });
+    throw error;
+  });
   let report;
   try {
     report = await resealAll(store.db, from, to);
   } finally {
     await store.close();
+    fs.closeSync(lockFd);
+    fs.rmSync(lock, { force: true });
   }
   if (fileBased && !values["new-key-file"]) {
+    // Link, then rename over: master.key exists at every instant, holding the old key or the new.
     const file = config.masterKey.file;
-    fs.renameSync(file, `${file}.previous-${from.currentKeyId}`);
+    const previous = `${file}.previous-${from.currentKeyId}`;
+    if (!fs.existsSync(previous)) fs.linkSync(file, previous);
     fs.renameSync(nextKeyFile(file), file);
+    syncDirectory(path.dirname(file));
   }
   process.stdout.write(JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: to.currentKeyId }) + "\n");
   const after = fileBased && !values["new-key-file"]

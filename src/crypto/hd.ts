@@ -105,7 +105,9 @@ function mnemonicProblem(mnemonic: string, language?: MnemonicLanguage): string 
     return `mnemonic words are all in the ${languageName(best.lang)} wordlist but the checksum does not match: a word is wrong or out of order`;
   }
   if (best && best.unknown.length < words.length / 2) {
-    return `mnemonic word${best.unknown.length > 1 ? "s" : ""} ${best.unknown.map((w) => `"${w}"`).join(", ")} not in ${language ? where : `the ${languageName(best.lang)} wordlist`}; check the spelling`;
+    // Positions, never the words: a mnemonic is a secret, and this message may reach a log.
+    const positions = best.unknown.map((w) => words.indexOf(w) + 1);
+    return `mnemonic word${positions.length > 1 ? "s" : ""} at position${positions.length > 1 ? "s" : ""} ${positions.join(", ")} ${positions.length > 1 ? "are" : "is"} not in ${language ? where : `the ${languageName(best.lang)} wordlist`}; check the spelling`;
   }
   return `mnemonic is not made of words from ${where}`;
 }
@@ -139,7 +141,9 @@ export function mnemonicToSeed(mnemonic: string, passphrase = ""): Uint8Array {
 }
 
 export const HARDENED = 0x80000000;
-const MAX_DEPTH = 255; // BIP-32 serializes depth in one byte
+// BIP-32 allows 255 levels; real paths use 3 to 6. Each level costs a derivation while the
+// organization's lock is held, so a bound keeps one request from holding it for long.
+const MAX_DEPTH = 16;
 const PATH_EXAMPLE = "path must look like m/44'/60'/0'/0/0";
 
 /** BIP-32 path to child indexes (hardened ones have 2^31 added). Accepts ', h and H as markers. */
@@ -149,7 +153,7 @@ export function parsePath(path: string): number[] {
   }
   if (path === "m") return [];
   const steps = path.slice(2).split("/");
-  if (steps.length > MAX_DEPTH) throw new DerivationError(`path is ${steps.length} steps deep; BIP-32 allows at most ${MAX_DEPTH}`);
+  if (steps.length > MAX_DEPTH) throw new DerivationError(`path is ${steps.length} steps deep; BIP-32 allows at most ${MAX_DEPTH} here`);
   return steps.map((step) => {
     const match = /^(\d+)(['hH]?)$/.exec(step);
     if (!match) {

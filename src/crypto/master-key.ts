@@ -36,8 +36,18 @@ const previousKeyFiles = (file: string) => {
   return fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.startsWith(prefix)).map((f) => path.join(dir, f)) : [];
 };
 
+/** Makes a rename or a new file in `dir` survive a power loss (the directory entry is on disk). */
+export function syncDirectory(dir: string): void {
+  const fd = fs.openSync(dir, "r");
+  try {
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
 export function writeKeyFile(file: string, key: Uint8Array): void {
-  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
   // "wx": two servers starting on a fresh data directory must not each write a different key.
   const fd = fs.openSync(file, "wx", 0o600);
   try {
@@ -46,6 +56,7 @@ export function writeKeyFile(file: string, key: Uint8Array): void {
   } finally {
     fs.closeSync(fd);
   }
+  syncDirectory(path.dirname(file));
 }
 
 export interface LoadedKeyring {

@@ -8,6 +8,8 @@ import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
 import { loadKeyring } from "../crypto/master-key.js";
+import { assertKeyringOpensStore } from "../operations/secrets.js";
+import fs from "node:fs";
 import { activityOperations, queryOperations } from "../activities/catalog.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import packageJson from "../../package.json" with { type: "json" };
@@ -92,9 +94,17 @@ export function buildApp(config: Config, { store, keyring }: ServerParts, logger
 
 export async function startServer(config: Config, logger = createLogger(config), options: ServerOptions = {}): Promise<RunningServer> {
   const { keyring, source, created } = loadKeyring(config.masterKey);
+  const store = await openStore({ ...config, onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect") });
+  try {
+    await assertKeyringOpensStore(store.db, keyring);
+  } catch (error) {
+    // A key made just now for a database that already has secrets is useless: do not leave it behind.
+    if (created) fs.rmSync(config.masterKey.file, { force: true });
+    await store.close();
+    throw error;
+  }
   if (created) logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it");
   else logger.info({ masterKey: source }, "master key loaded");
-  const store = await openStore({ ...config, onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect") });
   const app = buildApp(config, { store, keyring }, logger, options);
   try {
     await app.listen({ host: config.host, port: config.port });

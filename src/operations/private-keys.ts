@@ -8,7 +8,7 @@ import { UnsupportedAddressError, address, type AddressFormat } from "../crypto/
 import type { SecretIdentity } from "../crypto/envelope.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
 import { requireName } from "./credentials.js";
-import { distinct, newId, timestamp } from "./resources.js";
+import { distinct, newId, requireAtMost, timestamp } from "./resources.js";
 
 interface PrivateKeyParams {
   privateKeyName: string;
@@ -58,6 +58,7 @@ export async function requirePrivateKey(db: Db | Tx, organizationId: string, pri
 
 async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyParams[]) {
   if (keys.length === 0) throw invalidArgument("privateKeys must list at least one key");
+  requireAtMost(keys, "privateKeys");
   const created: { privateKeyId: string; addresses: StoredAddress[] }[] = [];
   const names = new Set<string>();
   for (const [i, key] of keys.entries()) {

@@ -146,3 +146,13 @@ export function pageSize(limit: string | undefined): number {
   if (!/^\d+$/.test(limit) || n < 1 || n > 100) throw invalidArgument(`paginationOptions.limit must be between 1 and 100, got "${limit}"`);
   return n;
 }
+
+/**
+ * Requests that make the service derive or sign once per item hold their organization's lock while
+ * they do; a bound per request keeps one caller from holding it for long. Larger jobs are split.
+ */
+export const MAX_ITEMS_PER_REQUEST = 100;
+
+export function requireAtMost(items: unknown[], field: string, max = MAX_ITEMS_PER_REQUEST): void {
+  if (items.length > max) throw invalidArgument(`${field} lists ${items.length} items; at most ${max} per request: send several requests`, "TOO_MANY_ITEMS");
+}

@@ -1,5 +1,5 @@
 // Every sealed secret the service stores, and re-sealing them all under a new master key.
-import type { Kysely } from "kysely";
+import { sql, type Kysely } from "kysely";
 import type { Db } from "../store/database.js";
 import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
 
@@ -43,4 +43,30 @@ export async function resealAll(db: Db, from: Keyring, to: Keyring): Promise<Rot
     }
   });
   return report;
+}
+
+/** The master key ids the stored secrets are sealed under ("v1.<key id>.<…>"). */
+export async function keyIdsInUse(db: Db): Promise<string[]> {
+  const dynamic = db as unknown as Kysely<any>;
+  const ids = new Set<string>();
+  for (const { table, column } of SECRET_COLUMNS) {
+    const rows: { keyId: string }[] = await dynamic.selectFrom(table).select(sql<string>`substr(${sql.ref(column)}, 4, 16)`.as("keyId")).distinct().execute();
+    for (const row of rows) ids.add(row.keyId);
+  }
+  return [...ids];
+}
+
+/**
+ * Refuses to serve with a keyring that cannot open what the database holds — typically a master
+ * key file that is missing (a wrong data directory, an unmounted volume) and was just created anew.
+ * Serving would fail every signature and seal new secrets under a key nobody backed up.
+ */
+export async function assertKeyringOpensStore(db: Db, keyring: Keyring): Promise<void> {
+  const missing = (await keyIdsInUse(db)).filter((id) => !keyring.holds(id));
+  if (missing.length) {
+    throw new Error(
+      `the database holds secrets sealed under master key ${missing.join(", ")}, which this server was not given (its key is ${keyring.currentKeyId}). ` +
+        "Point SIGIL_MASTER_KEY / SIGIL_MASTER_KEY_FILE / --data-dir at the right key, or add the old one to SIGIL_MASTER_KEY_PREVIOUS.",
+    );
+  }
 }

@@ -12,7 +12,7 @@ import { privateKeyIdentity, privateKeyKeyword } from "./private-keys.js";
 
 export type FoundSigner =
   | { kind: "wallet_account"; curve: Curve; publicKey: string; address: string; account: WalletAccountsTable; wallet: WalletsTable }
-  | { kind: "private_key"; curve: Curve; publicKey: string; address?: string; privateKey: PrivateKeysTable; tags: string[] };
+  | { kind: "private_key"; curve: Curve; publicKey: string; address?: string; addressFormat?: string; privateKey: PrivateKeysTable; tags: string[] };
 
 /** Ethereum addresses match whatever their letter case: the account is stored checksummed (EIP-55). */
 const normalized = (signWith: string) => (isAddress(signWith, { strict: false }) ? getAddress(signWith) : signWith);
@@ -27,16 +27,18 @@ export async function findSigner(db: Db | Tx, organizationId: string, signWith: 
   }
   let privateKey = await db.selectFrom("private_keys").selectAll().where("organization_id", "=", organizationId).where("id", "=", wanted).executeTakeFirst();
   let address: string | undefined;
+  let addressFormat: string | undefined;
   if (!privateKey) {
-    const byAddress = await db.selectFrom("private_key_addresses").select(["private_key_id", "address"]).where("organization_id", "=", organizationId).where("address", "=", wanted).executeTakeFirst();
+    const byAddress = await db.selectFrom("private_key_addresses").select(["private_key_id", "address", "format"]).where("organization_id", "=", organizationId).where("address", "=", wanted).executeTakeFirst();
     if (byAddress) {
       privateKey = await db.selectFrom("private_keys").selectAll().where("id", "=", byAddress.private_key_id).executeTakeFirst();
       address = byAddress.address;
+      addressFormat = byAddress.format;
     }
   }
   if (!privateKey) throw notFound(`signWith ${signWith} is neither a wallet account address, a private key id nor a private key address of this organization`, "SIGNER_NOT_FOUND");
   const tags = await db.selectFrom("private_key_tag_members").select("tag_id").where("private_key_id", "=", privateKey.id).orderBy("tag_id").execute();
-  return { kind: "private_key", curve: privateKey.curve as Curve, publicKey: privateKey.public_key, ...(address ? { address } : {}), privateKey, tags: tags.map((t) => t.tag_id) };
+  return { kind: "private_key", curve: privateKey.curve as Curve, publicKey: privateKey.public_key, ...(address ? { address, addressFormat } : {}), privateKey, tags: tags.map((t) => t.tag_id) };
 }
 
 /** `wallet`, `wallet_account` or `private_key` of the policy language, for the key a request names. */
@@ -50,4 +52,12 @@ export function openSigner(keyring: Keyring, signer: FoundSigner): Uint8Array {
   return signer.kind === "wallet_account"
     ? keyring.open(signer.account.sealed_private_key, accountKeyIdentity(signer.account))
     : keyring.open(signer.privateKey.sealed_private_key, privateKeyIdentity(signer.privateKey));
+}
+
+/** The (format, address) pairs the request's signWith stands for: the one named, or, for a key named
+ * by id, every address it has. */
+export function signerAddresses(signer: FoundSigner): { format: string; address: string }[] {
+  if (signer.kind === "wallet_account") return [{ format: signer.account.address_format, address: signer.address }];
+  if (signer.address && signer.addressFormat) return [{ format: signer.addressFormat, address: signer.address }];
+  return JSON.parse(signer.privateKey.addresses) as { format: string; address: string }[];
 }

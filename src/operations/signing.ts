@@ -7,10 +7,11 @@ import type { Tx } from "../store/database.js";
 import { signDigest, signEd25519, SigningError, type RawSignature } from "../crypto/sign.js";
 import { EthereumError, authorizationDigest, parseTypedData, parseUnsignedTransaction, serializeSigned, transactionKeyword, typedDataDigest, typedDataKeyword } from "../chains/ethereum.js";
 import { SolanaError, signSolanaTransaction, solanaKeyword } from "../chains/solana.js";
-import { BitcoinError, signPsbt } from "../chains/bitcoin.js";
+import { BitcoinError, bitcoinScript, signPsbt } from "../chains/bitcoin.js";
 import { address } from "../crypto/addresses.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
-import { findSigner, openSigner, signerKeywords, type FoundSigner } from "./signers.js";
+import { requireAtMost } from "./resources.js";
+import { findSigner, openSigner, signerAddresses, signerKeywords, type FoundSigner } from "./signers.js";
 import "./transaction-keywords.js";
 
 type Encoding = "PAYLOAD_ENCODING_HEXADECIMAL" | "PAYLOAD_ENCODING_TEXT_UTF8" | "PAYLOAD_ENCODING_EIP712" | "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION";
@@ -124,6 +125,11 @@ export const signingOperations = [
     policyContext: (trx, organizationId, p) => payloadContext(trx, organizationId, p.signWith, undefined, p.encoding),
     async execute(ctx, p) {
       if (p.payloads.length === 0) throw invalidArgument("payloads must list at least one payload");
+      requireAtMost(p.payloads, "payloads");
+      // Policies judge one activity; typed data and authorizations must each be seen by them.
+      if (p.encoding === "PAYLOAD_ENCODING_EIP712" || p.encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") {
+        throw invalidArgument(`${p.encoding} payloads are signed one at a time with sign_raw_payload, so that policies see each one`);
+      }
       const { signer, privateKey } = await signerFor(ctx, p.signWith);
       return { signatures: p.payloads.map((payload, i) => signPayload(signer, privateKey, payload, p.encoding, p.hashFunction, `payloads[${i}]`)) };
     },
@@ -161,11 +167,14 @@ export const signingOperations = [
       }
       if (p.type === "TRANSACTION_TYPE_SOLANA") {
         if (signer.curve !== "CURVE_ED25519") throw invalidArgument(`Solana transactions are signed with ed25519 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        // What policies were shown must be what is signed: a message they could not read is refused.
+        callerError("unsignedTransaction", () => solanaKeyword(p.unsignedTransaction));
         return { signedTransaction: callerError("unsignedTransaction", () => signSolanaTransaction(p.unsignedTransaction, signer.publicKey, (message) => signEd25519(privateKey, message))) };
       }
       if (p.type === "TRANSACTION_TYPE_BITCOIN") {
         if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`Bitcoin transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
-        return { signedTransaction: callerError("unsignedTransaction", () => signPsbt(p.unsignedTransaction, privateKey, signWithOf(p))) };
+        const scripts = signerAddresses(signer).flatMap(({ format, address }) => bitcoinScript(format, address) ?? []);
+        return { signedTransaction: callerError("unsignedTransaction", () => signPsbt(p.unsignedTransaction, privateKey, signWithOf(p), scripts)) };
       }
       throw invalidArgument(`${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA, TRANSACTION_TYPE_BITCOIN)`, "TRANSACTION_TYPE_UNSUPPORTED");
     },

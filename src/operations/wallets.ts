@@ -9,7 +9,7 @@ import { UnsupportedAddressError, address, type AddressFormat } from "../crypto/
 import type { SecretIdentity } from "../crypto/envelope.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
 import { requireName } from "./credentials.js";
-import { distinct, newId, pageSize, timestamp, type Pagination } from "./resources.js";
+import { distinct, newId, pageSize, requireAtMost, timestamp, type Pagination } from "./resources.js";
 
 export interface WalletAccountParams {
   curve: Curve;
@@ -84,6 +84,7 @@ function asInvalidArgument<T>(where: string, f: () => T): T {
  * wallet already has (same curve, path and format) is returned as it is: derivation is deterministic.
  */
 async function deriveAccounts(ctx: ActivityContext, wallet: WalletsTable, seed: Uint8Array, accounts: WalletAccountParams[], persist: boolean): Promise<string[]> {
+  requireAtMost(accounts, "accounts");
   const addresses: string[] = [];
   for (const [i, account] of accounts.entries()) {
     const where = `accounts[${i}]`;
@@ -146,6 +147,7 @@ export const walletOperations = [
     action: "CREATE",
     async execute(ctx, p) {
       const name = requireName(p.walletName, "walletName");
+      requireAtMost(p.accounts, "accounts");
       const words = p.mnemonicLength ?? 12;
       if (!MNEMONIC_LENGTHS.includes(words)) throw invalidArgument(`mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
       await requireUniqueWalletName(ctx, name);
@@ -179,6 +181,7 @@ export const walletOperations = [
     async execute(ctx, p) {
       const wallet = await requireWallet(ctx.trx, ctx.organizationId, p.walletId);
       if (p.accounts.length === 0) throw invalidArgument("accounts must list at least one account");
+      requireAtMost(p.accounts, "accounts");
       const addresses = await deriveAccounts(ctx, wallet, walletSeed(ctx, wallet), p.accounts, p.persist !== false);
       return { addresses };
     },
