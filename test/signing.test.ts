@@ -256,16 +256,17 @@ describe("raw payloads", () => {
 
   it("refuses what a key cannot sign, recording a failed activity and storing nothing else", async () => {
     const before = JSON.parse(await h.snapshot());
-    const refusals: [Promise<unknown>, RegExp][] = [
-      [client.signRawPayload({ signWith: ethAddress, payload: "abcd", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" }), /32-byte digest/],
-      [client.signRawPayload({ signWith: solAddress, payload: "abcd", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /HASH_FUNCTION_NOT_APPLICABLE/],
-      [client.signRawPayload({ signWith: ethAddress, payload: "xyz", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /not hexadecimal/],
-      [client.signRawPayload({ signWith: "0x0000000000000000000000000000000000000001", payload: "00", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /neither a wallet account address/],
-      [client.signTransaction({ signWith: ethAddress, unsignedTransaction: "deadbeef", type: "TRANSACTION_TYPE_ETHEREUM" }), /not an Ethereum transaction/],
-      [client.signTransaction({ signWith: solAddress, unsignedTransaction: serializeTransaction({ to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 0, gas: 21000n, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n, type: "eip1559" }).slice(2), type: "TRANSACTION_TYPE_ETHEREUM" }), /secp256k1/],
-      [client.signTransaction({ signWith: ethAddress, unsignedTransaction: "00", type: "TRANSACTION_TYPE_TRON" }), /not supported/],
+    // Thunks, sent one at a time: a rejected promise nobody awaits yet is an unhandled rejection.
+    const refusals: [() => Promise<unknown>, RegExp][] = [
+      [() => client.signRawPayload({ signWith: ethAddress, payload: "abcd", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" }), /32-byte digest/],
+      [() => client.signRawPayload({ signWith: solAddress, payload: "abcd", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /HASH_FUNCTION_NOT_APPLICABLE/],
+      [() => client.signRawPayload({ signWith: ethAddress, payload: "xyz", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /not hexadecimal/],
+      [() => client.signRawPayload({ signWith: "0x0000000000000000000000000000000000000001", payload: "00", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /neither a wallet account address/],
+      [() => client.signTransaction({ signWith: ethAddress, unsignedTransaction: "deadbeef", type: "TRANSACTION_TYPE_ETHEREUM" }), /not an Ethereum transaction/],
+      [() => client.signTransaction({ signWith: solAddress, unsignedTransaction: serializeTransaction({ to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 0, gas: 21000n, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n, type: "eip1559" }).slice(2), type: "TRANSACTION_TYPE_ETHEREUM" }), /secp256k1/],
+      [() => client.signTransaction({ signWith: ethAddress, unsignedTransaction: "00", type: "TRANSACTION_TYPE_TRON" }), /not supported/],
     ];
-    for (const [attempt, message] of refusals) await expect(attempt).rejects.toMatchObject({ message: expect.stringMatching(message) });
+    for (const [attempt, message] of refusals) await expect(attempt()).rejects.toMatchObject({ message: expect.stringMatching(message) });
     const after = JSON.parse(await h.snapshot());
     for (const table of ["wallets", "wallet_accounts", "private_keys", "users"]) expect(after[table], table).toEqual(before[table]);
     const failed = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
