@@ -11,21 +11,15 @@ import { WebauthnStamper } from "@turnkey/webauthn-stamper";
 import { startServer } from "../src/http/server.js";
 import { newKeyPair, signedRequest, startHarness, type ApiKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
+import { fastPoller, noCredentials, organizationWith, type Member } from "./helpers/organizations.js";
 import { backend } from "./helpers/backend.js";
 
-const noCredentials = { authenticators: [], oauthProviders: [], userTags: [] };
-const fastPoller = { activityPoller: { intervalMs: 10, numRetries: 1 } };
 const FAILED = "ACTIVITY_STATUS_FAILED";
 const PENDING = "ACTIVITY_STATUS_CONSENSUS_NEEDED";
 const COMPLETED = "ACTIVITY_STATUS_COMPLETED";
 
 type Client = ReturnType<Harness["sdk"]>;
 
-interface Member {
-  userId: string;
-  key: ApiKeyPair;
-  client: Client;
-}
 
 let h: Harness;
 beforeAll(async () => {
@@ -38,19 +32,6 @@ function clientAt(url: string, org: { organizationId: string }, key: ApiKeyPair)
   return new Turnkey({ apiBaseUrl: url, apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey, defaultOrganizationId: org.organizationId, ...fastPoller }).apiClient();
 }
 
-/** A fresh organization with a root user and the named non-root users, each holding an API key. */
-async function organizationWith(names: string[], keyOptions: { expirationSeconds?: string } = {}) {
-  const org = await h.organization();
-  const root = h.sdk(org, org.key, fastPoller);
-  const members: Record<string, Member> = {};
-  if (names.length === 0) return { org, root, members };
-  const keys = names.map(() => newKeyPair());
-  const { userIds } = await root.createUsers({
-    users: names.map((userName, i) => ({ userName, apiKeys: [{ apiKeyName: `${userName} key`, publicKey: keys[i]!.publicKey, curveType: "API_KEY_CURVE_P256" as const, ...keyOptions }], ...noCredentials })),
-  });
-  names.forEach((name, i) => (members[name] = { userId: userIds[i]!, key: keys[i]!, client: h.sdk(org, keys[i]!, fastPoller) }));
-  return { org, root, members };
-}
 
 /**
  * An organization where creating users needs `needed` approvals from users tagged "approvers"
@@ -58,7 +39,7 @@ async function organizationWith(names: string[], keyOptions: { expirationSeconds
  * activity is pending with her approval.
  */
 async function pendingCreateUsers(needed = 2) {
-  const setup = await organizationWith(["ann", "ben", "cat", "outsider"]);
+  const setup = await organizationWith(h, ["ann", "ben", "cat", "outsider"]);
   const { root, members } = setup;
   const { userTagId } = await root.createUserTag({ userTagName: "approvers", userIds: [members.ann!.userId, members.ben!.userId, members.cat!.userId] });
   await root.createPolicy({
@@ -136,7 +117,7 @@ const unknownId = () => crypto.randomUUID();
 describe("create_policy", () => {
   let org: TestOrganization;
   let root: Client;
-  beforeAll(async () => ({ org, root } = await organizationWith([])));
+  beforeAll(async () => ({ org, root } = await organizationWith(h, [])));
 
   const policy = (parameters: Record<string, unknown>) => ({ policyName: "p", effect: "EFFECT_ALLOW", notes: "", ...parameters });
   const rawCreatePolicy = (parameters: Record<string, unknown>) => ({ type: CREATE_POLICY_V3, timestampMs: String(Date.now()), organizationId: org.organizationId, parameters });
@@ -186,7 +167,7 @@ describe("create_policy", () => {
 
 describe("create_policies", () => {
   let root: Client;
-  beforeAll(async () => ({ root } = await organizationWith([])));
+  beforeAll(async () => ({ root } = await organizationWith(h, [])));
 
   it("refuses an empty list", async () => {
     await expectActivityRefused(CREATE_POLICIES, () => root.createPolicies({ policies: [] }), 3, "REQUEST_INVALID", "policies must not be empty");
@@ -209,7 +190,7 @@ describe("update_policy", () => {
   let root: Client;
   let policyId: string;
   beforeAll(async () => {
-    ({ root } = await organizationWith([]));
+    ({ root } = await organizationWith(h, []));
     ({ policyId } = await root.createPolicy({ policyName: "original", effect: "EFFECT_ALLOW", condition: "activity.kind == 'CREATE_USER_TAG'", notes: "kept" }));
   });
 
@@ -239,7 +220,7 @@ describe("delete_policy and delete_policies", () => {
   let root: Client;
   let known: string[];
   beforeAll(async () => {
-    ({ root } = await organizationWith([]));
+    ({ root } = await organizationWith(h, []));
     const policies = ["one", "two"].map((policyName) => ({ policyName, effect: "EFFECT_DENY" as const, condition: "activity.action == 'DELETE'", notes: "" }));
     ({ policyIds: known } = await root.createPolicies({ policies }));
   });
@@ -250,7 +231,7 @@ describe("delete_policy and delete_policies", () => {
   });
 
   it("delete_policy treats another organization's policy as unknown, and leaves it alone", async () => {
-    const other = await organizationWith([]);
+    const other = await organizationWith(h, []);
     const { policyId } = await other.root.createPolicy({ policyName: "theirs", effect: "EFFECT_DENY", condition: "true", notes: "" });
     await expectActivityRefused(DELETE_POLICY, () => root.deletePolicy({ policyId }), 5, "POLICY_NOT_FOUND", `policy ${policyId} not found`);
     expect((await other.root.getPolicy({ policyId })).policy.policyName).toBe("theirs");
@@ -279,7 +260,7 @@ describe("update_root_quorum", () => {
   let x: Member;
   beforeAll(async () => {
     let members: Record<string, Member>;
-    ({ org, root, members } = await organizationWith(["x"]));
+    ({ org, root, members } = await organizationWith(h, ["x"]));
     x = members.x!;
   });
 
@@ -335,7 +316,7 @@ describe("approve_activity and reject_activity refusals change nothing", () => {
 
   it.each(votes)("%s: another organization's pending activity is NotFound, and stays as it was", async (kind) => {
     const theirs = await pendingCreateUsers();
-    const ours = await organizationWith([]);
+    const ours = await organizationWith(h, []);
     // Even the root quorum, who may vote on anything of its own organization.
     await expectRefusedUnchanged(() => vote(ours.root, kind, theirs.pending.fingerprint), 5, "ACTIVITY_NOT_FOUND", theirs.pending.fingerprint);
     const { activity } = await theirs.root.getActivity({ activityId: theirs.pending.id });
@@ -353,7 +334,7 @@ describe("approve_activity and reject_activity refusals change nothing", () => {
   });
 
   it("approving an activity that already COMPLETED is FailedPrecondition", async () => {
-    const { root, members } = await organizationWith(["alice"]);
+    const { root, members } = await organizationWith(h, ["alice"]);
     const done = await root.createUserTag({ userTagName: "done", userIds: [] });
     expect(done.activity.status).toBe(COMPLETED);
     await expectRefusedUnchanged(() => members.alice!.client.approveActivity({ fingerprint: done.activity.fingerprint }), 9, "ACTIVITY_NOT_PENDING", "ACTIVITY_STATUS_COMPLETED");
@@ -428,7 +409,7 @@ describe("a passkey-only user approves through @turnkey/sdk-server with Webauthn
 
   /** Alice and Bob hold API keys; "pk" holds only a passkey. Creating user tags needs two approvers, one with a passkey. */
   async function passkeySetup() {
-    const setup = await organizationWith(["alice", "bob"]);
+    const setup = await organizationWith(h, ["alice", "bob"]);
     const passkey = new SoftwarePasskey();
     const registration = passkey.register();
     const { userIds } = await setup.root.createUsers({

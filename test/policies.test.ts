@@ -3,30 +3,11 @@
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TurnkeyActivityError, createActivityPoller } from "@turnkey/http";
-import { startHarness, newKeyPair, type ApiKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { startHarness, newKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { noCredentials, organizationWith, type Member } from "./helpers/organizations.js";
 
-const noCredentials = { authenticators: [], oauthProviders: [], userTags: [] };
-const fastPoller = { activityPoller: { intervalMs: 10, numRetries: 1 } };
 
-interface Member {
-  userId: string;
-  key: ApiKeyPair;
-  client: ReturnType<Harness["sdk"]>;
-}
 
-/** A fresh organization with a root user and the named non-root users, each holding an API key. */
-async function organizationWith(h: Harness, names: string[]) {
-  const org = await h.organization();
-  const root = h.sdk(org, org.key, fastPoller);
-  const keys = names.map(() => newKeyPair());
-  if (names.length === 0) return { org, root, members: {} as Record<string, Member> };
-  const { userIds } = await root.createUsers({
-    users: names.map((userName, i) => ({ userName, apiKeys: [{ apiKeyName: `${userName} key`, publicKey: keys[i]!.publicKey, curveType: "API_KEY_CURVE_P256" as const }], ...noCredentials })),
-  });
-  const members: Record<string, Member> = {};
-  names.forEach((name, i) => (members[name] = { userId: userIds[i]!, key: keys[i]!, client: h.sdk(org, keys[i]!, fastPoller) }));
-  return { org, root, members };
-}
 
 async function activityCount(h: Harness, org: TestOrganization) {
   const row = await h.server.store.db.selectFrom("activities").select((eb) => eb.fn.countAll<number>().as("n")).where("organization_id", "=", org.organizationId).executeTakeFirstOrThrow();

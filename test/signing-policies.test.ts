@@ -7,18 +7,12 @@ import { TurnkeySigner as SolanaSigner } from "@turnkey/solana";
 import { createWalletClient, http as viemHttp, keccak256, parseEther, recoverAddress, recoverTransactionAddress, toHex, verifyTypedData, type Hex } from "viem";
 import { mainnet } from "viem/chains";
 import { Keypair, PublicKey, SystemProgram, Transaction, TransactionInstruction } from "@solana/web3.js";
-import { startHarness, newKeyPair, type ApiKeyPair, type Harness } from "./helpers/harness.js";
+import { ETHER_MAIL as MAIL, organizationWith, type Member } from "./helpers/organizations.js";
+import { startHarness, type Harness } from "./helpers/harness.js";
 
-const noCredentials = { authenticators: [], oauthProviders: [], userTags: [] };
-const fastPoller = { activityPoller: { intervalMs: 10, numRetries: 1 } };
 
 type Client = ReturnType<Harness["sdk"]>;
 
-interface Member {
-  userId: string;
-  key: ApiKeyPair;
-  client: Client;
-}
 
 let h: Harness;
 beforeAll(async () => {
@@ -26,18 +20,6 @@ beforeAll(async () => {
 });
 afterAll(() => h.close());
 
-/** A fresh organization with a root user and the named non-root users, each holding an API key. */
-async function organizationWith(names: string[]) {
-  const org = await h.organization();
-  const root = h.sdk(org, org.key, fastPoller);
-  const keys = names.map(() => newKeyPair());
-  const { userIds } = await root.createUsers({
-    users: names.map((userName, i) => ({ userName, apiKeys: [{ apiKeyName: `${userName} key`, publicKey: keys[i]!.publicKey, curveType: "API_KEY_CURVE_P256" as const }], ...noCredentials })),
-  });
-  const members: Record<string, Member> = {};
-  names.forEach((name, i) => (members[name] = { userId: userIds[i]!, key: keys[i]!, client: h.sdk(org, keys[i]!, fastPoller) }));
-  return { org, root, members };
-}
 
 /** A wallet (made by the root user) with one Ethereum and one Solana account. */
 async function walletOf(root: Client, walletName: string) {
@@ -104,7 +86,7 @@ const keccakPayload = (signWith: string) => ({ signWith, payload: "abcd", encodi
 
 describe("wallet keyword", () => {
   it("a non-root user is implicitly denied signing; an allow on wallet.id lets it sign with that wallet only", async () => {
-    const { root, members } = await organizationWith(["signer"]);
+    const { root, members } = await organizationWith(h, ["signer"]);
     const signer = members.signer!;
     const mine = await walletOf(root, "mine");
     const other = await walletOf(root, "other");
@@ -136,7 +118,7 @@ describe("eth.tx through @turnkey/viem", () => {
   });
 
   async function ethTxSetup() {
-    const { org, root, members } = await organizationWith(["trader"]);
+    const { org, root, members } = await organizationWith(h, ["trader"]);
     const trader = members.trader!;
     const { ethAddress } = await walletOf(root, "hot");
     const allowId = await allowFor(root, trader, `eth.tx.to == '${RECIPIENT.toLowerCase()}' && eth.tx.value <= 1000000000000000000 && eth.tx.chain_id == 1`);
@@ -172,29 +154,9 @@ describe("eth.tx through @turnkey/viem", () => {
 });
 
 describe("eth.eip_712 through a viem wallet client", () => {
-  const MAIL = {
-    domain: { name: "Ether Mail", version: "1", chainId: 1, verifyingContract: "0xCcCCccccCCCCcCCCCCCcCcCccCcCCCcCcccccccC" },
-    types: {
-      Person: [
-        { name: "name", type: "string" },
-        { name: "wallet", type: "address" },
-      ],
-      Mail: [
-        { name: "from", type: "Person" },
-        { name: "to", type: "Person" },
-        { name: "contents", type: "string" },
-      ],
-    },
-    primaryType: "Mail",
-    message: {
-      from: { name: "Cow", wallet: "0xCD2a3d9F938E13CD947Ec05AbC7FE734Df8DD826" },
-      to: { name: "Bob", wallet: "0xbBbBBBBbbBBBbbbBbbBbbbbBBbBbbbbBbBbbBBbB" },
-      contents: "Hello, Bob!",
-    },
-  } as const;
 
   it("allows typed data only for the named domain and primary type", async () => {
-    const { org, root, members } = await organizationWith(["dapp"]);
+    const { org, root, members } = await organizationWith(h, ["dapp"]);
     const dapp = members.dapp!;
     const { ethAddress } = await walletOf(root, "typed");
     await allowFor(root, dapp, "eth.eip_712.domain.name == 'Ether Mail' && eth.eip_712.primary_type == 'Mail'");
@@ -213,7 +175,7 @@ describe("activity.params", () => {
   const DOCS_DENY = "activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2' && activity.params.hash_function == 'HASH_FUNCTION_NO_OP' && activity.params.encoding != 'PAYLOAD_ENCODING_EIP712'";
 
   async function noOpDenied() {
-    const { org, root, members } = await organizationWith(["ops"]);
+    const { org, root, members } = await organizationWith(h, ["ops"]);
     const ops = members.ops!;
     const { ethAddress } = await walletOf(root, "raw");
     await allowFor(root, ops, SIGN);
@@ -256,7 +218,7 @@ describe("solana.tx through @turnkey/solana", () => {
   const MEMO_PROGRAM = new PublicKey("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr");
 
   async function solanaSetup(condition: (recipient: string) => string) {
-    const { org, root, members } = await organizationWith(["payer"]);
+    const { org, root, members } = await organizationWith(h, ["payer"]);
     const payer = members.payer!;
     const { solAddress } = await walletOf(root, "sol");
     const recipient = Keypair.generate().publicKey;
@@ -292,7 +254,7 @@ describe("solana.tx through @turnkey/solana", () => {
 
 describe("private_key keyword", () => {
   it("an allow on private_key.tags lets a tagged private key sign; an untagged one is denied", async () => {
-    const { root, members } = await organizationWith(["keyholder"]);
+    const { root, members } = await organizationWith(h, ["keyholder"]);
     const keyholder = members.keyholder!;
     const { privateKeyTagId } = await root.createPrivateKeyTag({ privateKeyTagName: "hot keys", privateKeyIds: [] });
     const { privateKeys } = await root.createPrivateKeys({
@@ -313,7 +275,7 @@ describe("private_key keyword", () => {
 
 describe("eth.tx.from with a private key", () => {
   it("is the key's Ethereum address whether @turnkey/viem names the key by address or by id", async () => {
-    const { org, root, members } = await organizationWith(["sender"]);
+    const { org, root, members } = await organizationWith(h, ["sender"]);
     const sender = members.sender!;
     const { privateKeys } = await root.createPrivateKeys({ privateKeys: [{ privateKeyName: "sender key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }] });
     const privateKeyId = privateKeys[0]!.privateKeyId!;
@@ -330,7 +292,7 @@ describe("eth.tx.from with a private key", () => {
 
 describe("consensus on signing", () => {
   it("two tagged approvers: the signature waits (CONSENSUS_NEEDED) and comes back with the second approval", async () => {
-    const { root, members } = await organizationWith(["requester", "approver"]);
+    const { root, members } = await organizationWith(h, ["requester", "approver"]);
     const requester = members.requester!;
     const approver = members.approver!;
     const { ethAddress } = await walletOf(root, "treasury");

@@ -9,6 +9,7 @@ import { mainnet } from "viem/chains";
 import { ethers } from "ethers";
 import { Keypair, PublicKey, SystemProgram, Transaction, TransactionMessage, VersionedTransaction } from "@solana/web3.js";
 import { ed25519 } from "@noble/curves/ed25519.js";
+import { ETHER_MAIL as TYPED } from "./helpers/organizations.js";
 import { startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
 
 let h: Harness;
@@ -19,26 +20,6 @@ let solAddress: string;
 let privateKeyId: string;
 let privateKeyAddress: string;
 
-const TYPED = {
-  domain: { name: "Ether Mail", version: "1", chainId: 1, verifyingContract: "0xCcCCccccCCCCcCCCCCCcCcCccCcCCCcCcccccccC" },
-  types: {
-    Person: [
-      { name: "name", type: "string" },
-      { name: "wallet", type: "address" },
-    ],
-    Mail: [
-      { name: "from", type: "Person" },
-      { name: "to", type: "Person" },
-      { name: "contents", type: "string" },
-    ],
-  },
-  primaryType: "Mail",
-  message: {
-    from: { name: "Cow", wallet: "0xCD2a3d9F938E13CD947Ec05AbC7FE734Df8DD826" },
-    to: { name: "Bob", wallet: "0xbBbBBBBbbBBBbbbBbbBbbbbBBbBbbbbBbBbbBBbB" },
-    contents: "Hello, Bob!",
-  },
-} as const;
 
 beforeAll(async () => {
   h = await startHarness();
