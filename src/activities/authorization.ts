@@ -32,6 +32,8 @@ export interface ActivitySubject {
   requesterId: string;
   votes: StoredVote[];
   now: number;
+  /** Credentials already confirmed live in this transaction (the caller's): not read again. */
+  confirmed?: string[];
 }
 
 interface RootQuorum {
@@ -61,11 +63,13 @@ async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<Polic
  * has expired no longer counts, just as that credential could no longer make the request itself.
  */
 async function withLiveVotes(trx: Tx | Db, subject: ActivitySubject): Promise<ActivitySubject> {
-  const passkeyIds = [...new Set(subject.votes.filter((v) => v.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId))];
-  const keyIds = [...new Set(subject.votes.filter((v) => v.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId))];
+  const confirmed = new Set(subject.confirmed ?? []);
+  const unconfirmed = subject.votes.filter((v) => !confirmed.has(v.credentialId));
+  const passkeyIds = [...new Set(unconfirmed.filter((v) => v.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId))];
+  const keyIds = [...new Set(unconfirmed.filter((v) => v.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId))];
   const keys = keyIds.length ? await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "in", keyIds).execute() : [];
   const passkeys = passkeyIds.length ? await trx.selectFrom("authenticators").select("id").where("id", "in", passkeyIds).execute() : [];
-  const live = new Set([...keys.filter((k) => k.expires_at === null || k.expires_at > subject.now).map((k) => k.id), ...passkeys.map((p) => p.id)]);
+  const live = new Set([...confirmed, ...keys.filter((k) => k.expires_at === null || k.expires_at > subject.now).map((k) => k.id), ...passkeys.map((p) => p.id)]);
   return { ...subject, votes: subject.votes.filter((v) => live.has(v.credentialId)) };
 }
 

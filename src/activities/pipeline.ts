@@ -136,7 +136,7 @@ export class Pipeline {
         created_at: now,
         updated_at: now,
       };
-      const subject: ActivitySubject = { organizationId: envelope.organizationId, type, operation, parameters: envelope.parameters, requesterId: principal.userId, votes: [vote], now };
+      const subject: ActivitySubject = { organizationId: envelope.organizationId, type, operation, parameters: envelope.parameters, requesterId: principal.userId, votes: [vote], now, confirmed: [principal.credentialId] };
       const decision = await decideActivity(trx, subject);
       await this.apply(trx, decision, subject, row, principal);
       await insertActivity(trx, row);
@@ -237,7 +237,7 @@ export class Pipeline {
       if (!pending) throw failedPrecondition(`activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`, "ACTIVITY_NOT_PENDING");
       const target = operationByActivityType.get(row.type);
       if (target?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
-      const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation: target, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now };
+      const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation: target, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now, confirmed: [principal.credentialId] };
 
       // Repeating an approval decides the activity again without a new vote: what it waits for may
       // have been met by something other than a vote (a tag given to an approver, a new policy).
