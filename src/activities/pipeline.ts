@@ -99,14 +99,17 @@ export class Pipeline {
     if (operation.kind === "vote") return this.vote(operation, envelope, raw, stamp, received);
     const fingerprint = sha256(raw).toString("hex");
 
-    // A retry is answered from the audit log when its stamp verifies with the key that made the
-    // original request, even if that request removed the key (rotating one's own key is common).
-    const earlier = await store.db.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
-    if (earlier && stampVerifiesWith(stamp, raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn)) {
-      return this.respond(earlier);
+    let principal: Principal;
+    try {
+      principal = await authenticate(store.db, stamp, raw, envelope.organizationId, received, env.webauthn);
+    } catch (error) {
+      // A retry is answered from the audit log when its stamp verifies with the key that made the
+      // original request, even if that request removed the key (rotating one's own key is common).
+      // Only then is the log consulted: a retry by a key that still works is found under the lock.
+      const earlier = await store.db.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
+      if (earlier && stampVerifiesWith(stamp, raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn)) return this.respond(earlier);
+      throw error;
     }
-
-    const principal = await authenticate(store.db, stamp, raw, envelope.organizationId, received, env.webauthn);
     return this.inOrganization(envelope.organizationId, async (trx, now) => {
       await confirmCredential(trx, principal, now);
       const existing = await trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
