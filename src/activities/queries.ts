@@ -1,7 +1,7 @@
 // Reading the audit log: one activity, or a page of them.
 import { invalidArgument, notFound } from "../errors.js";
 import { defineQuery } from "../operations/registry.js";
-import { pageSize, type Pagination } from "../operations/resources.js";
+import { keysetPage, pageSize, type Pagination } from "../operations/resources.js";
 import { renderActivity, renderPolicyEvaluation } from "./records.js";
 
 
@@ -39,15 +39,12 @@ export const activityQueries = [
       if (body.filterByStatus?.length) query = query.where("status", "in", body.filterByStatus);
       if (body.filterByType?.length) query = query.where("type", "in", body.filterByType);
       const cursorId = before ?? after;
-      if (cursorId) {
-        const cursor = await ctx.db.selectFrom("activities").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst();
-        if (!cursor) throw invalidArgument(`pagination cursor ${cursorId} is not an activity of this organization`);
-        const op = after ? "<" : ">";
-        query = query.where((eb) => eb.or([eb("created_at", op, cursor.created_at), eb.and([eb("created_at", "=", cursor.created_at), eb("id", op, cursor.id)])]));
-      }
-      const direction = before ? "asc" : "desc";
-      const rows = await query.orderBy("created_at", direction).orderBy("id", direction).limit(size).execute();
-      if (before) rows.reverse();
+      const cursor = cursorId ? await ctx.db.selectFrom("activities").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst() : undefined;
+      if (cursorId && !cursor) throw invalidArgument(`pagination cursor ${cursorId} is not an activity of this organization`);
+      const page = keysetPage(cursor, before ? "before" : "after", true);
+      if (page.filter) query = query.where(page.filter);
+      const rows = await query.orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();
+      if (page.reverse) rows.reverse();
       const rendered = [];
       for (const row of rows) rendered.push(renderActivity(row, await ctx.votingRights(row)));
       return { activities: rendered };

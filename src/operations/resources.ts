@@ -1,5 +1,6 @@
 // Stored rows rendered as the API's resource objects, and the look-ups operations share.
 import { v7 as uuidv7 } from "uuid";
+import type { ExpressionBuilder } from "kysely";
 import type { Db, Tx } from "../store/database.js";
 import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
 import { invalidArgument, notFound } from "../errors.js";
@@ -155,4 +156,20 @@ export const MAX_ITEMS_PER_REQUEST = 100;
 
 export function requireAtMost(items: unknown[], field: string, max = MAX_ITEMS_PER_REQUEST): void {
   if (items.length > max) throw invalidArgument(`${field} lists ${items.length} items; at most ${max} per request: send several requests`, "TOO_MANY_ITEMS");
+}
+
+/**
+ * Keyset pagination over (created_at, id), for lists ordered newest first (the audit log) or oldest
+ * first (wallet accounts): `after` pages along that order, `before` against it. Returns the filter
+ * that starts the page at the cursor, the direction to read in, and whether to reverse what was read.
+ */
+export function keysetPage(cursor: { created_at: number; id: string } | undefined, side: "after" | "before", newestFirst: boolean) {
+  const forward = side === "after";
+  const descending = newestFirst === forward;
+  const op = descending ? "<" : ">";
+  return {
+    filter: cursor ? (eb: ExpressionBuilder<any, any>) => eb.or([eb("created_at", op, cursor.created_at), eb.and([eb("created_at", "=", cursor.created_at), eb("id", op, cursor.id)])]) : undefined,
+    direction: (descending ? "desc" : "asc") as "desc" | "asc",
+    reverse: !forward,
+  };
 }

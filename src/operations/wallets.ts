@@ -9,7 +9,7 @@ import { UnsupportedAddressError, address, type AddressFormat } from "../crypto/
 import type { SecretIdentity } from "../crypto/envelope.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
 import { requireName } from "./credentials.js";
-import { distinct, newId, pageSize, requireAtMost, timestamp, type Pagination } from "./resources.js";
+import { distinct, keysetPage, newId, pageSize, requireAtMost, timestamp, type Pagination } from "./resources.js";
 
 export interface WalletAccountParams {
   curve: Curve;
@@ -84,7 +84,6 @@ function asInvalidArgument<T>(where: string, f: () => T): T {
  * wallet already has (same curve, path and format) is returned as it is: derivation is deterministic.
  */
 async function deriveAccounts(ctx: ActivityContext, wallet: WalletsTable, seed: Uint8Array, accounts: WalletAccountParams[], persist: boolean): Promise<string[]> {
-  requireAtMost(accounts, "accounts");
   const addresses: string[] = [];
   for (const [i, account] of accounts.entries()) {
     const where = `accounts[${i}]`;
@@ -289,15 +288,12 @@ export const walletOperations = [
         ? ctx.db.selectFrom("wallet_accounts").selectAll().where("wallet_id", "=", body.walletId)
         : ctx.db.selectFrom("wallet_accounts").selectAll().where("organization_id", "=", ctx.organizationId);
       const cursorId = before ?? after;
-      if (cursorId) {
-        const cursor = await ctx.db.selectFrom("wallet_accounts").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst();
-        if (!cursor) throw invalidArgument(`pagination cursor ${cursorId} is not a wallet account of this organization`);
-        const op = after ? ">" : "<";
-        query = query.where((eb) => eb.or([eb("created_at", op, cursor.created_at), eb.and([eb("created_at", "=", cursor.created_at), eb("id", op, cursor.id)])]));
-      }
-      const direction = before ? "desc" : "asc";
-      const rows = await query.orderBy("created_at", direction).orderBy("id", direction).limit(size).execute();
-      if (before) rows.reverse();
+      const cursor = cursorId ? await ctx.db.selectFrom("wallet_accounts").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst() : undefined;
+      if (cursorId && !cursor) throw invalidArgument(`pagination cursor ${cursorId} is not a wallet account of this organization`);
+      const page = keysetPage(cursor, before ? "before" : "after", false);
+      if (page.filter) query = query.where(page.filter);
+      const rows = await query.orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();
+      if (page.reverse) rows.reverse();
       const wallets = new Map<string, WalletsTable>();
       if (body.includeWalletDetails && rows.length) {
         for (const w of await ctx.db.selectFrom("wallets").selectAll().where("id", "in", [...new Set(rows.map((r) => r.wallet_id))]).execute()) wallets.set(w.id, w);
