@@ -1,6 +1,7 @@
 // Environment variables and command-line flags, resolved once into one typed object.
 import path from "node:path";
 import type { MasterKeyConfig } from "./crypto/master-key.js";
+import { defaultSignatureThreads } from "./crypto/signature-threads.js";
 
 export interface Config {
   host: string;
@@ -22,6 +23,8 @@ export interface Config {
   logLevel: string;
   /** The key every stored secret is sealed under (see crypto/master-key.ts). */
   masterKey: MasterKeyConfig;
+  /** Worker threads that compute signatures; 0 computes them on the event loop. */
+  signatureThreads: number;
 }
 
 export interface ConfigFlags {
@@ -34,6 +37,13 @@ function positiveInteger(name: string, raw: string | undefined, fallback: number
   if (raw === undefined || raw === "") return fallback;
   const value = Number(raw);
   if (!Number.isSafeInteger(value) || value <= 0) throw new Error(`${name} must be a positive integer, got "${raw}"`);
+  return value;
+}
+
+function nonNegativeInteger(name: string, raw: string | undefined, fallback: number): number {
+  if (raw === undefined || raw === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isSafeInteger(value) || value < 0) throw new Error(`${name} must be a whole number (0 or more), got "${raw}"`);
   return value;
 }
 
@@ -57,5 +67,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       fileIsDefault: !env.SIGIL_MASTER_KEY_FILE,
       previous: list(env.SIGIL_MASTER_KEY_PREVIOUS),
     },
+    signatureThreads: nonNegativeInteger("SIGIL_SIGNATURE_THREADS", env.SIGIL_SIGNATURE_THREADS, defaultSignatureThreads()),
   };
 }

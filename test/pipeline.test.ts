@@ -205,6 +205,8 @@ describe("credential re-check under the organization lock", () => {
       publicKey: key.publicKey,
       scheme: "SIGNATURE_SCHEME_TK_API_P256",
       signature: "",
+      userName: "root",
+      userEmail: null,
     };
     const db = h.server.store.db;
     await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).resolves.toBeUndefined();

@@ -1,14 +1,15 @@
 // The road every request walks (DESIGN.md, "One request, one path"):
 //   submit: stamp ─► JSON ─► envelope schema ─► liveness ─► who (stamp check) ─► in one transaction
-//           holding the organization's lock: idempotency ─► may they? (root quorum, policies) ─►
-//           operation, or wait for approvals, or refuse ─► quorum safety ─► activity record and
-//           policy evaluation ─► response envelope
+//           holding the organization's lock: may they? (root quorum, policies) ─► operation, or
+//           wait for approvals, or refuse ─► quorum safety ─► activity record (its fingerprint is
+//           unique: a retry is rolled back and answered with the first) and policy evaluation ─►
+//           response envelope
 //   vote:   the same up to "who", then in one transaction: find the pending activity ─► may they
 //           vote? ─► add the vote ─► decide again (run it, keep waiting, or reject) ─► response
 //   query:  stamp ─► JSON ─► schema ─► who ─► may they read? ─► read ─► response envelope
 import type pino from "pino";
 import type { OpenTx, Store } from "../store/database.js";
-import { lockOrganization } from "../store/database.js";
+import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
 import { readStamp, type Stamp } from "../auth/stamps.js";
 import { authenticate, confirmCredential, stampVerifiesWith, type Principal } from "../auth/authenticate.js";
@@ -105,58 +106,64 @@ export class Pipeline {
     } catch (error) {
       // A retry is answered from the audit log when its stamp verifies with the key that made the
       // original request, even if that request removed the key (rotating one's own key is common).
-      // Only then is the log consulted: a retry by a key that still works is found under the lock.
+      // Only then is the log consulted: a retry by a key that still works is found on insert (below).
       const earlier = await store.db.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
       if (earlier && stampVerifiesWith(stamp, raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn)) return this.respond(earlier);
       throw error;
     }
-    return this.inOrganization(envelope.organizationId, async (trx, now) => {
-      await confirmCredential(trx, principal, now);
-      const existing = await trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
-      if (existing) {
-        // The same bytes stamped by someone else are not a retry of theirs: say so rather than
-        // answer with another user's activity as if it were the caller's success.
-        if (existing.user_id !== principal.userId) {
-          throw new ServiceError("AlreadyExists", "DUPLICATE_REQUEST", `an identical request body was already submitted by another user (activity ${existing.id}); change timestampMs to submit it yourself`);
-        }
-        return this.respond(existing);
+    const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
+    try {
+      return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
+        await confirmCredential(trx, principal, now);
+        const activityId = newId();
+        const vote = this.castBy(principal, activityId, "VOTE_SELECTION_APPROVED", operation.secretParameters?.length ? "" : raw.toString("utf8"), now);
+        const row: ActivitiesTable = {
+          id: activityId,
+          organization_id: envelope.organizationId,
+          type,
+          status: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
+          intent: JSON.stringify(removeSecrets(operation.intentOf?.(envelope.parameters, type) ?? envelope.parameters, operation.secretParameters)),
+          result: "{}",
+          failure: null,
+          votes: JSON.stringify([vote]),
+          fingerprint,
+          timestamp_ms: envelope.timestampMs,
+          user_id: principal.userId,
+          created_at: now,
+          updated_at: now,
+        };
+        const subject: ActivitySubject = { organizationId: envelope.organizationId, type, operation, parameters: envelope.parameters, requesterId: principal.userId, votes: [vote], now, confirmed: [principal.credentialId] };
+        const decision = await decideActivity(trx, subject);
+        await this.apply(trx, decision, subject, row, principal);
+        await insertActivity(trx, row);
+        await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
+        this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId, outcome: decision.outcome }, "activity");
+        return () => this.respond(row);
+      });
+    } catch (error) {
+      // The fingerprint is the idempotency key, kept unique by the database rather than looked up
+      // first (a round trip every activity would pay for the sake of retries): a retry's transaction
+      // fails on insert, is rolled back whole, and is answered with the activity already recorded.
+      if (!isDuplicateFingerprint(error)) throw error;
+      const existing = await store.db.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirstOrThrow();
+      // The same bytes stamped by someone else are not a retry of theirs: say so rather than answer
+      // with another user's activity as if it were the caller's success.
+      if (existing.user_id !== principal.userId) {
+        throw new ServiceError("AlreadyExists", "DUPLICATE_REQUEST", `an identical request body was already submitted by another user (activity ${existing.id}); change timestampMs to submit it yourself`);
       }
-
-      const activityId = newId();
-      const vote = await this.castBy(trx, principal, activityId, "VOTE_SELECTION_APPROVED", operation.secretParameters?.length ? "" : raw.toString("utf8"), now);
-      const row: ActivitiesTable = {
-        id: activityId,
-        organization_id: envelope.organizationId,
-        type,
-        status: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
-        intent: JSON.stringify(removeSecrets(operation.intentOf?.(envelope.parameters, type) ?? envelope.parameters, operation.secretParameters)),
-        result: "{}",
-        failure: null,
-        votes: JSON.stringify([vote]),
-        fingerprint,
-        timestamp_ms: envelope.timestampMs,
-        user_id: principal.userId,
-        created_at: now,
-        updated_at: now,
-      };
-      const subject: ActivitySubject = { organizationId: envelope.organizationId, type, operation, parameters: envelope.parameters, requesterId: principal.userId, votes: [vote], now, confirmed: [principal.credentialId] };
-      const decision = await decideActivity(trx, subject);
-      await this.apply(trx, decision, subject, row, principal);
-      await insertActivity(trx, row);
-      await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
-      this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId, outcome: decision.outcome }, "activity");
-      return () => this.respond(row);
-    });
+      return this.respond(existing);
+    }
   }
 
   /** Runs `work` in one transaction holding the organization's lock, with the clock read under it,
-   * so an organization's activities are timestamped in the order they are applied. `work` returns
-   * the response to send once the transaction has committed. */
-  private async inOrganization(organizationId: string, work: (trx: OpenTx, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>): Promise<PipelineResponse> {
+   * so an organization's activities are timestamped in the order they are applied (those holding it
+   * shared — signatures — run side by side and may commit in another order among themselves).
+   * `work` returns the response to send once the transaction has committed. */
+  private async inOrganization(organizationId: string, lock: "exclusive" | "shared", work: (trx: OpenTx, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>): Promise<PipelineResponse> {
     const { store } = this.options;
     const trx = await store.db.startTransaction().execute();
     try {
-      await lockOrganization(trx, store.dialect, organizationId);
+      await lockOrganization(trx, store.dialect, organizationId, lock);
       const outcome = await work(trx, this.clock());
       await trx.commit().execute();
       return typeof outcome === "function" ? outcome() : outcome;
@@ -166,17 +173,12 @@ export class Pipeline {
     }
   }
 
-  /** A vote of `principal`, as stored in the activity's votes. */
-  private async castBy(trx: OpenTx, principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): Promise<StoredVote> {
-    const voter = await trx.selectFrom("users").select(["id", "name", "email"]).where("id", "=", principal.userId).executeTakeFirstOrThrow();
-    const passkey =
-      principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR"
-        ? await trx.selectFrom("authenticators").select("credential_id").where("id", "=", principal.credentialId).executeTakeFirst()
-        : undefined;
+  /** A vote of `principal`, as stored in the activity's votes (who they were comes from authentication). */
+  private castBy(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
     return {
       id: newId(),
       userId: principal.userId,
-      user: { userId: voter.id, userName: voter.name, ...(voter.email ? { userEmail: voter.email } : {}) },
+      user: { userId: principal.userId, userName: principal.userName, ...(principal.userEmail ? { userEmail: principal.userEmail } : {}) },
       activityId,
       selection,
       message,
@@ -186,7 +188,7 @@ export class Pipeline {
       createdAt: now,
       credentialId: principal.credentialId,
       credentialType: principal.credentialType,
-      ...(passkey ? { webauthnCredentialId: passkey.credential_id } : {}),
+      ...(principal.webauthnCredentialId ? { webauthnCredentialId: principal.webauthnCredentialId } : {}),
     };
   }
 
@@ -204,16 +206,19 @@ export class Pipeline {
       row.status = "ACTIVITY_STATUS_CONSENSUS_NEEDED";
       return;
     }
-    const savepoint = await trx.savepoint("operation").execute();
+    const ctx = { trx, dialect: store.dialect, organizationId: subject.organizationId, activityId: row.id, principal: requester, now: subject.now, env };
+    // An operation that writes nothing has nothing to undo: it runs without a savepoint (two round
+    // trips fewer on PostgreSQL for every signature).
+    const undoable = !subject.operation.leavesOrganizationUnchanged;
+    const savepoint = undoable ? await trx.savepoint("operation").execute() : undefined;
     try {
-      const ctx = { trx, dialect: store.dialect, organizationId: subject.organizationId, activityId: row.id, principal: requester, now: subject.now, env };
       const result = await subject.operation.execute(ctx, subject.parameters, subject.type);
-      await assertRootQuorumReachable(trx, subject.organizationId);
-      await savepoint.releaseSavepoint("operation").execute();
+      if (undoable) await assertRootQuorumReachable(trx, subject.organizationId);
+      await savepoint?.releaseSavepoint("operation").execute();
       row.status = "ACTIVITY_STATUS_COMPLETED";
       row.result = JSON.stringify(result);
     } catch (error) {
-      await savepoint.rollbackToSavepoint("operation").execute();
+      await savepoint?.rollbackToSavepoint("operation").execute();
       fail(error instanceof ServiceError ? error : this.internal(error, row.id));
     }
   }
@@ -227,7 +232,7 @@ export class Pipeline {
     const { store, env } = this.options;
     const principal = await authenticate(store.db, stamp, raw, envelope.organizationId, received, env.webauthn);
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
-    return this.inOrganization(envelope.organizationId, async (trx, now) => {
+    return this.inOrganization(envelope.organizationId, "exclusive", async (trx, now) => {
       await confirmCredential(trx, principal, now);
       const row = await trx.selectFrom("activities").selectAll().where("organization_id", "=", envelope.organizationId).where("fingerprint", "=", fingerprint).executeTakeFirst();
       if (!row) throw notFound(`no activity of organization ${envelope.organizationId} has fingerprint ${fingerprint}`, "ACTIVITY_NOT_FOUND");
@@ -244,7 +249,7 @@ export class Pipeline {
 
       // Repeating an approval decides the activity again without a new vote: what it waits for may
       // have been met by something other than a vote (a tag given to an approver, a new policy).
-      const vote = mine ?? (await this.castBy(trx, principal, row.id, operation.selection, raw.toString("utf8"), now));
+      const vote = mine ?? this.castBy(principal, row.id, operation.selection, raw.toString("utf8"), now);
       if (!mine) {
         if (!(await mayVote(trx, subject, vote, envelope.type))) {
           throw permissionDenied(`user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`, "VOTE_NOT_ALLOWED");

@@ -94,6 +94,9 @@ export function requesterOf(firstVote: StoredVote, organizationId: string): Prin
     publicKey: firstVote.publicKey,
     scheme: firstVote.scheme,
     signature: firstVote.signature,
+    userName: firstVote.user.userName,
+    userEmail: firstVote.user.userEmail ?? null,
+    ...(firstVote.webauthnCredentialId ? { webauthnCredentialId: firstVote.webauthnCredentialId } : {}),
   };
 }
 

@@ -14,6 +14,11 @@ export interface Principal {
   publicKey: string;
   scheme: string;
   signature: string;
+  /** The user's name and email as they were when the request was authenticated (for the vote record). */
+  userName: string;
+  userEmail: string | null;
+  /** A passkey's WebAuthn credential id (base64url), for the vote record. */
+  webauthnCredentialId?: string;
 }
 
 /** The credential type the API reports for an API key of each curve. */
@@ -35,7 +40,13 @@ async function chooseForOrganization<T extends { organization_id: string }>(db: 
 export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organizationId: string, now: number, webauthn: WebauthnPolicy): Promise<Principal> {
   if (stamp.kind === "API_KEY") {
     if (!verifyApiKeyStamp(stamp, body)) throw unauthenticated("stamp signature does not verify over the request body", "SIGNATURE_INVALID");
-    const candidates = await db.selectFrom("api_keys").selectAll().where("public_key", "=", stamp.publicKey).execute();
+    const candidates = await db
+      .selectFrom("api_keys")
+      .innerJoin("users", "users.id", "api_keys.user_id")
+      .selectAll("api_keys")
+      .select(["users.name as user_name", "users.email as user_email"])
+      .where("api_keys.public_key", "=", stamp.publicKey)
+      .execute();
     if (candidates.length === 0) throw unauthenticated(`no API key with public key ${stamp.publicKey}`, "PUBLIC_KEY_NOT_FOUND");
     const key = await chooseForOrganization(db, candidates, organizationId, "the stamp's API key");
     if (key.curve !== SCHEME_CURVES[stamp.scheme]) {
@@ -50,11 +61,19 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
       publicKey: key.public_key,
       scheme: stamp.scheme,
       signature: stamp.signature,
+      userName: key.user_name,
+      userEmail: key.user_email,
     };
   }
 
   const credentialId = toBase64url(stamp.credentialId);
-  const candidates = await db.selectFrom("authenticators").selectAll().where("credential_id", "=", credentialId).execute();
+  const candidates = await db
+    .selectFrom("authenticators")
+    .innerJoin("users", "users.id", "authenticators.user_id")
+    .selectAll("authenticators")
+    .select(["users.name as user_name", "users.email as user_email"])
+    .where("authenticators.credential_id", "=", credentialId)
+    .execute();
   if (candidates.length === 0) throw unauthenticated(`no authenticator with credential id ${credentialId}`, "PUBLIC_KEY_NOT_FOUND");
   // Nothing about other organizations is revealed to a stamp that does not verify: a credential id
   // registered only elsewhere looks unknown unless the stamp's signature holds for it.
@@ -77,6 +96,9 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
     publicKey: authenticator.public_key,
     scheme: "SIGNATURE_SCHEME_TK_WEBAUTHN",
     signature: stamp.signature,
+    userName: authenticator.user_name,
+    userEmail: authenticator.user_email,
+    webauthnCredentialId: authenticator.credential_id,
   };
 }
 

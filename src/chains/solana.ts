@@ -24,13 +24,13 @@ function decode(unsignedHex: string): Transaction {
 }
 
 /** Fills the signature slot of `publicKeyHex` (the ed25519 key) and returns the transaction as hex. */
-export function signSolanaTransaction(unsignedHex: string, publicKeyHex: string, sign: (message: Uint8Array) => RawSignature): string {
+export async function signSolanaTransaction(unsignedHex: string, publicKeyHex: string, sign: (message: Uint8Array) => Promise<RawSignature>): Promise<string> {
   const transaction = decode(unsignedHex);
   const address = getBase58Decoder().decode(Buffer.from(publicKeyHex, "hex"));
   if (!(address in transaction.signatures)) {
     throw new SolanaError(`the transaction asks no signature of ${address} (its signers: ${Object.keys(transaction.signatures).join(", ")})`);
   }
-  const { r, s } = sign(new Uint8Array(transaction.messageBytes));
+  const { r, s } = await sign(new Uint8Array(transaction.messageBytes));
   const signature = Buffer.from(r + s, "hex") as unknown as SignatureBytes;
   const signed: Transaction = { ...transaction, signatures: { ...transaction.signatures, [address]: signature } };
   return Buffer.from(getTransactionEncoder().encode(signed)).toString("hex");

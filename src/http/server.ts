@@ -7,6 +7,7 @@ import { ServiceError } from "../errors.js";
 import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
+import { SignatureThreads } from "../crypto/signature-threads.js";
 import { loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../operations/secrets.js";
 import fs from "node:fs";
@@ -34,14 +35,15 @@ export interface ServerOptions {
 export interface ServerParts {
   store: Store;
   keyring: Keyring;
+  signatures: SignatureThreads;
 }
 
-export function buildApp(config: Config, { store, keyring }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
+export function buildApp(config: Config, { store, keyring, signatures }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
   const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring }, logger, clock: options.clock });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures }, logger, clock: options.clock });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
@@ -105,11 +107,13 @@ export async function startServer(config: Config, logger = createLogger(config),
   }
   if (created) logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it");
   else logger.info({ masterKey: source }, "master key loaded");
-  const app = buildApp(config, { store, keyring }, logger, options);
+  const signatures = new SignatureThreads(config.signatureThreads);
+  const app = buildApp(config, { store, keyring, signatures }, logger, options);
   try {
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {
     await store.close();
+    await signatures.close();
     throw error;
   }
   const address = app.server.address();
@@ -123,6 +127,7 @@ export async function startServer(config: Config, logger = createLogger(config),
     async close() {
       await app.close();
       await store.close();
+      await signatures.close();
     },
   };
 }

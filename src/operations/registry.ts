@@ -6,6 +6,7 @@ import type { Tx, Db, Dialect } from "../store/database.js";
 import type { ActivitiesTable } from "../store/schema.js";
 import type { Principal } from "../auth/authenticate.js";
 import type { WebauthnPolicy } from "../auth/webauthn.js";
+import type { SignatureThreads } from "../crypto/signature-threads.js";
 import type { Keyring } from "../crypto/envelope.js";
 
 export interface SwaggerSchemas {
@@ -62,6 +63,8 @@ export interface OperationEnvironment {
   webauthn: WebauthnPolicy;
   /** Seals and opens the secrets operations store (mnemonics, private keys). */
   keyring: Keyring;
+  /** Computes signatures off the event loop (crypto/signature-threads.ts). */
+  signatures: SignatureThreads;
 }
 
 export interface ActivityContext {
@@ -113,6 +116,10 @@ export interface ActivityOperation<P = any> {
   secretParameters?: string[];
   /** Only the root quorum may perform it; no policy can allow it (the product's root-only types). */
   rootOnly?: boolean;
+  /** It changes nothing in the organization beyond its own activity record (signing does not):
+   * such activities hold the organization's lock shared, so on PostgreSQL they run side by side
+   * (every other activity waits for them, and they for it), and skip the root-quorum check. */
+  leavesOrganizationUnchanged?: boolean;
   /** Only the root quorum may perform it with these parameters: returns why, or undefined. */
   rootOnlyWhen?(trx: Tx | Db, organizationId: string, parameters: P): Promise<string | undefined>;
   /** `activity.params` of the policy language: the documented snake_case fields this type exposes. */

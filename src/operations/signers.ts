@@ -11,18 +11,31 @@ import { accountKeyIdentity, walletKeyword } from "./wallets.js";
 import { privateKeyIdentity, privateKeyKeyword } from "./private-keys.js";
 
 export type FoundSigner =
-  | { kind: "wallet_account"; curve: Curve; publicKey: string; address: string; account: WalletAccountsTable; wallet: WalletsTable }
+  | { kind: "wallet_account"; curve: Curve; publicKey: string; address: string; account: WalletAccountsTable; wallet: SignerWallet }
   | { kind: "private_key"; curve: Curve; publicKey: string; address?: string; addressFormat?: string; privateKey: PrivateKeysTable; tags: string[] };
 
 /** Ethereum addresses match whatever their letter case: the account is stored checksummed (EIP-55). */
 const normalized = (signWith: string) => (isAddress(signWith, { strict: false }) ? getAddress(signWith) : signWith);
 
+/** What signing and policies need of the wallet an account belongs to (not its sealed mnemonic). */
+export type SignerWallet = Pick<WalletsTable, "id" | "name" | "imported" | "exported">;
+
 export async function findSigner(db: Db | Tx, organizationId: string, signWith: string): Promise<FoundSigner> {
   if (typeof signWith !== "string" || signWith.trim() === "") throw invalidArgument("signWith must name a wallet account address, a private key id or a private key address");
   const wanted = normalized(signWith.trim());
-  const account = await db.selectFrom("wallet_accounts").selectAll().where("organization_id", "=", organizationId).where("address", "=", wanted).orderBy("created_at").executeTakeFirst();
-  if (account) {
-    const wallet = await db.selectFrom("wallets").selectAll().where("id", "=", account.wallet_id).executeTakeFirstOrThrow();
+  // The account with its wallet in one query: signing is the hot path, a round trip costs.
+  const found = await db
+    .selectFrom("wallet_accounts")
+    .innerJoin("wallets", "wallets.id", "wallet_accounts.wallet_id")
+    .selectAll("wallet_accounts")
+    .select(["wallets.name as wallet_name", "wallets.imported as wallet_imported", "wallets.exported as wallet_exported"])
+    .where("wallet_accounts.organization_id", "=", organizationId)
+    .where("wallet_accounts.address", "=", wanted)
+    .orderBy("wallet_accounts.created_at")
+    .executeTakeFirst();
+  if (found) {
+    const { wallet_name, wallet_imported, wallet_exported, ...account } = found;
+    const wallet = { id: account.wallet_id, name: wallet_name, imported: wallet_imported, exported: wallet_exported };
     return { kind: "wallet_account", curve: account.curve as Curve, publicKey: account.public_key, address: account.address, account, wallet };
   }
   let privateKey = await db.selectFrom("private_keys").selectAll().where("organization_id", "=", organizationId).where("id", "=", wanted).executeTakeFirst();

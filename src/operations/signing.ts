@@ -4,7 +4,8 @@ import { sha256 } from "@noble/hashes/sha2.js";
 import { keccak_256 } from "@noble/hashes/sha3.js";
 import { invalidArgument } from "../errors.js";
 import type { Tx } from "../store/database.js";
-import { signDigest, signEd25519, SigningError, type RawSignature } from "../crypto/sign.js";
+import { SigningError, type RawSignature } from "../crypto/sign.js";
+import type { SignatureThreads } from "../crypto/signature-threads.js";
 import { EthereumError, authorizationDigest, parseTypedData, parseUnsignedTransaction, serializeSigned, transactionKeyword, typedDataDigest, typedDataKeyword } from "../chains/ethereum.js";
 import { SolanaError, signSolanaTransaction, solanaKeyword } from "../chains/solana.js";
 import { BitcoinError, bitcoinScript, signPsbt } from "../chains/bitcoin.js";
@@ -42,12 +43,24 @@ interface TransactionParams {
 
 const signWithOf = (p: { signWith?: string; privateKeyId?: string }) => p.signWith ?? p.privateKeyId ?? "";
 
+const isCallerError = (error: unknown): error is Error => error instanceof EthereumError || error instanceof SolanaError || error instanceof BitcoinError || error instanceof SigningError;
+
 /** Chain and payload errors are the caller's to fix: InvalidArgument with the library's words. */
 function callerError<T>(where: string, f: () => T): T {
   try {
     return f();
   } catch (error) {
-    if (error instanceof EthereumError || error instanceof SolanaError || error instanceof BitcoinError || error instanceof SigningError) throw invalidArgument(`${where}: ${error.message}`);
+    if (isCallerError(error)) throw invalidArgument(`${where}: ${error.message}`);
+    throw error;
+  }
+}
+
+/** callerError for work that finishes later (a signature computed on another thread). */
+async function callerErrorLater<T>(where: string, work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } catch (error) {
+    if (isCallerError(error)) throw invalidArgument(`${where}: ${error.message}`);
     throw error;
   }
 }
@@ -60,11 +73,11 @@ function bytesOf(payload: string, encoding: Encoding, where: string): Uint8Array
 }
 
 /** What one payload's signature is over, per the curve's rules, and the signature. */
-function signPayload(signer: FoundSigner, privateKey: Uint8Array, payload: string, encoding: Encoding, hashFunction: HashFunction, where: string): RawSignature {
+async function signPayload(signatures: SignatureThreads, signer: FoundSigner, privateKey: Uint8Array, payload: string, encoding: Encoding, hashFunction: HashFunction, where: string): Promise<RawSignature> {
   if (signer.curve === "CURVE_ED25519") {
     if (hashFunction !== "HASH_FUNCTION_NOT_APPLICABLE") throw invalidArgument(`ed25519 hashes inside the signature: hashFunction must be HASH_FUNCTION_NOT_APPLICABLE, got ${hashFunction}`);
     if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") throw invalidArgument(`${encoding} is signed with secp256k1 keys, and ${signer.kind === "wallet_account" ? signer.address : signer.privateKey.id} is ed25519`);
-    return signEd25519(privateKey, bytesOf(payload, encoding, where));
+    return signatures.signEd25519(privateKey, bytesOf(payload, encoding, where));
   }
   if (hashFunction === "HASH_FUNCTION_NOT_APPLICABLE") throw invalidArgument(`HASH_FUNCTION_NOT_APPLICABLE is for ed25519 keys; a ${signer.curve} key signs a 32-byte digest: use HASH_FUNCTION_NO_OP, _SHA256 or _KECCAK256`);
   let digest: Uint8Array;
@@ -76,7 +89,7 @@ function signPayload(signer: FoundSigner, privateKey: Uint8Array, payload: strin
     const bytes = bytesOf(payload, encoding, where);
     digest = hashFunction === "HASH_FUNCTION_SHA256" ? sha256(bytes) : hashFunction === "HASH_FUNCTION_KECCAK256" ? keccak_256(bytes) : bytes;
   }
-  return callerError(where, () => signDigest(signer.curve as "CURVE_SECP256K1", privateKey, digest));
+  return callerErrorLater(where, signatures.signDigest(signer.curve as "CURVE_SECP256K1", privateKey, digest));
 }
 
 /** The signer's keywords, and what the payload says to policies; a malformed request shows nothing
@@ -108,11 +121,12 @@ export const signingOperations = [
     summary: "Sign one payload (hex or UTF-8 text, EIP-712 typed data, an EIP-7702 authorization) with a wallet account or private key.",
     resource: "PRIVATE_KEY",
     action: "SIGN",
+    leavesOrganizationUnchanged: true,
     policyParameters: (p) => ({ hash_function: p.hashFunction, encoding: p.encoding }),
     policyContext: (trx, organizationId, p) => payloadContext(trx, organizationId, signWithOf(p), p.payload, p.encoding),
     async execute(ctx, p) {
       const { signer, privateKey } = await signerFor(ctx, signWithOf(p));
-      return { ...signPayload(signer, privateKey, p.payload, p.encoding, p.hashFunction, "payload") };
+      return { ...(await signPayload(ctx.env.signatures, signer, privateKey, p.payload, p.encoding, p.hashFunction, "payload")) };
     },
   }),
 
@@ -121,6 +135,7 @@ export const signingOperations = [
     summary: "Sign several payloads with one key, in one activity.",
     resource: "PRIVATE_KEY",
     action: "SIGN",
+    leavesOrganizationUnchanged: true,
     policyParameters: (p) => ({ hash_function: p.hashFunction, encoding: p.encoding }),
     policyContext: (trx, organizationId, p) => payloadContext(trx, organizationId, p.signWith, undefined, p.encoding),
     async execute(ctx, p) {
@@ -131,7 +146,7 @@ export const signingOperations = [
         throw invalidArgument(`${p.encoding} payloads are signed one at a time with sign_raw_payload, so that policies see each one`);
       }
       const { signer, privateKey } = await signerFor(ctx, p.signWith);
-      return { signatures: p.payloads.map((payload, i) => signPayload(signer, privateKey, payload, p.encoding, p.hashFunction, `payloads[${i}]`)) };
+      return { signatures: await Promise.all(p.payloads.map((payload, i) => signPayload(ctx.env.signatures, signer, privateKey, payload, p.encoding, p.hashFunction, `payloads[${i}]`))) };
     },
   }),
 
@@ -140,6 +155,7 @@ export const signingOperations = [
     summary: "Sign a chain transaction: Ethereum (RLP hex, every envelope type), Solana (wire transaction hex) or Bitcoin (PSBT hex).",
     resource: "PRIVATE_KEY",
     action: "SIGN",
+    leavesOrganizationUnchanged: true,
     policyParameters: (p) => ({ type: p.type }),
     // The spec records V2's intent under signTransactionIntent with the key in `privateKeyId`; the
     // swagger's signTransactionIntentV2 has `signWith`. Both are kept, so either reader finds it.
@@ -162,14 +178,14 @@ export const signingOperations = [
       if (p.type === "TRANSACTION_TYPE_ETHEREUM") {
         if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`Ethereum transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
         const { transaction, digest } = callerError("unsignedTransaction", () => parseUnsignedTransaction(p.unsignedTransaction));
-        const signature = signDigest("CURVE_SECP256K1", privateKey, digest);
+        const signature = await ctx.env.signatures.signDigest("CURVE_SECP256K1", privateKey, digest);
         return { signedTransaction: serializeSigned(transaction, { r: signature.r, s: signature.s, recovery: Number.parseInt(signature.v, 16) }) };
       }
       if (p.type === "TRANSACTION_TYPE_SOLANA") {
         if (signer.curve !== "CURVE_ED25519") throw invalidArgument(`Solana transactions are signed with ed25519 keys, and ${signWithOf(p)} is ${signer.curve}`);
         // What policies were shown must be what is signed: a message they could not read is refused.
         callerError("unsignedTransaction", () => solanaKeyword(p.unsignedTransaction));
-        return { signedTransaction: callerError("unsignedTransaction", () => signSolanaTransaction(p.unsignedTransaction, signer.publicKey, (message) => signEd25519(privateKey, message))) };
+        return { signedTransaction: await callerErrorLater("unsignedTransaction", signSolanaTransaction(p.unsignedTransaction, signer.publicKey, (message) => ctx.env.signatures.signEd25519(privateKey, message))) };
       }
       if (p.type === "TRANSACTION_TYPE_BITCOIN") {
         if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`Bitcoin transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);

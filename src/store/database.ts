@@ -150,12 +150,22 @@ export async function migrate(db: Db): Promise<void> {
 }
 
 /**
- * Runs `fn` in one transaction that holds the organization's write lock, so the activities of one
- * organization are applied one after another even across server processes. On PostgreSQL that is a
- * row lock on the organization; SQLite already admits one writer at a time (BEGIN IMMEDIATE).
+ * Takes the organization's lock in the open transaction `trx`, so the activities of one organization
+ * are applied one after another even across server processes. On PostgreSQL that is a row lock on
+ * the organization: `exclusive` for an activity that may change the organization, `shared` for one
+ * that changes nothing another activity reads (several of those hold it at once, and an exclusive
+ * holder waits for them all). SQLite already admits one writer at a time (BEGIN IMMEDIATE).
+ * Returns whether the organization exists.
  */
-export async function lockOrganization(trx: Tx, dialect: Dialect, organizationId: string): Promise<boolean> {
+export async function lockOrganization(trx: Tx, dialect: Dialect, organizationId: string, mode: "exclusive" | "shared" = "exclusive"): Promise<boolean> {
   let query = trx.selectFrom("organizations").select("id").where("id", "=", organizationId);
-  if (dialect === "postgres") query = query.forUpdate();
+  if (dialect === "postgres") query = mode === "shared" ? query.forShare() : query.forUpdate();
   return (await query.executeTakeFirst()) !== undefined;
+}
+
+/** A second activity with the same fingerprint, inserted by a transaction running beside this one. */
+export function isDuplicateFingerprint(error: unknown): boolean {
+  const e = error as { code?: string; constraint?: string; message?: string } | undefined;
+  if (e?.code === "23505") return (e.constraint ?? "").includes("fingerprint");
+  return e?.code === "SQLITE_CONSTRAINT_UNIQUE" && (e.message ?? "").includes("activities.fingerprint");
 }

@@ -1,0 +1,116 @@
+// Signatures computed on worker threads. The curve arithmetic (pure JS, @noble/curves) is the largest
+// cost of a signing request; on the event loop it would stall every other request for its duration.
+// On its own thread it runs beside the event loop, which meanwhile verifies stamps, talks to the
+// database and answers other requests. With `threads: 0` signatures are computed inline.
+import os from "node:os";
+import { Worker } from "node:worker_threads";
+import type { Curve } from "./hd.js";
+import { signDigest, signEd25519, type RawSignature } from "./sign.js";
+
+/** One request to a signature thread. The key is a copy the thread wipes after use. */
+export interface SignatureTask {
+  id: number;
+  curve: Curve;
+  privateKey: Uint8Array;
+  /** A 32-byte digest (secp256k1, P-256) or the message itself (ed25519). */
+  message: Uint8Array;
+}
+
+export type SignatureAnswer = { id: number; signature: RawSignature } | { id: number; error: string };
+
+interface Pending {
+  resolve(signature: RawSignature): void;
+  reject(error: Error): void;
+}
+
+/** The default: one thread per core beyond the one the event loop runs on, at least one, at most four. */
+export function defaultSignatureThreads(): number {
+  return Math.min(4, Math.max(1, os.availableParallelism() - 1));
+}
+
+/** A worker thread that signs, started on first use; its pending tasks fail if it dies. */
+class SignatureThread {
+  private worker: Worker | null = null;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 0;
+
+  get load(): number {
+    return this.pending.size;
+  }
+
+  private start(): Worker {
+    // Under the test runner this module is TypeScript source; the worker then loads it through tsx.
+    const worker = import.meta.url.endsWith(".ts")
+      ? new Worker(`import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./signature-worker.ts", import.meta.url).href)}); });`, { eval: true })
+      : new Worker(new URL("./signature-worker.js", import.meta.url));
+    worker.on("message", (answer: SignatureAnswer) => {
+      const task = this.pending.get(answer.id);
+      if (!task) return;
+      this.pending.delete(answer.id);
+      if (this.pending.size === 0) worker.unref();
+      if ("error" in answer) task.reject(new Error(`signature thread: ${answer.error}`));
+      else task.resolve(answer.signature);
+    });
+    const fail = (error: Error) => {
+      if (this.worker === worker) this.worker = null;
+      for (const task of this.pending.values()) task.reject(new Error(`signature thread stopped: ${error.message}`));
+      this.pending.clear();
+    };
+    worker.on("error", fail);
+    worker.on("exit", (code) => fail(new Error(`exit code ${code}`)));
+    worker.unref();
+    return worker;
+  }
+
+  sign(curve: Curve, privateKey: Uint8Array, message: Uint8Array): Promise<RawSignature> {
+    const worker = (this.worker ??= this.start());
+    const id = ++this.nextId;
+    return new Promise<RawSignature>((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      // An idle thread does not keep the process alive; one with work does, until it answers.
+      worker.ref();
+      // The copy crosses to the thread, which wipes it; the caller's key stays the caller's to drop.
+      const task: SignatureTask = { id, curve, privateKey: Uint8Array.from(privateKey), message: Uint8Array.from(message) };
+      worker.postMessage(task, [task.privateKey.buffer as ArrayBuffer, task.message.buffer as ArrayBuffer]);
+    });
+  }
+
+  async close(): Promise<void> {
+    const worker = this.worker;
+    this.worker = null;
+    if (worker) await worker.terminate();
+  }
+}
+
+export class SignatureThreads {
+  private readonly threads: SignatureThread[];
+
+  constructor(count: number = defaultSignatureThreads()) {
+    this.threads = Array.from({ length: count }, () => new SignatureThread());
+  }
+
+  /** The least busy thread, or none when signatures are computed inline. */
+  private pick(): SignatureThread | undefined {
+    let best: SignatureThread | undefined;
+    for (const thread of this.threads) if (!best || thread.load < best.load) best = thread;
+    return best;
+  }
+
+  /** Signs a 32-byte digest with secp256k1 (low S) or P-256, with the recovery id. */
+  async signDigest(curve: Exclude<Curve, "CURVE_ED25519">, privateKey: Uint8Array, digest: Uint8Array): Promise<RawSignature> {
+    // Checked here, so the caller gets the same SigningError whether or not a thread signs.
+    if (digest.length !== 32) return signDigest(curve, privateKey, digest);
+    const thread = this.pick();
+    return thread ? thread.sign(curve, privateKey, digest) : signDigest(curve, privateKey, digest);
+  }
+
+  /** Signs a message with ed25519. */
+  async signEd25519(privateKey: Uint8Array, message: Uint8Array): Promise<RawSignature> {
+    const thread = this.pick();
+    return thread ? thread.sign("CURVE_ED25519", privateKey, message) : signEd25519(privateKey, message);
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.threads.map((thread) => thread.close()));
+  }
+}
