@@ -28,6 +28,8 @@ const ONLY = process.env.BENCH_ONLY?.split(",").filter(Boolean);
 /** BENCH_SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the server process. */
 const SERVER_NODE_ARGS = process.env.BENCH_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
 const selected = (scenario: string) => !ONLY || ONLY.includes(scenario);
+/** BENCH_CONCURRENCY=1,32 (the default): the concurrency levels each scenario runs at. */
+const [LOW, HIGH] = (process.env.BENCH_CONCURRENCY ?? "1,32").split(",").map(Number) as [number, number];
 
 interface Key {
   publicKey: string;
@@ -240,7 +242,7 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
       create_wallet: { fresh: true, make: () => client.submitBody("create_wallet", "ACTIVITY_TYPE_CREATE_WALLET", (n) => ({ walletName: `w-${n}-${crypto.randomUUID()}`, accounts: [eth] })) },
     };
     const results: Record<string, unknown> = {};
-    for (const [name, request] of Object.entries(scenarios)) if (selected(name)) results[name] = { c1: await load(client, 1, request), c32: await load(client, 32, request) };
+    for (const [name, request] of Object.entries(scenarios)) if (selected(name)) results[name] = { c1: await load(client, LOW, request), c32: await load(client, HIGH, request) };
     if (!selected("get_wallet") && !selected("list_wallet_accounts")) return { backend, ...results, peakRssMb: peakRssMb(child) };
 
     // Reads at 1,000 accounts, then at ACCOUNTS: flat means the same latency.
@@ -251,10 +253,10 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
     };
     await fillAccounts(env, dataDir, organizationId, walletId, 1000, 1);
     const small: Record<string, { c1: RunResult; c32: RunResult }> = {};
-    for (const [name, request] of Object.entries(reads)) small[name] = { c1: await load(client, 1, request), c32: await load(client, 32, request) };
+    for (const [name, request] of Object.entries(reads)) small[name] = { c1: await load(client, LOW, request), c32: await load(client, HIGH, request) };
     await fillAccounts(env, dataDir, organizationId, walletId, ACCOUNTS, 1000);
     for (const [name, request] of Object.entries(reads)) {
-      const large = { c1: await load(client, 1, request), c32: await load(client, 32, request) };
+      const large = { c1: await load(client, LOW, request), c32: await load(client, HIGH, request) };
       results[name] = { [`at${1000}`]: small[name], [`at${ACCOUNTS}`]: large, p50RatioLargeToSmall: Math.round((large.c1.p50Ms / small[name]!.c1.p50Ms) * 100) / 100 };
     }
     return { backend, ...results, peakRssMb: peakRssMb(child) };

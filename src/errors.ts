@@ -9,6 +9,7 @@ const GRPC_CODES = {
   ResourceExhausted: { code: 8, http: 429 },
   FailedPrecondition: { code: 9, http: 400 },
   Internal: { code: 13, http: 500 },
+  Unavailable: { code: 14, http: 503 },
   Unauthenticated: { code: 16, http: 401 },
 } as const;
 

@@ -10,6 +10,7 @@
 import type pino from "pino";
 import type { OpenTx, Store } from "../store/database.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
+import { BatchRolledBack } from "../store/group-commit.js";
 import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
 import { readStamp, type Stamp } from "../auth/stamps.js";
 import { authenticate, confirmCredential, stampVerifiesWith, type Principal } from "../auth/authenticate.js";
@@ -102,12 +103,12 @@ export class Pipeline {
 
     let principal: Principal;
     try {
-      principal = await authenticate(store.db, stamp, raw, envelope.organizationId, received, env.webauthn);
+      principal = await authenticate(store.reader, stamp, raw, envelope.organizationId, received, env.webauthn);
     } catch (error) {
       // A retry is answered from the audit log when its stamp verifies with the key that made the
       // original request, even if that request removed the key (rotating one's own key is common).
       // Only then is the log consulted: a retry by a key that still works is found on insert (below).
-      const earlier = await store.db.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
+      const earlier = await store.reader.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
       if (earlier && stampVerifiesWith(stamp, raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn)) return this.respond(earlier);
       throw error;
     }
@@ -145,7 +146,8 @@ export class Pipeline {
       // first (a round trip every activity would pay for the sake of retries): a retry's transaction
       // fails on insert, is rolled back whole, and is answered with the activity already recorded.
       if (!isDuplicateFingerprint(error)) throw error;
-      const existing = await store.db.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirstOrThrow();
+      // Read inside a write transaction: on SQLite the first may still be in the batch being committed.
+      const existing = await store.transact("shared", (trx) => trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirstOrThrow());
       // The same bytes stamped by someone else are not a retry of theirs: say so rather than answer
       // with another user's activity as if it were the caller's success.
       if (existing.user_id !== principal.userId) {
@@ -161,14 +163,14 @@ export class Pipeline {
    * `work` returns the response to send once the transaction has committed. */
   private async inOrganization(organizationId: string, lock: "exclusive" | "shared", work: (trx: OpenTx, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>): Promise<PipelineResponse> {
     const { store } = this.options;
-    const trx = await store.db.startTransaction().execute();
     try {
-      await lockOrganization(trx, store.dialect, organizationId, lock);
-      const outcome = await work(trx, this.clock());
-      await trx.commit().execute();
+      const outcome = await store.transact(lock, async (trx) => {
+        await lockOrganization(trx, store.dialect, organizationId, lock);
+        return work(trx, this.clock());
+      });
       return typeof outcome === "function" ? outcome() : outcome;
     } catch (error) {
-      await trx.rollback().execute().catch(() => undefined);
+      if (error instanceof BatchRolledBack) throw new ServiceError("Unavailable", "TRANSACTION_ROLLED_BACK", `${error.message}; nothing of this request was kept: send it again`);
       throw error;
     }
   }
@@ -230,7 +232,7 @@ export class Pipeline {
    */
   private async vote(operation: VoteOperation, envelope: Envelope, raw: Buffer, stamp: Stamp, received: number): Promise<PipelineResponse> {
     const { store, env } = this.options;
-    const principal = await authenticate(store.db, stamp, raw, envelope.organizationId, received, env.webauthn);
+    const principal = await authenticate(store.reader, stamp, raw, envelope.organizationId, received, env.webauthn);
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
     return this.inOrganization(envelope.organizationId, "exclusive", async (trx, now) => {
       await confirmCredential(trx, principal, now);
@@ -299,7 +301,7 @@ export class Pipeline {
     const votes = JSON.parse(row.votes) as StoredVote[];
     const operation = operationByActivityType.get(row.type);
     if (votes.some((v) => v.userId === principal.userId) || operation?.kind !== "activity") return none;
-    const { db } = this.options.store;
+    const db = this.options.store.reader;
     const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now };
     const voter = { userId: principal.userId, credentialId: principal.credentialId, credentialType: principal.credentialType, publicKey: principal.publicKey };
     return {
@@ -315,11 +317,11 @@ export class Pipeline {
     validateQueryRequest(operation.name, body);
     const organizationId = (body as { organizationId: string }).organizationId;
     const now = this.clock();
-    const principal: Principal = await authenticate(store.db, stamp, raw, organizationId, now, env.webauthn);
-    const decision = await authorizeQuery(store.db, principal, organizationId);
+    const principal: Principal = await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn);
+    const decision = await authorizeQuery(store.reader, principal, organizationId);
     if (!decision.allowed) throw decision.error;
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);
-    const result = await operation.run({ db: store.db, organizationId, principal, now, votingRights }, body);
+    const result = await operation.run({ db: store.reader, organizationId, principal, now, votingRights }, body);
     if ("activity" in result) return { status: 200, body: result };
     // The spec's query envelope, served beside the top-level keys the clients read.
     const activity = { id: newId(), status: "ACTIVITY_STATUS_COMPLETED", type: "ACTIVITY_TYPE_UNKNOWN_V1", organizationId, timestampMs: String(now), result };

@@ -18,6 +18,7 @@ import {
 } from "kysely";
 import type { Database } from "./schema.js";
 import { migrationProvider } from "./migrations.js";
+import { GroupCommit, type LockMode } from "./group-commit.js";
 
 export type Dialect = "sqlite" | "postgres";
 export type Tx = Transaction<Database>;
@@ -26,7 +27,19 @@ export type OpenTx = ControlledTransaction<Database>;
 export type Db = Kysely<Database>;
 
 export interface Store {
+  /** Migrations, administration and tests; the pipeline writes through `transact`. */
   db: Db;
+  /** Reads outside any transaction (authentication, queries): they see committed data only. On SQLite
+   * a second, read-only connection, so reads go on while a write transaction is open. */
+  reader: Db;
+  /**
+   * Runs `work` in a write transaction and resolves with its value once that transaction is durably
+   * committed; on failure nothing `work` wrote is kept. `shared` work writes nothing but its own new
+   * rows, and may run beside other shared work; `exclusive` work runs alone. On SQLite, activities
+   * share transactions (group-commit.ts); on PostgreSQL each has its own, and the caller's row lock on
+   * the organization provides the exclusion.
+   */
+  transact<T>(mode: LockMode, work: (trx: OpenTx) => Promise<T>): Promise<T>;
   dialect: Dialect;
   /** Human-readable location, for logs (never includes a password). */
   location: string;
@@ -100,7 +113,7 @@ function withStatementCache(sqlite: BetterSqlite3.Database) {
   };
 }
 
-function openSqlite(dataDir: string): Store {
+function openSqlite(dataDir: string): Omit<Store, "reader"> & { openReader(): Db } {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(dataDir, SQLITE_FILE_NAME);
   const sqlite = new BetterSqlite3(file, { timeout: 10_000 });
@@ -110,7 +123,25 @@ function openSqlite(dataDir: string): Store {
   sqlite.pragma("synchronous = FULL");
   sqlite.pragma("foreign_keys = ON");
   const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
-  return { db, dialect: "sqlite", location: file, close: () => db.destroy() };
+  const writes = new GroupCommit(db);
+  let reader: Kysely<Database> | null = null;
+  return {
+    db,
+    dialect: "sqlite",
+    location: file,
+    transact: (mode, work) => writes.run(mode, work),
+    // Opened once the schema exists. A WAL reader never waits for the writer, so the busy timeout
+    // (which would block the event loop) only covers the rare recovery of another process's crash.
+    openReader() {
+      const connection = new BetterSqlite3(file, { readonly: true, timeout: 2_000 });
+      reader = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(connection) }) });
+      return reader;
+    },
+    close: async () => {
+      await reader?.destroy();
+      await db.destroy();
+    },
+  };
 }
 
 function openPostgres(url: string, onConnectionError: (error: Error) => void): Store {
@@ -124,20 +155,46 @@ function openPostgres(url: string, onConnectionError: (error: Error) => void): S
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   const parsed = new URL(url);
   parsed.password = "";
-  return { db, dialect: "postgres", location: parsed.toString(), close: () => db.destroy() };
+  return {
+    db,
+    reader: db,
+    dialect: "postgres",
+    location: parsed.toString(),
+    async transact(_mode, work) {
+      const trx = await db.startTransaction().execute();
+      try {
+        const value = await work(trx);
+        await trx.commit().execute();
+        return value;
+      } catch (error) {
+        await trx.rollback().execute().catch(() => undefined);
+        throw error;
+      }
+    },
+    close: () => db.destroy(),
+  };
 }
 
 /** Opens the database and brings its schema up to date. */
 export async function openStore(options: StoreOptions): Promise<Store> {
   const onConnectionError = options.onConnectionError ?? ((error: Error) => console.error(`database connection lost: ${error.message}`));
-  const store = options.databaseUrl ? openPostgres(options.databaseUrl, onConnectionError) : openSqlite(options.dataDir);
+  if (options.databaseUrl) {
+    const store = openPostgres(options.databaseUrl, onConnectionError);
+    await migrateOrClose(store);
+    return store;
+  }
+  const { openReader, ...store } = openSqlite(options.dataDir);
+  await migrateOrClose(store);
+  return { ...store, reader: openReader() };
+}
+
+async function migrateOrClose(store: Pick<Store, "db" | "close">): Promise<void> {
   try {
     await migrate(store.db);
   } catch (error) {
     await store.close();
     throw error;
   }
-  return store;
 }
 
 export async function migrate(db: Db): Promise<void> {

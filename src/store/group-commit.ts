@@ -1,0 +1,235 @@
+// Write transactions on SQLite, shared between activities (group commit).
+//
+// SQLite admits one writer at a time, and a durable commit costs an fsync that blocks the event loop.
+// One transaction per activity would serialize every activity end to end — signatures included,
+// though they are computed on another thread — and pay one fsync each. Instead, activities join the
+// open *batch* (one write transaction) and the batch commits once for all its members. No member's
+// result is handed back before the batch holding it is on disk, so "answered" still means "durable".
+//
+// Inside a batch, members take the store's readers-writer lock:
+//  - `shared` members (those that write only their own activity record: signatures) run side by side,
+//    their statements interleaving on the one connection. Their only expected failure comes before
+//    their first write (a retry's duplicate fingerprint fails on the insert itself), so a failed
+//    member leaves nothing behind. One that fails after it wrote cannot be undone alone: the batch is
+//    rolled back and every member of it fails.
+//  - an `exclusive` member runs alone, inside a savepoint, so its failure undoes only its own writes.
+// A batch closes when no member is running or waiting, or when it is old or large enough; members
+// arriving meanwhile wait for the next one.
+import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from "kysely";
+import type { Db, OpenTx } from "./database.js";
+
+export type LockMode = "shared" | "exclusive";
+
+/** FIFO readers-writer lock: a waiting exclusive holder is not overtaken by later shared ones. */
+class ReadersWriterLock {
+  private readers = 0;
+  private writer = false;
+  private readonly queue: { mode: LockMode; grant: () => void }[] = [];
+
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  private fits(mode: LockMode): boolean {
+    return mode === "shared" ? !this.writer : !this.writer && this.readers === 0;
+  }
+
+  private take(mode: LockMode): void {
+    if (mode === "shared") this.readers++;
+    else this.writer = true;
+  }
+
+  acquire(mode: LockMode): Promise<void> {
+    if (this.queue.length === 0 && this.fits(mode)) {
+      this.take(mode);
+      return Promise.resolve();
+    }
+    return new Promise((grant) => this.queue.push({ mode, grant }));
+  }
+
+  release(mode: LockMode): void {
+    if (mode === "shared") this.readers--;
+    else this.writer = false;
+    while (this.queue.length > 0 && this.fits(this.queue[0]!.mode)) {
+      const next = this.queue.shift()!;
+      this.take(next.mode);
+      next.grant();
+    }
+  }
+}
+
+/** Notes whether a member's statements changed anything (a write that succeeded). */
+class WriteTracker implements KyselyPlugin {
+  wrote = false;
+  private readonly writes = new WeakSet<object>();
+
+  transformQuery({ node, queryId }: PluginTransformQueryArgs): RootOperationNode {
+    // Anything but a SELECT counts as a write (raw SQL included): the cautious reading.
+    if (node.kind !== "SelectQueryNode") this.writes.add(queryId);
+    return node;
+  }
+
+  async transformResult({ queryId, result }: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
+    if (this.writes.has(queryId)) this.wrote = true;
+    return result;
+  }
+}
+
+interface Batch {
+  trx: OpenTx;
+  openedAt: number;
+  admitted: number;
+  running: number;
+  closing: boolean;
+  /** Why the batch must be rolled back instead of committed. */
+  poisoned: Error | null;
+  /** Settles once the batch is committed (resolves) or rolled back (rejects). */
+  done: Promise<void>;
+  settle(error?: Error): void;
+}
+
+export interface GroupCommitOptions {
+  /** A batch admits no more members after this many… */
+  maxMembers: number;
+  /** …or once it has been open this long (ms), so that its first members are not kept waiting. */
+  maxAgeMs: number;
+}
+
+export class BatchRolledBack extends Error {
+  override name = "BatchRolledBack";
+}
+
+export class GroupCommit {
+  private readonly lock = new ReadersWriterLock();
+  private batch: Batch | null = null;
+  private opening: Promise<Batch> | null = null;
+  private joining = 0;
+
+  constructor(
+    private readonly db: Db,
+    private readonly options: GroupCommitOptions = { maxMembers: 256, maxAgeMs: 20 },
+  ) {}
+
+  /** Runs `work` as a member of a batch; resolves with its value once the batch is committed. */
+  async run<T>(mode: LockMode, work: (trx: OpenTx) => Promise<T>): Promise<T> {
+    this.joining++;
+    let batch: Batch;
+    try {
+      await this.lock.acquire(mode);
+      try {
+        batch = await this.join();
+      } catch (error) {
+        this.lock.release(mode);
+        throw error;
+      }
+    } finally {
+      this.joining--;
+    }
+
+    let value: T | undefined;
+    let failure: { error: unknown } | undefined;
+    try {
+      value = mode === "exclusive" ? await this.alone(batch, work) : await this.beside(batch, work);
+    } catch (error) {
+      failure = { error };
+    } finally {
+      this.lock.release(mode);
+      this.leave(batch);
+    }
+    // A member that failed is answered at once: nothing of it will be committed (its savepoint was
+    // rolled back, it wrote nothing, or it poisoned the batch).
+    if (failure) throw failure.error;
+    await batch.done;
+    return value as T;
+  }
+
+  /** An exclusive member: alone in the batch, in a savepoint of its own. */
+  private async alone<T>(batch: Batch, work: (trx: OpenTx) => Promise<T>): Promise<T> {
+    const name = `member_${batch.admitted}`;
+    const savepoint = (await batch.trx.savepoint(name).execute()) as unknown as OpenTx;
+    try {
+      const value = await work(savepoint);
+      await (savepoint as any).releaseSavepoint(name).execute();
+      return value;
+    } catch (error) {
+      await (savepoint as any).rollbackToSavepoint(name).execute();
+      throw error;
+    }
+  }
+
+  /** A shared member: beside the others; if it fails after writing, the batch cannot be kept. */
+  private async beside<T>(batch: Batch, work: (trx: OpenTx) => Promise<T>): Promise<T> {
+    const tracker = new WriteTracker();
+    try {
+      return await work(batch.trx.withPlugin(tracker));
+    } catch (error) {
+      if (tracker.wrote) batch.poisoned ??= new BatchRolledBack(`a write transaction shared by several activities was rolled back because one of them failed after writing: ${error instanceof Error ? error.message : String(error)}`);
+      throw error;
+    }
+  }
+
+  /** The open batch if it admits members, else a new one once the current one is finished. */
+  private async join(): Promise<Batch> {
+    for (;;) {
+      const batch = this.batch;
+      if (batch && !batch.closing) {
+        if (batch.admitted < this.options.maxMembers && Date.now() - batch.openedAt < this.options.maxAgeMs) {
+          batch.admitted++;
+          batch.running++;
+          return batch;
+        }
+        this.close(batch);
+      }
+      if (this.batch) {
+        await this.batch.done.catch(() => undefined);
+        continue;
+      }
+      this.opening ??= this.open().finally(() => (this.opening = null));
+      await this.opening;
+    }
+  }
+
+  private async open(): Promise<Batch> {
+    const trx = await this.db.startTransaction().execute();
+    let settle!: (error?: Error) => void;
+    const done = new Promise<void>((resolve, reject) => (settle = (error) => (error ? reject(error) : resolve())));
+    // Members await `done` only after they finish; a rejection nobody awaits is not an error here.
+    done.catch(() => undefined);
+    const batch: Batch = { trx, openedAt: Date.now(), admitted: 0, running: 0, closing: false, poisoned: null, done, settle };
+    this.batch = batch;
+    return batch;
+  }
+
+  private leave(batch: Batch): void {
+    batch.running--;
+    if (batch.running > 0) return;
+    if (batch.closing) return void this.finish(batch);
+    // Let requests that are ready to join (their I/O callbacks run first) come in before committing.
+    setImmediate(() => {
+      if (batch.running === 0 && !batch.closing && this.joining === 0 && this.lock.waiting === 0) this.close(batch);
+    });
+  }
+
+  private close(batch: Batch): void {
+    if (batch.closing) return;
+    batch.closing = true;
+    if (batch.running === 0) void this.finish(batch);
+  }
+
+  private async finish(batch: Batch): Promise<void> {
+    try {
+      if (batch.poisoned) {
+        await batch.trx.rollback().execute();
+        batch.settle(batch.poisoned);
+      } else {
+        await batch.trx.commit().execute();
+        batch.settle();
+      }
+    } catch (error) {
+      await batch.trx.rollback().execute().catch(() => undefined);
+      batch.settle(new BatchRolledBack(`the write transaction could not be committed: ${error instanceof Error ? error.message : String(error)}`));
+    } finally {
+      if (this.batch === batch) this.batch = null;
+    }
+  }
+}
