@@ -9,6 +9,8 @@ import { policyOperations } from "../operations/policies.js";
 import { walletOperations } from "../operations/wallets.js";
 import { privateKeyOperations } from "../operations/private-keys.js";
 import { signingOperations } from "../operations/signing.js";
+import { subOrganizationOperations } from "../operations/sub-organizations.js";
+import { featureOperations } from "../operations/features.js";
 import { activityQueries } from "./queries.js";
 import { voteOperations } from "./votes.js";
 
@@ -21,6 +23,8 @@ export const operations: Operation[] = [
   ...privateKeyOperations,
   ...signingOperations,
   ...organizationOperations,
+  ...subOrganizationOperations,
+  ...featureOperations,
   ...voteOperations,
   ...activityQueries,
 ];

@@ -63,6 +63,17 @@ function removeSecrets(parameters: Record<string, unknown>, secrets: string[] | 
   return Object.fromEntries(Object.entries(parameters).map(([k, v]) => [k, secrets.includes(k) ? "<redacted>" : v]));
 }
 
+/** A parent organization's credential reads its sub-organizations (authentication accepts it for
+ * them) but writes only in its own organization. */
+function refuseParentWrites(principal: Principal, organizationId: string): void {
+  if (principal.organizationId !== organizationId) {
+    throw permissionDenied(
+      `the stamp's credential belongs to organization ${principal.organizationId}, the parent of ${organizationId}: a parent organization reads its sub-organizations but cannot write in them; use a credential of ${organizationId}`,
+      "PARENT_ORGANIZATION_READ_ONLY",
+    );
+  }
+}
+
 export class Pipeline {
   private readonly clock: () => number;
 
@@ -112,6 +123,7 @@ export class Pipeline {
       if (earlier && stampVerifiesWith(stamp, raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn)) return this.respond(earlier);
       throw error;
     }
+    refuseParentWrites(principal, envelope.organizationId);
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
@@ -233,6 +245,7 @@ export class Pipeline {
   private async vote(operation: VoteOperation, envelope: Envelope, raw: Buffer, stamp: Stamp, received: number): Promise<PipelineResponse> {
     const { store, env } = this.options;
     const principal = await authenticate(store.reader, stamp, raw, envelope.organizationId, received, env.webauthn);
+    refuseParentWrites(principal, envelope.organizationId);
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
     return this.inOrganization(envelope.organizationId, "exclusive", async (trx, now) => {
       await confirmCredential(trx, principal, now);
@@ -317,7 +330,7 @@ export class Pipeline {
     validateQueryRequest(operation.name, body);
     const organizationId = (body as { organizationId: string }).organizationId;
     const now = this.clock();
-    const principal: Principal = await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn);
+    const principal: Principal = await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn, { subOrganizations: operation.resolvesSubOrganizations });
     const decision = await authorizeQuery(store.reader, principal, organizationId);
     if (!decision.allowed) throw decision.error;
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);

@@ -28,27 +28,70 @@ export const API_KEY_CREDENTIAL_TYPES: Record<string, Principal["credentialType"
   API_KEY_CURVE_ED25519: "CREDENTIAL_TYPE_API_KEY_ED25519",
 };
 
-/** Picks the credential of the target organization among those sharing a key, or explains why none. */
-async function chooseForOrganization<T extends { organization_id: string }>(db: Db, candidates: T[], organizationId: string, what: string): Promise<T> {
+/** The feature that limits the origins an organization's passkeys may stamp from. */
+export const WEBAUTHN_ORIGINS = "FEATURE_NAME_WEBAUTHN_ORIGINS";
+
+/**
+ * The WebAuthn origins passkey stamps of `organizationId` may come from: its parent's setting when
+ * the parent has one (it covers every sub-organization), else its own; null when neither is set (the
+ * server's configured origins apply).
+ */
+async function webauthnOriginsFor(db: Db, organizationId: string): Promise<string[] | null> {
+  const row = await db
+    .selectFrom("organizations as o")
+    .leftJoin("organization_features as own", (join) => join.onRef("own.organization_id", "=", "o.id").on("own.name", "=", WEBAUTHN_ORIGINS))
+    .leftJoin("organization_features as inherited", (join) => join.onRef("inherited.organization_id", "=", "o.parent_organization_id").on("inherited.name", "=", WEBAUTHN_ORIGINS))
+    .select(["own.value as own", "inherited.value as inherited"])
+    .where("o.id", "=", organizationId)
+    .executeTakeFirst();
+  const value = row?.inherited ?? row?.own;
+  return value ? value.split(",") : null;
+}
+
+/** How a credential may relate to the organization a request names. */
+export interface CredentialScope {
+  /** Accept a credential of a sub-organization of the named one (whoami resolves the caller's
+   * sub-organization through its parent). */
+  subOrganizations?: boolean;
+}
+
+type Candidate = { organization_id: string; organization_parent: string | null };
+
+/**
+ * Picks the credential to act with among those sharing a key: one of the named organization, else
+ * one of its parent (which reads its sub-organizations), else — when the scope allows — one of a
+ * sub-organization of it; or explains why none.
+ */
+async function chooseForOrganization<T extends Candidate>(db: Db, candidates: T[], organizationId: string, what: string, scope: CredentialScope): Promise<T> {
   const match = candidates.find((c) => c.organization_id === organizationId);
   if (match) return match;
-  const organization = await db.selectFrom("organizations").select("id").where("id", "=", organizationId).executeTakeFirst();
+  const organization = await db.selectFrom("organizations").select(["id", "parent_organization_id"]).where("id", "=", organizationId).where("deleted_at", "is", null).executeTakeFirst();
   if (!organization) throw notFound(`organization ${organizationId} not found`, "ORGANIZATION_NOT_FOUND");
+  const parent = organization.parent_organization_id && candidates.find((c) => c.organization_id === organization.parent_organization_id);
+  if (parent) return parent;
+  const child = scope.subOrganizations ? candidates.find((c) => c.organization_parent === organizationId) : undefined;
+  if (child) return child;
   throw permissionDenied(`${what} does not belong to organization ${organizationId}`, "ORGANIZATION_MISMATCH");
 }
 
-export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organizationId: string, now: number, webauthn: WebauthnPolicy): Promise<Principal> {
+/**
+ * Who sent the request: the stamp verifies, and its key is a credential of the named organization (or
+ * of its parent, or, as `scope` allows, of a sub-organization of it). `principal.organizationId` is
+ * the credential's own organization, which may differ from the one named.
+ */
+export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organizationId: string, now: number, webauthn: WebauthnPolicy, scope: CredentialScope = {}): Promise<Principal> {
   if (stamp.kind === "API_KEY") {
     if (!verifyApiKeyStamp(stamp, body)) throw unauthenticated("stamp signature does not verify over the request body", "SIGNATURE_INVALID");
     const candidates = await db
       .selectFrom("api_keys")
       .innerJoin("users", "users.id", "api_keys.user_id")
+      .innerJoin("organizations", "organizations.id", "api_keys.organization_id")
       .selectAll("api_keys")
-      .select(["users.name as user_name", "users.email as user_email"])
+      .select(["users.name as user_name", "users.email as user_email", "organizations.parent_organization_id as organization_parent"])
       .where("api_keys.public_key", "=", stamp.publicKey)
       .execute();
     if (candidates.length === 0) throw unauthenticated(`no API key with public key ${stamp.publicKey}`, "PUBLIC_KEY_NOT_FOUND");
-    const key = await chooseForOrganization(db, candidates, organizationId, "the stamp's API key");
+    const key = await chooseForOrganization(db, candidates, organizationId, "the stamp's API key", scope);
     if (key.curve !== SCHEME_CURVES[stamp.scheme]) {
       throw unauthenticated(`stamp scheme ${stamp.scheme} does not match the key's curve ${key.curve}`, "SIGNATURE_INVALID");
     }
@@ -70,8 +113,9 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
   const candidates = await db
     .selectFrom("authenticators")
     .innerJoin("users", "users.id", "authenticators.user_id")
+    .innerJoin("organizations", "organizations.id", "authenticators.organization_id")
     .selectAll("authenticators")
-    .select(["users.name as user_name", "users.email as user_email"])
+    .select(["users.name as user_name", "users.email as user_email", "organizations.parent_organization_id as organization_parent"])
     .where("authenticators.credential_id", "=", credentialId)
     .execute();
   if (candidates.length === 0) throw unauthenticated(`no authenticator with credential id ${credentialId}`, "PUBLIC_KEY_NOT_FOUND");
@@ -81,9 +125,10 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
   if (!inOrganization && !candidates.some((c) => stampVerifiesWith(stamp, body, c.public_key, webauthn))) {
     throw unauthenticated(`no authenticator with credential id ${credentialId} in organization ${organizationId}`, "PUBLIC_KEY_NOT_FOUND");
   }
-  const authenticator = await chooseForOrganization(db, candidates, organizationId, "the stamp's authenticator");
+  const authenticator = await chooseForOrganization(db, candidates, organizationId, "the stamp's authenticator", scope);
+  const origins = await webauthnOriginsFor(db, authenticator.organization_id);
   try {
-    verifyWebauthnStamp(stamp, body, authenticator.public_key, webauthn);
+    verifyWebauthnStamp(stamp, body, authenticator.public_key, origins ? { ...webauthn, origins } : webauthn);
   } catch (error) {
     if (error instanceof ServiceError) throw error;
     throw unauthenticated("passkey stamp does not verify", "SIGNATURE_INVALID");

@@ -57,7 +57,8 @@ export async function rootQuorumUserIds(db: Db | Tx, organizationId: string): Pr
 
 /**
  * An organization must never lock itself out: at least `threshold` root users must keep a lasting
- * credential (an API key without expiry, a passkey, or an OAuth identity). An expiring key does not
+ * credential (an API key without expiry, a passkey, an OAuth identity, or an email / phone number a
+ * login feature of the organization serves). An expiring key does not
  * count: when it lapses the organization would be locked out with nobody left to notice. Checked
  * after every activity, inside its transaction, so any change that breaks it is rolled back whole.
  */
@@ -76,12 +77,29 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
             w.exists(w.selectFrom("api_keys as k").select("k.id").whereRef("k.user_id", "=", "m.user_id").where("k.expires_at", "is", null)),
             w.exists(w.selectFrom("authenticators as a").select("a.id").whereRef("a.user_id", "=", "m.user_id")),
             w.exists(w.selectFrom("oauth_providers as o").select("o.id").whereRef("o.user_id", "=", "m.user_id")),
+            // An email or phone number counts where a login feature serves it (the product's rule).
+            w.exists(
+              w
+                .selectFrom("users as u")
+                .innerJoin("organization_features as f", "f.organization_id", "u.organization_id")
+                .select("u.id")
+                .whereRef("u.id", "=", "m.user_id")
+                .where((c) =>
+                  c.or([
+                    c.and([c("u.email", "is not", null), c("f.name", "in", ["FEATURE_NAME_EMAIL_AUTH", "FEATURE_NAME_OTP_EMAIL_AUTH"])]),
+                    c.and([c("u.phone_number", "is not", null), c("f.name", "=", "FEATURE_NAME_SMS_AUTH")]),
+                  ]),
+                ),
+            ),
           ]),
         )
         .as("reachable"),
+      "deleted_at",
     ])
     .where("id", "=", organizationId)
     .executeTakeFirstOrThrow();
+  // A deleted sub-organization has nobody left to lock out.
+  if (row.deleted_at !== null) return;
   const reachable = Number(row.reachable ?? 0);
   if (reachable < row.root_quorum_threshold) {
     throw failedPrecondition(
@@ -116,9 +134,10 @@ export const organizationOperations = [
 
   defineQuery<{ organizationId: string }>({
     name: "whoami",
-    summary: "The caller's user and organization.",
+    summary: "The caller's user and organization (the caller's own sub-organization when the request names its parent).",
+    resolvesSubOrganizations: true,
     async run(ctx) {
-      const organization = await ctx.db.selectFrom("organizations").select(["id", "name"]).where("id", "=", ctx.organizationId).executeTakeFirst();
+      const organization = await ctx.db.selectFrom("organizations").select(["id", "name"]).where("id", "=", ctx.principal.organizationId).executeTakeFirst();
       const user = await ctx.db.selectFrom("users").select(["id", "name"]).where("id", "=", ctx.principal.userId).executeTakeFirst();
       if (!organization || !user) throw notFound("the caller's user no longer exists", "USER_NOT_FOUND");
       return { organizationId: organization.id, organizationName: organization.name, userId: user.id, username: user.name };

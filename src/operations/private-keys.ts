@@ -10,7 +10,7 @@ import { defineActivity, defineQuery, type ActivityContext } from "./registry.js
 import { requireName } from "./credentials.js";
 import { distinct, newId, requireAtMost, timestamp } from "./resources.js";
 
-interface PrivateKeyParams {
+export interface PrivateKeyParams {
   privateKeyName: string;
   curve: Curve;
   privateKeyTags: string[];
@@ -56,7 +56,7 @@ export async function requirePrivateKey(db: Db | Tx, organizationId: string, pri
   return row;
 }
 
-async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyParams[]) {
+export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyParams[]) {
   if (keys.length === 0) throw invalidArgument("privateKeys must list at least one key");
   requireAtMost(keys, "privateKeys");
   const created: { privateKeyId: string; addresses: StoredAddress[] }[] = [];

@@ -153,6 +153,9 @@ export interface QueryOperation<B = any> {
   /** Path suffix: /public/v1/query/<name> */
   name: string;
   summary: string;
+  /** A credential of a sub-organization of the organization named may ask too (whoami: a client that
+   * knows only the parent's id finds the caller's own sub-organization). */
+  resolvesSubOrganizations?: boolean;
   /** Returns the whole response object, e.g. `{ user }`. */
   run(ctx: QueryContext, body: B): Promise<Record<string, unknown>>;
 }

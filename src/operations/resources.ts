@@ -2,6 +2,7 @@
 import { v7 as uuidv7 } from "uuid";
 import type { ExpressionBuilder } from "kysely";
 import type { Db, Tx } from "../store/database.js";
+import type { Selectable } from "kysely";
 import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
 import { invalidArgument, notFound } from "../errors.js";
 import { API_KEY_CREDENTIAL_TYPES } from "../auth/authenticate.js";
@@ -80,7 +81,7 @@ export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: s
     return map;
   };
   const keysBy = byUser(apiKeys), authsBy = byUser(authenticators), providersBy = byUser(providers), tagsBy = byUser(tags);
-  return users.map((user: UsersTable) => ({
+  return users.map((user: Selectable<UsersTable>) => ({
     userId: user.id,
     userName: user.name,
     ...(user.email !== null ? { userEmail: user.email } : {}),
@@ -94,7 +95,7 @@ export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: s
   }));
 }
 
-export async function requireUser(db: Db | Tx, organizationId: string, userId: string): Promise<UsersTable> {
+export async function requireUser(db: Db | Tx, organizationId: string, userId: string): Promise<Selectable<UsersTable>> {
   const user = await db.selectFrom("users").selectAll().where("organization_id", "=", organizationId).where("id", "=", userId).executeTakeFirst();
   if (!user) throw notFound(`user ${userId} not found in organization ${organizationId}`, "USER_NOT_FOUND");
   return user;

@@ -5,20 +5,24 @@ import { defineActivity, defineQuery, type ActivityContext } from "./registry.js
 import { addApiKeys, addAuthenticators, requireName, type ApiKeyParams, type AuthenticatorParams } from "./credentials.js";
 import { distinct, loadUsers, newId, requireUser, requireUserTags, requireUsers } from "./resources.js";
 
-interface OauthProviderParams {
+export interface OauthProviderParams {
   providerName: string;
   oidcToken?: string;
   oidcClaims?: { iss: string; sub: string; aud: string };
 }
 
-interface UserParams {
+/** A new user and the credentials it starts with. */
+export interface NewUserParams {
   userName: string;
   userEmail?: string;
   userPhoneNumber?: string;
-  accessType?: string;
-  apiKeys: ApiKeyParams[];
-  authenticators: AuthenticatorParams[];
+  apiKeys?: ApiKeyParams[];
+  authenticators?: AuthenticatorParams[];
   oauthProviders?: OauthProviderParams[];
+}
+
+interface UserParams extends NewUserParams {
+  accessType?: string;
   userTags: string[];
 }
 
@@ -90,6 +94,27 @@ function refuseVerificationToken(token: string | undefined): void {
   }
 }
 
+/** A user of `ctx.organizationId` with its credentials (API keys, passkeys, OAuth identities). */
+export async function createUser(ctx: ActivityContext, user: NewUserParams, field: string): Promise<string> {
+  const id = newId();
+  await ctx.trx
+    .insertInto("users")
+    .values({
+      id,
+      organization_id: ctx.organizationId,
+      name: requireName(user.userName, `${field}.userName`),
+      email: normalizeEmail(user.userEmail, `${field}.userEmail`),
+      phone_number: normalizePhone(user.userPhoneNumber, `${field}.userPhoneNumber`),
+      created_at: ctx.now,
+      updated_at: ctx.now,
+    })
+    .execute();
+  await addApiKeys(ctx, id, user.apiKeys ?? [], `${field}.apiKeys`);
+  await addAuthenticators(ctx, id, user.authenticators ?? [], `${field}.authenticators`);
+  await addOauthProviders(ctx, id, user.oauthProviders ?? [], `${field}.oauthProviders`);
+  return id;
+}
+
 async function setUserTags(ctx: ActivityContext, userId: string, tagIds: string[]): Promise<void> {
   await ctx.trx.deleteFrom("user_tag_members").where("user_id", "=", userId).execute();
   if (tagIds.length) await ctx.trx.insertInto("user_tag_members").values(tagIds.map((tag_id) => ({ tag_id, user_id: userId }))).execute();
@@ -112,22 +137,7 @@ export const userOperations = [
         const field = `users[${i}]`;
         const tags = distinct(user.userTags, `${field}.userTags`);
         await requireUserTags(ctx.trx, ctx.organizationId, tags);
-        const id = newId();
-        await ctx.trx
-          .insertInto("users")
-          .values({
-            id,
-            organization_id: ctx.organizationId,
-            name: requireName(user.userName, `${field}.userName`),
-            email: normalizeEmail(user.userEmail, `${field}.userEmail`),
-            phone_number: normalizePhone(user.userPhoneNumber, `${field}.userPhoneNumber`),
-            created_at: ctx.now,
-            updated_at: ctx.now,
-          })
-          .execute();
-        await addApiKeys(ctx, id, user.apiKeys, `${field}.apiKeys`);
-        await addAuthenticators(ctx, id, user.authenticators, `${field}.authenticators`);
-        await addOauthProviders(ctx, id, user.oauthProviders ?? [], `${field}.oauthProviders`);
+        const id = await createUser(ctx, user, field);
         await setUserTags(ctx, id, tags);
         userIds.push(id);
       }

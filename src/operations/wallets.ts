@@ -138,36 +138,45 @@ function requireExportedOrForced(wallet: WalletsTable, force: boolean | undefine
 }
 
 
+export interface NewWalletParams {
+  walletName: string;
+  accounts: WalletAccountParams[];
+  mnemonicLength?: number;
+}
+
+/** A new HD wallet of `ctx.organizationId` (a fresh mnemonic, sealed) with its first accounts. */
+export async function createWallet(ctx: ActivityContext, p: NewWalletParams, field = ""): Promise<{ walletId: string; addresses: string[] }> {
+  const name = requireName(p.walletName, `${field}walletName`);
+  requireAtMost(p.accounts, `${field}accounts`);
+  const words = p.mnemonicLength ?? 12;
+  if (!MNEMONIC_LENGTHS.includes(words)) throw invalidArgument(`${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
+  await requireUniqueWalletName(ctx, name);
+  const language: MnemonicLanguage = "MNEMONIC_LANGUAGE_ENGLISH";
+  const mnemonic = generateMnemonic(words as 12, language);
+  const id = newId();
+  const row: WalletsTable = {
+    id,
+    organization_id: ctx.organizationId,
+    name,
+    sealed_mnemonic: ctx.env.keyring.seal(mnemonic, { organizationId: ctx.organizationId, kind: "wallet.mnemonic", resourceId: id }),
+    mnemonic_language: language,
+    imported: 0,
+    exported: 0,
+    created_at: ctx.now,
+    updated_at: ctx.now,
+  };
+  await ctx.trx.insertInto("wallets").values(row).execute();
+  const addresses = await deriveAccounts(ctx, row, mnemonicToSeed(mnemonic), p.accounts, true);
+  return { walletId: id, addresses };
+}
+
 export const walletOperations = [
-  defineActivity<{ walletName: string; accounts: WalletAccountParams[]; mnemonicLength?: number }>({
+  defineActivity<NewWalletParams>({
     name: "create_wallet",
     summary: "Create an HD wallet (a new BIP-39 mnemonic, sealed at rest) and derive its first accounts.",
     resource: "WALLET",
     action: "CREATE",
-    async execute(ctx, p) {
-      const name = requireName(p.walletName, "walletName");
-      requireAtMost(p.accounts, "accounts");
-      const words = p.mnemonicLength ?? 12;
-      if (!MNEMONIC_LENGTHS.includes(words)) throw invalidArgument(`mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
-      await requireUniqueWalletName(ctx, name);
-      const language: MnemonicLanguage = "MNEMONIC_LANGUAGE_ENGLISH";
-      const mnemonic = generateMnemonic(words as 12, language);
-      const id = newId();
-      const row: WalletsTable = {
-        id,
-        organization_id: ctx.organizationId,
-        name,
-        sealed_mnemonic: ctx.env.keyring.seal(mnemonic, { organizationId: ctx.organizationId, kind: "wallet.mnemonic", resourceId: id }),
-        mnemonic_language: language,
-        imported: 0,
-        exported: 0,
-        created_at: ctx.now,
-        updated_at: ctx.now,
-      };
-      await ctx.trx.insertInto("wallets").values(row).execute();
-      const addresses = await deriveAccounts(ctx, row, mnemonicToSeed(mnemonic), p.accounts, true);
-      return { walletId: id, addresses };
-    },
+    execute: (ctx, p) => createWallet(ctx, p),
   }),
 
   defineActivity<{ walletId: string; accounts: WalletAccountParams[]; persist?: boolean }>({

@@ -234,10 +234,32 @@ const wallets: Migration = {
   },
 };
 
+/** Sub-organizations (an organization with a parent), organization features, verified contacts. */
+const subOrganizations: Migration = {
+  async up(db: Kysely<any>) {
+    // A deleted sub-organization keeps its row (and its audit log); everything else of it goes.
+    await db.schema.alterTable("organizations").addColumn("deleted_at", "bigint").execute();
+    await db.schema.createIndex("organizations_by_parent").on("organizations").columns(["parent_organization_id", "created_at", "id"]).execute();
+    // When a contact was proven by a one-time password (list_verified_suborgs reads it).
+    await db.schema.alterTable("users").addColumn("email_verified_at", "bigint").execute();
+    await db.schema.alterTable("users").addColumn("phone_verified_at", "bigint").execute();
+    await db.schema
+      .createTable("organization_features")
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("value", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .addPrimaryKeyConstraint("organization_features_pk", ["organization_id", "name"])
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
   "0003_wallets": wallets,
+  "0004_sub_organizations": subOrganizations,
 };
 
 export const migrationProvider: MigrationProvider = {

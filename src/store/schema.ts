@@ -1,3 +1,5 @@
+import type { ColumnType } from "kysely";
+
 // Row types of the database, shared by SQLite and PostgreSQL. Times are integer milliseconds since the
 // epoch; JSON documents are stored as text so both dialects read them back the same way.
 export interface OrganizationsTable {
@@ -6,6 +8,17 @@ export interface OrganizationsTable {
   /** Set for a sub-organization; its parent may read it. */
   parent_organization_id: string | null;
   root_quorum_threshold: number;
+  created_at: number;
+  updated_at: number;
+  /** Set when a sub-organization is deleted: the row and its audit log stay, nothing else does. */
+  deleted_at: ColumnType<number | null, number | null | undefined, number | null>;
+}
+
+/** FEATURE_NAME_* settings of an organization (set_organization_feature). */
+export interface OrganizationFeaturesTable {
+  organization_id: string;
+  name: string;
+  value: string;
   created_at: number;
   updated_at: number;
 }
@@ -21,6 +34,9 @@ export interface UsersTable {
   name: string;
   email: string | null;
   phone_number: string | null;
+  /** When the email / phone number was proven with a one-time password; null if never. */
+  email_verified_at: ColumnType<number | null, number | null | undefined, number | null>;
+  phone_verified_at: ColumnType<number | null, number | null | undefined, number | null>;
   created_at: number;
   updated_at: number;
 }
@@ -212,6 +228,7 @@ export interface Database {
   activities: ActivitiesTable;
   policies: PoliciesTable;
   policy_evaluations: PolicyEvaluationsTable;
+  organization_features: OrganizationFeaturesTable;
   wallets: WalletsTable;
   wallet_accounts: WalletAccountsTable;
   private_keys: PrivateKeysTable;

@@ -110,7 +110,7 @@ export async function startHarness(env: Record<string, string> = {}, options: { 
     },
     async snapshot() {
       const db = server.store.db;
-      const tables = ["organizations", "root_quorum_members", "users", "api_keys", "authenticators", "oauth_providers", "tags", "user_tag_members", "activities", "policies", "policy_evaluations", "wallets", "wallet_accounts", "private_keys", "private_key_tag_members", "private_key_addresses"] as const;
+      const tables = ["organizations", "root_quorum_members", "users", "api_keys", "authenticators", "oauth_providers", "tags", "user_tag_members", "activities", "policies", "policy_evaluations", "wallets", "wallet_accounts", "private_keys", "private_key_tag_members", "private_key_addresses", "organization_features"] as const;
       const out: Record<string, unknown[]> = {};
       for (const table of tables) {
         const rows = await db.selectFrom(table).selectAll().execute();

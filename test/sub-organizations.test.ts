@@ -1,0 +1,308 @@
+// Sub-organizations and organization features, through @turnkey/sdk-server (and @turnkey/http for
+// the older activity versions): creation in every version, the parent's read-only view, isolation,
+// whoami through the parent, delegated access, listing with filters, deletion, and features.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SignJWT } from "jose";
+import crypto from "node:crypto";
+import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
+import { fastPoller } from "./helpers/organizations.js";
+import { SoftwarePasskey } from "./helpers/passkey.js";
+
+let h: Harness;
+let parent: TestOrganization;
+let parentSdk: ReturnType<Harness["sdk"]>;
+
+const ethAccount = { curve: "CURVE_SECP256K1" as const, pathFormat: "PATH_FORMAT_BIP32" as const, path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const };
+
+beforeAll(async () => {
+  h = await startHarness();
+  parent = await h.organization("Parent");
+  parentSdk = h.sdk(parent, parent.key, fastPoller);
+});
+afterAll(() => h.close());
+
+/** An unsigned JWT with the claims a provider would sign (registration reads iss/sub/aud only). */
+const oidcToken = (sub: string) => new SignJWT({ nonce: "n" }).setProtectedHeader({ alg: "HS256" }).setIssuer("https://accounts.example.com").setSubject(sub).setAudience("sigil-test").setIssuedAt().setExpirationTime("1h").sign(crypto.randomBytes(32));
+
+async function subOrganization(name: string, options: { email?: string; key?: ApiKeyPair; extraRootUsers?: any[]; wallet?: boolean; oauthSubject?: string } = {}) {
+  const key = options.key ?? newKeyPair();
+  const result = await parentSdk.createSubOrganization({
+    subOrganizationName: name,
+    rootQuorumThreshold: 1,
+    rootUsers: [
+      {
+        userName: `${name} owner`,
+        ...(options.email ? { userEmail: options.email } : {}),
+        apiKeys: [{ apiKeyName: "owner key", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+        authenticators: [],
+        oauthProviders: options.oauthSubject ? [{ providerName: "example", oidcToken: await oidcToken(options.oauthSubject) }] : [],
+      },
+      ...(options.extraRootUsers ?? []),
+    ],
+    ...(options.wallet ? { wallet: { walletName: "default", accounts: [ethAccount] } } : {}),
+  });
+  return { ...result, key, sdk: h.sdk({ organizationId: result.subOrganizationId }, key, fastPoller) };
+}
+
+describe("create_sub_organization", () => {
+  it("creates a sub-organization (V8, as the client sends it) with its root user, API key and wallet", async () => {
+    const sub = await subOrganization("Alice", { email: "alice@example.com", wallet: true });
+    expect(sub.subOrganizationId).toMatch(/^[0-9a-f-]{36}$/);
+    expect(sub.rootUserIds).toHaveLength(1);
+    expect(sub.wallet?.addresses[0]).toMatch(/^0x[0-9a-fA-F]{40}$/);
+    const whoami = await sub.sdk.getWhoami({ organizationId: sub.subOrganizationId });
+    expect(whoami).toMatchObject({ organizationId: sub.subOrganizationId, organizationName: "Alice", userId: sub.rootUserIds![0], username: "Alice owner" });
+    const wallets = await sub.sdk.getWallets({ organizationId: sub.subOrganizationId });
+    expect(wallets.wallets.map((w) => w.walletId)).toEqual([sub.wallet!.walletId]);
+    // The sub-organization's own key signs with its wallet.
+    const signed = await sub.sdk.signRawPayload({ organizationId: sub.subOrganizationId, signWith: sub.wallet!.addresses[0]!, payload: "00".repeat(32), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" });
+    expect(signed.r).toMatch(/^[0-9a-f]{64}$/);
+    const configs = await sub.sdk.getOrganizationConfigs({ organizationId: sub.subOrganizationId });
+    expect(configs.configs.quorum).toEqual({ threshold: 1, userIds: sub.rootUserIds });
+    expect(configs.configs.features?.map((f) => f.name).sort()).toEqual(["FEATURE_NAME_EMAIL_AUTH", "FEATURE_NAME_EMAIL_RECOVERY", "FEATURE_NAME_OTP_EMAIL_AUTH", "FEATURE_NAME_SMS_AUTH"]);
+  });
+
+  it("accepts every version of the activity, each answered under its own result key", async () => {
+    const client = h.http(parent.key);
+    const key = newKeyPair();
+    const rootUser = { userName: "root", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey }], authenticators: [] };
+    const passkey = new SoftwarePasskey();
+    const registration = passkey.register();
+    const versions: Array<[string, Record<string, unknown>, string]> = [
+      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION", { name: "v1", rootAuthenticator: { authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation } }, "createSubOrganizationResult"],
+      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V2", { subOrganizationName: "v2", rootUsers: [rootUser], rootQuorumThreshold: 1 }, "createSubOrganizationResult"],
+      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V3", { subOrganizationName: "v3", rootUsers: [rootUser], rootQuorumThreshold: 1, privateKeys: [{ privateKeyName: "k", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }] }, "createSubOrganizationResultV3"],
+      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V4", { subOrganizationName: "v4", rootUsers: [rootUser], rootQuorumThreshold: 1, wallet: { walletName: "w", accounts: [ethAccount] } }, "createSubOrganizationResultV4"],
+      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V5", { subOrganizationName: "v5", rootUsers: [{ ...rootUser, oauthProviders: [] }], rootQuorumThreshold: 1 }, "createSubOrganizationResultV5"],
+      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V6", { subOrganizationName: "v6", rootUsers: [{ ...rootUser, apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], oauthProviders: [] }], rootQuorumThreshold: 1 }, "createSubOrganizationResultV6"],
+      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V7", { subOrganizationName: "v7", rootUsers: [{ userName: "sms", userPhoneNumber: "+14155550100", apiKeys: [], authenticators: [], oauthProviders: [] }], rootQuorumThreshold: 1, disableEmailAuth: true }, "createSubOrganizationResultV7"],
+    ];
+    for (const [type, parameters, resultKey] of versions) {
+      const { activity } = await client.createSubOrganization({ type, organizationId: parent.organizationId, timestampMs: String(Date.now()), parameters } as any);
+      expect(activity.status, type).toBe("ACTIVITY_STATUS_COMPLETED");
+      const result = (activity.result as any)[resultKey];
+      expect(result.subOrganizationId, type).toMatch(/^[0-9a-f-]{36}$/);
+      expect(result.rootUserIds, type).toHaveLength(1);
+      if (type.endsWith("_V3")) expect(result.privateKeys[0].addresses[0].address).toMatch(/^0x/);
+      if (type.endsWith("_V4")) expect(result.wallet.addresses).toHaveLength(1);
+    }
+    // The V1 sub-organization's passkey stamps for it.
+    const v1 = (await parentSdk.getSubOrgIds({ filterType: "NAME", filterValue: "v1" })).organizationIds[0]!;
+    const body = JSON.stringify({ organizationId: v1 });
+    const res = await h.post("/public/v1/query/whoami", body, { "X-Stamp-Webauthn": passkey.stamp(body) });
+    expect(res.status).toBe(200);
+    expect(res.json.organizationId).toBe(v1);
+  });
+
+  it("refuses bad requests with their own errors, and creates nothing", async () => {
+    const before = await h.snapshot();
+    const key = newKeyPair();
+    const owner = { userName: "owner", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" as const }], authenticators: [], oauthProviders: [] };
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 2 }, "ROOT_QUORUM_THRESHOLD_INVALID"],
+      [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 0 }, "ROOT_QUORUM_THRESHOLD_INVALID"],
+      [{ subOrganizationName: "t", rootUsers: [], rootQuorumThreshold: 1 }, "REQUEST_INVALID"],
+      [{ subOrganizationName: " ", rootUsers: [owner], rootQuorumThreshold: 1 }, "REQUEST_INVALID"],
+      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [] }], rootQuorumThreshold: 1 }, "ROOT_USER_WITHOUT_CREDENTIAL"],
+      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userEmail: "a@example.com" }], rootQuorumThreshold: 1, disableEmailAuth: true, disableOtpEmailAuth: true }, "ROOT_USER_WITHOUT_CREDENTIAL"],
+      [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 1, verificationToken: "token" }, "VERIFICATION_TOKEN_UNSUPPORTED"],
+      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [{ apiKeyName: "k", publicKey: "02ff", curveType: "API_KEY_CURVE_P256" }] }], rootQuorumThreshold: 1 }, "INVALID_PUBLIC_KEY"],
+      [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 1, wallet: { walletName: "w", accounts: [{ ...ethAccount, path: "not a path" }] } }, "INVALID_DERIVATION_PATH"],
+    ];
+    for (const [parameters, code] of cases) {
+      const request = signedRequest({ type: "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V7", organizationId: parent.organizationId, timestampMs: String(Date.now()), parameters }, parent.key);
+      const res = await h.post("/public/v1/submit/create_sub_organization", request.body, request.headers);
+      expect(res.status, code).toBeGreaterThanOrEqual(400);
+      expect(res.json.details[0].turnkeyErrorCode, JSON.stringify(parameters)).toBe(code);
+    }
+    const after = JSON.parse(await h.snapshot());
+    const previous = JSON.parse(before);
+    // Only the refused activities were recorded.
+    for (const table of Object.keys(previous)) if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(previous[table]);
+  });
+
+  it("does not let a sub-organization create its own", async () => {
+    const sub = await subOrganization("Nested parent");
+    const key = newKeyPair();
+    await expect(
+      sub.sdk.createSubOrganization({ organizationId: sub.subOrganizationId, subOrganizationName: "grandchild", rootQuorumThreshold: 1, rootUsers: [{ userName: "u", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] }),
+    ).rejects.toThrow(/NESTED_SUB_ORGANIZATION|cannot have their own/);
+  });
+});
+
+describe("the parent and its sub-organizations", () => {
+  it("lets the parent read a sub-organization, but not write in it", async () => {
+    const sub = await subOrganization("Readable", { wallet: true });
+    const wallets = await parentSdk.getWallets({ organizationId: sub.subOrganizationId });
+    expect(wallets.wallets).toHaveLength(1);
+    const users = await parentSdk.getUsers({ organizationId: sub.subOrganizationId });
+    expect(users.users.map((u) => u.userId)).toEqual(sub.rootUserIds);
+    const activities = await parentSdk.getActivities({ organizationId: sub.subOrganizationId });
+    expect(Array.isArray(activities.activities)).toBe(true);
+
+    const before = await h.snapshot();
+    const request = signedRequest({ type: "ACTIVITY_TYPE_CREATE_WALLET", organizationId: sub.subOrganizationId, timestampMs: String(Date.now()), parameters: { walletName: "intruder", accounts: [ethAccount] } }, parent.key);
+    const res = await h.post("/public/v1/submit/create_wallet", request.body, request.headers);
+    expect(res.status).toBe(403);
+    expect(res.json.details[0].turnkeyErrorCode).toBe("PARENT_ORGANIZATION_READ_ONLY");
+    expect(await h.snapshot()).toBe(before);
+  });
+
+  it("keeps sub-organizations apart from each other and from their parent", async () => {
+    const a = await subOrganization("Sibling A");
+    const b = await subOrganization("Sibling B");
+    await expect(a.sdk.getUsers({ organizationId: b.subOrganizationId })).rejects.toThrow(/ORGANIZATION_MISMATCH|does not belong/);
+    await expect(a.sdk.getUsers({ organizationId: parent.organizationId })).rejects.toThrow(/ORGANIZATION_MISMATCH|does not belong/);
+    await expect(a.sdk.getSubOrgIds({ organizationId: parent.organizationId })).rejects.toThrow(/ORGANIZATION_MISMATCH|does not belong/);
+  });
+
+  it("answers whoami with the caller's sub-organization when the request names the parent", async () => {
+    const sub = await subOrganization("Found through parent");
+    const whoami = await sub.sdk.getWhoami({ organizationId: parent.organizationId });
+    expect(whoami).toMatchObject({ organizationId: sub.subOrganizationId, organizationName: "Found through parent", userId: sub.rootUserIds![0] });
+    // The parent's own credential is answered as itself.
+    expect((await parentSdk.getWhoami({ organizationId: sub.subOrganizationId })).organizationId).toBe(parent.organizationId);
+  });
+
+  it("delegated access: a key the parent holds, made a root user at creation, acts under the sub-organization's policies", async () => {
+    const endUser = newKeyPair();
+    // The parent's own key pair doubles as the delegated key: in the sub-organization, its user there is the one that acts.
+    const sub = await parentSdk.createSubOrganization({
+      subOrganizationName: "Delegated",
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        { userName: "Delegated Account", apiKeys: [{ apiKeyName: "backend", publicKey: parent.key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] },
+        { userName: "End user", apiKeys: [{ apiKeyName: "device", publicKey: endUser.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] },
+      ],
+      wallet: { walletName: "main", accounts: [ethAccount] },
+    });
+    const [delegatedUserId, endUserId] = sub.rootUserIds!;
+    const delegated = h.sdk({ organizationId: sub.subOrganizationId }, parent.key, fastPoller);
+    expect((await delegated.getWhoami({ organizationId: sub.subOrganizationId })).userId).toBe(delegatedUserId);
+    await delegated.createPolicy({
+      policyName: "delegated may sign",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(user, user.id == '${delegatedUserId}')`,
+      condition: "activity.resource == 'PRIVATE_KEY' && activity.action == 'SIGN'",
+      notes: "",
+    });
+    await delegated.updateRootQuorum({ threshold: 1, userIds: [endUserId!] });
+    // No longer root: it signs because a policy says so, and may do nothing else.
+    const signed = await delegated.signRawPayload({ signWith: sub.wallet!.addresses[0]!, payload: "11".repeat(32), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" });
+    expect(signed.s).toMatch(/^[0-9a-f]{64}$/);
+    await expect(delegated.createWallet({ walletName: "not allowed", accounts: [ethAccount] })).rejects.toThrow(/POLICY_DENIED|denied/i);
+  });
+});
+
+describe("list_suborgs and list_verified_suborgs", () => {
+  it("lists the parent's sub-organizations, filtered by name, user, email, key, address or OIDC identity, a page at a time", async () => {
+    const key = newKeyPair();
+    const found = await subOrganization("Filterable", { email: "Filter.Me@example.com", key, wallet: true, oauthSubject: "subject-123" });
+    await subOrganization("Other");
+    const ids = async (filterType?: string, filterValue?: string) => (await parentSdk.getSubOrgIds(filterType ? { filterType, filterValue } : {})).organizationIds;
+    expect(await ids("NAME", "Filterable")).toEqual([found.subOrganizationId]);
+    expect(await ids("USERNAME", "Filterable owner")).toEqual([found.subOrganizationId]);
+    expect(await ids("EMAIL", "filter.me@example.com")).toEqual([found.subOrganizationId]);
+    expect(await ids("PUBLIC_KEY", key.publicKey)).toEqual([found.subOrganizationId]);
+    expect(await ids("WALLET_ACCOUNT_ADDRESS", found.wallet!.addresses[0])).toEqual([found.subOrganizationId]);
+    expect(await ids("OIDC_TOKEN", await oidcToken("subject-123"))).toEqual([found.subOrganizationId]);
+    expect(await ids("OIDC_TOKEN", await oidcToken("someone-else"))).toEqual([]);
+    expect(await ids("NAME", "nobody")).toEqual([]);
+
+    const all = (await parentSdk.getSubOrgIds({ paginationOptions: { limit: "100" } })).organizationIds;
+    expect(all.length).toBeGreaterThanOrEqual(2);
+    const first = (await parentSdk.getSubOrgIds({ paginationOptions: { limit: "1" } })).organizationIds;
+    const second = (await parentSdk.getSubOrgIds({ paginationOptions: { limit: "1", after: first[0] } })).organizationIds;
+    expect([...first, ...second]).toEqual(all.slice(0, 2));
+    const back = (await parentSdk.getSubOrgIds({ paginationOptions: { limit: "1", before: second[0] } })).organizationIds;
+    expect(back).toEqual(first);
+  });
+
+  it("refuses an unknown filter type and a filter without a value", async () => {
+    await expect(parentSdk.getSubOrgIds({ filterType: "FAVOURITE_COLOUR", filterValue: "blue" })).rejects.toThrow(/FILTER_TYPE_INVALID|filterType must be one of/);
+    await expect(parentSdk.getSubOrgIds({ filterType: "EMAIL" })).rejects.toThrow(/filterValue is needed/);
+    await expect(parentSdk.getVerifiedSubOrgIds({ filterType: "USERNAME", filterValue: "x" })).rejects.toThrow(/filterType must be one of EMAIL, PHONE_NUMBER/);
+  });
+
+  it("lists as verified only sub-organizations whose contact was proven", async () => {
+    const sub = await subOrganization("Verified", { email: "verified@example.com" });
+    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: "verified@example.com" })).organizationIds).toEqual([]);
+    // What a successful one-time-password verification records for the user.
+    await h.server.store.db.updateTable("users").set({ email_verified_at: Date.now() }).where("id", "=", sub.rootUserIds![0]!).execute();
+    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: "verified@example.com" })).organizationIds).toEqual([sub.subOrganizationId]);
+  });
+});
+
+describe("delete_sub_organization", () => {
+  it("is refused to the parent, and while a wallet was never exported; then deletes everything but the audit log", async () => {
+    const sub = await subOrganization("Doomed", { wallet: true });
+    const parentAttempt = signedRequest({ type: "ACTIVITY_TYPE_DELETE_SUB_ORGANIZATION", organizationId: sub.subOrganizationId, timestampMs: String(Date.now()), parameters: { deleteWithoutExport: true } }, parent.key);
+    const refused = await h.post("/public/v1/submit/delete_sub_organization", parentAttempt.body, parentAttempt.headers);
+    expect(refused.status).toBe(403);
+    expect(refused.json.details[0].turnkeyErrorCode).toBe("PARENT_ORGANIZATION_READ_ONLY");
+
+    const before = await h.snapshot();
+    await expect(sub.sdk.deleteSubOrganization({ organizationId: sub.subOrganizationId })).rejects.toThrow(/WALLET_NOT_EXPORTED|never exported/);
+    const unchanged = JSON.parse(await h.snapshot());
+    for (const [table, rows] of Object.entries(JSON.parse(before))) if (table !== "activities" && table !== "policy_evaluations") expect(unchanged[table], table).toEqual(rows);
+
+    const deleted = await sub.sdk.deleteSubOrganization({ organizationId: sub.subOrganizationId, deleteWithoutExport: true });
+    expect(deleted.subOrganizationUuid).toBe(sub.subOrganizationId);
+    await expect(sub.sdk.getWhoami({ organizationId: sub.subOrganizationId })).rejects.toThrow(/PUBLIC_KEY_NOT_FOUND|no API key/);
+    await expect(parentSdk.getUsers({ organizationId: sub.subOrganizationId })).rejects.toThrow(/ORGANIZATION_NOT_FOUND|not found/);
+    expect((await parentSdk.getSubOrgIds({ filterType: "NAME", filterValue: "Doomed" })).organizationIds).toEqual([]);
+    const db = h.server.store.db;
+    expect(await db.selectFrom("wallets").select("id").where("organization_id", "=", sub.subOrganizationId).execute()).toEqual([]);
+    expect(await db.selectFrom("wallet_accounts").select("id").where("organization_id", "=", sub.subOrganizationId).execute()).toEqual([]);
+    expect((await db.selectFrom("activities").select("id").where("organization_id", "=", sub.subOrganizationId).execute()).length).toBeGreaterThan(0);
+  });
+});
+
+describe("organization features", () => {
+  it("are set and removed by the root quorum, and read with the organization's configuration", async () => {
+    const sub = await subOrganization("Features");
+    const set = await sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://app.example.com, https://admin.example.com" });
+    expect(set.features).toContainEqual({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://app.example.com,https://admin.example.com" });
+    const removed = await sub.sdk.removeOrganizationFeature({ name: "FEATURE_NAME_EMAIL_AUTH" });
+    expect(removed.features.map((f) => f.name)).not.toContain("FEATURE_NAME_EMAIL_AUTH");
+    const configs = await parentSdk.getOrganizationConfigs({ organizationId: sub.subOrganizationId });
+    expect(configs.configs.features).toEqual(removed.features);
+  });
+
+  it("refuses malformed values, unknown features, and a non-root user even with a policy allowing it", async () => {
+    const sub = await subOrganization("Feature rules");
+    const before = await h.snapshot();
+    await expect(sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://app.example.com/path" })).rejects.toThrow(/not an origin/);
+    await expect(sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBHOOK", value: "https://user:secret@hooks.example.com/" })).rejects.toThrow(/credentials/);
+    await expect(sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_TELEPORT" as any, value: "" })).rejects.toThrow();
+    await expect(sub.sdk.removeOrganizationFeature({ name: "FEATURE_NAME_WEBHOOK" })).rejects.toThrow(/FEATURE_NOT_FOUND|not set/);
+    const after = JSON.parse(await h.snapshot());
+    for (const [table, rows] of Object.entries(JSON.parse(before))) if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(rows);
+
+    const member = newKeyPair();
+    const created = await sub.sdk.createUsers({ users: [{ userName: "member", apiKeys: [{ apiKeyName: "m", publicKey: member.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }] });
+    await sub.sdk.createPolicy({ policyName: "allow everything", effect: "EFFECT_ALLOW", condition: "true", consensus: `approvers.any(user, user.id == '${created.userIds[0]}')`, notes: "" });
+    const memberSdk = h.sdk({ organizationId: sub.subOrganizationId }, member, fastPoller);
+    await expect(memberSdk.setOrganizationFeature({ name: "FEATURE_NAME_SMS_AUTH", value: "" })).rejects.toThrow(/root quorum|POLICY_DENIED|denied/i);
+  });
+
+  it("limits passkey stamps to the WebAuthn origins the parent sets, for its sub-organizations too", async () => {
+    const sub = await subOrganization("Origins");
+    const passkey = new SoftwarePasskey(undefined, "https://wallet.example.com");
+    const registration = passkey.register();
+    await sub.sdk.createUsers({ users: [{ userName: "passkey user", apiKeys: [], authenticators: [{ authenticatorName: "phone", challenge: registration.challenge, attestation: registration.attestation as any }], oauthProviders: [], userTags: [] }] });
+    const whoami = async () => {
+      const body = JSON.stringify({ organizationId: sub.subOrganizationId });
+      return h.post("/public/v1/query/whoami", body, { "X-Stamp-Webauthn": passkey.stamp(body) });
+    };
+    expect((await whoami()).status).toBe(200);
+    await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://other.example.com" });
+    try {
+      expect((await whoami()).status).toBe(401);
+      await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://other.example.com,https://wallet.example.com" });
+      expect((await whoami()).status).toBe(200);
+    } finally {
+      await parentSdk.removeOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS" });
+    }
+  });
+});
