@@ -25,6 +25,23 @@ export interface Config {
   masterKey: MasterKeyConfig;
   /** Worker threads that compute signatures; 0 computes them on the event loop. */
   signatureThreads: number;
+  webhooks: WebhookConfig;
+}
+
+export interface WebhookConfig {
+  /** Let webhook URLs reach loopback / private addresses (refused by default). */
+  allowLoopback: boolean;
+  allowPrivate: boolean;
+  /** The first retry waits this long; each further one twice as long (capped at an hour). */
+  retryBaseMs: number;
+  /** A delivery is given up after this many attempts. */
+  maxAttempts: number;
+  /** One attempt may take this long (connect, send, answer) before it counts as failed. */
+  timeoutMs: number;
+  /** Deliveries one server process sends at a time. */
+  concurrency: number;
+  /** How often each server looks for deliveries (others' and retries) besides its own new ones. */
+  pollMs: number;
 }
 
 export interface ConfigFlags {
@@ -38,6 +55,12 @@ function positiveInteger(name: string, raw: string | undefined, fallback: number
   const value = Number(raw);
   if (!Number.isSafeInteger(value) || value <= 0) throw new Error(`${name} must be a positive integer, got "${raw}"`);
   return value;
+}
+
+function flag(name: string, raw: string | undefined): boolean {
+  if (raw === undefined || raw === "" || raw === "false" || raw === "0") return false;
+  if (raw === "true" || raw === "1") return true;
+  throw new Error(`${name} must be true or false, got "${raw}"`);
 }
 
 function nonNegativeInteger(name: string, raw: string | undefined, fallback: number): number {
@@ -68,5 +91,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       previous: list(env.SIGIL_MASTER_KEY_PREVIOUS),
     },
     signatureThreads: nonNegativeInteger("SIGIL_SIGNATURE_THREADS", env.SIGIL_SIGNATURE_THREADS, defaultSignatureThreads()),
+    webhooks: {
+      allowLoopback: flag("SIGIL_WEBHOOK_ALLOW_LOOPBACK", env.SIGIL_WEBHOOK_ALLOW_LOOPBACK),
+      allowPrivate: flag("SIGIL_WEBHOOK_ALLOW_PRIVATE", env.SIGIL_WEBHOOK_ALLOW_PRIVATE),
+      retryBaseMs: positiveInteger("SIGIL_WEBHOOK_RETRY_BASE_MS", env.SIGIL_WEBHOOK_RETRY_BASE_MS, 2_000),
+      maxAttempts: positiveInteger("SIGIL_WEBHOOK_MAX_ATTEMPTS", env.SIGIL_WEBHOOK_MAX_ATTEMPTS, 12),
+      timeoutMs: positiveInteger("SIGIL_WEBHOOK_TIMEOUT_MS", env.SIGIL_WEBHOOK_TIMEOUT_MS, 10_000),
+      concurrency: positiveInteger("SIGIL_WEBHOOK_CONCURRENCY", env.SIGIL_WEBHOOK_CONCURRENCY, 8),
+      pollMs: positiveInteger("SIGIL_WEBHOOK_POLL_MS", env.SIGIL_WEBHOOK_POLL_MS, 1_000),
+    },
   };
 }

@@ -11,6 +11,7 @@ import { privateKeyOperations } from "../operations/private-keys.js";
 import { signingOperations } from "../operations/signing.js";
 import { subOrganizationOperations } from "../operations/sub-organizations.js";
 import { featureOperations } from "../operations/features.js";
+import { webhookOperations } from "../operations/webhooks.js";
 import { activityQueries } from "./queries.js";
 import { voteOperations } from "./votes.js";
 
@@ -25,6 +26,7 @@ export const operations: Operation[] = [
   ...organizationOperations,
   ...subOrganizationOperations,
   ...featureOperations,
+  ...webhookOperations,
   ...voteOperations,
   ...activityQueries,
 ];

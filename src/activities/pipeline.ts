@@ -25,6 +25,7 @@ import { authorizeQuery, decideActivity, denialError, mayVote, stillApprovable, 
 import { operationByActivityType } from "./catalog.js";
 import { insertActivity, recordEvaluation, renderActivity, requesterOf, type StoredVote } from "./records.js";
 import type { ActivitiesTable } from "../store/schema.js";
+import { enqueueActivityEvent } from "../operations/webhooks.js";
 
 export interface PipelineOptions {
   store: Store;
@@ -33,6 +34,8 @@ export interface PipelineOptions {
   env: OperationEnvironment;
   logger: pino.Logger;
   clock?: () => number;
+  /** Told after a commit that queued webhook deliveries (the dispatcher sends them). */
+  onWebhookEventsQueued?: () => void;
 }
 
 export interface PipelineResponse {
@@ -150,8 +153,12 @@ export class Pipeline {
         await this.apply(trx, decision, subject, row, principal);
         await insertActivity(trx, row);
         await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
+        const queued = await enqueueActivityEvent(trx, row, renderActivity(row), now);
         this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId, outcome: decision.outcome }, "activity");
-        return () => this.respond(row);
+        return () => {
+          if (queued) this.options.onWebhookEventsQueued?.();
+          return this.respond(row);
+        };
       });
     } catch (error) {
       // The fingerprint is the idempotency key, kept unique by the database rather than looked up
@@ -287,8 +294,13 @@ export class Pipeline {
       }
       await trx.updateTable("activities").set({ status: row.status, result: row.result, failure: row.failure, votes: row.votes, updated_at: row.updated_at }).where("id", "=", row.id).execute();
       await recordEvaluation(trx, row, vote, outcome, verdicts, now);
+      // Receivers hear of every change of an activity's status, not of votes that change nothing.
+      const queued = row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? await enqueueActivityEvent(trx, row, renderActivity(row), now) : 0;
       this.options.logger.info({ activityId: row.id, organizationId: row.organization_id, type: row.type, status: row.status, userId: principal.userId, vote: operation.selection }, "vote");
-      return { status: 200, body: { activity: renderActivity(row) } };
+      return () => {
+        if (queued) this.options.onWebhookEventsQueued?.();
+        return { status: 200, body: { activity: renderActivity(row) } };
+      };
     });
   }
 

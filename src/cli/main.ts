@@ -1,4 +1,4 @@
-// sigil serve | keygen | bootstrap — thin: parse flags, call the library, print one result.
+// sigil serve | keygen | bootstrap | rotate-master-key | webhooks — thin: parse flags, call the library, print one result.
 import { parseArgs } from "node:util";
 import { loadConfig } from "../config.js";
 import { startServer } from "../http/server.js";
@@ -6,6 +6,7 @@ import { openStore } from "../store/database.js";
 import { generateP256KeyPair } from "../crypto/keys.js";
 import { createOrganization } from "../operations/organizations.js";
 import { resealAll } from "../operations/secrets.js";
+import { renderDelivery } from "../operations/webhooks.js";
 import { Keyring, MASTER_KEY_BYTES } from "../crypto/envelope.js";
 import { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } from "../crypto/master-key.js";
 import path from "node:path";
@@ -17,6 +18,7 @@ const USAGE = `usage:
   sigil keygen
   sigil bootstrap --org-name N --user-name U --api-public-key K [--user-email E] [--api-key-name X] [--data-dir D]
   sigil rotate-master-key [--data-dir D] [--new-key-file F]
+  sigil webhooks [--status pending|delivered|failed|cancelled] [--organization ID] [--limit N] [--data-dir D]
 
 Set SIGIL_DATABASE_URL=postgres://… to keep state in PostgreSQL instead of SQLite.`;
 
@@ -122,6 +124,26 @@ async function rotateMasterKey(args: string[]) {
   process.stderr.write(after + "\n");
 }
 
+/** The webhook delivery log, newest first, one JSON line per delivery (bodies are not printed). */
+async function webhooks(args: string[]) {
+  const { values } = parseArgs({ args, options: { "data-dir": { type: "string" }, status: { type: "string" }, organization: { type: "string" }, limit: { type: "string" } } });
+  const statuses = ["pending", "delivered", "failed", "cancelled"];
+  if (values.status && !statuses.includes(values.status)) throw new Error(`--status must be one of ${statuses.join(", ")}`);
+  const limit = values.limit === undefined ? 50 : Number(values.limit);
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new Error("--limit must be a whole number from 1 to 10000");
+  const config = loadConfig(process.env, { dataDir: values["data-dir"] });
+  const store = await openStore(config);
+  try {
+    let query = store.reader.selectFrom("webhook_deliveries").selectAll();
+    if (values.status) query = query.where("status", "=", values.status);
+    if (values.organization) query = query.where((eb) => eb.or([eb("organization_id", "=", values.organization!), eb("event_organization_id", "=", values.organization!)]));
+    const rows = await query.orderBy("created_at", "desc").orderBy("id", "desc").limit(limit).execute();
+    for (const row of rows) process.stdout.write(JSON.stringify(renderDelivery(row)) + "\n");
+  } finally {
+    await store.close();
+  }
+}
+
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   switch (command) {
@@ -134,6 +156,8 @@ export async function main(argv: string[]): Promise<void> {
       return bootstrap(rest);
     case "rotate-master-key":
       return rotateMasterKey(rest);
+    case "webhooks":
+      return webhooks(rest);
     case undefined:
     case "help":
     case "--help":

@@ -8,6 +8,8 @@ import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
+import { serviceSigningKey, type ServiceSigningKey } from "../operations/service-keys.js";
+import { WebhookDispatcher } from "../webhooks/dispatcher.js";
 import { loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../operations/secrets.js";
 import fs from "node:fs";
@@ -36,14 +38,17 @@ export interface ServerParts {
   store: Store;
   keyring: Keyring;
   signatures: SignatureThreads;
+  /** The key webhook deliveries are signed with; its public half is published. */
+  webhookKey: ServiceSigningKey;
+  onWebhookEventsQueued?: () => void;
 }
 
-export function buildApp(config: Config, { store, keyring, signatures }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
+export function buildApp(config: Config, { store, keyring, signatures, webhookKey, onWebhookEventsQueued }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
   const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures }, logger, clock: options.clock });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks }, logger, clock: options.clock, onWebhookEventsQueued });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
@@ -75,6 +80,16 @@ export function buildApp(config: Config, { store, keyring, signatures }: ServerP
   });
 
   app.get("/health", async () => ({ status: "ok" }));
+  // What a client or receiver needs to know of this deployment's own keys (no authentication).
+  const webhookVerificationKey = { keyId: webhookKey.keyId, publicKey: webhookKey.publicKey, algorithm: "ed25519", signatureVersion: "v1" };
+  app.get("/.well-known/sigil.json", async () => ({ webhookVerificationKeys: [webhookVerificationKey] }));
+  // The product's key-discovery document for webhook receivers, in JWKS form.
+  app.get("/public/v1/discovery/webhooks/jwks", async (_request, reply) => {
+    reply.header("cache-control", "public, max-age=3600");
+    return {
+      keys: [{ kid: webhookKey.keyId, kty: "OKP", crv: "Ed25519", alg: "EdDSA", use: "sig", x: Buffer.from(webhookKey.publicKey, "hex").toString("base64url"), turnkey_signature_algorithm: "ed25519", turnkey_signature_version: "v1" }],
+    };
+  });
   const openApi = buildOpenApiDocument(packageJson.version);
   app.get("/openapi.json", async () => openApi);
 
@@ -108,14 +123,20 @@ export async function startServer(config: Config, logger = createLogger(config),
   if (created) logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it");
   else logger.info({ masterKey: source }, "master key loaded");
   const signatures = new SignatureThreads(config.signatureThreads);
-  const app = buildApp(config, { store, keyring, signatures }, logger, options);
+  let dispatcher: WebhookDispatcher;
+  let app: FastifyInstance;
   try {
+    const webhookKey = await serviceSigningKey(store, keyring);
+    dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
+    app = buildApp(config, { store, keyring, signatures, webhookKey, onWebhookEventsQueued: () => dispatcher.notify() }, logger, options);
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {
     await store.close();
     await signatures.close();
     throw error;
   }
+  // Deliveries left by an earlier run (or by other processes) go out from now on.
+  dispatcher.start();
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
@@ -126,6 +147,7 @@ export async function startServer(config: Config, logger = createLogger(config),
     url: `http://${host}:${port}`,
     async close() {
       await app.close();
+      await dispatcher.close();
       await store.close();
       await signatures.close();
     },

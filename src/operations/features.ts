@@ -7,6 +7,7 @@ import { invalidArgument, notFound } from "../errors.js";
 import { defineActivity, defineQuery } from "./registry.js";
 import { rootQuorumUserIds } from "./organizations.js";
 import { WEBAUTHN_ORIGINS } from "../auth/authenticate.js";
+import { checkDestination, type DestinationPolicy } from "./webhooks.js";
 
 export const WEBHOOK = "FEATURE_NAME_WEBHOOK";
 
@@ -46,20 +47,10 @@ export function parseOrigins(value: string): string[] {
   return origins;
 }
 
-function checkedValue(name: string, value: string | undefined): string {
+async function checkedValue(name: string, value: string | undefined, policy: DestinationPolicy): Promise<string> {
   const text = (value ?? "").trim();
   if (name === WEBAUTHN_ORIGINS) return parseOrigins(text).join(",");
-  if (name === WEBHOOK) {
-    let url: URL;
-    try {
-      url = new URL(text);
-    } catch {
-      throw invalidArgument(`${WEBHOOK} needs the URL activities are delivered to, got "${text}"`);
-    }
-    if (url.protocol !== "https:" && url.protocol !== "http:") throw invalidArgument(`${WEBHOOK}: the URL must be http or https, got ${url.protocol}`);
-    if (url.username || url.password) throw invalidArgument(`${WEBHOOK}: the URL must not carry credentials`);
-    return url.toString();
-  }
+  if (name === WEBHOOK) return checkDestination(text, policy, WEBHOOK);
   return text;
 }
 
@@ -71,7 +62,7 @@ export const featureOperations = [
     action: "UPDATE",
     rootOnly: true,
     async execute(ctx, p) {
-      await setFeatures(ctx.trx, ctx.organizationId, [{ name: p.name, value: checkedValue(p.name, p.value) }], ctx.now);
+      await setFeatures(ctx.trx, ctx.organizationId, [{ name: p.name, value: await checkedValue(p.name, p.value, ctx.env.webhooks) }], ctx.now);
       return { features: await featuresOf(ctx.trx, ctx.organizationId) };
     },
   }),

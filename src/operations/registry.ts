@@ -7,6 +7,7 @@ import type { ActivitiesTable } from "../store/schema.js";
 import type { Principal } from "../auth/authenticate.js";
 import type { WebauthnPolicy } from "../auth/webauthn.js";
 import type { SignatureThreads } from "../crypto/signature-threads.js";
+import type { DestinationPolicy } from "./webhooks.js";
 import type { Keyring } from "../crypto/envelope.js";
 
 export interface SwaggerSchemas {
@@ -65,6 +66,8 @@ export interface OperationEnvironment {
   keyring: Keyring;
   /** Computes signatures off the event loop (crypto/signature-threads.ts). */
   signatures: SignatureThreads;
+  /** Where webhook URLs may point besides public addresses. */
+  webhooks: DestinationPolicy;
 }
 
 export interface ActivityContext {

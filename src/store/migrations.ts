@@ -255,11 +255,74 @@ const subOrganizations: Migration = {
   },
 };
 
+/** Webhooks: the service's own keys, endpoints with their subscriptions, and the delivery outbox. */
+const webhooks: Migration = {
+  async up(db: Kysely<any>) {
+    // Keys the service itself holds (the webhook signing key), sealed like every secret.
+    await db.schema
+      .createTable("service_keys")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("purpose", "text", (c) => c.notNull().unique())
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("public_key", "text", (c) => c.notNull())
+      .addColumn("sealed_private_key", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createTable("webhook_endpoints")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("url", "text", (c) => c.notNull())
+      .addColumn("is_active", "integer", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("webhook_endpoints_by_organization").on("webhook_endpoints").columns(["organization_id", "created_at"]).execute();
+    await db.schema
+      .createTable("webhook_subscriptions")
+      .addColumn("endpoint_id", "text", (c) => c.notNull().references("webhook_endpoints.id"))
+      .addColumn("event_type", "text", (c) => c.notNull())
+      .addColumn("filters_json", "text", (c) => c.notNull())
+      .addColumn("is_active", "integer", (c) => c.notNull())
+      .addPrimaryKeyConstraint("webhook_subscriptions_pk", ["endpoint_id", "event_type"])
+      .execute();
+    // The outbox: written in the activity's own transaction, sent afterwards. `id` is the event id
+    // the receiver sees on every attempt; `destination` is the endpoint (or an organization's webhook
+    // feature) whose deliveries of one organization's events go out in order.
+    await db.schema
+      .createTable("webhook_deliveries")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("event_organization_id", "text", (c) => c.notNull())
+      .addColumn("activity_id", "text", (c) => c.notNull())
+      .addColumn("destination", "text", (c) => c.notNull())
+      .addColumn("endpoint_id", "text")
+      .addColumn("url", "text", (c) => c.notNull())
+      .addColumn("event_type", "text", (c) => c.notNull())
+      .addColumn("body", "text", (c) => c.notNull())
+      .addColumn("status", "text", (c) => c.notNull())
+      .addColumn("attempts", "integer", (c) => c.notNull())
+      .addColumn("next_attempt_at", "bigint", (c) => c.notNull())
+      .addColumn("lease_until", "bigint")
+      .addColumn("last_status_code", "integer")
+      .addColumn("last_error", "text")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .addColumn("delivered_at", "bigint")
+      .execute();
+    await db.schema.createIndex("webhook_deliveries_due").on("webhook_deliveries").columns(["status", "next_attempt_at"]).execute();
+    await db.schema.createIndex("webhook_deliveries_in_order").on("webhook_deliveries").columns(["destination", "event_organization_id", "status", "created_at", "id"]).execute();
+    await db.schema.createIndex("webhook_deliveries_by_organization").on("webhook_deliveries").columns(["organization_id", "created_at", "id"]).execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
   "0003_wallets": wallets,
   "0004_sub_organizations": subOrganizations,
+  "0005_webhooks": webhooks,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -23,6 +23,63 @@ export interface OrganizationFeaturesTable {
   updated_at: number;
 }
 
+/** A key the service itself holds (purpose "webhook_signing": the Ed25519 key deliveries are signed with). */
+export interface ServiceKeysTable {
+  id: string;
+  purpose: string;
+  /** "" — the key belongs to the deployment, not to an organization (part of the sealing identity). */
+  organization_id: string;
+  /** Hex. */
+  public_key: string;
+  sealed_private_key: string;
+  created_at: number;
+}
+
+export interface WebhookEndpointsTable {
+  id: string;
+  organization_id: string;
+  name: string;
+  url: string;
+  /** 0 or 1 */
+  is_active: number;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface WebhookSubscriptionsTable {
+  endpoint_id: string;
+  event_type: string;
+  filters_json: string;
+  is_active: number;
+}
+
+export interface WebhookDeliveriesTable {
+  /** The event id: the same on every attempt. */
+  id: string;
+  /** The organization whose endpoint (or webhook feature) receives it. */
+  organization_id: string;
+  /** The organization the activity belongs to (the receiver's own, or one of its sub-organizations). */
+  event_organization_id: string;
+  activity_id: string;
+  /** The endpoint id, or "feature:<organization id>" for the FEATURE_NAME_WEBHOOK URL. */
+  destination: string;
+  endpoint_id: string | null;
+  url: string;
+  event_type: string;
+  body: string;
+  /** pending | delivered | failed | cancelled */
+  status: string;
+  attempts: number;
+  next_attempt_at: number;
+  /** While a dispatcher is sending it: no other takes it before this time. */
+  lease_until: number | null;
+  last_status_code: number | null;
+  last_error: string | null;
+  created_at: number;
+  updated_at: number;
+  delivered_at: number | null;
+}
+
 export interface RootQuorumMembersTable {
   organization_id: string;
   user_id: string;
@@ -229,6 +286,10 @@ export interface Database {
   policies: PoliciesTable;
   policy_evaluations: PolicyEvaluationsTable;
   organization_features: OrganizationFeaturesTable;
+  service_keys: ServiceKeysTable;
+  webhook_endpoints: WebhookEndpointsTable;
+  webhook_subscriptions: WebhookSubscriptionsTable;
+  webhook_deliveries: WebhookDeliveriesTable;
   wallets: WalletsTable;
   wallet_accounts: WalletAccountsTable;
   private_keys: PrivateKeysTable;

@@ -1,0 +1,248 @@
+// Webhooks, the part that lives with the activities: endpoints and their subscriptions, where a URL
+// may point, and the outbox rows an activity writes in its own transaction (one per destination that
+// should hear of it). Sending them is the dispatcher's job (webhooks/dispatcher.ts).
+import dns from "node:dns/promises";
+import net from "node:net";
+import ipaddr from "ipaddr.js";
+import { sql } from "kysely";
+import { invalidArgument, notFound } from "../errors.js";
+import type { Db, Tx } from "../store/database.js";
+import type { ActivitiesTable, WebhookEndpointsTable } from "../store/schema.js";
+import { defineActivity, defineQuery } from "./registry.js";
+import { newId, requireAtMost } from "./resources.js";
+import { requireName } from "./credentials.js";
+
+export const ACTIVITY_UPDATES = "ACTIVITY_UPDATES";
+const WEBHOOK_FEATURE = "FEATURE_NAME_WEBHOOK";
+
+/** Which destinations the operator lets webhooks reach besides public ones. */
+export interface DestinationPolicy {
+  allowLoopback: boolean;
+  allowPrivate: boolean;
+}
+
+/** Why an address may not be dialled under `policy`, or undefined if it may. */
+export function forbiddenAddress(address: string, policy: DestinationPolicy): string | undefined {
+  if (!ipaddr.isValid(address)) return `${address} is not an IP address`;
+  let parsed = ipaddr.parse(address);
+  if (parsed.kind() === "ipv6" && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) parsed = (parsed as ipaddr.IPv6).toIPv4Address();
+  const range = parsed.range();
+  if (range === "unicast") return undefined;
+  if (range === "loopback") return policy.allowLoopback ? undefined : `${address} is a loopback address (allow with SIGIL_WEBHOOK_ALLOW_LOOPBACK=true)`;
+  if (["private", "uniqueLocal", "carrierGradeNat"].includes(range)) return policy.allowPrivate ? undefined : `${address} is a private address (allow with SIGIL_WEBHOOK_ALLOW_PRIVATE=true)`;
+  // Link-local (cloud metadata services live there), unspecified, multicast, broadcast, reserved…
+  return `${address} is a ${range} address, which webhooks never reach`;
+}
+
+/**
+ * Checks a webhook URL when it is set: http(s), no credentials in it, and a host that resolves only
+ * to addresses the policy allows. The dispatcher checks the addresses again when it dials (a name
+ * may resolve differently later).
+ */
+export async function checkDestination(raw: string, policy: DestinationPolicy, field: string): Promise<string> {
+  let url: URL;
+  try {
+    url = new URL(raw.trim());
+  } catch {
+    throw invalidArgument(`${field} must be an http or https URL, got "${raw}"`, "WEBHOOK_URL_INVALID");
+  }
+  if (url.protocol !== "https:" && url.protocol !== "http:") throw invalidArgument(`${field} must be an http or https URL, got ${url.protocol}`, "WEBHOOK_URL_INVALID");
+  if (url.username || url.password) throw invalidArgument(`${field} must not carry credentials (user:password@)`, "WEBHOOK_URL_INVALID");
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  let addresses: string[];
+  if (net.isIP(host)) addresses = [host];
+  else {
+    try {
+      addresses = (await dns.lookup(host, { all: true, verbatim: true })).map((a) => a.address);
+    } catch {
+      throw invalidArgument(`${field}: the host ${host} does not resolve`, "WEBHOOK_URL_INVALID");
+    }
+  }
+  for (const address of addresses) {
+    const problem = forbiddenAddress(address, policy);
+    if (problem) throw invalidArgument(`${field}: ${url.host} resolves to ${problem}`, "WEBHOOK_DESTINATION_FORBIDDEN");
+  }
+  return url.toString();
+}
+
+interface SubscriptionParams {
+  eventType: string;
+  filtersJson?: string;
+  isActive?: boolean;
+}
+
+function checkedSubscriptions(subscriptions: SubscriptionParams[] | undefined): SubscriptionParams[] {
+  if (!subscriptions?.length) throw invalidArgument(`subscriptions must list at least one event type (${ACTIVITY_UPDATES})`, "WEBHOOK_SUBSCRIPTIONS_MISSING");
+  requireAtMost(subscriptions, "subscriptions");
+  const seen = new Set<string>();
+  for (const [i, s] of subscriptions.entries()) {
+    if (s.eventType !== ACTIVITY_UPDATES) throw invalidArgument(`subscriptions[${i}].eventType: only ${ACTIVITY_UPDATES} is delivered by this server, got "${s.eventType}"`, "WEBHOOK_EVENT_TYPE_UNSUPPORTED");
+    if (seen.has(s.eventType)) throw invalidArgument(`subscriptions[${i}]: ${s.eventType} is listed twice`);
+    seen.add(s.eventType);
+    if (s.filtersJson) {
+      try {
+        JSON.parse(s.filtersJson);
+      } catch {
+        throw invalidArgument(`subscriptions[${i}].filtersJson is not JSON`);
+      }
+    }
+  }
+  return subscriptions;
+}
+
+async function renderEndpoint(db: Db | Tx, row: WebhookEndpointsTable) {
+  const subscriptions = await db.selectFrom("webhook_subscriptions").selectAll().where("endpoint_id", "=", row.id).orderBy("event_type").execute();
+  return {
+    endpointId: row.id,
+    organizationId: row.organization_id,
+    url: row.url,
+    name: row.name,
+    isActive: row.is_active === 1,
+    subscriptions: subscriptions.map((s) => ({ eventType: s.event_type, filtersJson: s.filters_json, isActive: s.is_active === 1 })),
+  };
+}
+
+async function requireEndpoint(db: Db | Tx, organizationId: string, endpointId: string): Promise<WebhookEndpointsTable> {
+  const row = await db.selectFrom("webhook_endpoints").selectAll().where("organization_id", "=", organizationId).where("id", "=", endpointId).executeTakeFirst();
+  if (!row) throw notFound(`webhook endpoint ${endpointId} not found in this organization`, "WEBHOOK_ENDPOINT_NOT_FOUND");
+  return row;
+}
+
+/**
+ * Writes, in the activity's transaction, one outbox row per destination that should hear of the
+ * activity as it now stands: active endpoints subscribed to ACTIVITY_UPDATES, and the
+ * FEATURE_NAME_WEBHOOK URL, of its organization and of that organization's parent. Returns how many.
+ */
+export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, body: unknown, now: number): Promise<number> {
+  const organizationId = activity.organization_id;
+  const parent = trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId);
+  const owners = (column: "e.organization_id" | "f.organization_id") => (eb: any) => eb.or([eb(column, "=", organizationId), eb(column, "in", parent)]);
+  const destinations = await trx
+    .selectFrom("webhook_endpoints as e")
+    .innerJoin("webhook_subscriptions as s", "s.endpoint_id", "e.id")
+    .select([(eb) => eb.ref("e.id").$castTo<string | null>().as("endpointId"), "e.organization_id as organizationId", "e.url as url"])
+    .where("e.is_active", "=", 1)
+    .where("s.is_active", "=", 1)
+    .where("s.event_type", "=", ACTIVITY_UPDATES)
+    .where(owners("e.organization_id"))
+    .unionAll(
+      trx
+        .selectFrom("organization_features as f")
+        .select([sql<string | null>`cast(null as text)`.as("endpointId"), "f.organization_id as organizationId", "f.value as url"])
+        .where("f.name", "=", WEBHOOK_FEATURE)
+        .where(owners("f.organization_id")),
+    )
+    .execute();
+  if (destinations.length === 0) return 0;
+  const text = JSON.stringify(body);
+  await trx
+    .insertInto("webhook_deliveries")
+    .values(
+      destinations.map((d) => ({
+        id: newId(),
+        organization_id: d.organizationId,
+        event_organization_id: organizationId,
+        activity_id: activity.id,
+        destination: d.endpointId ?? `feature:${d.organizationId}`,
+        endpoint_id: d.endpointId,
+        url: d.url,
+        event_type: ACTIVITY_UPDATES,
+        body: text,
+        status: "pending",
+        attempts: 0,
+        next_attempt_at: now,
+        lease_until: null,
+        last_status_code: null,
+        last_error: null,
+        created_at: now,
+        updated_at: now,
+        delivered_at: null,
+      })),
+    )
+    .execute();
+  return destinations.length;
+}
+
+export const webhookOperations = [
+  defineActivity<{ url: string; name: string; subscriptions?: SubscriptionParams[] }>({
+    name: "create_webhook_endpoint",
+    summary: "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations) are delivered to its URL, signed.",
+    resource: "WEBHOOK_ENDPOINT",
+    action: "CREATE",
+    async execute(ctx, p) {
+      const name = requireName(p.name, "name");
+      const subscriptions = checkedSubscriptions(p.subscriptions);
+      const url = await checkDestination(p.url, ctx.env.webhooks, "url");
+      const id = newId();
+      const row: WebhookEndpointsTable = { id, organization_id: ctx.organizationId, name, url, is_active: 1, created_at: ctx.now, updated_at: ctx.now };
+      await ctx.trx.insertInto("webhook_endpoints").values(row).execute();
+      await ctx.trx
+        .insertInto("webhook_subscriptions")
+        .values(subscriptions.map((s) => ({ endpoint_id: id, event_type: s.eventType, filters_json: s.filtersJson ?? "", is_active: s.isActive === false ? 0 : 1 })))
+        .execute();
+      return { endpointId: id, webhookEndpoint: await renderEndpoint(ctx.trx, row) };
+    },
+  }),
+
+  defineActivity<{ endpointId: string; url?: string; name?: string; isActive?: boolean }>({
+    name: "update_webhook_endpoint",
+    summary: "Change a webhook endpoint's URL or name, or pause (isActive: false) and resume its deliveries.",
+    resource: "WEBHOOK_ENDPOINT",
+    action: "UPDATE",
+    policyParameters: (p) => ({ endpoint_id: p.endpointId }),
+    async execute(ctx, p) {
+      const row = await requireEndpoint(ctx.trx, ctx.organizationId, p.endpointId);
+      if (p.url !== undefined) row.url = await checkDestination(p.url, ctx.env.webhooks, "url");
+      if (p.name !== undefined) row.name = requireName(p.name, "name");
+      if (p.isActive !== undefined) row.is_active = p.isActive ? 1 : 0;
+      row.updated_at = ctx.now;
+      await ctx.trx.updateTable("webhook_endpoints").set({ url: row.url, name: row.name, is_active: row.is_active, updated_at: row.updated_at }).where("id", "=", row.id).execute();
+      return { endpointId: row.id, webhookEndpoint: await renderEndpoint(ctx.trx, row) };
+    },
+  }),
+
+  defineActivity<{ endpointId: string }>({
+    name: "delete_webhook_endpoint",
+    summary: "Delete a webhook endpoint and its subscriptions; deliveries not yet made to it are cancelled.",
+    resource: "WEBHOOK_ENDPOINT",
+    action: "DELETE",
+    policyParameters: (p) => ({ endpoint_id: p.endpointId }),
+    async execute(ctx, p) {
+      const row = await requireEndpoint(ctx.trx, ctx.organizationId, p.endpointId);
+      await ctx.trx.deleteFrom("webhook_subscriptions").where("endpoint_id", "=", row.id).execute();
+      await ctx.trx.deleteFrom("webhook_endpoints").where("id", "=", row.id).execute();
+      await ctx.trx.updateTable("webhook_deliveries").set({ status: "cancelled", last_error: "the endpoint was deleted", updated_at: ctx.now }).where("endpoint_id", "=", row.id).where("status", "=", "pending").execute();
+      return { endpointId: row.id };
+    },
+  }),
+
+  defineQuery<{ organizationId: string }>({
+    name: "list_webhook_endpoints",
+    summary: "The organization's webhook endpoints with their subscriptions.",
+    async run(ctx) {
+      const rows = await ctx.db.selectFrom("webhook_endpoints").selectAll().where("organization_id", "=", ctx.organizationId).orderBy("created_at").execute();
+      return { webhookEndpoints: await Promise.all(rows.map((row) => renderEndpoint(ctx.db, row))) };
+    },
+  }),
+];
+
+/** A webhook delivery as the operator's log shows it (without the body). */
+export function renderDelivery(row: { id: string; organization_id: string; event_organization_id: string; activity_id: string; url: string; endpoint_id: string | null; event_type: string; status: string; attempts: number; next_attempt_at: number; last_status_code: number | null; last_error: string | null; created_at: number; delivered_at: number | null }) {
+  return {
+    eventId: row.id,
+    organizationId: row.organization_id,
+    eventOrganizationId: row.event_organization_id,
+    activityId: row.activity_id,
+    endpointId: row.endpoint_id,
+    url: row.url,
+    eventType: row.event_type,
+    status: row.status,
+    attempts: row.attempts,
+    ...(row.status === "pending" ? { nextAttemptAt: new Date(row.next_attempt_at).toISOString() } : {}),
+    lastStatusCode: row.last_status_code,
+    lastError: row.last_error,
+    createdAt: new Date(row.created_at).toISOString(),
+    deliveredAt: row.delivered_at === null ? null : new Date(row.delivered_at).toISOString(),
+  };
+}
+

@@ -1,0 +1,214 @@
+// Sends the webhook outbox. Each server process runs one dispatcher; they share the work through the
+// database: a delivery is *claimed* (leased for a while) in a transaction before it is sent, so two
+// processes never send it at once (PostgreSQL: FOR UPDATE SKIP LOCKED), and one that crashes
+// mid-send leaves a lease that expires, after which another sends it again. For each destination, an
+// organization's events go out in the order they happened: a delivery waits while an earlier one to
+// the same place is still pending.
+//
+// Attempts are signed afresh (contract v1: Ed25519 over "v1.ed25519.<keyId>.<timestamp>.<eventId>."
+// and the body), with the same event id every time. 2xx is delivered; network errors, timeouts and
+// 5xx are retried with exponential backoff; 3xx (redirects are not followed), 4xx and 429 end it.
+// The destination's addresses are checked again when dialling, so a name that has come to resolve
+// to a private address is not reached.
+import http from "node:http";
+import https from "node:https";
+import net from "node:net";
+import dns from "node:dns";
+import type pino from "pino";
+import { sql } from "kysely";
+import type { Store } from "../store/database.js";
+import type { WebhookDeliveriesTable } from "../store/schema.js";
+import type { WebhookConfig } from "../config.js";
+import type { ServiceSigningKey } from "../operations/service-keys.js";
+import { forbiddenAddress, type DestinationPolicy } from "../operations/webhooks.js";
+
+const MAX_BACKOFF_MS = 60 * 60 * 1000;
+
+type Outcome = { kind: "delivered"; status: number } | { kind: "retry"; status: number | null; error: string } | { kind: "failed"; status: number | null; error: string };
+
+/** The headers of one signed attempt. */
+export function signedHeaders(key: ServiceSigningKey, delivery: Pick<WebhookDeliveriesTable, "id" | "organization_id" | "event_type">, body: Buffer, timestampMs: number): Record<string, string> {
+  const prefix = Buffer.from(`v1.ed25519.${key.keyId}.${timestampMs}.${delivery.id}.`, "utf8");
+  return {
+    "content-type": "application/json",
+    "content-length": String(body.length),
+    "x-turnkey-organization-id": delivery.organization_id,
+    "x-turnkey-event-type": delivery.event_type,
+    "x-turnkey-timestamp": String(timestampMs),
+    "x-turnkey-webhook-version": "1",
+    "x-turnkey-event-id": delivery.id,
+    "x-turnkey-signature-key-id": key.keyId,
+    "x-turnkey-signature-algorithm": "ed25519",
+    "x-turnkey-signature-version": "v1",
+    "x-turnkey-signature": key.sign(Buffer.concat([prefix, body])).toString("hex"),
+  };
+}
+
+/** A DNS lookup that refuses addresses the policy forbids (checked at the moment of dialling). */
+function guardedLookup(policy: DestinationPolicy): net.LookupFunction {
+  return (hostname, options, callback) => {
+    dns.lookup(hostname, { ...options, all: true }, (error, addresses) => {
+      if (error) return callback(error, "", 0);
+      const list = addresses as dns.LookupAddress[];
+      const problem = list.map((a) => forbiddenAddress(a.address, policy)).find(Boolean);
+      if (problem) return callback(Object.assign(new Error(`destination refused: ${problem}`), { code: "EDESTINATION" }), "", 0);
+      if ((options as dns.LookupOptions).all) return (callback as any)(null, list);
+      callback(null, list[0]!.address, list[0]!.family);
+    });
+  };
+}
+
+export class WebhookDispatcher {
+  private timer: NodeJS.Timeout | null = null;
+  private inFlight = 0;
+  private polling: Promise<void> | null = null;
+  private again = false;
+  private closed = false;
+  private readonly sending = new Set<Promise<void>>();
+
+  constructor(
+    private readonly store: Store,
+    private readonly key: ServiceSigningKey,
+    private readonly config: WebhookConfig,
+    private readonly logger: pino.Logger,
+    private readonly clock: () => number = Date.now,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => this.notify(), this.config.pollMs);
+    this.timer.unref();
+    this.notify();
+  }
+
+  /** Look for deliveries now (new ones were just committed, or a send finished). */
+  notify(): void {
+    if (this.closed) return;
+    if (this.polling) {
+      this.again = true;
+      return;
+    }
+    this.polling = this.poll()
+      .catch((err) => this.logger.warn({ err }, "webhook dispatcher could not claim deliveries"))
+      .finally(() => {
+        this.polling = null;
+        if (this.again) {
+          this.again = false;
+          this.notify();
+        }
+      });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    if (this.timer) clearInterval(this.timer);
+    await this.polling;
+    await Promise.allSettled([...this.sending]);
+  }
+
+  private async poll(): Promise<void> {
+    const room = this.config.concurrency - this.inFlight;
+    if (room <= 0) return;
+    const claimed = await this.claim(room);
+    for (const delivery of claimed) {
+      this.inFlight++;
+      const sent: Promise<void> = this.deliver(delivery)
+        .catch((err) => this.logger.error({ err, eventId: delivery.id }, "webhook delivery could not be recorded"))
+        .finally(() => {
+          this.inFlight--;
+          this.sending.delete(sent);
+          this.notify();
+        });
+      this.sending.add(sent);
+    }
+  }
+
+  /** Leases up to `limit` due deliveries, each the oldest pending one of its destination and organization. */
+  private async claim(limit: number): Promise<WebhookDeliveriesTable[]> {
+    const now = this.clock();
+    const leaseUntil = now + this.config.timeoutMs * 2 + 5_000;
+    const skipLocked = this.store.dialect === "postgres" ? sql`for update skip locked` : sql``;
+    return this.store.transact("exclusive", async (trx) => {
+      const result = await sql<WebhookDeliveriesTable>`
+        update webhook_deliveries set lease_until = ${leaseUntil}, attempts = attempts + 1, updated_at = ${now}
+        where id in (
+          select d.id from webhook_deliveries d
+          where d.status = 'pending' and d.next_attempt_at <= ${now} and (d.lease_until is null or d.lease_until < ${now})
+            and not exists (
+              select 1 from webhook_deliveries e
+              where e.destination = d.destination and e.event_organization_id = d.event_organization_id and e.status = 'pending'
+                and (e.created_at < d.created_at or (e.created_at = d.created_at and e.id < d.id))
+            )
+          order by d.created_at, d.id
+          limit ${limit}
+          ${skipLocked}
+        )
+        returning *`.execute(trx);
+      return result.rows.map((row) => ({ ...row, created_at: Number(row.created_at), next_attempt_at: Number(row.next_attempt_at), attempts: Number(row.attempts) }));
+    });
+  }
+
+  private async deliver(delivery: WebhookDeliveriesTable): Promise<void> {
+    const outcome = await this.attempt(delivery);
+    const now = this.clock();
+    const exhausted = outcome.kind === "retry" && delivery.attempts >= this.config.maxAttempts;
+    const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "failed" || exhausted ? "failed" : "pending";
+    const backoff = Math.min(MAX_BACKOFF_MS, this.config.retryBaseMs * 2 ** Math.max(0, delivery.attempts - 1));
+    await this.store.transact("exclusive", (trx) =>
+      trx
+        .updateTable("webhook_deliveries")
+        .set({
+          status,
+          lease_until: null,
+          last_status_code: outcome.status,
+          last_error: outcome.kind === "delivered" ? null : exhausted ? `${outcome.error} (gave up after ${delivery.attempts} attempts)` : outcome.error,
+          next_attempt_at: status === "pending" ? now + backoff : delivery.next_attempt_at,
+          delivered_at: status === "delivered" ? now : null,
+          updated_at: now,
+        })
+        .where("id", "=", delivery.id)
+        .where("status", "=", "pending")
+        .execute(),
+    );
+    const log = { eventId: delivery.id, activityId: delivery.activity_id, url: delivery.url, attempt: delivery.attempts, status: outcome.status };
+    if (status === "delivered") this.logger.info(log, "webhook delivered");
+    else if (status === "failed") this.logger.warn({ ...log, error: outcome.kind === "delivered" ? undefined : outcome.error }, "webhook delivery failed for good");
+    else this.logger.info({ ...log, error: outcome.kind === "delivered" ? undefined : outcome.error, retryInMs: backoff }, "webhook delivery will be retried");
+  }
+
+  /** One signed POST; never throws. */
+  private attempt(delivery: WebhookDeliveriesTable): Promise<Outcome> {
+    const body = Buffer.from(delivery.body, "utf8");
+    let url: URL;
+    try {
+      url = new URL(delivery.url);
+    } catch {
+      return Promise.resolve({ kind: "failed", status: null, error: `not a URL: ${delivery.url}` });
+    }
+    const host = url.hostname.replace(/^\[|\]$/g, "");
+    if (net.isIP(host)) {
+      const problem = forbiddenAddress(host, this.config);
+      if (problem) return Promise.resolve({ kind: "failed", status: null, error: `destination refused: ${problem}` });
+    }
+    const headers = signedHeaders(this.key, delivery, body, this.clock());
+    const transport = url.protocol === "https:" ? https : http;
+    return new Promise<Outcome>((resolve) => {
+      const request = transport.request(url, { method: "POST", headers, lookup: guardedLookup(this.config), timeout: this.config.timeoutMs, agent: false }, (response) => {
+        const status = response.statusCode ?? 0;
+        // The answer's body is not needed; read (and drop) it so the socket can close.
+        response.resume();
+        response.on("end", () => {
+          if (status >= 200 && status < 300) resolve({ kind: "delivered", status });
+          else if (status >= 500) resolve({ kind: "retry", status, error: `the receiver answered ${status}` });
+          else resolve({ kind: "failed", status, error: `the receiver answered ${status}${status >= 300 && status < 400 ? " (redirects are not followed)" : ""}` });
+        });
+        response.on("error", (error) => resolve({ kind: "retry", status, error: error.message }));
+      });
+      request.setTimeout(this.config.timeoutMs, () => request.destroy(new Error(`no answer within ${this.config.timeoutMs} ms`)));
+      request.on("error", (error: NodeJS.ErrnoException) => {
+        if (error.code === "EDESTINATION") resolve({ kind: "failed", status: null, error: error.message });
+        else resolve({ kind: "retry", status: null, error: error.message });
+      });
+      request.end(body);
+    });
+  }
+}
