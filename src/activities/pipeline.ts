@@ -153,7 +153,7 @@ export class Pipeline {
         await this.apply(trx, decision, subject, row, principal);
         await insertActivity(trx, row);
         await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
-        const queued = await enqueueActivityEvent(trx, row, renderActivity(row), now);
+        const queued = await enqueueActivityEvent(trx, row, () => renderActivity(row), now);
         this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId, outcome: decision.outcome }, "activity");
         return () => {
           if (queued) this.options.onWebhookEventsQueued?.();
@@ -295,7 +295,7 @@ export class Pipeline {
       await trx.updateTable("activities").set({ status: row.status, result: row.result, failure: row.failure, votes: row.votes, updated_at: row.updated_at }).where("id", "=", row.id).execute();
       await recordEvaluation(trx, row, vote, outcome, verdicts, now);
       // Receivers hear of every change of an activity's status, not of votes that change nothing.
-      const queued = row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? await enqueueActivityEvent(trx, row, renderActivity(row), now) : 0;
+      const queued = row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? await enqueueActivityEvent(trx, row, () => renderActivity(row), now) : 0;
       this.options.logger.info({ activityId: row.id, organizationId: row.organization_id, type: row.type, status: row.status, userId: principal.userId, vote: operation.selection }, "vote");
       return () => {
         if (queued) this.options.onWebhookEventsQueued?.();

@@ -113,7 +113,7 @@ async function requireEndpoint(db: Db | Tx, organizationId: string, endpointId: 
  * activity as it now stands: active endpoints subscribed to ACTIVITY_UPDATES, and the
  * FEATURE_NAME_WEBHOOK URL, of its organization and of that organization's parent. Returns how many.
  */
-export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, body: unknown, now: number): Promise<number> {
+export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, render: () => unknown, now: number): Promise<number> {
   const organizationId = activity.organization_id;
   const parent = trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId);
   const owners = (column: "e.organization_id" | "f.organization_id") => (eb: any) => eb.or([eb(column, "=", organizationId), eb(column, "in", parent)]);
@@ -134,7 +134,8 @@ export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, b
     )
     .execute();
   if (destinations.length === 0) return 0;
-  const text = JSON.stringify(body);
+  // Rendered only when someone listens: most activities of most organizations have no destination.
+  const text = JSON.stringify(render());
   await trx
     .insertInto("webhook_deliveries")
     .values(
