@@ -75,7 +75,7 @@ describe("create_sub_organization", () => {
       ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V4", { subOrganizationName: "v4", rootUsers: [rootUser], rootQuorumThreshold: 1, wallet: { walletName: "w", accounts: [ethAccount] } }, "createSubOrganizationResultV4"],
       ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V5", { subOrganizationName: "v5", rootUsers: [{ ...rootUser, oauthProviders: [] }], rootQuorumThreshold: 1 }, "createSubOrganizationResultV5"],
       ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V6", { subOrganizationName: "v6", rootUsers: [{ ...rootUser, apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], oauthProviders: [] }], rootQuorumThreshold: 1 }, "createSubOrganizationResultV6"],
-      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V7", { subOrganizationName: "v7", rootUsers: [{ userName: "sms", userPhoneNumber: "+14155550100", apiKeys: [], authenticators: [], oauthProviders: [] }], rootQuorumThreshold: 1, disableEmailAuth: true }, "createSubOrganizationResultV7"],
+      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V7", { subOrganizationName: "v7", rootUsers: [{ ...rootUser, userPhoneNumber: "+14155550100", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], oauthProviders: [] }], rootQuorumThreshold: 1, disableEmailAuth: true }, "createSubOrganizationResultV7"],
     ];
     for (const [type, parameters, resultKey] of versions) {
       const { activity } = await client.createSubOrganization({ type, organizationId: parent.organizationId, timestampMs: String(Date.now()), parameters } as any);
@@ -106,6 +106,9 @@ describe("create_sub_organization", () => {
       [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [] }], rootQuorumThreshold: 1 }, "ROOT_USER_WITHOUT_CREDENTIAL"],
       [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userEmail: "a@example.com" }], rootQuorumThreshold: 1, disableEmailAuth: true, disableOtpEmailAuth: true }, "ROOT_USER_WITHOUT_CREDENTIAL"],
       [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 1, verificationToken: "token" }, "VERIFICATION_TOKEN_UNSUPPORTED"],
+      // Known by email alone: the product allows it, but with no email login here nobody could act in it.
+      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userEmail: "only@example.com" }], rootQuorumThreshold: 1 }, "ROOT_QUORUM_UNREACHABLE"],
+      [{ subOrganizationName: "t", rootUsers: [owner, { ...owner, userName: "by email", apiKeys: [], userEmail: "only@example.com" }], rootQuorumThreshold: 2 }, "ROOT_QUORUM_UNREACHABLE"],
       [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [{ apiKeyName: "k", publicKey: "02ff", curveType: "API_KEY_CURVE_P256" }] }], rootQuorumThreshold: 1 }, "INVALID_PUBLIC_KEY"],
       [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 1, wallet: { walletName: "w", accounts: [{ ...ethAccount, path: "not a path" }] } }, "INVALID_DERIVATION_PATH"],
     ];
@@ -154,6 +157,16 @@ describe("the parent and its sub-organizations", () => {
     await expect(a.sdk.getUsers({ organizationId: b.subOrganizationId })).rejects.toThrow(/ORGANIZATION_MISMATCH|does not belong/);
     await expect(a.sdk.getUsers({ organizationId: parent.organizationId })).rejects.toThrow(/ORGANIZATION_MISMATCH|does not belong/);
     await expect(a.sdk.getSubOrgIds({ organizationId: parent.organizationId })).rejects.toThrow(/ORGANIZATION_MISMATCH|does not belong/);
+  });
+
+  it("refuses to guess when a key is a credential in several sub-organizations (anyone may register a public key)", async () => {
+    const victim = await subOrganization("Victim");
+    const attacker = await subOrganization("Attacker");
+    // The attacker registers the victim's public key in its own sub-organization.
+    await attacker.sdk.createApiKeys({ userId: attacker.rootUserIds![0]!, apiKeys: [{ apiKeyName: "copied", publicKey: victim.key.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    await expect(victim.sdk.getWhoami({ organizationId: parent.organizationId })).rejects.toThrow(/AMBIGUOUS_SUB_ORGANIZATION|name the sub-organization/);
+    // Naming the sub-organization still works.
+    expect((await victim.sdk.getWhoami({ organizationId: victim.subOrganizationId })).organizationId).toBe(victim.subOrganizationId);
   });
 
   it("answers whoami with the caller's sub-organization when the request names the parent", async () => {
@@ -284,6 +297,26 @@ describe("organization features", () => {
     await sub.sdk.createPolicy({ policyName: "allow everything", effect: "EFFECT_ALLOW", condition: "true", consensus: `approvers.any(user, user.id == '${created.userIds[0]}')`, notes: "" });
     const memberSdk = h.sdk({ organizationId: sub.subOrganizationId }, member, fastPoller);
     await expect(memberSdk.setOrganizationFeature({ name: "FEATURE_NAME_SMS_AUTH", value: "" })).rejects.toThrow(/root quorum|POLICY_DENIED|denied/i);
+  });
+
+  it("narrows, never widens, the operator's WebAuthn origins", async () => {
+    const strict = await startHarness({ SIGIL_WEBAUTHN_ORIGINS: "https://wallet.example.com" });
+    try {
+      const organization = await strict.organization("Strict");
+      const organizationSdk = strict.sdk(organization, organization.key, fastPoller);
+      const passkey = new SoftwarePasskey(undefined, "https://evil.example.com");
+      const registration = new SoftwarePasskey(undefined, "https://wallet.example.com");
+      const reg = registration.register();
+      await organizationSdk.createUsers({ users: [{ userName: "p", apiKeys: [], authenticators: [{ authenticatorName: "phone", challenge: reg.challenge, attestation: reg.attestation as any }], oauthProviders: [], userTags: [] }] });
+      await organizationSdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://evil.example.com,https://wallet.example.com" });
+      const body = JSON.stringify({ organizationId: organization.organizationId });
+      // Same credential, asserted from an origin the organization lists but the operator does not.
+      Object.assign(passkey, { credentialId: registration.credentialId, keyPair: (registration as any).keyPair });
+      expect((await strict.post("/public/v1/query/whoami", body, { "X-Stamp-Webauthn": passkey.stamp(body) })).status).toBe(401);
+      expect((await strict.post("/public/v1/query/whoami", body, { "X-Stamp-Webauthn": registration.stamp(body) })).status).toBe(200);
+    } finally {
+      await strict.close();
+    }
   });
 
   it("limits passkey stamps to the WebAuthn origins the parent sets, for its sub-organizations too", async () => {

@@ -197,6 +197,58 @@ describe("webhook endpoints", () => {
     }
   });
 
+  it("follows its endpoint: a paused endpoint is sent nothing, and a new URL gets the pending retries", async () => {
+    const first = await receiver();
+    const second = await receiver();
+    try {
+      const endpoint = await sdk.createWebhookEndpoint({ url: first.url, name: "moving", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
+      await until("the endpoint's own event", () => first.received.length >= 1);
+      first.answers.push(500, 500, 500, 500, 500, 500);
+      await tag(sdk, "to be moved");
+      await until("a failed attempt", () => first.received.length >= 2);
+      await sdk.updateWebhookEndpoint({ endpointId: endpoint.endpointId, url: second.url, isActive: false });
+      await tag(sdk, "while moved and paused");
+      await new Promise((r) => setTimeout(r, 300));
+      expect(second.received).toHaveLength(0);
+      await sdk.updateWebhookEndpoint({ endpointId: endpoint.endpointId, isActive: true });
+      const names = () => second.activities().map((a) => a.intent?.createUserTagIntent?.userTagName ?? a.type);
+      // The retry waiting since before the pause goes to the new URL; what happened while paused is
+      // not queued for a paused endpoint at all.
+      await until("the moved events, in order", () => names().length >= 2);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(names()).toEqual(["to be moved", "ACTIVITY_TYPE_UPDATE_WEBHOOK_ENDPOINT"]);
+      const events = new Set(second.received.map((r) => r.headers["x-turnkey-event-id"]));
+      expect(events.size).toBe(second.received.length);
+      await sdk.deleteWebhookEndpoint({ endpointId: endpoint.endpointId });
+    } finally {
+      await first.close();
+      await second.close();
+    }
+  });
+
+  it("settles an attempt at the status line: a receiver that trickles its body gets the event once", async () => {
+    let requests = 0;
+    const trickler = http.createServer((request, response) => {
+      requests++;
+      request.resume();
+      response.writeHead(200);
+      const drip = setInterval(() => response.write("."), 100);
+      response.on("close", () => clearInterval(drip));
+    });
+    await new Promise<void>((resolve) => trickler.listen(0, "127.0.0.1", resolve));
+    const url = `http://127.0.0.1:${(trickler.address() as net.AddressInfo).port}/hook`;
+    try {
+      const endpoint = await sdk.createWebhookEndpoint({ url, name: "trickle", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
+      await until("the delivery recorded", async () => (await h.server.store.db.selectFrom("webhook_deliveries").select("status").where("endpoint_id", "=", endpoint.endpointId).where("status", "=", "delivered").executeTakeFirst()) !== undefined);
+      await new Promise((r) => setTimeout(r, 1500));
+      expect(requests).toBe(1);
+      await sdk.deleteWebhookEndpoint({ endpointId: endpoint.endpointId });
+    } finally {
+      trickler.closeAllConnections();
+      await new Promise((resolve) => trickler.close(resolve));
+    }
+  });
+
   it("refuses URLs with credentials and destinations the operator has not allowed, and changes nothing", async () => {
     const before = await h.snapshot();
     const attempts: Array<[string, string]> = [
@@ -212,6 +264,10 @@ describe("webhook endpoints", () => {
       expect(res.status, url).toBe(400);
       expect(res.json.details[0].turnkeyErrorCode, url).toBe(code);
     }
+    // A host that does not resolve is refused before the transaction, and recorded as the activity's failure.
+    const unresolvable = signedRequest({ type: "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT", organizationId: org.organizationId, timestampMs: String(Date.now()), parameters: { url: "https://no-such-host.invalid/hook", name: "x", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] } }, org.key);
+    const refused = await h.post("/public/v1/submit/create_webhook_endpoint", unresolvable.body, unresolvable.headers);
+    expect(refused.json.details[0].turnkeyErrorCode).toBe("WEBHOOK_URL_INVALID");
     const noSubscriptions = signedRequest({ type: "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT", organizationId: org.organizationId, timestampMs: String(Date.now()), parameters: { url: "http://127.0.0.1:9/", name: "x" } }, org.key);
     expect((await h.post("/public/v1/submit/create_webhook_endpoint", noSubscriptions.body, noSubscriptions.headers)).json.details[0].turnkeyErrorCode).toBe("WEBHOOK_SUBSCRIPTIONS_MISSING");
     const after = JSON.parse(await h.snapshot());
@@ -229,6 +285,11 @@ describe("webhook endpoints", () => {
     expect(forbiddenAddress("10.0.0.1", { allowLoopback: true, allowPrivate: false })).toBeDefined();
     expect(forbiddenAddress("10.0.0.1", { allowLoopback: false, allowPrivate: true })).toBeUndefined();
     expect(forbiddenAddress("169.254.169.254", { allowLoopback: true, allowPrivate: true })).toBeDefined();
+    // Cloud metadata inside ranges an operator may allow, and the IPv4-compatible IPv6 spelling.
+    expect(forbiddenAddress("100.100.100.200", { allowLoopback: true, allowPrivate: true })).toMatch(/metadata/);
+    expect(forbiddenAddress("fd00:ec2::254", { allowLoopback: true, allowPrivate: true })).toMatch(/metadata/);
+    expect(forbiddenAddress("::7f00:1", none)).toBeDefined();
+    expect(forbiddenAddress("::127.0.0.1", none)).toBeDefined();
     await expect(checkDestination("http://localhost:8080/hook", none, "url")).rejects.toMatchObject({ turnkeyErrorCode: "WEBHOOK_DESTINATION_FORBIDDEN" });
     await expect(checkDestination("http://localhost:8080/hook", { allowLoopback: true, allowPrivate: false }, "url")).resolves.toBe("http://localhost:8080/hook");
   });

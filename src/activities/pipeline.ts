@@ -127,6 +127,7 @@ export class Pipeline {
       throw error;
     }
     refuseParentWrites(principal, envelope.organizationId);
+    const precheckFailure: unknown = operation.precheck ? await operation.precheck(envelope.parameters, env, type).then(() => undefined, (error: unknown) => error ?? new Error("precheck failed")) : undefined;
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
@@ -150,7 +151,7 @@ export class Pipeline {
         };
         const subject: ActivitySubject = { organizationId: envelope.organizationId, type, operation, parameters: envelope.parameters, requesterId: principal.userId, votes: [vote], now, confirmed: [principal.credentialId] };
         const decision = await decideActivity(trx, subject);
-        await this.apply(trx, decision, subject, row, principal);
+        await this.apply(trx, decision, subject, row, principal, precheckFailure);
         await insertActivity(trx, row);
         await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
         const queued = await enqueueActivityEvent(trx, row, () => renderActivity(row), now);
@@ -214,7 +215,7 @@ export class Pipeline {
   }
 
   /** Carries out a decision on the activity row: run it, keep it waiting for votes, or refuse it. */
-  private async apply(trx: OpenTx, decision: Decision, subject: ActivitySubject, row: ActivitiesTable, requester: Principal): Promise<void> {
+  private async apply(trx: OpenTx, decision: Decision, subject: ActivitySubject, row: ActivitiesTable, requester: Principal, precheckFailure?: unknown): Promise<void> {
     const { store, env } = this.options;
     const fail = (error: ServiceError) => {
       row.status = "ACTIVITY_STATUS_FAILED";
@@ -227,6 +228,7 @@ export class Pipeline {
       row.status = "ACTIVITY_STATUS_CONSENSUS_NEEDED";
       return;
     }
+    if (precheckFailure) return fail(precheckFailure instanceof ServiceError ? precheckFailure : this.internal(precheckFailure, row.id));
     const ctx = { trx, dialect: store.dialect, organizationId: subject.organizationId, activityId: row.id, principal: requester, now: subject.now, env };
     // An operation that writes nothing has nothing to undo: it runs without a savepoint (two round
     // trips fewer on PostgreSQL for every signature).
@@ -322,7 +324,8 @@ export class Pipeline {
   /** The caller may vote on a pending activity it has not voted on, if mayVote says so. */
   private async votingRights(row: ActivitiesTable, principal: Principal, now: number): Promise<VotingRights> {
     const none = { canApprove: false, canReject: false };
-    if (row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED") return none;
+    // A parent organization's credential reads a sub-organization's activities but never votes.
+    if (row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" || principal.organizationId !== row.organization_id) return none;
     const votes = JSON.parse(row.votes) as StoredVote[];
     const operation = operationByActivityType.get(row.type);
     if (votes.some((v) => v.userId === principal.userId) || operation?.kind !== "activity") return none;

@@ -69,8 +69,15 @@ async function chooseForOrganization<T extends Candidate>(db: Db, candidates: T[
   if (!organization) throw notFound(`organization ${organizationId} not found`, "ORGANIZATION_NOT_FOUND");
   const parent = organization.parent_organization_id && candidates.find((c) => c.organization_id === organization.parent_organization_id);
   if (parent) return parent;
-  const child = scope.subOrganizations ? candidates.find((c) => c.organization_parent === organizationId) : undefined;
-  if (child) return child;
+  if (scope.subOrganizations) {
+    const children = candidates.filter((c) => c.organization_parent === organizationId);
+    // Public keys are public: anyone may register someone else's in their own sub-organization. A
+    // key found in several sub-organizations therefore names none of them for certain.
+    if (children.length > 1) {
+      throw permissionDenied(`${what} is a credential in ${children.length} sub-organizations of ${organizationId}: name the sub-organization in organizationId`, "AMBIGUOUS_SUB_ORGANIZATION");
+    }
+    if (children[0]) return children[0];
+  }
   throw permissionDenied(`${what} does not belong to organization ${organizationId}`, "ORGANIZATION_MISMATCH");
 }
 
@@ -126,8 +133,12 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
     throw unauthenticated(`no authenticator with credential id ${credentialId} in organization ${organizationId}`, "PUBLIC_KEY_NOT_FOUND");
   }
   const authenticator = await chooseForOrganization(db, candidates, organizationId, "the stamp's authenticator", scope);
-  const origins = await webauthnOriginsFor(db, authenticator.organization_id);
+  const organizationOrigins = await webauthnOriginsFor(db, authenticator.organization_id);
+  // An organization's list narrows the operator's (SIGIL_WEBAUTHN_ORIGINS), never widens it; a list
+  // that leaves nothing refuses every origin.
+  const origins = organizationOrigins && webauthn.origins.length ? organizationOrigins.filter((o) => webauthn.origins.includes(o)) : organizationOrigins;
   try {
+    if (origins && origins.length === 0) throw unauthenticated("no WebAuthn origin is allowed for this organization: its FEATURE_NAME_WEBAUTHN_ORIGINS and the server's SIGIL_WEBAUTHN_ORIGINS have none in common", "SIGNATURE_INVALID");
     verifyWebauthnStamp(stamp, body, authenticator.public_key, origins ? { ...webauthn, origins } : webauthn);
   } catch (error) {
     if (error instanceof ServiceError) throw error;

@@ -7,7 +7,7 @@ import { invalidArgument, notFound } from "../errors.js";
 import { defineActivity, defineQuery } from "./registry.js";
 import { rootQuorumUserIds } from "./organizations.js";
 import { WEBAUTHN_ORIGINS } from "../auth/authenticate.js";
-import { checkDestination, type DestinationPolicy } from "./webhooks.js";
+import { checkDestination, webhookUrl, type DestinationPolicy } from "./webhooks.js";
 
 export const WEBHOOK = "FEATURE_NAME_WEBHOOK";
 
@@ -47,10 +47,10 @@ export function parseOrigins(value: string): string[] {
   return origins;
 }
 
-async function checkedValue(name: string, value: string | undefined, policy: DestinationPolicy): Promise<string> {
+function checkedValue(name: string, value: string | undefined, policy: DestinationPolicy): string {
   const text = (value ?? "").trim();
   if (name === WEBAUTHN_ORIGINS) return parseOrigins(text).join(",");
-  if (name === WEBHOOK) return checkDestination(text, policy, WEBHOOK);
+  if (name === WEBHOOK) return webhookUrl(text, policy, WEBHOOK);
   return text;
 }
 
@@ -61,8 +61,10 @@ export const featureOperations = [
     resource: "ORGANIZATION",
     action: "UPDATE",
     rootOnly: true,
+    // The webhook URL's host is resolved (and its addresses checked) before the transaction.
+    precheck: async (p, env) => void (p.name === WEBHOOK && (await checkDestination(String(p.value ?? ""), env.webhooks, WEBHOOK))),
     async execute(ctx, p) {
-      await setFeatures(ctx.trx, ctx.organizationId, [{ name: p.name, value: await checkedValue(p.name, p.value, ctx.env.webhooks) }], ctx.now);
+      await setFeatures(ctx.trx, ctx.organizationId, [{ name: p.name, value: checkedValue(p.name, p.value, ctx.env.webhooks) }], ctx.now);
       return { features: await featuresOf(ctx.trx, ctx.organizationId) };
     },
   }),
@@ -76,6 +78,9 @@ export const featureOperations = [
     async execute(ctx, p) {
       const removed = await ctx.trx.deleteFrom("organization_features").where("organization_id", "=", ctx.organizationId).where("name", "=", p.name).executeTakeFirst();
       if (Number(removed.numDeletedRows) === 0) throw notFound(`feature ${p.name} is not set in this organization`, "FEATURE_NOT_FOUND");
+      if (p.name === WEBHOOK) {
+        await ctx.trx.updateTable("webhook_deliveries").set({ status: "cancelled", last_error: "the organization's webhook URL was removed", updated_at: ctx.now }).where("destination", "=", `feature:${ctx.organizationId}`).where("status", "=", "pending").execute();
+      }
       return { features: await featuresOf(ctx.trx, ctx.organizationId) };
     },
   }),

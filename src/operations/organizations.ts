@@ -57,8 +57,8 @@ export async function rootQuorumUserIds(db: Db | Tx, organizationId: string): Pr
 
 /**
  * An organization must never lock itself out: at least `threshold` root users must keep a lasting
- * credential (an API key without expiry, a passkey, an OAuth identity, or an email / phone number a
- * login feature of the organization serves). An expiring key does not
+ * credential (an API key without expiry, a passkey, or an OAuth identity). An email or phone number
+ * does not count yet: this server has no email or SMS login to reach them with. An expiring key does not
  * count: when it lapses the organization would be locked out with nobody left to notice. Checked
  * after every activity, inside its transaction, so any change that breaks it is rolled back whole.
  */
@@ -77,20 +77,6 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
             w.exists(w.selectFrom("api_keys as k").select("k.id").whereRef("k.user_id", "=", "m.user_id").where("k.expires_at", "is", null)),
             w.exists(w.selectFrom("authenticators as a").select("a.id").whereRef("a.user_id", "=", "m.user_id")),
             w.exists(w.selectFrom("oauth_providers as o").select("o.id").whereRef("o.user_id", "=", "m.user_id")),
-            // An email or phone number counts where a login feature serves it (the product's rule).
-            w.exists(
-              w
-                .selectFrom("users as u")
-                .innerJoin("organization_features as f", "f.organization_id", "u.organization_id")
-                .select("u.id")
-                .whereRef("u.id", "=", "m.user_id")
-                .where((c) =>
-                  c.or([
-                    c.and([c("u.email", "is not", null), c("f.name", "in", ["FEATURE_NAME_EMAIL_AUTH", "FEATURE_NAME_OTP_EMAIL_AUTH"])]),
-                    c.and([c("u.phone_number", "is not", null), c("f.name", "=", "FEATURE_NAME_SMS_AUTH")]),
-                  ]),
-                ),
-            ),
           ]),
         )
         .as("reachable"),

@@ -134,6 +134,11 @@ export interface ActivityOperation<P = any> {
   policyContext?(trx: Tx, organizationId: string, parameters: P, type: string): Promise<Record<string, unknown>>;
   /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
   intentOf?(parameters: P, type: string): Record<string, unknown>;
+  /** Checks that wait on the network (a webhook host's DNS), run before the organization's lock is
+   * taken so a slow answer holds up nobody else. They must not read the database. Their failure is
+   * the activity's: recorded as FAILED once policies have allowed the activity. Not repeated when an
+   * approval runs the activity later (`execute` keeps its own checks). */
+  precheck?(parameters: P, env: OperationEnvironment, type: string): Promise<void>;
   /** Runs inside the activity's transaction; returns the result object (the value under the result key). */
   execute(ctx: ActivityContext, parameters: P, type: string): Promise<Record<string, unknown>>;
 }

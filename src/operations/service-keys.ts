@@ -37,10 +37,12 @@ export async function serviceSigningKey(store: Store, keyring: Keyring, purpose 
     seed.fill(0);
     try {
       await store.transact("exclusive", (trx) => trx.insertInto("service_keys").values(fresh).execute());
-    } catch {
+    } catch (error) {
       // Another process made it at the same moment (the purpose is unique): use theirs.
+      row = await store.db.selectFrom("service_keys").selectAll().where("purpose", "=", purpose).executeTakeFirst();
+      if (!row) throw error;
     }
-    row = await store.db.selectFrom("service_keys").selectAll().where("purpose", "=", purpose).executeTakeFirstOrThrow();
+    row ??= await store.db.selectFrom("service_keys").selectAll().where("purpose", "=", purpose).executeTakeFirstOrThrow();
   }
   const seed = keyring.open(row.sealed_private_key, identity(row));
   const publicKey = Buffer.from(row.public_key, "hex");

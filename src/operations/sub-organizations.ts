@@ -12,6 +12,7 @@ import { createUser, type NewUserParams } from "./users.js";
 import { createWallet, type NewWalletParams } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
+import { assertRootQuorumReachable } from "./organizations.js";
 import type { AuthenticatorParams } from "./credentials.js";
 
 interface CreateSubOrganizationParams {
@@ -89,6 +90,9 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
     rootUserIds.push(userId);
   }
   await setFeatures(ctx.trx, subOrganizationId, loginFeatures(p), ctx.now);
+  // The product lets a root user be known by an email or phone number alone; without email or SMS
+  // login here, enough root users must hold a credential or nobody could ever act in it.
+  await assertRootQuorumReachable(ctx.trx, subOrganizationId);
 
   if (version === 3) {
     const privateKeys = await createPrivateKeys(inSub, p.privateKeys ?? []);
@@ -120,6 +124,9 @@ async function deleteSubOrganization(ctx: ActivityContext, deleteWithoutExport: 
   await trx.deleteFrom("tags").where("organization_id", "=", id).execute();
   await trx.deleteFrom("policies").where("organization_id", "=", id).execute();
   await trx.deleteFrom("organization_features").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("webhook_subscriptions").where("endpoint_id", "in", trx.selectFrom("webhook_endpoints").select("id").where("organization_id", "=", id)).execute();
+  await trx.deleteFrom("webhook_endpoints").where("organization_id", "=", id).execute();
+  await trx.updateTable("webhook_deliveries").set({ status: "cancelled", last_error: "the sub-organization was deleted", updated_at: ctx.now }).where("organization_id", "=", id).where("status", "=", "pending").execute();
   await trx.deleteFrom("root_quorum_members").where("organization_id", "=", id).execute();
   await trx.deleteFrom("api_keys").where("organization_id", "=", id).execute();
   await trx.deleteFrom("authenticators").where("organization_id", "=", id).execute();

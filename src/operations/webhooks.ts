@@ -22,10 +22,20 @@ export interface DestinationPolicy {
 }
 
 /** Why an address may not be dialled under `policy`, or undefined if it may. */
+/** Cloud metadata services that sit in ranges an operator may otherwise allow (private, CGNAT). */
+const METADATA_ADDRESSES = new Set(["100.100.100.200", "fd00:ec2::254"]);
+
 export function forbiddenAddress(address: string, policy: DestinationPolicy): string | undefined {
   if (!ipaddr.isValid(address)) return `${address} is not an IP address`;
   let parsed = ipaddr.parse(address);
-  if (parsed.kind() === "ipv6" && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) parsed = (parsed as ipaddr.IPv6).toIPv4Address();
+  if (parsed.kind() === "ipv6") {
+    const v6 = parsed as ipaddr.IPv6;
+    // IPv4-mapped (::ffff:a.b.c.d) and the deprecated IPv4-compatible (::a.b.c.d) forms are judged
+    // as the IPv4 address they carry.
+    if (v6.isIPv4MappedAddress()) parsed = v6.toIPv4Address();
+    else if (v6.parts.slice(0, 6).every((part) => part === 0) && (v6.parts[6] !== 0 || v6.parts[7]! > 1)) parsed = ipaddr.fromByteArray(v6.toByteArray().slice(12));
+  }
+  if (METADATA_ADDRESSES.has(parsed.toNormalizedString()) || METADATA_ADDRESSES.has(parsed.toString())) return `${address} is a cloud metadata address, which webhooks never reach`;
   const range = parsed.range();
   if (range === "unicast") return undefined;
   if (range === "loopback") return policy.allowLoopback ? undefined : `${address} is a loopback address (allow with SIGIL_WEBHOOK_ALLOW_LOOPBACK=true)`;
@@ -34,12 +44,9 @@ export function forbiddenAddress(address: string, policy: DestinationPolicy): st
   return `${address} is a ${range} address, which webhooks never reach`;
 }
 
-/**
- * Checks a webhook URL when it is set: http(s), no credentials in it, and a host that resolves only
- * to addresses the policy allows. The dispatcher checks the addresses again when it dials (a name
- * may resolve differently later).
- */
-export async function checkDestination(raw: string, policy: DestinationPolicy, field: string): Promise<string> {
+/** The checks of a webhook URL that need no network: http(s), no credentials, and, when the host
+ * is an address, one the policy allows. Returns the URL as stored. */
+export function webhookUrl(raw: string, policy: DestinationPolicy, field: string): string {
   let url: URL;
   try {
     url = new URL(raw.trim());
@@ -49,20 +56,44 @@ export async function checkDestination(raw: string, policy: DestinationPolicy, f
   if (url.protocol !== "https:" && url.protocol !== "http:") throw invalidArgument(`${field} must be an http or https URL, got ${url.protocol}`, "WEBHOOK_URL_INVALID");
   if (url.username || url.password) throw invalidArgument(`${field} must not carry credentials (user:password@)`, "WEBHOOK_URL_INVALID");
   const host = url.hostname.replace(/^\[|\]$/g, "");
+  if (net.isIP(host)) {
+    const problem = forbiddenAddress(host, policy);
+    if (problem) throw invalidArgument(`${field}: ${problem}`, "WEBHOOK_DESTINATION_FORBIDDEN");
+  }
+  return url.toString();
+}
+
+/**
+ * Checks a webhook URL when it is set: `webhookUrl`, and a host name must resolve only to addresses
+ * the policy allows. Runs before the activity's transaction (it waits on DNS); the dispatcher checks
+ * the addresses again when it dials, since a name may resolve differently later.
+ */
+export async function checkDestination(raw: string, policy: DestinationPolicy, field: string): Promise<string> {
+  const checked = webhookUrl(raw, policy, field);
+  const url = new URL(checked);
+  const host = url.hostname.replace(/^\[|\]$/g, "");
+  if (net.isIP(host)) return checked;
   let addresses: string[];
-  if (net.isIP(host)) addresses = [host];
-  else {
-    try {
-      addresses = (await dns.lookup(host, { all: true, verbatim: true })).map((a) => a.address);
-    } catch {
-      throw invalidArgument(`${field}: the host ${host} does not resolve`, "WEBHOOK_URL_INVALID");
-    }
+  try {
+    addresses = (await dns.lookup(host, { all: true, verbatim: true })).map((a) => a.address);
+  } catch {
+    throw invalidArgument(`${field}: the host ${host} does not resolve`, "WEBHOOK_URL_INVALID");
   }
   for (const address of addresses) {
     const problem = forbiddenAddress(address, policy);
     if (problem) throw invalidArgument(`${field}: ${url.host} resolves to ${problem}`, "WEBHOOK_DESTINATION_FORBIDDEN");
   }
-  return url.toString();
+  return checked;
+}
+
+/** A URL for logs and the delivery log: scheme, host and path, never the query (tokens live there). */
+export function redactedUrl(raw: string): string {
+  try {
+    const url = new URL(raw);
+    return `${url.protocol}//${url.host}${url.pathname}${url.search ? "?…" : ""}`;
+  } catch {
+    return "<not a URL>";
+  }
 }
 
 interface SubscriptionParams {
@@ -170,10 +201,11 @@ export const webhookOperations = [
     summary: "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations) are delivered to its URL, signed.",
     resource: "WEBHOOK_ENDPOINT",
     action: "CREATE",
+    precheck: async (p, env) => void (await checkDestination(String(p.url ?? ""), env.webhooks, "url")),
     async execute(ctx, p) {
       const name = requireName(p.name, "name");
       const subscriptions = checkedSubscriptions(p.subscriptions);
-      const url = await checkDestination(p.url, ctx.env.webhooks, "url");
+      const url = webhookUrl(p.url, ctx.env.webhooks, "url");
       const id = newId();
       const row: WebhookEndpointsTable = { id, organization_id: ctx.organizationId, name, url, is_active: 1, created_at: ctx.now, updated_at: ctx.now };
       await ctx.trx.insertInto("webhook_endpoints").values(row).execute();
@@ -191,9 +223,10 @@ export const webhookOperations = [
     resource: "WEBHOOK_ENDPOINT",
     action: "UPDATE",
     policyParameters: (p) => ({ endpoint_id: p.endpointId }),
+    precheck: async (p, env) => void (p.url !== undefined && (await checkDestination(p.url, env.webhooks, "url"))),
     async execute(ctx, p) {
       const row = await requireEndpoint(ctx.trx, ctx.organizationId, p.endpointId);
-      if (p.url !== undefined) row.url = await checkDestination(p.url, ctx.env.webhooks, "url");
+      if (p.url !== undefined) row.url = webhookUrl(p.url, ctx.env.webhooks, "url");
       if (p.name !== undefined) row.name = requireName(p.name, "name");
       if (p.isActive !== undefined) row.is_active = p.isActive ? 1 : 0;
       row.updated_at = ctx.now;
@@ -235,7 +268,7 @@ export function renderDelivery(row: { id: string; organization_id: string; event
     eventOrganizationId: row.event_organization_id,
     activityId: row.activity_id,
     endpointId: row.endpoint_id,
-    url: row.url,
+    url: redactedUrl(row.url),
     eventType: row.event_type,
     status: row.status,
     attempts: row.attempts,

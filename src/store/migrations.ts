@@ -314,6 +314,7 @@ const webhooks: Migration = {
     await db.schema.createIndex("webhook_deliveries_due").on("webhook_deliveries").columns(["status", "next_attempt_at"]).execute();
     await db.schema.createIndex("webhook_deliveries_in_order").on("webhook_deliveries").columns(["destination", "event_organization_id", "status", "created_at", "id"]).execute();
     await db.schema.createIndex("webhook_deliveries_by_organization").on("webhook_deliveries").columns(["organization_id", "created_at", "id"]).execute();
+    await db.schema.createIndex("webhook_deliveries_by_endpoint").on("webhook_deliveries").columns(["endpoint_id", "status"]).execute();
   },
 };
 

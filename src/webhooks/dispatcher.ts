@@ -20,7 +20,7 @@ import type { Store } from "../store/database.js";
 import type { WebhookDeliveriesTable } from "../store/schema.js";
 import type { WebhookConfig } from "../config.js";
 import type { ServiceSigningKey } from "../operations/service-keys.js";
-import { forbiddenAddress, type DestinationPolicy } from "../operations/webhooks.js";
+import { forbiddenAddress, redactedUrl, type DestinationPolicy } from "../operations/webhooks.js";
 
 const MAX_BACKOFF_MS = 60 * 60 * 1000;
 
@@ -122,9 +122,14 @@ export class WebhookDispatcher {
     }
   }
 
-  /** Leases up to `limit` due deliveries, each the oldest pending one of its destination and organization. */
+  /** Leases up to `limit` due deliveries, each the oldest pending one of its destination and
+   * organization whose endpoint is not paused, with the URL its destination has now. */
   private async claim(limit: number): Promise<WebhookDeliveriesTable[]> {
     const now = this.clock();
+    // Idle servers look first, without taking the write lock.
+    const due = await this.store.reader.selectFrom("webhook_deliveries").select("id").where("status", "=", "pending").where("next_attempt_at", "<=", now).limit(1).executeTakeFirst();
+    if (!due) return [];
+    // Longer than an attempt can last (its deadline is timeoutMs), so a lease never lapses mid-send.
     const leaseUntil = now + this.config.timeoutMs * 2 + 5_000;
     const skipLocked = this.store.dialect === "postgres" ? sql`for update skip locked` : sql``;
     return this.store.transact("exclusive", async (trx) => {
@@ -133,6 +138,7 @@ export class WebhookDispatcher {
         where id in (
           select d.id from webhook_deliveries d
           where d.status = 'pending' and d.next_attempt_at <= ${now} and (d.lease_until is null or d.lease_until < ${now})
+            and (d.endpoint_id is null or exists (select 1 from webhook_endpoints w where w.id = d.endpoint_id and w.is_active = 1))
             and not exists (
               select 1 from webhook_deliveries e
               where e.destination = d.destination and e.event_organization_id = d.event_organization_id and e.status = 'pending'
@@ -143,7 +149,18 @@ export class WebhookDispatcher {
           ${skipLocked}
         )
         returning *`.execute(trx);
-      return result.rows.map((row) => ({ ...row, created_at: Number(row.created_at), next_attempt_at: Number(row.next_attempt_at), attempts: Number(row.attempts) }));
+      const claimed = result.rows.map((row) => ({ ...row, created_at: Number(row.created_at), next_attempt_at: Number(row.next_attempt_at), attempts: Number(row.attempts), lease_until: leaseUntil }));
+      if (claimed.length === 0) return claimed;
+      // Send to where the destination points now (an endpoint's URL may have changed since).
+      const endpointIds = claimed.flatMap((d) => (d.endpoint_id ? [d.endpoint_id] : []));
+      const featureOwners = claimed.flatMap((d) => (d.endpoint_id ? [] : [d.organization_id]));
+      const endpoints = endpointIds.length ? await trx.selectFrom("webhook_endpoints").select(["id", "url"]).where("id", "in", endpointIds).execute() : [];
+      const features = featureOwners.length ? await trx.selectFrom("organization_features").select(["organization_id", "value"]).where("name", "=", "FEATURE_NAME_WEBHOOK").where("organization_id", "in", featureOwners).execute() : [];
+      for (const delivery of claimed) {
+        const current = delivery.endpoint_id ? endpoints.find((e) => e.id === delivery.endpoint_id)?.url : features.find((f) => f.organization_id === delivery.organization_id)?.value;
+        if (current) delivery.url = current;
+      }
+      return claimed;
     });
   }
 
@@ -158,6 +175,7 @@ export class WebhookDispatcher {
         .updateTable("webhook_deliveries")
         .set({
           status,
+          url: delivery.url,
           lease_until: null,
           last_status_code: outcome.status,
           last_error: outcome.kind === "delivered" ? null : exhausted ? `${outcome.error} (gave up after ${delivery.attempts} attempts)` : outcome.error,
@@ -167,9 +185,11 @@ export class WebhookDispatcher {
         })
         .where("id", "=", delivery.id)
         .where("status", "=", "pending")
+        // Only this attempt's outcome: never one of an attempt whose lease another claim replaced.
+        .where("attempts", "=", delivery.attempts)
         .execute(),
     );
-    const log = { eventId: delivery.id, activityId: delivery.activity_id, url: delivery.url, attempt: delivery.attempts, status: outcome.status };
+    const log = { eventId: delivery.id, activityId: delivery.activity_id, url: redactedUrl(delivery.url), attempt: delivery.attempts, status: outcome.status };
     if (status === "delivered") this.logger.info(log, "webhook delivered");
     else if (status === "failed") this.logger.warn({ ...log, error: outcome.kind === "delivered" ? undefined : outcome.error }, "webhook delivery failed for good");
     else this.logger.info({ ...log, error: outcome.kind === "delivered" ? undefined : outcome.error, retryInMs: backoff }, "webhook delivery will be retried");
@@ -192,23 +212,34 @@ export class WebhookDispatcher {
     const headers = signedHeaders(this.key, delivery, body, this.clock());
     const transport = url.protocol === "https:" ? https : http;
     return new Promise<Outcome>((resolve) => {
-      const request = transport.request(url, { method: "POST", headers, lookup: guardedLookup(this.config), timeout: this.config.timeoutMs, agent: false }, (response) => {
-        const status = response.statusCode ?? 0;
-        // The answer's body is not needed; read (and drop) it so the socket can close.
-        response.resume();
-        response.on("end", () => {
-          if (status >= 200 && status < 300) resolve({ kind: "delivered", status });
-          else if (status >= 500) resolve({ kind: "retry", status, error: `the receiver answered ${status}` });
-          else resolve({ kind: "failed", status, error: `the receiver answered ${status}${status >= 300 && status < 400 ? " (redirects are not followed)" : ""}` });
+      let settled = false;
+      const settle = (outcome: Outcome) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(deadline);
+        request?.destroy();
+        resolve(outcome);
+      };
+      // One deadline for the whole attempt — lookup, connect, TLS, sending, the status line — so a
+      // receiver that trickles bytes cannot hold a sending slot (or the event) for long.
+      const deadline = setTimeout(() => settle({ kind: "retry", status: null, error: `no answer within ${this.config.timeoutMs} ms` }), this.config.timeoutMs);
+      let request: http.ClientRequest | undefined;
+      try {
+        request = transport.request(url, { method: "POST", headers, lookup: guardedLookup(this.config), agent: false }, (response) => {
+          // The status line decides; the body is not needed.
+          const status = response.statusCode ?? 0;
+          if (status >= 200 && status < 300) settle({ kind: "delivered", status });
+          else if (status >= 500) settle({ kind: "retry", status, error: `the receiver answered ${status}` });
+          else settle({ kind: "failed", status, error: `the receiver answered ${status}${status >= 300 && status < 400 ? " (redirects are not followed)" : ""}` });
         });
-        response.on("error", (error) => resolve({ kind: "retry", status, error: error.message }));
-      });
-      request.setTimeout(this.config.timeoutMs, () => request.destroy(new Error(`no answer within ${this.config.timeoutMs} ms`)));
-      request.on("error", (error: NodeJS.ErrnoException) => {
-        if (error.code === "EDESTINATION") resolve({ kind: "failed", status: null, error: error.message });
-        else resolve({ kind: "retry", status: null, error: error.message });
-      });
-      request.end(body);
+        request.on("error", (error: NodeJS.ErrnoException) => {
+          if (error.code === "EDESTINATION") settle({ kind: "failed", status: null, error: error.message });
+          else settle({ kind: "retry", status: null, error: error.message });
+        });
+        request.end(body);
+      } catch (error) {
+        settle({ kind: "failed", status: null, error: `the request could not be made: ${error instanceof Error ? error.message : String(error)}` });
+      }
     });
   }
 }
