@@ -12,6 +12,7 @@ import { signingOperations } from "../operations/signing.js";
 import { subOrganizationOperations } from "../operations/sub-organizations.js";
 import { featureOperations } from "../operations/features.js";
 import { webhookOperations } from "../operations/webhooks.js";
+import { exportOperations } from "../operations/exports.js";
 import { activityQueries } from "./queries.js";
 import { voteOperations } from "./votes.js";
 
@@ -23,6 +24,7 @@ export const operations: Operation[] = [
   ...walletOperations,
   ...privateKeyOperations,
   ...signingOperations,
+  ...exportOperations,
   ...organizationOperations,
   ...subOrganizationOperations,
   ...featureOperations,

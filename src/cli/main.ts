@@ -1,4 +1,4 @@
-// sigil serve | keygen | bootstrap | rotate-master-key | webhooks — thin: parse flags, call the library, print one result.
+// sigil serve | keygen | bootstrap | rotate-master-key | info | webhooks — thin: parse flags, call the library, print one result.
 import { parseArgs } from "node:util";
 import { loadConfig } from "../config.js";
 import { startServer } from "../http/server.js";
@@ -7,6 +7,7 @@ import { generateP256KeyPair } from "../crypto/keys.js";
 import { createOrganization } from "../operations/organizations.js";
 import { resealAll } from "../operations/secrets.js";
 import { renderDelivery } from "../operations/webhooks.js";
+import { BUNDLE_SIGNER, WEBHOOK_SIGNING } from "../operations/service-keys.js";
 import { Keyring, MASTER_KEY_BYTES } from "../crypto/envelope.js";
 import { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } from "../crypto/master-key.js";
 import path from "node:path";
@@ -18,6 +19,7 @@ const USAGE = `usage:
   sigil keygen
   sigil bootstrap --org-name N --user-name U --api-public-key K [--user-email E] [--api-key-name X] [--data-dir D]
   sigil rotate-master-key [--data-dir D] [--new-key-file F]
+  sigil info [--data-dir D]
   sigil webhooks [--status pending|delivered|failed|cancelled] [--organization ID] [--limit N] [--data-dir D]
 
 Set SIGIL_DATABASE_URL=postgres://… to keep state in PostgreSQL instead of SQLite.`;
@@ -124,6 +126,21 @@ async function rotateMasterKey(args: string[]) {
   process.stderr.write(after + "\n");
 }
 
+/** The deployment's public keys (made by the first `sigil serve`), as /.well-known/sigil.json shows them. */
+async function info(args: string[]) {
+  const { values } = parseArgs({ args, options: { "data-dir": { type: "string" } } });
+  const config = loadConfig(process.env, { dataDir: values["data-dir"] });
+  const store = await openStore(config);
+  try {
+    const keys = await store.reader.selectFrom("service_keys").select(["purpose", "public_key"]).execute();
+    const of = (purpose: string) => keys.find((k) => k.purpose === purpose)?.public_key ?? null;
+    if (!of(BUNDLE_SIGNER)) process.stderr.write("no service keys yet: they are made when `sigil serve` first starts\n");
+    process.stdout.write(JSON.stringify({ database: store.location, signerPublicKey: of(BUNDLE_SIGNER), webhookSigningPublicKey: of(WEBHOOK_SIGNING) }) + "\n");
+  } finally {
+    await store.close();
+  }
+}
+
 /** The webhook delivery log, newest first, one JSON line per delivery (bodies are not printed). */
 async function webhooks(args: string[]) {
   const { values } = parseArgs({ args, options: { "data-dir": { type: "string" }, status: { type: "string" }, organization: { type: "string" }, limit: { type: "string" } } });
@@ -158,6 +175,8 @@ export async function main(argv: string[]): Promise<void> {
       return rotateMasterKey(rest);
     case "webhooks":
       return webhooks(rest);
+    case "info":
+      return info(rest);
     case undefined:
     case "help":
     case "--help":

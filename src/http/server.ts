@@ -8,7 +8,7 @@ import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
-import { serviceSigningKey, type ServiceSigningKey } from "../operations/service-keys.js";
+import { bundleSigner, serviceSigningKey, type BundleSigner, type ServiceSigningKey } from "../operations/service-keys.js";
 import { WebhookDispatcher } from "../webhooks/dispatcher.js";
 import { loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../operations/secrets.js";
@@ -40,15 +40,17 @@ export interface ServerParts {
   signatures: SignatureThreads;
   /** The key webhook deliveries are signed with; its public half is published. */
   webhookKey: ServiceSigningKey;
+  /** Signs export and import bundles; its public half is published as `signerPublicKey`. */
+  bundles: BundleSigner;
   onWebhookEventsQueued?: () => void;
 }
 
-export function buildApp(config: Config, { store, keyring, signatures, webhookKey, onWebhookEventsQueued }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
+export function buildApp(config: Config, { store, keyring, signatures, webhookKey, bundles, onWebhookEventsQueued }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
   const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks }, logger, clock: options.clock, onWebhookEventsQueued });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks, bundles }, logger, clock: options.clock, onWebhookEventsQueued });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
@@ -82,7 +84,8 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
   app.get("/health", async () => ({ status: "ok" }));
   // What a client or receiver needs to know of this deployment's own keys (no authentication).
   const webhookVerificationKey = { keyId: webhookKey.keyId, publicKey: webhookKey.publicKey, algorithm: "ed25519", signatureVersion: "v1" };
-  app.get("/.well-known/sigil.json", async () => ({ webhookVerificationKeys: [webhookVerificationKey] }));
+  // signerPublicKey: what clients pass as dangerouslyOverrideSignerPublicKey to open export bundles.
+  app.get("/.well-known/sigil.json", async () => ({ signerPublicKey: bundles.publicKey, webhookVerificationKeys: [webhookVerificationKey] }));
   // The product's key-discovery document for webhook receivers, in JWKS form.
   app.get("/public/v1/discovery/webhooks/jwks", async (_request, reply) => {
     reply.header("cache-control", "public, max-age=3600");
@@ -127,8 +130,9 @@ export async function startServer(config: Config, logger = createLogger(config),
   let app: FastifyInstance;
   try {
     const webhookKey = await serviceSigningKey(store, keyring);
+    const bundles = await bundleSigner(store, keyring);
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
-    app = buildApp(config, { store, keyring, signatures, webhookKey, onWebhookEventsQueued: () => dispatcher.notify() }, logger, options);
+    app = buildApp(config, { store, keyring, signatures, webhookKey, bundles, onWebhookEventsQueued: () => dispatcher.notify() }, logger, options);
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {
     await store.close();

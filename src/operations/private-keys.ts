@@ -24,7 +24,7 @@ interface StoredAddress {
 
 export const privateKeyIdentity = (row: Pick<PrivateKeysTable, "organization_id" | "id">): SecretIdentity => ({ organizationId: row.organization_id, kind: "private_key", resourceId: row.id });
 
-async function tagsOf(db: Db | Tx, ids: string[]): Promise<Map<string, string[]>> {
+export async function tagsOf(db: Db | Tx, ids: string[]): Promise<Map<string, string[]>> {
   const byKey = new Map<string, string[]>();
   if (ids.length === 0) return byKey;
   const rows = await db.selectFrom("private_key_tag_members").select(["private_key_id", "tag_id"]).where("private_key_id", "in", ids).orderBy("tag_id").execute();

@@ -8,6 +8,7 @@ import type { Principal } from "../auth/authenticate.js";
 import type { WebauthnPolicy } from "../auth/webauthn.js";
 import type { SignatureThreads } from "../crypto/signature-threads.js";
 import type { DestinationPolicy } from "./webhooks.js";
+import type { BundleSigner } from "./service-keys.js";
 import type { Keyring } from "../crypto/envelope.js";
 
 export interface SwaggerSchemas {
@@ -68,6 +69,8 @@ export interface OperationEnvironment {
   signatures: SignatureThreads;
   /** Where webhook URLs may point besides public addresses. */
   webhooks: DestinationPolicy;
+  /** Signs export (and import) bundles: the deployment's P-256 bundle signer. */
+  bundles: BundleSigner;
 }
 
 export interface ActivityContext {

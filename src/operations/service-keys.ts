@@ -1,8 +1,10 @@
 // Keys the deployment itself holds (not an organization's): created on first start, sealed at rest
-// like every secret, and the same for every server process sharing the database. Today: the Ed25519
-// key webhook deliveries are signed with; its public half is published for receivers.
+// like every secret, and the same for every server process sharing the database: the Ed25519 key
+// webhook deliveries are signed with, and the P-256 key export/import bundles are signed with. Their
+// public halves are published (/.well-known/sigil.json).
 import crypto from "node:crypto";
 import { ed25519 } from "@noble/curves/ed25519.js";
+import { p256 } from "@noble/curves/nist.js";
 import type { Keyring } from "../crypto/envelope.js";
 import type { Store } from "../store/database.js";
 import type { ServiceKeysTable } from "../store/schema.js";
@@ -20,21 +22,15 @@ export interface ServiceSigningKey {
 
 const identity = (row: Pick<ServiceKeysTable, "id" | "organization_id">) => ({ organizationId: row.organization_id, kind: "service_key", resourceId: row.id });
 
-/** The key for `purpose`, made (and stored sealed) if this deployment has none yet. */
-export async function serviceSigningKey(store: Store, keyring: Keyring, purpose = WEBHOOK_SIGNING): Promise<ServiceSigningKey> {
+/** The stored key for `purpose`, made (and stored sealed) with `generate` if this deployment has none
+ * yet; with its private half opened. Several processes starting at once end up with the same key. */
+async function serviceKey(store: Store, keyring: Keyring, purpose: string, generate: () => { secret: Uint8Array; publicKey: string }) {
   let row = await store.db.selectFrom("service_keys").selectAll().where("purpose", "=", purpose).executeTakeFirst();
   if (!row) {
-    const seed = ed25519.utils.randomSecretKey();
+    const { secret, publicKey } = generate();
     const id = newId();
-    const fresh: ServiceKeysTable = {
-      id,
-      purpose,
-      organization_id: "",
-      public_key: Buffer.from(ed25519.getPublicKey(seed)).toString("hex"),
-      sealed_private_key: keyring.seal(seed, identity({ id, organization_id: "" })),
-      created_at: Date.now(),
-    };
-    seed.fill(0);
+    const fresh: ServiceKeysTable = { id, purpose, organization_id: "", public_key: publicKey, sealed_private_key: keyring.seal(secret, identity({ id, organization_id: "" })), created_at: Date.now() };
+    secret.fill(0);
     try {
       await store.transact("exclusive", (trx) => trx.insertInto("service_keys").values(fresh).execute());
     } catch (error) {
@@ -44,13 +40,42 @@ export async function serviceSigningKey(store: Store, keyring: Keyring, purpose 
     }
     row ??= await store.db.selectFrom("service_keys").selectAll().where("purpose", "=", purpose).executeTakeFirstOrThrow();
   }
-  const seed = keyring.open(row.sealed_private_key, identity(row));
+  return { row, secret: keyring.open(row.sealed_private_key, identity(row)) };
+}
+
+/** The Ed25519 key webhook deliveries are signed with. */
+export async function serviceSigningKey(store: Store, keyring: Keyring): Promise<ServiceSigningKey> {
+  const { row, secret } = await serviceKey(store, keyring, WEBHOOK_SIGNING, () => {
+    const seed = ed25519.utils.randomSecretKey();
+    return { secret: seed, publicKey: Buffer.from(ed25519.getPublicKey(seed)).toString("hex") };
+  });
   const publicKey = Buffer.from(row.public_key, "hex");
-  const privateKey = crypto.createPrivateKey({ key: { kty: "OKP", crv: "Ed25519", d: Buffer.from(seed).toString("base64url"), x: publicKey.toString("base64url") }, format: "jwk" });
-  Buffer.from(seed.buffer, seed.byteOffset, seed.byteLength).fill(0);
+  const privateKey = crypto.createPrivateKey({ key: { kty: "OKP", crv: "Ed25519", d: secret.toString("base64url"), x: publicKey.toString("base64url") }, format: "jwk" });
+  secret.fill(0);
   return {
     keyId: `whk_${crypto.createHash("sha256").update(publicKey).digest("hex").slice(0, 16)}`,
     publicKey: row.public_key,
     sign: (message) => crypto.sign(null, message, privateKey),
   };
+}
+
+export const BUNDLE_SIGNER = "bundle_signer";
+
+/** The P-256 key export and import bundles are signed with (the product's "enclave quorum key"). */
+export interface BundleSigner {
+  /** Uncompressed, lowercase hex (04…): clients compare it character for character. */
+  publicKey: string;
+  /** ECDSA P-256 over SHA-256 of `data`, DER. */
+  sign(data: Uint8Array): Buffer;
+}
+
+export async function bundleSigner(store: Store, keyring: Keyring): Promise<BundleSigner> {
+  const { row, secret } = await serviceKey(store, keyring, BUNDLE_SIGNER, () => {
+    const scalar = p256.utils.randomSecretKey();
+    return { secret: scalar, publicKey: Buffer.from(p256.getPublicKey(scalar, false)).toString("hex") };
+  });
+  const point = Buffer.from(row.public_key, "hex");
+  const privateKey = crypto.createPrivateKey({ key: { kty: "EC", crv: "P-256", d: secret.toString("base64url"), x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") }, format: "jwk" });
+  secret.fill(0);
+  return { publicKey: row.public_key, sign: (data) => crypto.sign("sha256", data, { key: privateKey, dsaEncoding: "der" }) };
 }

@@ -52,7 +52,7 @@ export function renderWalletAccount(row: WalletAccountsTable, wallet?: WalletsTa
 /** `wallet` / `wallets` of the policy language. */
 export const walletKeyword = (row: Pick<WalletsTable, "id" | "imported" | "exported" | "name">) => ({ id: row.id, imported: row.imported === 1, exported: row.exported === 1, label: row.name });
 
-async function walletContext(trx: Db | Tx, organizationId: string, walletId: string): Promise<Record<string, unknown>> {
+export async function walletContext(trx: Db | Tx, organizationId: string, walletId: string): Promise<Record<string, unknown>> {
   const row = await trx.selectFrom("wallets").selectAll().where("organization_id", "=", organizationId).where("id", "=", walletId).executeTakeFirst();
   return row ? { wallet: walletKeyword(row) } : {};
 }
