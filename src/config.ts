@@ -26,6 +26,8 @@ export interface Config {
   /** Worker threads that compute signatures; 0 computes them on the event loop. */
   signatureThreads: number;
   webhooks: WebhookConfig;
+  /** How long an import target from init_import_* stays usable, in milliseconds. */
+  importTargetTtlMs: number;
 }
 
 export interface WebhookConfig {
@@ -91,6 +93,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       previous: list(env.SIGIL_MASTER_KEY_PREVIOUS),
     },
     signatureThreads: nonNegativeInteger("SIGIL_SIGNATURE_THREADS", env.SIGIL_SIGNATURE_THREADS, defaultSignatureThreads()),
+    importTargetTtlMs: positiveInteger("SIGIL_IMPORT_TARGET_TTL_SECONDS", env.SIGIL_IMPORT_TARGET_TTL_SECONDS, 30 * 60) * 1000,
     webhooks: {
       allowLoopback: flag("SIGIL_WEBHOOK_ALLOW_LOOPBACK", env.SIGIL_WEBHOOK_ALLOW_LOOPBACK),
       allowPrivate: flag("SIGIL_WEBHOOK_ALLOW_PRIVATE", env.SIGIL_WEBHOOK_ALLOW_PRIVATE),

@@ -13,6 +13,7 @@ import { subOrganizationOperations } from "../operations/sub-organizations.js";
 import { featureOperations } from "../operations/features.js";
 import { webhookOperations } from "../operations/webhooks.js";
 import { exportOperations } from "../operations/exports.js";
+import { importOperations } from "../operations/imports.js";
 import { activityQueries } from "./queries.js";
 import { voteOperations } from "./votes.js";
 
@@ -25,6 +26,7 @@ export const operations: Operation[] = [
   ...privateKeyOperations,
   ...signingOperations,
   ...exportOperations,
+  ...importOperations,
   ...organizationOperations,
   ...subOrganizationOperations,
   ...featureOperations,

@@ -50,7 +50,7 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks, bundles }, logger, clock: options.clock, onWebhookEventsQueued });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks, bundles, importTargetTtlMs: config.importTargetTtlMs }, logger, clock: options.clock, onWebhookEventsQueued });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();

@@ -3,7 +3,7 @@
 import { alreadyExists, failedPrecondition, invalidArgument, notFound } from "../errors.js";
 import type { Db, Tx } from "../store/database.js";
 import type { PrivateKeysTable } from "../store/schema.js";
-import { generateKeyPair, type Curve } from "../crypto/hd.js";
+import { generateKeyPair, type Curve, type KeyPair } from "../crypto/hd.js";
 import { UnsupportedAddressError, address, type AddressFormat } from "../crypto/addresses.js";
 import type { SecretIdentity } from "../crypto/envelope.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
@@ -56,7 +56,8 @@ export async function requirePrivateKey(db: Db | Tx, organizationId: string, pri
   return row;
 }
 
-export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyParams[]) {
+/** Creates private keys: fresh ones, or — for an import — the one key pair `supplied`. */
+export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyParams[], supplied?: KeyPair) {
   if (keys.length === 0) throw invalidArgument("privateKeys must list at least one key");
   requireAtMost(keys, "privateKeys");
   const created: { privateKeyId: string; addresses: StoredAddress[] }[] = [];
@@ -75,7 +76,7 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
       if (missing) throw notFound(`${where}.privateKeyTags: private key tag ${missing} not found`, "PRIVATE_KEY_TAG_NOT_FOUND");
     }
     const formats = distinct(key.addressFormats, `${where}.addressFormats`) as AddressFormat[];
-    const pair = generateKeyPair(key.curve);
+    const pair = supplied ?? generateKeyPair(key.curve);
     const addresses = formats.map((format) => {
       try {
         return { format, address: address(key.curve, format, pair.publicKey) };
@@ -95,7 +96,7 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
         public_key: Buffer.from(pair.publicKey).toString("hex"),
         sealed_private_key: ctx.env.keyring.seal(pair.privateKey, { organizationId: ctx.organizationId, kind: "private_key", resourceId: id }),
         addresses: JSON.stringify(addresses),
-        imported: 0,
+        imported: supplied ? 1 : 0,
         exported: 0,
         created_at: ctx.now,
         updated_at: ctx.now,

@@ -71,6 +71,8 @@ export interface OperationEnvironment {
   webhooks: DestinationPolicy;
   /** Signs export (and import) bundles: the deployment's P-256 bundle signer. */
   bundles: BundleSigner;
+  /** How long an import target stays usable (ms). */
+  importTargetTtlMs: number;
 }
 
 export interface ActivityContext {

@@ -5,7 +5,7 @@ import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
 
 /** A column holding sealed secrets, and the identity each row's secret is bound to. */
 interface SecretColumn {
-  table: "wallets" | "wallet_accounts" | "private_keys" | "service_keys";
+  table: "wallets" | "wallet_accounts" | "private_keys" | "service_keys" | "import_targets";
   column: "sealed_mnemonic" | "sealed_private_key";
   kind: string;
 }
@@ -15,6 +15,7 @@ export const SECRET_COLUMNS: SecretColumn[] = [
   { table: "wallet_accounts", column: "sealed_private_key", kind: "wallet_account.private_key" },
   { table: "private_keys", column: "sealed_private_key", kind: "private_key" },
   { table: "service_keys", column: "sealed_private_key", kind: "service_key" },
+  { table: "import_targets", column: "sealed_private_key", kind: "import_target" },
 ];
 
 export interface RotationReport {

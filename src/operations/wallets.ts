@@ -145,14 +145,14 @@ export interface NewWalletParams {
 }
 
 /** A new HD wallet of `ctx.organizationId` (a fresh mnemonic, sealed) with its first accounts. */
-export async function createWallet(ctx: ActivityContext, p: NewWalletParams, field = ""): Promise<{ walletId: string; addresses: string[] }> {
+export async function createWallet(ctx: ActivityContext, p: NewWalletParams, field = "", imported?: { mnemonic: string; language: MnemonicLanguage }): Promise<{ walletId: string; addresses: string[] }> {
   const name = requireName(p.walletName, `${field}walletName`);
   requireAtMost(p.accounts, `${field}accounts`);
   const words = p.mnemonicLength ?? 12;
-  if (!MNEMONIC_LENGTHS.includes(words)) throw invalidArgument(`${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
+  if (!imported && !MNEMONIC_LENGTHS.includes(words)) throw invalidArgument(`${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
   await requireUniqueWalletName(ctx, name);
-  const language: MnemonicLanguage = "MNEMONIC_LANGUAGE_ENGLISH";
-  const mnemonic = generateMnemonic(words as 12, language);
+  const language: MnemonicLanguage = imported?.language ?? "MNEMONIC_LANGUAGE_ENGLISH";
+  const mnemonic = imported?.mnemonic ?? generateMnemonic(words as 12, language);
   const id = newId();
   const row: WalletsTable = {
     id,
@@ -160,7 +160,7 @@ export async function createWallet(ctx: ActivityContext, p: NewWalletParams, fie
     name,
     sealed_mnemonic: ctx.env.keyring.seal(mnemonic, { organizationId: ctx.organizationId, kind: "wallet.mnemonic", resourceId: id }),
     mnemonic_language: language,
-    imported: 0,
+    imported: imported ? 1 : 0,
     exported: 0,
     created_at: ctx.now,
     updated_at: ctx.now,

@@ -318,12 +318,31 @@ const webhooks: Migration = {
   },
 };
 
+/** Import targets: the one-use P-256 keys init_import_* hands out, sealed like every secret. */
+const importTargets: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("import_targets")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("user_id", "text", (c) => c.notNull())
+      .addColumn("kind", "text", (c) => c.notNull())
+      .addColumn("public_key", "text", (c) => c.notNull())
+      .addColumn("sealed_private_key", "text", (c) => c.notNull())
+      .addColumn("expires_at", "bigint", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("import_targets_by_user").on("import_targets").columns(["organization_id", "user_id", "kind"]).execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
   "0003_wallets": wallets,
   "0004_sub_organizations": subOrganizations,
   "0005_webhooks": webhooks,
+  "0006_import_targets": importTargets,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -80,6 +80,20 @@ export interface WebhookDeliveriesTable {
   delivered_at: number | null;
 }
 
+/** A target key handed out by init_import_wallet / init_import_private_key: one import may use it. */
+export interface ImportTargetsTable {
+  id: string;
+  organization_id: string;
+  user_id: string;
+  /** "wallet" | "private_key" */
+  kind: string;
+  /** Uncompressed P-256, hex. */
+  public_key: string;
+  sealed_private_key: string;
+  expires_at: number;
+  created_at: number;
+}
+
 export interface RootQuorumMembersTable {
   organization_id: string;
   user_id: string;
@@ -287,6 +301,7 @@ export interface Database {
   policy_evaluations: PolicyEvaluationsTable;
   organization_features: OrganizationFeaturesTable;
   service_keys: ServiceKeysTable;
+  import_targets: ImportTargetsTable;
   webhook_endpoints: WebhookEndpointsTable;
   webhook_subscriptions: WebhookSubscriptionsTable;
   webhook_deliveries: WebhookDeliveriesTable;
