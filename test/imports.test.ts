@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import fs from "node:fs";
 import path from "node:path";
-import { encryptPrivateKeyToBundle, encryptWalletToBundle } from "@turnkey/crypto";
+import { decryptExportBundle, encryptPrivateKeyToBundle, encryptWalletToBundle, generateP256KeyPair } from "@turnkey/crypto";
 import { english, generateMnemonic as viemMnemonic, mnemonicToAccount, privateKeyToAccount, generatePrivateKey } from "viem/accounts";
 import { recoverAddress, keccak256, toHex, type Hex } from "viem";
 import { validateMnemonic } from "@scure/bip39";
@@ -50,6 +50,10 @@ describe("import through the official clients", () => {
     expect(wallet.imported).toBe(true);
     const signed = await sdk.signRawPayload({ signWith: imported.addresses[0]!, payload: toHex("imported").slice(2), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_KECCAK256" });
     expect(await recovered("imported", signed)).toBe(imported.addresses[0]);
+    // And back out again: the export of the imported wallet is the mnemonic that went in.
+    const target = generateP256KeyPair();
+    const { exportBundle } = await sdk.exportWallet({ walletId: imported.walletId, targetPublicKey: target.publicKeyUncompressed });
+    expect(await decryptExportBundle({ exportBundle, embeddedKey: target.privateKey, organizationId: org.organizationId, returnMnemonic: true, dangerouslyOverrideSignerPublicKey: signerPublicKey })).toBe(mnemonic);
   });
 
   it("imports a private key: its address is the key's, and it signs", async () => {
