@@ -4,22 +4,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { promisify } from "node:util";
 import crypto from "node:crypto";
-import net from "node:net";
 import path from "node:path";
 import { Turnkey } from "@turnkey/sdk-server";
+import { freePort } from "./helpers/processes.js";
 import { createTestDatabase, type TestDatabase } from "./helpers/backend.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = net.createServer().listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 let database: TestDatabase;
 let server: ChildProcess;

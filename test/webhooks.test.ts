@@ -9,6 +9,7 @@ import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { promisify } from "node:util";
 import { verifyTurnkeyWebhookSignature } from "@turnkey/crypto";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
+import { freePort, waitForHealth } from "./helpers/processes.js";
 import { createTestDatabase } from "./helpers/backend.js";
 import { fastPoller } from "./helpers/organizations.js";
 import { checkDestination, forbiddenAddress } from "../src/operations/webhooks.js";
@@ -296,14 +297,6 @@ describe("webhook endpoints", () => {
 });
 
 describe("webhook deliveries across server processes", () => {
-  async function freePort(): Promise<number> {
-    return new Promise((resolve) => {
-      const server = net.createServer().listen(0, "127.0.0.1", () => {
-        const { port } = server.address() as net.AddressInfo;
-        server.close(() => resolve(port));
-      });
-    });
-  }
 
   async function processes(count: number) {
     const database = await createTestDatabase();
@@ -320,7 +313,7 @@ describe("webhook deliveries across server processes", () => {
       const child = spawn(process.execPath, [CLI, "serve", "--port", String(port), "--data-dir", database.dataDir], { env, stdio: "ignore" });
       const exited = new Promise((resolve) => child.once("exit", resolve));
       const url = `http://127.0.0.1:${port}`;
-      for (let i = 0; i < 100 && !(await fetch(`${url}/health`).then((r) => r.ok, () => false)); i++) await new Promise((r) => setTimeout(r, 100));
+      await waitForHealth(url);
       const server = { child, url, exited };
       servers.push(server);
       return server;

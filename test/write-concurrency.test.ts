@@ -4,10 +4,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn, execFile } from "node:child_process";
 import { promisify } from "node:util";
-import net from "node:net";
 import path from "node:path";
 import { recoverAddress, keccak256, toHex, type Hex } from "viem";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
+import { freePort, waitForHealth } from "./helpers/processes.js";
 import { createTestDatabase } from "./helpers/backend.js";
 import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
@@ -157,19 +157,4 @@ describe("a server process killed under load", () => {
   });
 });
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const server = net.createServer().listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as net.AddressInfo;
-      server.close(() => resolve(port));
-    });
-  });
-}
 
-async function waitForHealth(url: string) {
-  for (let i = 0; i < 100; i++) {
-    if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error("sigil serve did not answer /health");
-}
