@@ -87,7 +87,8 @@ describe("import through the official clients", () => {
     const corrupted = JSON.stringify({ ...parsed, ciphertext: (parsed.ciphertext[0] === "0" ? "1" : "0") + parsed.ciphertext.slice(1) });
     expect(code(await importWallet(corrupted))).toBe("INVALID_IMPORT_BUNDLE");
     expect(code(await importWallet("not a bundle"))).toBe("INVALID_IMPORT_BUNDLE");
-    // Encrypted to another organization's target: it does not open with ours.
+    // Encrypted to another organization's target: it does not open with ours (a live one).
+    await sdk.initImportWallet({ userId: org.userId });
     const other = await h.organization("Other importer");
     const foreign = await walletBundle(mnemonic, other, h.sdk(other, other.key, fastPoller));
     expect(code(await importWallet(foreign))).toBe("INVALID_IMPORT_BUNDLE");
@@ -107,6 +108,12 @@ describe("import through the official clients", () => {
     const once = await walletBundle(viemMnemonic(english));
     expect((await importWallet(once)).status).toBe(200);
     expect(code(await importWallet(once))).toBe("IMPORT_TARGET_NOT_FOUND");
+    // A failed attempt uses the target up too: after a refused wallet name, the bundle is spent.
+    const taken = await walletBundle(viemMnemonic(english));
+    const name = `dup-${Date.now()}`;
+    await sdk.createWallet({ walletName: name, accounts: [eth] });
+    expect(code(await post("import_wallet", "ACTIVITY_TYPE_IMPORT_WALLET", { userId: org.userId, walletName: name, encryptedBundle: taken, accounts: [eth] }))).toBe("WALLET_ALREADY_EXISTS");
+    expect(code(await post("import_wallet", "ACTIVITY_TYPE_IMPORT_WALLET", { userId: org.userId, walletName: `${name}-2`, encryptedBundle: taken, accounts: [eth] }))).toBe("IMPORT_TARGET_NOT_FOUND");
   });
 
   it("refuses an expired target", async () => {

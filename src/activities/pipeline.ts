@@ -243,6 +243,7 @@ export class Pipeline {
     } catch (error) {
       await savepoint?.rollbackToSavepoint("operation").execute();
       fail(error instanceof ServiceError ? error : this.internal(error, row.id));
+      await subject.operation.afterFailure?.(ctx, subject.parameters);
     }
   }
 

@@ -10,6 +10,7 @@ import type { Keyring } from "../crypto/envelope.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
 import { bundleSigner, serviceSigningKey, type BundleSigner, type ServiceSigningKey } from "../operations/service-keys.js";
 import { WebhookDispatcher } from "../webhooks/dispatcher.js";
+import { purgeExpiredImportTargets } from "../operations/imports.js";
 import { loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../operations/secrets.js";
 import fs from "node:fs";
@@ -131,6 +132,8 @@ export async function startServer(config: Config, logger = createLogger(config),
   try {
     const webhookKey = await serviceSigningKey(store, keyring);
     const bundles = await bundleSigner(store, keyring);
+    // Import targets that expired while no server ran are of no use to anyone: drop them.
+    await store.transact("exclusive", (trx) => purgeExpiredImportTargets(trx, (options.clock ?? Date.now)()));
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
     app = buildApp(config, { store, keyring, signatures, webhookKey, bundles, onWebhookEventsQueued: () => dispatcher.notify() }, logger, options);
     await app.listen({ host: config.host, port: config.port });

@@ -2,7 +2,7 @@
 // encrypted (HPKE) to the target public key the request names, inside a bundle signed by the
 // deployment's bundle signer — the format `decryptExportBundle` of @turnkey/crypto opens. A
 // successful export marks the wallet or key as exported (deletion rules depend on it).
-import { failedPrecondition, invalidArgument } from "../errors.js";
+import { failedPrecondition, invalidArgument, notFound } from "../errors.js";
 import { HpkeError, sealTo, uncompressedP256 } from "../crypto/hpke.js";
 import type { BundleSigner } from "./service-keys.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
@@ -27,6 +27,16 @@ async function exportBundle(ctx: ActivityContext, targetPublicKey: string, secre
   }
 }
 
+/** The target key as policies see it: one spelling (uncompressed, lowercase hex) however it was sent,
+ * so a rule about a key cannot be sidestepped by compressing it or changing its letter case. */
+function policyTargetKey(targetPublicKey: string): string {
+  try {
+    return Buffer.from(uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey")).toString("hex");
+  } catch {
+    return String(targetPublicKey ?? "");
+  }
+}
+
 function targetKey(targetPublicKey: string): Uint8Array {
   try {
     return uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
@@ -42,7 +52,7 @@ export const exportOperations = [
     summary: "Export a wallet's mnemonic, encrypted to the target public key (HPKE) in a signed bundle.",
     resource: "WALLET",
     action: "EXPORT",
-    policyParameters: (p) => ({ target_public_key: p.targetPublicKey }),
+    policyParameters: (p) => ({ target_public_key: policyTargetKey(p.targetPublicKey) }),
     policyContext: (trx, organizationId, p) => walletContext(trx, organizationId, p.walletId),
     async execute(ctx, p) {
       targetKey(p.targetPublicKey);
@@ -62,7 +72,7 @@ export const exportOperations = [
     summary: "Export a private key (its 32 raw bytes), encrypted to the target public key (HPKE) in a signed bundle.",
     resource: "PRIVATE_KEY",
     action: "EXPORT",
-    policyParameters: (p) => ({ target_public_key: p.targetPublicKey }),
+    policyParameters: (p) => ({ target_public_key: policyTargetKey(p.targetPublicKey) }),
     async policyContext(trx, organizationId, p) {
       const row = await trx.selectFrom("private_keys").selectAll().where("organization_id", "=", organizationId).where("id", "=", p.privateKeyId).executeTakeFirst();
       return row ? { private_key: privateKeyKeyword(row, (await tagsOf(trx, [row.id])).get(row.id) ?? []) } : {};
@@ -81,7 +91,7 @@ export const exportOperations = [
     summary: "Export one wallet account's private key (32 raw bytes), encrypted to the target public key (HPKE) in a signed bundle.",
     resource: "WALLET",
     action: "EXPORT",
-    policyParameters: (p) => ({ target_public_key: p.targetPublicKey }),
+    policyParameters: (p) => ({ target_public_key: policyTargetKey(p.targetPublicKey) }),
     async policyContext(trx, organizationId, p) {
       try {
         const signer = await findSigner(trx, organizationId, p.address);
@@ -93,7 +103,7 @@ export const exportOperations = [
     async execute(ctx, p) {
       targetKey(p.targetPublicKey);
       const signer = await findSigner(ctx.trx, ctx.organizationId, p.address);
-      if (signer.kind !== "wallet_account") throw invalidArgument(`${p.address} is a private key's address, not a wallet account's: export it with export_private_key`, "WALLET_ACCOUNT_NOT_FOUND");
+      if (signer.kind !== "wallet_account") throw notFound(`${p.address} is a private key's address, not a wallet account's: export it with export_private_key`, "WALLET_ACCOUNT_NOT_FOUND");
       // Only this account's key leaves, not the mnemonic: the wallet is not marked exported.
       const bundle = await exportBundle(ctx, p.targetPublicKey, openSigner(ctx.env.keyring, signer) as Buffer);
       return { address: signer.address, exportBundle: bundle };

@@ -10,6 +10,7 @@ import { HpkeError, openWith, type Sealed } from "../crypto/hpke.js";
 import { detectMnemonicLanguage, keyPairFromPrivateKey, DerivationError, type Curve } from "../crypto/hd.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
 import { newId } from "./resources.js";
+import type { Tx } from "../store/database.js";
 import { signedBundle } from "./exports.js";
 import { createWallet, type WalletAccountParams } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
@@ -24,9 +25,21 @@ function requireOwnUser(ctx: ActivityContext, userId: string): void {
   }
 }
 
+/** The requester's target of `kind` is used up by a failed import too (one attempt per target). */
+async function discardTarget(ctx: ActivityContext, userId: string, kind: TargetKind): Promise<void> {
+  if (userId !== ctx.principal.userId) return;
+  await ctx.trx.deleteFrom("import_targets").where("organization_id", "=", ctx.organizationId).where("user_id", "=", userId).where("kind", "=", kind).execute();
+}
+
+/** Expired targets serve nobody: each init clears them away (the server does at start too). */
+export async function purgeExpiredImportTargets(trx: Tx, now: number): Promise<void> {
+  await trx.deleteFrom("import_targets").where("expires_at", "<=", now).execute();
+}
+
 /** A fresh target key for the user; earlier unused ones of the same kind stop working. */
 async function initImport(ctx: ActivityContext, userId: string, kind: TargetKind): Promise<string> {
   requireOwnUser(ctx, userId);
+  await purgeExpiredImportTargets(ctx.trx, ctx.now);
   const secret = p256.utils.randomSecretKey();
   const publicKey = Buffer.from(p256.getPublicKey(secret, false)).toString("hex");
   const id = newId();
@@ -103,6 +116,7 @@ export const importOperations = [
     action: "IMPORT",
     // The bundle is not kept in the audit log, so the activity cannot wait for approvals.
     secretParameters: ["encryptedBundle"],
+    afterFailure: (ctx, p) => discardTarget(ctx, p.userId, "wallet"),
     async execute(ctx, p) {
       const { mnemonic, language } = importedMnemonic(await openImport(ctx, p.userId, "wallet", p.encryptedBundle));
       // The same mnemonic imported twice makes two wallets over the same keys (as in the product,
@@ -127,6 +141,7 @@ export const importOperations = [
     resource: "PRIVATE_KEY",
     action: "IMPORT",
     secretParameters: ["encryptedBundle"],
+    afterFailure: (ctx, p) => discardTarget(ctx, p.userId, "private_key"),
     async execute(ctx, p) {
       const plaintext = await openImport(ctx, p.userId, "private_key", p.encryptedBundle);
       let pair;

@@ -144,6 +144,9 @@ export interface ActivityOperation<P = any> {
    * the activity's: recorded as FAILED once policies have allowed the activity. Not repeated when an
    * approval runs the activity later (`execute` keeps its own checks). */
   precheck?(parameters: P, env: OperationEnvironment, type: string): Promise<void>;
+  /** What a failed run must still change, after its own writes were rolled back (an import target
+   * is used up by a failed import too: it serves one attempt). Runs in the activity's transaction. */
+  afterFailure?(ctx: ActivityContext, parameters: P): Promise<void>;
   /** Runs inside the activity's transaction; returns the result object (the value under the result key). */
   execute(ctx: ActivityContext, parameters: P, type: string): Promise<Record<string, unknown>>;
 }

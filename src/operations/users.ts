@@ -162,7 +162,8 @@ export const userOperations = [
       const ids = distinct(p.userIds, "userIds");
       if (ids.length === 0) throw invalidArgument("userIds must list at least one user");
       await requireUsers(ctx.trx, ctx.organizationId, ids);
-      for (const table of ["api_keys", "authenticators", "oauth_providers", "user_tag_members", "root_quorum_members"] as const) {
+      // Their unused import targets go too: nobody may use them any more.
+      for (const table of ["api_keys", "authenticators", "oauth_providers", "user_tag_members", "root_quorum_members", "import_targets"] as const) {
         await ctx.trx.deleteFrom(table).where("user_id", "in", ids).execute();
       }
       await ctx.trx.deleteFrom("users").where("id", "in", ids).execute();
