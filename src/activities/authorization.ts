@@ -212,11 +212,3 @@ export async function stillApprovable(trx: Tx, asSubmitted: ActivitySubject): Pr
   return approvalStillPossible(await loadPolicies(trx, subject.organizationId), { ...input, credentials });
 }
 
-/** Every user of an organization reads it, and so does every user of its parent organization
- * (authentication accepts no other pairing: a sibling's or a child's credential never gets here,
- * except a child's asking a query that resolves sub-organizations, like whoami). */
-export async function authorizeQuery(_db: Db, principal: Principal, organizationId: string): Promise<{ allowed: true } | { allowed: false; error: ReturnType<typeof permissionDenied> }> {
-  void principal;
-  void organizationId;
-  return { allowed: true };
-}

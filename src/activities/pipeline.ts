@@ -6,7 +6,8 @@
 //           response envelope
 //   vote:   the same up to "who", then in one transaction: find the pending activity ─► may they
 //           vote? ─► add the vote ─► decide again (run it, keep waiting, or reject) ─► response
-//   query:  stamp ─► JSON ─► schema ─► who ─► may they read? ─► read ─► response envelope
+//   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► read
+//           ─► response envelope
 import type pino from "pino";
 import type { OpenTx, Store } from "../store/database.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
@@ -21,7 +22,7 @@ import { swagger } from "../operations/registry.js";
 import { validateActivityRequest, validateQueryRequest } from "../operations/validation.js";
 import { assertRootQuorumReachable } from "../operations/organizations.js";
 import { newId } from "../operations/resources.js";
-import { authorizeQuery, decideActivity, denialError, mayVote, stillApprovable, type ActivitySubject, type Decision } from "./authorization.js";
+import { decideActivity, denialError, mayVote, stillApprovable, type ActivitySubject, type Decision } from "./authorization.js";
 import { operationByActivityType } from "./catalog.js";
 import { insertActivity, recordEvaluation, renderActivity, requesterOf, type StoredVote } from "./records.js";
 import type { ActivitiesTable } from "../store/schema.js";
@@ -347,8 +348,8 @@ export class Pipeline {
     const organizationId = (body as { organizationId: string }).organizationId;
     const now = this.clock();
     const principal: Principal = await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn, { subOrganizations: operation.resolvesSubOrganizations });
-    const decision = await authorizeQuery(store.reader, principal, organizationId);
-    if (!decision.allowed) throw decision.error;
+    // Authentication already decided who may read: every user of the organization and of its parent
+    // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);
     const result = await operation.run({ db: store.reader, organizationId, principal, now, votingRights }, body);
     if ("activity" in result) return { status: 200, body: result };
