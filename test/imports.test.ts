@@ -7,7 +7,8 @@ import path from "node:path";
 import { decryptExportBundle, encryptPrivateKeyToBundle, encryptWalletToBundle, generateP256KeyPair } from "@turnkey/crypto";
 import { english, generateMnemonic as viemMnemonic, mnemonicToAccount, privateKeyToAccount, generatePrivateKey } from "viem/accounts";
 import { recoverAddress, keccak256, toHex, type Hex } from "viem";
-import { validateMnemonic } from "@scure/bip39";
+import { generateMnemonic as scureMnemonic, validateMnemonic } from "@scure/bip39";
+import { wordlist as japanese } from "@scure/bip39/wordlists/japanese.js";
 import { wordlist } from "@scure/bip39/wordlists/english.js";
 import { startHarness, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
@@ -54,6 +55,13 @@ describe("import through the official clients", () => {
     const target = generateP256KeyPair();
     const { exportBundle } = await sdk.exportWallet({ walletId: imported.walletId, targetPublicKey: target.publicKeyUncompressed });
     expect(await decryptExportBundle({ exportBundle, embeddedKey: target.privateKey, organizationId: org.organizationId, returnMnemonic: true, dangerouslyOverrideSignerPublicKey: signerPublicKey })).toBe(mnemonic);
+  });
+
+  it("imports a 24-word Japanese mnemonic: the same seed as the reference derivation", async () => {
+    const mnemonic = scureMnemonic(japanese, 256);
+    expect(mnemonic.split(/[\s\u3000]+/u)).toHaveLength(24);
+    const imported = await sdk.importWallet({ userId: org.userId, walletName: "japanese", encryptedBundle: await walletBundle(mnemonic), accounts: [eth] });
+    expect(imported.addresses[0]).toBe(mnemonicToAccount(mnemonic).address);
   });
 
   it("imports a private key: its address is the key's, and it signs", async () => {
