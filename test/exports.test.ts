@@ -8,7 +8,7 @@ import path from "node:path";
 import { decryptExportBundle, generateP256KeyPair } from "@turnkey/crypto";
 import { mnemonicToAccount, privateKeyToAccount } from "viem/accounts";
 import { CipherSuite, DhkemP256HkdfSha256, HkdfSha256, Aes128Gcm } from "@hpke/core";
-import { startHarness, signedRequest, newKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { startHarness, signedRequest, newKeyPair, signerPublicKeyOf, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
 import { openWith, sealTo, uncompressedP256 } from "../src/crypto/hpke.js";
 import { backend } from "./helpers/backend.js";
@@ -24,7 +24,7 @@ beforeAll(async () => {
   h = await startHarness();
   org = await h.organization("Exporter");
   sdk = h.sdk(org, org.key, fastPoller);
-  signerPublicKey = ((await (await fetch(`${h.url}/.well-known/sigil.json`)).json()) as { signerPublicKey: string }).signerPublicKey;
+  signerPublicKey = await signerPublicKeyOf(h.url);
 });
 afterAll(() => h.close());
 

@@ -10,7 +10,7 @@ import { recoverAddress, keccak256, toHex, type Hex } from "viem";
 import { generateMnemonic as scureMnemonic, validateMnemonic } from "@scure/bip39";
 import { wordlist as japanese } from "@scure/bip39/wordlists/japanese.js";
 import { wordlist } from "@scure/bip39/wordlists/english.js";
-import { startHarness, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { startHarness, signedRequest, signerPublicKeyOf, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
 import { backend } from "./helpers/backend.js";
 
@@ -25,7 +25,7 @@ beforeAll(async () => {
   h = await startHarness({ SIGIL_IMPORT_TARGET_TTL_SECONDS: "600" });
   org = await h.organization("Importer");
   sdk = h.sdk(org, org.key, fastPoller);
-  signerPublicKey = ((await (await fetch(`${h.url}/.well-known/sigil.json`)).json()) as { signerPublicKey: string }).signerPublicKey;
+  signerPublicKey = await signerPublicKeyOf(h.url);
 });
 afterAll(() => h.close());
 
@@ -130,7 +130,7 @@ describe("import through the official clients", () => {
     try {
       const organization = await timed.organization("Expiry");
       const client = timed.sdk(organization, organization.key, fastPoller);
-      const key = ((await (await fetch(`${timed.url}/.well-known/sigil.json`)).json()) as { signerPublicKey: string }).signerPublicKey;
+      const key = await signerPublicKeyOf(timed.url);
       const { importBundle } = await client.initImportWallet({ userId: organization.userId });
       const encryptedBundle = await encryptWalletToBundle({ mnemonic: viemMnemonic(english), importBundle, userId: organization.userId, organizationId: organization.organizationId, dangerouslyOverrideSignerPublicKey: key });
       now += 61_000;

@@ -5,12 +5,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import http from "node:http";
 import net from "node:net";
 import path from "node:path";
-import { spawn, execFile, type ChildProcess } from "node:child_process";
+import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { verifyTurnkeyWebhookSignature } from "@turnkey/crypto";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
-import { freePort, waitForHealth } from "./helpers/processes.js";
-import { createTestDatabase } from "./helpers/backend.js";
+import { cliDeployment, freePort } from "./helpers/processes.js";
 import { fastPoller } from "./helpers/organizations.js";
 import { checkDestination, forbiddenAddress } from "../src/operations/webhooks.js";
 
@@ -299,44 +298,14 @@ describe("webhook endpoints", () => {
 describe("webhook deliveries across server processes", () => {
 
   async function processes(count: number) {
-    const database = await createTestDatabase();
-    const env: NodeJS.ProcessEnv = { ...process.env, SIGIL_LOG_LEVEL: "warn", ...FAST };
-    delete env.SIGIL_DATABASE_URL;
-    delete env.SIGIL_MASTER_KEY;
-    if (database.databaseUrl) env.SIGIL_DATABASE_URL = database.databaseUrl;
-    const key = newKeyPair();
-    const { stdout } = await run(process.execPath, [CLI, "bootstrap", "--data-dir", database.dataDir, "--org-name", "multi", "--user-name", "root", "--api-public-key", key.publicKey], { env });
-    const { organizationId } = JSON.parse(stdout);
-    const servers: { child: ChildProcess; url: string; exited: Promise<unknown> }[] = [];
-    const start = async () => {
-      const port = await freePort();
-      const child = spawn(process.execPath, [CLI, "serve", "--port", String(port), "--data-dir", database.dataDir], { env, stdio: "ignore" });
-      const exited = new Promise((resolve) => child.once("exit", resolve));
-      const url = `http://127.0.0.1:${port}`;
-      await waitForHealth(url);
-      const server = { child, url, exited };
-      servers.push(server);
-      return server;
-    };
-    for (let i = 0; i < count; i++) await start();
-    const post = async (baseUrl: string, operation: string, type: string, parameters: Record<string, unknown>, signer: ApiKeyPair = key) => {
-      const request = signedRequest({ type, organizationId, timestampMs: String(Date.now()), parameters }, signer);
+    const deployment = await cliDeployment(FAST);
+    for (let i = 0; i < count; i++) await deployment.start();
+    const post = async (baseUrl: string, operation: string, type: string, parameters: Record<string, unknown>, signer: ApiKeyPair = deployment.key) => {
+      const request = signedRequest({ type, organizationId: deployment.organizationId, timestampMs: String(Date.now()), parameters }, signer);
       const res = await fetch(`${baseUrl}/public/v1/submit/${operation}`, { method: "POST", headers: { "content-type": "application/json", ...request.headers }, body: request.body });
       return (await res.json()) as any;
     };
-    return {
-      database,
-      env,
-      organizationId,
-      servers,
-      start,
-      post,
-      async stop() {
-        for (const s of servers) s.child.kill("SIGKILL");
-        await Promise.all(servers.map((s) => s.exited));
-        await database.drop();
-      },
-    };
+    return { ...deployment, post };
   }
 
   it("a server killed (SIGKILL) before it could deliver delivers after restart", async () => {

@@ -2,18 +2,12 @@
 // transactions on SQLite) while everything else runs alone, and no answer is given before what it
 // reports is durably stored — checked by killing a server process in mid-load.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { spawn, execFile } from "node:child_process";
-import { promisify } from "node:util";
-import path from "node:path";
 import { recoverAddress, keccak256, toHex, type Hex } from "viem";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
-import { freePort, waitForHealth } from "./helpers/processes.js";
-import { createTestDatabase } from "./helpers/backend.js";
+import { cliDeployment } from "./helpers/processes.js";
 import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
 
-const run = promisify(execFile);
-const CLI = path.resolve("bin/sigil.js");
 
 let h: Harness;
 let org: TestOrganization;
@@ -110,20 +104,11 @@ describe("signatures beside other activities", () => {
 
 describe("a server process killed under load", () => {
   it("has stored every activity it answered", async () => {
-    const database = await createTestDatabase();
-    const env: NodeJS.ProcessEnv = { ...process.env, SIGIL_LOG_LEVEL: "warn" };
-    delete env.SIGIL_DATABASE_URL;
-    delete env.SIGIL_MASTER_KEY;
-    if (database.databaseUrl) env.SIGIL_DATABASE_URL = database.databaseUrl;
-    const key = newKeyPair();
-    const { stdout } = await run(process.execPath, [CLI, "bootstrap", "--data-dir", database.dataDir, "--org-name", "crash", "--user-name", "root", "--api-public-key", key.publicKey], { env });
-    const { organizationId } = JSON.parse(stdout);
-    const port = await freePort();
-    const url = `http://127.0.0.1:${port}`;
-    const server = spawn(process.execPath, [CLI, "serve", "--port", String(port), "--data-dir", database.dataDir], { env, stdio: "ignore" });
-    const exited = new Promise((resolve) => server.once("exit", resolve));
+    const deployment = await cliDeployment();
+    const { database, env, key, organizationId } = deployment;
+    const server = await deployment.start();
+    const { url } = server;
     try {
-      await waitForHealth(url);
       const created = await post(url, "create_wallet", { type: "ACTIVITY_TYPE_CREATE_WALLET", timestampMs: String(Date.now()), organizationId, parameters: { walletName: "w", accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" }] } }, key);
       const signWith = created.json.activity.result.createWalletResult.addresses[0];
 
@@ -135,12 +120,12 @@ describe("a server process killed under load", () => {
           const response = await post(url, "sign_raw_payload", signBody(organizationId, signWith, `crash ${sent++}`), key).catch(() => undefined);
           if (!response) return;
           if (response.status === 200) answered.push(response.json.activity.id);
-          if (answered.length >= 60) server.kill("SIGKILL");
+          if (answered.length >= 60) server.child.kill("SIGKILL");
         }
       };
       await Promise.all(Array.from({ length: 16 }, worker));
-      server.kill("SIGKILL");
-      await exited;
+      server.child.kill("SIGKILL");
+      await server.exited;
       expect(answered.length).toBeGreaterThanOrEqual(60);
 
       const store = await openStore(loadConfig(env, { dataDir: database.dataDir }));
@@ -151,8 +136,7 @@ describe("a server process killed under load", () => {
         await store.close();
       }
     } finally {
-      server.kill("SIGKILL");
-      await database.drop();
+      await deployment.stop();
     }
   });
 });

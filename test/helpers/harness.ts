@@ -127,3 +127,8 @@ export function signedRequest(body: unknown, key: ApiKeyPair) {
   const text = typeof body === "string" ? body : JSON.stringify(body);
   return { body: text, headers: { "X-Stamp": apiKeyStamp(text, key) } };
 }
+
+/** The bundle signer's public key a server publishes (what clients pass as dangerouslyOverrideSignerPublicKey). */
+export async function signerPublicKeyOf(baseUrl: string): Promise<string> {
+  return ((await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as { signerPublicKey: string }).signerPublicKey;
+}
