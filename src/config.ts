@@ -28,6 +28,16 @@ export interface Config {
   webhooks: WebhookConfig;
   /** How long an import target from init_import_* stays usable, in milliseconds. */
   importTargetTtlMs: number;
+  sessions: SessionConfig;
+}
+
+export interface SessionConfig {
+  /** A login's validity when the request names none (seconds). */
+  defaultSeconds: number;
+  /** The longest validity a login may ask for (seconds). */
+  maxSeconds: number;
+  /** A read-only session's validity (seconds). */
+  readOnlySeconds: number;
 }
 
 export interface WebhookConfig {
@@ -94,6 +104,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
     },
     signatureThreads: nonNegativeInteger("SIGIL_SIGNATURE_THREADS", env.SIGIL_SIGNATURE_THREADS, defaultSignatureThreads()),
     importTargetTtlMs: positiveInteger("SIGIL_IMPORT_TARGET_TTL_SECONDS", env.SIGIL_IMPORT_TARGET_TTL_SECONDS, 30 * 60) * 1000,
+    sessions: {
+      defaultSeconds: positiveInteger("SIGIL_SESSION_DEFAULT_SECONDS", env.SIGIL_SESSION_DEFAULT_SECONDS, 15 * 60),
+      maxSeconds: positiveInteger("SIGIL_SESSION_MAX_SECONDS", env.SIGIL_SESSION_MAX_SECONDS, 7 * 24 * 3600),
+      readOnlySeconds: positiveInteger("SIGIL_READ_ONLY_SESSION_SECONDS", env.SIGIL_READ_ONLY_SESSION_SECONDS, 3600),
+    },
     webhooks: {
       allowLoopback: flag("SIGIL_WEBHOOK_ALLOW_LOOPBACK", env.SIGIL_WEBHOOK_ALLOW_LOOPBACK),
       allowPrivate: flag("SIGIL_WEBHOOK_ALLOW_PRIVATE", env.SIGIL_WEBHOOK_ALLOW_PRIVATE),

@@ -34,7 +34,12 @@ export interface ActivitySubject {
   now: number;
   /** Credentials already confirmed live in this transaction (the caller's): not read again. */
   confirmed?: string[];
+  /** Whose root quorum and policies decide, when not the activity's organization: the parent's, for
+   * a login its backend runs in a sub-organization (`parentMayRequest`). */
+  authorityOrganizationId?: string;
 }
+
+const authorityOf = (subject: ActivitySubject) => subject.authorityOrganizationId ?? subject.organizationId;
 
 interface RootQuorum {
   threshold: number;
@@ -96,7 +101,7 @@ function credentialValue(vote: Pick<StoredVote, "userId" | "credentialId" | "cre
 
 async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverIds: string[]): Promise<EvaluationInput> {
   const { operation, parameters, type } = subject;
-  const { users, credentials } = await consensusValues(trx, subject.organizationId, approverIds, subject.votes);
+  const { users, credentials } = await consensusValues(trx, authorityOf(subject), approverIds, subject.votes);
   const activity = {
     type,
     kind: activityKind(type),
@@ -115,7 +120,7 @@ async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverI
 
 export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Promise<Decision> {
   const subject = await withLiveVotes(trx, asSubmitted);
-  const quorum = await rootQuorum(trx, subject.organizationId);
+  const quorum = await rootQuorum(trx, authorityOf(subject));
   const approvers = approvedBy(subject.votes);
   const rootApprovals = approvers.filter((id) => quorum.members.has(id)).length;
   const rootPending = rootApprovals > 0;
@@ -129,7 +134,7 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
       : { outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], reason: rootOnlyBecause };
   }
 
-  const policies = await loadPolicies(trx, subject.organizationId);
+  const policies = await loadPolicies(trx, authorityOf(subject));
   const { outcome, verdicts } = evaluatePolicies(policies, await evaluationInput(trx, subject, approvers));
   const deciding = (o: Outcome) => verdicts.filter((v) => v.outcome === o).map((v) => v.policyId).join(", ");
 

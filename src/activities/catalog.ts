@@ -14,6 +14,7 @@ import { featureOperations } from "../operations/features.js";
 import { webhookOperations } from "../operations/webhooks.js";
 import { exportOperations } from "../operations/exports.js";
 import { importOperations } from "../operations/imports.js";
+import { sessionOperations } from "../operations/sessions.js";
 import { activityQueries } from "./queries.js";
 import { voteOperations } from "./votes.js";
 
@@ -27,6 +28,7 @@ export const operations: Operation[] = [
   ...signingOperations,
   ...exportOperations,
   ...importOperations,
+  ...sessionOperations,
   ...organizationOperations,
   ...subOrganizationOperations,
   ...featureOperations,

@@ -68,13 +68,21 @@ function removeSecrets(parameters: Record<string, unknown>, secrets: string[] | 
 }
 
 /** A parent organization's credential reads its sub-organizations (authentication accepts it for
- * them) but writes only in its own organization. */
-function refuseParentWrites(principal: Principal, organizationId: string): void {
-  if (principal.organizationId !== organizationId) {
+ * them) but writes only in its own organization — except the logins a parent's backend runs for its
+ * sub-organizations' users (`parentMayRequest`: OTP, OAuth). */
+function refuseParentWrites(principal: Principal, organizationId: string, operation?: SubmitOperation): void {
+  if (principal.organizationId !== organizationId && !(operation?.kind === "activity" && operation.parentMayRequest)) {
     throw permissionDenied(
       `the stamp's credential belongs to organization ${principal.organizationId}, the parent of ${organizationId}: a parent organization reads its sub-organizations but cannot write in them; use a credential of ${organizationId}`,
       "PARENT_ORGANIZATION_READ_ONLY",
     );
+  }
+}
+
+/** A read-only session's key reads; it neither submits activities nor votes. */
+function refuseReadOnlySessions(principal: Principal): void {
+  if (principal.sessionType === "SESSION_TYPE_READ_ONLY") {
+    throw permissionDenied(`API key ${principal.credentialId} belongs to a read-only session: it may only query`, "READ_ONLY_SESSION");
   }
 }
 
@@ -127,7 +135,8 @@ export class Pipeline {
       if (earlier && stampVerifiesWith(stamp, raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn)) return this.respond(earlier);
       throw error;
     }
-    refuseParentWrites(principal, envelope.organizationId);
+    refuseParentWrites(principal, envelope.organizationId, operation);
+    refuseReadOnlySessions(principal);
     const precheckFailure: unknown = operation.precheck ? await operation.precheck(envelope.parameters, env, type).then(() => undefined, (error: unknown) => error ?? new Error("precheck failed")) : undefined;
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
     try {
@@ -151,6 +160,9 @@ export class Pipeline {
           updated_at: now,
         };
         const subject: ActivitySubject = { organizationId: envelope.organizationId, type, operation, parameters: envelope.parameters, requesterId: principal.userId, votes: [vote], now, confirmed: [principal.credentialId] };
+        // A parent's backend logging in a sub-organization's user is governed by the parent's root
+        // quorum and policies: the requester is one of the parent's users.
+        if (principal.organizationId !== envelope.organizationId) subject.authorityOrganizationId = principal.organizationId;
         const decision = await decideActivity(trx, subject);
         await this.apply(trx, decision, subject, row, principal, precheckFailure);
         await insertActivity(trx, row);
@@ -226,6 +238,8 @@ export class Pipeline {
     if (decision.outcome === "OUTCOME_REQUIRES_CONSENSUS") {
       // Its secret parameters are not stored, so it could not run later: it must be allowed now.
       if (subject.operation.secretParameters?.length) return fail(failedPrecondition(`${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
+      // Votes are cast in the activity's organization, where a parent's users cannot vote.
+      if (subject.authorityOrganizationId) return fail(failedPrecondition(`${subject.type} requested by the parent organization cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
       row.status = "ACTIVITY_STATUS_CONSENSUS_NEEDED";
       return;
     }
@@ -257,6 +271,7 @@ export class Pipeline {
     const { store, env } = this.options;
     const principal = await authenticate(store.reader, stamp, raw, envelope.organizationId, received, env.webauthn);
     refuseParentWrites(principal, envelope.organizationId);
+    refuseReadOnlySessions(principal);
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
     return this.inOrganization(envelope.organizationId, "exclusive", async (trx, now) => {
       await confirmCredential(trx, principal, now);

@@ -19,6 +19,8 @@ export interface Principal {
   userEmail: string | null;
   /** A passkey's WebAuthn credential id (base64url), for the vote record. */
   webauthnCredentialId?: string;
+  /** Set when the API key is a session key: SESSION_TYPE_READ_ONLY keys may only query. */
+  sessionType?: string;
 }
 
 /** The credential type the API reports for an API key of each curve. */
@@ -113,6 +115,7 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
       signature: stamp.signature,
       userName: key.user_name,
       userEmail: key.user_email,
+      ...(key.session_type ? { sessionType: key.session_type } : {}),
     };
   }
 

@@ -8,7 +8,7 @@ import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
-import { bundleSigner, serviceSigningKey, type BundleSigner, type ServiceSigningKey } from "../operations/service-keys.js";
+import { bundleSigner, serviceSigningKey, sessionSigner, type BundleSigner, type ServiceSigningKey, type SessionSigner } from "../operations/service-keys.js";
 import { WebhookDispatcher } from "../webhooks/dispatcher.js";
 import { purgeExpiredImportTargets } from "../operations/imports.js";
 import { loadKeyring } from "../crypto/master-key.js";
@@ -43,15 +43,17 @@ export interface ServerParts {
   webhookKey: ServiceSigningKey;
   /** Signs export and import bundles; its public half is published as `signerPublicKey`. */
   bundles: BundleSigner;
+  /** Signs session JWTs and verification tokens; published as a JWKS. */
+  sessions: SessionSigner;
   onWebhookEventsQueued?: () => void;
 }
 
-export function buildApp(config: Config, { store, keyring, signatures, webhookKey, bundles, onWebhookEventsQueued }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
+export function buildApp(config: Config, { store, keyring, signatures, webhookKey, bundles, sessions, onWebhookEventsQueued }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
   const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks, bundles, importTargetTtlMs: config.importTargetTtlMs }, logger, clock: options.clock, onWebhookEventsQueued });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks, bundles, importTargetTtlMs: config.importTargetTtlMs, sessions: { ...config.sessions, signer: sessions } }, logger, clock: options.clock, onWebhookEventsQueued });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
@@ -86,7 +88,14 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
   // What a client or receiver needs to know of this deployment's own keys (no authentication).
   const webhookVerificationKey = { keyId: webhookKey.keyId, publicKey: webhookKey.publicKey, algorithm: "ed25519", signatureVersion: "v1" };
   // signerPublicKey: what clients pass as dangerouslyOverrideSignerPublicKey to open export bundles.
-  app.get("/.well-known/sigil.json", async () => ({ signerPublicKey: bundles.publicKey, webhookVerificationKeys: [webhookVerificationKey] }));
+  // sessionJwks: the keys session JWTs and verification tokens are signed with (ES256), also at
+  // /.well-known/jwks.json for libraries that want a JWKS URL.
+  const sessionJwks = { keys: [sessions.jwk] };
+  app.get("/.well-known/sigil.json", async () => ({ signerPublicKey: bundles.publicKey, webhookVerificationKeys: [webhookVerificationKey], sessionJwks }));
+  app.get("/.well-known/jwks.json", async (_request, reply) => {
+    reply.header("cache-control", "public, max-age=3600");
+    return sessionJwks;
+  });
   // The product's key-discovery document for webhook receivers, in JWKS form.
   app.get("/public/v1/discovery/webhooks/jwks", async (_request, reply) => {
     reply.header("cache-control", "public, max-age=3600");
@@ -132,10 +141,11 @@ export async function startServer(config: Config, logger = createLogger(config),
   try {
     const webhookKey = await serviceSigningKey(store, keyring);
     const bundles = await bundleSigner(store, keyring);
+    const sessions = await sessionSigner(store, keyring);
     // Import targets that expired while no server ran are of no use to anyone: drop them.
     await store.transact("exclusive", (trx) => purgeExpiredImportTargets(trx, (options.clock ?? Date.now)()));
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
-    app = buildApp(config, { store, keyring, signatures, webhookKey, bundles, onWebhookEventsQueued: () => dispatcher.notify() }, logger, options);
+    app = buildApp(config, { store, keyring, signatures, webhookKey, bundles, sessions, onWebhookEventsQueued: () => dispatcher.notify() }, logger, options);
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {
     await store.close();

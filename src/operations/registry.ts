@@ -9,6 +9,7 @@ import type { WebauthnPolicy } from "../auth/webauthn.js";
 import type { SignatureThreads } from "../crypto/signature-threads.js";
 import type { DestinationPolicy } from "./webhooks.js";
 import type { BundleSigner } from "./service-keys.js";
+import type { SessionSettings } from "./sessions.js";
 import type { Keyring } from "../crypto/envelope.js";
 
 export interface SwaggerSchemas {
@@ -73,6 +74,8 @@ export interface OperationEnvironment {
   bundles: BundleSigner;
   /** How long an import target stays usable (ms). */
   importTargetTtlMs: number;
+  /** Session lengths and the key session JWTs are signed with. */
+  sessions: SessionSettings;
 }
 
 export interface ActivityContext {
@@ -128,6 +131,9 @@ export interface ActivityOperation<P = any> {
    * such activities hold the organization's lock shared, so on PostgreSQL they run side by side
    * (every other activity waits for them, and they for it), and skip the root-quorum check. */
   leavesOrganizationUnchanged?: boolean;
+  /** A parent organization's credential may request it in a sub-organization (the logins a parent's
+   * backend runs for its sub-organizations' users); the parent's root quorum and policies decide. */
+  parentMayRequest?: boolean;
   /** Only the root quorum may perform it with these parameters: returns why, or undefined. */
   rootOnlyWhen?(trx: Tx | Db, organizationId: string, parameters: P): Promise<string | undefined>;
   /** `activity.params` of the policy language: the documented snake_case fields this type exposes. */

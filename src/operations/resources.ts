@@ -19,7 +19,7 @@ export function timestamp(ms: number): Timestamp {
   return { seconds: String(Math.floor(ms / 1000)), nanos: String((ms % 1000) * 1_000_000) };
 }
 
-export function renderApiKey(row: ApiKeysTable) {
+export function renderApiKey(row: Selectable<ApiKeysTable>) {
   return {
     credential: { publicKey: row.public_key, type: API_KEY_CREDENTIAL_TYPES[row.curve] },
     apiKeyId: row.id,

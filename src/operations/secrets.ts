@@ -5,8 +5,8 @@ import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
 
 /** A column holding sealed secrets, and the identity each row's secret is bound to. */
 interface SecretColumn {
-  table: "wallets" | "wallet_accounts" | "private_keys" | "service_keys" | "import_targets";
-  column: "sealed_mnemonic" | "sealed_private_key";
+  table: "wallets" | "wallet_accounts" | "private_keys" | "service_keys" | "import_targets" | "outbound_messages";
+  column: "sealed_mnemonic" | "sealed_private_key" | "sealed_message";
   kind: string;
 }
 
@@ -16,6 +16,8 @@ export const SECRET_COLUMNS: SecretColumn[] = [
   { table: "private_keys", column: "sealed_private_key", kind: "private_key" },
   { table: "service_keys", column: "sealed_private_key", kind: "service_key" },
   { table: "import_targets", column: "sealed_private_key", kind: "import_target" },
+  // Emails and SMS carrying one-time passwords, until sent (then the column is emptied).
+  { table: "outbound_messages", column: "sealed_message", kind: "outbound_message" },
 ];
 
 export interface RotationReport {
@@ -33,7 +35,7 @@ export async function resealAll(db: Db, from: Keyring, to: Keyring): Promise<Rot
   await db.transaction().execute(async (trx) => {
     const dynamic = trx as unknown as Kysely<any>;
     for (const { table, column, kind } of SECRET_COLUMNS) {
-      const rows: { id: string; organization_id: string; sealed: string }[] = await dynamic.selectFrom(table).select(["id", "organization_id", `${column} as sealed`]).execute();
+      const rows: { id: string; organization_id: string; sealed: string }[] = await dynamic.selectFrom(table).select(["id", "organization_id", `${column} as sealed`]).where(column, "is not", null).execute();
       for (const row of rows) {
         const keyId = Keyring.keyIdOf(row.sealed) ?? "unknown";
         report.before[keyId] = (report.before[keyId] ?? 0) + 1;
@@ -52,7 +54,7 @@ export async function keyIdsInUse(db: Db): Promise<string[]> {
   const dynamic = db as unknown as Kysely<any>;
   const ids = new Set<string>();
   for (const { table, column } of SECRET_COLUMNS) {
-    const rows: { keyId: string }[] = await dynamic.selectFrom(table).select(sql<string>`substr(${sql.ref(column)}, 4, 16)`.as("keyId")).distinct().execute();
+    const rows: { keyId: string }[] = await dynamic.selectFrom(table).select(sql<string>`substr(${sql.ref(column)}, 4, 16)`.as("keyId")).where(column, "is not", null).distinct().execute();
     for (const row of rows) ids.add(row.keyId);
   }
   return [...ids];

@@ -5,6 +5,7 @@
 import crypto from "node:crypto";
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { p256 } from "@noble/curves/nist.js";
+import { SignJWT, jwtVerify } from "jose";
 import type { Keyring } from "../crypto/envelope.js";
 import type { Store } from "../store/database.js";
 import type { ServiceKeysTable } from "../store/schema.js";
@@ -78,4 +79,50 @@ export async function bundleSigner(store: Store, keyring: Keyring): Promise<Bund
   const privateKey = crypto.createPrivateKey({ key: { kty: "EC", crv: "P-256", d: secret.toString("base64url"), x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") }, format: "jwk" });
   secret.fill(0);
   return { publicKey: row.public_key, sign: (data) => crypto.sign("sha256", data, { key: privateKey, dsaEncoding: "der" }) };
+}
+
+export const SESSION_SIGNER = "session_signer";
+
+/** The ES256 key session JWTs and verification tokens are signed with. */
+export interface SessionSigner {
+  /** The JWT header's `kid`. */
+  keyId: string;
+  /** The public key as a JWK (published in the deployment's JWKS). */
+  jwk: { kty: "EC"; crv: "P-256"; x: string; y: string; kid: string; alg: "ES256"; use: "sig" };
+  sign(claims: Record<string, unknown>): Promise<string>;
+  verify(token: string): Promise<Record<string, unknown>>;
+}
+
+export async function sessionSigner(store: Store, keyring: Keyring): Promise<SessionSigner> {
+  const { row, secret } = await serviceKey(store, keyring, SESSION_SIGNER, () => {
+    const scalar = p256.utils.randomSecretKey();
+    return { secret: scalar, publicKey: Buffer.from(p256.getPublicKey(scalar, false)).toString("hex") };
+  });
+  const point = Buffer.from(row.public_key, "hex");
+  const x = point.subarray(1, 33).toString("base64url");
+  const y = point.subarray(33).toString("base64url");
+  const privateKey = crypto.createPrivateKey({ key: { kty: "EC", crv: "P-256", d: secret.toString("base64url"), x, y }, format: "jwk" });
+  const publicKey = crypto.createPublicKey({ key: { kty: "EC", crv: "P-256", x, y }, format: "jwk" });
+  secret.fill(0);
+  const keyId = `ses_${crypto.createHash("sha256").update(point).digest("hex").slice(0, 16)}`;
+  return {
+    keyId,
+    jwk: { kty: "EC", crv: "P-256", x, y, kid: keyId, alg: "ES256", use: "sig" },
+    sign: (claims) => new SignJWT(claims).setProtectedHeader({ alg: "ES256", typ: "JWT", kid: keyId }).sign(privateKey),
+    async verify(token) {
+      const { payload } = await jwtVerify(token, publicKey, { algorithms: ["ES256"] });
+      return payload as Record<string, unknown>;
+    },
+  };
+}
+
+export const OTP_CODE_KEY = "otp_code_key";
+
+/** Keys the hashes one-time passwords are stored as: HMAC-SHA256 under a secret of the deployment,
+ * so a copy of the database alone does not let anyone try the (small) code space offline. */
+export async function otpCodeHasher(store: Store, keyring: Keyring): Promise<(message: string) => string> {
+  const { secret } = await serviceKey(store, keyring, OTP_CODE_KEY, () => ({ secret: crypto.randomBytes(32), publicKey: "" }));
+  const key = Buffer.from(secret);
+  secret.fill(0);
+  return (message) => crypto.createHmac("sha256", key).update(message).digest("hex");
 }

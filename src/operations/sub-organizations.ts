@@ -125,6 +125,9 @@ async function deleteSubOrganization(ctx: ActivityContext, deleteWithoutExport: 
   await trx.deleteFrom("policies").where("organization_id", "=", id).execute();
   await trx.deleteFrom("organization_features").where("organization_id", "=", id).execute();
   await trx.deleteFrom("import_targets").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("otps").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("verification_tokens").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("outbound_messages").where("organization_id", "=", id).where("status", "in", ["pending", "outbox"]).execute();
   await trx.deleteFrom("webhook_subscriptions").where("endpoint_id", "in", trx.selectFrom("webhook_endpoints").select("id").where("organization_id", "=", id)).execute();
   await trx.deleteFrom("webhook_endpoints").where("organization_id", "=", id).execute();
   await trx.updateTable("webhook_deliveries").set({ status: "cancelled", last_error: "the sub-organization was deleted", updated_at: ctx.now }).where("organization_id", "=", id).where("status", "=", "pending").execute();

@@ -163,7 +163,7 @@ export const userOperations = [
       if (ids.length === 0) throw invalidArgument("userIds must list at least one user");
       await requireUsers(ctx.trx, ctx.organizationId, ids);
       // Their unused import targets go too: nobody may use them any more.
-      for (const table of ["api_keys", "authenticators", "oauth_providers", "user_tag_members", "root_quorum_members", "import_targets"] as const) {
+      for (const table of ["api_keys", "authenticators", "oauth_providers", "user_tag_members", "root_quorum_members", "import_targets", "otps"] as const) {
         await ctx.trx.deleteFrom(table).where("user_id", "in", ids).execute();
       }
       await ctx.trx.deleteFrom("users").where("id", "in", ids).execute();

@@ -336,6 +336,65 @@ const importTargets: Migration = {
   },
 };
 
+/** Logins: session keys (API keys marked with their session), one-time passwords, verification
+ * tokens, and the messages that carry codes out (sealed until sent). */
+const logins: Migration = {
+  async up(db: Kysely<any>) {
+    // Which login made an API key (null: an ordinary key) and what it may do.
+    await db.schema.alterTable("api_keys").addColumn("session_kind", "text").execute();
+    await db.schema.alterTable("api_keys").addColumn("session_type", "text").execute();
+    await db.schema.createIndex("api_keys_by_session").on("api_keys").columns(["user_id", "session_kind"]).execute();
+
+    await db.schema
+      .createTable("otps")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("user_id", "text")
+      .addColumn("flow", "text", (c) => c.notNull())
+      .addColumn("otp_type", "text", (c) => c.notNull())
+      .addColumn("contact", "text", (c) => c.notNull())
+      .addColumn("code_hash", "text", (c) => c.notNull())
+      .addColumn("code_length", "integer", (c) => c.notNull())
+      .addColumn("alphanumeric", "integer", (c) => c.notNull())
+      .addColumn("attempts", "integer", (c) => c.notNull())
+      .addColumn("expires_at", "bigint", (c) => c.notNull())
+      .addColumn("used_at", "bigint")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("otps_by_expiry").on("otps").columns(["expires_at"]).execute();
+
+    await db.schema
+      .createTable("verification_tokens")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("otp_type", "text", (c) => c.notNull())
+      .addColumn("contact", "text", (c) => c.notNull())
+      .addColumn("public_key", "text")
+      .addColumn("expires_at", "bigint", (c) => c.notNull())
+      .addColumn("used_at", "bigint")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+
+    await db.schema
+      .createTable("outbound_messages")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("channel", "text", (c) => c.notNull())
+      .addColumn("recipient", "text", (c) => c.notNull())
+      .addColumn("sealed_message", "text")
+      .addColumn("status", "text", (c) => c.notNull())
+      .addColumn("attempts", "integer", (c) => c.notNull())
+      .addColumn("next_attempt_at", "bigint", (c) => c.notNull())
+      .addColumn("lease_until", "bigint")
+      .addColumn("last_error", "text")
+      .addColumn("expires_at", "bigint", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("sent_at", "bigint")
+      .execute();
+    await db.schema.createIndex("outbound_messages_due").on("outbound_messages").columns(["status", "next_attempt_at"]).execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -343,6 +402,7 @@ export const migrations: Record<string, Migration> = {
   "0004_sub_organizations": subOrganizations,
   "0005_webhooks": webhooks,
   "0006_import_targets": importTargets,
+  "0007_logins": logins,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -94,6 +94,61 @@ export interface ImportTargetsTable {
   created_at: number;
 }
 
+/** A one-time password sent by init_otp_auth ("otp_auth") or init_otp ("otp"); only its hash is kept. */
+export interface OtpsTable {
+  id: string;
+  organization_id: string;
+  /** The user it logs in (init_otp_auth); null for init_otp, which proves a contact only. */
+  user_id: string | null;
+  flow: string;
+  /** OTP_TYPE_EMAIL | OTP_TYPE_SMS */
+  otp_type: string;
+  contact: string;
+  /** HMAC-SHA256 under the deployment's OTP key of (id, code), hex. */
+  code_hash: string;
+  code_length: number;
+  alphanumeric: number;
+  /** Wrong codes tried so far; at the limit the code is burnt. */
+  attempts: number;
+  expires_at: number;
+  used_at: number | null;
+  created_at: number;
+}
+
+/** A verification token from verify_otp: proof that someone holds a contact; otp_login spends it once. */
+export interface VerificationTokensTable {
+  id: string;
+  organization_id: string;
+  otp_type: string;
+  contact: string;
+  /** Compressed P-256 hex the token was bound to (verify_otp's publicKey), if any. */
+  public_key: string | null;
+  expires_at: number;
+  used_at: number | null;
+  created_at: number;
+}
+
+/** An email or SMS waiting to go out (or, with no transport configured, kept for `sigil outbox`). */
+export interface OutboundMessagesTable {
+  id: string;
+  organization_id: string;
+  /** email | sms */
+  channel: string;
+  recipient: string;
+  /** The message (it carries a code), sealed; erased once sent. */
+  sealed_message: string | null;
+  /** pending | sent | failed | outbox */
+  status: string;
+  attempts: number;
+  next_attempt_at: number;
+  lease_until: number | null;
+  last_error: string | null;
+  /** After this the code inside is useless: the message is no longer sent (and an outbox copy is dropped). */
+  expires_at: number;
+  created_at: number;
+  sent_at: number | null;
+}
+
 export interface RootQuorumMembersTable {
   organization_id: string;
   user_id: string;
@@ -125,6 +180,11 @@ export interface ApiKeysTable {
   expiration_seconds: string | null;
   /** created_at + expiration_seconds, precomputed for the stamp check. */
   expires_at: number | null;
+  /** The login that made it (LOGIN, READ_WRITE, READ_ONLY, OAUTH, OTP_AUTH); null for an ordinary key.
+   * invalidateExisting removes a user's earlier keys of the same kind. */
+  session_kind: ColumnType<string | null, string | null | undefined, string | null>;
+  /** SESSION_TYPE_READ_ONLY keys may only query; null or SESSION_TYPE_READ_WRITE may do anything. */
+  session_type: ColumnType<string | null, string | null | undefined, string | null>;
   created_at: number;
   updated_at: number;
 }
@@ -302,6 +362,9 @@ export interface Database {
   organization_features: OrganizationFeaturesTable;
   service_keys: ServiceKeysTable;
   import_targets: ImportTargetsTable;
+  otps: OtpsTable;
+  verification_tokens: VerificationTokensTable;
+  outbound_messages: OutboundMessagesTable;
   webhook_endpoints: WebhookEndpointsTable;
   webhook_subscriptions: WebhookSubscriptionsTable;
   webhook_deliveries: WebhookDeliveriesTable;
