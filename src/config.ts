@@ -29,6 +29,34 @@ export interface Config {
   /** How long an import target from init_import_* stays usable, in milliseconds. */
   importTargetTtlMs: number;
   sessions: SessionConfig;
+  messages: MessagingConfig;
+  otp: OtpConfig;
+  /** OIDC issuers whose identity tokens are accepted (exact `iss` values); no other is contacted. */
+  oidcAllowedIssuers: string[];
+}
+
+export interface MessagingConfig {
+  /** smtp://… or smtps://… of the relay emails go to; null keeps emails in the local outbox. */
+  smtpUrl: string | null;
+  /** The From of emails that name no sender. */
+  smtpFrom: string;
+  /** The HTTP endpoint SMS are POSTed to as JSON { to, body }; null keeps them in the local outbox. */
+  smsUrl: string | null;
+  /** Sent as "Authorization: Bearer <token>" to the SMS endpoint, if set. */
+  smsToken: string | null;
+  pollMs: number;
+  retryBaseMs: number;
+  maxAttempts: number;
+  timeoutMs: number;
+}
+
+export interface OtpConfig {
+  /** A code's validity when the request names none (seconds). */
+  defaultSeconds: number;
+  /** Wrong codes tried before a code is burnt. */
+  maxAttempts: number;
+  /** A verification token's validity when verify_otp names none (seconds). */
+  verificationTokenSeconds: number;
 }
 
 export interface SessionConfig {
@@ -109,6 +137,22 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       maxSeconds: positiveInteger("SIGIL_SESSION_MAX_SECONDS", env.SIGIL_SESSION_MAX_SECONDS, 7 * 24 * 3600),
       readOnlySeconds: positiveInteger("SIGIL_READ_ONLY_SESSION_SECONDS", env.SIGIL_READ_ONLY_SESSION_SECONDS, 3600),
     },
+    messages: {
+      smtpUrl: env.SIGIL_SMTP_URL || null,
+      smtpFrom: env.SIGIL_SMTP_FROM || "Notifications <no-reply@localhost>",
+      smsUrl: env.SIGIL_SMS_URL || null,
+      smsToken: env.SIGIL_SMS_TOKEN || null,
+      pollMs: positiveInteger("SIGIL_MESSAGE_POLL_MS", env.SIGIL_MESSAGE_POLL_MS, 1_000),
+      retryBaseMs: positiveInteger("SIGIL_MESSAGE_RETRY_BASE_MS", env.SIGIL_MESSAGE_RETRY_BASE_MS, 2_000),
+      maxAttempts: positiveInteger("SIGIL_MESSAGE_MAX_ATTEMPTS", env.SIGIL_MESSAGE_MAX_ATTEMPTS, 5),
+      timeoutMs: positiveInteger("SIGIL_MESSAGE_TIMEOUT_MS", env.SIGIL_MESSAGE_TIMEOUT_MS, 10_000),
+    },
+    otp: {
+      defaultSeconds: positiveInteger("SIGIL_OTP_DEFAULT_SECONDS", env.SIGIL_OTP_DEFAULT_SECONDS, 300),
+      maxAttempts: positiveInteger("SIGIL_OTP_MAX_ATTEMPTS", env.SIGIL_OTP_MAX_ATTEMPTS, 5),
+      verificationTokenSeconds: positiveInteger("SIGIL_VERIFICATION_TOKEN_SECONDS", env.SIGIL_VERIFICATION_TOKEN_SECONDS, 3600),
+    },
+    oidcAllowedIssuers: list(env.SIGIL_OIDC_ALLOWED_ISSUERS),
     webhooks: {
       allowLoopback: flag("SIGIL_WEBHOOK_ALLOW_LOOPBACK", env.SIGIL_WEBHOOK_ALLOW_LOOPBACK),
       allowPrivate: flag("SIGIL_WEBHOOK_ALLOW_PRIVATE", env.SIGIL_WEBHOOK_ALLOW_PRIVATE),

@@ -15,6 +15,7 @@ import { webhookOperations } from "../operations/webhooks.js";
 import { exportOperations } from "../operations/exports.js";
 import { importOperations } from "../operations/imports.js";
 import { sessionOperations } from "../operations/sessions.js";
+import { otpOperations } from "../operations/otp.js";
 import { activityQueries } from "./queries.js";
 import { voteOperations } from "./votes.js";
 
@@ -29,6 +30,7 @@ export const operations: Operation[] = [
   ...exportOperations,
   ...importOperations,
   ...sessionOperations,
+  ...otpOperations,
   ...organizationOperations,
   ...subOrganizationOperations,
   ...featureOperations,

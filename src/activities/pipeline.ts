@@ -37,6 +37,8 @@ export interface PipelineOptions {
   clock?: () => number;
   /** Told after a commit that queued webhook deliveries (the dispatcher sends them). */
   onWebhookEventsQueued?: () => void;
+  /** Told after an activity that may have queued emails or SMS committed (the courier sends them). */
+  onMessagesQueued?: () => void;
 }
 
 export interface PipelineResponse {
@@ -171,6 +173,7 @@ export class Pipeline {
         this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId, outcome: decision.outcome }, "activity");
         return () => {
           if (queued) this.options.onWebhookEventsQueued?.();
+          if (operation.queuesMessages && row.status === "ACTIVITY_STATUS_COMPLETED") this.options.onMessagesQueued?.();
           return this.respond(row);
         };
       });

@@ -7,9 +7,12 @@ import { ServiceError } from "../errors.js";
 import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
+import type { OperationEnvironment } from "../operations/registry.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
-import { bundleSigner, serviceSigningKey, sessionSigner, type BundleSigner, type ServiceSigningKey, type SessionSigner } from "../operations/service-keys.js";
+import { bundleSigner, otpCodeHasher, serviceSigningKey, sessionSigner, type BundleSigner, type ServiceSigningKey, type SessionSigner } from "../operations/service-keys.js";
 import { WebhookDispatcher } from "../webhooks/dispatcher.js";
+import { MessageCourier } from "../messages/courier.js";
+import { oidcVerifier } from "../auth/oidc.js";
 import { purgeExpiredImportTargets } from "../operations/imports.js";
 import { loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../operations/secrets.js";
@@ -43,17 +46,24 @@ export interface ServerParts {
   webhookKey: ServiceSigningKey;
   /** Signs export and import bundles; its public half is published as `signerPublicKey`. */
   bundles: BundleSigner;
-  /** Signs session JWTs and verification tokens; published as a JWKS. */
+  /** Signs session JWTs; published as a JWKS. */
   sessions: SessionSigner;
+  /** HMAC under the deployment's OTP key (codes are stored only as such hashes). */
+  otpCodeHash: (message: string) => string;
   onWebhookEventsQueued?: () => void;
+  onMessagesQueued?: () => void;
 }
 
-export function buildApp(config: Config, { store, keyring, signatures, webhookKey, bundles, sessions, onWebhookEventsQueued }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
+export function buildApp(config: Config, { store, keyring, signatures, webhookKey, bundles, sessions, otpCodeHash, onWebhookEventsQueued, onMessagesQueued }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
   const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env: { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks, bundles, importTargetTtlMs: config.importTargetTtlMs, sessions: { ...config.sessions, signer: sessions } }, logger, clock: options.clock, onWebhookEventsQueued });
+  const env: OperationEnvironment = { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks, bundles, importTargetTtlMs: config.importTargetTtlMs, sessions: { ...config.sessions, signer: sessions },
+    otp: { ...config.otp, codeHash: otpCodeHash, messaging: config.messages },
+    oidc: oidcVerifier(config.oidcAllowedIssuers, { clock: options.clock }),
+  };
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env, logger, clock: options.clock, onWebhookEventsQueued, onMessagesQueued });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
@@ -137,15 +147,18 @@ export async function startServer(config: Config, logger = createLogger(config),
   else logger.info({ masterKey: source }, "master key loaded");
   const signatures = new SignatureThreads(config.signatureThreads);
   let dispatcher: WebhookDispatcher;
+  let courier: MessageCourier;
   let app: FastifyInstance;
   try {
     const webhookKey = await serviceSigningKey(store, keyring);
     const bundles = await bundleSigner(store, keyring);
     const sessions = await sessionSigner(store, keyring);
+    const otpCodeHash = await otpCodeHasher(store, keyring);
     // Import targets that expired while no server ran are of no use to anyone: drop them.
     await store.transact("exclusive", (trx) => purgeExpiredImportTargets(trx, (options.clock ?? Date.now)()));
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
-    app = buildApp(config, { store, keyring, signatures, webhookKey, bundles, sessions, onWebhookEventsQueued: () => dispatcher.notify() }, logger, options);
+    courier = new MessageCourier(store, keyring, config.messages, logger, options.clock);
+    app = buildApp(config, { store, keyring, signatures, webhookKey, bundles, sessions, otpCodeHash, onWebhookEventsQueued: () => dispatcher.notify(), onMessagesQueued: () => courier.notify() }, logger, options);
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {
     await store.close();
@@ -154,6 +167,7 @@ export async function startServer(config: Config, logger = createLogger(config),
   }
   // Deliveries left by an earlier run (or by other processes) go out from now on.
   dispatcher.start();
+  courier.start();
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
@@ -165,6 +179,7 @@ export async function startServer(config: Config, logger = createLogger(config),
     async close() {
       await app.close();
       await dispatcher.close();
+      await courier.close();
       await store.close();
       await signatures.close();
     },

@@ -10,6 +10,8 @@ import type { SignatureThreads } from "../crypto/signature-threads.js";
 import type { DestinationPolicy } from "./webhooks.js";
 import type { BundleSigner } from "./service-keys.js";
 import type { SessionSettings } from "./sessions.js";
+import type { OtpSettings } from "./otp.js";
+import type { OidcVerifier } from "../auth/oidc.js";
 import type { Keyring } from "../crypto/envelope.js";
 
 export interface SwaggerSchemas {
@@ -29,6 +31,9 @@ const SPEC_KEYS: Record<string, { intentKey?: string; resultKey?: string }> = {
   ACTIVITY_TYPE_UPDATE_POLICY_V2: { intentKey: "updatePolicyIntentV2", resultKey: "updatePolicyResultV2" },
   ACTIVITY_TYPE_INIT_OTP_AUTH_V2: { intentKey: "initOtpAuthIntentV2", resultKey: "initOtpAuthResultV2" },
   ACTIVITY_TYPE_SIGN_TRANSACTION_V2: { intentKey: "signTransactionIntent", resultKey: "signTransactionResult" },
+  // The official clients read these results under the V2 key (the swagger names the V1 one).
+  ACTIVITY_TYPE_INIT_OTP_V3: { resultKey: "initOtpResultV2" },
+  ACTIVITY_TYPE_INIT_OTP_AUTH_V3: { resultKey: "initOtpAuthResultV2" },
 };
 
 export interface ActivityTypeKeys {
@@ -76,6 +81,10 @@ export interface OperationEnvironment {
   importTargetTtlMs: number;
   /** Session lengths and the key session JWTs are signed with. */
   sessions: SessionSettings;
+  /** One-time passwords: how codes are hashed, how long they live, where messages can go. */
+  otp: OtpSettings;
+  /** Verifies OIDC identity tokens (oauth, oauth_login, OAuth providers). */
+  oidc: OidcVerifier;
 }
 
 export interface ActivityContext {
@@ -131,6 +140,8 @@ export interface ActivityOperation<P = any> {
    * such activities hold the organization's lock shared, so on PostgreSQL they run side by side
    * (every other activity waits for them, and they for it), and skip the root-quorum check. */
   leavesOrganizationUnchanged?: boolean;
+  /** It may queue emails or SMS (one-time passwords): the couriers are told after it commits. */
+  queuesMessages?: boolean;
   /** A parent organization's credential may request it in a sub-organization (the logins a parent's
    * backend runs for its sub-organizations' users); the parent's root quorum and policies decide. */
   parentMayRequest?: boolean;

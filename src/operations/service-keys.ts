@@ -5,7 +5,7 @@
 import crypto from "node:crypto";
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { p256 } from "@noble/curves/nist.js";
-import { SignJWT, jwtVerify } from "jose";
+import { signEs256Jwt, verifyEs256Jwt } from "../crypto/jwt.js";
 import type { Keyring } from "../crypto/envelope.js";
 import type { Store } from "../store/database.js";
 import type { ServiceKeysTable } from "../store/schema.js";
@@ -68,6 +68,10 @@ export interface BundleSigner {
   publicKey: string;
   /** ECDSA P-256 over SHA-256 of `data`, DER. */
   sign(data: Uint8Array): Buffer;
+  /** A JWT signed (ES256) by this key: OTP verification tokens, which clients check against
+   * the same published key as the bundles. */
+  signJwt(claims: Record<string, unknown>): string;
+  verifyJwt(token: string): Record<string, unknown> | null;
 }
 
 export async function bundleSigner(store: Store, keyring: Keyring): Promise<BundleSigner> {
@@ -78,7 +82,13 @@ export async function bundleSigner(store: Store, keyring: Keyring): Promise<Bund
   const point = Buffer.from(row.public_key, "hex");
   const privateKey = crypto.createPrivateKey({ key: { kty: "EC", crv: "P-256", d: secret.toString("base64url"), x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") }, format: "jwk" });
   secret.fill(0);
-  return { publicKey: row.public_key, sign: (data) => crypto.sign("sha256", data, { key: privateKey, dsaEncoding: "der" }) };
+  const publicKey = crypto.createPublicKey(privateKey);
+  return {
+    publicKey: row.public_key,
+    sign: (data) => crypto.sign("sha256", data, { key: privateKey, dsaEncoding: "der" }),
+    signJwt: (claims) => signEs256Jwt(privateKey, claims),
+    verifyJwt: (token) => verifyEs256Jwt(publicKey, token),
+  };
 }
 
 export const SESSION_SIGNER = "session_signer";
@@ -89,8 +99,9 @@ export interface SessionSigner {
   keyId: string;
   /** The public key as a JWK (published in the deployment's JWKS). */
   jwk: { kty: "EC"; crv: "P-256"; x: string; y: string; kid: string; alg: "ES256"; use: "sig" };
-  sign(claims: Record<string, unknown>): Promise<string>;
-  verify(token: string): Promise<Record<string, unknown>>;
+  sign(claims: Record<string, unknown>): string;
+  /** The claims, if the signature is this key's; null otherwise. */
+  verify(token: string): Record<string, unknown> | null;
 }
 
 export async function sessionSigner(store: Store, keyring: Keyring): Promise<SessionSigner> {
@@ -108,11 +119,8 @@ export async function sessionSigner(store: Store, keyring: Keyring): Promise<Ses
   return {
     keyId,
     jwk: { kty: "EC", crv: "P-256", x, y, kid: keyId, alg: "ES256", use: "sig" },
-    sign: (claims) => new SignJWT(claims).setProtectedHeader({ alg: "ES256", typ: "JWT", kid: keyId }).sign(privateKey),
-    async verify(token) {
-      const { payload } = await jwtVerify(token, publicKey, { algorithms: ["ES256"] });
-      return payload as Record<string, unknown>;
-    },
+    sign: (claims) => signEs256Jwt(privateKey, claims, { kid: keyId }),
+    verify: (token) => verifyEs256Jwt(publicKey, token),
   };
 }
 

@@ -109,7 +109,7 @@ export async function createSessionKey(ctx: ActivityContext, request: SessionKey
 }
 
 /** The session JWT the clients decode: expiry, the session key, its type, the user and organization. */
-export function sessionJwt(ctx: ActivityContext, claims: { userId: string; publicKey: string; type: SessionType; expiresAt: number }): Promise<string> {
+export function sessionJwt(ctx: ActivityContext, claims: { userId: string; publicKey: string; type: SessionType; expiresAt: number }): string {
   return ctx.env.sessions.signer.sign({
     exp: Math.floor(claims.expiresAt / 1000),
     iat: Math.floor(ctx.now / 1000),

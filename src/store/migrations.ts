@@ -357,6 +357,8 @@ const logins: Migration = {
       .addColumn("code_length", "integer", (c) => c.notNull())
       .addColumn("alphanumeric", "integer", (c) => c.notNull())
       .addColumn("attempts", "integer", (c) => c.notNull())
+      .addColumn("target_public_key", "text")
+      .addColumn("sealed_target_key", "text")
       .addColumn("expires_at", "bigint", (c) => c.notNull())
       .addColumn("used_at", "bigint")
       .addColumn("created_at", "bigint", (c) => c.notNull())

@@ -110,6 +110,9 @@ export interface OtpsTable {
   alphanumeric: number;
   /** Wrong codes tried so far; at the limit the code is burnt. */
   attempts: number;
+  /** init_otp V2+: the P-256 key (uncompressed hex) verify_otp's encryptedOtpBundle is sealed to. */
+  target_public_key: string | null;
+  sealed_target_key: string | null;
   expires_at: number;
   used_at: number | null;
   created_at: number;

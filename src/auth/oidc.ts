@@ -1,0 +1,109 @@
+// OpenID Connect identity tokens (oauth, oauth_login, OAuth providers). A token is accepted only from
+// an issuer the operator listed (SIGIL_OIDC_ALLOWED_ISSUERS): no other host is ever contacted. The
+// issuer's keys are found through its discovery document (<iss>/.well-known/openid-configuration,
+// whose `issuer` must be the token's) and fetched and cached by jose, which also checks the
+// signature, `iss` and `exp`. The audience and subject are matched by the caller against the user's
+// OAuth providers, and the nonce against the session key the login is for.
+import { createRemoteJWKSet, decodeJwt, errors as joseErrors, jwtVerify, type JWTPayload } from "jose";
+import { ServiceError, invalidArgument, permissionDenied, unauthenticated } from "../errors.js";
+
+export interface OidcIdentity {
+  issuer: string;
+  subject: string;
+  /** The token's `aud`, as a list. */
+  audiences: string[];
+  nonce: string | undefined;
+  claims: JWTPayload;
+}
+
+export interface OidcVerifier {
+  /** Checks signature, issuer and expiry; returns who the token names. */
+  verify(token: string): Promise<OidcIdentity>;
+}
+
+/** The JWT inside an `oidcToken` field (sent as the compact JWT, or base64 of it). */
+export function oidcJwt(raw: unknown): string {
+  const text = String(raw ?? "").trim();
+  const jwt = text.split(".").length === 3 ? text : Buffer.from(text, "base64").toString("utf8").trim();
+  if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(jwt)) throw invalidArgument("oidcToken is not a JWT (or base64 of one)", "OIDC_TOKEN_INVALID");
+  return jwt;
+}
+
+/** The identity claims of a token, read without verifying it: what the audit log keeps in its place. */
+export function unverifiedOidcClaims(raw: unknown): { iss: string; sub: string; aud: string } | null {
+  try {
+    const claims = decodeJwt(oidcJwt(raw));
+    const aud = Array.isArray(claims.aud) ? claims.aud.join(",") : (claims.aud ?? "");
+    return { iss: String(claims.iss ?? ""), sub: String(claims.sub ?? ""), aud };
+  } catch {
+    return null;
+  }
+}
+
+const ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"];
+
+export function oidcVerifier(allowedIssuers: string[], options: { timeoutMs?: number; clockToleranceSeconds?: number; clock?: () => number } = {}): OidcVerifier {
+  const allowed = new Set(allowedIssuers);
+  const keySets = new Map<string, Promise<ReturnType<typeof createRemoteJWKSet>>>();
+  const timeoutMs = options.timeoutMs ?? 5_000;
+
+  async function discover(issuer: string): Promise<ReturnType<typeof createRemoteJWKSet>> {
+    const url = `${issuer.replace(/\/$/, "")}/.well-known/openid-configuration`;
+    let document: { issuer?: unknown; jwks_uri?: unknown };
+    try {
+      const response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), redirect: "error" });
+      if (!response.ok) throw new Error(`answered ${response.status}`);
+      document = (await response.json()) as typeof document;
+    } catch (error) {
+      throw new ServiceError("Unavailable", "OIDC_DISCOVERY_FAILED", `could not read the discovery document of issuer ${issuer}: ${(error as Error).message}`);
+    }
+    if (document.issuer !== issuer || typeof document.jwks_uri !== "string") {
+      throw new ServiceError("Unavailable", "OIDC_DISCOVERY_FAILED", `the discovery document of ${issuer} names issuer ${String(document.issuer)} / jwks_uri ${String(document.jwks_uri)}`);
+    }
+    return createRemoteJWKSet(new URL(document.jwks_uri), { timeoutDuration: timeoutMs, cooldownDuration: 30_000, cacheMaxAge: 10 * 60_000 });
+  }
+
+  function keySetOf(issuer: string) {
+    let keySet = keySets.get(issuer);
+    if (!keySet) {
+      keySet = discover(issuer);
+      keySets.set(issuer, keySet);
+      // A failed discovery is tried again by the next login, not remembered.
+      keySet.catch(() => keySets.delete(issuer));
+    }
+    return keySet;
+  }
+
+  return {
+    async verify(raw) {
+      const token = oidcJwt(raw);
+      let issuer: string;
+      try {
+        issuer = String(decodeJwt(token).iss ?? "");
+      } catch {
+        throw invalidArgument("oidcToken is not a JWT", "OIDC_TOKEN_INVALID");
+      }
+      if (!allowed.has(issuer)) {
+        throw permissionDenied(`tokens of issuer "${issuer}" are not accepted: the operator lists the accepted issuers in SIGIL_OIDC_ALLOWED_ISSUERS`, "OIDC_ISSUER_NOT_ALLOWED");
+      }
+      const keySet = await keySetOf(issuer);
+      try {
+        const now = options.clock ? Math.floor(options.clock() / 1000) : undefined;
+        const { payload } = await jwtVerify(token, keySet, { issuer, algorithms: ALGORITHMS, clockTolerance: options.clockToleranceSeconds ?? 30, ...(now !== undefined ? { currentDate: new Date(now * 1000) } : {}) });
+        if (!payload.sub) throw unauthenticated("the OIDC token has no subject (sub)", "OIDC_TOKEN_INVALID");
+        const audiences = Array.isArray(payload.aud) ? payload.aud : payload.aud ? [payload.aud] : [];
+        return { issuer, subject: payload.sub, audiences, nonce: typeof payload.nonce === "string" ? payload.nonce : undefined, claims: payload };
+      } catch (error) {
+        if (error instanceof ServiceError) throw error;
+        if (error instanceof joseErrors.JWTExpired) throw unauthenticated("the OIDC token has expired", "OIDC_TOKEN_EXPIRED");
+        if (error instanceof joseErrors.JWSSignatureVerificationFailed || error instanceof joseErrors.JWKSNoMatchingKey) {
+          throw unauthenticated(`the OIDC token's signature does not verify with the keys of ${issuer}`, "OIDC_SIGNATURE_INVALID");
+        }
+        if (error instanceof joseErrors.JWKSTimeout || (error as { code?: string }).code === "ERR_JOSE_GENERIC") {
+          throw new ServiceError("Unavailable", "OIDC_DISCOVERY_FAILED", `could not fetch the keys of issuer ${issuer}: ${(error as Error).message}`);
+        }
+        throw unauthenticated(`the OIDC token is not valid: ${(error as Error).message}`, "OIDC_TOKEN_INVALID");
+      }
+    },
+  };
+}

@@ -1,0 +1,457 @@
+// One-time passwords by email and SMS. Two flows, as in the product:
+//   - init_otp_auth → otp_auth: a code sent to a user of the organization; the right code returns a
+//     credential bundle (a session key sealed to targetPublicKey);
+//   - init_otp → verify_otp → otp_login: a code sent to any contact; the right code returns a
+//     verification token (an ES256 JWT naming the contact, signed by the bundle signer), which
+//     otp_login spends once for a session of the user holding that contact (or which
+//     create_sub_organization accepts as proof of the root user's contact).
+// Codes are 6–9 characters, digits or Crockford base32, generated with the CSPRNG; only an HMAC of
+// them is stored. Each expires (5 minutes by default, up to 10), is single-use, and burns after a
+// bounded number of wrong tries (a wrong try is counted even though its activity fails: the
+// `afterFailure` hook runs after the rollback). The message goes out through the courier (see
+// messages/courier.ts), queued in the activity's own transaction.
+import crypto from "node:crypto";
+import { p256 } from "@noble/curves/nist.js";
+import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
+import { HpkeError, openWith } from "../crypto/hpke.js";
+import { hasTransport, messageIdentity, type Channel, type MessageContent } from "../messages/courier.js";
+import type { MessagingConfig } from "../config.js";
+import { defineActivity, type ActivityContext } from "./registry.js";
+import { newId } from "./resources.js";
+import { signedBundle } from "./exports.js";
+import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
+import { verifyP256Der } from "../crypto/keys.js";
+
+export interface OtpSettings {
+  /** HMAC of "<otp id>:<code>" under the deployment's OTP key. */
+  codeHash(message: string): string;
+  defaultSeconds: number;
+  maxAttempts: number;
+  verificationTokenSeconds: number;
+  messaging: MessagingConfig;
+}
+
+type OtpType = "OTP_TYPE_EMAIL" | "OTP_TYPE_SMS";
+type Flow = "otp_auth" | "otp";
+
+interface InitParams {
+  otpType: OtpType;
+  contact: string;
+  otpLength?: number;
+  appName?: string;
+  emailCustomization?: { appName?: string; logoUrl?: string; magicLinkTemplate?: string; templateVariables?: string; templateId?: string };
+  smsCustomization?: { template?: string };
+  userIdentifier?: string;
+  sendFromEmailAddress?: string;
+  sendFromEmailSenderName?: string;
+  replyToEmailAddress?: string;
+  alphanumeric?: boolean;
+  expirationSeconds?: string;
+}
+
+const CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+const DIGITS = "0123456789";
+const MAX_OTP_SECONDS = 600;
+const MAX_VERIFICATION_TOKEN_SECONDS = 86_400;
+const EMAIL = /^[^\s@<>()",;:\\]+@[^\s@<>()",;:\\]+\.[^\s@<>()",;:\\]+$/;
+const PHONE = /^\+[1-9]\d{6,14}$/;
+
+function generateCode(length: number, alphanumeric: boolean): string {
+  const alphabet = alphanumeric ? CROCKFORD : DIGITS;
+  let code = "";
+  for (let i = 0; i < length; i++) code += alphabet[crypto.randomInt(alphabet.length)];
+  return code;
+}
+
+/** What the user typed, as the code was generated: Crockford reads I/L as 1 and O as 0, ignores case
+ * and separators. */
+function normalizeCode(input: string, alphanumeric: boolean): string {
+  const compact = String(input ?? "").replace(/[\s-]/g, "").toUpperCase();
+  return alphanumeric ? compact.replace(/[IL]/g, "1").replace(/O/g, "0") : compact;
+}
+
+const hashOf = (ctx: ActivityContext, otpId: string, code: string) => ctx.env.otp.codeHash(`${otpId}:${code}`);
+
+function requireContact(otpType: unknown, contact: unknown): { otpType: OtpType; contact: string; channel: Channel } {
+  if (otpType === "OTP_TYPE_EMAIL") {
+    const email = String(contact ?? "").trim();
+    if (!EMAIL.test(email) || email.length > 320) throw invalidArgument(`contact must be an email address for OTP_TYPE_EMAIL, got "${String(contact)}"`, "INVALID_CONTACT");
+    return { otpType, contact: email, channel: "email" };
+  }
+  if (otpType === "OTP_TYPE_SMS") {
+    const phone = String(contact ?? "").replace(/[\s().-]/g, "");
+    if (!PHONE.test(phone)) throw invalidArgument(`contact must be a phone number in E.164 form (+ and 7 to 15 digits) for OTP_TYPE_SMS, got "${String(contact)}"`, "INVALID_CONTACT");
+    return { otpType, contact: phone, channel: "sms" };
+  }
+  throw invalidArgument(`otpType must be OTP_TYPE_EMAIL or OTP_TYPE_SMS, got "${String(otpType)}"`, "INVALID_OTP_TYPE");
+}
+
+function codeShape(p: InitParams): { length: number; alphanumeric: boolean } {
+  const length = p.otpLength ?? 9;
+  if (!Number.isInteger(length) || length < 6 || length > 9) throw invalidArgument(`otpLength must be 6 to 9, got ${String(p.otpLength)}`, "INVALID_OTP_LENGTH");
+  return { length, alphanumeric: p.alphanumeric ?? true };
+}
+
+function otpSeconds(ctx: ActivityContext, requested: string | undefined): number {
+  if (requested === undefined || requested === "") return ctx.env.otp.defaultSeconds;
+  if (!/^\d+$/.test(requested) || Number(requested) <= 0 || Number(requested) > MAX_OTP_SECONDS) {
+    throw invalidArgument(`expirationSeconds must be 1 to ${MAX_OTP_SECONDS} seconds for a one-time password, got "${requested}"`, "INVALID_EXPIRATION");
+  }
+  return Number(requested);
+}
+
+const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
+
+/** The email or SMS carrying the code, from the request's customization. */
+function composeMessage(p: InitParams, channel: Channel, code: string, seconds: number, from: string | undefined): MessageContent {
+  const appName = (p.appName ?? p.emailCustomization?.appName ?? "").trim();
+  const minutes = Math.max(1, Math.round(seconds / 60));
+  if (channel === "sms") {
+    const template = p.smsCustomization?.template;
+    const text = template ? template.replace(/\{\{\s*\.OtpCode\s*\}\}/g, code) : `${appName ? `${appName}: ` : ""}your verification code is ${code}. It expires in ${minutes} minute${minutes === 1 ? "" : "s"}.`;
+    return { text };
+  }
+  const custom = p.emailCustomization ?? {};
+  const link = custom.magicLinkTemplate ? custom.magicLinkTemplate.replace("%s", encodeURIComponent(code)) : undefined;
+  const subject = `${appName ? `${appName} ` : ""}verification code`;
+  const text = [`Your ${appName ? `${appName} ` : ""}verification code is ${code}`, `It expires in ${minutes} minute${minutes === 1 ? "" : "s"}.`, ...(link ? [`Or open ${link}`] : []), "If you did not ask for it, ignore this message."].join("\n\n");
+  const html = [
+    ...(custom.logoUrl ? [`<p><img src="${escapeHtml(custom.logoUrl)}" alt="${escapeHtml(appName)}" style="max-width:340px;max-height:124px"></p>`] : []),
+    `<p>Your ${escapeHtml(appName ? `${appName} ` : "")}verification code is</p>`,
+    `<p style="font-size:28px;letter-spacing:4px;font-family:monospace"><strong>${escapeHtml(code)}</strong></p>`,
+    `<p>It expires in ${minutes} minute${minutes === 1 ? "" : "s"}.</p>`,
+    ...(link ? [`<p><a href="${escapeHtml(link)}">Continue</a></p>`] : []),
+    "<p>If you did not ask for it, ignore this message.</p>",
+  ].join("\n");
+  return { subject, text, html, ...(from ? { from } : {}), ...(p.replyToEmailAddress ? { replyTo: p.replyToEmailAddress } : {}) };
+}
+
+function checkEmailCustomization(p: InitParams): string | undefined {
+  const custom = p.emailCustomization ?? {};
+  if (custom.logoUrl !== undefined && custom.logoUrl !== "" && !/^https:\/\/\S+$/.test(custom.logoUrl)) throw invalidArgument("emailCustomization.logoUrl must be an https URL", "INVALID_EMAIL_CUSTOMIZATION");
+  if (custom.magicLinkTemplate !== undefined && custom.magicLinkTemplate !== "") {
+    if (!/^https?:\/\/\S+$/.test(custom.magicLinkTemplate) || custom.magicLinkTemplate.split("%s").length !== 2) {
+      throw invalidArgument("emailCustomization.magicLinkTemplate must be an http(s) URL with one %s where the code goes", "INVALID_EMAIL_CUSTOMIZATION");
+    }
+  }
+  if (custom.templateVariables !== undefined && custom.templateVariables !== "") {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(custom.templateVariables);
+    } catch {
+      parsed = null;
+    }
+    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw invalidArgument("emailCustomization.templateVariables must be a JSON object", "INVALID_EMAIL_CUSTOMIZATION");
+  }
+  if (custom.templateId) throw invalidArgument("emailCustomization.templateId: this server has no stored email templates; leave it out", "EMAIL_TEMPLATE_NOT_FOUND");
+  for (const [field, value] of [["sendFromEmailAddress", p.sendFromEmailAddress], ["replyToEmailAddress", p.replyToEmailAddress]] as const) {
+    if (value !== undefined && value !== "" && !EMAIL.test(value)) throw invalidArgument(`${field} must be an email address`, "INVALID_EMAIL_CUSTOMIZATION");
+  }
+  if (!p.sendFromEmailAddress) return undefined;
+  const name = (p.sendFromEmailSenderName ?? "Notifications").replace(/["\r\n<>]/g, "").trim() || "Notifications";
+  return `"${name}" <${p.sendFromEmailAddress}>`;
+}
+
+/** Queues a message in the activity's transaction: sealed, and kept in the outbox when its channel
+ * has no transport. */
+async function queueMessage(ctx: ActivityContext, channel: Channel, recipient: string, content: MessageContent, expiresAt: number): Promise<void> {
+  const id = newId();
+  const outbox = !hasTransport(ctx.env.otp.messaging, channel);
+  await ctx.trx
+    .insertInto("outbound_messages")
+    .values({
+      id,
+      organization_id: ctx.organizationId,
+      channel,
+      recipient,
+      sealed_message: ctx.env.keyring.seal(Buffer.from(JSON.stringify(content), "utf8"), messageIdentity({ id, organization_id: ctx.organizationId })),
+      status: outbox ? "outbox" : "pending",
+      attempts: 0,
+      next_attempt_at: ctx.now,
+      lease_until: null,
+      last_error: null,
+      expires_at: expiresAt,
+      created_at: ctx.now,
+      sent_at: null,
+    })
+    .execute();
+}
+
+const targetIdentity = (row: { id: string; organization_id: string }) => ({ organizationId: row.organization_id, kind: "otp_target", resourceId: row.id });
+
+/** Makes and sends a code; returns the OTP id (and, with `encryptionTarget`, the signed bundle of the
+ * key verify_otp V2's encrypted code is sealed to). */
+async function startOtp(ctx: ActivityContext, p: InitParams, flow: Flow, userId: string | null, encryptionTarget: boolean): Promise<{ otpId: string; otpEncryptionTargetBundle?: string }> {
+  const { otpType, contact, channel } = requireContact(p.otpType, p.contact);
+  const { length, alphanumeric } = codeShape(p);
+  const seconds = otpSeconds(ctx, p.expirationSeconds);
+  const from = channel === "email" ? checkEmailCustomization(p) : undefined;
+  await ctx.trx.deleteFrom("otps").where("expires_at", "<=", ctx.now).execute();
+  const otpId = newId();
+  const code = generateCode(length, alphanumeric);
+  const expiresAt = ctx.now + seconds * 1000;
+  let target: { publicKey: string; sealed: string } | null = null;
+  if (encryptionTarget) {
+    const secret = p256.utils.randomSecretKey();
+    target = { publicKey: Buffer.from(p256.getPublicKey(secret, false)).toString("hex"), sealed: ctx.env.keyring.seal(secret, targetIdentity({ id: otpId, organization_id: ctx.organizationId })) };
+    secret.fill(0);
+  }
+  await ctx.trx
+    .insertInto("otps")
+    .values({ id: otpId, organization_id: ctx.organizationId, user_id: userId, flow, otp_type: otpType, contact, code_hash: hashOf(ctx, otpId, code), code_length: length, alphanumeric: alphanumeric ? 1 : 0, attempts: 0, target_public_key: target?.publicKey ?? null, sealed_target_key: target?.sealed ?? null, expires_at: expiresAt, used_at: null, created_at: ctx.now })
+    .execute();
+  await queueMessage(ctx, channel, contact, composeMessage(p, channel, code, seconds, from), expiresAt);
+  if (!target) return { otpId };
+  return { otpId, otpEncryptionTargetBundle: await signedBundle(ctx.env.bundles, { targetPublic: target.publicKey, organizationId: ctx.organizationId, otpId }) };
+}
+
+/** The code a verify/auth request carries: plain (otpCode), or sealed with the client's public key
+ * to the OTP's target (encryptedOtpBundle, @turnkey/crypto's encryptOtpCodeToBundle). */
+type Presented = { otpId: string; otpCode?: string; encryptedOtpBundle?: string };
+
+async function presentedCode(ctx: ActivityContext, row: { id: string; organization_id: string; target_public_key: string | null; sealed_target_key: string | null }, presented: Presented): Promise<{ code: string; publicKey?: string }> {
+  if (presented.encryptedOtpBundle === undefined) return { code: String(presented.otpCode ?? "") };
+  if (!row.sealed_target_key || !row.target_public_key) throw invalidArgument("this OTP was started without an encryption target (init_otp V1): send otpCode with verify_otp V1", "OTP_BUNDLE_UNSUPPORTED");
+  let sealed: { encappedPublic?: unknown; ciphertext?: unknown };
+  try {
+    sealed = JSON.parse(presented.encryptedOtpBundle) as typeof sealed;
+  } catch {
+    throw invalidArgument("encryptedOtpBundle must be the JSON {encappedPublic, ciphertext} encryptOtpCodeToBundle returns", "INVALID_OTP_BUNDLE");
+  }
+  if (typeof sealed.encappedPublic !== "string" || typeof sealed.ciphertext !== "string") throw invalidArgument("encryptedOtpBundle lacks encappedPublic or ciphertext", "INVALID_OTP_BUNDLE");
+  const secret = ctx.env.keyring.open(row.sealed_target_key, targetIdentity(row));
+  try {
+    const plaintext = await openWith(secret, Buffer.from(row.target_public_key, "hex"), { encappedPublic: sealed.encappedPublic, ciphertext: sealed.ciphertext });
+    const inner = JSON.parse(Buffer.from(plaintext).toString("utf8")) as { otp_code?: unknown; public_key?: unknown };
+    if (typeof inner.otp_code !== "string") throw invalidArgument("encryptedOtpBundle does not carry an otp_code", "INVALID_OTP_BUNDLE");
+    return { code: inner.otp_code, ...(typeof inner.public_key === "string" && inner.public_key ? { publicKey: inner.public_key } : {}) };
+  } catch (error) {
+    if (error instanceof HpkeError) throw invalidArgument(`encryptedOtpBundle: ${error.message}`, "INVALID_OTP_BUNDLE");
+    if (error instanceof SyntaxError) throw invalidArgument("encryptedOtpBundle does not hold the JSON {otp_code, public_key}", "INVALID_OTP_BUNDLE");
+    throw error;
+  } finally {
+    secret.fill(0);
+  }
+}
+
+async function findOtp(ctx: ActivityContext, otpId: string, flow: Flow) {
+  const row = await ctx.trx.selectFrom("otps").selectAll().where("id", "=", String(otpId ?? "")).where("organization_id", "=", ctx.organizationId).where("flow", "=", flow).executeTakeFirst();
+  const start = flow === "otp" ? "init_otp" : "init_otp_auth";
+  if (!row) throw notFound(`no one-time password ${otpId} of this organization from ${start}`, "OTP_NOT_FOUND");
+  if (row.used_at !== null) throw failedPrecondition(`one-time password ${otpId} was already used: start again with ${start}`, "OTP_ALREADY_USED");
+  if (row.attempts >= ctx.env.otp.maxAttempts) throw failedPrecondition(`one-time password ${otpId} was burnt after ${row.attempts} wrong codes: start again with ${start}`, "OTP_ATTEMPTS_EXCEEDED");
+  if (row.expires_at <= ctx.now) throw failedPrecondition(`one-time password ${otpId} expired at ${new Date(row.expires_at).toISOString()}: start again with ${start}`, "OTP_EXPIRED");
+  return row;
+}
+
+const matches = (ctx: ActivityContext, row: { id: string; code_hash: string; alphanumeric: number }, code: string) => {
+  const presented = Buffer.from(hashOf(ctx, row.id, normalizeCode(code, row.alphanumeric === 1)), "hex");
+  const stored = Buffer.from(row.code_hash, "hex");
+  return presented.length === stored.length && crypto.timingSafeEqual(presented, stored);
+};
+
+/** Checks the code and uses the OTP up; returns the OTP row and the public key an encrypted bundle named. */
+async function consumeOtp(ctx: ActivityContext, presented: Presented, flow: Flow) {
+  const row = await findOtp(ctx, presented.otpId, flow);
+  const { code, publicKey } = await presentedCode(ctx, row, presented);
+  if (!matches(ctx, row, code)) {
+    const left = ctx.env.otp.maxAttempts - row.attempts - 1;
+    throw new ServiceError("Unauthenticated", "OTP_INVALID", `wrong one-time password for ${row.id}${left > 0 ? ` (${left} tr${left === 1 ? "y" : "ies"} left)` : "; it is now burnt"}`);
+  }
+  await ctx.trx.updateTable("otps").set({ used_at: ctx.now, sealed_target_key: null }).where("id", "=", row.id).execute();
+  return { row, publicKey };
+}
+
+/** After a failed verification (rolled back): a wrong code still counts against the OTP. */
+async function countWrongCode(ctx: ActivityContext, presented: Presented, flow: Flow): Promise<void> {
+  let row;
+  try {
+    row = await findOtp(ctx, presented.otpId, flow);
+  } catch {
+    return;
+  }
+  let code: string;
+  try {
+    ({ code } = await presentedCode(ctx, row, presented));
+  } catch {
+    // An unreadable bundle is a wrong try as well: otherwise garbage could be sent without limit.
+    code = "";
+  }
+  if (matches(ctx, row, code)) return;
+  await ctx.trx.updateTable("otps").set({ attempts: row.attempts + 1 }).where("id", "=", row.id).execute();
+}
+
+/** Marks the contact proven on the user (list_verified_suborgs reads it). */
+async function markVerified(ctx: ActivityContext, userId: string, otpType: string): Promise<void> {
+  await ctx.trx.updateTable("users").set(otpType === "OTP_TYPE_EMAIL" ? { email_verified_at: ctx.now } : { phone_verified_at: ctx.now }).where("id", "=", userId).execute();
+}
+
+/** The user of the organization with this email (case-insensitive) or phone number. */
+async function userWithContact(ctx: ActivityContext, otpType: string, contact: string): Promise<string> {
+  const column = otpType === "OTP_TYPE_EMAIL" ? "email" : "phone_number";
+  const rows = await ctx.trx.selectFrom("users").select(["id", column]).where("organization_id", "=", ctx.organizationId).execute();
+  const wanted = otpType === "OTP_TYPE_EMAIL" ? contact.toLowerCase() : contact;
+  const found = rows.filter((r) => {
+    const value = (r as Record<string, string | null>)[column];
+    return value !== null && (otpType === "OTP_TYPE_EMAIL" ? value.toLowerCase() : value.replace(/[\s().-]/g, "")) === wanted;
+  });
+  if (found.length === 0) throw notFound(`no user of organization ${ctx.organizationId} has ${otpType === "OTP_TYPE_EMAIL" ? "email" : "phone number"} ${contact}`, "USER_NOT_FOUND");
+  if (found.length > 1) throw failedPrecondition(`${found.length} users of organization ${ctx.organizationId} share ${contact}: a one-time password cannot tell them apart`, "CONTACT_AMBIGUOUS");
+  return found[0]!.id;
+}
+
+const policyParams = (p: InitParams) => ({ otp_type: p.otpType, contact: p.contact, otp_length: p.otpLength ?? 9, alphanumeric: p.alphanumeric ?? true, app_name: p.appName ?? p.emailCustomization?.appName ?? "" });
+
+export interface VerificationClaims {
+  id: string;
+  verification_type: string;
+  contact: string;
+  organization_id: string;
+  public_key?: string;
+  /** Milliseconds since the epoch, as a string (what the clients' verifier reads). */
+  exp: string;
+}
+
+/** The verification token otp_login or create_sub_organization presents: signature, expiry, single
+ * use; marks it used. `organizationId` must be the one that verified it or a sub-organization of it. */
+export async function spendVerificationToken(ctx: ActivityContext, token: string): Promise<VerificationClaims> {
+  const claims = ctx.env.bundles.verifyJwt(String(token ?? "")) as VerificationClaims | null;
+  if (!claims || typeof claims.id !== "string") throw invalidArgument("verificationToken is not a token this server issued (its signature does not verify)", "VERIFICATION_TOKEN_INVALID");
+  const row = await ctx.trx.selectFrom("verification_tokens").selectAll().where("id", "=", claims.id).executeTakeFirst();
+  if (!row) throw notFound(`verification token ${claims.id} is unknown (its organization was deleted?)`, "VERIFICATION_TOKEN_INVALID");
+  if (row.used_at !== null) throw failedPrecondition(`verification token ${claims.id} was already used`, "VERIFICATION_TOKEN_ALREADY_USED");
+  if (row.expires_at <= ctx.now) throw failedPrecondition(`verification token ${claims.id} expired at ${new Date(row.expires_at).toISOString()}`, "VERIFICATION_TOKEN_EXPIRED");
+  if (row.organization_id !== ctx.organizationId) {
+    const organization = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", ctx.organizationId).executeTakeFirst();
+    if (organization?.parent_organization_id !== row.organization_id) {
+      throw permissionDenied(`verification token ${claims.id} was issued to organization ${row.organization_id}; it serves that organization and its sub-organizations only`, "VERIFICATION_TOKEN_ORGANIZATION_MISMATCH");
+    }
+  }
+  await ctx.trx.updateTable("verification_tokens").set({ used_at: ctx.now }).where("id", "=", row.id).execute();
+  return { ...claims, contact: row.contact, verification_type: row.otp_type, ...(row.public_key ? { public_key: row.public_key } : {}) };
+}
+
+/** otp_login's clientSignature: ECDSA P-256 (raw r||s or DER hex) by the token's key over the
+ * message the clients build: {"login":{"publicKey":<session key>},"tokenId":<id>,"type":"USAGE_TYPE_LOGIN"}. */
+function checkClientSignature(signature: { publicKey?: string; scheme?: string; message?: string; signature?: string } | undefined, claims: VerificationClaims, sessionKey: string, required: boolean): void {
+  if (!signature) {
+    if (required || claims.public_key) throw invalidArgument("clientSignature is required: sign the login message with the key the verification token is bound to", "CLIENT_SIGNATURE_REQUIRED");
+    return;
+  }
+  if (!claims.public_key) throw invalidArgument("this verification token is bound to no key (verify_otp was sent without publicKey): it takes no clientSignature", "CLIENT_SIGNATURE_INVALID");
+  if (signature.scheme !== "CLIENT_SIGNATURE_SCHEME_API_P256") throw invalidArgument(`clientSignature.scheme must be CLIENT_SIGNATURE_SCHEME_API_P256, got ${String(signature.scheme)}`, "CLIENT_SIGNATURE_INVALID");
+  const boundKey = sessionPublicKey(claims.public_key, "the token's public_key");
+  if (sessionPublicKey(signature.publicKey, "clientSignature.publicKey") !== boundKey) throw permissionDenied("clientSignature.publicKey is not the key the verification token is bound to", "CLIENT_SIGNATURE_INVALID");
+  let message: { login?: { publicKey?: unknown }; tokenId?: unknown; type?: unknown };
+  try {
+    message = JSON.parse(String(signature.message ?? "")) as typeof message;
+  } catch {
+    throw invalidArgument("clientSignature.message must be the JSON login message", "CLIENT_SIGNATURE_INVALID");
+  }
+  if (message.type !== "USAGE_TYPE_LOGIN" || message.tokenId !== claims.id || typeof message.login?.publicKey !== "string" || sessionPublicKey(message.login.publicKey, "clientSignature.message.login.publicKey") !== sessionKey) {
+    throw permissionDenied("clientSignature.message is not a login of this token for this publicKey", "CLIENT_SIGNATURE_INVALID");
+  }
+  const raw = String(signature.signature ?? "").replace(/^0x/, "");
+  if (!/^([0-9a-fA-F]{2})+$/.test(raw)) throw invalidArgument("clientSignature.signature must be hex", "CLIENT_SIGNATURE_INVALID");
+  const bytes = Buffer.from(raw, "hex");
+  const message8 = Buffer.from(String(signature.message), "utf8");
+  const ok = bytes.length === 64 ? p256.verify(bytes, crypto.createHash("sha256").update(message8).digest(), Buffer.from(boundKey, "hex"), { prehash: false, lowS: false }) : verifyP256Der(boundKey, message8, bytes);
+  if (!ok) throw permissionDenied("clientSignature does not verify with the verification token's key", "CLIENT_SIGNATURE_INVALID");
+}
+
+export const otpOperations = [
+  defineActivity<InitParams>({
+    name: "init_otp_auth",
+    summary: "Send a one-time password to a user of the organization (email or SMS); otp_auth exchanges it for a credential bundle.",
+    resource: "OTP",
+    action: "CREATE",
+    parentMayRequest: true,
+    queuesMessages: true,
+    policyParameters: policyParams,
+    async execute(ctx, p) {
+      const { otpType, contact } = requireContact(p.otpType, p.contact);
+      const userId = await userWithContact(ctx, otpType, contact);
+      const { otpId } = await startOtp(ctx, p, "otp_auth", userId, false);
+      return { otpId };
+    },
+  }),
+
+  defineActivity<{ otpId: string; otpCode: string; targetPublicKey: string; apiKeyName?: string; expirationSeconds?: string; invalidateExisting?: boolean }>({
+    name: "otp_auth",
+    summary: "Exchange the code from init_otp_auth for a session key sealed to targetPublicKey (credential bundle).",
+    resource: "AUTH",
+    action: "CREATE",
+    parentMayRequest: true,
+    secretParameters: ["otpCode"],
+    policyParameters: (p) => ({ otp_id: p.otpId, target_public_key: p.targetPublicKey, expiration_seconds: p.expirationSeconds ?? "" }),
+    afterFailure: (ctx, p) => countWrongCode(ctx, p, "otp_auth"),
+    async execute(ctx, p) {
+      const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
+      const { row } = await consumeOtp(ctx, p, "otp_auth");
+      const userId = row.user_id!;
+      await markVerified(ctx, userId, row.otp_type);
+      const bundle = await issueCredentialBundle(ctx, p.targetPublicKey, { userId, kind: "OTP_AUTH", name: defaultKeyName("OTP Auth", ctx.now, p.apiKeyName), seconds, invalidateExisting: p.invalidateExisting });
+      return { userId, ...bundle };
+    },
+  }),
+
+  defineActivity<InitParams>({
+    name: "init_otp",
+    summary: "Send a one-time password to any email or phone number; verify_otp exchanges it for a verification token.",
+    resource: "OTP",
+    action: "CREATE",
+    parentMayRequest: true,
+    queuesMessages: true,
+    policyParameters: policyParams,
+    async execute(ctx, p, type) {
+      // V2 and later hand out a key the code is sent back encrypted to (verify_otp V2).
+      return startOtp(ctx, p, "otp", null, type !== "ACTIVITY_TYPE_INIT_OTP");
+    },
+  }),
+
+  defineActivity<{ otpId: string; otpCode?: string; encryptedOtpBundle?: string; expirationSeconds?: string; publicKey?: string }>({
+    name: "verify_otp",
+    summary: "Exchange the code from init_otp for a verification token (a signed JWT naming the contact), bound to the client's key.",
+    resource: "OTP",
+    action: "VERIFY",
+    parentMayRequest: true,
+    secretParameters: ["otpCode", "encryptedOtpBundle"],
+    policyParameters: (p) => ({ otp_id: p.otpId }),
+    afterFailure: (ctx, p) => countWrongCode(ctx, p, "otp"),
+    async execute(ctx, p) {
+      const requested = p.expirationSeconds;
+      if (requested !== undefined && requested !== "" && (!/^\d+$/.test(requested) || Number(requested) <= 0 || Number(requested) > MAX_VERIFICATION_TOKEN_SECONDS)) {
+        throw invalidArgument(`expirationSeconds must be 1 to ${MAX_VERIFICATION_TOKEN_SECONDS} seconds for a verification token, got "${requested}"`, "INVALID_EXPIRATION");
+      }
+      const seconds = requested ? Number(requested) : ctx.env.otp.verificationTokenSeconds;
+      const boundKey = p.publicKey !== undefined && p.publicKey !== "" ? sessionPublicKey(p.publicKey, "publicKey") : undefined;
+      const { row, publicKey } = await consumeOtp(ctx, p, "otp");
+      const key = publicKey !== undefined ? sessionPublicKey(publicKey, "the encrypted bundle's public_key") : boundKey;
+      const id = newId();
+      const expiresAt = ctx.now + seconds * 1000;
+      await ctx.trx.insertInto("verification_tokens").values({ id, organization_id: ctx.organizationId, otp_type: row.otp_type, contact: row.contact, public_key: key ?? null, expires_at: expiresAt, used_at: null, created_at: ctx.now }).execute();
+      const claims: VerificationClaims = { id, verification_type: row.otp_type, contact: row.contact, organization_id: ctx.organizationId, ...(key ? { public_key: key } : {}), exp: String(expiresAt) };
+      return { verificationToken: ctx.env.bundles.signJwt({ ...claims }) };
+    },
+  }),
+
+  defineActivity<{ verificationToken: string; publicKey: string; expirationSeconds?: string; invalidateExisting?: boolean; clientSignature?: { publicKey?: string; scheme?: string; message?: string; signature?: string }; sessionProfileId?: string }>({
+    name: "otp_login",
+    summary: "Spend a verification token for a session of the user holding its contact: publicKey becomes a session key; returns the session JWT.",
+    resource: "AUTH",
+    action: "CREATE",
+    parentMayRequest: true,
+    secretParameters: ["verificationToken"],
+    policyParameters: (p) => ({ public_key: p.publicKey, expiration_seconds: p.expirationSeconds ?? "", invalidate_existing: p.invalidateExisting ?? false }),
+    async execute(ctx, p, type) {
+      const publicKey = sessionPublicKey(p.publicKey, "publicKey");
+      const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
+      const claims = await spendVerificationToken(ctx, p.verificationToken);
+      checkClientSignature(p.clientSignature, claims, publicKey, type !== "ACTIVITY_TYPE_OTP_LOGIN");
+      const userId = await userWithContact(ctx, claims.verification_type, claims.contact);
+      await markVerified(ctx, userId, claims.verification_type);
+      const session = await issueSession(ctx, { userId, publicKey, kind: "LOGIN", name: defaultKeyName("OTP Login", ctx.now), seconds, invalidateExisting: p.invalidateExisting });
+      return { session };
+    },
+  }),
+];

@@ -1,0 +1,387 @@
+// One-time passwords through the official clients, with real transports: emails go to an SMTP server
+// the test runs (smtp-server) and the code is read from the delivered message; SMS are POSTed to an
+// HTTP server the test runs. A parent's backend starts and finishes logins for its sub-organizations'
+// users, as with the product. Then every way a code can be wrong.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { SMTPServer } from "smtp-server";
+import { ApiKeyStamper, SignatureFormat } from "@turnkey/api-key-stamper";
+import { decryptCredentialBundle, encryptOtpCodeToBundle, generateP256KeyPair, getPublicKey, verifyOtpVerificationToken } from "@turnkey/crypto";
+// The helpers @turnkey/core's own OTP login runs (not exported from its index).
+import { getClientSignatureMessageForLogin, parseSession } from "@turnkey/core/dist/utils.js";
+import { startHarness, newKeyPair, signedRequest, signerPublicKeyOf, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { fastPoller } from "./helpers/organizations.js";
+import { readOutbox } from "../src/messages/courier.js";
+
+interface Mail {
+  to: string;
+  raw: string;
+}
+
+let smtp: SMTPServer;
+let smsServer: http.Server;
+const mails: Mail[] = [];
+const texts: Array<{ to: string; body: string; authorization?: string }> = [];
+let h: Harness;
+let parent: TestOrganization;
+let parentSdk: ReturnType<Harness["sdk"]>;
+let signerPublicKey: string;
+let offset = 0;
+
+async function startSmtp(): Promise<number> {
+  smtp = new SMTPServer({
+    authOptional: true,
+    disabledCommands: ["STARTTLS", "AUTH"],
+    logger: false,
+    onData(stream, session, callback) {
+      let raw = "";
+      stream.on("data", (chunk: Buffer) => (raw += chunk.toString("utf8")));
+      stream.on("end", () => {
+        for (const rcpt of session.envelope.rcptTo) mails.push({ to: rcpt.address, raw });
+        callback();
+      });
+    },
+  });
+  await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
+  return (smtp.server.address() as AddressInfo).port;
+}
+
+async function startSms(): Promise<number> {
+  smsServer = http.createServer((request, response) => {
+    let body = "";
+    request.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")));
+    request.on("end", () => {
+      texts.push({ ...(JSON.parse(body) as { to: string; body: string }), authorization: request.headers.authorization });
+      response.writeHead(202).end();
+    });
+  });
+  await new Promise<void>((resolve) => smsServer.listen(0, "127.0.0.1", resolve));
+  return (smsServer.address() as AddressInfo).port;
+}
+
+const until = async <T>(find: () => T | undefined, what: string): Promise<T> => {
+  for (let i = 0; i < 200; i++) {
+    const found = find();
+    if (found !== undefined) return found;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+};
+
+/** The code in the latest email to `to` (the plain-text part says "verification code is <code>"). */
+async function emailedCode(to: string, after: number): Promise<string> {
+  const mail = await until(() => mails.slice(after).reverse().find((m) => m.to === to), `an email to ${to}`);
+  return /verification code is ([0-9A-Z]{6,9})/.exec(mail.raw.replace(/=\r?\n/g, ""))![1]!;
+}
+
+async function textedCode(to: string, after: number): Promise<string> {
+  const text = await until(() => texts.slice(after).reverse().find((t) => t.to === to), `an SMS to ${to}`);
+  return /([0-9A-Z]{6,9})/.exec(text.body.replace(/^[^:]*: /, "").replace(/^your verification code is /, ""))![1]!;
+}
+
+beforeAll(async () => {
+  const smtpPort = await startSmtp();
+  const smsPort = await startSms();
+  h = await startHarness(
+    { SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`, SIGIL_SMS_URL: `http://127.0.0.1:${smsPort}/sms`, SIGIL_SMS_TOKEN: "sms-secret", SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400", SIGIL_MESSAGE_POLL_MS: "50" },
+    { clock: () => Date.now() + offset },
+  );
+  parent = await h.organization("App backend");
+  parentSdk = h.sdk(parent, parent.key, fastPoller);
+  signerPublicKey = await signerPublicKeyOf(h.url);
+});
+afterAll(async () => {
+  await h.close();
+  await new Promise<void>((resolve) => smtp.close(() => resolve()));
+  await new Promise<void>((resolve) => smsServer.close(() => resolve()));
+});
+
+let counter = 0;
+/** A sub-organization whose root user has an email and a phone number (and an API key the test
+ * never uses: logins here go through the parent's backend). */
+async function endUser() {
+  counter += 1;
+  const email = `user${counter}.${Date.now()}@example.com`;
+  const phone = `+1555${String(1_000_000 + counter).slice(1)}${counter % 10}`;
+  const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({
+    subOrganizationName: `end user ${counter}`,
+    rootQuorumThreshold: 1,
+    rootUsers: [{ userName: `user ${counter}`, userEmail: email, userPhoneNumber: phone, apiKeys: [{ apiKeyName: "device", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }],
+  });
+  return { subOrganizationId, userId: rootUserIds![0]!, email, phone };
+}
+
+function keyFromBundle(credentialBundle: string, target: { privateKey: string }) {
+  const privateKey = decryptCredentialBundle(credentialBundle, target.privateKey);
+  return { privateKey, publicKey: Buffer.from(getPublicKey(Buffer.from(privateKey, "hex"), true)).toString("hex") };
+}
+
+const errorOf = async (promise: Promise<unknown>) => {
+  try {
+    await promise;
+  } catch (error) {
+    return String((error as Error).message ?? error);
+  }
+  throw new Error("expected the request to fail");
+};
+
+describe("init_otp_auth → otp_auth (credential bundle)", () => {
+  it("emails a code over SMTP; the code opens a session key for the user; the email counts as verified", async () => {
+    const user = await endUser();
+    const before = mails.length;
+    const { otpId } = await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo App", emailCustomization: { logoUrl: "https://example.com/logo.png", magicLinkTemplate: "https://app.example.com/login?code=%s" } });
+    const code = await emailedCode(user.email, before);
+    expect(code).toMatch(/^[0-9A-HJKMNP-TV-Z]{9}$/);
+    const raw = mails.at(-1)!.raw;
+    expect(raw).toContain("Demo App verification code");
+    expect(raw.replace(/=\r?\n/g, "")).toContain(`https://app.example.com/login?code=3D${code}`.replace("=3D", "=3D"));
+
+    const target = generateP256KeyPair();
+    const result = await parentSdk.otpAuth({ organizationId: user.subOrganizationId, otpId, otpCode: code.toLowerCase(), targetPublicKey: target.publicKeyUncompressed });
+    expect(result.userId).toBe(user.userId);
+    const key = keyFromBundle(result.credentialBundle!, target);
+    const asUser = h.sdk({ organizationId: user.subOrganizationId }, key, fastPoller);
+    expect((await asUser.getWhoami({})).userId).toBe(user.userId);
+    const { apiKey } = await asUser.getApiKey({ apiKeyId: result.apiKeyId! });
+    expect(apiKey.apiKeyName).toMatch(/^OTP Auth - /);
+    const verified = await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: user.email });
+    expect(verified.organizationIds).toContain(user.subOrganizationId);
+
+    // The code is kept only as a hash: neither the OTP row nor the sent message holds it.
+    const stored = JSON.stringify(await h.server.store.db.selectFrom("otps").selectAll().where("id", "=", otpId).execute()) + JSON.stringify(await h.server.store.db.selectFrom("outbound_messages").selectAll().execute());
+    expect(stored).not.toContain(code);
+    const intent = JSON.stringify(await h.server.store.db.selectFrom("activities").select("intent").execute());
+    expect(intent).not.toContain(code);
+  });
+
+  it("texts a code to the SMS endpoint as JSON {to, body}, with the template and the bearer token", async () => {
+    const user = await endUser();
+    const before = texts.length;
+    const { otpId } = await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_SMS", contact: user.phone, appName: "Demo", otpLength: 6, alphanumeric: false, smsCustomization: { template: "Your Demo code: {{.OtpCode}}" } });
+    const text = await until(() => texts.slice(before).find((t) => t.to === user.phone), "the SMS");
+    expect(text.authorization).toBe("Bearer sms-secret");
+    const code = /Your Demo code: (\d{6})$/.exec(text.body)![1]!;
+    const target = generateP256KeyPair();
+    const result = await parentSdk.otpAuth({ organizationId: user.subOrganizationId, otpId, otpCode: code, targetPublicKey: target.publicKeyUncompressed });
+    expect(result.userId).toBe(user.userId);
+    const verified = await parentSdk.getVerifiedSubOrgIds({ filterType: "PHONE_NUMBER", filterValue: user.phone });
+    expect(verified.organizationIds).toContain(user.subOrganizationId);
+  });
+
+  it("wrong, reused, burnt and expired codes are each refused with their own error", async () => {
+    const user = await endUser();
+    const target = generateP256KeyPair();
+    const auth = (otpId: string, otpCode: string) => parentSdk.otpAuth({ organizationId: user.subOrganizationId, otpId, otpCode, targetPublicKey: target.publicKeyUncompressed });
+    const start = async () => {
+      const before = mails.length;
+      const { otpId } = await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+      return { otpId, code: await emailedCode(user.email, before) };
+    };
+    const keysBefore = (await parentSdk.getApiKeys({ organizationId: user.subOrganizationId, userId: user.userId })).apiKeys.length;
+
+    // Wrong, then right: a wrong try does not burn the code.
+    const first = await start();
+    expect(await errorOf(auth(first.otpId, "000000000"))).toContain("OTP_INVALID");
+    await auth(first.otpId, first.code);
+    // Used once: never again.
+    expect(await errorOf(auth(first.otpId, first.code))).toContain("OTP_ALREADY_USED");
+
+    // Brute force: after 5 wrong tries even the right code is refused.
+    const second = await start();
+    for (let i = 0; i < 5; i++) expect(await errorOf(auth(second.otpId, `WRONG${i}AAA`))).toContain("OTP_INVALID");
+    expect(await errorOf(auth(second.otpId, second.code))).toContain("OTP_ATTEMPTS_EXCEEDED");
+
+    // Expired after its 5 minutes.
+    const third = await start();
+    offset += 301_000;
+    try {
+      expect(await errorOf(auth(third.otpId, third.code))).toContain("OTP_EXPIRED");
+    } finally {
+      offset -= 301_000;
+    }
+    // An OTP id of another sub-organization is unknown here.
+    const other = await endUser();
+    expect(await errorOf(parentSdk.otpAuth({ organizationId: other.subOrganizationId, otpId: third.otpId, otpCode: third.code, targetPublicKey: target.publicKeyUncompressed }))).toContain("OTP_NOT_FOUND");
+    // Only the one good login made a key.
+    expect((await parentSdk.getApiKeys({ organizationId: user.subOrganizationId, userId: user.userId })).apiKeys.length).toBe(keysBefore + 1);
+  });
+
+  it("V3's expirationSeconds sets the code's lifetime (at most 600 seconds)", async () => {
+    const user = await endUser();
+    const before = mails.length;
+    const { otpId } = await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo", expirationSeconds: "60" });
+    const code = await emailedCode(user.email, before);
+    offset += 61_000;
+    try {
+      expect(await errorOf(parentSdk.otpAuth({ organizationId: user.subOrganizationId, otpId, otpCode: code, targetPublicKey: generateP256KeyPair().publicKeyUncompressed }))).toContain("OTP_EXPIRED");
+    } finally {
+      offset -= 61_000;
+    }
+    expect(await errorOf(parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo", expirationSeconds: "601" }))).toContain("INVALID_EXPIRATION");
+  });
+
+  it("the older versions (V1, V2) are accepted", async () => {
+    const user = await endUser();
+    for (const type of ["ACTIVITY_TYPE_INIT_OTP_AUTH", "ACTIVITY_TYPE_INIT_OTP_AUTH_V2"]) {
+      const before = mails.length;
+      const { body, headers } = signedRequest({ type, timestampMs: String(Date.now()), organizationId: user.subOrganizationId, parameters: { otpType: "OTP_TYPE_EMAIL", contact: user.email, emailCustomization: { appName: "Old" } } }, parent.key);
+      const response = await h.post("/public/v1/submit/init_otp_auth", body, headers);
+      expect(response.status, JSON.stringify(response.json)).toBe(200);
+      const result = response.json.activity.result[type.endsWith("V2") ? "initOtpAuthResultV2" : "initOtpAuthResult"];
+      expect(result.otpId).toBeTruthy();
+      expect(await emailedCode(user.email, before)).toMatch(/^[0-9A-Z]{9}$/);
+    }
+  });
+
+  describe("bad requests change nothing and send nothing", () => {
+    const cases: Array<[string, Record<string, unknown>, string]> = [
+      ["an unknown otpType", { otpType: "OTP_TYPE_PIGEON", contact: "a@example.com", appName: "x" }, "INVALID_OTP_TYPE"],
+      ["an email that is not one", { otpType: "OTP_TYPE_EMAIL", contact: "not-an-email", appName: "x" }, "INVALID_CONTACT"],
+      ["a phone number that is not E.164", { otpType: "OTP_TYPE_SMS", contact: "555-1234", appName: "x" }, "INVALID_CONTACT"],
+      ["a code length of 5", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", otpLength: 5 }, "INVALID_OTP_LENGTH"],
+      ["a code length of 10", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", otpLength: 10 }, "INVALID_OTP_LENGTH"],
+      ["a contact no user of the organization has", { otpType: "OTP_TYPE_EMAIL", contact: "nobody@example.com", appName: "x" }, "USER_NOT_FOUND"],
+      ["a logo that is not an https URL", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { logoUrl: "javascript:alert(1)" } }, "INVALID_EMAIL_CUSTOMIZATION"],
+      ["a magic link without %s", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "https://x.example.com/" } }, "INVALID_EMAIL_CUSTOMIZATION"],
+      ["templateVariables that are not a JSON object", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { templateVariables: "[1]" } }, "INVALID_EMAIL_CUSTOMIZATION"],
+    ];
+    it.each(cases)("%s", async (_name, parameters, code) => {
+      const user = await endUser();
+      const params = { ...parameters, contact: parameters.contact === "CONTACT" ? user.email : parameters.contact };
+      const before = JSON.parse(await h.snapshot());
+      const sent = mails.length + texts.length;
+      const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_INIT_OTP_AUTH_V3", timestampMs: String(Date.now()), organizationId: user.subOrganizationId, parameters: params }, parent.key);
+      const response = await h.post("/public/v1/submit/init_otp_auth", body, headers);
+      expect(response.status).toBeGreaterThanOrEqual(400);
+      expect(JSON.stringify(response.json)).toContain(code);
+      const after = JSON.parse(await h.snapshot());
+      expect(after.api_keys).toEqual(before.api_keys);
+      expect(await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual([]);
+      expect(await h.server.store.db.selectFrom("outbound_messages").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual([]);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(mails.length + texts.length).toBe(sent);
+    });
+  });
+});
+
+describe("init_otp → verify_otp → otp_login (verification token, session)", () => {
+  async function verified(user: Awaited<ReturnType<typeof endUser>>, sessionKey = generateP256KeyPair()) {
+    const before = mails.length;
+    const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+    const code = await emailedCode(user.email, before);
+    // The client encrypts the code with its session key to the signed target (@turnkey/crypto).
+    const encryptedOtpBundle = await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey);
+    const { verificationToken } = await parentSdk.verifyOtp({ otpId, encryptedOtpBundle });
+    return { verificationToken, sessionKey, otpId, code };
+  }
+
+  async function loginSignature(verificationToken: string, sessionKey: { publicKey: string; privateKey: string }) {
+    const { message, publicKey } = getClientSignatureMessageForLogin({ verificationToken });
+    const signature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(message, SignatureFormat.Raw);
+    return { message, publicKey, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" as const, signature };
+  }
+
+  it("the client's own helpers run the whole flow; the session JWT's key then stamps as the user", async () => {
+    const user = await endUser();
+    const { verificationToken, sessionKey } = await verified(user);
+    // The token verifies with the client's verifier against the published signer key.
+    const claims = await verifyOtpVerificationToken(verificationToken, signerPublicKey);
+    expect(claims).toMatchObject({ contact: user.email, verification_type: "OTP_TYPE_EMAIL", organization_id: parent.organizationId, public_key: sessionKey.publicKey });
+
+    const clientSignature = await loginSignature(verificationToken, sessionKey);
+    const { session } = await parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature });
+    const parsed = parseSession(session);
+    expect(parsed).toMatchObject({ userId: user.userId, organizationId: user.subOrganizationId, publicKey: sessionKey.publicKey, sessionType: "SESSION_TYPE_READ_WRITE" });
+    const asUser = h.sdk({ organizationId: user.subOrganizationId }, { publicKey: sessionKey.publicKey, privateKey: sessionKey.privateKey }, fastPoller);
+    expect((await asUser.getWhoami({})).userId).toBe(user.userId);
+
+    // A token logs in once.
+    const again = await loginSignature(verificationToken, sessionKey);
+    expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature: again }))).toContain("VERIFICATION_TOKEN_ALREADY_USED");
+  });
+
+  it("refuses a login without the token key's signature, or signed for another session key", async () => {
+    const user = await endUser();
+    const { verificationToken, sessionKey } = await verified(user);
+    const other = generateP256KeyPair();
+    // Signed by the bound key, but the login asks for another session key than the message names.
+    const signature = await loginSignature(verificationToken, sessionKey);
+    expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: other.publicKey, clientSignature: signature }))).toContain("CLIENT_SIGNATURE_INVALID");
+    // Signed by a key the token is not bound to.
+    const forged = await loginSignature(verificationToken, other);
+    expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature: { ...forged, publicKey: sessionKey.publicKey } }))).toContain("CLIENT_SIGNATURE_INVALID");
+    // A token altered by the client no longer verifies.
+    const [header, payload, sig] = verificationToken.split(".");
+    const altered = JSON.parse(Buffer.from(payload!, "base64url").toString());
+    altered.contact = "attacker@example.com";
+    const tampered = `${header}.${Buffer.from(JSON.stringify(altered)).toString("base64url")}.${sig}`;
+    expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken: tampered, publicKey: sessionKey.publicKey, clientSignature: signature }))).toContain("VERIFICATION_TOKEN_INVALID");
+    // The genuine login still works after all that.
+    const { session } = await parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature: signature });
+    expect(parseSession(session).userId).toBe(user.userId);
+  });
+
+  it("an expired verification token is refused", async () => {
+    const user = await endUser();
+    const { verificationToken, sessionKey } = await verified(user);
+    const clientSignature = await loginSignature(verificationToken, sessionKey);
+    offset += 3_601_000;
+    try {
+      expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature }))).toContain("VERIFICATION_TOKEN_EXPIRED");
+    } finally {
+      offset -= 3_601_000;
+    }
+  });
+
+  it("a token of one organization does not log in to an unrelated one", async () => {
+    const user = await endUser();
+    const { verificationToken, sessionKey } = await verified(user);
+    const stranger = await h.organization("Stranger");
+    const strangerSdk = h.sdk(stranger, stranger.key, fastPoller);
+    await strangerSdk.updateUser({ userId: stranger.userId, userEmail: user.email });
+    const clientSignature = await loginSignature(verificationToken, sessionKey);
+    expect(await errorOf(strangerSdk.otpLogin({ verificationToken, publicKey: sessionKey.publicKey, clientSignature }))).toContain("VERIFICATION_TOKEN_ORGANIZATION_MISMATCH");
+  });
+
+  it("verify_otp refuses a wrong code inside the encrypted bundle and counts it", async () => {
+    const user = await endUser();
+    const before = mails.length;
+    const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+    const code = await emailedCode(user.email, before);
+    const sessionKey = generateP256KeyPair();
+    const wrong = await encryptOtpCodeToBundle("AAAAAAAAA", otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey);
+    expect(await errorOf(parentSdk.verifyOtp({ otpId, encryptedOtpBundle: wrong }))).toContain("OTP_INVALID");
+    expect(await errorOf(parentSdk.verifyOtp({ otpId, encryptedOtpBundle: '{"encappedPublic":"04","ciphertext":"00"}' }))).toContain("INVALID_OTP_BUNDLE");
+    const row = await h.server.store.db.selectFrom("otps").select("attempts").where("id", "=", otpId).executeTakeFirstOrThrow();
+    expect(row.attempts).toBe(2);
+    const right = await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey);
+    expect((await parentSdk.verifyOtp({ otpId, encryptedOtpBundle: right })).verificationToken).toBeTruthy();
+  });
+});
+
+describe("the local outbox", () => {
+  it("with no transport configured, messages wait in the outbox for the operator, never dropped", async () => {
+    const local = await startHarness();
+    try {
+      const org = await local.organization("Local");
+      const sdk = local.sdk(org, org.key, fastPoller);
+      await sdk.updateUser({ userId: org.userId, userEmail: "root@example.com" });
+      const { otpId } = await sdk.initOtpAuth({ otpType: "OTP_TYPE_EMAIL", contact: "root@example.com", appName: "Local" });
+      const outbox = await readOutbox(local.server.store, await keyringOf(local), Date.now());
+      expect(outbox).toHaveLength(1);
+      expect(outbox[0]).toMatchObject({ channel: "email", recipient: "root@example.com", organizationId: org.organizationId });
+      const code = /verification code is ([0-9A-Z]{9})/.exec(outbox[0]!.content.text)![1]!;
+      const target = generateP256KeyPair();
+      const result = await sdk.otpAuth({ otpId, otpCode: code, targetPublicKey: target.publicKeyUncompressed });
+      expect(result.userId).toBe(org.userId);
+    } finally {
+      await local.close();
+    }
+  });
+});
+
+async function keyringOf(harness: Harness) {
+  const { loadKeyring } = await import("../src/crypto/master-key.js");
+  return loadKeyring(harness.config.masterKey).keyring;
+}
