@@ -16,6 +16,7 @@ import { exportOperations } from "../operations/exports.js";
 import { importOperations } from "../operations/imports.js";
 import { sessionOperations } from "../operations/sessions.js";
 import { otpOperations } from "../operations/otp.js";
+import { oauthOperations } from "../operations/oauth.js";
 import { activityQueries } from "./queries.js";
 import { voteOperations } from "./votes.js";
 
@@ -31,6 +32,7 @@ export const operations: Operation[] = [
   ...importOperations,
   ...sessionOperations,
   ...otpOperations,
+  ...oauthOperations,
   ...organizationOperations,
   ...subOrganizationOperations,
   ...featureOperations,

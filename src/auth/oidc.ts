@@ -33,7 +33,7 @@ export function oidcJwt(raw: unknown): string {
 export function unverifiedOidcClaims(raw: unknown): { iss: string; sub: string; aud: string } | null {
   try {
     const claims = decodeJwt(oidcJwt(raw));
-    const aud = Array.isArray(claims.aud) ? claims.aud.join(",") : (claims.aud ?? "");
+    const aud = Array.isArray(claims.aud) ? (claims.aud[0] ?? "") : (claims.aud ?? "");
     return { iss: String(claims.iss ?? ""), sub: String(claims.sub ?? ""), aud };
   } catch {
     return null;

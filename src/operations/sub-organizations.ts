@@ -8,7 +8,7 @@ import { failedPrecondition, invalidArgument } from "../errors.js";
 import type { Db } from "../store/database.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
 import { newId, pageSize, keysetPage, type Pagination, requireAtMost } from "./resources.js";
-import { createUser, type NewUserParams } from "./users.js";
+import { createUser, oauthProviderAsRecorded, type NewUserParams } from "./users.js";
 import { createWallet, type NewWalletParams } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
@@ -232,6 +232,7 @@ export const subOrganizationOperations = [
     summary: "Create a sub-organization with its root users (API keys, passkeys, OAuth identities), root quorum and, optionally, a wallet or private keys.",
     resource: "ORGANIZATION",
     action: "CREATE",
+    intentOf: (p) => ({ ...p, ...(p.rootUsers ? { rootUsers: p.rootUsers.map((u) => (u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u)) } : {}) }),
     execute: (ctx, p, type) => createSubOrganization(ctx, p, type),
   }),
 

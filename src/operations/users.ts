@@ -1,4 +1,5 @@
 // Users of an organization: creation with their credentials, updates, deletion, and reads.
+import { unverifiedOidcClaims } from "../auth/oidc.js";
 import { decodeJwt } from "jose";
 import { alreadyExists, failedPrecondition, invalidArgument } from "../errors.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
@@ -61,6 +62,15 @@ function oidcIdentity(p: OauthProviderParams, field: string): { issuer: string; 
   const audience = Array.isArray(claims.aud) ? claims.aud[0] : claims.aud;
   if (!claims.iss || !claims.sub || !audience) throw invalidArgument(`${field}.oidcToken lacks iss, sub or aud`, "INVALID_OIDC_TOKEN");
   return { issuer: claims.iss, subject: claims.sub, audience };
+}
+
+/** An OAuth provider as the audit log keeps it: the identity its token names, never the token (a
+ * bearer credential until it expires). Executing the recorded intent later links the same identity. */
+export function oauthProviderAsRecorded<T extends { oidcToken?: string }>(provider: T): Omit<T, "oidcToken"> & { oidcClaims?: unknown } {
+  const { oidcToken, ...rest } = provider;
+  if (oidcToken === undefined) return rest;
+  const claims = unverifiedOidcClaims(oidcToken);
+  return claims ? { ...rest, oidcClaims: claims } : rest;
 }
 
 export async function addOauthProviders(ctx: ActivityContext, userId: string, providers: OauthProviderParams[], field: string): Promise<string[]> {
@@ -130,6 +140,7 @@ export const userOperations = [
     summary: "Create users with their API keys, passkeys, OAuth identities and tags.",
     resource: "USER",
     action: "CREATE",
+    intentOf: (p) => ({ ...p, users: (p.users ?? []).map((u) => (u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u)) }),
     async execute(ctx, p) {
       if (p.users.length === 0) throw invalidArgument("users must list at least one user");
       const userIds: string[] = [];

@@ -1,0 +1,191 @@
+// OAuth / OIDC logins through the official clients, against an OIDC issuer the test runs on loopback
+// (discovery document + JWKS; tokens signed by the test). A parent's backend logs in its
+// sub-organizations' users, as with the product; then every way a token can be wrong.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import crypto from "node:crypto";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWK } from "jose";
+import { decryptCredentialBundle, generateP256KeyPair, getPublicKey } from "@turnkey/crypto";
+import { parseSession } from "@turnkey/core/dist/utils.js";
+import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { fastPoller } from "./helpers/organizations.js";
+
+const AUDIENCE = "sigil-test-app";
+let issuerServer: http.Server;
+let issuer: string;
+let signingKey: CryptoKey;
+let jwk: JWK;
+const issuerRequests: string[] = [];
+let h: Harness;
+let parent: TestOrganization;
+let parentSdk: ReturnType<Harness["sdk"]>;
+
+async function startIssuer() {
+  const pair = await generateKeyPair("RS256");
+  signingKey = pair.privateKey;
+  jwk = { ...(await exportJWK(pair.publicKey)), kid: "test-key-1", alg: "RS256", use: "sig" };
+  issuerServer = http.createServer((request, response) => {
+    issuerRequests.push(request.url ?? "");
+    if (request.url === "/.well-known/openid-configuration") {
+      response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks`, id_token_signing_alg_values_supported: ["RS256"] }));
+    } else if (request.url === "/jwks") {
+      response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ keys: [jwk] }));
+    } else response.writeHead(404).end();
+  });
+  await new Promise<void>((resolve) => issuerServer.listen(0, "127.0.0.1", resolve));
+  issuer = `http://127.0.0.1:${(issuerServer.address() as AddressInfo).port}`;
+}
+
+const nonceFor = (publicKey: string) => crypto.createHash("sha256").update(publicKey).digest("hex");
+
+async function idToken(claims: { sub: string; nonce?: string; aud?: string | string[]; iss?: string; exp?: number }, key: CryptoKey = signingKey, kid = "test-key-1") {
+  const jwt = new SignJWT({ email: "user@example.com", ...(claims.nonce ? { nonce: claims.nonce } : {}) })
+    .setProtectedHeader({ alg: "RS256", kid })
+    .setIssuer(claims.iss ?? issuer)
+    .setSubject(claims.sub)
+    .setAudience(claims.aud ?? AUDIENCE)
+    .setIssuedAt()
+    .setExpirationTime(claims.exp ?? Math.floor(Date.now() / 1000) + 600);
+  return jwt.sign(key);
+}
+
+beforeAll(async () => {
+  await startIssuer();
+  h = await startHarness({ SIGIL_OIDC_ALLOWED_ISSUERS: `${issuer},https://accounts.example.com` });
+  parent = await h.organization("Social app");
+  parentSdk = h.sdk(parent, parent.key, fastPoller);
+});
+afterAll(async () => {
+  await h.close();
+  await new Promise<void>((resolve) => issuerServer.close(() => resolve()));
+});
+
+let counter = 0;
+/** A sub-organization whose root user is linked to a fresh OIDC subject through createOauthProviders. */
+async function socialUser() {
+  counter += 1;
+  const subject = `google-user-${counter}-${Date.now()}`;
+  const rootKey = newKeyPair();
+  const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({
+    subOrganizationName: `social ${counter}`,
+    rootQuorumThreshold: 1,
+    rootUsers: [{ userName: `social ${counter}`, apiKeys: [{ apiKeyName: "device", publicKey: rootKey.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }],
+  });
+  const userId = rootUserIds![0]!;
+  // The sub-organization's own root links the identity (a parent cannot write in a sub-organization).
+  const { providerIds } = await h
+    .sdk({ organizationId: subOrganizationId }, rootKey, fastPoller)
+    .createOauthProviders({ userId, oauthProviders: [{ providerName: "Google", oidcToken: await idToken({ sub: subject }) }] });
+  return { subOrganizationId, userId, subject, providerId: providerIds[0]!, rootKey };
+}
+
+function keyFromBundle(credentialBundle: string, target: { privateKey: string }) {
+  const privateKey = decryptCredentialBundle(credentialBundle, target.privateKey);
+  return { privateKey, publicKey: Buffer.from(getPublicKey(Buffer.from(privateKey, "hex"), true)).toString("hex") };
+}
+
+const errorOf = async (promise: Promise<unknown>) => {
+  try {
+    await promise;
+  } catch (error) {
+    return String((error as Error).message ?? error);
+  }
+  throw new Error("expected the request to fail");
+};
+
+describe("oauth (credential bundle)", () => {
+  it("a token from the allowed issuer, with the target key's hash as nonce, opens a session key for the linked user", async () => {
+    const user = await socialUser();
+    const target = generateP256KeyPair();
+    const oidcToken = await idToken({ sub: user.subject, nonce: nonceFor(target.publicKeyUncompressed) });
+    const result = await parentSdk.oauth({ organizationId: user.subOrganizationId, oidcToken, targetPublicKey: target.publicKeyUncompressed });
+    expect(result.userId).toBe(user.userId);
+    const key = keyFromBundle(result.credentialBundle, target);
+    const asUser = h.sdk({ organizationId: user.subOrganizationId }, key, fastPoller);
+    expect((await asUser.getWhoami({})).userId).toBe(user.userId);
+    const { apiKey } = await asUser.getApiKey({ apiKeyId: result.apiKeyId });
+    expect(apiKey.apiKeyName).toMatch(/^Oauth - \d{4}-/);
+    expect(apiKey.expirationSeconds).toBe("900");
+
+    // The audit log keeps who the token named, never the token.
+    const rows = await h.server.store.db.selectFrom("activities").select(["intent", "votes"]).where("organization_id", "=", user.subOrganizationId).execute();
+    const logged = JSON.stringify(rows);
+    expect(logged).not.toContain(oidcToken.split(".")[2]);
+    expect(logged).toContain(user.subject);
+  });
+
+  it("invalidateExisting revokes the user's earlier OAuth keys", async () => {
+    const user = await socialUser();
+    const first = generateP256KeyPair();
+    const second = generateP256KeyPair();
+    const one = await parentSdk.oauth({ organizationId: user.subOrganizationId, oidcToken: await idToken({ sub: user.subject, nonce: nonceFor(first.publicKeyUncompressed) }), targetPublicKey: first.publicKeyUncompressed });
+    await parentSdk.oauth({ organizationId: user.subOrganizationId, oidcToken: await idToken({ sub: user.subject, nonce: nonceFor(second.publicKeyUncompressed) }), targetPublicKey: second.publicKeyUncompressed, invalidateExisting: true, apiKeyName: "second" });
+    expect(await errorOf(h.sdk({ organizationId: user.subOrganizationId }, keyFromBundle(one.credentialBundle, first), fastPoller).getWhoami({}))).toContain("PUBLIC_KEY_NOT_FOUND");
+  });
+});
+
+describe("oauth_login (session JWT)", () => {
+  it("publicKey becomes a session key of the linked user; the client's parser reads the JWT", async () => {
+    const user = await socialUser();
+    const sessionKey = newKeyPair();
+    const { session } = await parentSdk.oauthLogin({ organizationId: user.subOrganizationId, oidcToken: await idToken({ sub: user.subject, nonce: nonceFor(sessionKey.publicKey) }), publicKey: sessionKey.publicKey });
+    expect(parseSession(session)).toMatchObject({ userId: user.userId, organizationId: user.subOrganizationId, publicKey: sessionKey.publicKey });
+    expect((await h.sdk({ organizationId: user.subOrganizationId }, sessionKey, fastPoller).getWhoami({})).userId).toBe(user.userId);
+  });
+});
+
+describe("OAuth providers", () => {
+  it("lists and deletes a user's providers; a deleted identity no longer logs in", async () => {
+    const user = await socialUser();
+    const { oauthProviders } = await parentSdk.getOauthProviders({ organizationId: user.subOrganizationId, userId: user.userId });
+    expect(oauthProviders).toEqual([expect.objectContaining({ providerId: user.providerId, providerName: "Google", issuer, audience: AUDIENCE, subject: user.subject })]);
+    const own = h.sdk({ organizationId: user.subOrganizationId }, user.rootKey, fastPoller);
+    expect((await own.deleteOauthProviders({ userId: user.userId, providerIds: [user.providerId] })).providerIds).toEqual([user.providerId]);
+    expect((await parentSdk.getOauthProviders({ organizationId: user.subOrganizationId, userId: user.userId })).oauthProviders).toEqual([]);
+    const sessionKey = newKeyPair();
+    expect(await errorOf(parentSdk.oauthLogin({ organizationId: user.subOrganizationId, oidcToken: await idToken({ sub: user.subject, nonce: nonceFor(sessionKey.publicKey) }), publicKey: sessionKey.publicKey }))).toContain("OAUTH_PROVIDER_NOT_FOUND");
+    expect(await errorOf(own.deleteOauthProviders({ userId: user.userId, providerIds: [user.providerId] }))).toContain("OAUTH_PROVIDER_NOT_FOUND");
+  });
+
+  it("V2 links an identity from its claims", async () => {
+    const user = await socialUser();
+    const own = h.sdk({ organizationId: user.subOrganizationId }, user.rootKey, fastPoller);
+    await own.createOauthProviders({ userId: user.userId, oauthProviders: [{ providerName: "Apple", oidcClaims: { iss: issuer, sub: `${user.subject}-apple`, aud: AUDIENCE } }] });
+    const sessionKey = newKeyPair();
+    const { session } = await parentSdk.oauthLogin({ organizationId: user.subOrganizationId, oidcToken: await idToken({ sub: `${user.subject}-apple`, nonce: nonceFor(sessionKey.publicKey) }), publicKey: sessionKey.publicKey });
+    expect(parseSession(session).userId).toBe(user.userId);
+  });
+});
+
+describe("tokens that must not log anyone in", () => {
+  let user: Awaited<ReturnType<typeof socialUser>>;
+  beforeAll(async () => {
+    user = await socialUser();
+  });
+
+  const cases: Array<[string, (key: string) => Promise<string>, string]> = [
+    ["signed by a key the issuer does not publish", async (key) => idToken({ sub: user.subject, nonce: nonceFor(key) }, (await generateKeyPair("RS256")).privateKey), "OIDC_SIGNATURE_INVALID"],
+    ["for another audience", (key) => idToken({ sub: user.subject, nonce: nonceFor(key), aud: "someone-elses-app" }), "OIDC_AUDIENCE_MISMATCH"],
+    ["expired", (key) => idToken({ sub: user.subject, nonce: nonceFor(key), exp: Math.floor(Date.now() / 1000) - 120 }), "OIDC_TOKEN_EXPIRED"],
+    ["from an issuer the operator did not allow", (key) => idToken({ sub: user.subject, nonce: nonceFor(key), iss: "https://evil.example.net" }), "OIDC_ISSUER_NOT_ALLOWED"],
+    ["with the nonce of another key", (_key) => idToken({ sub: user.subject, nonce: nonceFor(newKeyPair().publicKey) }), "OIDC_NONCE_MISMATCH"],
+    ["without a nonce", (_key) => idToken({ sub: user.subject }), "OIDC_NONCE_MISMATCH"],
+    ["for a subject no user is linked to", (key) => idToken({ sub: "somebody-else", nonce: nonceFor(key) }), "OAUTH_PROVIDER_NOT_FOUND"],
+    ["that is not a JWT", async () => "not-a-token", "OIDC_TOKEN_INVALID"],
+  ];
+
+  it.each(cases)("a token %s is refused, and no key is made", async (_name, makeToken, code) => {
+    const target = generateP256KeyPair();
+    const oidcToken = await makeToken(target.publicKeyUncompressed);
+    const keysBefore = await h.server.store.db.selectFrom("api_keys").select("id").where("organization_id", "=", user.subOrganizationId).execute();
+    const requestsBefore = issuerRequests.length;
+    const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_OAUTH", timestampMs: String(Date.now()), organizationId: user.subOrganizationId, parameters: { oidcToken, targetPublicKey: target.publicKeyUncompressed } }, parent.key);
+    const response = await h.post("/public/v1/submit/oauth", body, headers);
+    expect(response.status).toBeGreaterThanOrEqual(400);
+    expect(JSON.stringify(response.json)).toContain(code);
+    expect(await h.server.store.db.selectFrom("api_keys").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual(keysBefore);
+    // An issuer nobody allowed is never contacted (ours was asked nothing new either).
+    if (code === "OIDC_ISSUER_NOT_ALLOWED") expect(issuerRequests.length).toBe(requestsBefore);
+  });
+});
