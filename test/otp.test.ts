@@ -360,6 +360,62 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
   });
 });
 
+describe("sign-up and contact proof with verification tokens", () => {
+  async function tokenFor(email: string, sessionKey = generateP256KeyPair()) {
+    const before = mails.length;
+    const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: email, appName: "Demo" });
+    const code = await emailedCode(email, before);
+    const { verificationToken } = await parentSdk.verifyOtp({ otpId, encryptedOtpBundle: await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey) });
+    return { verificationToken, sessionKey };
+  }
+
+  it("a sub-organization whose only root user is known by email: created with the token as proof, then logged into by OTP", async () => {
+    const email = `signup.${Date.now()}@example.com`;
+    const { verificationToken } = await tokenFor(email);
+    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({ subOrganizationName: "email-only", rootQuorumThreshold: 1, rootUsers: [{ userName: "signup", userEmail: email, apiKeys: [], authenticators: [], oauthProviders: [] }], verificationToken });
+    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: email })).organizationIds).toEqual([subOrganizationId]);
+    // The token served the sign-up; a new one logs in.
+    const { verificationToken: loginToken, sessionKey } = await tokenFor(email);
+    const { message, publicKey } = getClientSignatureMessageForLogin({ verificationToken: loginToken });
+    const signature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(message, SignatureFormat.Raw);
+    const { session } = await parentSdk.otpLogin({ organizationId: subOrganizationId, verificationToken: loginToken, publicKey: sessionKey.publicKey, clientSignature: { message, publicKey, signature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" } });
+    expect(parseSession(session).userId).toBe(rootUserIds![0]);
+  });
+
+  it("update_user_email takes a token for the new address as proof; a token for another address is refused", async () => {
+    const own = await h.organization("Own users");
+    const sdk = h.sdk(own, own.key, fastPoller);
+    const email = `changed.${Date.now()}@example.com`;
+    const { verificationToken: wrong } = await tokenFor(`other.${Date.now()}@example.com`);
+    // Tokens verified in another organization (the app backend) do not serve this one.
+    expect(await errorOf(sdk.updateUserEmail({ userId: own.userId, userEmail: email, verificationToken: wrong }))).toContain("VERIFICATION_TOKEN_ORGANIZATION_MISMATCH");
+    const ownSdkToken = async (address: string) => {
+      const before = mails.length;
+      const { otpId } = await sdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: address, appName: "Own" });
+      const code = await emailedCode(address, before);
+      const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_VERIFY_OTP", timestampMs: String(Date.now()), organizationId: own.organizationId, parameters: { otpId, otpCode: code } }, own.key);
+      const response = await h.post("/public/v1/submit/verify_otp", body, headers);
+      return response.json.activity.result.verifyOtpResult.verificationToken as string;
+    };
+    expect(await errorOf(sdk.updateUserEmail({ userId: own.userId, userEmail: email, verificationToken: await ownSdkToken(`someone.${Date.now()}@example.com`) }))).toContain("VERIFICATION_TOKEN_CONTACT_MISMATCH");
+    await sdk.updateUserEmail({ userId: own.userId, userEmail: email, verificationToken: await ownSdkToken(email) });
+    const row = await h.server.store.db.selectFrom("users").select(["email", "email_verified_at"]).where("id", "=", own.userId).executeTakeFirstOrThrow();
+    expect(row.email).toBe(email);
+    expect(row.email_verified_at).toBeGreaterThan(0);
+    // Changing it again without proof clears the verification.
+    await sdk.updateUserEmail({ userId: own.userId, userEmail: `unproven.${Date.now()}@example.com` });
+    expect((await h.server.store.db.selectFrom("users").select("email_verified_at").where("id", "=", own.userId).executeTakeFirstOrThrow()).email_verified_at).toBeNull();
+  });
+
+  it("a login by a code type the organization turned off is refused", async () => {
+    const { subOrganizationId } = await parentSdk.createSubOrganization({ subOrganizationName: "no sms", rootQuorumThreshold: 1, disableSmsAuth: true, rootUsers: [{ userName: "u", userPhoneNumber: "+15557654321", apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] });
+    const sent = texts.length;
+    expect(await errorOf(parentSdk.initOtpAuth({ organizationId: subOrganizationId, otpType: "OTP_TYPE_SMS", contact: "+15557654321", appName: "x" }))).toContain("FEATURE_NOT_ENABLED");
+    await new Promise((r) => setTimeout(r, 100));
+    expect(texts.length).toBe(sent);
+  });
+});
+
 describe("the local outbox", () => {
   it("with no transport configured, messages wait in the outbox for the operator, never dropped", async () => {
     const local = await startHarness();
@@ -367,6 +423,8 @@ describe("the local outbox", () => {
       const org = await local.organization("Local");
       const sdk = local.sdk(org, org.key, fastPoller);
       await sdk.updateUser({ userId: org.userId, userEmail: "root@example.com" });
+      // A top-level organization's root turns email codes on for its own users.
+      await sdk.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
       const { otpId } = await sdk.initOtpAuth({ otpType: "OTP_TYPE_EMAIL", contact: "root@example.com", appName: "Local" });
       const outbox = await readOutbox(local.server.store, await keyringOf(local), Date.now());
       expect(outbox).toHaveLength(1);

@@ -6,6 +6,7 @@ import { createLocalJWKSet, jwtVerify } from "jose";
 // The parser @turnkey/core itself runs on the session a login returns (not exported from its index).
 import { parseSession as coreParseSession } from "@turnkey/core/dist/utils.js";
 import { decryptCredentialBundle, generateP256KeyPair, getPublicKey } from "@turnkey/crypto";
+import { TurnkeyBrowserClient } from "@turnkey/sdk-browser";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller, organizationWith } from "./helpers/organizations.js";
 
@@ -182,5 +183,40 @@ describe("read-only sessions", () => {
     expect(Number(result.sessionExpiry)).toBe(parsed.expiry);
     expect(parsed.expiry - Date.now() / 1000).toBeGreaterThan(59 * 60);
   });
-});
 
+  it("the browser client sends it as X-Session: it reads as the user, and every write is refused", async () => {
+    const { session } = await sdk.createReadOnlySession({});
+    const reader = new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: session, organizationId: org.organizationId });
+    expect((await reader.getWhoami({ organizationId: org.organizationId })).userId).toBe(org.userId);
+    expect(Array.isArray((await reader.getWallets({ organizationId: org.organizationId })).wallets)).toBe(true);
+    const before = await h.snapshot();
+    expect(await errorOf(reader.createWallet({ organizationId: org.organizationId, walletName: "not from a read-only session", accounts: [] }))).toContain("READ_ONLY_SESSION");
+    expect(await h.snapshot()).toBe(before);
+  });
+
+  it("refuses a read-write session JWT, an altered one, an expired one, and one whose credential was deleted", async () => {
+    const whoami = (token: string) => new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: token, organizationId: org.organizationId }).getWhoami({ organizationId: org.organizationId });
+    // A stamp_login JWT names a key; it is not a bearer credential.
+    const { session: readWrite } = await sdk.stampLogin({ publicKey: newKeyPair().publicKey });
+    expect(await errorOf(whoami(readWrite))).toContain("SESSION_INVALID");
+    const { session } = await sdk.createReadOnlySession({});
+    const [header, payload, signature] = session.split(".");
+    const claims = JSON.parse(Buffer.from(payload!, "base64url").toString());
+    const forged = `${header}.${Buffer.from(JSON.stringify({ ...claims, exp: claims.exp + 86_400 })).toString("base64url")}.${signature}`;
+    expect(await errorOf(whoami(forged))).toContain("SESSION_INVALID");
+    offset += 3_601_000;
+    try {
+      expect(await errorOf(whoami(session))).toContain("SESSION_EXPIRED");
+    } finally {
+      offset -= 3_601_000;
+    }
+    // A member's session ends with the key that opened it.
+    const { members, root } = await organizationWith(h, ["reader"]);
+    const { session: memberSession, organizationId } = await members.reader!.client.createReadOnlySession({});
+    const asMember = () => new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: memberSession, organizationId }).getWhoami({ organizationId });
+    expect((await asMember()).userId).toBe(members.reader!.userId);
+    const { apiKeys } = await root.getApiKeys({ userId: members.reader!.userId });
+    await root.deleteApiKeys({ userId: members.reader!.userId, apiKeyIds: apiKeys.map((k) => k.apiKeyId) });
+    expect(await errorOf(asMember())).toContain("SESSION_INVALID");
+  });
+});

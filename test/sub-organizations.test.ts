@@ -105,10 +105,11 @@ describe("create_sub_organization", () => {
       [{ subOrganizationName: " ", rootUsers: [owner], rootQuorumThreshold: 1 }, "REQUEST_INVALID"],
       [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [] }], rootQuorumThreshold: 1 }, "ROOT_USER_WITHOUT_CREDENTIAL"],
       [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userEmail: "a@example.com" }], rootQuorumThreshold: 1, disableEmailAuth: true, disableOtpEmailAuth: true }, "ROOT_USER_WITHOUT_CREDENTIAL"],
-      [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 1, verificationToken: "token" }, "VERIFICATION_TOKEN_UNSUPPORTED"],
-      // Known by email alone: the product allows it, but with no email login here nobody could act in it.
-      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userEmail: "only@example.com" }], rootQuorumThreshold: 1 }, "ROOT_QUORUM_UNREACHABLE"],
-      [{ subOrganizationName: "t", rootUsers: [owner, { ...owner, userName: "by email", apiKeys: [], userEmail: "only@example.com" }], rootQuorumThreshold: 2 }, "ROOT_QUORUM_UNREACHABLE"],
+      [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 1, verificationToken: "token" }, "VERIFICATION_TOKEN_INVALID"],
+      // Known by email alone with email codes turned off: nobody could ever act in it.
+      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userEmail: "only@example.com" }], rootQuorumThreshold: 1, disableOtpEmailAuth: true }, "ROOT_QUORUM_UNREACHABLE"],
+      [{ subOrganizationName: "t", rootUsers: [owner, { ...owner, userName: "by email", apiKeys: [], userEmail: "only@example.com" }], rootQuorumThreshold: 2, disableOtpEmailAuth: true }, "ROOT_QUORUM_UNREACHABLE"],
+      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userPhoneNumber: "+15550001111" }], rootQuorumThreshold: 1, disableSmsAuth: true, disableEmailAuth: true, disableOtpEmailAuth: true }, "ROOT_USER_WITHOUT_CREDENTIAL"],
       [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [{ apiKeyName: "k", publicKey: "02ff", curveType: "API_KEY_CURVE_P256" }] }], rootQuorumThreshold: 1 }, "INVALID_PUBLIC_KEY"],
       [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 1, wallet: { walletName: "w", accounts: [{ ...ethAccount, path: "not a path" }] } }, "INVALID_DERIVATION_PATH"],
     ];

@@ -14,7 +14,7 @@ import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
 import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
 import { readStamp, type Stamp } from "../auth/stamps.js";
-import { authenticate, confirmCredential, stampVerifiesWith, type Principal } from "../auth/authenticate.js";
+import { authenticate, authenticateReadOnlySession, confirmCredential, readOnlySessionHeader, stampVerifiesWith, type Principal } from "../auth/authenticate.js";
 import { sha256 } from "../crypto/keys.js";
 import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../operations/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
@@ -109,6 +109,7 @@ export class Pipeline {
 
   async submit(operation: SubmitOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
     const { store, env } = this.options;
+    if (readOnlySessionHeader(headers) !== undefined) throw permissionDenied("a read-only session (X-Session) may only query: stamp activities with a key", "READ_ONLY_SESSION");
     const stamp = readStamp(headers);
     const body = parseBody(raw);
     const type = (body as { type?: unknown })?.type;
@@ -344,7 +345,9 @@ export class Pipeline {
   /** The caller may vote on a pending activity it has not voted on, if mayVote says so. */
   private async votingRights(row: ActivitiesTable, principal: Principal, now: number): Promise<VotingRights> {
     const none = { canApprove: false, canReject: false };
-    // A parent organization's credential reads a sub-organization's activities but never votes.
+    // A parent organization's credential reads a sub-organization's activities but never votes; a
+    // read-only session never does.
+    if (principal.sessionType === "SESSION_TYPE_READ_ONLY") return none;
     if (row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" || principal.organizationId !== row.organization_id) return none;
     const votes = JSON.parse(row.votes) as StoredVote[];
     const operation = operationByActivityType.get(row.type);
@@ -360,12 +363,15 @@ export class Pipeline {
 
   async query(operation: QueryOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
     const { store, env } = this.options;
-    const stamp = readStamp(headers);
+    const session = readOnlySessionHeader(headers);
+    const stamp = session === undefined ? readStamp(headers) : undefined;
     const body = parseBody(raw);
     validateQueryRequest(operation.name, body);
     const organizationId = (body as { organizationId: string }).organizationId;
     const now = this.clock();
-    const principal: Principal = await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn, { subOrganizations: operation.resolvesSubOrganizations });
+    const principal: Principal = stamp
+      ? await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn, { subOrganizations: operation.resolvesSubOrganizations })
+      : await authenticateReadOnlySession(store.reader, session!, env.sessions.signer.verify, organizationId, now);
     // Authentication already decided who may read: every user of the organization and of its parent
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);

@@ -161,6 +161,50 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
   };
 }
 
+/** The header a read-only session (create_read_only_session) is presented in, instead of a stamp. */
+export const READ_ONLY_SESSION_HEADER = "x-session";
+
+export function readOnlySessionHeader(headers: Record<string, string | string[] | undefined>): string | undefined {
+  const value = headers[READ_ONLY_SESSION_HEADER];
+  return Array.isArray(value) ? value[0] : value;
+}
+
+/**
+ * Who presents a read-only session: the JWT create_read_only_session returned, signed by the session
+ * signer, of type SESSION_TYPE_READ_ONLY (a read-write session's JWT is no credential: its key is),
+ * unexpired, for the organization named (or its sub-organization), and made with a credential that
+ * still exists — deleting that key or passkey ends the session.
+ */
+export async function authenticateReadOnlySession(db: Db, token: string, verify: (token: string) => Record<string, unknown> | null, organizationId: string, now: number): Promise<Principal> {
+  const claims = verify(token.trim());
+  if (!claims || claims.session_type !== "SESSION_TYPE_READ_ONLY" || typeof claims.user_id !== "string" || typeof claims.organization_id !== "string" || typeof claims.credential_id !== "string") {
+    throw unauthenticated("X-Session is not a read-only session of this server", "SESSION_INVALID");
+  }
+  if (typeof claims.exp !== "number" || claims.exp * 1000 <= now) throw unauthenticated("the read-only session has expired: create a new one", "SESSION_EXPIRED");
+  if (claims.organization_id !== organizationId) {
+    const organization = await db.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId).where("deleted_at", "is", null).executeTakeFirst();
+    if (organization?.parent_organization_id !== claims.organization_id) throw permissionDenied(`the read-only session belongs to organization ${claims.organization_id}`, "ORGANIZATION_MISMATCH");
+  }
+  const user = await db.selectFrom("users").select(["id", "name", "email"]).where("id", "=", claims.user_id).where("organization_id", "=", claims.organization_id).executeTakeFirst();
+  const key = await db.selectFrom("api_keys").select(["id", "curve", "expires_at"]).where("id", "=", claims.credential_id).executeTakeFirst();
+  const passkey = key ? undefined : await db.selectFrom("authenticators").select("id").where("id", "=", claims.credential_id).executeTakeFirst();
+  if (!user || (!key && !passkey) || (key && key.expires_at !== null && key.expires_at <= now)) {
+    throw unauthenticated("the credential that opened this read-only session no longer exists", "SESSION_INVALID");
+  }
+  return {
+    organizationId: claims.organization_id,
+    userId: user.id,
+    credentialType: key ? API_KEY_CREDENTIAL_TYPES[key.curve]! : "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR",
+    credentialId: claims.credential_id,
+    publicKey: String(claims.public_key ?? ""),
+    scheme: "SESSION",
+    signature: "",
+    userName: user.name,
+    userEmail: user.email,
+    sessionType: "SESSION_TYPE_READ_ONLY",
+  };
+}
+
 /** Whether the credential a principal authenticated with still exists (and has not expired). */
 export async function confirmCredential(trx: Tx, principal: Principal, now: number): Promise<void> {
   const gone = () => unauthenticated(`the credential ${principal.credentialId} that stamped this request no longer exists`, "PUBLIC_KEY_NOT_FOUND");

@@ -77,6 +77,18 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
             w.exists(w.selectFrom("api_keys as k").select("k.id").whereRef("k.user_id", "=", "m.user_id").where("k.expires_at", "is", null)),
             w.exists(w.selectFrom("authenticators as a").select("a.id").whereRef("a.user_id", "=", "m.user_id")),
             w.exists(w.selectFrom("oauth_providers as o").select("o.id").whereRef("o.user_id", "=", "m.user_id")),
+            // In a sub-organization, the parent's backend can log a root user in by a one-time
+            // password sent to its email or phone number, while that login is enabled.
+            w.exists(
+              w
+                .selectFrom("users as u")
+                .innerJoin("organizations as uo", "uo.id", "u.organization_id")
+                .innerJoin("organization_features as f", "f.organization_id", "u.organization_id")
+                .select("u.id")
+                .whereRef("u.id", "=", "m.user_id")
+                .where("uo.parent_organization_id", "is not", null)
+                .where((c) => c.or([c.and([c("u.email", "is not", null), c("f.name", "=", "FEATURE_NAME_OTP_EMAIL_AUTH")]), c.and([c("u.phone_number", "is not", null), c("f.name", "=", "FEATURE_NAME_SMS_AUTH")])])),
+            ),
           ]),
         )
         .as("reachable"),

@@ -281,6 +281,17 @@ async function countWrongCode(ctx: ActivityContext, presented: Presented, flow: 
   await ctx.trx.updateTable("otps").set({ attempts: row.attempts + 1 }).where("id", "=", row.id).execute();
 }
 
+/** The feature that lets an organization's users log in by a code of this type: on by default in
+ * sub-organizations (create_sub_organization's disable* flags turn them off), set by the root quorum
+ * elsewhere (set_organization_feature). */
+export const OTP_LOGIN_FEATURES: Record<OtpType, string> = { OTP_TYPE_EMAIL: "FEATURE_NAME_OTP_EMAIL_AUTH", OTP_TYPE_SMS: "FEATURE_NAME_SMS_AUTH" };
+
+async function requireLoginFeature(ctx: ActivityContext, otpType: string): Promise<void> {
+  const feature = OTP_LOGIN_FEATURES[otpType as OtpType];
+  const row = await ctx.trx.selectFrom("organization_features").select("name").where("organization_id", "=", ctx.organizationId).where("name", "=", feature).executeTakeFirst();
+  if (!row) throw failedPrecondition(`${otpType} login is not enabled in organization ${ctx.organizationId}: its root quorum enables it with set_organization_feature ${feature}`, "FEATURE_NOT_ENABLED");
+}
+
 /** Marks the contact proven on the user (list_verified_suborgs reads it). */
 async function markVerified(ctx: ActivityContext, userId: string, otpType: string): Promise<void> {
   await ctx.trx.updateTable("users").set(otpType === "OTP_TYPE_EMAIL" ? { email_verified_at: ctx.now } : { phone_verified_at: ctx.now }).where("id", "=", userId).execute();
@@ -370,6 +381,7 @@ export const otpOperations = [
     policyParameters: policyParams,
     async execute(ctx, p) {
       const { otpType, contact } = requireContact(p.otpType, p.contact);
+      await requireLoginFeature(ctx, otpType);
       const userId = await userWithContact(ctx, otpType, contact);
       const { otpId } = await startOtp(ctx, p, "otp_auth", userId, false);
       return { otpId };
@@ -388,6 +400,7 @@ export const otpOperations = [
     async execute(ctx, p) {
       const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
       const { row } = await consumeOtp(ctx, p, "otp_auth");
+      await requireLoginFeature(ctx, row.otp_type);
       const userId = row.user_id!;
       await markVerified(ctx, userId, row.otp_type);
       const bundle = await issueCredentialBundle(ctx, p.targetPublicKey, { userId, kind: "OTP_AUTH", name: defaultKeyName("OTP Auth", ctx.now, p.apiKeyName), seconds, invalidateExisting: p.invalidateExisting });
@@ -448,6 +461,7 @@ export const otpOperations = [
       const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
       const claims = await spendVerificationToken(ctx, p.verificationToken);
       checkClientSignature(p.clientSignature, claims, publicKey, type !== "ACTIVITY_TYPE_OTP_LOGIN");
+      await requireLoginFeature(ctx, claims.verification_type);
       const userId = await userWithContact(ctx, claims.verification_type, claims.contact);
       await markVerified(ctx, userId, claims.verification_type);
       const session = await issueSession(ctx, { userId, publicKey, kind: "LOGIN", name: defaultKeyName("OTP Login", ctx.now), seconds, invalidateExisting: p.invalidateExisting });

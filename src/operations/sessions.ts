@@ -109,8 +109,9 @@ export async function createSessionKey(ctx: ActivityContext, request: SessionKey
 }
 
 /** The session JWT the clients decode: expiry, the session key, its type, the user and organization. */
-export function sessionJwt(ctx: ActivityContext, claims: { userId: string; publicKey: string; type: SessionType; expiresAt: number }): string {
+export function sessionJwt(ctx: ActivityContext, claims: { userId: string; publicKey: string; type: SessionType; expiresAt: number; credentialId?: string }): string {
   return ctx.env.sessions.signer.sign({
+    ...(claims.credentialId ? { credential_id: claims.credentialId, jti: newId() } : {}),
     exp: Math.floor(claims.expiresAt / 1000),
     iat: Math.floor(ctx.now / 1000),
     public_key: claims.publicKey,
@@ -213,16 +214,17 @@ export const sessionOperations = [
 
   defineActivity<Record<string, never>>({
     name: "create_read_only_session",
-    summary: "A read-only session (one hour) for the stamping credential: a JWT naming it, usable for queries only.",
+    summary: "A read-only session (one hour) of the stamping credential: a token sent as X-Session on queries (never on submits).",
     resource: "AUTH",
     action: "CREATE",
     credentialOwner: (_p, principal) => principal.userId,
     async execute(ctx) {
       const names = await organizationAndUser(ctx, ctx.principal.userId);
       const expiresAt = ctx.now + ctx.env.sessions.readOnlySeconds * 1000;
-      // The session is the stamping credential itself, limited to reading: no key is created, and the
-      // JWT (session_type SESSION_TYPE_READ_ONLY) is what the client keeps to know who it is.
-      const session = await sessionJwt(ctx, { userId: ctx.principal.userId, publicKey: ctx.principal.publicKey, type: "SESSION_TYPE_READ_ONLY", expiresAt });
+      // The session is a token the client sends back as X-Session (sdk-browser's readOnlySession):
+      // no key is created; it reads as the stamping credential until expiry, or until that credential
+      // is deleted. It is a JWT (session_type SESSION_TYPE_READ_ONLY) signed by the session signer.
+      const session = sessionJwt(ctx, { userId: ctx.principal.userId, publicKey: ctx.principal.publicKey, type: "SESSION_TYPE_READ_ONLY", expiresAt, credentialId: ctx.principal.credentialId });
       return { ...names, session, sessionExpiry: String(Math.floor(expiresAt / 1000)) };
     },
   }),

@@ -12,6 +12,7 @@ import { createUser, oauthProviderAsRecorded, type NewUserParams } from "./users
 import { createWallet, type NewWalletParams } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
+import { spendVerificationToken } from "./otp.js";
 import { assertRootQuorumReachable } from "./organizations.js";
 import type { AuthenticatorParams } from "./credentials.js";
 
@@ -60,9 +61,6 @@ function requireLoginMethod(user: NewUserParams, p: CreateSubOrganizationParams,
 async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizationParams, type: string) {
   const parent = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", ctx.organizationId).executeTakeFirstOrThrow();
   if (parent.parent_organization_id) throw failedPrecondition(`organization ${ctx.organizationId} is itself a sub-organization, and sub-organizations cannot have their own`, "NESTED_SUB_ORGANIZATION");
-  if (p.verificationToken !== undefined) {
-    throw failedPrecondition("verificationToken is not accepted yet: OTP verification tokens arrive with the one-time-password capability", "VERIFICATION_TOKEN_UNSUPPORTED");
-  }
   const version = versionOf(type);
   const name = (version === 1 ? p.name : p.subOrganizationName)?.trim() ?? "";
   if (!name) throw invalidArgument(`${version === 1 ? "name" : "subOrganizationName"} must not be empty`);
@@ -90,8 +88,16 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
     rootUserIds.push(userId);
   }
   await setFeatures(ctx.trx, subOrganizationId, loginFeatures(p), ctx.now);
-  // The product lets a root user be known by an email or phone number alone; without email or SMS
-  // login here, enough root users must hold a credential or nobody could ever act in it.
+  // A verification token (verify_otp, in this parent) proves a root user's email or phone number.
+  if (p.verificationToken !== undefined) {
+    const claims = await spendVerificationToken(ctx, p.verificationToken);
+    const byEmail = claims.verification_type === "OTP_TYPE_EMAIL";
+    const index = rootUsers.findIndex((u) => (byEmail ? (u.userEmail ?? "").toLowerCase() === claims.contact.toLowerCase() : u.userPhoneNumber === claims.contact));
+    if (index < 0) throw invalidArgument(`the verification token proves ${claims.contact}, which is no root user's ${byEmail ? "email" : "phone number"}`, "VERIFICATION_TOKEN_CONTACT_MISMATCH");
+    await ctx.trx.updateTable("users").set(byEmail ? { email_verified_at: ctx.now } : { phone_verified_at: ctx.now }).where("id", "=", rootUserIds[index]!).execute();
+  }
+  // A root user known by an email or phone number alone can log in by a one-time password the parent
+  // starts (when that login is enabled here); otherwise enough root users must hold a credential.
   await assertRootQuorumReachable(ctx.trx, subOrganizationId);
 
   if (version === 3) {

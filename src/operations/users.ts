@@ -4,6 +4,7 @@ import { decodeJwt } from "jose";
 import { alreadyExists, failedPrecondition, invalidArgument } from "../errors.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
 import { addApiKeys, addAuthenticators, requireName, type ApiKeyParams, type AuthenticatorParams } from "./credentials.js";
+import { spendVerificationToken } from "./otp.js";
 import { distinct, loadUsers, newId, requireUser, requireUserTags, requireUsers } from "./resources.js";
 
 export interface OauthProviderParams {
@@ -96,12 +97,28 @@ export async function addOauthProviders(ctx: ActivityContext, userId: string, pr
   return ids;
 }
 
-/** Contact changes may carry an OTP verification token; until OTP verification exists, one cannot be
- * checked, and accepting it unchecked would pretend the contact was verified. */
-function refuseVerificationToken(token: string | undefined): void {
-  if (token !== undefined) {
-    throw failedPrecondition("verificationToken is not accepted yet: OTP verification tokens arrive with the one-time-password capability", "VERIFICATION_TOKEN_UNSUPPORTED");
+type ContactChanges = { name?: string; email?: string | null; phone_number?: string | null; email_verified_at?: number | null; phone_verified_at?: number | null };
+
+/**
+ * A changed email or phone number is no longer verified; a verification token (verify_otp) for the new
+ * value proves it, and is used up. A token for another contact is refused.
+ */
+async function withContactProof(ctx: ActivityContext, userId: string, changes: ContactChanges, verificationToken?: string): Promise<ContactChanges> {
+  const current = await ctx.trx.selectFrom("users").select(["email", "phone_number"]).where("id", "=", userId).executeTakeFirstOrThrow();
+  const out = { ...changes };
+  const email = "email" in changes ? (changes.email ?? null) : current.email;
+  const phone = "phone_number" in changes ? (changes.phone_number ?? null) : current.phone_number;
+  if ((email ?? "").toLowerCase() !== (current.email ?? "").toLowerCase()) out.email_verified_at = null;
+  if (phone !== current.phone_number) out.phone_verified_at = null;
+  if (verificationToken !== undefined) {
+    const claims = await spendVerificationToken(ctx, verificationToken);
+    const byEmail = claims.verification_type === "OTP_TYPE_EMAIL";
+    const proven = byEmail ? email !== null && email.toLowerCase() === claims.contact.toLowerCase() : phone !== null && phone === claims.contact;
+    if (!proven) throw invalidArgument(`the verification token proves ${claims.contact}, not this user's ${byEmail ? "email" : "phone number"}`, "VERIFICATION_TOKEN_CONTACT_MISMATCH");
+    if (byEmail) out.email_verified_at = ctx.now;
+    else out.phone_verified_at = ctx.now;
   }
+  return out;
 }
 
 /** A user of `ctx.organizationId` with its credentials (API keys, passkeys, OAuth identities). */
@@ -130,7 +147,7 @@ async function setUserTags(ctx: ActivityContext, userId: string, tagIds: string[
   if (tagIds.length) await ctx.trx.insertInto("user_tag_members").values(tagIds.map((tag_id) => ({ tag_id, user_id: userId }))).execute();
 }
 
-async function touchUser(ctx: ActivityContext, userId: string, changes: { name?: string; email?: string | null; phone_number?: string | null }) {
+async function touchUser(ctx: ActivityContext, userId: string, changes: ContactChanges) {
   await ctx.trx.updateTable("users").set({ ...changes, updated_at: ctx.now }).where("id", "=", userId).execute();
 }
 
@@ -199,7 +216,7 @@ export const userOperations = [
         await requireUserTags(ctx.trx, ctx.organizationId, tags);
         await setUserTags(ctx, p.userId, tags);
       }
-      await touchUser(ctx, p.userId, changes);
+      await touchUser(ctx, p.userId, await withContactProof(ctx, p.userId, changes));
       return { userId: p.userId };
     },
   }),
@@ -225,8 +242,7 @@ export const userOperations = [
     policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      refuseVerificationToken(p.verificationToken);
-      await touchUser(ctx, p.userId, { email: normalizeEmail(p.userEmail, "userEmail") });
+      await touchUser(ctx, p.userId, await withContactProof(ctx, p.userId, { email: normalizeEmail(p.userEmail, "userEmail") }, p.verificationToken));
       return { userId: p.userId };
     },
   }),
@@ -239,8 +255,7 @@ export const userOperations = [
     policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      refuseVerificationToken(p.verificationToken);
-      await touchUser(ctx, p.userId, { phone_number: normalizePhone(p.userPhoneNumber, "userPhoneNumber") });
+      await touchUser(ctx, p.userId, await withContactProof(ctx, p.userId, { phone_number: normalizePhone(p.userPhoneNumber, "userPhoneNumber") }, p.verificationToken));
       return { userId: p.userId };
     },
   }),
