@@ -12,7 +12,13 @@ import { decryptCredentialBundle, encryptOtpCodeToBundle, generateP256KeyPair, g
 import { getClientSignatureMessageForLogin, parseSession } from "@turnkey/core/dist/utils.js";
 import { startHarness, newKeyPair, signedRequest, signerPublicKeyOf, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
-import { readOutbox } from "../src/messages/courier.js";
+import path from "node:path";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { Turnkey } from "@turnkey/sdk-server";
+import { cliDeployment } from "./helpers/processes.js";
+
+const run = promisify(execFile);
 
 interface Mail {
   to: string;
@@ -417,29 +423,26 @@ describe("sign-up and contact proof with verification tokens", () => {
 });
 
 describe("the local outbox", () => {
-  it("with no transport configured, messages wait in the outbox for the operator, never dropped", async () => {
-    const local = await startHarness();
+  it("with no transport configured, messages wait in the outbox; `sigil outbox` prints them for the operator", async () => {
+    const deployment = await cliDeployment();
     try {
-      const org = await local.organization("Local");
-      const sdk = local.sdk(org, org.key, fastPoller);
-      await sdk.updateUser({ userId: org.userId, userEmail: "root@example.com" });
+      const server = await deployment.start();
+      const org = { organizationId: deployment.organizationId };
+      const sdk = new Turnkey({ apiBaseUrl: server.url, apiPublicKey: deployment.key.publicKey, apiPrivateKey: deployment.key.privateKey, defaultOrganizationId: org.organizationId }).apiClient();
+      const { userId } = await sdk.getWhoami({});
+      await sdk.updateUser({ userId, userEmail: "root@example.com" });
       // A top-level organization's root turns email codes on for its own users.
       await sdk.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
       const { otpId } = await sdk.initOtpAuth({ otpType: "OTP_TYPE_EMAIL", contact: "root@example.com", appName: "Local" });
-      const outbox = await readOutbox(local.server.store, await keyringOf(local), Date.now());
-      expect(outbox).toHaveLength(1);
-      expect(outbox[0]).toMatchObject({ channel: "email", recipient: "root@example.com", organizationId: org.organizationId });
-      const code = /verification code is ([0-9A-Z]{9})/.exec(outbox[0]!.content.text)![1]!;
+      const { stdout } = await run(process.execPath, [path.resolve("bin/sigil.js"), "outbox", "--data-dir", deployment.database.dataDir], { env: deployment.env });
+      const lines = stdout.trim().split("\n").map((line) => JSON.parse(line));
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatchObject({ channel: "email", recipient: "root@example.com", organizationId: org.organizationId });
+      const code = /verification code is ([0-9A-Z]{9})/.exec(lines[0].content.text)![1]!;
       const target = generateP256KeyPair();
-      const result = await sdk.otpAuth({ otpId, otpCode: code, targetPublicKey: target.publicKeyUncompressed });
-      expect(result.userId).toBe(org.userId);
+      expect((await sdk.otpAuth({ otpId, otpCode: code, targetPublicKey: target.publicKeyUncompressed })).userId).toBe(userId);
     } finally {
-      await local.close();
+      await deployment.stop();
     }
   });
 });
-
-async function keyringOf(harness: Harness) {
-  const { loadKeyring } = await import("../src/crypto/master-key.js");
-  return loadKeyring(harness.config.masterKey).keyring;
-}

@@ -1,4 +1,4 @@
-// sigil serve | keygen | bootstrap | rotate-master-key | info | webhooks — thin: parse flags, call the library, print one result.
+// sigil serve | keygen | bootstrap | rotate-master-key | info | webhooks | outbox — thin: parse flags, call the library, print one result.
 import { parseArgs } from "node:util";
 import { loadConfig } from "../config.js";
 import { startServer } from "../http/server.js";
@@ -7,7 +7,8 @@ import { generateP256KeyPair } from "../crypto/keys.js";
 import { createOrganization } from "../operations/organizations.js";
 import { resealAll } from "../operations/secrets.js";
 import { renderDelivery } from "../operations/webhooks.js";
-import { BUNDLE_SIGNER, WEBHOOK_SIGNING } from "../operations/service-keys.js";
+import { BUNDLE_SIGNER, SESSION_SIGNER, WEBHOOK_SIGNING } from "../operations/service-keys.js";
+import { readOutbox } from "../messages/courier.js";
 import { Keyring, MASTER_KEY_BYTES } from "../crypto/envelope.js";
 import { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } from "../crypto/master-key.js";
 import path from "node:path";
@@ -21,6 +22,7 @@ const USAGE = `usage:
   sigil rotate-master-key [--data-dir D] [--new-key-file F]
   sigil info [--data-dir D]
   sigil webhooks [--status pending|delivered|failed|cancelled] [--organization ID] [--limit N] [--data-dir D]
+  sigil outbox [--organization ID] [--data-dir D]
 
 Set SIGIL_DATABASE_URL=postgres://… to keep state in PostgreSQL instead of SQLite.`;
 
@@ -135,7 +137,7 @@ async function info(args: string[]) {
     const keys = await store.reader.selectFrom("service_keys").select(["purpose", "public_key"]).execute();
     const of = (purpose: string) => keys.find((k) => k.purpose === purpose)?.public_key ?? null;
     if (!of(BUNDLE_SIGNER)) process.stderr.write("no service keys yet: they are made when `sigil serve` first starts\n");
-    process.stdout.write(JSON.stringify({ database: store.location, signerPublicKey: of(BUNDLE_SIGNER), webhookSigningPublicKey: of(WEBHOOK_SIGNING) }) + "\n");
+    process.stdout.write(JSON.stringify({ database: store.location, signerPublicKey: of(BUNDLE_SIGNER), webhookSigningPublicKey: of(WEBHOOK_SIGNING), sessionSigningPublicKey: of(SESSION_SIGNER) }) + "\n");
   } finally {
     await store.close();
   }
@@ -161,6 +163,30 @@ async function webhooks(args: string[]) {
   }
 }
 
+/** Emails and SMS kept in the local outbox (no SMTP relay / SMS endpoint configured) whose codes are
+ * still valid, oldest first, one JSON line each: what the operator hands to the user. */
+async function outbox(args: string[]) {
+  const { values } = parseArgs({ args, options: { "data-dir": { type: "string" }, organization: { type: "string" } } });
+  const config = loadConfig(process.env, { dataDir: values["data-dir"] });
+  // No master key yet means no server ever ran here, so no outbox either (and none is created).
+  if (!config.masterKey.key && !fs.existsSync(config.masterKey.file)) {
+    process.stderr.write("the outbox is empty: no server has run with this data directory\n");
+    return;
+  }
+  const { keyring } = loadKeyring(config.masterKey);
+  const store = await openStore(config);
+  try {
+    const messages = await readOutbox(store, keyring, Date.now());
+    for (const message of messages) {
+      if (values.organization && message.organizationId !== values.organization) continue;
+      process.stdout.write(JSON.stringify(message) + "\n");
+    }
+    if (messages.length === 0) process.stderr.write("the outbox is empty (messages go out through SIGIL_SMTP_URL / SIGIL_SMS_URL when set)\n");
+  } finally {
+    await store.close();
+  }
+}
+
 export async function main(argv: string[]): Promise<void> {
   const [command, ...rest] = argv;
   switch (command) {
@@ -177,6 +203,8 @@ export async function main(argv: string[]): Promise<void> {
       return webhooks(rest);
     case "info":
       return info(rest);
+    case "outbox":
+      return outbox(rest);
     case undefined:
     case "help":
     case "--help":
