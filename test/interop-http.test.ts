@@ -47,7 +47,7 @@ function p256Verify(compressedHex: string, message: string, derSignatureHex: str
 function expectCompleted(
   activity: Activity,
   body: { type: string; timestampMs: string; organizationId: string; parameters: unknown },
-  expected: { intentKeys: string[]; resultKey: string; result: unknown },
+  expected: { intentKeys: string[]; resultKey: string; result: unknown; intent?: unknown },
 ) {
   const sent = JSON.stringify(body); // what TurnkeyClient puts on the wire
   expect(activity.id).toMatch(UUID);
@@ -55,7 +55,7 @@ function expectCompleted(
   expect(activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
   expect(activity.type).toBe(body.type);
   expect(Object.keys(activity.intent)).toEqual(expected.intentKeys);
-  for (const key of expected.intentKeys) expect((activity.intent as Record<string, unknown>)[key]).toEqual(body.parameters);
+  for (const key of expected.intentKeys) expect((activity.intent as Record<string, unknown>)[key]).toEqual(expected.intent ?? body.parameters);
   expect((activity.result as Record<string, unknown>)[expected.resultKey]).toEqual(expected.result);
   expect(activity.fingerprint).toBe(sha256hex(sent));
   expect(activity.canApprove).toBe(false);
@@ -219,8 +219,10 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       const { activity } = await client.createUsers(olderVersion<"createUsers">(body));
       const userIds = activity.result.createUsersResult!.userIds;
       expect(userIds).toHaveLength(1);
-      // The spec's intent key first, the swagger's beside it.
-      expectCompleted(activity, body, { intentKeys: ["createUsersIntent", "createUsersIntentV3"], resultKey: "createUsersResult", result: { userIds } });
+      // The spec's intent key first, the swagger's beside it. The audit log keeps the identity token's
+      // claims in place of the token (a bearer credential until it expires).
+      const intent = { users: [{ ...body.parameters.users[0]!, oauthProviders: [{ providerName: "Auth0", oidcClaims: { iss: "https://tenant.auth0.com/", sub: "auth0|v3", aud: "aud-v3" } }] }] };
+      expectCompleted(activity, body, { intentKeys: ["createUsersIntent", "createUsersIntentV3"], resultKey: "createUsersResult", result: { userIds }, intent });
 
       const { user } = await client.getUser({ organizationId: org.organizationId, userId: userIds[0] });
       expect(user.userName).toBe("v3 user");

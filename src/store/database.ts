@@ -113,11 +113,28 @@ function withStatementCache(sqlite: BetterSqlite3.Database) {
   };
 }
 
+/**
+ * Switching a fresh file to WAL needs a moment of exclusive access, and SQLite answers SQLITE_BUSY at
+ * once (without its busy handler) while another process is doing the same: several processes
+ * starting together on a new database (a server and `sigil bootstrap`) wait a little and try again.
+ */
+function useWal(sqlite: BetterSqlite3.Database): void {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      sqlite.pragma("journal_mode = WAL");
+      return;
+    } catch (error) {
+      if ((error as { code?: string }).code !== "SQLITE_BUSY" || attempt >= 100) throw error;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+    }
+  }
+}
+
 function openSqlite(dataDir: string): Omit<Store, "reader"> & { openReader(): Db } {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(dataDir, SQLITE_FILE_NAME);
   const sqlite = new BetterSqlite3(file, { timeout: 10_000 });
-  sqlite.pragma("journal_mode = WAL");
+  useWal(sqlite);
   // FULL: every commit is on disk before the client hears of it (in WAL mode, one fsync of the log
   // per commit). A key service must not forget an activity it has answered.
   sqlite.pragma("synchronous = FULL");
