@@ -328,6 +328,16 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
     expect(parseSession(session).userId).toBe(user.userId);
   });
 
+  it("one token, two logins at once into two sub-organizations holding the contact: exactly one succeeds", async () => {
+    const user = await endUser();
+    const twin = await parentSdk.createSubOrganization({ subOrganizationName: "twin", rootQuorumThreshold: 1, rootUsers: [{ userName: "twin", userEmail: user.email, apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] });
+    const { verificationToken, sessionKey } = await verified(user);
+    const clientSignature = await loginSignature(verificationToken, sessionKey);
+    const outcomes = await Promise.allSettled([user.subOrganizationId, twin.subOrganizationId].map((organizationId) => parentSdk.otpLogin({ organizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature })));
+    expect(outcomes.filter((o) => o.status === "fulfilled")).toHaveLength(1);
+    expect(String((outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult).reason)).toContain("VERIFICATION_TOKEN_ALREADY_USED");
+  });
+
   it("an expired verification token is refused", async () => {
     const user = await endUser();
     const { verificationToken, sessionKey } = await verified(user);

@@ -167,7 +167,8 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
     expect(userIds).toEqual([expect.stringMatching(UUID)]);
     // The spec names createUsersIntent for V3; the swagger's createUsersIntentV3 is served beside it, second.
     // The audit log keeps the identity token's claims in place of the token.
-    const recorded = { ...body, parameters: { users: [{ ...body.parameters.users[0]!, oauthProviders: [{ providerName: "Google", oidcClaims: { iss: "https://accounts.google.com", sub: "alice-123", aud: "my-client" } }] }] } };
+    const sentUser = (body.parameters as { users: Record<string, unknown>[] }).users[0]!;
+    const recorded = { ...body, parameters: { users: [{ ...sentUser, oauthProviders: [{ providerName: "Google", oidcClaims: { iss: "https://accounts.google.com", sub: "alice-123", aud: "my-client" } }] }] } };
     const activity = expectCompletedActivity(response, recorded, { intentKeys: ["createUsersIntent", "createUsersIntentV3"], resultKey: "createUsersResult", result: { userIds } });
     expect(activity.intent.createUsersIntent).toEqual(activity.intent.createUsersIntentV3);
 

@@ -258,7 +258,8 @@ async function consumeOtp(ctx: ActivityContext, presented: Presented, flow: Flow
     const left = ctx.env.otp.maxAttempts - row.attempts - 1;
     throw new ServiceError("Unauthenticated", "OTP_INVALID", `wrong one-time password for ${row.id}${left > 0 ? ` (${left} tr${left === 1 ? "y" : "ies"} left)` : "; it is now burnt"}`);
   }
-  await ctx.trx.updateTable("otps").set({ used_at: ctx.now, sealed_target_key: null }).where("id", "=", row.id).execute();
+  const used = await ctx.trx.updateTable("otps").set({ used_at: ctx.now, sealed_target_key: null }).where("id", "=", row.id).where("used_at", "is", null).executeTakeFirst();
+  if (Number(used.numUpdatedRows) !== 1) throw failedPrecondition(`one-time password ${row.id} was already used`, "OTP_ALREADY_USED");
   return { row, publicKey };
 }
 
@@ -338,7 +339,11 @@ export async function spendVerificationToken(ctx: ActivityContext, token: string
       throw permissionDenied(`verification token ${claims.id} was issued to organization ${row.organization_id}; it serves that organization and its sub-organizations only`, "VERIFICATION_TOKEN_ORGANIZATION_MISMATCH");
     }
   }
-  await ctx.trx.updateTable("verification_tokens").set({ used_at: ctx.now }).where("id", "=", row.id).execute();
+  // Spent by a conditional update: two logins into different sub-organizations hold different
+  // organization locks, so only the row (PostgreSQL re-checks the condition after waiting for the
+  // other's commit) keeps a token to one use.
+  const spent = await ctx.trx.updateTable("verification_tokens").set({ used_at: ctx.now }).where("id", "=", row.id).where("used_at", "is", null).executeTakeFirst();
+  if (Number(spent.numUpdatedRows) !== 1) throw failedPrecondition(`verification token ${claims.id} was already used`, "VERIFICATION_TOKEN_ALREADY_USED");
   return { ...claims, contact: row.contact, verification_type: row.otp_type, ...(row.public_key ? { public_key: row.public_key } : {}) };
 }
 
