@@ -293,6 +293,8 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
     const { verificationToken, sessionKey } = await verified(user);
     // The token verifies with the client's verifier against the published signer key.
     const claims = await verifyOtpVerificationToken(verificationToken, signerPublicKey);
+    // Spendable by whoever holds it: only verify_otp's response carries it, never the audit log.
+    expect(JSON.stringify(await h.server.store.db.selectFrom("activities").select(["result", "intent", "votes"]).execute())).not.toContain(verificationToken.split(".")[2]);
     expect(claims).toMatchObject({ contact: user.email, verification_type: "OTP_TYPE_EMAIL", organization_id: parent.organizationId, public_key: sessionKey.publicKey });
 
     const clientSignature = await loginSignature(verificationToken, sessionKey);

@@ -182,6 +182,10 @@ describe("read-only sessions", () => {
     expect(parsed.sessionType).toBe("SESSION_TYPE_READ_ONLY");
     expect(Number(result.sessionExpiry)).toBe(parsed.expiry);
     expect(parsed.expiry - Date.now() / 1000).toBeGreaterThan(59 * 60);
+    // The token reads for an hour: only this response carries it; the audit log keeps it redacted.
+    const { activities } = await sdk.getActivities({ filterByType: ["ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION"] });
+    expect(activities[0]!.result.createReadOnlySessionResult).toMatchObject({ session: "<redacted>", userId: org.userId });
+    expect(JSON.stringify(await h.server.store.db.selectFrom("activities").select(["result", "intent", "votes"]).execute())).not.toContain(result.session);
   });
 
   it("the browser client sends it as X-Session: it reads as the user, and every write is refused", async () => {

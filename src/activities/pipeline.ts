@@ -66,8 +66,13 @@ function parseBody(raw: Buffer): unknown {
 
 function removeSecrets(parameters: Record<string, unknown>, secrets: string[] | undefined): Record<string, unknown> {
   if (!secrets?.length) return parameters;
-  return Object.fromEntries(Object.entries(parameters).map(([k, v]) => [k, secrets.includes(k) ? "<redacted>" : v]));
+  return Object.fromEntries(Object.entries(parameters).map(([k, v]) => [k, secrets.includes(k) && v !== undefined ? "<redacted>" : v]));
 }
+
+/** Whether this request carries one of the operation's secret parameters (then neither its intent
+ * nor its signed body is kept whole, and it cannot wait for approvals). */
+const carriesSecrets = (operation: SubmitOperation, parameters: Record<string, unknown>) =>
+  operation.kind === "activity" && !!operation.secretParameters?.some((name) => parameters?.[name] !== undefined);
 
 /** A parent organization's credential reads its sub-organizations (authentication accepts it for
  * them) but writes only in its own organization — except the logins a parent's backend runs for its
@@ -146,7 +151,7 @@ export class Pipeline {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
         await confirmCredential(trx, principal, now);
         const activityId = newId();
-        const vote = this.castBy(principal, activityId, "VOTE_SELECTION_APPROVED", operation.secretParameters?.length ? "" : raw.toString("utf8"), now);
+        const vote = this.castBy(principal, activityId, "VOTE_SELECTION_APPROVED", carriesSecrets(operation, envelope.parameters) ? "" : raw.toString("utf8"), now);
         const row: ActivitiesTable = {
           id: activityId,
           organization_id: envelope.organizationId,
@@ -167,7 +172,7 @@ export class Pipeline {
         // quorum and policies: the requester is one of the parent's users.
         if (principal.organizationId !== envelope.organizationId) subject.authorityOrganizationId = principal.organizationId;
         const decision = await decideActivity(trx, subject);
-        await this.apply(trx, decision, subject, row, principal, precheckFailure);
+        const requesterResult = await this.apply(trx, decision, subject, row, principal, precheckFailure);
         await insertActivity(trx, row);
         await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
         const queued = await enqueueActivityEvent(trx, row, () => renderActivity(row), now);
@@ -175,7 +180,7 @@ export class Pipeline {
         return () => {
           if (queued) this.options.onWebhookEventsQueued?.();
           if (operation.queuesMessages && row.status === "ACTIVITY_STATUS_COMPLETED") this.options.onMessagesQueued?.();
-          return this.respond(row);
+          return this.respond(requesterResult ? { ...row, result: requesterResult } : row);
         };
       });
     } catch (error) {
@@ -232,7 +237,8 @@ export class Pipeline {
   }
 
   /** Carries out a decision on the activity row: run it, keep it waiting for votes, or refuse it. */
-  private async apply(trx: OpenTx, decision: Decision, subject: ActivitySubject, row: ActivitiesTable, requester: Principal, precheckFailure?: unknown): Promise<void> {
+  /** Returns the result as the requester may see it, when it differs from the one recorded. */
+  private async apply(trx: OpenTx, decision: Decision, subject: ActivitySubject, row: ActivitiesTable, requester: Principal, precheckFailure?: unknown): Promise<string | void> {
     const { store, env } = this.options;
     const fail = (error: ServiceError) => {
       row.status = "ACTIVITY_STATUS_FAILED";
@@ -241,7 +247,7 @@ export class Pipeline {
     if (decision.outcome === "OUTCOME_DENY_EXPLICIT" || decision.outcome === "OUTCOME_DENY_IMPLICIT") return fail(denialError(subject, decision));
     if (decision.outcome === "OUTCOME_REQUIRES_CONSENSUS") {
       // Its secret parameters are not stored, so it could not run later: it must be allowed now.
-      if (subject.operation.secretParameters?.length) return fail(failedPrecondition(`${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
+      if (carriesSecrets(subject.operation, subject.parameters)) return fail(failedPrecondition(`${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
       // Votes are cast in the activity's organization, where a parent's users cannot vote.
       if (subject.authorityOrganizationId) return fail(failedPrecondition(`${subject.type} requested by the parent organization cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
       row.status = "ACTIVITY_STATUS_CONSENSUS_NEEDED";
@@ -258,7 +264,11 @@ export class Pipeline {
       if (undoable) await assertRootQuorumReachable(trx, subject.organizationId);
       await savepoint?.releaseSavepoint("operation").execute();
       row.status = "ACTIVITY_STATUS_COMPLETED";
-      row.result = JSON.stringify(result);
+      // A result that is itself a credential (a read-only session, a verification token) goes to the
+      // requester in this response only: the audit log, other readers and webhooks get it redacted.
+      const secrets = subject.operation.secretResults ?? [];
+      row.result = JSON.stringify(secrets.length ? Object.fromEntries(Object.entries(result).map(([k, v]) => [k, secrets.includes(k) ? "<redacted>" : v])) : result);
+      if (secrets.length) return JSON.stringify(result);
     } catch (error) {
       await savepoint?.rollbackToSavepoint("operation").execute();
       fail(error instanceof ServiceError ? error : this.internal(error, row.id));

@@ -434,6 +434,8 @@ export const otpOperations = [
     action: "VERIFY",
     parentMayRequest: true,
     secretParameters: ["otpCode", "encryptedOtpBundle"],
+    // Spendable by whoever holds it (once): nobody but the requester sees it.
+    secretResults: ["verificationToken"],
     policyParameters: (p) => ({ otp_id: p.otpId }),
     afterFailure: (ctx, p) => countWrongCode(ctx, p, "otp"),
     async execute(ctx, p) {

@@ -134,6 +134,9 @@ export interface ActivityOperation<P = any> {
   action: PolicyAction;
   /** Parameters that are secrets: never stored in the intent or echoed in a vote's message. */
   secretParameters?: string[];
+  /** Result fields that are credentials: returned to the requester, recorded as "<redacted>" (the
+   * audit log, other readers, webhooks and a retry's answer see that). */
+  secretResults?: string[];
   /** Only the root quorum may perform it; no policy can allow it (the product's root-only types). */
   rootOnly?: boolean;
   /** It changes nothing in the organization beyond its own activity record (signing does not):

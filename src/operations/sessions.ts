@@ -217,6 +217,8 @@ export const sessionOperations = [
     summary: "A read-only session (one hour) of the stamping credential: a token sent as X-Session on queries (never on submits).",
     resource: "AUTH",
     action: "CREATE",
+    // A bearer token for an hour of reading: nobody but the requester sees it.
+    secretResults: ["session"],
     credentialOwner: (_p, principal) => principal.userId,
     async execute(ctx) {
       const names = await organizationAndUser(ctx, ctx.principal.userId);

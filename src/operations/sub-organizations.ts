@@ -238,6 +238,9 @@ export const subOrganizationOperations = [
     summary: "Create a sub-organization with its root users (API keys, passkeys, OAuth identities), root quorum and, optionally, a wallet or private keys.",
     resource: "ORGANIZATION",
     action: "CREATE",
+    // A verification token is spendable by whoever reads it: never kept (the request then cannot
+    // wait for approvals).
+    secretParameters: ["verificationToken"],
     intentOf: (p) => ({ ...p, ...(p.rootUsers ? { rootUsers: p.rootUsers.map((u) => (u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u)) } : {}) }),
     execute: (ctx, p, type) => createSubOrganization(ctx, p, type),
   }),

@@ -239,6 +239,7 @@ export const userOperations = [
     summary: "Set or remove (empty string) a user's email.",
     resource: "USER",
     action: "UPDATE",
+    secretParameters: ["verificationToken"],
     policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
@@ -252,6 +253,7 @@ export const userOperations = [
     summary: "Set or remove (empty string) a user's phone number.",
     resource: "USER",
     action: "UPDATE",
+    secretParameters: ["verificationToken"],
     policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
