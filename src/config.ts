@@ -57,6 +57,11 @@ export interface OtpConfig {
   maxAttempts: number;
   /** A verification token's validity when verify_otp names none (seconds). */
   verificationTokenSeconds: number;
+  /** Codes one contact may be sent in ten minutes (whichever organizations ask). */
+  perContactLimit: number;
+  /** Domains (and their subdomains) whose https links and logos emails may carry, and whose
+   * addresses may be their sender or reply-to; empty allows none of these customizations. */
+  emailAllowedDomains: string[];
 }
 
 export interface SessionConfig {
@@ -151,6 +156,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       defaultSeconds: positiveInteger("SIGIL_OTP_DEFAULT_SECONDS", env.SIGIL_OTP_DEFAULT_SECONDS, 300),
       maxAttempts: positiveInteger("SIGIL_OTP_MAX_ATTEMPTS", env.SIGIL_OTP_MAX_ATTEMPTS, 5),
       verificationTokenSeconds: positiveInteger("SIGIL_VERIFICATION_TOKEN_SECONDS", env.SIGIL_VERIFICATION_TOKEN_SECONDS, 3600),
+      perContactLimit: positiveInteger("SIGIL_OTP_PER_CONTACT_LIMIT", env.SIGIL_OTP_PER_CONTACT_LIMIT, 5),
+      emailAllowedDomains: list(env.SIGIL_EMAIL_ALLOWED_DOMAINS).map((d) => d.toLowerCase().replace(/^\./, "")),
     },
     oidcAllowedIssuers: list(env.SIGIL_OIDC_ALLOWED_ISSUERS),
     webhooks: {

@@ -90,11 +90,13 @@ beforeAll(async () => {
   const smtpPort = await startSmtp();
   const smsPort = await startSms();
   h = await startHarness(
-    { SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`, SIGIL_SMS_URL: `http://127.0.0.1:${smsPort}/sms`, SIGIL_SMS_TOKEN: "sms-secret", SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400", SIGIL_MESSAGE_POLL_MS: "50" },
+    { SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`, SIGIL_SMS_URL: `http://127.0.0.1:${smsPort}/sms`, SIGIL_SMS_TOKEN: "sms-secret", SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400", SIGIL_MESSAGE_POLL_MS: "50", SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com" },
     { clock: () => Date.now() + offset },
   );
   parent = await h.organization("App backend");
   parentSdk = h.sdk(parent, parent.key, fastPoller);
+  // The app backend's organization sends codes for sign-up (init_otp): its root turns that on.
+  await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
   signerPublicKey = await signerPublicKeyOf(h.url);
 });
 afterAll(async () => {
@@ -213,6 +215,25 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
     expect((await parentSdk.getApiKeys({ organizationId: user.subOrganizationId, userId: user.userId })).apiKeys.length).toBe(keysBefore + 1);
   });
 
+  it("sends a code to the address on record, and at most 5 codes to one contact in 10 minutes", async () => {
+    const user = await endUser();
+    const before = mails.length;
+    await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email.toUpperCase(), appName: "Demo" });
+    await emailedCode(user.email, before);
+    for (let i = 0; i < 4; i++) await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+    const otps = await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute();
+    expect(await errorOf(parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" }))).toContain("OTP_RATE_LIMITED");
+    // Another organization asking for the same contact is counted too.
+    expect(await errorOf(parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" }))).toContain("OTP_RATE_LIMITED");
+    expect(await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual(otps);
+    offset += 10 * 60_000 + 1_000;
+    try {
+      await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+    } finally {
+      offset -= 10 * 60_000 + 1_000;
+    }
+  });
+
   it("V3's expirationSeconds sets the code's lifetime (at most 600 seconds)", async () => {
     const user = await endUser();
     const before = mails.length;
@@ -251,10 +272,20 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
       ["a logo that is not an https URL", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { logoUrl: "javascript:alert(1)" } }, "INVALID_EMAIL_CUSTOMIZATION"],
       ["a magic link without %s", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "https://x.example.com/" } }, "INVALID_EMAIL_CUSTOMIZATION"],
       ["templateVariables that are not a JSON object", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { templateVariables: "[1]" } }, "INVALID_EMAIL_CUSTOMIZATION"],
+      // Links, logos and senders must be the operator's (SIGIL_EMAIL_ALLOWED_DOMAINS=example.com):
+      // otherwise anyone able to start a code could send mail that looks like anyone's.
+      ["a magic link to another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "https://evil.example.net/login?c=%s" } }, "EMAIL_DOMAIN_NOT_ALLOWED"],
+      ["a magic link over plain http", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "http://app.example.com/login?c=%s" } }, "INVALID_EMAIL_CUSTOMIZATION"],
+      ["a logo from another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { logoUrl: "https://cdn.paypal.com/logo.png" } }, "EMAIL_DOMAIN_NOT_ALLOWED"],
+      ["a sender at another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", sendFromEmailAddress: "security@paypal.com", sendFromEmailSenderName: "PayPal Security" }, "EMAIL_DOMAIN_NOT_ALLOWED"],
+      ["a reply-to at another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", replyToEmailAddress: "help@evil.example.net" }, "EMAIL_DOMAIN_NOT_ALLOWED"],
+      ["an app name longer than 64 characters", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x".repeat(65) }, "INVALID_APP_NAME"],
+      ["an SMS template without the code", { otpType: "OTP_TYPE_SMS", contact: "PHONE", appName: "x", smsCustomization: { template: "Your bank account is locked, call +1 900 555 0100" } }, "INVALID_SMS_TEMPLATE"],
+      ["an SMS template longer than 320 characters", { otpType: "OTP_TYPE_SMS", contact: "PHONE", appName: "x", smsCustomization: { template: `{{.OtpCode}} ${"x".repeat(320)}` } }, "INVALID_SMS_TEMPLATE"],
     ];
     it.each(cases)("%s", async (_name, parameters, code) => {
       const user = await endUser();
-      const params = { ...parameters, contact: parameters.contact === "CONTACT" ? user.email : parameters.contact };
+      const params = { ...parameters, contact: parameters.contact === "CONTACT" ? user.email : parameters.contact === "PHONE" ? user.phone : parameters.contact };
       const before = JSON.parse(await h.snapshot());
       const sent = mails.length + texts.length;
       const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_INIT_OTP_AUTH_V3", timestampMs: String(Date.now()), organizationId: user.subOrganizationId, parameters: params }, parent.key);
@@ -403,6 +434,7 @@ describe("sign-up and contact proof with verification tokens", () => {
   it("update_user_email takes a token for the new address as proof; a token for another address is refused", async () => {
     const own = await h.organization("Own users");
     const sdk = h.sdk(own, own.key, fastPoller);
+    await sdk.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
     const email = `changed.${Date.now()}@example.com`;
     const { verificationToken: wrong } = await tokenFor(`other.${Date.now()}@example.com`);
     // Tokens verified in another organization (the app backend) do not serve this one.

@@ -12,6 +12,7 @@
 // messages/courier.ts), queued in the activity's own transaction.
 import crypto from "node:crypto";
 import { p256 } from "@noble/curves/nist.js";
+import { sql } from "kysely";
 import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
 import { HpkeError, openWith } from "../crypto/hpke.js";
 import { hasTransport, messageIdentity, type Channel, type MessageContent } from "../messages/courier.js";
@@ -28,6 +29,8 @@ export interface OtpSettings {
   defaultSeconds: number;
   maxAttempts: number;
   verificationTokenSeconds: number;
+  perContactLimit: number;
+  emailAllowedDomains: string[];
   messaging: MessagingConfig;
 }
 
@@ -102,37 +105,63 @@ function otpSeconds(ctx: ActivityContext, requested: string | undefined): number
 
 const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 
-/** The email or SMS carrying the code, from the request's customization. */
-function composeMessage(p: InitParams, channel: Channel, code: string, seconds: number, from: string | undefined): MessageContent {
-  const appName = (p.appName ?? p.emailCustomization?.appName ?? "").trim();
-  const minutes = Math.max(1, Math.round(seconds / 60));
-  if (channel === "sms") {
-    const template = p.smsCustomization?.template;
-    const text = template ? template.replace(/\{\{\s*\.OtpCode\s*\}\}/g, code) : `${appName ? `${appName}: ` : ""}your verification code is ${code}. It expires in ${minutes} minute${minutes === 1 ? "" : "s"}.`;
-    return { text };
-  }
-  const custom = p.emailCustomization ?? {};
-  const link = custom.magicLinkTemplate ? custom.magicLinkTemplate.replace("%s", encodeURIComponent(code)) : undefined;
-  const subject = `${appName ? `${appName} ` : ""}verification code`;
-  const text = [`Your ${appName ? `${appName} ` : ""}verification code is ${code}`, `It expires in ${minutes} minute${minutes === 1 ? "" : "s"}.`, ...(link ? [`Or open ${link}`] : []), "If you did not ask for it, ignore this message."].join("\n\n");
-  const html = [
-    ...(custom.logoUrl ? [`<p><img src="${escapeHtml(custom.logoUrl)}" alt="${escapeHtml(appName)}" style="max-width:340px;max-height:124px"></p>`] : []),
-    `<p>Your ${escapeHtml(appName ? `${appName} ` : "")}verification code is</p>`,
-    `<p style="font-size:28px;letter-spacing:4px;font-family:monospace"><strong>${escapeHtml(code)}</strong></p>`,
-    `<p>It expires in ${minutes} minute${minutes === 1 ? "" : "s"}.</p>`,
-    ...(link ? [`<p><a href="${escapeHtml(link)}">Continue</a></p>`] : []),
-    "<p>If you did not ask for it, ignore this message.</p>",
-  ].join("\n");
-  return { subject, text, html, ...(from ? { from } : {}), ...(p.replyToEmailAddress ? { replyTo: p.replyToEmailAddress } : {}) };
+const RATE_WINDOW_MS = 10 * 60 * 1000;
+const MAX_APP_NAME = 64;
+const MAX_SMS_TEMPLATE = 320;
+const CODE_PLACEHOLDER = /\{\{\s*\.OtpCode\s*\}\}/g;
+
+/** The app name as it may appear in a subject and body: one line, short. */
+function appNameOf(p: InitParams): string {
+  const name = (p.appName ?? p.emailCustomization?.appName ?? "").replace(/[\u0000-\u001f\u007f]/g, " ").trim();
+  if (name.length > MAX_APP_NAME) throw invalidArgument(`appName must be at most ${MAX_APP_NAME} characters`, "INVALID_APP_NAME");
+  return name;
 }
 
-function checkEmailCustomization(p: InitParams): string | undefined {
-  const custom = p.emailCustomization ?? {};
-  if (custom.logoUrl !== undefined && custom.logoUrl !== "" && !/^https:\/\/\S+$/.test(custom.logoUrl)) throw invalidArgument("emailCustomization.logoUrl must be an https URL", "INVALID_EMAIL_CUSTOMIZATION");
-  if (custom.magicLinkTemplate !== undefined && custom.magicLinkTemplate !== "") {
-    if (!/^https?:\/\/\S+$/.test(custom.magicLinkTemplate) || custom.magicLinkTemplate.split("%s").length !== 2) {
-      throw invalidArgument("emailCustomization.magicLinkTemplate must be an http(s) URL with one %s where the code goes", "INVALID_EMAIL_CUSTOMIZATION");
+/** Whether a host is one of the operator's email domains (or a subdomain of one). */
+const allowedDomain = (settings: OtpSettings, host: string) => settings.emailAllowedDomains.some((d) => host === d || host.endsWith(`.${d}`));
+
+/**
+ * Anything in an email besides the code points somewhere: links, logos, senders. Those must be the
+ * operator's own (SIGIL_EMAIL_ALLOWED_DOMAINS), or an end user able to start a code could send mail
+ * that looks like anyone's from this deployment's relay.
+ */
+function requireOperatorDomain(settings: OtpSettings, field: string, value: string, kind: "url" | "address"): void {
+  let host: string;
+  if (kind === "url") {
+    let url: URL;
+    try {
+      url = new URL(value);
+    } catch {
+      throw invalidArgument(`${field} must be an https URL`, "INVALID_EMAIL_CUSTOMIZATION");
     }
+    if (url.protocol !== "https:") throw invalidArgument(`${field} must be an https URL`, "INVALID_EMAIL_CUSTOMIZATION");
+    host = url.hostname.toLowerCase();
+  } else {
+    if (!EMAIL.test(value)) throw invalidArgument(`${field} must be an email address`, "INVALID_EMAIL_CUSTOMIZATION");
+    host = value.slice(value.lastIndexOf("@") + 1).toLowerCase();
+  }
+  if (!allowedDomain(settings, host)) {
+    const listed = settings.emailAllowedDomains.length ? `: ${settings.emailAllowedDomains.join(", ")}` : ", unset";
+    throw permissionDenied(`${field} points to ${host}, which is not among the operator's email domains (SIGIL_EMAIL_ALLOWED_DOMAINS${listed})`, "EMAIL_DOMAIN_NOT_ALLOWED");
+  }
+}
+
+/** Checks the request's customization; returns the From header it asks for, if any. */
+function checkCustomization(settings: OtpSettings, p: InitParams, channel: Channel): string | undefined {
+  appNameOf(p);
+  if (channel === "sms") {
+    const template = p.smsCustomization?.template;
+    // A template without the code would make this server an SMS relay for any text.
+    if (template !== undefined && template !== "" && (template.match(CODE_PLACEHOLDER)?.length !== 1 || template.length > MAX_SMS_TEMPLATE)) {
+      throw invalidArgument(`smsCustomization.template must contain {{.OtpCode}} once and be at most ${MAX_SMS_TEMPLATE} characters`, "INVALID_SMS_TEMPLATE");
+    }
+    return undefined;
+  }
+  const custom = p.emailCustomization ?? {};
+  if (custom.logoUrl) requireOperatorDomain(settings, "emailCustomization.logoUrl", custom.logoUrl, "url");
+  if (custom.magicLinkTemplate) {
+    if (custom.magicLinkTemplate.split("%s").length !== 2) throw invalidArgument("emailCustomization.magicLinkTemplate must be an https URL with one %s where the code goes", "INVALID_EMAIL_CUSTOMIZATION");
+    requireOperatorDomain(settings, "emailCustomization.magicLinkTemplate", custom.magicLinkTemplate.replace("%s", "code"), "url");
   }
   if (custom.templateVariables !== undefined && custom.templateVariables !== "") {
     let parsed: unknown;
@@ -144,12 +173,49 @@ function checkEmailCustomization(p: InitParams): string | undefined {
     if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw invalidArgument("emailCustomization.templateVariables must be a JSON object", "INVALID_EMAIL_CUSTOMIZATION");
   }
   if (custom.templateId) throw invalidArgument("emailCustomization.templateId: this server has no stored email templates; leave it out", "EMAIL_TEMPLATE_NOT_FOUND");
-  for (const [field, value] of [["sendFromEmailAddress", p.sendFromEmailAddress], ["replyToEmailAddress", p.replyToEmailAddress]] as const) {
-    if (value !== undefined && value !== "" && !EMAIL.test(value)) throw invalidArgument(`${field} must be an email address`, "INVALID_EMAIL_CUSTOMIZATION");
-  }
+  if (p.replyToEmailAddress) requireOperatorDomain(settings, "replyToEmailAddress", p.replyToEmailAddress, "address");
   if (!p.sendFromEmailAddress) return undefined;
-  const name = (p.sendFromEmailSenderName ?? "Notifications").replace(/["\r\n<>]/g, "").trim() || "Notifications";
+  requireOperatorDomain(settings, "sendFromEmailAddress", p.sendFromEmailAddress, "address");
+  const name = (p.sendFromEmailSenderName ?? "Notifications").replace(/["\r\n<>\\]/g, "").trim().slice(0, MAX_APP_NAME) || "Notifications";
   return `"${name}" <${p.sendFromEmailAddress}>`;
+}
+
+/** The email or SMS carrying the code, from the request's (checked) customization. */
+function composeMessage(p: InitParams, channel: Channel, code: string, seconds: number, from: string | undefined): MessageContent {
+  const appName = appNameOf(p);
+  const minutes = Math.max(1, Math.round(seconds / 60));
+  const expiry = `It expires in ${minutes} minute${minutes === 1 ? "" : "s"}.`;
+  if (channel === "sms") {
+    const template = p.smsCustomization?.template;
+    return { text: template ? template.replace(CODE_PLACEHOLDER, code) : `${appName ? `${appName}: ` : ""}your verification code is ${code}. ${expiry}` };
+  }
+  const custom = p.emailCustomization ?? {};
+  const link = custom.magicLinkTemplate ? custom.magicLinkTemplate.replace("%s", encodeURIComponent(code)) : undefined;
+  const subject = `${appName ? `${appName} ` : ""}verification code`;
+  const text = [`Your ${appName ? `${appName} ` : ""}verification code is ${code}`, expiry, ...(link ? [`Or open ${link}`] : []), "If you did not ask for it, ignore this message."].join("\n\n");
+  const html = [
+    ...(custom.logoUrl ? [`<p><img src="${escapeHtml(custom.logoUrl)}" alt="${escapeHtml(appName)}" style="max-width:340px;max-height:124px"></p>`] : []),
+    `<p>Your ${escapeHtml(appName ? `${appName} ` : "")}verification code is</p>`,
+    `<p style="font-size:28px;letter-spacing:4px;font-family:monospace"><strong>${escapeHtml(code)}</strong></p>`,
+    `<p>${expiry}</p>`,
+    ...(link ? [`<p><a href="${escapeHtml(link)}">Continue</a></p>`] : []),
+    "<p>If you did not ask for it, ignore this message.</p>",
+  ].join("\n");
+  return { subject, text, html, ...(from ? { from } : {}), ...(p.replyToEmailAddress ? { replyTo: p.replyToEmailAddress } : {}) };
+}
+
+/** Codes sent to one contact are limited, whichever organizations ask: no flooding an inbox or a
+ * phone (and its bill) through this server. */
+async function requireUnderContactLimit(ctx: ActivityContext, contact: string): Promise<void> {
+  const recent = await ctx.trx
+    .selectFrom("otps")
+    .select((eb) => eb.fn.countAll<number>().as("n"))
+    .where(sql<string>`lower(contact)`, "=", foldEmail(contact))
+    .where("created_at", ">", ctx.now - RATE_WINDOW_MS)
+    .executeTakeFirstOrThrow();
+  if (Number(recent.n) >= ctx.env.otp.perContactLimit) {
+    throw new ServiceError("ResourceExhausted", "OTP_RATE_LIMITED", `${ctx.env.otp.perContactLimit} codes were already sent to this contact in the last 10 minutes: try again later`);
+  }
 }
 
 /** Queues a message in the activity's transaction: sealed, and kept in the outbox when its channel
@@ -185,8 +251,10 @@ async function startOtp(ctx: ActivityContext, p: InitParams, flow: Flow, userId:
   const { otpType, contact, channel } = requireContact(p.otpType, p.contact);
   const { length, alphanumeric } = codeShape(p);
   const seconds = otpSeconds(ctx, p.expirationSeconds);
-  const from = channel === "email" ? checkEmailCustomization(p) : undefined;
-  await ctx.trx.deleteFrom("otps").where("expires_at", "<=", ctx.now).execute();
+  const from = checkCustomization(ctx.env.otp, p, channel);
+  // Expired codes go, once they no longer count toward the per-contact limit.
+  await ctx.trx.deleteFrom("otps").where("expires_at", "<=", ctx.now - RATE_WINDOW_MS).execute();
+  await requireUnderContactLimit(ctx, contact);
   const otpId = newId();
   const code = generateCode(length, alphanumeric);
   const expiresAt = ctx.now + seconds * 1000;
@@ -298,18 +366,23 @@ async function markVerified(ctx: ActivityContext, userId: string, otpType: strin
   await ctx.trx.updateTable("users").set(otpType === "OTP_TYPE_EMAIL" ? { email_verified_at: ctx.now } : { phone_verified_at: ctx.now }).where("id", "=", userId).execute();
 }
 
-/** The user of the organization with this email (case-insensitive) or phone number. */
-async function userWithContact(ctx: ActivityContext, otpType: string, contact: string): Promise<string> {
-  const column = otpType === "OTP_TYPE_EMAIL" ? "email" : "phone_number";
-  const rows = await ctx.trx.selectFrom("users").select(["id", column]).where("organization_id", "=", ctx.organizationId).execute();
-  const wanted = otpType === "OTP_TYPE_EMAIL" ? contact.toLowerCase() : contact;
-  const found = rows.filter((r) => {
-    const value = (r as Record<string, string | null>)[column];
-    return value !== null && (otpType === "OTP_TYPE_EMAIL" ? value.toLowerCase() : value.replace(/[\s().-]/g, "")) === wanted;
+/** Emails compare without regard to ASCII letter case only (toLowerCase would also fold look-alikes
+ * such as the Kelvin sign into "k"). */
+const foldEmail = (email: string) => email.replace(/[A-Z]/g, (c) => c.toLowerCase());
+
+/** The user of the organization with this email (ASCII case-insensitive) or phone number, and the
+ * contact as stored for it (where the code goes). */
+async function userWithContact(ctx: ActivityContext, otpType: string, contact: string): Promise<{ id: string; contact: string }> {
+  const byEmail = otpType === "OTP_TYPE_EMAIL";
+  const rows = await ctx.trx.selectFrom("users").select(["id", "email", "phone_number"]).where("organization_id", "=", ctx.organizationId).where(byEmail ? "email" : "phone_number", "is not", null).execute();
+  const wanted = byEmail ? foldEmail(contact) : contact;
+  const found = rows.flatMap((r) => {
+    const stored = byEmail ? r.email! : r.phone_number!;
+    return (byEmail ? foldEmail(stored) : stored.replace(/[\s().-]/g, "")) === wanted ? [{ id: r.id, contact: stored }] : [];
   });
-  if (found.length === 0) throw notFound(`no user of organization ${ctx.organizationId} has ${otpType === "OTP_TYPE_EMAIL" ? "email" : "phone number"} ${contact}`, "USER_NOT_FOUND");
+  if (found.length === 0) throw notFound(`no user of organization ${ctx.organizationId} has ${byEmail ? "email" : "phone number"} ${contact}`, "USER_NOT_FOUND");
   if (found.length > 1) throw failedPrecondition(`${found.length} users of organization ${ctx.organizationId} share ${contact}: a one-time password cannot tell them apart`, "CONTACT_AMBIGUOUS");
-  return found[0]!.id;
+  return found[0]!;
 }
 
 const policyParams = (p: InitParams) => ({ otp_type: p.otpType, contact: p.contact, otp_length: p.otpLength ?? 9, alphanumeric: p.alphanumeric ?? true, app_name: p.appName ?? p.emailCustomization?.appName ?? "" });
@@ -387,8 +460,9 @@ export const otpOperations = [
     async execute(ctx, p) {
       const { otpType, contact } = requireContact(p.otpType, p.contact);
       await requireLoginFeature(ctx, otpType);
-      const userId = await userWithContact(ctx, otpType, contact);
-      const { otpId } = await startOtp(ctx, p, "otp_auth", userId, false);
+      const user = await userWithContact(ctx, otpType, contact);
+      // The code goes to the address on record, however the request spelled it.
+      const { otpId } = await startOtp(ctx, { ...p, contact: user.contact }, "otp_auth", user.id, false);
       return { otpId };
     },
   }),
@@ -422,6 +496,8 @@ export const otpOperations = [
     queuesMessages: true,
     policyParameters: policyParams,
     async execute(ctx, p, type) {
+      // Codes go out only where the organization enabled that kind of message.
+      await requireLoginFeature(ctx, requireContact(p.otpType, p.contact).otpType);
       // V2 and later hand out a key the code is sent back encrypted to (verify_otp V2).
       return startOtp(ctx, p, "otp", null, type !== "ACTIVITY_TYPE_INIT_OTP");
     },
@@ -469,7 +545,7 @@ export const otpOperations = [
       const claims = await spendVerificationToken(ctx, p.verificationToken);
       checkClientSignature(p.clientSignature, claims, publicKey, type !== "ACTIVITY_TYPE_OTP_LOGIN");
       await requireLoginFeature(ctx, claims.verification_type);
-      const userId = await userWithContact(ctx, claims.verification_type, claims.contact);
+      const { id: userId } = await userWithContact(ctx, claims.verification_type, claims.contact);
       await markVerified(ctx, userId, claims.verification_type);
       const session = await issueSession(ctx, { userId, publicKey, kind: "LOGIN", name: defaultKeyName("OTP Login", ctx.now), seconds, invalidateExisting: p.invalidateExisting });
       return { session };
