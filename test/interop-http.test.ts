@@ -7,18 +7,25 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TurnkeyApi, TurnkeyClient, TurnkeyRequestError, createActivityPoller, init, withAsyncPolling, type TurnkeyApiTypes } from "@turnkey/http";
 import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { startHarness, newKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { startOidcIssuer, type TestIssuer } from "./helpers/oidc-issuer.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
 
 let h: Harness;
 let org: TestOrganization;
 let client: TurnkeyClient;
 
+let oidc: TestIssuer;
+
 beforeAll(async () => {
-  h = await startHarness();
+  oidc = await startOidcIssuer();
+  h = await startHarness({ SIGIL_OIDC_ALLOWED_ISSUERS: oidc.issuer });
   org = await h.organization("Acme");
   client = h.http(org.key);
 });
-afterAll(() => h.close());
+afterAll(async () => {
+  await h.close();
+  await oidc.close();
+});
 
 type Activity = TurnkeyApiTypes["v1Activity"];
 type Body<M extends keyof TurnkeyClient> = TurnkeyClient[M] extends (input: infer I) => unknown ? I : never;
@@ -89,8 +96,6 @@ function expectQueryEnvelope(response: Record<string, unknown>, keys: string[]) 
   expect(activity.result).toEqual(rest);
 }
 
-const fakeOidcToken = (claims: { iss: string; sub: string; aud: string }) =>
-  [{ alg: "RS256", typ: "JWT" }, { ...claims, iat: Math.floor(Date.now() / 1000) }].map((part) => Buffer.from(JSON.stringify(part)).toString("base64url")).join(".") + ".c2lnbmF0dXJl";
 
 const emptyUser = { apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] };
 
@@ -210,7 +215,7 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
               userPhoneNumber: "+14155550123",
               apiKeys: [{ apiKeyName: "v3 key", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "86400" }],
               authenticators: [],
-              oauthProviders: [{ providerName: "Auth0", oidcToken: fakeOidcToken({ iss: "https://tenant.auth0.com/", sub: "auth0|v3", aud: "aud-v3" }) }],
+              oauthProviders: [{ providerName: "Auth0", oidcToken: await oidc.token({ sub: "auth0|v3", aud: "aud-v3" }) }],
               userTags: [],
             },
           ],
@@ -221,7 +226,7 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       expect(userIds).toHaveLength(1);
       // The spec's intent key first, the swagger's beside it. The audit log keeps the identity token's
       // claims in place of the token (a bearer credential until it expires).
-      const intent = { users: [{ ...body.parameters.users[0]!, oauthProviders: [{ providerName: "Auth0", oidcClaims: { iss: "https://tenant.auth0.com/", sub: "auth0|v3", aud: "aud-v3" } }] }] };
+      const intent = { users: [{ ...body.parameters.users[0]!, oauthProviders: [{ providerName: "Auth0", oidcClaims: { iss: oidc.issuer, sub: "auth0|v3", aud: "aud-v3" } }] }] };
       expectCompleted(activity, body, { intentKeys: ["createUsersIntent", "createUsersIntentV3"], resultKey: "createUsersResult", result: { userIds }, intent });
 
       const { user } = await client.getUser({ organizationId: org.organizationId, userId: userIds[0] });
@@ -230,7 +235,7 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       expect(user.userPhoneNumber).toBe("+14155550123");
       expect(user.apiKeys.map((k) => [k.apiKeyName, k.credential, k.expirationSeconds])).toEqual([["v3 key", { publicKey: key.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" }, "86400"]]);
       expect(user.authenticators).toEqual([]);
-      expect(user.oauthProviders.map((p) => [p.providerName, p.issuer, p.subject, p.audience])).toEqual([["Auth0", "https://tenant.auth0.com/", "auth0|v3", "aud-v3"]]);
+      expect(user.oauthProviders.map((p) => [p.providerName, p.issuer, p.subject, p.audience])).toEqual([["Auth0", oidc.issuer, "auth0|v3", "aud-v3"]]);
       expect((await h.http(key).getWhoami({ organizationId: org.organizationId })).userId).toBe(userIds[0]);
     });
 

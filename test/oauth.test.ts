@@ -3,62 +3,32 @@
 // sub-organizations' users, as with the product; then every way a token can be wrong.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import crypto from "node:crypto";
-import http from "node:http";
-import type { AddressInfo } from "node:net";
-import { SignJWT, exportJWK, generateKeyPair, type CryptoKey, type JWK } from "jose";
+import { generateKeyPair } from "jose";
+import { startOidcIssuer, TEST_AUDIENCE as AUDIENCE, type TestIssuer } from "./helpers/oidc-issuer.js";
 import { decryptCredentialBundle, generateP256KeyPair, getPublicKey } from "@turnkey/crypto";
 import { parseSession } from "@turnkey/core/dist/utils.js";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
 
-const AUDIENCE = "sigil-test-app";
-let issuerServer: http.Server;
+let oidc: TestIssuer;
 let issuer: string;
-let signingKey: CryptoKey;
-let jwk: JWK;
-const issuerRequests: string[] = [];
 let h: Harness;
 let parent: TestOrganization;
 let parentSdk: ReturnType<Harness["sdk"]>;
 
-async function startIssuer() {
-  const pair = await generateKeyPair("RS256");
-  signingKey = pair.privateKey;
-  jwk = { ...(await exportJWK(pair.publicKey)), kid: "test-key-1", alg: "RS256", use: "sig" };
-  issuerServer = http.createServer((request, response) => {
-    issuerRequests.push(request.url ?? "");
-    if (request.url === "/.well-known/openid-configuration") {
-      response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks`, id_token_signing_alg_values_supported: ["RS256"] }));
-    } else if (request.url === "/jwks") {
-      response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ keys: [jwk] }));
-    } else response.writeHead(404).end();
-  });
-  await new Promise<void>((resolve) => issuerServer.listen(0, "127.0.0.1", resolve));
-  issuer = `http://127.0.0.1:${(issuerServer.address() as AddressInfo).port}`;
-}
-
 const nonceFor = (publicKey: string) => crypto.createHash("sha256").update(publicKey).digest("hex");
-
-async function idToken(claims: { sub: string; nonce?: string; aud?: string | string[]; iss?: string; exp?: number }, key: CryptoKey = signingKey, kid = "test-key-1") {
-  const jwt = new SignJWT({ email: "user@example.com", ...(claims.nonce ? { nonce: claims.nonce } : {}) })
-    .setProtectedHeader({ alg: "RS256", kid })
-    .setIssuer(claims.iss ?? issuer)
-    .setSubject(claims.sub)
-    .setAudience(claims.aud ?? AUDIENCE)
-    .setIssuedAt()
-    .setExpirationTime(claims.exp ?? Math.floor(Date.now() / 1000) + 600);
-  return jwt.sign(key);
-}
+const idToken = (claims: Parameters<TestIssuer["token"]>[0], key?: Parameters<TestIssuer["token"]>[1]) => oidc.token(claims, key);
 
 beforeAll(async () => {
-  await startIssuer();
+  oidc = await startOidcIssuer();
+  issuer = oidc.issuer;
   h = await startHarness({ SIGIL_OIDC_ALLOWED_ISSUERS: `${issuer},https://accounts.example.com` });
   parent = await h.organization("Social app");
   parentSdk = h.sdk(parent, parent.key, fastPoller);
 });
 afterAll(async () => {
   await h.close();
-  await new Promise<void>((resolve) => issuerServer.close(() => resolve()));
+  await oidc.close();
 });
 
 let counter = 0;
@@ -148,13 +118,31 @@ describe("OAuth providers", () => {
     expect(await errorOf(own.deleteOauthProviders({ userId: user.userId, providerIds: [user.providerId] }))).toContain("OAUTH_PROVIDER_NOT_FOUND");
   });
 
-  it("V2 links an identity from its claims", async () => {
+  it("a sub-organization's own users link an identity only with a token its issuer signed", async () => {
     const user = await socialUser();
     const own = h.sdk({ organizationId: user.subOrganizationId }, user.rootKey, fastPoller);
-    await own.createOauthProviders({ userId: user.userId, oauthProviders: [{ providerName: "Apple", oidcClaims: { iss: issuer, sub: `${user.subject}-apple`, aud: AUDIENCE } }] });
+    const before = (await own.getOauthProviders({ userId: user.userId })).oauthProviders;
+    // Bare claims would let an end user claim a stranger's identity.
+    expect(await errorOf(own.createOauthProviders({ userId: user.userId, oauthProviders: [{ providerName: "Apple", oidcClaims: { iss: issuer, sub: "a-stranger", aud: AUDIENCE } }] }))).toContain("OIDC_CLAIMS_NOT_ALLOWED");
+    // So would a token nobody signed, or one signed by another key.
+    const payload = (await idToken({ sub: "a-stranger" })).split(".")[1];
+    const unsigned = `${Buffer.from(JSON.stringify({ alg: "none" })).toString("base64url")}.${payload}.`;
+    expect(await errorOf(own.createOauthProviders({ userId: user.userId, oauthProviders: [{ providerName: "Apple", oidcToken: unsigned }] }))).toMatch(/OIDC_TOKEN_INVALID|OIDC_SIGNATURE_INVALID/);
+    const forged = await idToken({ sub: "a-stranger" }, (await generateKeyPair("RS256")).privateKey);
+    expect(await errorOf(own.createOauthProviders({ userId: user.userId, oauthProviders: [{ providerName: "Apple", oidcToken: forged }] }))).toContain("OIDC_SIGNATURE_INVALID");
+    expect((await own.getOauthProviders({ userId: user.userId })).oauthProviders).toEqual(before);
+  });
+
+  it("the parent links an identity from its claims when it creates the sub-organization", async () => {
+    const subject = `apple-user-${Date.now()}`;
+    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({
+      subOrganizationName: "claims",
+      rootQuorumThreshold: 1,
+      rootUsers: [{ userName: "claims", apiKeys: [], authenticators: [], oauthProviders: [{ providerName: "Apple", oidcClaims: { iss: issuer, sub: subject, aud: AUDIENCE } } as never] }],
+    });
     const sessionKey = newKeyPair();
-    const { session } = await parentSdk.oauthLogin({ organizationId: user.subOrganizationId, oidcToken: await idToken({ sub: `${user.subject}-apple`, nonce: nonceFor(sessionKey.publicKey) }), publicKey: sessionKey.publicKey });
-    expect(parseSession(session).userId).toBe(user.userId);
+    const { session } = await parentSdk.oauthLogin({ organizationId: subOrganizationId, oidcToken: await idToken({ sub: subject, nonce: nonceFor(sessionKey.publicKey) }), publicKey: sessionKey.publicKey });
+    expect(parseSession(session).userId).toBe(rootUserIds![0]);
   });
 });
 
@@ -168,6 +156,7 @@ describe("tokens that must not log anyone in", () => {
     ["signed by a key the issuer does not publish", async (key) => idToken({ sub: user.subject, nonce: nonceFor(key) }, (await generateKeyPair("RS256")).privateKey), "OIDC_SIGNATURE_INVALID"],
     ["for another audience", (key) => idToken({ sub: user.subject, nonce: nonceFor(key), aud: "someone-elses-app" }), "OIDC_AUDIENCE_MISMATCH"],
     ["expired", (key) => idToken({ sub: user.subject, nonce: nonceFor(key), exp: Math.floor(Date.now() / 1000) - 120 }), "OIDC_TOKEN_EXPIRED"],
+    ["that never expires (no exp)", (key) => idToken({ sub: user.subject, nonce: nonceFor(key), exp: 0 }), "OIDC_TOKEN_INVALID"],
     ["from an issuer the operator did not allow", (key) => idToken({ sub: user.subject, nonce: nonceFor(key), iss: "https://evil.example.net" }), "OIDC_ISSUER_NOT_ALLOWED"],
     ["with the nonce of another key", (_key) => idToken({ sub: user.subject, nonce: nonceFor(newKeyPair().publicKey) }), "OIDC_NONCE_MISMATCH"],
     ["without a nonce", (_key) => idToken({ sub: user.subject }), "OIDC_NONCE_MISMATCH"],
@@ -179,13 +168,13 @@ describe("tokens that must not log anyone in", () => {
     const target = generateP256KeyPair();
     const oidcToken = await makeToken(target.publicKeyUncompressed);
     const keysBefore = await h.server.store.db.selectFrom("api_keys").select("id").where("organization_id", "=", user.subOrganizationId).execute();
-    const requestsBefore = issuerRequests.length;
+    const requestsBefore = oidc.requests.length;
     const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_OAUTH", timestampMs: String(Date.now()), organizationId: user.subOrganizationId, parameters: { oidcToken, targetPublicKey: target.publicKeyUncompressed } }, parent.key);
     const response = await h.post("/public/v1/submit/oauth", body, headers);
     expect(response.status).toBeGreaterThanOrEqual(400);
     expect(JSON.stringify(response.json)).toContain(code);
     expect(await h.server.store.db.selectFrom("api_keys").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual(keysBefore);
     // An issuer nobody allowed is never contacted (ours was asked nothing new either).
-    if (code === "OIDC_ISSUER_NOT_ALLOWED") expect(issuerRequests.length).toBe(requestsBefore);
+    if (code === "OIDC_ISSUER_NOT_ALLOWED") expect(oidc.requests.length).toBe(requestsBefore);
   });
 });

@@ -6,16 +6,23 @@
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, newKeyPair, signedRequest, type ApiKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { startOidcIssuer, type TestIssuer } from "./helpers/oidc-issuer.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
 
 let h: Harness;
 let org: TestOrganization;
 
+let oidc: TestIssuer;
+
 beforeAll(async () => {
-  h = await startHarness();
+  oidc = await startOidcIssuer();
+  h = await startHarness({ SIGIL_OIDC_ALLOWED_ISSUERS: oidc.issuer });
   org = await h.organization("Acme");
 });
-afterAll(() => h.close());
+afterAll(async () => {
+  await h.close();
+  await oidc.close();
+});
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const sha256hex = (bytes: string) => crypto.createHash("sha256").update(bytes).digest("hex");
@@ -115,10 +122,9 @@ function expectQueryEnvelope(response: Awaited<ReturnType<typeof query>>, key: s
 
 const timestamp = expect.objectContaining({ seconds: expect.stringMatching(/^\d+$/), nanos: expect.stringMatching(/^\d+$/) });
 
-/** An identity token, base64-encoded as the spec's oidcToken field says. */
-function base64OidcToken(claims: { iss: string; sub: string; aud: string }) {
-  const jwt = [{ alg: "RS256", typ: "JWT" }, claims].map((p) => Buffer.from(JSON.stringify(p)).toString("base64url")).join(".") + ".c2ln";
-  return Buffer.from(jwt).toString("base64");
+/** An identity token (signed by the test's issuer), base64-encoded as the spec's oidcToken field says. */
+async function base64OidcToken(claims: { sub: string; aud: string }) {
+  return Buffer.from(await oidc.token(claims)).toString("base64");
 }
 
 async function listUsers() {
@@ -156,7 +162,7 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
                 },
               },
             ],
-            oauthProviders: [{ providerName: "Google", oidcToken: base64OidcToken({ iss: "https://accounts.google.com", sub: "alice-123", aud: "my-client" }) }],
+            oauthProviders: [{ providerName: "Google", oidcToken: await base64OidcToken({ sub: "alice-123", aud: "my-client" }) }],
             userTags: [],
           },
         ],
@@ -168,7 +174,7 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
     // The spec names createUsersIntent for V3; the swagger's createUsersIntentV3 is served beside it, second.
     // The audit log keeps the identity token's claims in place of the token.
     const sentUser = (body.parameters as { users: Record<string, unknown>[] }).users[0]!;
-    const recorded = { ...body, parameters: { users: [{ ...sentUser, oauthProviders: [{ providerName: "Google", oidcClaims: { iss: "https://accounts.google.com", sub: "alice-123", aud: "my-client" } }] }] } };
+    const recorded = { ...body, parameters: { users: [{ ...sentUser, oauthProviders: [{ providerName: "Google", oidcClaims: { iss: oidc.issuer, sub: "alice-123", aud: "my-client" } }] }] } };
     const activity = expectCompletedActivity(response, recorded, { intentKeys: ["createUsersIntent", "createUsersIntentV3"], resultKey: "createUsersResult", result: { userIds } });
     expect(activity.intent.createUsersIntent).toEqual(activity.intent.createUsersIntentV3);
 
@@ -206,7 +212,7 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
       ],
       userTags: [],
       oauthProviders: [
-        { providerId: expect.stringMatching(UUID), providerName: "Google", issuer: "https://accounts.google.com", audience: "my-client", subject: "alice-123", createdAt: at, updatedAt: at },
+        { providerId: expect.stringMatching(UUID), providerName: "Google", issuer: oidc.issuer, audience: "my-client", subject: "alice-123", createdAt: at, updatedAt: at },
       ],
       createdAt: at,
       updatedAt: at,

@@ -2,8 +2,7 @@
 // the older activity versions): creation in every version, the parent's read-only view, isolation,
 // whoami through the parent, delegated access, listing with filters, deletion, and features.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SignJWT } from "jose";
-import crypto from "node:crypto";
+import { startOidcIssuer, type TestIssuer } from "./helpers/oidc-issuer.js";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
@@ -14,15 +13,21 @@ let parentSdk: ReturnType<Harness["sdk"]>;
 
 const ethAccount = { curve: "CURVE_SECP256K1" as const, pathFormat: "PATH_FORMAT_BIP32" as const, path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const };
 
+let oidc: TestIssuer;
+
 beforeAll(async () => {
-  h = await startHarness();
+  oidc = await startOidcIssuer();
+  h = await startHarness({ SIGIL_OIDC_ALLOWED_ISSUERS: oidc.issuer });
   parent = await h.organization("Parent");
   parentSdk = h.sdk(parent, parent.key, fastPoller);
 });
-afterAll(() => h.close());
+afterAll(async () => {
+  await h.close();
+  await oidc.close();
+});
 
-/** An unsigned JWT with the claims a provider would sign (registration reads iss/sub/aud only). */
-const oidcToken = (sub: string) => new SignJWT({ nonce: "n" }).setProtectedHeader({ alg: "HS256" }).setIssuer("https://accounts.example.com").setSubject(sub).setAudience("sigil-test").setIssuedAt().setExpirationTime("1h").sign(crypto.randomBytes(32));
+/** An identity token of the test's issuer for `sub`. */
+const oidcToken = (sub: string) => oidc.token({ sub });
 
 async function subOrganization(name: string, options: { email?: string; key?: ApiKeyPair; extraRootUsers?: any[]; wallet?: boolean; oauthSubject?: string } = {}) {
   const key = options.key ?? newKeyPair();

@@ -89,13 +89,16 @@ export function oidcVerifier(allowedIssuers: string[], options: { timeoutMs?: nu
       const keySet = await keySetOf(issuer);
       try {
         const now = options.clock ? Math.floor(options.clock() / 1000) : undefined;
-        const { payload } = await jwtVerify(token, keySet, { issuer, algorithms: ALGORITHMS, clockTolerance: options.clockToleranceSeconds ?? 30, ...(now !== undefined ? { currentDate: new Date(now * 1000) } : {}) });
+        // exp and sub are required: jose checks exp only when present, and a token that never expires
+        // would be a lasting credential.
+        const { payload } = await jwtVerify(token, keySet, { issuer, algorithms: ALGORITHMS, requiredClaims: ["exp", "sub"], clockTolerance: options.clockToleranceSeconds ?? 30, ...(now !== undefined ? { currentDate: new Date(now * 1000) } : {}) });
         if (!payload.sub) throw unauthenticated("the OIDC token has no subject (sub)", "OIDC_TOKEN_INVALID");
         const audiences = Array.isArray(payload.aud) ? payload.aud : payload.aud ? [payload.aud] : [];
         return { issuer, subject: payload.sub, audiences, nonce: typeof payload.nonce === "string" ? payload.nonce : undefined, claims: payload };
       } catch (error) {
         if (error instanceof ServiceError) throw error;
         if (error instanceof joseErrors.JWTExpired) throw unauthenticated("the OIDC token has expired", "OIDC_TOKEN_EXPIRED");
+        if (error instanceof joseErrors.JWTClaimValidationFailed && (error.claim === "exp" || error.claim === "sub")) throw unauthenticated(`the OIDC token has no ${error.claim} claim`, "OIDC_TOKEN_INVALID");
         if (error instanceof joseErrors.JWSSignatureVerificationFailed || error instanceof joseErrors.JWKSNoMatchingKey) {
           throw unauthenticated(`the OIDC token's signature does not verify with the keys of ${issuer}`, "OIDC_SIGNATURE_INVALID");
         }

@@ -5,7 +5,7 @@
 // as JSON { "to", "body" } to an HTTP provider (SIGIL_SMS_URL). A channel without a transport keeps
 // its messages in the local outbox (`sigil outbox` prints them) until the code inside expires:
 // nothing is dropped silently. A sent message's text is erased; failures are retried with backoff
-// until the code expires or the attempts run out.
+// until the code expires or the attempts run out. (The courier also clears expired verification tokens.)
 import type pino from "pino";
 import nodemailer, { type Transporter } from "nodemailer";
 import type { Store } from "../store/database.js";
@@ -30,6 +30,7 @@ export const messageIdentity = (row: Pick<OutboundMessagesTable, "id" | "organiz
 export const hasTransport = (config: MessagingConfig, channel: Channel) => (channel === "email" ? !!config.smtpUrl : !!config.smsUrl);
 
 const MAX_BACKOFF_MS = 60_000;
+const RETENTION_MS = 7 * 24 * 3600 * 1000;
 
 export class MessageCourier {
   private timer: NodeJS.Timeout | null = null;
@@ -45,7 +46,10 @@ export class MessageCourier {
     private readonly logger: pino.Logger,
     private readonly clock: () => number = Date.now,
   ) {
-    this.mailer = config.smtpUrl ? nodemailer.createTransport(config.smtpUrl) : null;
+    // nodemailer's own timeouts run to minutes; an attempt must end within its lease, or another
+    // process would take the message over and send it twice.
+    const limits = { connectionTimeout: config.timeoutMs, greetingTimeout: config.timeoutMs, socketTimeout: config.timeoutMs };
+    this.mailer = config.smtpUrl ? nodemailer.createTransport({ url: config.smtpUrl, ...limits } as Parameters<typeof nodemailer.createTransport>[0]) : null;
   }
 
   start(): void {
@@ -82,9 +86,12 @@ export class MessageCourier {
   private async sendDue(): Promise<void> {
     const now = this.clock();
     // Outbox copies and undelivered messages whose code has expired are of no use: erase their text.
-    await this.store.transact("exclusive", (trx) =>
-      trx.updateTable("outbound_messages").set({ sealed_message: null, status: "expired" }).where("status", "in", ["pending", "outbox"]).where("expires_at", "<=", now).execute(),
-    );
+    // Their rows (recipient, status) stay a week for the operator, then go with spent verification tokens.
+    await this.store.transact("exclusive", async (trx) => {
+      await trx.updateTable("outbound_messages").set({ sealed_message: null, status: "expired" }).where("status", "in", ["pending", "outbox"]).where("expires_at", "<=", now).execute();
+      await trx.deleteFrom("outbound_messages").where("expires_at", "<=", now - RETENTION_MS).execute();
+      await trx.deleteFrom("verification_tokens").where("expires_at", "<=", now).execute();
+    });
     const due = await this.store.db
       .selectFrom("outbound_messages")
       .selectAll()

@@ -10,7 +10,7 @@ import { invalidArgument, notFound, permissionDenied } from "../errors.js";
 import { unverifiedOidcClaims, type OidcIdentity } from "../auth/oidc.js";
 import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "./registry.js";
 import { distinct, renderOauthProvider, requireAtMost, requireUser } from "./resources.js";
-import { addOauthProviders, oauthProviderAsRecorded, type OauthProviderParams } from "./users.js";
+import { addOauthProviders, oauthProviderAsRecorded, warmOidcKeys, type OauthProviderParams } from "./users.js";
 import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 
 
@@ -85,8 +85,7 @@ export const oauthOperations = [
     },
   }),
 
-  // Linking records which identity may log in (the token's claims, or V2's claims as given); the
-  // token's signature is what the logins above check, when it is presented as proof.
+  // Linking needs a token that verifies, or claims someone trusted vouches for (users.ts oidcIdentity).
   defineActivity<{ userId: string; oauthProviders: OauthProviderParams[] }>({
     name: "create_oauth_providers",
     summary: "Link OIDC identities (issuer, audience, subject) to a user, from a token's claims or (V2) the claims themselves.",
@@ -95,6 +94,7 @@ export const oauthOperations = [
     credentialOwner: (p) => p.userId,
     intentOf: (p) => ({ ...p, oauthProviders: (p.oauthProviders ?? []).map(oauthProviderAsRecorded) }),
     policyParameters: (p) => ({ user_id: p.userId, provider_names: (p.oauthProviders ?? []).map((o) => o.providerName) }),
+    precheck: (p, env) => warmOidcKeys(p.oauthProviders ?? [], env),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       requireAtMost(p.oauthProviders ?? [], "oauthProviders");

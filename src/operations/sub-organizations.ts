@@ -8,7 +8,7 @@ import { failedPrecondition, invalidArgument } from "../errors.js";
 import type { Db } from "../store/database.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
 import { newId, pageSize, keysetPage, type Pagination, requireAtMost } from "./resources.js";
-import { createUser, oauthProviderAsRecorded, type NewUserParams } from "./users.js";
+import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams } from "./users.js";
 import { createWallet, type NewWalletParams } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
@@ -83,7 +83,8 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
   const inSub: ActivityContext = { ...ctx, organizationId: subOrganizationId };
   const rootUserIds: string[] = [];
   for (const [i, user] of rootUsers.entries()) {
-    const userId = await createUser(inSub, user, `rootUsers[${i}]`);
+    // The parent's backend vouches for the identities it links to the users it signs up.
+    const userId = await createUser(inSub, user, `rootUsers[${i}]`, "by-parent");
     await ctx.trx.insertInto("root_quorum_members").values({ organization_id: subOrganizationId, user_id: userId }).execute();
     rootUserIds.push(userId);
   }
@@ -241,6 +242,7 @@ export const subOrganizationOperations = [
     // A verification token is spendable by whoever reads it: never kept (the request then cannot
     // wait for approvals).
     secretParameters: ["verificationToken"],
+    precheck: (p, env) => warmOidcKeys((p.rootUsers ?? []).flatMap((u) => u.oauthProviders ?? []), env),
     intentOf: (p) => ({ ...p, ...(p.rootUsers ? { rootUsers: p.rootUsers.map((u) => (u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u)) } : {}) }),
     execute: (ctx, p, type) => createSubOrganization(ctx, p, type),
   }),

@@ -1,8 +1,8 @@
 // Users of an organization: creation with their credentials, updates, deletion, and reads.
 import { unverifiedOidcClaims } from "../auth/oidc.js";
 import { decodeJwt } from "jose";
-import { alreadyExists, failedPrecondition, invalidArgument } from "../errors.js";
-import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
+import { alreadyExists, failedPrecondition, invalidArgument, permissionDenied } from "../errors.js";
+import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "./registry.js";
 import { addApiKeys, addAuthenticators, requireName, type ApiKeyParams, type AuthenticatorParams } from "./credentials.js";
 import { spendVerificationToken } from "./otp.js";
 import { distinct, loadUsers, newId, requireUser, requireUserTags, requireUsers } from "./resources.js";
@@ -44,25 +44,42 @@ function normalizePhone(value: string | undefined, field: string): string | null
   return value;
 }
 
-/** The identity an OIDC token names. Its signature is checked by the login flows (oauth, oauth_login)
- * that accept it as proof; here a root-authorized activity only records which identity may log in. */
-function oidcIdentity(p: OauthProviderParams, field: string): { issuer: string; subject: string; audience: string } {
-  if (p.oidcClaims) {
-    const { iss, sub, aud } = p.oidcClaims;
-    if (!iss.trim() || !sub.trim() || !aud.trim()) throw invalidArgument(`${field}.oidcClaims needs non-empty iss, sub and aud`, "INVALID_OIDC_TOKEN");
-    return { issuer: iss, subject: sub, audience: aud };
+/** Who vouches for an OAuth identity being linked without a token: the parent's backend creating a
+ * sub-organization, or a top-level organization for its own users. */
+export type ClaimsVouched = "by-parent" | "by-organization";
+
+/**
+ * The identity (issuer, subject, audience) a provider links. A token must verify — an allowed
+ * issuer's signature, unexpired (auth/oidc.ts) — so nobody links an identity they cannot log in as.
+ * Bare claims (V2's oidcClaims, and what the audit log keeps of a token) are taken as given only where
+ * someone trusted vouches for them; inside a sub-organization its own users could otherwise claim a
+ * stranger's identity, and a backend looking the stranger up by token would log them in there.
+ */
+async function oidcIdentity(ctx: ActivityContext, p: OauthProviderParams, field: string, vouched: ClaimsVouched | null): Promise<{ issuer: string; subject: string; audience: string }> {
+  if (p.oidcToken !== undefined && p.oidcToken !== "") {
+    const verified = await ctx.env.oidc.verify(p.oidcToken);
+    if (verified.audiences.length !== 1) throw invalidArgument(`${field}.oidcToken names ${verified.audiences.length} audiences: link one with oidcClaims`, "OIDC_AUDIENCE_MISMATCH");
+    return { issuer: verified.issuer, subject: verified.subject, audience: verified.audiences[0]! };
   }
-  if (!p.oidcToken) throw invalidArgument(`${field} needs an oidcToken or oidcClaims`);
-  let claims;
-  try {
-    const token = p.oidcToken.includes(".") ? p.oidcToken : Buffer.from(p.oidcToken, "base64").toString("utf8");
-    claims = decodeJwt(token);
-  } catch {
-    throw invalidArgument(`${field}.oidcToken is not a JWT`, "INVALID_OIDC_TOKEN");
+  if (!p.oidcClaims) throw invalidArgument(`${field} needs an oidcToken or oidcClaims`, "INVALID_OIDC_TOKEN");
+  const { iss, sub, aud } = p.oidcClaims;
+  if (!iss?.trim() || !sub?.trim() || !aud?.trim()) throw invalidArgument(`${field}.oidcClaims needs non-empty iss, sub and aud`, "INVALID_OIDC_TOKEN");
+  if (!vouched) {
+    throw permissionDenied(`${field}.oidcClaims: in a sub-organization an identity is linked with a token its issuer signed (oidcToken); bare claims are accepted from the parent creating it, or in a top-level organization`, "OIDC_CLAIMS_NOT_ALLOWED");
   }
-  const audience = Array.isArray(claims.aud) ? claims.aud[0] : claims.aud;
-  if (!claims.iss || !claims.sub || !audience) throw invalidArgument(`${field}.oidcToken lacks iss, sub or aud`, "INVALID_OIDC_TOKEN");
-  return { issuer: claims.iss, subject: claims.sub, audience };
+  return { issuer: iss, subject: sub, audience: aud };
+}
+
+/** Whether bare claims are vouched for in `ctx`'s organization (top-level: its own root or policy). */
+export async function claimsVouchedIn(ctx: ActivityContext): Promise<ClaimsVouched | null> {
+  const organization = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", ctx.organizationId).executeTakeFirstOrThrow();
+  return organization.parent_organization_id ? null : "by-organization";
+}
+
+/** Fetches the signing keys of the issuers of tokens a request carries before the organization's
+ * lock is taken (jose caches them); verification itself happens in the transaction. */
+export async function warmOidcKeys(providers: Array<OauthProviderParams | undefined>, env: OperationEnvironment): Promise<void> {
+  await Promise.all(providers.map((p) => (p?.oidcToken ? env.oidc.verify(p.oidcToken).catch(() => undefined) : undefined)));
 }
 
 /** An OAuth provider as the audit log keeps it: the identity its token names, never the token (a
@@ -74,11 +91,13 @@ export function oauthProviderAsRecorded<T extends { oidcToken?: string }>(provid
   return claims ? { ...rest, oidcClaims: claims } : rest;
 }
 
-export async function addOauthProviders(ctx: ActivityContext, userId: string, providers: OauthProviderParams[], field: string): Promise<string[]> {
+export async function addOauthProviders(ctx: ActivityContext, userId: string, providers: OauthProviderParams[], field: string, vouched?: ClaimsVouched | null): Promise<string[]> {
   const ids: string[] = [];
+  if (providers.length === 0) return ids;
+  const vouchedHere = vouched !== undefined ? vouched : await claimsVouchedIn(ctx);
   for (const [i, p] of providers.entries()) {
     const name = requireName(p.providerName, `${field}[${i}].providerName`);
-    const identity = oidcIdentity(p, `${field}[${i}]`);
+    const identity = await oidcIdentity(ctx, p, `${field}[${i}]`, vouchedHere);
     const taken = await ctx.trx
       .selectFrom("oauth_providers")
       .select("id")
@@ -122,7 +141,7 @@ async function withContactProof(ctx: ActivityContext, userId: string, changes: C
 }
 
 /** A user of `ctx.organizationId` with its credentials (API keys, passkeys, OAuth identities). */
-export async function createUser(ctx: ActivityContext, user: NewUserParams, field: string): Promise<string> {
+export async function createUser(ctx: ActivityContext, user: NewUserParams, field: string, vouched?: ClaimsVouched | null): Promise<string> {
   const id = newId();
   await ctx.trx
     .insertInto("users")
@@ -138,7 +157,7 @@ export async function createUser(ctx: ActivityContext, user: NewUserParams, fiel
     .execute();
   await addApiKeys(ctx, id, user.apiKeys ?? [], `${field}.apiKeys`);
   await addAuthenticators(ctx, id, user.authenticators ?? [], `${field}.authenticators`);
-  await addOauthProviders(ctx, id, user.oauthProviders ?? [], `${field}.oauthProviders`);
+  await addOauthProviders(ctx, id, user.oauthProviders ?? [], `${field}.oauthProviders`, vouched);
   return id;
 }
 
@@ -158,6 +177,7 @@ export const userOperations = [
     resource: "USER",
     action: "CREATE",
     intentOf: (p) => ({ ...p, users: (p.users ?? []).map((u) => (u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u)) }),
+    precheck: (p, env) => warmOidcKeys((p.users ?? []).flatMap((u) => u.oauthProviders ?? []), env),
     async execute(ctx, p) {
       if (p.users.length === 0) throw invalidArgument("users must list at least one user");
       const userIds: string[] = [];
