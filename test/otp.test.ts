@@ -9,7 +9,7 @@ import { SMTPServer } from "smtp-server";
 import { ApiKeyStamper, SignatureFormat } from "@turnkey/api-key-stamper";
 import { decryptCredentialBundle, encryptOtpCodeToBundle, generateP256KeyPair, getPublicKey, verifyOtpVerificationToken } from "@turnkey/crypto";
 // The helpers @turnkey/core's own OTP login runs (not exported from its index).
-import { getClientSignatureMessageForLogin, parseSession } from "@turnkey/core/dist/utils.js";
+import { getClientSignatureMessageForLogin, getClientSignatureMessageForSignup, parseSession } from "@turnkey/core/dist/utils.js";
 import { startHarness, newKeyPair, signedRequest, signerPublicKeyOf, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
 import path from "node:path";
@@ -234,6 +234,20 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
     }
   });
 
+  it("the parent's policies govern its backend's logins, and can name the sub-organizations they cover", async () => {
+    const a = await endUser();
+    const b = await endUser();
+    const key = newKeyPair();
+    const { userIds } = await parentSdk.createUsers({ users: [{ userName: `backend ${Date.now()}`, apiKeys: [{ apiKeyName: "backend", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }] });
+    const backend = h.sdk(parent, key, fastPoller);
+    const start = (user: { subOrganizationId: string; email: string }) => backend.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+    // A non-root user of the parent with no policy may not start logins anywhere.
+    expect(await errorOf(start(a))).toContain("POLICY_DENIED");
+    await parentSdk.createPolicy({ policyName: `backend logins in ${a.subOrganizationId}`, effect: "EFFECT_ALLOW", notes: "", consensus: `approvers.any(user, user.id == '${userIds[0]}')`, condition: `activity.resource == 'OTP' && activity.organization_id == '${a.subOrganizationId}'` });
+    expect((await start(a)).otpId).toBeTruthy();
+    expect(await errorOf(start(b))).toContain("POLICY_DENIED");
+  });
+
   it("V3's expirationSeconds sets the code's lifetime (at most 600 seconds)", async () => {
     const user = await endUser();
     const before = mails.length;
@@ -420,8 +434,13 @@ describe("sign-up and contact proof with verification tokens", () => {
 
   it("a sub-organization whose only root user is known by email: created with the token as proof, then logged into by OTP", async () => {
     const email = `signup.${Date.now()}@example.com`;
-    const { verificationToken } = await tokenFor(email);
-    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({ subOrganizationName: "email-only", rootQuorumThreshold: 1, rootUsers: [{ userName: "signup", userEmail: email, apiKeys: [], authenticators: [], oauthProviders: [] }], verificationToken });
+    const { verificationToken, sessionKey: signupKey } = await tokenFor(email);
+    const signup = { subOrganizationName: "email-only", rootQuorumThreshold: 1, rootUsers: [{ userName: "signup", userEmail: email, apiKeys: [], authenticators: [], oauthProviders: [] }], verificationToken };
+    // The token is bound to the client's key: without that key's signature it signs nobody up.
+    expect(await errorOf(parentSdk.createSubOrganization(signup))).toContain("CLIENT_SIGNATURE_REQUIRED");
+    const usage = getClientSignatureMessageForSignup({ verificationToken, email });
+    const signupSignature = await new ApiKeyStamper({ apiPublicKey: signupKey.publicKey, apiPrivateKey: signupKey.privateKey }).sign(usage.message, SignatureFormat.Raw);
+    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({ ...signup, clientSignature: { message: usage.message, publicKey: usage.publicKey, signature: signupSignature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" } });
     expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: email })).organizationIds).toEqual([subOrganizationId]);
     // The token served the sign-up; a new one logs in.
     const { verificationToken: loginToken, sessionKey } = await tokenFor(email);

@@ -108,6 +108,9 @@ async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverI
     resource: operation.resource,
     action: operation.action,
     params: operation.policyParameters?.(parameters, type) ?? {},
+    // Sigil's addition: where the activity runs, so a parent's policy allowing its backend to run
+    // logins can name the sub-organizations it applies to.
+    organization_id: subject.organizationId,
   };
   const extra = (await operation.policyContext?.(trx as Tx, subject.organizationId, parameters, type)) ?? {};
   return {
@@ -178,7 +181,7 @@ export async function mayVote(
   // A vote is judged as an activity of its own first: a policy that explicitly denies this user
   // approving (or rejecting) wins over being named by a consensus.
   const voteInput: EvaluationInput = {
-    condition: { activity: { type: voteType, kind: activityKind(voteType), resource: "ACTIVITY", action: voteType === "ACTIVITY_TYPE_REJECT_ACTIVITY" ? "REJECT" : "APPROVE", params: {} } },
+    condition: { activity: { type: voteType, kind: activityKind(voteType), resource: "ACTIVITY", action: voteType === "ACTIVITY_TYPE_REJECT_ACTIVITY" ? "REJECT" : "APPROVE", params: {}, organization_id: subject.organizationId } },
     approvers: [voterValue],
     credentials: [credentialValue(voter)],
     nowMs: subject.now,

@@ -420,31 +420,51 @@ export async function spendVerificationToken(ctx: ActivityContext, token: string
   return { ...claims, contact: row.contact, verification_type: row.otp_type, ...(row.public_key ? { public_key: row.public_key } : {}) };
 }
 
-/** otp_login's clientSignature: ECDSA P-256 (raw r||s or DER hex) by the token's key over the
- * message the clients build: {"login":{"publicKey":<session key>},"tokenId":<id>,"type":"USAGE_TYPE_LOGIN"}. */
-function checkClientSignature(signature: { publicKey?: string; scheme?: string; message?: string; signature?: string } | undefined, claims: VerificationClaims, sessionKey: string, required: boolean): void {
+export interface ClientSignature {
+  publicKey?: string;
+  scheme?: string;
+  message?: string;
+  signature?: string;
+}
+
+/** What a client signature authorizes: a login with a session key, or a sign-up. */
+export type SignatureUsage = { type: "USAGE_TYPE_LOGIN"; sessionKey: string } | { type: "USAGE_TYPE_SIGNUP" };
+
+/**
+ * A client signature by the key a verification token is bound to (verify_otp's public key): ECDSA
+ * P-256 over SHA-256 of `message` (raw r||s or DER, hex), where `message` is the JSON the clients
+ * build (@turnkey/core getClientSignatureMessageForLogin / …ForSignup): the usage type, the token id,
+ * and for a login the session key. It proves the holder of the key that verified the code asked for
+ * this use of the token: someone who only captured the token cannot spend it.
+ */
+export function checkClientSignature(signature: ClientSignature | undefined, claims: VerificationClaims, usage: SignatureUsage, required: boolean): void {
   if (!signature) {
-    if (required || claims.public_key) throw invalidArgument("clientSignature is required: sign the login message with the key the verification token is bound to", "CLIENT_SIGNATURE_REQUIRED");
+    if (required || claims.public_key) throw invalidArgument("clientSignature is required: sign the usage message with the key the verification token is bound to", "CLIENT_SIGNATURE_REQUIRED");
     return;
   }
   if (!claims.public_key) throw invalidArgument("this verification token is bound to no key (verify_otp was sent without publicKey): it takes no clientSignature", "CLIENT_SIGNATURE_INVALID");
   if (signature.scheme !== "CLIENT_SIGNATURE_SCHEME_API_P256") throw invalidArgument(`clientSignature.scheme must be CLIENT_SIGNATURE_SCHEME_API_P256, got ${String(signature.scheme)}`, "CLIENT_SIGNATURE_INVALID");
   const boundKey = sessionPublicKey(claims.public_key, "the token's public_key");
   if (sessionPublicKey(signature.publicKey, "clientSignature.publicKey") !== boundKey) throw permissionDenied("clientSignature.publicKey is not the key the verification token is bound to", "CLIENT_SIGNATURE_INVALID");
-  let message: { login?: { publicKey?: unknown }; tokenId?: unknown; type?: unknown };
+  let message: { login?: { publicKey?: unknown }; signupV2?: { email?: unknown; phoneNumber?: unknown }; tokenId?: unknown; type?: unknown };
   try {
     message = JSON.parse(String(signature.message ?? "")) as typeof message;
   } catch {
-    throw invalidArgument("clientSignature.message must be the JSON login message", "CLIENT_SIGNATURE_INVALID");
+    throw invalidArgument("clientSignature.message must be the JSON usage message", "CLIENT_SIGNATURE_INVALID");
   }
-  if (message.type !== "USAGE_TYPE_LOGIN" || message.tokenId !== claims.id || typeof message.login?.publicKey !== "string" || sessionPublicKey(message.login.publicKey, "clientSignature.message.login.publicKey") !== sessionKey) {
-    throw permissionDenied("clientSignature.message is not a login of this token for this publicKey", "CLIENT_SIGNATURE_INVALID");
+  if (message?.type !== usage.type || message.tokenId !== claims.id) throw permissionDenied(`clientSignature.message is not a ${usage.type} of this token`, "CLIENT_SIGNATURE_INVALID");
+  if (usage.type === "USAGE_TYPE_LOGIN" && (typeof message.login?.publicKey !== "string" || sessionPublicKey(message.login.publicKey, "clientSignature.message.login.publicKey") !== usage.sessionKey)) {
+    throw permissionDenied("clientSignature.message logs in another session key than publicKey", "CLIENT_SIGNATURE_INVALID");
+  }
+  if (usage.type === "USAGE_TYPE_SIGNUP") {
+    const signed = claims.verification_type === "OTP_TYPE_EMAIL" ? message.signupV2?.email : message.signupV2?.phoneNumber;
+    if (signed !== undefined && String(signed).toLowerCase() !== claims.contact.toLowerCase()) throw permissionDenied("clientSignature.message signs up another contact than the token proves", "CLIENT_SIGNATURE_INVALID");
   }
   const raw = String(signature.signature ?? "").replace(/^0x/, "");
   if (!/^([0-9a-fA-F]{2})+$/.test(raw)) throw invalidArgument("clientSignature.signature must be hex", "CLIENT_SIGNATURE_INVALID");
   const bytes = Buffer.from(raw, "hex");
-  const message8 = Buffer.from(String(signature.message), "utf8");
-  const ok = bytes.length === 64 ? p256.verify(bytes, crypto.createHash("sha256").update(message8).digest(), Buffer.from(boundKey, "hex"), { prehash: false, lowS: false }) : verifyP256Der(boundKey, message8, bytes);
+  const signedBytes = Buffer.from(String(signature.message), "utf8");
+  const ok = bytes.length === 64 ? p256.verify(bytes, crypto.createHash("sha256").update(signedBytes).digest(), Buffer.from(boundKey, "hex"), { prehash: false, lowS: false }) : verifyP256Der(boundKey, signedBytes, bytes);
   if (!ok) throw permissionDenied("clientSignature does not verify with the verification token's key", "CLIENT_SIGNATURE_INVALID");
 }
 
@@ -531,7 +551,7 @@ export const otpOperations = [
     },
   }),
 
-  defineActivity<{ verificationToken: string; publicKey: string; expirationSeconds?: string; invalidateExisting?: boolean; clientSignature?: { publicKey?: string; scheme?: string; message?: string; signature?: string }; sessionProfileId?: string }>({
+  defineActivity<{ verificationToken: string; publicKey: string; expirationSeconds?: string; invalidateExisting?: boolean; clientSignature?: ClientSignature; sessionProfileId?: string }>({
     name: "otp_login",
     summary: "Spend a verification token for a session of the user holding its contact: publicKey becomes a session key; returns the session JWT.",
     resource: "AUTH",
@@ -543,7 +563,7 @@ export const otpOperations = [
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
       const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
       const claims = await spendVerificationToken(ctx, p.verificationToken);
-      checkClientSignature(p.clientSignature, claims, publicKey, type !== "ACTIVITY_TYPE_OTP_LOGIN");
+      checkClientSignature(p.clientSignature, claims, { type: "USAGE_TYPE_LOGIN", sessionKey: publicKey }, type !== "ACTIVITY_TYPE_OTP_LOGIN");
       await requireLoginFeature(ctx, claims.verification_type);
       const { id: userId } = await userWithContact(ctx, claims.verification_type, claims.contact);
       await markVerified(ctx, userId, claims.verification_type);

@@ -12,7 +12,7 @@ import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams }
 import { createWallet, type NewWalletParams } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
-import { spendVerificationToken } from "./otp.js";
+import { checkClientSignature, spendVerificationToken, type ClientSignature } from "./otp.js";
 import { assertRootQuorumReachable } from "./organizations.js";
 import type { AuthenticatorParams } from "./credentials.js";
 
@@ -34,6 +34,7 @@ interface CreateSubOrganizationParams {
   disableSmsAuth?: boolean;
   disableOtpEmailAuth?: boolean;
   verificationToken?: string;
+  clientSignature?: ClientSignature;
 }
 
 const versionOf = (type: string) => Number(/_V(\d+)$/.exec(type)?.[1] ?? 1);
@@ -92,6 +93,9 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
   // A verification token (verify_otp, in this parent) proves a root user's email or phone number.
   if (p.verificationToken !== undefined) {
     const claims = await spendVerificationToken(ctx, p.verificationToken);
+    // A token bound to a key (verify_otp V2) signs up only with that key's signature (V8's
+    // clientSignature), so a captured token alone cannot create an account for its contact.
+    checkClientSignature(p.clientSignature, claims, { type: "USAGE_TYPE_SIGNUP" }, false);
     const byEmail = claims.verification_type === "OTP_TYPE_EMAIL";
     const index = rootUsers.findIndex((u) => (byEmail ? (u.userEmail ?? "").toLowerCase() === claims.contact.toLowerCase() : u.userPhoneNumber === claims.contact));
     if (index < 0) throw invalidArgument(`the verification token proves ${claims.contact}, which is no root user's ${byEmail ? "email" : "phone number"}`, "VERIFICATION_TOKEN_CONTACT_MISMATCH");

@@ -92,9 +92,9 @@ export const ACTIVITY_PARAMS_TYPE = T.struct("ActivityParams", {
   sign_with: T.string,
 });
 
-export const ACTIVITY_TYPE = T.struct("Activity", { type: T.string, kind: T.string, resource: T.string, action: T.string, params: ACTIVITY_PARAMS_TYPE });
+export const ACTIVITY_TYPE = T.struct("Activity", { type: T.string, kind: T.string, resource: T.string, action: T.string, params: ACTIVITY_PARAMS_TYPE, organization_id: T.string });
 
-defineKeyword({ path: "activity", fields: ["condition"], type: ACTIVITY_TYPE, description: "The activity: type, kind, resource, action and params." });
+defineKeyword({ path: "activity", fields: ["condition"], type: ACTIVITY_TYPE, description: "The activity: type, kind, resource, action, params, and the organization it runs in (organization_id: a sub-organization's, when a parent's backend runs a login there)." });
 defineKeyword({ path: "approvers", fields: ["consensus"], type: T.list(USER_TYPE), description: "The users who have approved the activity so far (the requester first)." });
 defineKeyword({ path: "credentials", fields: ["consensus"], type: T.list(CREDENTIAL_TYPE), description: "The credentials those approvals were signed with." });
 defineKeyword({ path: "time.now", fields: ["condition", "consensus", "time"], type: T.timestamp, description: "The server's time when the activity is evaluated; one value per evaluation." });
