@@ -86,11 +86,12 @@ export class MessageCourier {
   private async sendDue(): Promise<void> {
     const now = this.clock();
     // Outbox copies and undelivered messages whose code has expired are of no use: erase their text.
-    // Their rows (recipient, status) stay a week for the operator, then go with spent verification tokens.
+    // Their rows (recipient, status) stay a week for the operator, as do expired verification tokens.
     await this.store.transact("exclusive", async (trx) => {
       await trx.updateTable("outbound_messages").set({ sealed_message: null, status: "expired" }).where("status", "in", ["pending", "outbox"]).where("expires_at", "<=", now).execute();
       await trx.deleteFrom("outbound_messages").where("expires_at", "<=", now - RETENTION_MS).execute();
-      await trx.deleteFrom("verification_tokens").where("expires_at", "<=", now).execute();
+      // Kept past expiry a while, so a late login hears VERIFICATION_TOKEN_EXPIRED, not "unknown".
+      await trx.deleteFrom("verification_tokens").where("expires_at", "<=", now - RETENTION_MS).execute();
     });
     const due = await this.store.db
       .selectFrom("outbound_messages")
