@@ -5,10 +5,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import crypto from "node:crypto";
 import { generateKeyPair } from "jose";
 import { startOidcIssuer, TEST_AUDIENCE as AUDIENCE, type TestIssuer } from "./helpers/oidc-issuer.js";
-import { decryptCredentialBundle, generateP256KeyPair, getPublicKey } from "@turnkey/crypto";
+import { generateP256KeyPair } from "@turnkey/crypto";
 import { parseSession } from "@turnkey/core/dist/utils.js";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
+import { errorOf, keyFromBundle } from "./helpers/logins.js";
 
 let oidc: TestIssuer;
 let issuer: string;
@@ -50,19 +51,7 @@ async function socialUser() {
   return { subOrganizationId, userId, subject, providerId: providerIds[0]!, rootKey };
 }
 
-function keyFromBundle(credentialBundle: string, target: { privateKey: string }) {
-  const privateKey = decryptCredentialBundle(credentialBundle, target.privateKey);
-  return { privateKey, publicKey: Buffer.from(getPublicKey(Buffer.from(privateKey, "hex"), true)).toString("hex") };
-}
 
-const errorOf = async (promise: Promise<unknown>) => {
-  try {
-    await promise;
-  } catch (error) {
-    return String((error as Error).message ?? error);
-  }
-  throw new Error("expected the request to fail");
-};
 
 describe("oauth (credential bundle)", () => {
   it("a token from the allowed issuer, with the target key's hash as nonce, opens a session key for the linked user", async () => {

@@ -7,11 +7,12 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { SMTPServer } from "smtp-server";
 import { ApiKeyStamper, SignatureFormat } from "@turnkey/api-key-stamper";
-import { decryptCredentialBundle, encryptOtpCodeToBundle, generateP256KeyPair, getPublicKey, verifyOtpVerificationToken } from "@turnkey/crypto";
+import { encryptOtpCodeToBundle, generateP256KeyPair, verifyOtpVerificationToken } from "@turnkey/crypto";
 // The helpers @turnkey/core's own OTP login runs (not exported from its index).
 import { getClientSignatureMessageForLogin, getClientSignatureMessageForSignup, parseSession } from "@turnkey/core/dist/utils.js";
 import { startHarness, newKeyPair, signedRequest, signerPublicKeyOf, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
+import { errorOf, keyFromBundle } from "./helpers/logins.js";
 import path from "node:path";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
@@ -120,19 +121,7 @@ async function endUser() {
   return { subOrganizationId, userId: rootUserIds![0]!, email, phone };
 }
 
-function keyFromBundle(credentialBundle: string, target: { privateKey: string }) {
-  const privateKey = decryptCredentialBundle(credentialBundle, target.privateKey);
-  return { privateKey, publicKey: Buffer.from(getPublicKey(Buffer.from(privateKey, "hex"), true)).toString("hex") };
-}
 
-const errorOf = async (promise: Promise<unknown>) => {
-  try {
-    await promise;
-  } catch (error) {
-    return String((error as Error).message ?? error);
-  }
-  throw new Error("expected the request to fail");
-};
 
 describe("init_otp_auth → otp_auth (credential bundle)", () => {
   it("emails a code over SMTP; the code opens a session key for the user; the email counts as verified", async () => {

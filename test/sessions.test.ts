@@ -5,10 +5,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createLocalJWKSet, jwtVerify } from "jose";
 // The parser @turnkey/core itself runs on the session a login returns (not exported from its index).
 import { parseSession as coreParseSession } from "@turnkey/core/dist/utils.js";
-import { decryptCredentialBundle, generateP256KeyPair, getPublicKey } from "@turnkey/crypto";
+import { generateP256KeyPair } from "@turnkey/crypto";
 import { TurnkeyBrowserClient } from "@turnkey/sdk-browser";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller, organizationWith } from "./helpers/organizations.js";
+import { errorOf, keyFromBundle } from "./helpers/logins.js";
 
 let h: Harness;
 let org: TestOrganization;
@@ -23,21 +24,7 @@ beforeAll(async () => {
 });
 afterAll(() => h.close());
 
-const errorOf = async (promise: Promise<unknown>) => {
-  try {
-    await promise;
-  } catch (error) {
-    return String((error as Error).message ?? error);
-  }
-  throw new Error("expected the request to fail");
-};
 
-/** The key pair a credential bundle carries, as a client would rebuild it. */
-function keyFromBundle(credentialBundle: string, target: { privateKey: string }) {
-  const privateKey = decryptCredentialBundle(credentialBundle, target.privateKey);
-  const publicKey = Buffer.from(getPublicKey(Buffer.from(privateKey, "hex"), true)).toString("hex");
-  return { privateKey, publicKey };
-}
 
 describe("stamp_login", () => {
   it("returns a signed session JWT the clients parse; its key then stamps requests as the user", async () => {
