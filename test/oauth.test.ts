@@ -71,6 +71,8 @@ describe("oauth (credential bundle)", () => {
     const rows = await h.server.store.db.selectFrom("activities").select(["intent", "votes"]).where("organization_id", "=", user.subOrganizationId).execute();
     const logged = JSON.stringify(rows);
     expect(logged).not.toContain(oidcToken.split(".")[2]);
+    // Not even the token that linked the identity (create_oauth_providers): neither intent nor vote.
+    expect(logged).not.toMatch(/eyJ[\w-]+\.eyJ[\w-]+\.[\w-]+/);
     expect(logged).toContain(user.subject);
   });
 
@@ -120,6 +122,19 @@ describe("OAuth providers", () => {
     const forged = await idToken({ sub: "a-stranger" }, (await generateKeyPair("RS256")).privateKey);
     expect(await errorOf(own.createOauthProviders({ userId: user.userId, oauthProviders: [{ providerName: "Apple", oidcToken: forged }] }))).toContain("OIDC_SIGNATURE_INVALID");
     expect((await own.getOauthProviders({ userId: user.userId })).oauthProviders).toEqual(before);
+  });
+
+  it("in a top-level organization bare claims need a policy or the root quorum, even for one's own user", async () => {
+    const team = await h.organization("Claims team");
+    const root = h.sdk(team, team.key, fastPoller);
+    const key = newKeyPair();
+    const { userIds } = await root.createUsers({ users: [{ userName: "employee", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }] });
+    const employee = h.sdk(team, key, fastPoller);
+    expect(await errorOf(employee.createOauthProviders({ userId: userIds[0]!, oauthProviders: [{ providerName: "Google", oidcClaims: { iss: issuer, sub: "the-ceo", aud: AUDIENCE } }] }))).toContain("POLICY_DENIED");
+    // With a token of their own identity, no policy is needed.
+    await employee.createOauthProviders({ userId: userIds[0]!, oauthProviders: [{ providerName: "Google", oidcToken: await idToken({ sub: "the-employee" }) }] });
+    // The root may vouch for claims.
+    await root.createOauthProviders({ userId: userIds[0]!, oauthProviders: [{ providerName: "Apple", oidcClaims: { iss: issuer, sub: "employee-apple", aud: AUDIENCE } }] });
   });
 
   it("the parent links an identity from its claims when it creates the sub-organization", async () => {

@@ -212,8 +212,11 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
     for (let i = 0; i < 4; i++) await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
     const otps = await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute();
     expect(await errorOf(parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" }))).toContain("OTP_RATE_LIMITED");
-    // Another organization asking for the same contact is counted too.
-    expect(await errorOf(parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" }))).toContain("OTP_RATE_LIMITED");
+    // Other spellings of the same inbox count too.
+    const [local, domain] = user.email.split("@");
+    for (const spelling of [user.email.toUpperCase(), `${local}+again@${domain}`, `${user.email}.`]) {
+      expect(await errorOf(parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: spelling, appName: "Demo" })), spelling).toContain("OTP_RATE_LIMITED");
+    }
     expect(await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual(otps);
     offset += 10 * 60_000 + 1_000;
     try {
@@ -221,6 +224,38 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
     } finally {
       offset -= 10 * 60_000 + 1_000;
     }
+  });
+
+  it("an end user's own requests cannot use up the parent's budget for a contact, nor bomb it from many sub-organizations", async () => {
+    const victim = `victim.${Date.now()}@example.com`;
+    const attackers = await Promise.all([0, 1, 2].map(async () => {
+      const key = newKeyPair();
+      const { subOrganizationId } = await parentSdk.createSubOrganization({ subOrganizationName: "attacker", rootQuorumThreshold: 1, rootUsers: [{ userName: "attacker", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] });
+      return h.sdk({ organizationId: subOrganizationId }, key, fastPoller);
+    }));
+    const outcomes: string[] = [];
+    for (const attacker of attackers) {
+      for (let i = 0; i < 5; i++) outcomes.push(await attacker.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: victim, appName: "Demo" }).then(() => "sent", (e: Error) => (e.message.includes("OTP_RATE_LIMITED") ? "limited" : e.message)));
+    }
+    // Five each at most, ten from sub-organizations together.
+    expect(outcomes.filter((o) => o === "sent")).toHaveLength(10);
+    expect(outcomes.filter((o) => o === "limited")).toHaveLength(5);
+    // The parent's backend still reaches the contact.
+    expect((await parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: victim, appName: "Demo" })).otpId).toBeTruthy();
+  });
+
+  it("an end user's own credential may not customize the message", async () => {
+    const key = newKeyPair();
+    const { subOrganizationId } = await parentSdk.createSubOrganization({ subOrganizationName: "end user", rootQuorumThreshold: 1, rootUsers: [{ userName: "u", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] });
+    const own = h.sdk({ organizationId: subOrganizationId }, key, fastPoller);
+    const sent = mails.length + texts.length;
+    expect(await errorOf(own.initOtp({ otpType: "OTP_TYPE_SMS", contact: "+15550009999", appName: "Bank", smsCustomization: { template: "BANK ALERT: call +1 900 555 0100, ref {{.OtpCode}}" } }))).toContain("OTP_CUSTOMIZATION_NOT_ALLOWED");
+    expect(await errorOf(own.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: "someone@example.com", appName: "Bank", sendFromEmailAddress: "alerts@example.com", sendFromEmailSenderName: "Security" }))).toContain("OTP_CUSTOMIZATION_NOT_ALLOWED");
+    expect(await errorOf(own.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: "someone@example.com", appName: "Call 1-900-555-0100 now" }))).toContain("INVALID_APP_NAME");
+    // A plain app name is fine.
+    expect((await own.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: "someone@example.com", appName: "My Wallet" })).otpId).toBeTruthy();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(mails.length + texts.length).toBe(sent + 1);
   });
 
   it("the parent's policies govern its backend's logins, and can name the sub-organizations they cover", async () => {
@@ -278,6 +313,7 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
       // Links, logos and senders must be the operator's (SIGIL_EMAIL_ALLOWED_DOMAINS=example.com):
       // otherwise anyone able to start a code could send mail that looks like anyone's.
       ["a magic link to another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "https://evil.example.net/login?c=%s" } }, "EMAIL_DOMAIN_NOT_ALLOWED"],
+      ["a magic link that smuggles text and a second link", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "https://app.example.com/\n\nYour wallet is locked: https://evil.example.net/unlock?c=%s" } }, "INVALID_EMAIL_CUSTOMIZATION"],
       ["a magic link over plain http", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "http://app.example.com/login?c=%s" } }, "INVALID_EMAIL_CUSTOMIZATION"],
       ["a logo from another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { logoUrl: "https://cdn.paypal.com/logo.png" } }, "EMAIL_DOMAIN_NOT_ALLOWED"],
       ["a sender at another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", sendFromEmailAddress: "security@paypal.com", sendFromEmailSenderName: "PayPal Security" }, "EMAIL_DOMAIN_NOT_ALLOWED"],
@@ -429,7 +465,14 @@ describe("sign-up and contact proof with verification tokens", () => {
     expect(await errorOf(parentSdk.createSubOrganization(signup))).toContain("CLIENT_SIGNATURE_REQUIRED");
     const usage = getClientSignatureMessageForSignup({ verificationToken, email });
     const signupSignature = await new ApiKeyStamper({ apiPublicKey: signupKey.publicKey, apiPrivateKey: signupKey.privateKey }).sign(usage.message, SignatureFormat.Raw);
-    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({ ...signup, clientSignature: { message: usage.message, publicKey: usage.publicKey, signature: signupSignature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" } });
+    const clientSignature = { message: usage.message, publicKey: usage.publicKey, signature: signupSignature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" as const };
+    // Whoever relays the request cannot swap in their own credentials: the signature covers them.
+    const withIntruderKey = { ...signup, rootUsers: [{ ...signup.rootUsers[0]!, apiKeys: [{ apiKeyName: "intruder", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" as const }] }] };
+    expect(await errorOf(parentSdk.createSubOrganization({ ...withIntruderKey, clientSignature }))).toContain("CLIENT_SIGNATURE_INVALID");
+    const { verificationToken: second, sessionKey: secondKey } = await tokenFor(email);
+    const secondUsage = getClientSignatureMessageForSignup({ verificationToken: second, email });
+    const secondSignature = await new ApiKeyStamper({ apiPublicKey: secondKey.publicKey, apiPrivateKey: secondKey.privateKey }).sign(secondUsage.message, SignatureFormat.Raw);
+    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({ ...signup, verificationToken: second, clientSignature: { message: secondUsage.message, publicKey: secondUsage.publicKey, signature: secondSignature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" } });
     expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: email })).organizationIds).toEqual([subOrganizationId]);
     // The token served the sign-up; a new one logs in.
     const { verificationToken: loginToken, sessionKey } = await tokenFor(email);
@@ -463,6 +506,24 @@ describe("sign-up and contact proof with verification tokens", () => {
     // Changing it again without proof clears the verification.
     await sdk.updateUserEmail({ userId: own.userId, userEmail: `unproven.${Date.now()}@example.com` });
     expect((await h.server.store.db.selectFrom("users").select("email_verified_at").where("id", "=", own.userId).executeTakeFirstOrThrow()).email_verified_at).toBeNull();
+  });
+
+  it("a token bound to a key proves a contact only to a request stamped by that key", async () => {
+    const user = await endUser();
+    // The user logs in by code: the session key is the key the token was bound to.
+    const { verificationToken: loginToken, sessionKey } = await tokenFor(user.email);
+    const login = getClientSignatureMessageForLogin({ verificationToken: loginToken });
+    const loginSignature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(login.message, SignatureFormat.Raw);
+    await parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken: loginToken, publicKey: sessionKey.publicKey, clientSignature: { message: login.message, publicKey: login.publicKey, signature: loginSignature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" } });
+    const asUser = h.sdk({ organizationId: user.subOrganizationId }, { publicKey: sessionKey.publicKey, privateKey: sessionKey.privateKey }, fastPoller);
+    const newEmail = `moved.${Date.now()}@example.com`;
+    // Bound to another key (captured from someone else's flow): refused.
+    const { verificationToken: foreign } = await tokenFor(newEmail);
+    expect(await errorOf(asUser.updateUserEmail({ userId: user.userId, userEmail: newEmail, verificationToken: foreign }))).toContain("VERIFICATION_TOKEN_KEY_MISMATCH");
+    // Bound to the key stamping the request: accepted.
+    const { verificationToken: own } = await tokenFor(newEmail, sessionKey);
+    await asUser.updateUserEmail({ userId: user.userId, userEmail: newEmail, verificationToken: own });
+    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: newEmail })).organizationIds).toEqual([user.subOrganizationId]);
   });
 
   it("a login by a code type the organization turned off is refused", async () => {

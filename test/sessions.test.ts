@@ -173,6 +173,11 @@ describe("read-only sessions", () => {
     const { activities } = await sdk.getActivities({ filterByType: ["ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION"] });
     expect(activities[0]!.result.createReadOnlySessionResult).toMatchObject({ session: "<redacted>", userId: org.userId });
     expect(JSON.stringify(await h.server.store.db.selectFrom("activities").select(["result", "intent", "votes"]).execute())).not.toContain(result.session);
+    // A retry cannot be answered with it: the first response was the only one.
+    const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION", timestampMs: String(Date.now()), organizationId: org.organizationId, parameters: {} }, org.key);
+    expect((await h.post("/public/v1/submit/create_read_only_session", body, headers)).status).toBe(200);
+    const retry = await h.post("/public/v1/submit/create_read_only_session", body, headers);
+    expect(JSON.stringify(retry.json)).toContain("RESULT_NOT_REPEATABLE");
   });
 
   it("the browser client sends it as X-Session: it reads as the user, and every write is refused", async () => {

@@ -151,13 +151,17 @@ export class Pipeline {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
         await confirmCredential(trx, principal, now);
         const activityId = newId();
-        const vote = this.castBy(principal, activityId, "VOTE_SELECTION_APPROVED", carriesSecrets(operation, envelope.parameters) ? "" : raw.toString("utf8"), now);
+        const intent = removeSecrets(operation.intentOf?.(envelope.parameters, type) ?? envelope.parameters, operation.secretParameters);
+        // The vote keeps the signed body only when it holds nothing the intent had to leave out
+        // (a secret parameter, or an identity token recorded as its claims).
+        const bodyIsRecordable = !carriesSecrets(operation, envelope.parameters) && (!operation.intentOf || JSON.stringify(intent) === JSON.stringify(envelope.parameters));
+        const vote = this.castBy(principal, activityId, "VOTE_SELECTION_APPROVED", bodyIsRecordable ? raw.toString("utf8") : "", now);
         const row: ActivitiesTable = {
           id: activityId,
           organization_id: envelope.organizationId,
           type,
           status: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
-          intent: JSON.stringify(removeSecrets(operation.intentOf?.(envelope.parameters, type) ?? envelope.parameters, operation.secretParameters)),
+          intent: JSON.stringify(intent),
           result: "{}",
           failure: null,
           votes: JSON.stringify([vote]),
@@ -190,6 +194,10 @@ export class Pipeline {
       if (!isDuplicateFingerprint(error)) throw error;
       // Read inside a write transaction: on SQLite the first may still be in the batch being committed.
       const existing = await store.transact("shared", (trx) => trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirstOrThrow());
+      // A result that is a credential was shown once, to the first response; a retry cannot repeat it.
+      if (operation.kind === "activity" && operation.secretResults?.length && existing.status === "ACTIVITY_STATUS_COMPLETED") {
+        throw failedPrecondition(`activity ${existing.id} already completed; its result is a credential shown only in the first response: send a new request (a new timestampMs) for another`, "RESULT_NOT_REPEATABLE");
+      }
       // The same bytes stamped by someone else are not a retry of theirs: say so rather than answer
       // with another user's activity as if it were the caller's success.
       if (existing.user_id !== principal.userId) {
@@ -248,6 +256,8 @@ export class Pipeline {
     if (decision.outcome === "OUTCOME_REQUIRES_CONSENSUS") {
       // Its secret parameters are not stored, so it could not run later: it must be allowed now.
       if (carriesSecrets(subject.operation, subject.parameters)) return fail(failedPrecondition(`${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
+      // Its result would be a credential nobody receives (the approval's response is another's).
+      if (subject.operation.secretResults?.length) return fail(failedPrecondition(`${subject.type} returns a credential and cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
       // Votes are cast in the activity's organization, where a parent's users cannot vote.
       if (subject.authorityOrganizationId) return fail(failedPrecondition(`${subject.type} requested by the parent organization cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
       row.status = "ACTIVITY_STATUS_CONSENSUS_NEEDED";

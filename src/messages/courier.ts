@@ -104,15 +104,17 @@ export class MessageCourier {
       .execute();
     for (const row of due) {
       if (this.closed) return;
-      // Claim it: only one process's update matches while the lease is free.
-      const leaseUntil = now + this.config.timeoutMs * 2;
+      // Claim it: only one process's update matches while the lease is free. The lease outlasts the
+      // attempt's own deadline (attempt below), read from the clock now, not at the batch's start.
+      const claimedAt = this.clock();
+      const leaseUntil = claimedAt + this.config.timeoutMs * 3;
       const claimed = await this.store.transact("exclusive", (trx) =>
         trx
           .updateTable("outbound_messages")
           .set({ lease_until: leaseUntil })
           .where("id", "=", row.id)
           .where("status", "=", "pending")
-          .where((eb) => eb.or([eb("lease_until", "is", null), eb("lease_until", "<", now)]))
+          .where((eb) => eb.or([eb("lease_until", "is", null), eb("lease_until", "<", claimedAt)]))
           .executeTakeFirst(),
       );
       if (Number(claimed.numUpdatedRows) !== 1 || !row.sealed_message) continue;
@@ -125,8 +127,19 @@ export class MessageCourier {
     let error: string | null = null;
     try {
       const content = JSON.parse(this.keyring.open(row.sealed_message!, messageIdentity(row)).toString("utf8")) as MessageContent;
-      if (row.channel === "email") await this.sendEmail(row.recipient, content);
-      else await this.sendSms(row.recipient, content);
+      const sending = row.channel === "email" ? this.sendEmail(row.recipient, content) : this.sendSms(row.recipient, content);
+      // One deadline for the whole attempt (a relay that trickles its answers never idles long
+      // enough for a socket timeout), well inside the lease.
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer within ${this.config.timeoutMs * 2} ms`)), this.config.timeoutMs * 2);
+      });
+      try {
+        await Promise.race([sending, deadline]);
+      } finally {
+        clearTimeout(timer);
+        sending.catch(() => undefined);
+      }
     } catch (failure) {
       error = failure instanceof Error ? failure.message : String(failure);
     }

@@ -91,7 +91,8 @@ export const oauthOperations = [
     summary: "Link OIDC identities (issuer, audience, subject) to a user, from a token's claims or (V2) the claims themselves.",
     resource: "CREDENTIAL",
     action: "CREATE",
-    credentialOwner: (p) => p.userId,
+    // Linking one's own identity by token needs no policy; bare claims prove nothing, so they always do.
+    credentialOwner: (p) => ((p.oauthProviders ?? []).some((o) => o.oidcClaims !== undefined) ? undefined : p.userId),
     intentOf: (p) => ({ ...p, oauthProviders: (p.oauthProviders ?? []).map(oauthProviderAsRecorded) }),
     policyParameters: (p) => ({ user_id: p.userId, provider_names: (p.oauthProviders ?? []).map((o) => o.providerName) }),
     precheck: (p, env) => warmOidcKeys(p.oauthProviders ?? [], env),

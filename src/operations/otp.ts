@@ -12,7 +12,6 @@
 // messages/courier.ts), queued in the activity's own transaction.
 import crypto from "node:crypto";
 import { p256 } from "@noble/curves/nist.js";
-import { sql } from "kysely";
 import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
 import { HpkeError, openWith } from "../crypto/hpke.js";
 import { hasTransport, messageIdentity, type Channel, type MessageContent } from "../messages/courier.js";
@@ -128,6 +127,9 @@ const allowedDomain = (settings: OtpSettings, host: string) => settings.emailAll
 function requireOperatorDomain(settings: OtpSettings, field: string, value: string, kind: "url" | "address"): void {
   let host: string;
   if (kind === "url") {
+    // URL parsing drops tabs and newlines and keeps spaces, so text around a URL could smuggle a
+    // second link into the mail: only printable ASCII, written exactly as the parser reads it.
+    if (/[^\x21-\x7e]/.test(value)) throw invalidArgument(`${field} must be a URL of printable ASCII characters (no spaces or line breaks)`, "INVALID_EMAIL_CUSTOMIZATION");
     let url: URL;
     try {
       url = new URL(value);
@@ -135,6 +137,7 @@ function requireOperatorDomain(settings: OtpSettings, field: string, value: stri
       throw invalidArgument(`${field} must be an https URL`, "INVALID_EMAIL_CUSTOMIZATION");
     }
     if (url.protocol !== "https:") throw invalidArgument(`${field} must be an https URL`, "INVALID_EMAIL_CUSTOMIZATION");
+    if (url.href !== value) throw invalidArgument(`${field} must be written as a URL parser writes it: ${url.href}`, "INVALID_EMAIL_CUSTOMIZATION");
     host = url.hostname.toLowerCase();
   } else {
     if (!EMAIL.test(value)) throw invalidArgument(`${field} must be an email address`, "INVALID_EMAIL_CUSTOMIZATION");
@@ -146,9 +149,20 @@ function requireOperatorDomain(settings: OtpSettings, field: string, value: stri
   }
 }
 
-/** Checks the request's customization; returns the From header it asks for, if any. */
-function checkCustomization(settings: OtpSettings, p: InitParams, channel: Channel): string | undefined {
-  appNameOf(p);
+/** Checks the request's customization; returns the From header it asks for, if any. A request from a
+ * sub-organization's own credential (an end user) may not customize the message at all beyond a
+ * plain app name: whatever text it could choose would go out under the operator's name. */
+function checkCustomization(settings: OtpSettings, p: InitParams, channel: Channel, fromSubOrganization: boolean): string | undefined {
+  const appName = appNameOf(p);
+  if (fromSubOrganization) {
+    const customized = ["emailCustomization", "smsCustomization", "sendFromEmailAddress", "sendFromEmailSenderName", "replyToEmailAddress"].filter((field) => {
+      const value = (p as unknown as Record<string, unknown>)[field];
+      return value !== undefined && value !== "" && !(field === "emailCustomization" && Object.keys(value as object).every((k) => k === "appName"));
+    });
+    if (customized.length) throw permissionDenied(`a sub-organization's own credential may not customize the message (${customized.join(", ")}): the app's backend (the parent) does that`, "OTP_CUSTOMIZATION_NOT_ALLOWED");
+    if (!/^[A-Za-z][A-Za-z .'&-]{0,31}$/.test(appName) && appName !== "") throw invalidArgument("appName, from a sub-organization's own credential, must be up to 32 letters, spaces and . ' & -", "INVALID_APP_NAME");
+    return undefined;
+  }
   if (channel === "sms") {
     const template = p.smsCustomization?.template;
     // A template without the code would make this server an SMS relay for any text.
@@ -204,18 +218,49 @@ function composeMessage(p: InitParams, channel: Channel, code: string, seconds: 
   return { subject, text, html, ...(from ? { from } : {}), ...(p.replyToEmailAddress ? { replyTo: p.replyToEmailAddress } : {}) };
 }
 
-/** Codes sent to one contact are limited, whichever organizations ask: no flooding an inbox or a
- * phone (and its bill) through this server. */
-async function requireUnderContactLimit(ctx: ActivityContext, contact: string): Promise<void> {
-  const recent = await ctx.trx
-    .selectFrom("otps")
-    .select((eb) => eb.fn.countAll<number>().as("n"))
-    .where(sql<string>`lower(contact)`, "=", foldEmail(contact))
-    .where("created_at", ">", ctx.now - RATE_WINDOW_MS)
-    .executeTakeFirstOrThrow();
-  if (Number(recent.n) >= ctx.env.otp.perContactLimit) {
-    throw new ServiceError("ResourceExhausted", "OTP_RATE_LIMITED", `${ctx.env.otp.perContactLimit} codes were already sent to this contact in the last 10 minutes: try again later`);
-  }
+/** A contact in one spelling for counting sends: `Victim+1@Example.COM.` and `victim@example.com`
+ * are one inbox. */
+function contactKey(contact: string): string {
+  const at = contact.lastIndexOf("@");
+  if (at < 0) return contact;
+  const local = foldEmail(contact.slice(0, at)).replace(/\+.*$/, "");
+  return `${local}@${foldEmail(contact.slice(at + 1)).replace(/\.+$/, "")}`;
+}
+
+/** Whether the credential asking belongs to a sub-organization (an end user's own) rather than to a
+ * top-level organization (the app's backend). */
+async function requestedFromSubOrganization(ctx: ActivityContext): Promise<boolean> {
+  const organization = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", ctx.principal.organizationId).executeTakeFirst();
+  return !!organization?.parent_organization_id;
+}
+
+/** Codes requests from sub-organizations (end users' own credentials) may send one contact in the
+ * window, all of them together. */
+const SUB_ORGANIZATION_SHARE = 2;
+
+/**
+ * Sends to one contact are limited so nobody can flood an inbox or a phone (and its bill) through
+ * this server: each requesting organization has its own budget per contact (SIGIL_OTP_PER_CONTACT_LIMIT
+ * per 10 minutes), and requests from sub-organizations together at most twice that — so end users
+ * cannot use up the parent backend's budget, nor bomb a contact from many sub-organizations.
+ */
+async function recordSend(ctx: ActivityContext, contact: string, fromSubOrganization: boolean): Promise<void> {
+  const key = contactKey(contact);
+  const since = ctx.now - RATE_WINDOW_MS;
+  const requester = ctx.principal.organizationId;
+  const fromSub = fromSubOrganization ? 1 : 0;
+  const limit = ctx.env.otp.perContactLimit;
+  const count = async (where: { requester?: string; fromSub?: number }) => {
+    let query = ctx.trx.selectFrom("otp_sends").select((eb) => eb.fn.countAll<number>().as("n")).where("contact_key", "=", key).where("created_at", ">", since);
+    if (where.requester) query = query.where("requester_organization_id", "=", where.requester);
+    if (where.fromSub !== undefined) query = query.where("from_sub_organization", "=", where.fromSub);
+    return Number((await query.executeTakeFirstOrThrow()).n);
+  };
+  const limited = () => new ServiceError("ResourceExhausted", "OTP_RATE_LIMITED", `enough codes were sent to this contact in the last 10 minutes: try again later`);
+  if ((await count({ requester })) >= limit) throw limited();
+  if (fromSub && (await count({ fromSub: 1 })) >= limit * SUB_ORGANIZATION_SHARE) throw limited();
+  await ctx.trx.deleteFrom("otp_sends").where("created_at", "<=", since).execute();
+  await ctx.trx.insertInto("otp_sends").values({ contact_key: key, requester_organization_id: requester, from_sub_organization: fromSub, created_at: ctx.now }).execute();
 }
 
 /** Queues a message in the activity's transaction: sealed, and kept in the outbox when its channel
@@ -251,10 +296,11 @@ async function startOtp(ctx: ActivityContext, p: InitParams, flow: Flow, userId:
   const { otpType, contact, channel } = requireContact(p.otpType, p.contact);
   const { length, alphanumeric } = codeShape(p);
   const seconds = otpSeconds(ctx, p.expirationSeconds);
-  const from = checkCustomization(ctx.env.otp, p, channel);
-  // Expired codes go, once they no longer count toward the per-contact limit.
+  const fromSubOrganization = await requestedFromSubOrganization(ctx);
+  const from = checkCustomization(ctx.env.otp, p, channel, fromSubOrganization);
+  // Expired codes go after a while (until then a late try hears OTP_EXPIRED, not "unknown").
   await ctx.trx.deleteFrom("otps").where("expires_at", "<=", ctx.now - RATE_WINDOW_MS).execute();
-  await requireUnderContactLimit(ctx, contact);
+  await recordSend(ctx, contact, fromSubOrganization);
   const otpId = newId();
   const code = generateCode(length, alphanumeric);
   const expiresAt = ctx.now + seconds * 1000;
@@ -368,7 +414,7 @@ async function markVerified(ctx: ActivityContext, userId: string, otpType: strin
 
 /** Emails compare without regard to ASCII letter case only (toLowerCase would also fold look-alikes
  * such as the Kelvin sign into "k"). */
-const foldEmail = (email: string) => email.replace(/[A-Z]/g, (c) => c.toLowerCase());
+export const foldEmail = (email: string) => email.replace(/[A-Z]/g, (c) => c.toLowerCase());
 
 /** The user of the organization with this email (ASCII case-insensitive) or phone number, and the
  * contact as stored for it (where the code goes). */
@@ -428,7 +474,18 @@ export interface ClientSignature {
 }
 
 /** What a client signature authorizes: a login with a session key, or a sign-up. */
-export type SignatureUsage = { type: "USAGE_TYPE_LOGIN"; sessionKey: string } | { type: "USAGE_TYPE_SIGNUP" };
+export type SignatureUsage =
+  | { type: "USAGE_TYPE_LOGIN"; sessionKey: string }
+  /** The credentials the signed-up user gets: the signature must cover exactly these. */
+  | { type: "USAGE_TYPE_SIGNUP"; credentials: SignupCredentials };
+
+export interface SignupCredentials {
+  apiKeys: string[];
+  authenticators: string[];
+  oauthProviders: string[];
+}
+
+const sameSet = (a: string[], b: string[]) => a.length === b.length && [...a].sort().every((v, i) => v === [...b].sort()[i]);
 
 /**
  * A client signature by the key a verification token is bound to (verify_otp's public key): ECDSA
@@ -446,7 +503,12 @@ export function checkClientSignature(signature: ClientSignature | undefined, cla
   if (signature.scheme !== "CLIENT_SIGNATURE_SCHEME_API_P256") throw invalidArgument(`clientSignature.scheme must be CLIENT_SIGNATURE_SCHEME_API_P256, got ${String(signature.scheme)}`, "CLIENT_SIGNATURE_INVALID");
   const boundKey = sessionPublicKey(claims.public_key, "the token's public_key");
   if (sessionPublicKey(signature.publicKey, "clientSignature.publicKey") !== boundKey) throw permissionDenied("clientSignature.publicKey is not the key the verification token is bound to", "CLIENT_SIGNATURE_INVALID");
-  let message: { login?: { publicKey?: unknown }; signupV2?: { email?: unknown; phoneNumber?: unknown }; tokenId?: unknown; type?: unknown };
+  let message: {
+    login?: { publicKey?: unknown };
+    signupV2?: { email?: unknown; phoneNumber?: unknown; apiKeys?: Array<{ publicKey?: unknown }>; authenticators?: Array<{ attestation?: { credentialId?: unknown } }>; oauthProviders?: Array<{ oidcToken?: unknown }> };
+    tokenId?: unknown;
+    type?: unknown;
+  };
   try {
     message = JSON.parse(String(signature.message ?? "")) as typeof message;
   } catch {
@@ -458,7 +520,18 @@ export function checkClientSignature(signature: ClientSignature | undefined, cla
   }
   if (usage.type === "USAGE_TYPE_SIGNUP") {
     const signed = claims.verification_type === "OTP_TYPE_EMAIL" ? message.signupV2?.email : message.signupV2?.phoneNumber;
-    if (signed !== undefined && String(signed).toLowerCase() !== claims.contact.toLowerCase()) throw permissionDenied("clientSignature.message signs up another contact than the token proves", "CLIENT_SIGNATURE_INVALID");
+    if (signed !== undefined && foldEmail(String(signed)) !== foldEmail(claims.contact)) throw permissionDenied("clientSignature.message signs up another contact than the token proves", "CLIENT_SIGNATURE_INVALID");
+    // The signature covers the credentials the new user gets: nobody relaying the request can swap in their own.
+    const signup = message.signupV2 ?? {};
+    const list = <T>(value: T[] | undefined) => (Array.isArray(value) ? value : []);
+    const signed_ = {
+      apiKeys: list(signup.apiKeys).map((k) => String(k?.publicKey ?? "").toLowerCase()),
+      authenticators: list(signup.authenticators).map((a) => String(a?.attestation?.credentialId ?? "")),
+      oauthProviders: list(signup.oauthProviders).map((o) => String(o?.oidcToken ?? "")),
+    };
+    for (const kind of ["apiKeys", "authenticators", "oauthProviders"] as const) {
+      if (!sameSet(signed_[kind], usage.credentials[kind])) throw permissionDenied(`clientSignature.message signs up other ${kind} than the request gives the user`, "CLIENT_SIGNATURE_INVALID");
+    }
   }
   const raw = String(signature.signature ?? "").replace(/^0x/, "");
   if (!/^([0-9a-fA-F]{2})+$/.test(raw)) throw invalidArgument("clientSignature.signature must be hex", "CLIENT_SIGNATURE_INVALID");

@@ -12,7 +12,7 @@ import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams }
 import { createWallet, type NewWalletParams } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
-import { checkClientSignature, spendVerificationToken, type ClientSignature } from "./otp.js";
+import { checkClientSignature, foldEmail, spendVerificationToken, type ClientSignature } from "./otp.js";
 import { assertRootQuorumReachable } from "./organizations.js";
 import type { AuthenticatorParams } from "./credentials.js";
 
@@ -95,10 +95,16 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
     const claims = await spendVerificationToken(ctx, p.verificationToken);
     // A token bound to a key (verify_otp V2) signs up only with that key's signature (V8's
     // clientSignature), so a captured token alone cannot create an account for its contact.
-    checkClientSignature(p.clientSignature, claims, { type: "USAGE_TYPE_SIGNUP" }, false);
     const byEmail = claims.verification_type === "OTP_TYPE_EMAIL";
-    const index = rootUsers.findIndex((u) => (byEmail ? (u.userEmail ?? "").toLowerCase() === claims.contact.toLowerCase() : u.userPhoneNumber === claims.contact));
+    const index = rootUsers.findIndex((u) => (byEmail ? foldEmail(u.userEmail ?? "") === foldEmail(claims.contact) : u.userPhoneNumber === claims.contact));
     if (index < 0) throw invalidArgument(`the verification token proves ${claims.contact}, which is no root user's ${byEmail ? "email" : "phone number"}`, "VERIFICATION_TOKEN_CONTACT_MISMATCH");
+    const user = rootUsers[index]!;
+    const credentials = {
+      apiKeys: (user.apiKeys ?? []).map((k) => k.publicKey.toLowerCase()),
+      authenticators: (user.authenticators ?? []).map((a) => ("credentialId" in a.attestation ? a.attestation.credentialId : a.attestation.id)),
+      oauthProviders: (user.oauthProviders ?? []).map((o) => o.oidcToken ?? ""),
+    };
+    checkClientSignature(p.clientSignature, claims, { type: "USAGE_TYPE_SIGNUP", credentials }, false);
     await ctx.trx.updateTable("users").set(byEmail ? { email_verified_at: ctx.now } : { phone_verified_at: ctx.now }).where("id", "=", rootUserIds[index]!).execute();
   }
   // A root user known by an email or phone number alone can log in by a one-time password the parent

@@ -4,7 +4,8 @@ import { decodeJwt } from "jose";
 import { alreadyExists, failedPrecondition, invalidArgument, permissionDenied } from "../errors.js";
 import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "./registry.js";
 import { addApiKeys, addAuthenticators, requireName, type ApiKeyParams, type AuthenticatorParams } from "./credentials.js";
-import { spendVerificationToken } from "./otp.js";
+import { foldEmail, spendVerificationToken } from "./otp.js";
+import { sessionPublicKey } from "./sessions.js";
 import { distinct, loadUsers, newId, requireUser, requireUserTags, requireUsers } from "./resources.js";
 
 export interface OauthProviderParams {
@@ -127,12 +128,17 @@ async function withContactProof(ctx: ActivityContext, userId: string, changes: C
   const out = { ...changes };
   const email = "email" in changes ? (changes.email ?? null) : current.email;
   const phone = "phone_number" in changes ? (changes.phone_number ?? null) : current.phone_number;
-  if ((email ?? "").toLowerCase() !== (current.email ?? "").toLowerCase()) out.email_verified_at = null;
+  if (foldEmail(email ?? "") !== foldEmail(current.email ?? "")) out.email_verified_at = null;
   if (phone !== current.phone_number) out.phone_verified_at = null;
   if (verificationToken !== undefined) {
     const claims = await spendVerificationToken(ctx, verificationToken);
+    // A token bound to a key (verify_otp with the client's key) proves the contact only to a request
+    // stamped by that key: someone who merely captured the token cannot use it.
+    if (claims.public_key && sessionPublicKey(claims.public_key, "the token's public_key") !== ctx.principal.publicKey) {
+      throw permissionDenied("this verification token is bound to a key: send the request stamped by that key (the session key that verified the code)", "VERIFICATION_TOKEN_KEY_MISMATCH");
+    }
     const byEmail = claims.verification_type === "OTP_TYPE_EMAIL";
-    const proven = byEmail ? email !== null && email.toLowerCase() === claims.contact.toLowerCase() : phone !== null && phone === claims.contact;
+    const proven = byEmail ? email !== null && foldEmail(email) === foldEmail(claims.contact) : phone !== null && phone === claims.contact;
     if (!proven) throw invalidArgument(`the verification token proves ${claims.contact}, not this user's ${byEmail ? "email" : "phone number"}`, "VERIFICATION_TOKEN_CONTACT_MISMATCH");
     if (byEmail) out.email_verified_at = ctx.now;
     else out.phone_verified_at = ctx.now;

@@ -365,6 +365,17 @@ const logins: Migration = {
       .execute();
     await db.schema.createIndex("otps_by_expiry").on("otps").columns(["expires_at"]).execute();
 
+    // Codes sent, by contact: the send limits count these (kept apart from the OTPs, which a
+    // deleted sub-organization takes with it).
+    await db.schema
+      .createTable("otp_sends")
+      .addColumn("contact_key", "text", (c) => c.notNull())
+      .addColumn("requester_organization_id", "text", (c) => c.notNull())
+      .addColumn("from_sub_organization", "integer", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("otp_sends_by_contact").on("otp_sends").columns(["contact_key", "created_at"]).execute();
+
     await db.schema
       .createTable("verification_tokens")
       .addColumn("id", "text", (c) => c.primaryKey())

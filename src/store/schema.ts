@@ -118,6 +118,17 @@ export interface OtpsTable {
   created_at: number;
 }
 
+/** One code sent (init_otp_auth, init_otp): what the per-contact send limits count. */
+export interface OtpSendsTable {
+  /** The contact in one spelling (emails: ASCII lower case, no +tag, no trailing dot). */
+  contact_key: string;
+  /** The organization of the credential that asked (the parent, for its backend's requests). */
+  requester_organization_id: string;
+  /** 1 when the requester is a sub-organization (an end user's own credential). */
+  from_sub_organization: number;
+  created_at: number;
+}
+
 /** A verification token from verify_otp: proof that someone holds a contact; otp_login spends it once. */
 export interface VerificationTokensTable {
   id: string;
@@ -366,6 +377,7 @@ export interface Database {
   service_keys: ServiceKeysTable;
   import_targets: ImportTargetsTable;
   otps: OtpsTable;
+  otp_sends: OtpSendsTable;
   verification_tokens: VerificationTokensTable;
   outbound_messages: OutboundMessagesTable;
   webhook_endpoints: WebhookEndpointsTable;
