@@ -82,10 +82,6 @@ async function emailedCode(to: string, after: number): Promise<string> {
   return /verification code is ([0-9A-Z]{6,9})/.exec(mail.raw.replace(/=\r?\n/g, ""))![1]!;
 }
 
-async function textedCode(to: string, after: number): Promise<string> {
-  const text = await until(() => texts.slice(after).reverse().find((t) => t.to === to), `an SMS to ${to}`);
-  return /([0-9A-Z]{6,9})/.exec(text.body.replace(/^[^:]*: /, "").replace(/^your verification code is /, ""))![1]!;
-}
 
 beforeAll(async () => {
   const smtpPort = await startSmtp();

@@ -1,7 +1,6 @@
 // Users of an organization: creation with their credentials, updates, deletion, and reads.
 import { unverifiedOidcClaims } from "../auth/oidc.js";
-import { decodeJwt } from "jose";
-import { alreadyExists, failedPrecondition, invalidArgument, permissionDenied } from "../errors.js";
+import { alreadyExists, invalidArgument, permissionDenied } from "../errors.js";
 import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "./registry.js";
 import { addApiKeys, addAuthenticators, requireName, type ApiKeyParams, type AuthenticatorParams } from "./credentials.js";
 import { foldEmail, spendVerificationToken } from "./otp.js";
