@@ -311,3 +311,168 @@ describe("consensus on signing", () => {
     expect(recovered).toBe(ethAddress);
   });
 });
+
+/**
+ * Expects the request to be refused as malformed (InvalidArgument, never an internal error) and
+ * proves it stored nothing but the one failed activity (and its evaluation).
+ */
+async function expectInvalid(attempt: () => Promise<unknown>, message: string | RegExp): Promise<void> {
+  const before = JSON.parse(await h.snapshot());
+  await expect(attempt()).rejects.toMatchObject({ code: 3, message: typeof message === "string" ? expect.stringContaining(message) : expect.stringMatching(message) });
+  const after = JSON.parse(await h.snapshot());
+  for (const table of Object.keys(before)) {
+    if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(before[table]);
+  }
+  const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
+  expect(added).toHaveLength(1);
+  expect(added[0]).toMatchObject({ status: "ACTIVITY_STATUS_FAILED" });
+  expect(JSON.parse(added[0].failure)).toMatchObject({ code: 3 });
+}
+
+describe("what policies see is what is signed", () => {
+  // A contract the organization forbids delegating to, in every spelling a library accepts.
+  const DENIED = "0x5FbDB2315678afecb367f032d93F642f64180aa3";
+  const ALLOWED = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
+  const spellings = (address: string) => [address, address.toLowerCase(), `0x${address.slice(2).toUpperCase()}`];
+
+  async function delegatorSetup(deny: string) {
+    const { root, members } = await organizationWith(h, ["delegator"]);
+    const delegator = members.delegator!;
+    const { ethAddress } = await walletOf(root, "delegating");
+    await allowFor(root, delegator, SIGN);
+    const denyId = await denyAll(root, deny);
+    const sign = (payload: unknown, encoding: "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION" | "PAYLOAD_ENCODING_EIP712") =>
+      delegator.client.signRawPayload({ signWith: ethAddress, payload: typeof payload === "string" ? payload : JSON.stringify(payload), encoding, hashFunction: "HASH_FUNCTION_NO_OP" });
+    return { root, ethAddress, denyId, sign };
+  }
+
+  it("EIP-7702: a deny on the delegate address holds for every spelling of it, and unreadable addresses are refused, not signed", async () => {
+    const { root, ethAddress, denyId, sign } = await delegatorSetup(`eth.eip_7702_authorization.address == '${DENIED.toLowerCase()}'`);
+    const authorize = (fields: Record<string, unknown>) => sign(fields, "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION");
+    for (const address of spellings(DENIED)) {
+      for (const chainId of [1, "1", "0x1"]) {
+        const deniedId = await expectDenied(() => authorize({ address, chainId, nonce: 0 }), "OUTCOME_DENY_EXPLICIT");
+        expect(await verdicts(root, deniedId)).toContainEqual({ policyId: denyId, outcome: "OUTCOME_DENY_EXPLICIT" });
+      }
+      await expectDenied(() => authorize({ contractAddress: address, chainId: 1, nonce: 0 }), "OUTCOME_DENY_EXPLICIT");
+    }
+    // The attack: two characters other than 0x in front of the denied address were once shown to
+    // policies as written and signed as the address behind them.
+    for (const address of [`zz${DENIED.slice(2)}`, "zz", `0X${DENIED.slice(2)}`, DENIED.slice(2), `${DENIED}00`, ` ${DENIED}`]) {
+      await expectInvalid(() => authorize({ address, chainId: 1, nonce: 0 }), "address must be an address: 0x followed by 40 hex digits");
+    }
+    // Mixed case that is not the EIP-55 checksum is a typo, refused as libraries refuse it.
+    const letter = DENIED.search(/[A-F]/);
+    const badChecksum = `${DENIED.slice(0, letter)}${DENIED[letter]!.toLowerCase()}${DENIED.slice(letter + 1)}`;
+    await expectInvalid(() => authorize({ address: badChecksum, chainId: 1, nonce: 0 }), "EIP-55 checksum");
+    await expectInvalid(() => authorize({ address: DENIED, contractAddress: ALLOWED, chainId: 1, nonce: 0 }), "both address and contractAddress");
+    await expectInvalid(() => authorize({ address: ALLOWED, chainId: 1, nonce: 0, yParity: 1 }), "fields an authorization does not sign: yParity");
+
+    // Another address signs, over the authorization for exactly that address.
+    const { hashAuthorization } = await import("viem/utils");
+    for (const [chainId, nonce] of [[1, 7], ["0x1", "7"], [0, "0x0"]] as const) {
+      const signature = await authorize({ address: ALLOWED.toLowerCase(), chainId, nonce });
+      const hash = hashAuthorization({ contractAddress: ALLOWED, chainId: Number(chainId), nonce: Number(nonce) });
+      expect(await recoverAddress({ hash, signature: { r: `0x${signature.r}`, s: `0x${signature.s}`, yParity: Number(signature.v) } as any })).toBe(ethAddress);
+    }
+  });
+
+  it("EIP-7702: malformed numbers are refused as invalid arguments, never internal errors", async () => {
+    const { sign } = await delegatorSetup("false");
+    const authorize = (fields: Record<string, unknown>) => sign({ address: ALLOWED, chainId: 1, nonce: 0, ...fields }, "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION");
+    for (const nonce of [1.5, -1, "1e3", "-1", "01", " 1", "0xzz", "18446744073709551616", true, null, [], {}]) {
+      await expectInvalid(() => authorize({ nonce }), /nonce (must be an integer|is out of range for uint64)|needs address, chainId and nonce/);
+    }
+    for (const chainId of ["abc", 2 ** 60, "1.0", `0x1${"0".repeat(64)}`]) {
+      await expectInvalid(() => authorize({ chainId }), /chainId (must be an integer|is out of range for uint256)/);
+    }
+    // Numbers JSON cannot hold exactly (1e400 parses to Infinity).
+    await expectInvalid(() => sign(`{"address":"${ALLOWED}","chainId":1e400,"nonce":0}`, "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION"), "chainId must be an integer");
+    await expectInvalid(() => sign("not json", "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION"), "as JSON");
+    await expectInvalid(() => sign("[1,2]", "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION"), "as a JSON object");
+  });
+
+  const permit = (domain: Record<string, unknown>, message: Record<string, unknown>) => ({
+    types: {
+      EIP712Domain: [
+        { name: "name", type: "string" },
+        { name: "chainId", type: "uint256" },
+        { name: "verifyingContract", type: "address" },
+      ],
+      Permit: [
+        { name: "spender", type: "address" },
+        { name: "value", type: "uint256" },
+        { name: "deadline", type: "uint64" },
+      ],
+    },
+    primaryType: "Permit",
+    domain: { name: "Token", chainId: 1, verifyingContract: ALLOWED, ...domain },
+    message: { spender: ALLOWED, value: 5, deadline: 1, ...message },
+  });
+
+  it("EIP-712: denies on the domain's contract and on message numbers hold for every spelling; what is signed is what was judged", async () => {
+    const { ethAddress, sign } = await delegatorSetup(
+      `eth.eip_712.domain.verifying_contract == '${DENIED.toLowerCase()}' || eth.eip_712.message['spender'] == '${DENIED.toLowerCase()}' || eth.eip_712.message['value'] > 1000`,
+    );
+    const signTyped = (typed: unknown) => sign(typed, "PAYLOAD_ENCODING_EIP712");
+    for (const address of spellings(DENIED)) {
+      await expectDenied(() => signTyped(permit({ verifyingContract: address }, {})), "OUTCOME_DENY_EXPLICIT");
+      await expectDenied(() => signTyped(permit({}, { spender: address })), "OUTCOME_DENY_EXPLICIT");
+    }
+    for (const value of [1001, "1001", "0x3e9", `0x${"f".repeat(64)}`]) await expectDenied(() => signTyped(permit({}, { value })), "OUTCOME_DENY_EXPLICIT");
+    // The same typed data as hex (how @turnkey/viem sends it) is judged the same.
+    await expectDenied(() => signTyped(Buffer.from(JSON.stringify(permit({}, { value: "0x3e9" }))).toString("hex")), "OUTCOME_DENY_EXPLICIT");
+
+    // Within the limits, any spelling of a number signs the canonical value.
+    for (const value of [1000, "1000", "0x3e8"]) {
+      const signature = await signTyped(permit({ chainId: "0x1" }, { value }));
+      const typed = permit({}, { value: 1000n }) as any;
+      expect(await verifyTypedData({ ...typed, address: ethAddress, signature: `0x${signature.r}${signature.s}${Number(signature.v) ? "1c" : "1b"}` })).toBe(true);
+    }
+  });
+
+  it("EIP-712: unreadable addresses, numbers, bytes and types are refused as invalid arguments", async () => {
+    const { sign } = await delegatorSetup("false");
+    const signTyped = (typed: unknown) => sign(typed, "PAYLOAD_ENCODING_EIP712");
+    const refused: Array<[unknown, string | RegExp]> = [
+      [permit({ verifyingContract: `zz${DENIED.slice(2)}` }, {}), "domain.verifyingContract must be an address"],
+      [permit({}, { spender: "zz" }), "message.spender must be an address"],
+      [permit({ chainId: "abc" }, {}), "domain.chainId must be an integer"],
+      [permit({ chainId: "1.5" }, {}), "domain.chainId must be an integer"],
+      [permit({ chainId: -1 }, {}), "domain.chainId is out of range for uint256"],
+      [permit({}, { value: "0xzz" }), "message.value must be an integer"],
+      [permit({}, { value: 1e21 }), "message.value must be an integer; send integers beyond 2^53"],
+      [permit({}, { deadline: "18446744073709551616" }), "message.deadline is out of range for uint64"],
+      [permit({}, { deadline: undefined }), "message.deadline is missing"],
+      [{ ...permit({}, {}), primaryType: "Nothing" }, "primaryType Nothing is not one of the struct types"],
+      [{ ...permit({}, {}), types: { ...permit({}, {}).types, Permit: [{ name: "value", type: "uint7" }] } }, "neither an EIP-712 type nor a struct"],
+      [{ ...permit({}, {}), types: { ...permit({}, {}).types, EIP712Domain: [{ name: "chainId", type: "string" }] } }, "not an EIP-712 domain field"],
+      [{ ...permit({}, {}), types: { Permit: permit({}, {}).types.Permit }, domain: { name: "Token", evil: "x" } }, "domain.evil is not an EIP-712 domain field"],
+      [
+        { types: { EIP712Domain: [], Data: [{ name: "blob", type: "bytes32" }, { name: "flag", type: "bool" }] }, primaryType: "Data", domain: {}, message: { blob: "0x12", flag: true } },
+        "message.blob must be exactly 32 bytes",
+      ],
+      [{ types: { EIP712Domain: [], Data: [{ name: "flag", type: "bool" }] }, primaryType: "Data", domain: {}, message: { flag: "false" } }, "message.flag must be true or false"],
+      [{ types: { EIP712Domain: [], Data: [{ name: "list", type: "uint8[2]" }] }, primaryType: "Data", domain: {}, message: { list: [1] } }, "message.list must hold exactly 2 items"],
+      [{ types: { EIP712Domain: [], Data: [{ name: "list", type: "uint8[]" }] }, primaryType: "Data", domain: {}, message: { list: [1, 256] } }, "message.list[1] is out of range for uint8"],
+    ];
+    for (const [typed, message] of refused) await expectInvalid(() => signTyped(typed), message);
+  });
+});
+
+describe("solana.tx shows the whole signed message", () => {
+  it("a message with bytes after its last instruction is refused, not signed over bytes policies never saw", async () => {
+    const { root, members } = await organizationWith(h, ["payer"]);
+    const payer = members.payer!;
+    const { solAddress } = await walletOf(root, "sol");
+    await allowFor(root, payer, SIGN);
+    const from = new PublicKey(solAddress);
+    const transaction = new Transaction({ recentBlockhash: new PublicKey(Buffer.alloc(32, 3)).toBase58(), feePayer: from }).add(
+      SystemProgram.transfer({ fromPubkey: from, toPubkey: Keypair.generate().publicKey, lamports: 5000 }),
+    );
+    const wire = transaction.serialize({ requireAllSignatures: false, verifySignatures: false });
+    const sign = (bytes: Buffer) => payer.client.signTransaction({ signWith: solAddress, unsignedTransaction: bytes.toString("hex"), type: "TRANSACTION_TYPE_SOLANA" });
+    expect((await sign(Buffer.from(wire))).signedTransaction).toMatch(/^[0-9a-f]+$/);
+    await expectInvalid(() => sign(Buffer.concat([wire, Buffer.from([2, 0, 0, 0])])), "4 bytes after its last instruction");
+  });
+});

@@ -1,7 +1,7 @@
 // Ethereum: unsigned transactions in (RLP hex; legacy, EIP-2930, EIP-1559, EIP-4844, EIP-7702),
 // signed ones out, EIP-712 typed data and EIP-7702 authorizations hashed — all by viem. Also what
 // policies see of them (`eth.tx`, `eth.eip_712`), with the product's field names.
-import { hashTypedData, keccak256, parseTransaction, serializeTransaction, type Hex, type TransactionSerializable } from "viem";
+import { checksumAddress, hashTypedData, hexToBytes, keccak256, parseTransaction, serializeTransaction, type Hex, type TransactionSerializable } from "viem";
 import { hashAuthorization } from "viem/utils";
 
 export class EthereumError extends Error {
@@ -69,31 +69,173 @@ export function transactionKeyword(transaction: TransactionSerializable, from: s
   };
 }
 
-interface TypedData {
-  domain?: Record<string, unknown>;
-  types: Record<string, { name: string; type: string }[]>;
-  primaryType: string;
-  message: Record<string, unknown>;
+// Payloads that policies judge (EIP-712 typed data, EIP-7702 authorizations) are parsed once, strictly,
+// into canonical values; the digest and the policy keyword are both computed from those values, so a
+// policy always sees exactly what is signed. A spelling the parser does not know is refused rather
+// than passed on to a library that might read it differently (an address "zz…" was once shown to
+// policies as written and signed as the address after its first two characters).
+
+const ADDRESS = /^0x[0-9a-fA-F]{40}$/;
+const MAX_INTEGER_DIGITS = 80;
+
+/** An address: 0x and 40 hex digits; mixed case must be a valid EIP-55 checksum (as ethers and viem
+ * require; all lower or all upper case carries no checksum). Lower case out. */
+function addressOf(value: unknown, where: string): Hex {
+  if (typeof value !== "string" || !ADDRESS.test(value)) throw new EthereumError(`${where} must be an address: 0x followed by 40 hex digits`);
+  const digits = value.slice(2);
+  const mixedCase = digits !== digits.toLowerCase() && digits !== digits.toUpperCase();
+  if (mixedCase && checksumAddress(value as Hex) !== value) throw new EthereumError(`${where} has mixed-case hex digits that are not its EIP-55 checksum (${value}): check the address, or send it in lower case`);
+  return value.toLowerCase() as Hex;
+}
+
+/**
+ * An integer of `bits` bits, signed or not: a JSON number that is a safe integer, a decimal string
+ * without leading zeros, or a 0x hex string. Anything else (fractions, exponents, spaces, values
+ * out of range) is refused with where it was found.
+ */
+function integerOf(value: unknown, where: string, bits: number, signed: boolean): bigint {
+  let n: bigint;
+  if (typeof value === "number") {
+    if (!Number.isSafeInteger(value)) throw new EthereumError(`${where} must be an integer; send integers beyond 2^53 as decimal or 0x-hex strings`);
+    n = BigInt(value);
+  } else if (typeof value === "string" && value.length <= MAX_INTEGER_DIGITS && /^-?(0|[1-9][0-9]*)$/.test(value) && value !== "-0") {
+    n = BigInt(value);
+  } else if (typeof value === "string" && value.length <= MAX_INTEGER_DIGITS && /^0x[0-9a-fA-F]+$/.test(value)) {
+    n = BigInt(value);
+  } else {
+    throw new EthereumError(`${where} must be an integer: a JSON number, a decimal string or a 0x-hex string`);
+  }
+  const min = signed ? -(1n << BigInt(bits - 1)) : 0n;
+  const max = signed ? (1n << BigInt(bits - 1)) - 1n : (1n << BigInt(bits)) - 1n;
+  if (n < min || n > max) throw new EthereumError(`${where} is out of range for ${signed ? "int" : "uint"}${bits} (${min} to ${max})`);
+  return n;
+}
+
+/** Hex bytes (0x and pairs of hex digits), of exactly `size` bytes when given. Lower case out. */
+function bytesOf(value: unknown, where: string, size?: number): Hex {
+  if (typeof value !== "string" || !/^0x([0-9a-fA-F]{2})*$/.test(value)) throw new EthereumError(`${where} must be bytes: 0x followed by pairs of hex digits`);
+  if (size !== undefined && value.length !== 2 + 2 * size) throw new EthereumError(`${where} must be exactly ${size} bytes, got ${(value.length - 2) / 2}`);
+  return value.toLowerCase() as Hex;
 }
 
 function parseJson(payload: string, what: string): unknown {
-  const text = /^(0x)?([0-9a-fA-F]{2})+$/.test(payload) && !payload.trim().startsWith("{") ? Buffer.from(payload.replace(/^0x/, ""), "hex").toString("utf8") : payload;
+  const text = /^(0x)?([0-9a-fA-F]{2})+$/.test(payload) ? Buffer.from(payload.replace(/^0x/, ""), "hex").toString("utf8") : payload;
+  let value: unknown;
   try {
-    return JSON.parse(text);
+    value = JSON.parse(text);
   } catch {
-    throw new EthereumError(`payload must be ${what} as JSON`);
+    throw new EthereumError(`payload must be ${what} as JSON (or the hex of its UTF-8 text)`);
   }
+  if (!isPlainObject(value)) throw new EthereumError(`payload must be ${what} as a JSON object`);
+  return value;
 }
 
-/** Parses EIP-712 typed data as the clients send it (chainId as a number, a decimal or a hex string). */
+const isPlainObject = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value);
+
+type Field = { name: string; type: string };
+
+export interface TypedData {
+  /** Canonical values, only the fields EIP712Domain declares. */
+  domain: Record<string, unknown>;
+  /** Every struct type, EIP712Domain always declared (derived from the domain when not sent). */
+  types: Record<string, Field[]>;
+  primaryType: string;
+  /** Canonical values: integers as bigint, addresses and bytes in lower-case hex, only declared fields. */
+  message: Record<string, unknown>;
+}
+
+/** The EIP-712 domain's fields, in the order the standard (and every library) declares them. */
+const DOMAIN_FIELDS: Field[] = [
+  { name: "name", type: "string" },
+  { name: "version", type: "string" },
+  { name: "chainId", type: "uint256" },
+  { name: "verifyingContract", type: "address" },
+  { name: "salt", type: "bytes32" },
+];
+
+const STRUCT_NAME = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+const INTEGER_TYPE = /^(u?)int(8|16|24|32|40|48|56|64|72|80|88|96|104|112|120|128|136|144|152|160|168|176|184|192|200|208|216|224|232|240|248|256)$/;
+const FIXED_BYTES_TYPE = /^bytes([1-9]|[12][0-9]|3[0-2])$/;
+const ARRAY_TYPE = /^(.+)\[([1-9][0-9]{0,3})?\]$/;
+const isElementary = (type: string) => type === "address" || type === "bool" || type === "string" || type === "bytes" || INTEGER_TYPE.test(type) || FIXED_BYTES_TYPE.test(type);
+
+function fieldsOf(value: unknown, where: string): Field[] {
+  if (!Array.isArray(value)) throw new EthereumError(`${where} must be a list of {name, type}`);
+  const names = new Set<string>();
+  return value.map((field, i) => {
+    if (!isPlainObject(field) || typeof field.name !== "string" || typeof field.type !== "string" || field.name === "") throw new EthereumError(`${where}[${i}] must be {name, type}`);
+    if (names.has(field.name)) throw new EthereumError(`${where} declares ${field.name} twice`);
+    names.add(field.name);
+    return { name: field.name, type: field.type };
+  });
+}
+
+/** Parses EIP-712 typed data as the clients send it (JSON, or its hex), strictly, into canonical values. */
 export function parseTypedData(payload: string): TypedData {
-  const data = parseJson(payload, "EIP-712 typed data") as Partial<TypedData>;
-  if (!data || typeof data !== "object" || typeof data.primaryType !== "string" || typeof data.types !== "object" || typeof data.message !== "object") {
+  const data = parseJson(payload, "EIP-712 typed data {types, primaryType, domain, message}") as Record<string, unknown>;
+  if (!isPlainObject(data.types) || typeof data.primaryType !== "string" || !isPlainObject(data.message)) {
     throw new EthereumError("EIP-712 payload needs types, primaryType, domain and message");
   }
-  const domain = { ...(data.domain ?? {}) };
-  if (domain.chainId !== undefined) domain.chainId = BigInt(domain.chainId as string | number);
-  return { domain, types: data.types!, primaryType: data.primaryType, message: data.message as Record<string, unknown> };
+  const domainIn = data.domain === undefined ? {} : data.domain;
+  if (!isPlainObject(domainIn)) throw new EthereumError("EIP-712 domain must be an object");
+
+  const types: Record<string, Field[]> = {};
+  for (const [name, fields] of Object.entries(data.types)) {
+    if (!STRUCT_NAME.test(name) || isElementary(name)) throw new EthereumError(`types.${name} is not a usable struct name`);
+    types[name] = fieldsOf(fields, `types.${name}`);
+  }
+  if (types.EIP712Domain) {
+    for (const field of types.EIP712Domain) {
+      const standard = DOMAIN_FIELDS.find((f) => f.name === field.name);
+      if (!standard || standard.type !== field.type) throw new EthereumError(`types.EIP712Domain: ${field.name} ${field.type} is not an EIP-712 domain field (${DOMAIN_FIELDS.map((f) => `${f.name} ${f.type}`).join(", ")})`);
+    }
+  } else {
+    for (const key of Object.keys(domainIn)) {
+      if (!DOMAIN_FIELDS.some((f) => f.name === key)) throw new EthereumError(`domain.${key} is not an EIP-712 domain field (${DOMAIN_FIELDS.map((f) => f.name).join(", ")})`);
+    }
+    types.EIP712Domain = DOMAIN_FIELDS.filter((f) => domainIn[f.name] !== undefined);
+  }
+  if (data.primaryType === "EIP712Domain" || !types[data.primaryType]) throw new EthereumError(`primaryType ${data.primaryType} is not one of the struct types declared in types`);
+
+  const canonical = (value: unknown, type: string, where: string): unknown => {
+    const array = ARRAY_TYPE.exec(type);
+    if (array) {
+      if (!Array.isArray(value)) throw new EthereumError(`${where} must be a list (${type})`);
+      if (array[2] !== undefined && value.length !== Number(array[2])) throw new EthereumError(`${where} must hold exactly ${array[2]} items (${type})`);
+      return value.map((item, i) => canonical(item, array[1]!, `${where}[${i}]`));
+    }
+    const integer = INTEGER_TYPE.exec(type);
+    if (integer) return integerOf(value, where, Number(integer[2]), integer[1] === "");
+    const fixed = FIXED_BYTES_TYPE.exec(type);
+    if (fixed) return bytesOf(value, where, Number(fixed[1]));
+    if (type === "bytes") return bytesOf(value, where);
+    if (type === "address") return addressOf(value, where);
+    if (type === "bool") {
+      if (typeof value !== "boolean") throw new EthereumError(`${where} must be true or false`);
+      return value;
+    }
+    if (type === "string") {
+      if (typeof value !== "string") throw new EthereumError(`${where} must be a string`);
+      return value;
+    }
+    const struct = type === "EIP712Domain" ? undefined : types[type];
+    if (!struct) throw new EthereumError(`${where} has type ${type}, which is neither an EIP-712 type nor a struct declared in types`);
+    if (!isPlainObject(value)) throw new EthereumError(`${where} must be an object (${type})`);
+    return Object.fromEntries(
+      struct.map((field) => {
+        if (value[field.name] === undefined) throw new EthereumError(`${where}.${field.name} is missing (${type} declares it)`);
+        return [field.name, canonical(value[field.name], field.type, `${where}.${field.name}`)];
+      }),
+    );
+  };
+  const domain = Object.fromEntries(
+    types.EIP712Domain.map((field) => {
+      if (domainIn[field.name] === undefined) throw new EthereumError(`domain.${field.name} is missing (EIP712Domain declares it)`);
+      return [field.name, canonical(domainIn[field.name], field.type, `domain.${field.name}`)];
+    }),
+  );
+  const message = canonical(data.message, data.primaryType, "message") as Record<string, unknown>;
+  return { domain, types, primaryType: data.primaryType, message };
 }
 
 export function typedDataDigest(data: TypedData): Uint8Array {
@@ -104,37 +246,48 @@ export function typedDataDigest(data: TypedData): Uint8Array {
   }
 }
 
-/** `eth.eip_712`: numbers become numbers, addresses lower case, as the product's policies expect. */
+/** `eth.eip_712`, from the canonical values (the domain holds only the fields the signature covers). */
 export function typedDataKeyword(data: TypedData): Record<string, unknown> {
-  const convert = (value: unknown, type: string): unknown => {
-    if (type.endsWith("]")) return Array.isArray(value) ? value.map((v) => convert(v, type.slice(0, type.lastIndexOf("[")))) : value;
-    if (/^u?int\d*$/.test(type) && (typeof value === "string" || typeof value === "number" || typeof value === "bigint")) return BigInt(value);
-    if (type === "address" && typeof value === "string") return value.toLowerCase();
-    const fields = data.types[type];
-    if (fields && value && typeof value === "object") return Object.fromEntries(fields.map((f) => [f.name, convert((value as Record<string, unknown>)[f.name], f.type)]));
-    return value;
-  };
-  // Only domain fields the signature covers: when the request declares EIP712Domain, viem hashes
-  // exactly those, so a field left out of it must not be shown to policies as if it were signed.
-  const declared = data.types.EIP712Domain?.map((f) => f.name);
-  const domain = Object.fromEntries(Object.entries(data.domain ?? {}).filter(([k]) => !declared || declared.includes(k)));
+  const { name, version, chainId, verifyingContract } = data.domain;
   return {
     primary_type: data.primaryType,
     domain: {
-      ...(domain.name !== undefined ? { name: String(domain.name) } : {}),
-      ...(domain.version !== undefined ? { version: String(domain.version) } : {}),
-      ...(domain.chainId !== undefined ? { chain_id: BigInt(domain.chainId as bigint) } : {}),
-      ...(domain.verifyingContract !== undefined ? { verifying_contract: String(domain.verifyingContract).toLowerCase() } : {}),
+      ...(name !== undefined ? { name } : {}),
+      ...(version !== undefined ? { version } : {}),
+      ...(chainId !== undefined ? { chain_id: chainId } : {}),
+      ...(verifyingContract !== undefined ? { verifying_contract: verifyingContract } : {}),
     },
-    message: convert(data.message, data.primaryType),
+    message: data.message,
   };
 }
 
-/** EIP-7702: keccak256(0x05 ‖ rlp([chainId, address, nonce])). */
-export function authorizationDigest(payload: string): { digest: Uint8Array; keyword: Record<string, unknown> } {
-  const auth = parseJson(payload, "an EIP-7702 authorization {address, chainId, nonce}") as { address?: string; contractAddress?: string; chainId?: number | string; nonce?: number | string };
-  const address = auth?.address ?? auth?.contractAddress;
-  if (typeof address !== "string" || auth.chainId === undefined || auth.nonce === undefined) throw new EthereumError("EIP-7702 payload needs address, chainId and nonce");
-  const digest = hashAuthorization({ contractAddress: address as Hex, chainId: Number(auth.chainId), nonce: Number(auth.nonce) });
-  return { digest: Buffer.from(digest.slice(2), "hex"), keyword: { address: address.toLowerCase(), chain_id: BigInt(auth.chainId), nonce: BigInt(auth.nonce) } };
+export interface Authorization {
+  /** The delegate contract, lower case. */
+  address: Hex;
+  chainId: bigint;
+  nonce: bigint;
 }
+
+/** Parses an EIP-7702 authorization `{address (or contractAddress), chainId, nonce}` strictly. */
+export function parseAuthorization(payload: string): Authorization {
+  const auth = parseJson(payload, "an EIP-7702 authorization {address, chainId, nonce}") as Record<string, unknown>;
+  const unknown = Object.keys(auth).filter((k) => !["address", "contractAddress", "chainId", "nonce"].includes(k));
+  if (unknown.length) throw new EthereumError(`EIP-7702 payload has fields an authorization does not sign: ${unknown.join(", ")} (send address, chainId and nonce)`);
+  if (auth.address !== undefined && auth.contractAddress !== undefined) throw new EthereumError("EIP-7702 payload names both address and contractAddress: send one");
+  const address = auth.address ?? auth.contractAddress;
+  if (address === undefined || auth.chainId === undefined || auth.nonce === undefined) throw new EthereumError("EIP-7702 payload needs address, chainId and nonce");
+  return {
+    address: addressOf(address, "address"),
+    // EIP-7702: chain_id is a uint256 (0 = valid on every chain), nonce a uint64.
+    chainId: integerOf(auth.chainId, "chainId", 256, false),
+    nonce: integerOf(auth.nonce, "nonce", 64, false),
+  };
+}
+
+/** keccak256(0x05 ‖ rlp([chain_id, address, nonce])), by viem, from the parsed values. */
+export function authorizationDigest(auth: Authorization): Uint8Array {
+  return hexToBytes(hashAuthorization({ address: auth.address, chainId: auth.chainId as unknown as number, nonce: auth.nonce as unknown as number }));
+}
+
+/** `eth.eip_7702_authorization`, from the parsed values. */
+export const authorizationKeyword = (auth: Authorization): Record<string, unknown> => ({ address: auth.address, chain_id: auth.chainId, nonce: auth.nonce });

@@ -42,7 +42,11 @@ const u64 = (data: Buffer, offset: number) => data.readBigUInt64LE(offset);
 export function solanaKeyword(unsignedHex: string): Record<string, unknown> {
   let decoded: ReturnType<ReturnType<typeof getCompiledTransactionMessageDecoder>["decode"]>;
   try {
-    decoded = getCompiledTransactionMessageDecoder().decode(decode(unsignedHex).messageBytes);
+    const messageBytes = decode(unsignedHex).messageBytes;
+    let end: number;
+    [decoded, end] = getCompiledTransactionMessageDecoder().read(messageBytes, 0);
+    // The signature covers every message byte: bytes policies were not shown must not ride along.
+    if (end !== messageBytes.length) throw new SolanaError(`the transaction's message has ${messageBytes.length - end} bytes after its last instruction`);
   } catch (error) {
     if (error instanceof SolanaError) throw error;
     throw new SolanaError(`the transaction's message cannot be read: ${(error as Error).message}`);

@@ -6,7 +6,18 @@ import { invalidArgument } from "../errors.js";
 import type { Tx } from "../store/database.js";
 import { SigningError, type RawSignature } from "../crypto/sign.js";
 import type { SignatureThreads } from "../crypto/signature-threads.js";
-import { EthereumError, authorizationDigest, parseTypedData, parseUnsignedTransaction, serializeSigned, transactionKeyword, typedDataDigest, typedDataKeyword } from "../chains/ethereum.js";
+import {
+  EthereumError,
+  authorizationDigest,
+  authorizationKeyword,
+  parseAuthorization,
+  parseTypedData,
+  parseUnsignedTransaction,
+  serializeSigned,
+  transactionKeyword,
+  typedDataDigest,
+  typedDataKeyword,
+} from "../chains/ethereum.js";
 import { SolanaError, signSolanaTransaction, solanaKeyword } from "../chains/solana.js";
 import { BitcoinError, bitcoinScript, signPsbt } from "../chains/bitcoin.js";
 import { address } from "../crypto/addresses.js";
@@ -72,6 +83,20 @@ function bytesOf(payload: string, encoding: Encoding, where: string): Uint8Array
   return Buffer.from(hex, "hex");
 }
 
+/**
+ * An EIP-712 or EIP-7702 payload, parsed once: the digest that is signed and the keyword policies
+ * see are both computed from the same canonical values, so no spelling can show policies one thing
+ * and have another signed. Policy evaluation and execution both come through here.
+ */
+function structuredPayload(payload: string, encoding: "PAYLOAD_ENCODING_EIP712" | "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") {
+  if (encoding === "PAYLOAD_ENCODING_EIP712") {
+    const data = parseTypedData(payload);
+    return { keyword: "eth.eip_712", value: typedDataKeyword(data), digest: typedDataDigest(data) };
+  }
+  const authorization = parseAuthorization(payload);
+  return { keyword: "eth.eip_7702_authorization", value: authorizationKeyword(authorization), digest: authorizationDigest(authorization) };
+}
+
 /** What one payload's signature is over, per the curve's rules, and the signature. */
 async function signPayload(signatures: SignatureThreads, signer: FoundSigner, privateKey: Uint8Array, payload: string, encoding: Encoding, hashFunction: HashFunction, where: string): Promise<RawSignature> {
   if (signer.curve === "CURVE_ED25519") {
@@ -84,7 +109,7 @@ async function signPayload(signatures: SignatureThreads, signer: FoundSigner, pr
   if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") {
     if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`${encoding} is signed with secp256k1 keys, not ${signer.curve}`);
     if (hashFunction !== "HASH_FUNCTION_NO_OP" && hashFunction !== "HASH_FUNCTION_KECCAK256") throw invalidArgument(`${encoding} is hashed by its own rules: hashFunction must be HASH_FUNCTION_NO_OP`);
-    digest = callerError(where, () => (encoding === "PAYLOAD_ENCODING_EIP712" ? typedDataDigest(parseTypedData(payload)) : authorizationDigest(payload).digest));
+    digest = callerError(where, () => structuredPayload(payload, encoding).digest);
   } else {
     const bytes = bytesOf(payload, encoding, where);
     digest = hashFunction === "HASH_FUNCTION_SHA256" ? sha256(bytes) : hashFunction === "HASH_FUNCTION_KECCAK256" ? keccak_256(bytes) : bytes;
@@ -102,8 +127,10 @@ async function payloadContext(trx: Tx, organizationId: string, signWith: string,
     return context;
   }
   try {
-    if (payload !== undefined && encoding === "PAYLOAD_ENCODING_EIP712") context["eth.eip_712"] = typedDataKeyword(parseTypedData(payload));
-    if (payload !== undefined && encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") context["eth.eip_7702_authorization"] = authorizationDigest(payload).keyword;
+    if (payload !== undefined && (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION")) {
+      const { keyword, value } = structuredPayload(payload, encoding);
+      context[keyword] = value;
+    }
   } catch {
     // refused with its reason when the activity runs
   }
