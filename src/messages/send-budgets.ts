@@ -103,15 +103,15 @@ const perWindow = (ms: number) => (ms % 3_600_000 === 0 ? `${ms / 3_600_000 === 
 
 /**
  * Checks every budget a send to `contact` counts toward and records the send, in the activity's
- * transaction (a refusal is rolled back with the activity and records nothing here). Throws
+ * transaction; `requesterParent` is the parent of the requesting credential's organization, if any.
+ * A refusal is rolled back with the activity and records nothing here. Throws
  * SendBudgetExceeded naming each spent budget, with the longest wait among them.
  */
-export async function recordSend(ctx: ActivityContext, settings: SendBudgetSettings, channel: Channel, contact: string): Promise<void> {
+export async function recordSend(ctx: ActivityContext, settings: SendBudgetSettings, channel: Channel, contact: string, requesterParent: string | null): Promise<void> {
   const requester = ctx.principal.organizationId;
-  const organization = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", requester).executeTakeFirst();
   // Sub-organizations cannot have their own (NESTED_SUB_ORGANIZATION): the parent is the top.
-  const root = organization?.parent_organization_id ?? requester;
-  const fromSub = organization?.parent_organization_id ? 1 : 0;
+  const root = requesterParent ?? requester;
+  const fromSub = requesterParent !== null ? 1 : 0;
   const key = contactKey(channel, contact);
   // Always in this order (the top-level organization, then the contact): no two sends wait on each other.
   await lockBudget(ctx, `organization:${root}`);

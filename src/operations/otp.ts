@@ -220,11 +220,11 @@ function composeMessage(p: InitParams, channel: Channel, code: string, seconds: 
   return { subject, text, html, ...(from ? { from } : {}), ...(p.replyToEmailAddress ? { replyTo: p.replyToEmailAddress } : {}) };
 }
 
-/** Whether the credential asking belongs to a sub-organization (an end user's own) rather than to a
- * top-level organization (the app's backend). */
-async function requestedFromSubOrganization(ctx: ActivityContext): Promise<boolean> {
+/** The parent of the organization whose credential asks: set when that is a sub-organization (an end
+ * user's own credential), null for a top-level organization (the app's backend). */
+async function requesterParent(ctx: ActivityContext): Promise<string | null> {
   const organization = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", ctx.principal.organizationId).executeTakeFirst();
-  return !!organization?.parent_organization_id;
+  return organization?.parent_organization_id ?? null;
 }
 
 /** Queues a message in the activity's transaction: sealed, and kept in the outbox when its channel
@@ -260,13 +260,13 @@ async function startOtp(ctx: ActivityContext, p: InitParams, flow: Flow, userId:
   const { otpType, contact, channel } = requireContact(p.otpType, p.contact);
   const { length, alphanumeric } = codeShape(p);
   const seconds = otpSeconds(ctx, p.expirationSeconds);
-  const fromSubOrganization = await requestedFromSubOrganization(ctx);
-  const from = checkCustomization(ctx.env.otp, p, channel, fromSubOrganization);
+  const parent = await requesterParent(ctx);
+  const from = checkCustomization(ctx.env.otp, p, channel, parent !== null);
   // Expired codes go after a while (until then a late try hears OTP_EXPIRED, not "unknown"). Only this
   // organization's, whose lock is held: deleting others' rows would wait on (and could deadlock with)
   // their sends on PostgreSQL.
   await ctx.trx.deleteFrom("otps").where("organization_id", "=", ctx.organizationId).where("expires_at", "<=", ctx.now - EXPIRED_CODE_KEPT_MS).execute();
-  await recordSend(ctx, ctx.env.otp, channel, contact);
+  await recordSend(ctx, ctx.env.otp, channel, contact, parent);
   const otpId = newId();
   const code = generateCode(length, alphanumeric);
   const expiresAt = ctx.now + seconds * 1000;
