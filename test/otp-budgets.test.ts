@@ -82,15 +82,15 @@ async function everything(): Promise<Record<string, string[]>> {
   const tables = (await db.introspection.getTables()).map((t) => t.name).filter((name) => !name.startsWith("sigil_migrations"));
   const out: Record<string, string[]> = {};
   for (const table of tables) out[table] = (await db.selectFrom(table as "otps").selectAll().execute()).map((r) => JSON.stringify(r)).sort();
+  // The courier works on earlier messages meanwhile (sends, retries, erases their text): those columns
+  // are its own; which messages exist, to whom, is what a request could change.
+  out.outbound_messages = (await db.selectFrom("outbound_messages").select(["id", "organization_id", "channel", "recipient", "expires_at", "created_at"]).execute()).map((r) => JSON.stringify(r)).sort();
   return out;
 }
 
 /** Proves a refused send changed nothing but what every refused activity records: its FAILED
  * activity row and its policy evaluation. */
 async function refusedUnchanged<T extends { status: number; code?: string }>(send: () => Promise<T>): Promise<T> {
-  // Earlier messages first leave the courier's hands (it marks them sent), so only the request can change rows.
-  const pending = () => h.server.store.db.selectFrom("outbound_messages").select("id").where("status", "=", "pending").execute();
-  for (let i = 0; i < 400 && (await pending()).length > 0; i++) await new Promise((r) => setTimeout(r, 25));
   const before = await everything();
   const response = await send();
   expect(response.status).toBe(429);
