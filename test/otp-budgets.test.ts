@@ -35,7 +35,8 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
   const smtpPort = (smtp.server.address() as AddressInfo).port;
-  h = await startHarness({ ...LIMITS, SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`, SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400", SIGIL_MESSAGE_POLL_MS: "50" }, { clock: () => Date.now() + offset });
+  const env = { ...LIMITS, SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`, SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400", SIGIL_MESSAGE_POLL_MS: "50" };
+  h = await startHarness(env, { clock: () => Date.now() + offset });
 });
 afterAll(async () => {
   await h.close();
@@ -48,11 +49,19 @@ async function start(baseUrl: string, key: ApiKeyPair, organizationId: string, o
   lastTimestamp = Math.max(Date.now(), lastTimestamp + 1);
   const type = operation === "init_otp" ? "ACTIVITY_TYPE_INIT_OTP_V3" : "ACTIVITY_TYPE_INIT_OTP_AUTH_V3";
   const otpType = contact.startsWith("+") ? "OTP_TYPE_SMS" : "OTP_TYPE_EMAIL";
-  const { body, headers } = signedRequest({ type, timestampMs: String(lastTimestamp), organizationId, parameters: { otpType, contact, appName: "Demo" } }, key);
-  const response = await fetch(`${baseUrl}/public/v1/submit/${operation}`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body });
+  const parameters = { otpType, contact, appName: "Demo" };
+  const { body, headers } = signedRequest({ type, timestampMs: String(lastTimestamp), organizationId, parameters }, key);
+  const response = await fetch(`${baseUrl}/public/v1/submit/${operation}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body,
+  });
   const json = (await response.json()) as any;
-  return { status: response.status, retryAfter: response.headers.get("retry-after"), code: json.details?.[0]?.turnkeyErrorCode as string | undefined, message: String(json.message ?? ""), json };
+  const code = json.details?.[0]?.turnkeyErrorCode as string | undefined;
+  return { status: response.status, retryAfter: response.headers.get("retry-after"), code, message: String(json.message ?? ""), json };
 }
+
+const device = (key: ApiKeyPair, apiKeyName = "device") => ({ apiKeyName, publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" as const });
 
 /** A top-level organization (an app's backend) and a way to make its end users: sub-organizations
  * whose root user holds its own API key. */
@@ -69,7 +78,7 @@ async function app(name: string) {
       const { subOrganizationId, rootUserIds } = await backend.createSubOrganization({
         subOrganizationName: `${name} user ${users}`,
         rootQuorumThreshold: 1,
-        rootUsers: [{ userName: "end user", userEmail: email, apiKeys: [{ apiKeyName: "device", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }],
+        rootUsers: [{ userName: "end user", userEmail: email, apiKeys: [device(key)], authenticators: [], oauthProviders: [] }],
       });
       return { subOrganizationId, userId: rootUserIds![0]!, key, email };
     },
@@ -84,7 +93,8 @@ async function everything(): Promise<Record<string, string[]>> {
   for (const table of tables) out[table] = (await db.selectFrom(table as "otps").selectAll().execute()).map((r) => JSON.stringify(r)).sort();
   // The courier works on earlier messages meanwhile (sends, retries, erases their text): those columns
   // are its own; which messages exist, to whom, is what a request could change.
-  out.outbound_messages = (await db.selectFrom("outbound_messages").select(["id", "organization_id", "channel", "recipient", "expires_at", "created_at"]).execute()).map((r) => JSON.stringify(r)).sort();
+  const messages = await db.selectFrom("outbound_messages").select(["id", "organization_id", "channel", "recipient", "expires_at", "created_at"]).execute();
+  out.outbound_messages = messages.map((r) => JSON.stringify(r)).sort();
   return out;
 }
 
@@ -108,7 +118,8 @@ async function refusedUnchanged<T extends { status: number; code?: string }>(sen
   return response;
 }
 
-const outboxOf = (organizationIds: string[]) => h.server.store.db.selectFrom("outbound_messages").select("recipient").where("organization_id", "in", organizationIds).execute();
+const outboxOf = (organizationIds: string[]) =>
+  h.server.store.db.selectFrom("outbound_messages").select("recipient").where("organization_id", "in", organizationIds).execute();
 
 /** Waits until the SMTP server received a mail to `to` (the courier runs after the commit). */
 async function delivered(to: string): Promise<void> {
@@ -171,7 +182,8 @@ describe("an end user's credentials", () => {
 
     // A second API key of the same end user gets no fresh budget.
     const second = newKeyPair();
-    await h.sdk({ organizationId: user.subOrganizationId }, user.key, fastPoller).createApiKeys({ userId: user.userId, apiKeys: [{ apiKeyName: "second device", publicKey: second.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    const own = h.sdk({ organizationId: user.subOrganizationId }, user.key, fastPoller);
+    await own.createApiKeys({ userId: user.userId, apiKeys: [device(second, "second device")] });
     const again = await refusedUnchanged(() => start(h.url, second, user.subOrganizationId, "init_otp", "target.5@example.org"));
     expect(again.message).toContain("SIGIL_OTP_PER_CREDENTIAL_LIMIT");
 
@@ -179,7 +191,8 @@ describe("an end user's credentials", () => {
     expect((await start(h.url, wallet.org.key, user.subOrganizationId, "init_otp_auth", user.email)).status).toBe(200);
     const neighbour = await wallet.endUser();
     expect((await start(h.url, neighbour.key, neighbour.subOrganizationId, "init_otp", "target.4@example.org")).status).toBe(200);
-    expect((await outboxOf([user.subOrganizationId])).map((m) => m.recipient).sort()).toEqual(["target.1@example.org", "target.2@example.org", "target.3@example.org", user.email].sort());
+    const queued = (await outboxOf([user.subOrganizationId])).map((m) => m.recipient).sort();
+    expect(queued).toEqual(["target.1@example.org", "target.2@example.org", "target.3@example.org", user.email].sort());
     await delivered(user.email);
     expect(mails).not.toContain("target.5@example.org");
   });
@@ -216,19 +229,29 @@ describe("two server processes on one database", () => {
     const deployment = await cliDeployment(LIMITS);
     try {
       const [first, second] = [await deployment.start(), await deployment.start()];
-      const backend = new Turnkey({ apiBaseUrl: first!.url, apiPublicKey: deployment.key.publicKey, apiPrivateKey: deployment.key.privateKey, defaultOrganizationId: deployment.organizationId, ...fastPoller }).apiClient();
+      const { key, organizationId } = deployment;
+      const client = { apiBaseUrl: first!.url, apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey, defaultOrganizationId: organizationId, ...fastPoller };
+      const backend = new Turnkey(client).apiClient();
       const subs = await Promise.all(
         Array.from({ length: 16 }, (_, i) =>
-          backend.createSubOrganization({ subOrganizationName: `user ${i}`, rootQuorumThreshold: 1, rootUsers: [{ userName: "u", apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] }),
+          backend.createSubOrganization({
+            subOrganizationName: `user ${i}`,
+            rootQuorumThreshold: 1,
+            rootUsers: [{ userName: "u", apiKeys: [device(newKeyPair())], authenticators: [], oauthProviders: [] }],
+          }),
         ),
       );
-      const answers = await Promise.all(subs.map(({ subOrganizationId }, i) => start(i % 2 ? second!.url : first!.url, deployment.key, subOrganizationId, "init_otp", `person.${i}@example.net`)));
+      // Into sixteen sub-organizations (sixteen different organization locks), half through each process.
+      const answers = await Promise.all(
+        subs.map(({ subOrganizationId }, i) => start(i % 2 ? second!.url : first!.url, key, subOrganizationId, "init_otp", `person.${i}@example.net`)),
+      );
       expect(answers.filter((a) => a.status === 200)).toHaveLength(8);
       expect(answers.filter((a) => a.code === "OTP_RATE_LIMITED")).toHaveLength(8);
       const store = await openStore(loadConfig(deployment.env, { dataDir: deployment.database.dataDir }));
       try {
-        expect(await store.db.selectFrom("outbound_messages").select("id").where("organization_id", "in", subs.map((s) => s.subOrganizationId)).execute()).toHaveLength(8);
-        expect(await store.db.selectFrom("otp_sends").select("created_at").where("root_organization_id", "=", deployment.organizationId).execute()).toHaveLength(8);
+        const subIds = subs.map((s) => s.subOrganizationId);
+        expect(await store.db.selectFrom("outbound_messages").select("id").where("organization_id", "in", subIds).execute()).toHaveLength(8);
+        expect(await store.db.selectFrom("otp_sends").select("created_at").where("root_organization_id", "=", organizationId).execute()).toHaveLength(8);
       } finally {
         await store.close();
       }

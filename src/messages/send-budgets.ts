@@ -99,7 +99,12 @@ async function msUntilFree(ctx: ActivityContext, budget: Budget): Promise<number
   return blocking ? blocking.created_at + budget.windowMs - ctx.now : 0;
 }
 
-const perWindow = (ms: number) => (ms % 3_600_000 === 0 ? `${ms / 3_600_000 === 1 ? "" : `${ms / 3_600_000} `}hour${ms === 3_600_000 ? "" : "s"}` : `${ms / 1000} seconds`);
+/** "hour", "2 hours", "900 seconds". */
+function perWindow(ms: number): string {
+  const hours = ms / 3_600_000;
+  if (!Number.isInteger(hours)) return `${ms / 1000} seconds`;
+  return hours === 1 ? "hour" : `${hours} hours`;
+}
 
 /**
  * Checks every budget a send to `contact` counts toward and records the send, in the activity's
@@ -107,7 +112,13 @@ const perWindow = (ms: number) => (ms % 3_600_000 === 0 ? `${ms / 3_600_000 === 
  * A refusal is rolled back with the activity and records nothing here. Throws
  * SendBudgetExceeded naming each spent budget, with the longest wait among them.
  */
-export async function recordSend(ctx: ActivityContext, settings: SendBudgetSettings, channel: Channel, contact: string, requesterParent: string | null): Promise<void> {
+export async function recordSend(
+  ctx: ActivityContext,
+  settings: SendBudgetSettings,
+  channel: Channel,
+  contact: string,
+  requesterParent: string | null,
+): Promise<void> {
   const requester = ctx.principal.organizationId;
   // Sub-organizations cannot have their own (NESTED_SUB_ORGANIZATION): the parent is the top.
   const root = requesterParent ?? requester;
@@ -119,9 +130,15 @@ export async function recordSend(ctx: ActivityContext, settings: SendBudgetSetti
 
   const windowMs = settings.sendWindowSeconds * 1000;
   const budgets: Budget[] = [
-    { spent: `this contact's budget of ${settings.perContactLimit} codes per 10 minutes (SIGIL_OTP_PER_CONTACT_LIMIT) from organization ${requester}`, limit: settings.perContactLimit, windowMs: CONTACT_WINDOW_MS, where: { contact_key: key, requester_organization_id: requester } },
     {
-      spent: `organization ${root}'s budget of ${settings.perOrganizationLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_ORGANIZATION_LIMIT), which its sub-organizations share`,
+      spent: `this contact's budget of ${settings.perContactLimit} codes per 10 minutes (SIGIL_OTP_PER_CONTACT_LIMIT) from organization ${requester}`,
+      limit: settings.perContactLimit,
+      windowMs: CONTACT_WINDOW_MS,
+      where: { contact_key: key, requester_organization_id: requester },
+    },
+    {
+      spent: `organization ${root}'s budget of ${settings.perOrganizationLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_ORGANIZATION_LIMIT), `
+        + "which its sub-organizations share",
       limit: settings.perOrganizationLimit,
       windowMs,
       where: { root_organization_id: root },
@@ -129,9 +146,17 @@ export async function recordSend(ctx: ActivityContext, settings: SendBudgetSetti
   ];
   if (fromSub) {
     budgets.push(
-      { spent: `the budget of ${settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE} codes per 10 minutes all sub-organizations' own credentials share for one contact`, limit: settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE, windowMs: CONTACT_WINDOW_MS, where: { contact_key: key, from_sub_organization: 1 } },
       {
-        spent: `the budget of ${settings.perCredentialLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_CREDENTIAL_LIMIT) the credentials of sub-organization ${requester} share`,
+        spent: `this contact's budget of ${settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE} codes per 10 minutes `
+          + "(twice SIGIL_OTP_PER_CONTACT_LIMIT) "
+          + "that all sub-organizations' own credentials share",
+        limit: settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE,
+        windowMs: CONTACT_WINDOW_MS,
+        where: { contact_key: key, from_sub_organization: 1 },
+      },
+      {
+        spent: `the budget of ${settings.perCredentialLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_CREDENTIAL_LIMIT) `
+          + `the credentials of sub-organization ${requester} share`,
         limit: settings.perCredentialLimit,
         windowMs,
         where: { requester_organization_id: requester },
@@ -149,6 +174,10 @@ export async function recordSend(ctx: ActivityContext, settings: SendBudgetSetti
     throw new SendBudgetExceeded(`no code was sent: ${what}. Send a new request (a new timestampMs) in ${seconds} seconds`, seconds);
   }
   // This organization's sends older than every window count for nothing any more.
-  await ctx.trx.deleteFrom("otp_sends").where("root_organization_id", "=", root).where("created_at", "<=", ctx.now - Math.max(windowMs, CONTACT_WINDOW_MS)).execute();
-  await ctx.trx.insertInto("otp_sends").values({ contact_key: key, requester_organization_id: requester, root_organization_id: root, from_sub_organization: fromSub, created_at: ctx.now }).execute();
+  const outOfEveryWindow = ctx.now - Math.max(windowMs, CONTACT_WINDOW_MS);
+  await ctx.trx.deleteFrom("otp_sends").where("root_organization_id", "=", root).where("created_at", "<=", outOfEveryWindow).execute();
+  await ctx.trx
+    .insertInto("otp_sends")
+    .values({ contact_key: key, requester_organization_id: requester, root_organization_id: root, from_sub_organization: fromSub, created_at: ctx.now })
+    .execute();
 }

@@ -413,7 +413,8 @@ const logins: Migration = {
 const otpSendBudgets: Migration = {
   async up(db: Kysely<any>) {
     await db.schema.alterTable("otp_sends").addColumn("root_organization_id", "text").execute();
-    await sql`update otp_sends set root_organization_id = coalesce((select o.parent_organization_id from organizations o where o.id = otp_sends.requester_organization_id), requester_organization_id)`.execute(db);
+    const parentOfRequester = sql`(select o.parent_organization_id from organizations o where o.id = otp_sends.requester_organization_id)`;
+    await sql`update otp_sends set root_organization_id = coalesce(${parentOfRequester}, requester_organization_id)`.execute(db);
     await db.schema.createIndex("otp_sends_by_root").on("otp_sends").columns(["root_organization_id", "created_at"]).execute();
     await db.schema.createIndex("otp_sends_by_requester").on("otp_sends").columns(["requester_organization_id", "created_at"]).execute();
   },
