@@ -57,8 +57,16 @@ export interface OtpConfig {
   maxAttempts: number;
   /** A verification token's validity when verify_otp names none (seconds). */
   verificationTokenSeconds: number;
-  /** Codes one contact may be sent in ten minutes (whichever organizations ask). */
+  /** Codes one contact may be sent in ten minutes by one requesting organization (sub-organizations'
+   * own requests together: twice that). */
   perContactLimit: number;
+  /** Codes a top-level organization and all its sub-organizations together may have sent per window. */
+  perOrganizationLimit: number;
+  /** Codes the credentials of one sub-organization (an end user's keys, passkeys, sessions) together
+   * may have sent per window. */
+  perCredentialLimit: number;
+  /** The window of the organization and credential budgets (seconds). */
+  sendWindowSeconds: number;
   /** Domains (and their subdomains) whose https links and logos emails may carry, and whose
    * addresses may be their sender or reply-to; empty allows none of these customizations. */
   emailAllowedDomains: string[];
@@ -157,6 +165,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       maxAttempts: positiveInteger("SIGIL_OTP_MAX_ATTEMPTS", env.SIGIL_OTP_MAX_ATTEMPTS, 5),
       verificationTokenSeconds: positiveInteger("SIGIL_VERIFICATION_TOKEN_SECONDS", env.SIGIL_VERIFICATION_TOKEN_SECONDS, 3600),
       perContactLimit: positiveInteger("SIGIL_OTP_PER_CONTACT_LIMIT", env.SIGIL_OTP_PER_CONTACT_LIMIT, 5),
+      perOrganizationLimit: positiveInteger("SIGIL_OTP_PER_ORGANIZATION_LIMIT", env.SIGIL_OTP_PER_ORGANIZATION_LIMIT, 300),
+      perCredentialLimit: positiveInteger("SIGIL_OTP_PER_CREDENTIAL_LIMIT", env.SIGIL_OTP_PER_CREDENTIAL_LIMIT, 20),
+      sendWindowSeconds: positiveInteger("SIGIL_OTP_SEND_WINDOW_SECONDS", env.SIGIL_OTP_SEND_WINDOW_SECONDS, 3600),
       emailAllowedDomains: list(env.SIGIL_EMAIL_ALLOWED_DOMAINS).map((d) => d.toLowerCase().replace(/^\./, "")),
     },
     oidcAllowedIssuers: list(env.SIGIL_OIDC_ALLOWED_ISSUERS),

@@ -4,6 +4,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import pino from "pino";
 import type { Config } from "../config.js";
 import { ServiceError } from "../errors.js";
+import { RETRY_INFO_TYPE } from "../messages/send-budgets.js";
 import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
@@ -27,6 +28,16 @@ export interface RunningServer {
   /** Base URL the server answers on, e.g. http://127.0.0.1:8080 */
   url: string;
   close(): Promise<void>;
+}
+
+/** The Retry-After (whole seconds) of a 429 whose error body carries a google.rpc.RetryInfo detail:
+ * a client told "too many" is also told when to come back. */
+function retryAfterOf(status: number, body: unknown): string | undefined {
+  if (status !== 429) return undefined;
+  const details = (body as { details?: Array<{ "@type"?: unknown; retryDelay?: unknown }> } | null)?.details;
+  const delay = Array.isArray(details) ? details.find((d) => d?.["@type"] === RETRY_INFO_TYPE)?.retryDelay : undefined;
+  const seconds = typeof delay === "string" && /^\d+(\.\d+)?s$/.test(delay) ? Math.ceil(Number(delay.slice(0, -1))) : undefined;
+  return seconds !== undefined ? String(Math.max(1, seconds)) : undefined;
 }
 
 export function createLogger(config: Pick<Config, "logLevel">): pino.Logger {
@@ -70,7 +81,12 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
   app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
 
   app.setErrorHandler((error, request, reply) => {
-    if (error instanceof ServiceError) return reply.status(error.httpStatus).send(error.toBody());
+    if (error instanceof ServiceError) {
+      const body = error.toBody();
+      const retryAfter = retryAfterOf(error.httpStatus, body);
+      if (retryAfter) reply.header("retry-after", retryAfter);
+      return reply.status(error.httpStatus).send(body);
+    }
     const fastifyError = error as { code?: string; statusCode?: number; message: string };
     if (fastifyError.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
       const tooLarge = new ServiceError("ResourceExhausted", "REQUEST_TOO_LARGE", `request body exceeds the limit of ${config.bodyLimitBytes} bytes`, 413);
@@ -120,6 +136,8 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
   for (const operation of activityOperations) {
     app.post(`/public/v1/submit/${operation.name}`, async (request, reply) => {
       const response = await pipeline.submit(operation, raw(request.body), request.raw.headersDistinct);
+      const retryAfter = retryAfterOf(response.status, response.body);
+      if (retryAfter) reply.header("retry-after", retryAfter);
       return reply.status(response.status).send(response.body);
     });
   }

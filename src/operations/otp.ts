@@ -9,12 +9,14 @@
 // them is stored. Each expires (5 minutes by default, up to 10), is single-use, and burns after a
 // bounded number of wrong tries (a wrong try is counted even though its activity fails: the
 // `afterFailure` hook runs after the rollback). The message goes out through the courier (see
-// messages/courier.ts), queued in the activity's own transaction.
+// messages/courier.ts), queued in the activity's own transaction, once the send fits its budgets
+// (messages/send-budgets.ts).
 import crypto from "node:crypto";
 import { p256 } from "@noble/curves/nist.js";
 import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
 import { HpkeError, openWith } from "../crypto/hpke.js";
 import { hasTransport, messageIdentity, type Channel, type MessageContent } from "../messages/courier.js";
+import { recordSend, type SendBudgetSettings } from "../messages/send-budgets.js";
 import type { MessagingConfig } from "../config.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
 import { newId } from "./resources.js";
@@ -22,13 +24,12 @@ import { signedBundle } from "./exports.js";
 import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 import { verifyP256Der } from "../crypto/keys.js";
 
-export interface OtpSettings {
+export interface OtpSettings extends SendBudgetSettings {
   /** HMAC of "<otp id>:<code>" under the deployment's OTP key. */
   codeHash(message: string): string;
   defaultSeconds: number;
   maxAttempts: number;
   verificationTokenSeconds: number;
-  perContactLimit: number;
   emailAllowedDomains: string[];
   messaging: MessagingConfig;
 }
@@ -104,7 +105,8 @@ function otpSeconds(ctx: ActivityContext, requested: string | undefined): number
 
 const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 
-const RATE_WINDOW_MS = 10 * 60 * 1000;
+/** How long an expired code is kept, so a late try hears OTP_EXPIRED rather than OTP_NOT_FOUND. */
+const EXPIRED_CODE_KEPT_MS = 10 * 60 * 1000;
 const MAX_APP_NAME = 64;
 const MAX_SMS_TEMPLATE = 320;
 const CODE_PLACEHOLDER = /\{\{\s*\.OtpCode\s*\}\}/g;
@@ -218,49 +220,11 @@ function composeMessage(p: InitParams, channel: Channel, code: string, seconds: 
   return { subject, text, html, ...(from ? { from } : {}), ...(p.replyToEmailAddress ? { replyTo: p.replyToEmailAddress } : {}) };
 }
 
-/** A contact in one spelling for counting sends: `Victim+1@Example.COM.` and `victim@example.com`
- * are one inbox. */
-function contactKey(contact: string): string {
-  const at = contact.lastIndexOf("@");
-  if (at < 0) return contact;
-  const local = foldEmail(contact.slice(0, at)).replace(/\+.*$/, "");
-  return `${local}@${foldEmail(contact.slice(at + 1)).replace(/\.+$/, "")}`;
-}
-
-/** Whether the credential asking belongs to a sub-organization (an end user's own) rather than to a
- * top-level organization (the app's backend). */
-async function requestedFromSubOrganization(ctx: ActivityContext): Promise<boolean> {
+/** The parent of the organization whose credential asks: set when that is a sub-organization (an end
+ * user's own credential), null for a top-level organization (the app's backend). */
+async function requesterParent(ctx: ActivityContext): Promise<string | null> {
   const organization = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", ctx.principal.organizationId).executeTakeFirst();
-  return !!organization?.parent_organization_id;
-}
-
-/** Codes requests from sub-organizations (end users' own credentials) may send one contact in the
- * window, all of them together. */
-const SUB_ORGANIZATION_SHARE = 2;
-
-/**
- * Sends to one contact are limited so nobody can flood an inbox or a phone (and its bill) through
- * this server: each requesting organization has its own budget per contact (SIGIL_OTP_PER_CONTACT_LIMIT
- * per 10 minutes), and requests from sub-organizations together at most twice that — so end users
- * cannot use up the parent backend's budget, nor bomb a contact from many sub-organizations.
- */
-async function recordSend(ctx: ActivityContext, contact: string, fromSubOrganization: boolean): Promise<void> {
-  const key = contactKey(contact);
-  const since = ctx.now - RATE_WINDOW_MS;
-  const requester = ctx.principal.organizationId;
-  const fromSub = fromSubOrganization ? 1 : 0;
-  const limit = ctx.env.otp.perContactLimit;
-  const count = async (where: { requester?: string; fromSub?: number }) => {
-    let query = ctx.trx.selectFrom("otp_sends").select((eb) => eb.fn.countAll<number>().as("n")).where("contact_key", "=", key).where("created_at", ">", since);
-    if (where.requester) query = query.where("requester_organization_id", "=", where.requester);
-    if (where.fromSub !== undefined) query = query.where("from_sub_organization", "=", where.fromSub);
-    return Number((await query.executeTakeFirstOrThrow()).n);
-  };
-  const limited = () => new ServiceError("ResourceExhausted", "OTP_RATE_LIMITED", `enough codes were sent to this contact in the last 10 minutes: try again later`);
-  if ((await count({ requester })) >= limit) throw limited();
-  if (fromSub && (await count({ fromSub: 1 })) >= limit * SUB_ORGANIZATION_SHARE) throw limited();
-  await ctx.trx.deleteFrom("otp_sends").where("created_at", "<=", since).execute();
-  await ctx.trx.insertInto("otp_sends").values({ contact_key: key, requester_organization_id: requester, from_sub_organization: fromSub, created_at: ctx.now }).execute();
+  return organization?.parent_organization_id ?? null;
 }
 
 /** Queues a message in the activity's transaction: sealed, and kept in the outbox when its channel
@@ -296,11 +260,13 @@ async function startOtp(ctx: ActivityContext, p: InitParams, flow: Flow, userId:
   const { otpType, contact, channel } = requireContact(p.otpType, p.contact);
   const { length, alphanumeric } = codeShape(p);
   const seconds = otpSeconds(ctx, p.expirationSeconds);
-  const fromSubOrganization = await requestedFromSubOrganization(ctx);
-  const from = checkCustomization(ctx.env.otp, p, channel, fromSubOrganization);
-  // Expired codes go after a while (until then a late try hears OTP_EXPIRED, not "unknown").
-  await ctx.trx.deleteFrom("otps").where("expires_at", "<=", ctx.now - RATE_WINDOW_MS).execute();
-  await recordSend(ctx, contact, fromSubOrganization);
+  const parent = await requesterParent(ctx);
+  const from = checkCustomization(ctx.env.otp, p, channel, parent !== null);
+  // Expired codes go after a while (until then a late try hears OTP_EXPIRED, not "unknown"). Only this
+  // organization's, whose lock is held: deleting others' rows would wait on (and could deadlock with)
+  // their sends on PostgreSQL.
+  await ctx.trx.deleteFrom("otps").where("organization_id", "=", ctx.organizationId).where("expires_at", "<=", ctx.now - EXPIRED_CODE_KEPT_MS).execute();
+  await recordSend(ctx, ctx.env.otp, channel, contact, parent);
   const otpId = newId();
   const code = generateCode(length, alphanumeric);
   const expiresAt = ctx.now + seconds * 1000;

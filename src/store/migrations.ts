@@ -1,6 +1,6 @@
 // One set of migrations for both dialects, written with Kysely's schema builder so the same code
 // produces SQLite and PostgreSQL DDL. Append new migrations; never edit a released one.
-import type { Kysely, Migration, MigrationProvider } from "kysely";
+import { sql, type Kysely, type Migration, type MigrationProvider } from "kysely";
 
 const initial: Migration = {
   async up(db: Kysely<any>) {
@@ -408,6 +408,18 @@ const logins: Migration = {
   },
 };
 
+/** Send budgets per top-level organization (its sub-organizations counting toward it) and per
+ * sub-organization's credentials, besides the per-contact ones. */
+const otpSendBudgets: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema.alterTable("otp_sends").addColumn("root_organization_id", "text").execute();
+    const parentOfRequester = sql`(select o.parent_organization_id from organizations o where o.id = otp_sends.requester_organization_id)`;
+    await sql`update otp_sends set root_organization_id = coalesce(${parentOfRequester}, requester_organization_id)`.execute(db);
+    await db.schema.createIndex("otp_sends_by_root").on("otp_sends").columns(["root_organization_id", "created_at"]).execute();
+    await db.schema.createIndex("otp_sends_by_requester").on("otp_sends").columns(["requester_organization_id", "created_at"]).execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -416,6 +428,7 @@ export const migrations: Record<string, Migration> = {
   "0005_webhooks": webhooks,
   "0006_import_targets": importTargets,
   "0007_logins": logins,
+  "0008_otp_send_budgets": otpSendBudgets,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -118,12 +118,16 @@ export interface OtpsTable {
   created_at: number;
 }
 
-/** One code sent (init_otp_auth, init_otp): what the per-contact send limits count. */
+/** One code sent (init_otp_auth, init_otp): what the send budgets count (messages/send-budgets.ts). */
 export interface OtpSendsTable {
-  /** The contact in one spelling (emails: ASCII lower case, no +tag, no trailing dot). */
+  /** The contact in one spelling (emails: ASCII lower case, no +tag, no trailing dot; Gmail's without
+   * dots, googlemail.com as gmail.com; phones: + and digits). */
   contact_key: string;
   /** The organization of the credential that asked (the parent, for its backend's requests). */
   requester_organization_id: string;
+  /** The top-level organization whose budget the send counts toward (the requester's parent, or the
+   * requester itself). Nullable only because SQLite adds columns so; migration 0008 filled older rows. */
+  root_organization_id: string | null;
   /** 1 when the requester is a sub-organization (an end user's own credential). */
   from_sub_organization: number;
   created_at: number;
