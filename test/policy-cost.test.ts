@@ -249,3 +249,36 @@ describe("through the server", () => {
     expect(order.indexOf("B"), order.join(" ")).toBeLessThan(8);
   });
 });
+
+describe("turns on the event loop", () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness();
+  });
+  afterAll(() => h?.close());
+
+  it("while a page of pending activities runs a costly policy for each voting right, another organization's whoami is answered again and again", async () => {
+    const a = await organizationWith(h, ["eve", "fay"]);
+    const b = await organizationWith(h, []);
+    await a.root.createPolicy({ policyName: "two approve tags", effect: "EFFECT_ALLOW", condition: "activity.kind == 'CREATE_USER_TAG'", consensus: "approvers.count() >= 2", notes: "" });
+    for (let i = 0; i < 10; i++) {
+      const { activity } = await a.members.eve!.client.createUserTag({ userTagName: `t${i}`, userIds: [] });
+      expect(activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    }
+    // Added afterwards: each of fay's voting rights (canApprove, canReject) on each activity now runs it.
+    await a.root.createPolicy({ policyName: "costly", effect: "EFFECT_ALLOW", condition: LONGEST_ACCEPTED, notes: "" });
+    let listed = false;
+    const page = a.members.fay!.client.getActivities({ filterByStatus: ["ACTIVITY_STATUS_CONSENSUS_NEEDED"] }).finally(() => (listed = true));
+    let answeredMeanwhile = 0;
+    while (!listed) {
+      const who = await b.root.getWhoami({ organizationId: b.org.organizationId });
+      expect(who.organizationId).toBe(b.org.organizationId);
+      if (!listed) answeredMeanwhile += 1;
+    }
+    const { activities } = await page;
+    expect(activities).toHaveLength(10);
+    // Out of steps, nothing is allowed: not even the vote the consensus would grant.
+    expect(activities.map((x) => [x.canApprove, x.canReject])).toEqual(activities.map(() => [false, false]));
+    expect(answeredMeanwhile).toBeGreaterThanOrEqual(3);
+  });
+});
