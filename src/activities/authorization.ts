@@ -12,8 +12,10 @@ import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.j
 import type { ActivityOperation } from "../operations/registry.js";
 import { activityKind } from "../operations/registry.js";
 import { permissionDenied } from "../errors.js";
-import { evaluatePolicies, namesVoter, approvalStillPossible, type EvaluationInput, type Outcome, type PolicySource, type PolicyVerdict, type Effect } from "../policy/engine.js";
+import { evaluatePolicies, namesVoter, approvalStillPossible, newBudget, type EvaluationInput, type Outcome, type PolicySource, type PolicyVerdict, type Effect } from "../policy/engine.js";
+import { evaluationTurn } from "../policy/turns.js";
 import type { Value } from "../policy/types.js";
+import { STEP_BUDGET } from "../policy/compile.js";
 import type { StoredVote } from "./records.js";
 
 export interface Decision {
@@ -138,7 +140,10 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
   }
 
   const policies = await loadPolicies(trx, authorityOf(subject));
-  const { outcome, verdicts } = evaluatePolicies(policies, await evaluationInput(trx, subject, approvers));
+  const input = await evaluationInput(trx, subject, approvers);
+  // Evaluation is synchronous from here: it waits for its turn on the event loop (policy/turns.ts).
+  await evaluationTurn(authorityOf(subject));
+  const { outcome, verdicts, budgetExceeded } = evaluatePolicies(policies, input);
   const deciding = (o: Outcome) => verdicts.filter((v) => v.outcome === o).map((v) => v.policyId).join(", ");
 
   if (outcome === "OUTCOME_DENY_EXPLICIT") {
@@ -146,6 +151,12 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
     return { outcome, verdicts, reason: `explicitly denied by policy ${deciding(outcome)}` };
   }
   if (outcome === "OUTCOME_ALLOW") return { outcome, verdicts, reason: `allowed by policy ${deciding(outcome)}` };
+  if (budgetExceeded) {
+    const first = verdicts.find((v) => v.outcome === "OUTCOME_ERROR" && v.error?.includes("budget"));
+    const reason = `evaluating the policies exceeded the budget of one decision (${STEP_BUDGET} steps) at policy ${first?.policyId ?? "?"}, so nothing can be allowed: simplify that policy, or send shorter parameters`;
+    if (rootPending) return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `${reason}; waiting for the root quorum (${quorumText})` };
+    return { outcome: "OUTCOME_DENY_IMPLICIT", verdicts, reason };
+  }
   const owner = subject.operation.credentialOwner?.(subject.parameters, { userId: subject.requesterId } as Principal);
   if (owner !== undefined && owner === subject.requesterId) {
     return { outcome: "OUTCOME_ALLOW", verdicts, reason: "a user may change its own credentials unless a policy denies it" };
@@ -186,11 +197,15 @@ export async function mayVote(
     credentials: [credentialValue(voter)],
     nowMs: subject.now,
   };
-  const asActivity = evaluatePolicies(policies, voteInput).outcome;
+  // Both questions share one decision's budget.
+  const budget = newBudget();
+  await evaluationTurn(subject.organizationId);
+  const asActivity = evaluatePolicies(policies, voteInput, budget).outcome;
   if (asActivity === "OUTCOME_DENY_EXPLICIT") return false;
   if (asActivity === "OUTCOME_ALLOW") return true;
   const input = await evaluationInput(trx, subject, approvedBy(subject.votes));
-  return namesVoter(policies, input, voterValue, [credentialValue(voter)]);
+  await evaluationTurn(subject.organizationId);
+  return namesVoter(policies, input, voterValue, [credentialValue(voter)], budget);
 }
 
 /**
@@ -217,6 +232,8 @@ export async function stillApprovable(trx: Tx, asSubmitted: ActivitySubject): Pr
     ...apiKeys.filter((k) => !rejected.has(k.user_id)).map((k) => ({ id: k.id, user_id: k.user_id, type: API_KEY_CREDENTIAL_TYPES[k.curve] ?? k.curve, credential_id: "", public_key: k.public_key })),
     ...passkeys.filter((k) => !rejected.has(k.user_id)).map((k) => ({ id: k.id, user_id: k.user_id, type: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR", credential_id: k.credential_id, public_key: k.public_key })),
   ];
-  return approvalStillPossible(await loadPolicies(trx, subject.organizationId), { ...input, credentials });
+  const policies = await loadPolicies(trx, subject.organizationId);
+  await evaluationTurn(subject.organizationId);
+  return approvalStillPossible(policies, { ...input, credentials });
 }
 

@@ -33,17 +33,33 @@ export interface Environment {
 export type Evaluator = (env: Environment) => Value;
 
 /**
- * Nested lambdas multiply work (`l.all(a, l.all(b, …))`), so one stored policy could otherwise keep
- * the server's only thread busy for hours while it holds an organization's lock. Each list item
- * visited, compared or built costs a step; past the budget the evaluation fails (OUTCOME_ERROR).
+ * Nested lambdas multiply work (`l.all(a, l.all(b, …))`) and long strings make each operation dearer,
+ * so one stored policy could otherwise keep the server's only thread busy for seconds or hours while
+ * it holds an organization's lock. Every operation is charged for the work it really does: one step
+ * for evaluating any node, one per list item visited, compared or built, one per STRING_CHARS_PER_STEP
+ * characters read, compared, hashed or copied. The budget is sized so the costliest step there is
+ * keeps a whole decision in the low milliseconds (see test/policy-cost.test.ts); past it the
+ * evaluation fails (OUTCOME_ERROR) and the decision cannot allow.
  */
-export const STEP_BUDGET = 1_000_000;
+export const STEP_BUDGET = 250_000;
 export const MAX_LAMBDA_DEPTH = 4;
+/** Characters that cost one step to read, compare or copy (a step is about one node's evaluation). */
+export const STRING_CHARS_PER_STEP = 16;
+/** No real policy quotes more than a public key or an address; the attack quotes 15 000 characters. */
+export const MAX_STRING_LITERAL_LENGTH = 1_024;
+/** An allow-list of addresses runs out of expression length (16 384 characters) long before this. */
+export const MAX_LIST_LITERAL_ITEMS = 1_000;
 
-function spend(env: Environment, steps: number): void {
-  env.budget.steps -= steps;
-  if (env.budget.steps < 0) throw new PolicyEvaluationError(`evaluation exceeded its budget of ${STEP_BUDGET} steps`);
+export class BudgetExceededError extends PolicyEvaluationError {
+  override name = "BudgetExceededError";
 }
+
+export function spend(env: Environment, steps: number): void {
+  env.budget.steps -= steps;
+  if (env.budget.steps < 0) throw new BudgetExceededError(`evaluation exceeded its budget of ${STEP_BUDGET} steps: simplify the policy or the request`);
+}
+
+const stringSteps = (text: string) => Math.ceil(text.length / STRING_CHARS_PER_STEP);
 
 interface Compiled {
   type: Type;
@@ -105,7 +121,20 @@ export function compileExpression(source: string, field: PolicyField): Evaluator
   return asBool(compiled);
 }
 
+/** Every node charges one step, so no operator is free however its operands are built. */
 function check(node: Node, scope: Scope, source: string): Compiled {
+  const compiled = checkNode(node, scope, source);
+  const run = compiled.run;
+  return {
+    type: compiled.type,
+    run: (env) => {
+      spend(env, 1);
+      return run(env);
+    },
+  };
+}
+
+function checkNode(node: Node, scope: Scope, source: string): Compiled {
   const fail = (at: Node | number, problem: string): never => {
     throw new PolicySyntaxError(source, typeof at === "number" ? at : at.start, problem);
   };
@@ -142,9 +171,11 @@ function check(node: Node, scope: Scope, source: string): Compiled {
     }
     case "string": {
       const value = node.value;
+      if (value.length > MAX_STRING_LITERAL_LENGTH) fail(node, `a string literal may be at most ${MAX_STRING_LITERAL_LENGTH} characters, this one has ${value.length}`);
       return { type: T.string, run: () => value };
     }
     case "list": {
+      if (node.items.length > MAX_LIST_LITERAL_ITEMS) fail(node, `a list literal may hold at most ${MAX_LIST_LITERAL_ITEMS} items, this one has ${node.items.length}`);
       const items = node.items.map((item) => sub(item));
       let element: Type = T.never;
       for (const [i, item] of items.entries()) {
@@ -215,33 +246,38 @@ function check(node: Node, scope: Scope, source: string): Compiled {
       const index = sub(node.index);
       const runObject = object.run;
       const runIndex = index.run;
-      const byKey = (container: Value, key: Value): Value => {
+      const byKey = (env: Environment, container: Value, key: Value): Value => {
         if (typeof key === "string") {
-          if (!isMap(container)) throw new PolicyEvaluationError(`cannot look up '${key}' in a ${kindOf(container)}`);
+          // Looking a key up hashes it.
+          spend(env, stringSteps(key));
+          if (!isMap(container)) throw new PolicyEvaluationError(`cannot look up '${shorten(key)}' in a ${kindOf(container)}`);
           const found = Object.hasOwn(container, key) ? container[key] : undefined;
-          if (found === undefined) throw new PolicyEvaluationError(`missing key '${key}'`);
+          if (found === undefined) throw new PolicyEvaluationError(`missing key '${shorten(key)}'`);
           return found;
         }
         if (typeof key !== "bigint") throw new PolicyEvaluationError(`an index must be a number or a string, found a ${kindOf(key)}`);
-        const all = typeof container === "string" ? Array.from(container) : expectList(container);
+        if (typeof container === "string") return characterAt(env, container, key);
+        const all = expectList(container);
         if (key < 0n || key >= BigInt(all.length)) throw new PolicyEvaluationError(`index ${key} is out of range for a length of ${all.length}`);
         return all[Number(key)]!;
       };
       if (object.type.kind === "map") {
         if (index.type.kind !== "string" && !isDynamic(index.type)) fail(node.index, `a map is indexed by a string key, not ${describeType(index.type)}`);
-        return { type: object.type.value, run: (env) => byKey(runObject(env), runIndex(env)) };
+        return { type: object.type.value, run: (env) => byKey(env, runObject(env), runIndex(env)) };
       }
       if (isDynamic(object.type)) {
         if (!isNumeric(index.type) && index.type.kind !== "string" && !isDynamic(index.type)) fail(node.index, `an index must be a number or a string key, not ${describeType(index.type)}`);
-        return { type: T.dynamic, run: (env) => byKey(runObject(env), runIndex(env)) };
+        return { type: T.dynamic, run: (env) => byKey(env, runObject(env), runIndex(env)) };
       }
       if (!isNumeric(index.type)) fail(node.index, `an index must be a number, not ${describeType(index.type)}`);
-      const [element, items] = indexable(object.type, node, fail);
+      const [element] = indexable(object.type, node, fail);
       return {
         type: element,
         run: (env) => {
-          const all = items(runObject(env));
+          const container = runObject(env);
           const i = runIndex(env) as bigint;
+          if (typeof container === "string") return characterAt(env, container, i);
+          const all = expectList(container);
           if (i < 0n || i >= BigInt(all.length)) throw new PolicyEvaluationError(`index ${i} is out of range for a length of ${all.length}`);
           return all[Number(i)]!;
         },
@@ -254,18 +290,20 @@ function check(node: Node, scope: Scope, source: string): Compiled {
       for (const [bound, n] of [[from, node.from], [to, node.to]] as const) {
         if (bound && !isNumeric(bound.type)) fail(n!, `a slice bound must be a number, not ${describeType(bound.type)}`);
       }
-      const [, items] = indexable(object.type, node, fail);
+      indexable(object.type, node, fail);
       const runObject = object.run;
       return {
         type: object.type,
         run: (env) => {
           const whole = runObject(env);
-          const all = items(whole);
           const start = from ? (from.run(env) as bigint) : 0n;
-          const end = to ? (to.run(env) as bigint) : BigInt(all.length);
-          if (start < 0n || end > BigInt(all.length) || start > end) throw new PolicyEvaluationError(`slice ${start}..${end} is out of range for a length of ${all.length}`);
-          const part = all.slice(Number(start), Number(end));
-          return typeof whole === "string" ? (part as string[]).join("") : part;
+          const end = to ? (to.run(env) as bigint) : null;
+          if (typeof whole === "string") return sliceOfString(env, whole, start, end);
+          const all = expectList(whole);
+          const last = end ?? BigInt(all.length);
+          if (start < 0n || last > BigInt(all.length) || start > last) throw new PolicyEvaluationError(`slice ${start}..${last} is out of range for a length of ${all.length}`);
+          spend(env, Number(last - start));
+          return all.slice(Number(start), Number(last));
         },
       };
     }
@@ -293,12 +331,79 @@ function startOf(node: Node): number {
 type Fail = (at: Node | number, problem: string) => never;
 
 /** Lists index by element; strings by Unicode code point, so 'é' is one character. */
-function indexable(type: Type, node: Node, fail: Fail): [Type, (value: Value) => Value[]] {
-  if (type.kind === "list") return [type.element, (v) => v as Value[]];
-  if (type.kind === "string") return [T.string, (v) => Array.from(v as string)];
-  if (isDynamic(type)) return [T.dynamic, (v) => (typeof v === "string" ? Array.from(v) : expectList(v))];
+function indexable(type: Type, node: Node, fail: Fail): [Type] {
+  if (type.kind === "list") return [type.element];
+  if (type.kind === "string") return [T.string];
+  if (isDynamic(type)) return [T.dynamic];
   return fail(node, `only lists and strings can be indexed or sliced, not ${describeType(type)}`);
 }
+
+// Strings index by code point. Copying a whole string into an array of characters to read one of
+// them made `'<15 000 characters>'[0]` cost 15 000 allocations for one step; these walk only as far
+// as the position asked for, and charge for every character walked.
+
+const SURROGATE = /[\uD800-\uDFFF]/;
+/** Walking text that holds surrogate pairs goes unit by unit in JavaScript: dearer than a native scan. */
+const WALKED_CHARS_PER_STEP = 2;
+
+/** The UTF-16 offset after `count` more code points of `text` from `offset`, or -1 when it has fewer.
+ * Charges what it reads as it goes, so even a walk the budget cannot pay for stops early. */
+function offsetOf(env: Environment, text: string, count: number, offset = 0): number {
+  // Most text has no surrogate pair: then code points are UTF-16 units, and a native scan says so.
+  const units = text.slice(offset, offset + count);
+  spend(env, stringSteps(units));
+  if (!SURROGATE.test(units)) {
+    if (units.length === count) return offset + count;
+    if (offset + units.length >= text.length) return -1;
+  }
+  let at = offset;
+  for (let seen = 0; seen < count; seen++) {
+    if (at >= text.length) return -1;
+    if (seen % 64 === 0) spend(env, 64 / WALKED_CHARS_PER_STEP);
+    const unit = text.charCodeAt(at);
+    at += unit >= 0xd800 && unit <= 0xdbff && at + 1 < text.length && (text.charCodeAt(at + 1) & 0xfc00) === 0xdc00 ? 2 : 1;
+  }
+  return at;
+}
+
+function codePointLength(env: Environment, text: string): number {
+  spend(env, stringSteps(text));
+  if (!SURROGATE.test(text)) return text.length;
+  let length = 0;
+  for (let at = 0; at < text.length; length++) {
+    if (length % 64 === 0) spend(env, 64 / WALKED_CHARS_PER_STEP);
+    const unit = text.charCodeAt(at);
+    at += unit >= 0xd800 && unit <= 0xdbff && at + 1 < text.length && (text.charCodeAt(at + 1) & 0xfc00) === 0xdc00 ? 2 : 1;
+  }
+  return length;
+}
+
+/** A position no string is that long at: refused before any walking (and before Number() loses it). */
+const beyond = (text: string, position: bigint) => position > BigInt(text.length);
+
+function characterAt(env: Environment, text: string, index: bigint): string {
+  if (index >= 0n && !beyond(text, index)) {
+    const start = offsetOf(env, text, Number(index));
+    if (start >= 0 && start < text.length) return text.slice(start, offsetOf(env, text, 1, start));
+  }
+  throw new PolicyEvaluationError(`index ${index} is out of range for a length of ${codePointLength(env, text)}`);
+}
+
+function sliceOfString(env: Environment, text: string, start: bigint, end: bigint | null): string {
+  const outOfRange = () => {
+    const length = codePointLength(env, text);
+    return new PolicyEvaluationError(`slice ${start}..${end ?? length} is out of range for a length of ${length}`);
+  };
+  if (start < 0n || beyond(text, start) || (end !== null && (start > end || beyond(text, end)))) throw outOfRange();
+  const from = offsetOf(env, text, Number(start));
+  const to = from < 0 ? -1 : end === null ? text.length : offsetOf(env, text, Number(end - start), from);
+  if (to < 0) throw outOfRange();
+  spend(env, Math.ceil((to - from) / STRING_CHARS_PER_STEP));
+  return text.slice(from, to);
+}
+
+/** A key quoted in an error: the message goes to the audit log, which need not hold a megabyte. */
+const shorten = (text: string) => (text.length > 64 ? `${text.slice(0, 64)}…` : text);
 
 function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: string, fail: Fail): Compiled {
   const op = node.operator;
@@ -317,15 +422,15 @@ function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: s
         const needle = l(env);
         const items = expectList(r(env));
         spend(env, items.length);
-        return items.some((item) => equal(needle, item));
+        return items.some((item) => equal(needle, item, env));
       },
     };
   }
   if (op === "==" || op === "!=") {
     if (!compatible(left.type, right.type)) fail(node, `cannot compare ${describeType(left.type)} with ${describeType(right.type)} using "${op}"`);
     return op === "=="
-      ? { type: T.bool, run: (env) => equal(l(env), r(env)) }
-      : { type: T.bool, run: (env) => !equal(l(env), r(env)) };
+      ? { type: T.bool, run: (env) => equal(l(env), r(env), env) }
+      : { type: T.bool, run: (env) => !equal(l(env), r(env), env) };
   }
   const orderable = (t: Type) => isNumeric(t) || t.kind === "timestamp" || isDynamic(t);
   const ordered = orderable(left.type) && orderable(right.type) && (isDynamic(left.type) || isDynamic(right.type) || (isNumeric(left.type) && isNumeric(right.type)) || left.type.kind === right.type.kind);
@@ -387,13 +492,22 @@ function logical(node: Extract<Node, { kind: "binary" }>, op: "&&" | "||", scope
   };
 }
 
-export function equal(a: Value, b: Value): boolean {
+/** Charges each value visited, and each string compared by its length (strings of different lengths
+ * differ at once; a struct's keys are hashed). */
+export function equal(a: Value, b: Value, env: Environment): boolean {
+  spend(env, 1);
+  if (typeof a === "string" && typeof b === "string") {
+    if (a.length !== b.length) return false;
+    spend(env, stringSteps(a));
+    return a === b;
+  }
   if (a === b) return true;
   if (a instanceof PolicyTimestamp && b instanceof PolicyTimestamp) return a.epochNanos === b.epochNanos;
-  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((item, i) => equal(item, b[i]!));
+  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((item, i) => equal(item, b[i]!, env));
   if (typeof a === "object" && typeof b === "object" && !Array.isArray(a) && !Array.isArray(b) && !(a instanceof PolicyTimestamp) && !(b instanceof PolicyTimestamp)) {
     const keys = Object.keys(a);
-    return keys.length === Object.keys(b).length && keys.every((k) => k in b && equal(a[k]!, b[k]!));
+    spend(env, keys.length);
+    return keys.length === Object.keys(b).length && keys.every((k) => (spend(env, stringSteps(k)), Object.hasOwn(b, k)) && equal(a[k]!, b[k]!, env));
   }
   return false;
 }
@@ -415,7 +529,10 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
       type: T.int,
       run: (env) => {
         const items = runList(env) as Value[];
-        if (env.trace && items.some((item) => env.trace!.subjects.has(item))) env.trace.named = true;
+        if (env.trace) {
+          spend(env, items.length);
+          if (items.some((item) => env.trace!.subjects.has(item))) env.trace.named = true;
+        }
         return BigInt(items.length);
       },
     };
@@ -430,7 +547,7 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
         const items = runList(env) as Value[];
         const v = needle.run(env);
         spend(env, items.length);
-        return items.some((item) => equal(v, item));
+        return items.some((item) => equal(v, item, env));
       },
     };
   }

@@ -5,7 +5,8 @@
 // A policy applies when its time, condition and consensus all hold (each absent one holds).
 // The root quorum and the default allowances are decided by the caller (activities/authorization).
 import { PolicySyntaxError } from "./lexer.js";
-import { PolicyEvaluationError, STEP_BUDGET, compileExpression, type Environment, type Evaluator } from "./compile.js";
+import { BudgetExceededError, PolicyEvaluationError, STEP_BUDGET, compileExpression, type Environment, type Evaluator } from "./compile.js";
+import { recordSteps } from "./turns.js";
 import { rootValues, type PolicyField } from "./keywords.js";
 import { PolicyTimestamp, type Value } from "./types.js";
 
@@ -103,7 +104,17 @@ export interface PolicyVerdict {
 export interface PolicySetResult {
   outcome: "OUTCOME_ALLOW" | "OUTCOME_DENY_EXPLICIT" | "OUTCOME_DENY_IMPLICIT" | "OUTCOME_REQUIRES_CONSENSUS";
   verdicts: PolicyVerdict[];
+  /** The decision ran out of steps: policies after that point were not evaluated, so it cannot allow. */
+  budgetExceeded: boolean;
 }
+
+/** The work one decision may do, shared by every policy it evaluates (and by the evaluations one
+ * question needs, such as mayVote's). */
+export interface Budget {
+  steps: number;
+}
+
+export const newBudget = (): Budget => ({ steps: STEP_BUDGET });
 
 /** A stored policy that does not compile (any more): it is judged OUTCOME_ERROR, never a 500. */
 type Loaded = CompiledPolicy | { source: PolicySource; error: string };
@@ -120,11 +131,20 @@ function load(source: PolicySource): Loaded {
 class Evaluation {
   private readonly roots: Partial<Record<PolicyField, Record<string, unknown>>> = {};
   private readonly now: PolicyTimestamp;
-  /** One budget for the whole decision, so many policies cannot add up to an unbounded cost. */
-  private readonly budget = { steps: STEP_BUDGET };
+  private readonly initialSteps: number;
 
-  constructor(readonly input: EvaluationInput) {
+  /** One budget for the whole decision, so many policies cannot add up to an unbounded cost. */
+  constructor(
+    readonly input: EvaluationInput,
+    private readonly budget: Budget = newBudget(),
+  ) {
     this.now = PolicyTimestamp.fromMillis(input.nowMs);
+    this.initialSteps = Math.max(budget.steps, 0);
+  }
+
+  /** Tells the scheduler (turns.ts) what this evaluation cost the event loop. */
+  done(): void {
+    recordSteps(this.initialSteps - Math.max(this.budget.steps, 0));
   }
 
   /** Keyword values of one field, built the first time a policy reads that field. */
@@ -189,18 +209,28 @@ function errorVerdict(policy: PolicySource, error: unknown): PolicyVerdict {
  * its documented deny examples rely on it (a deny reading `activity.params.hash_function` fails for
  * every activity that has no hash function, and must not deny those).
  */
-export function evaluatePolicies(policies: PolicySource[], input: EvaluationInput): PolicySetResult {
-  const evaluation = new Evaluation(input);
-  const verdicts = policies.map((p) => evaluation.verdict(load(p)));
-  const has = (outcome: Outcome) => verdicts.some((v) => v.outcome === outcome);
-  const outcome = has("OUTCOME_DENY_EXPLICIT")
-    ? "OUTCOME_DENY_EXPLICIT"
-    : has("OUTCOME_ALLOW")
-      ? "OUTCOME_ALLOW"
-      : has("OUTCOME_REQUIRES_CONSENSUS")
-        ? "OUTCOME_REQUIRES_CONSENSUS"
-        : "OUTCOME_DENY_IMPLICIT";
-  return { outcome, verdicts };
+export function evaluatePolicies(policies: PolicySource[], input: EvaluationInput, budget?: Budget): PolicySetResult {
+  const evaluation = new Evaluation(input, budget);
+  try {
+    const verdicts = policies.map((p) => evaluation.verdict(load(p)));
+    const has = (outcome: Outcome) => verdicts.some((v) => v.outcome === outcome);
+    // Past the budget the policies left were not really evaluated, and one of them may have been a
+    // deny: a request made costly on purpose (long parameters) must not slip past it. It can still
+    // be denied by a deny that was evaluated.
+    const budgetExceeded = evaluation.budgetSpent();
+    const outcome = has("OUTCOME_DENY_EXPLICIT")
+      ? "OUTCOME_DENY_EXPLICIT"
+      : budgetExceeded
+        ? "OUTCOME_DENY_IMPLICIT"
+        : has("OUTCOME_ALLOW")
+          ? "OUTCOME_ALLOW"
+          : has("OUTCOME_REQUIRES_CONSENSUS")
+            ? "OUTCOME_REQUIRES_CONSENSUS"
+            : "OUTCOME_DENY_IMPLICIT";
+    return { outcome, verdicts, budgetExceeded };
+  } finally {
+    evaluation.done();
+  }
 }
 
 /**
@@ -210,21 +240,27 @@ export function evaluatePolicies(policies: PolicySource[], input: EvaluationInpu
  * names X, `approvers.filter(u, u.tags.contains('T')).count() >= 2` names every user tagged T, and
  * `approvers.count() >= 2` names everyone.
  */
-export function namesVoter(policies: PolicySource[], input: EvaluationInput, voter: Value, voterCredentials: Value[]): boolean {
-  const withVoter = new Evaluation({ ...input, approvers: [...input.approvers, voter], credentials: [...input.credentials, ...voterCredentials] });
-  for (const source of policies) {
-    if (source.effect !== "EFFECT_ALLOW") continue;
-    const policy = load(source);
-    if (!("run" in policy) || !policy.run.consensus || withVoter.gate(policy)) continue;
-    const trace = { subjects: new Set<unknown>([voter, ...voterCredentials]), named: false };
-    try {
-      withVoter.run(policy.run.consensus, "consensus", trace);
-    } catch (error) {
-      if (!(error instanceof PolicyEvaluationError)) throw error;
+export function namesVoter(policies: PolicySource[], input: EvaluationInput, voter: Value, voterCredentials: Value[], budget?: Budget): boolean {
+  const withVoter = new Evaluation({ ...input, approvers: [...input.approvers, voter], credentials: [...input.credentials, ...voterCredentials] }, budget);
+  try {
+    for (const source of policies) {
+      if (source.effect !== "EFFECT_ALLOW") continue;
+      const policy = load(source);
+      if (!("run" in policy) || !policy.run.consensus || withVoter.gate(policy)) continue;
+      const trace = { subjects: new Set<unknown>([voter, ...voterCredentials]), named: false };
+      try {
+        withVoter.run(policy.run.consensus, "consensus", trace);
+      } catch (error) {
+        if (!(error instanceof PolicyEvaluationError)) throw error;
+        // What the rest of the policies would have said is unknown: no right to vote is inferred.
+        if (error instanceof BudgetExceededError) return false;
+      }
+      if (trace.named) return true;
     }
-    if (trace.named) return true;
+    return false;
+  } finally {
+    withVoter.done();
   }
-  return false;
 }
 
 /**
@@ -234,5 +270,10 @@ export function namesVoter(policies: PolicySource[], input: EvaluationInput, vot
  */
 export function approvalStillPossible(policies: PolicySource[], input: EvaluationInput): boolean {
   const evaluation = new Evaluation(input);
-  return policies.some((p) => p.effect === "EFFECT_ALLOW" && evaluation.verdict(load(p)).outcome === "OUTCOME_ALLOW");
+  try {
+    // A deny is not evaluated here, so an allow found before the budget ran out still counts.
+    return policies.some((p) => p.effect === "EFFECT_ALLOW" && evaluation.verdict(load(p)).outcome === "OUTCOME_ALLOW");
+  } finally {
+    evaluation.done();
+  }
 }
