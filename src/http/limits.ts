@@ -1,0 +1,101 @@
+// Slow, idle and numerous connections: what node:http enforces for us (header, request and
+// keep-alive timeouts, the overall connection cap) and what it does not (a cap per remote address).
+import type { Server } from "node:http";
+import type { Socket } from "node:net";
+import type pino from "pino";
+import type { HttpLimits } from "../config.js";
+import { ServiceError } from "../errors.js";
+
+/** The parts of Fastify's options that carry the timeouts. */
+export function timeoutOptions(limits: HttpLimits) {
+  const enforced = [limits.headersTimeoutMs, limits.requestTimeoutMs].filter((ms) => ms > 0);
+  return {
+    // Fastify sets these two on the node server itself (and treats 0 as its own default, which for
+    // requestTimeout is also "off").
+    requestTimeout: limits.requestTimeoutMs,
+    keepAliveTimeout: limits.keepAliveTimeoutMs,
+    http: {
+      headersTimeout: limits.headersTimeoutMs,
+      requestTimeout: limits.requestTimeoutMs,
+      // node looks for late requests only this often (30 s by default), which would stretch a 10 s
+      // headers timeout to 40 s: look at least every second, more often for shorter timeouts.
+      connectionsCheckingInterval: enforced.length ? Math.max(50, Math.min(1000, Math.floor(Math.min(...enforced) / 4))) : 30_000,
+    },
+  };
+}
+
+const REFUSAL_LOG_INTERVAL_MS = 10_000;
+
+/**
+ * Fastify's clientErrorHandler: a request that did not arrive in time, or could not be parsed,
+ * gets the error body the official clients parse (instead of Fastify's own shape), then the
+ * connection is closed.
+ */
+export function clientErrorHandler(limits: HttpLimits) {
+  return function (this: { log: pino.Logger }, error: Error & { code?: string }, socket: Socket): void {
+    if (error.code === "ECONNRESET" || socket.destroyed) return;
+    let refusal: ServiceError;
+    if (error.code === "ERR_HTTP_REQUEST_TIMEOUT") {
+      refusal = new ServiceError(
+        "ResourceExhausted",
+        "REQUEST_TIMEOUT",
+        `the request did not arrive in time: headers must arrive within ${limits.headersTimeoutMs} ms and the whole request within ${limits.requestTimeoutMs} ms ` +
+          "(SIGIL_HEADERS_TIMEOUT_MS, SIGIL_REQUEST_TIMEOUT_MS; 0 is no limit)",
+        408,
+      );
+    } else if (error.code === "HPE_HEADER_OVERFLOW") {
+      refusal = new ServiceError("InvalidArgument", "HEADERS_TOO_LARGE", "the request headers exceed 16 KiB", 431);
+    } else {
+      refusal = new ServiceError("InvalidArgument", "REQUEST_MALFORMED", "the request is not well-formed HTTP/1.1", 400);
+    }
+    this.log.debug({ code: error.code, remoteAddress: socket.remoteAddress }, "client error");
+    if (socket.writable) {
+      const body = JSON.stringify(refusal.toBody());
+      const reason = { 408: "Request Timeout", 431: "Request Header Fields Too Large" }[refusal.httpStatus] ?? "Bad Request";
+      socket.write(`HTTP/1.1 ${refusal.httpStatus} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+    }
+    socket.destroy();
+  };
+}
+
+/**
+ * Caps the connections open at once: overall (node closes the surplus before any JavaScript sees
+ * it) and per remote address (closed here, before node:http reads a byte of it). A refused
+ * connection gets no answer: answering would mean reading its request. Refusals are logged at
+ * most once per REFUSAL_LOG_INTERVAL_MS, with a count, so a flood does not flood the log too.
+ */
+export function limitConnections(server: Server, limits: HttpLimits, logger: pino.Logger): void {
+  if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections;
+  let refused = { overall: 0, perAddress: 0 };
+  let lastLog = 0;
+  const noteRefusal = (kind: keyof typeof refused, remoteAddress: string | undefined) => {
+    refused[kind]++;
+    const now = Date.now();
+    if (now - lastLog < REFUSAL_LOG_INTERVAL_MS) return;
+    lastLog = now;
+    logger.warn({ refused, lastRemoteAddress: remoteAddress, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress },
+      "connections refused: too many open (SIGIL_MAX_CONNECTIONS, SIGIL_MAX_CONNECTIONS_PER_ADDRESS)");
+    refused = { overall: 0, perAddress: 0 };
+  };
+  server.on("drop", (dropped?: { remoteAddress?: string }) => noteRefusal("overall", dropped?.remoteAddress));
+
+  if (limits.maxConnectionsPerAddress <= 0) return;
+  const openByAddress = new Map<string, number>();
+  // Prepended, so that a refused socket is destroyed before node:http starts parsing it.
+  server.prependListener("connection", (socket: Socket) => {
+    const address = socket.remoteAddress;
+    if (address === undefined) return; // already gone
+    const open = openByAddress.get(address) ?? 0;
+    if (open >= limits.maxConnectionsPerAddress) {
+      noteRefusal("perAddress", address);
+      socket.destroy();
+      return;
+    }
+    openByAddress.set(address, open + 1);
+    socket.once("close", () => {
+      const left = (openByAddress.get(address) ?? 1) - 1;
+      if (left > 0) openByAddress.set(address, left);
+      else openByAddress.delete(address);
+    });
+  });
+}
