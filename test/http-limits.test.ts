@@ -133,6 +133,29 @@ describe("timeouts", () => {
   });
 });
 
+describe("requests that are not HTTP", () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness();
+  });
+  afterAll(() => h.close());
+
+  it("a request that does not parse gets 400 REQUEST_MALFORMED, headers over 16 KiB 431 HEADERS_TOO_LARGE; the connection is closed", async () => {
+    const before = await h.snapshot();
+    const garbage = await connect(h.url);
+    garbage.socket.write("POST /public/v1/submit/create_users HTTP/1.1\r\nHost: sigil\r\nContent-Length: nope\r\n\r\n{}");
+    const malformed = responseOf(await garbage.closed);
+    expect(malformed.statusLine).toBe("HTTP/1.1 400 Bad Request");
+    expect(malformed.json.details[0].turnkeyErrorCode).toBe("REQUEST_MALFORMED");
+    const huge = await connect(h.url);
+    huge.socket.write(`POST /public/v1/submit/create_users HTTP/1.1\r\nHost: sigil\r\nX-Stamp: ${"a".repeat(20_000)}\r\nContent-Length: 2\r\n\r\n{}`);
+    const tooLarge = responseOf(await huge.closed);
+    expect(tooLarge.statusLine).toBe("HTTP/1.1 431 Request Header Fields Too Large");
+    expect(tooLarge.json).toMatchObject({ code: 3, details: [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "HEADERS_TOO_LARGE" }] });
+    expect(await h.snapshot()).toBe(before);
+  });
+});
+
 describe("connection caps", () => {
   let h: Harness;
   const open: RawConnection[] = [];

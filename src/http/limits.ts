@@ -62,21 +62,37 @@ export function clientErrorHandler(limits: HttpLimits) {
  * Caps the connections open at once: overall (node closes the surplus before any JavaScript sees
  * it) and per remote address (closed here, before node:http reads a byte of it). A refused
  * connection gets no answer: answering would mean reading its request. Refusals are logged at
- * most once per REFUSAL_LOG_INTERVAL_MS, with a count, so a flood does not flood the log too.
+ * most once per REFUSAL_LOG_INTERVAL_MS, with counts, so a flood does not flood the log too.
  */
 export function limitConnections(server: Server, limits: HttpLimits, logger: pino.Logger): void {
   if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections;
   let refused = { overall: 0, perAddress: 0 };
-  let lastLog = 0;
-  const noteRefusal = (kind: keyof typeof refused, remoteAddress: string | undefined) => {
-    refused[kind]++;
-    const now = Date.now();
-    if (now - lastLog < REFUSAL_LOG_INTERVAL_MS) return;
-    lastLog = now;
-    logger.warn({ refused, lastRemoteAddress: remoteAddress, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress },
+  let lastRemoteAddress: string | undefined;
+  let flush: NodeJS.Timeout | undefined;
+  const report = () => {
+    flush = undefined;
+    logger.warn({ refused, lastRemoteAddress, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress },
       "connections refused: too many open (SIGIL_MAX_CONNECTIONS, SIGIL_MAX_CONNECTIONS_PER_ADDRESS)");
     refused = { overall: 0, perAddress: 0 };
   };
+  // The first refusal is logged at once; those that follow within the interval are counted and
+  // logged together at its end.
+  let quietUntil = 0;
+  const noteRefusal = (kind: keyof typeof refused, remoteAddress: string | undefined) => {
+    refused[kind]++;
+    lastRemoteAddress = remoteAddress;
+    const now = Date.now();
+    if (now >= quietUntil) {
+      quietUntil = now + REFUSAL_LOG_INTERVAL_MS;
+      report();
+    } else {
+      flush ??= setTimeout(() => {
+        quietUntil = Date.now() + REFUSAL_LOG_INTERVAL_MS;
+        report();
+      }, quietUntil - now).unref();
+    }
+  };
+  server.on("close", () => clearTimeout(flush));
   server.on("drop", (dropped?: { remoteAddress?: string }) => noteRefusal("overall", dropped?.remoteAddress));
 
   if (limits.maxConnectionsPerAddress <= 0) return;
