@@ -7,6 +7,7 @@ import net from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
+import { clientOf } from "../src/http/limits.js";
 
 const ERROR_DETAIL = "type.googleapis.com/errors.v1.TurnkeyErrorDetail";
 const WAIT = 30_000;
@@ -157,6 +158,15 @@ describe("requests that are not HTTP", () => {
 });
 
 describe("connection caps", () => {
+  it("count an IPv4 address (also IPv4-mapped) as itself, and an IPv6 address as its /64", () => {
+    expect(clientOf("203.0.113.7")).toBe("203.0.113.7");
+    expect(clientOf("::ffff:203.0.113.7")).toBe("203.0.113.7");
+    // Any address a host picks in its /64 counts as the same client.
+    expect(clientOf("2001:db8:aa:1::1")).toBe("2001:db8:aa:1::/64");
+    expect(clientOf("2001:0db8:00aa:0001:dead:beef:0:2")).toBe("2001:db8:aa:1::/64");
+    expect(clientOf("2001:db8:aa:2::1")).toBe("2001:db8:aa:2::/64");
+  });
+
   let h: Harness;
   const open: RawConnection[] = [];
   beforeAll(async () => {

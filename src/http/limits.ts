@@ -2,6 +2,7 @@
 // keep-alive timeouts, the overall connection cap) and what it does not (a cap per remote address).
 import type { Server } from "node:http";
 import type { Socket } from "node:net";
+import ipaddr from "ipaddr.js";
 import type pino from "pino";
 import type { HttpLimits } from "../config.js";
 import { ServiceError } from "../errors.js";
@@ -59,8 +60,20 @@ export function clientErrorHandler(limits: HttpLimits) {
 }
 
 /**
+ * The key connections are counted under: an IPv4 address (also when it arrives IPv4-mapped), or the
+ * /64 an IPv6 address lies in — one host or subscriber is given a whole /64 and can pick any address
+ * in it, so counting single IPv6 addresses would not cap anyone.
+ */
+export function clientOf(address: string): string {
+  if (!ipaddr.isValid(address)) return address;
+  const parsed = ipaddr.process(address); // IPv4-mapped IPv6 becomes IPv4
+  if (parsed.kind() === "ipv4") return parsed.toString();
+  return `${(parsed as ipaddr.IPv6).parts.slice(0, 4).map((part) => part.toString(16)).join(":")}::/64`;
+}
+
+/**
  * Caps the connections open at once: overall (node closes the surplus before any JavaScript sees
- * it) and per remote address (closed here, before node:http reads a byte of it). A refused
+ * it) and per remote address (an IPv6 /64 counting as one; closed here, before node:http reads a byte of it). A refused
  * connection gets no answer: answering would mean reading its request. Refusals are logged at
  * most once per REFUSAL_LOG_INTERVAL_MS, with counts, so a flood does not flood the log too.
  */
@@ -99,8 +112,8 @@ export function limitConnections(server: Server, limits: HttpLimits, logger: pin
   const openByAddress = new Map<string, number>();
   // Prepended, so that a refused socket is destroyed before node:http starts parsing it.
   server.prependListener("connection", (socket: Socket) => {
-    const address = socket.remoteAddress;
-    if (address === undefined) return; // already gone
+    if (socket.remoteAddress === undefined) return; // already gone
+    const address = clientOf(socket.remoteAddress);
     const open = openByAddress.get(address) ?? 0;
     if (open >= limits.maxConnectionsPerAddress) {
       noteRefusal("perAddress", address);
