@@ -391,9 +391,13 @@ export class Pipeline {
     validateQueryRequest(operation.name, body);
     const organizationId = (body as { organizationId: string }).organizationId;
     const now = this.clock();
+    const maxAgeMs = this.options.queryCredentialMaxAgeMs ?? null;
     const principal: Principal = stamp
-      ? await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn, { subOrganizations: operation.resolvesSubOrganizations, apiKeyMaxAgeMs: this.options.queryCredentialMaxAgeMs })
-      : await authenticateReadOnlySession(store.reader, session!, env.sessions.signer.verify, organizationId, now, this.options.queryCredentialMaxAgeMs);
+      ? await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn, {
+          subOrganizations: operation.resolvesSubOrganizations,
+          apiKeyMaxAgeMs: maxAgeMs,
+        })
+      : await authenticateReadOnlySession(store.reader, session!, env.sessions.signer.verify, organizationId, now, maxAgeMs);
     // Authentication already decided who may read: every user of the organization and of its parent
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);

@@ -1,6 +1,6 @@
 // Slow, idle and numerous connections: what node:http enforces for us (header, request and
 // keep-alive timeouts, the overall connection cap) and what it does not (a cap per remote address).
-import type { Server } from "node:http";
+import { maxHeaderSize, type Server } from "node:http";
 import type { Socket } from "node:net";
 import ipaddr from "ipaddr.js";
 import type pino from "pino";
@@ -40,12 +40,12 @@ export function clientErrorHandler(limits: HttpLimits) {
       refusal = new ServiceError(
         "ResourceExhausted",
         "REQUEST_TIMEOUT",
-        `the request did not arrive in time: headers must arrive within ${limits.headersTimeoutMs} ms and the whole request within ${limits.requestTimeoutMs} ms ` +
-          "(SIGIL_HEADERS_TIMEOUT_MS, SIGIL_REQUEST_TIMEOUT_MS; 0 is no limit)",
+        `the request did not arrive in time: headers must arrive within ${limits.headersTimeoutMs} ms and the whole request ` +
+          `within ${limits.requestTimeoutMs} ms (SIGIL_HEADERS_TIMEOUT_MS, SIGIL_REQUEST_TIMEOUT_MS; 0 is no limit)`,
         408,
       );
     } else if (error.code === "HPE_HEADER_OVERFLOW") {
-      refusal = new ServiceError("InvalidArgument", "HEADERS_TOO_LARGE", "the request headers exceed 16 KiB", 431);
+      refusal = new ServiceError("InvalidArgument", "HEADERS_TOO_LARGE", `the request headers exceed ${maxHeaderSize} bytes`, 431);
     } else {
       refusal = new ServiceError("InvalidArgument", "REQUEST_MALFORMED", "the request is not well-formed HTTP/1.1", 400);
     }
@@ -53,7 +53,8 @@ export function clientErrorHandler(limits: HttpLimits) {
     if (socket.writable) {
       const body = JSON.stringify(refusal.toBody());
       const reason = { 408: "Request Timeout", 431: "Request Header Fields Too Large" }[refusal.httpStatus] ?? "Bad Request";
-      socket.write(`HTTP/1.1 ${refusal.httpStatus} ${reason}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+      const headers = ["Content-Type: application/json", `Content-Length: ${Buffer.byteLength(body)}`, "Connection: close"];
+      socket.write(`HTTP/1.1 ${refusal.httpStatus} ${reason}\r\n${headers.join("\r\n")}\r\n\r\n${body}`);
     }
     socket.destroy();
   };

@@ -67,7 +67,8 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
     otp: { ...config.otp, codeHash: otpCodeHash, messaging: config.messages },
     oidc: oidcVerifier(config.oidcAllowedIssuers, { clock: options.clock }),
   };
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, queryCredentialMaxAgeMs: config.queryCredentialMaxAgeMs, env, logger, clock: options.clock, onWebhookEventsQueued, onMessagesQueued });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, queryCredentialMaxAgeMs: config.queryCredentialMaxAgeMs,
+    env, logger, clock: options.clock, onWebhookEventsQueued, onMessagesQueued });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
