@@ -14,6 +14,11 @@ export interface Config {
   timestampWindowMs: number;
   /** Largest accepted request body, in bytes. */
   bodyLimitBytes: number;
+  http: HttpLimits;
+  /** When set, an API key (session keys included) may stamp queries only this long after it was
+   * created, and a read-only session answer them only this long after it was issued: query bodies
+   * carry no timestamp, so this bounds how long a captured query can be replayed. Null: no limit. */
+  queryCredentialMaxAgeMs: number | null;
   webauthn: {
     /** Accepted relying-party ids for passkey stamps; empty accepts any. */
     rpIds: string[];
@@ -33,6 +38,23 @@ export interface Config {
   otp: OtpConfig;
   /** OIDC issuers whose identity tokens are accepted (exact `iss` values); no other is contacted. */
   oidcAllowedIssuers: string[];
+}
+
+/** How long a connection may take and how many may be open: slow or idle clients must not hold the
+ * server. A timeout of 0 turns that timeout off; a maximum of 0 removes that maximum. */
+export interface HttpLimits {
+  /** The request line and headers must arrive within this long of the request's first byte (or of
+   * the connection opening); else 408 and the connection is closed. */
+  headersTimeoutMs: number;
+  /** The whole request, headers and body, must arrive within this long; else 408 and close. The
+   * time the server takes to answer does not count. */
+  requestTimeoutMs: number;
+  /** A kept-alive connection with no request under way is closed after this long. */
+  keepAliveTimeoutMs: number;
+  /** Connections open at once, overall; further ones are closed as they arrive. */
+  maxConnections: number;
+  /** Connections open at once from one remote address; further ones from it are closed as they arrive. */
+  maxConnectionsPerAddress: number;
 }
 
 export interface MessagingConfig {
@@ -123,6 +145,21 @@ function nonNegativeInteger(name: string, raw: string | undefined, fallback: num
   return value;
 }
 
+function httpLimits(env: NodeJS.ProcessEnv): HttpLimits {
+  const limits: HttpLimits = {
+    headersTimeoutMs: nonNegativeInteger("SIGIL_HEADERS_TIMEOUT_MS", env.SIGIL_HEADERS_TIMEOUT_MS, 10_000),
+    requestTimeoutMs: nonNegativeInteger("SIGIL_REQUEST_TIMEOUT_MS", env.SIGIL_REQUEST_TIMEOUT_MS, 30_000),
+    keepAliveTimeoutMs: positiveInteger("SIGIL_KEEP_ALIVE_TIMEOUT_MS", env.SIGIL_KEEP_ALIVE_TIMEOUT_MS, 72_000),
+    maxConnections: nonNegativeInteger("SIGIL_MAX_CONNECTIONS", env.SIGIL_MAX_CONNECTIONS, 1024),
+    maxConnectionsPerAddress: nonNegativeInteger("SIGIL_MAX_CONNECTIONS_PER_ADDRESS", env.SIGIL_MAX_CONNECTIONS_PER_ADDRESS, 128),
+  };
+  // node:http refuses to start otherwise: the headers are part of the request.
+  if (limits.headersTimeoutMs > 0 && limits.requestTimeoutMs > 0 && limits.headersTimeoutMs > limits.requestTimeoutMs) {
+    throw new Error(`SIGIL_HEADERS_TIMEOUT_MS (${limits.headersTimeoutMs}) must not exceed SIGIL_REQUEST_TIMEOUT_MS (${limits.requestTimeoutMs})`);
+  }
+  return limits;
+}
+
 const list = (raw: string | undefined) => (raw ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFlags = {}): Config {
@@ -135,6 +172,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
     databaseUrl: env.SIGIL_DATABASE_URL || null,
     timestampWindowMs: positiveInteger("SIGIL_TIMESTAMP_WINDOW_SECONDS", env.SIGIL_TIMESTAMP_WINDOW_SECONDS, 300) * 1000,
     bodyLimitBytes: positiveInteger("SIGIL_BODY_LIMIT_BYTES", env.SIGIL_BODY_LIMIT_BYTES, 1024 * 1024),
+    http: httpLimits(env),
+    queryCredentialMaxAgeMs: nonNegativeInteger("SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS", env.SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS, 0) * 1000 || null,
     webauthn: { rpIds: list(env.SIGIL_WEBAUTHN_RP_IDS), origins: list(env.SIGIL_WEBAUTHN_ORIGINS) },
     logLevel: env.SIGIL_LOG_LEVEL ?? "info",
     masterKey: {

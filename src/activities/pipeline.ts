@@ -32,6 +32,8 @@ export interface PipelineOptions {
   store: Store;
   /** A request's timestampMs must lie within this many ms of now, either side. */
   timestampWindowMs: number;
+  /** Queries are refused to API keys and read-only sessions older than this (null: no limit). */
+  queryCredentialMaxAgeMs?: number | null;
   env: OperationEnvironment;
   logger: pino.Logger;
   clock?: () => number;
@@ -389,9 +391,13 @@ export class Pipeline {
     validateQueryRequest(operation.name, body);
     const organizationId = (body as { organizationId: string }).organizationId;
     const now = this.clock();
+    const maxAgeMs = this.options.queryCredentialMaxAgeMs ?? null;
     const principal: Principal = stamp
-      ? await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn, { subOrganizations: operation.resolvesSubOrganizations })
-      : await authenticateReadOnlySession(store.reader, session!, env.sessions.signer.verify, organizationId, now);
+      ? await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn, {
+          subOrganizations: operation.resolvesSubOrganizations,
+          apiKeyMaxAgeMs: maxAgeMs,
+        })
+      : await authenticateReadOnlySession(store.reader, session!, env.sessions.signer.verify, organizationId, now, maxAgeMs);
     // Authentication already decided who may read: every user of the organization and of its parent
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);

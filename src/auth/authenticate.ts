@@ -50,11 +50,24 @@ async function webauthnOriginsFor(db: Db, organizationId: string): Promise<strin
   return value ? value.split(",") : null;
 }
 
-/** How a credential may relate to the organization a request names. */
+/** How a credential may relate to the organization a request names, and how old it may be. */
 export interface CredentialScope {
   /** Accept a credential of a sub-organization of the named one (whoami resolves the caller's
    * sub-organization through its parent). */
   subOrganizations?: boolean;
+  /** Refuse an API key created longer ago than this (SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS, for
+   * queries: their bodies carry no timestamp, so a captured one can be replayed as long as its key
+   * lives). Passkeys are not limited: they are meant to last, and cannot be replaced by a client. */
+  apiKeyMaxAgeMs?: number | null;
+}
+
+/** The refusal of a query whose credential is older than SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS allows. */
+export function credentialTooOld(what: string, maxAgeMs: number): ServiceError {
+  return unauthenticated(
+    `${what} is more than ${maxAgeMs / 1000} s old, and this server answers queries only for credentials younger than that ` +
+      "(SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS): create a new API key or log in again, and query with the new key",
+    "CREDENTIAL_TOO_OLD_FOR_QUERIES",
+  );
 }
 
 type Candidate = { organization_id: string; organization_parent: string | null };
@@ -105,6 +118,7 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
       throw unauthenticated(`stamp scheme ${stamp.scheme} does not match the key's curve ${key.curve}`, "SIGNATURE_INVALID");
     }
     if (key.expires_at !== null && key.expires_at <= now) throw unauthenticated(`API key ${key.id} has expired`, "API_KEY_EXPIRED");
+    if (scope.apiKeyMaxAgeMs && key.created_at + scope.apiKeyMaxAgeMs <= now) throw credentialTooOld(`API key ${key.id}`, scope.apiKeyMaxAgeMs);
     return {
       organizationId: key.organization_id,
       userId: key.user_id,
@@ -172,15 +186,24 @@ export function readOnlySessionHeader(headers: Record<string, string | string[] 
 /**
  * Who presents a read-only session: the JWT create_read_only_session returned, signed by the session
  * signer, of type SESSION_TYPE_READ_ONLY (a read-write session's JWT is no credential: its key is),
- * unexpired, for the organization named (or its sub-organization), and made with a credential that
- * still exists — deleting that key or passkey ends the session.
+ * unexpired, issued less than `maxAgeMs` ago (when set), for the organization named (or its
+ * sub-organization), and made with a credential that still exists — deleting that key or passkey ends the session.
  */
-export async function authenticateReadOnlySession(db: Db, token: string, verify: (token: string) => Record<string, unknown> | null, organizationId: string, now: number): Promise<Principal> {
+export async function authenticateReadOnlySession(
+  db: Db,
+  token: string,
+  verify: (token: string) => Record<string, unknown> | null,
+  organizationId: string,
+  now: number,
+  maxAgeMs: number | null = null,
+): Promise<Principal> {
   const claims = verify(token.trim());
   if (!claims || claims.session_type !== "SESSION_TYPE_READ_ONLY" || typeof claims.user_id !== "string" || typeof claims.organization_id !== "string" || typeof claims.credential_id !== "string") {
     throw unauthenticated("X-Session is not a read-only session of this server", "SESSION_INVALID");
   }
   if (typeof claims.exp !== "number" || claims.exp * 1000 <= now) throw unauthenticated("the read-only session has expired: create a new one", "SESSION_EXPIRED");
+  // The token is a bearer credential, replayable as a whole until it expires or gets too old.
+  if (maxAgeMs && (typeof claims.iat !== "number" || claims.iat * 1000 + maxAgeMs <= now)) throw credentialTooOld("the read-only session", maxAgeMs);
   if (claims.organization_id !== organizationId) {
     const organization = await db.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId).where("deleted_at", "is", null).executeTakeFirst();
     if (organization?.parent_organization_id !== claims.organization_id) throw permissionDenied(`the read-only session belongs to organization ${claims.organization_id}`, "ORGANIZATION_MISMATCH");

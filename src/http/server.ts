@@ -1,5 +1,5 @@
 // The HTTP face of the service: one route per registered operation, the error body the official
-// clients parse, body limits, and /health. No SQL and no business rules live here.
+// clients parse, body, time and connection limits, and /health. No SQL and no business rules live here.
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
 import pino from "pino";
 import type { Config } from "../config.js";
@@ -20,6 +20,7 @@ import { assertKeyringOpensStore } from "../operations/secrets.js";
 import fs from "node:fs";
 import { activityOperations, queryOperations } from "../activities/catalog.js";
 import { buildOpenApiDocument } from "./openapi.js";
+import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.js";
 import packageJson from "../../package.json" with { type: "json" };
 
 export interface RunningServer {
@@ -67,14 +68,18 @@ export interface ServerParts {
 
 export function buildApp(config: Config, { store, keyring, signatures, webhookKey, bundles, sessions, otpCodeHash, onWebhookEventsQueued, onMessagesQueued }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
   const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
+    ...timeoutOptions(config.http),
+    clientErrorHandler: clientErrorHandler(config.http),
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
+  limitConnections(app.server, config.http, logger);
   const env: OperationEnvironment = { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks, bundles, importTargetTtlMs: config.importTargetTtlMs, sessions: { ...config.sessions, signer: sessions },
     otp: { ...config.otp, codeHash: otpCodeHash, messaging: config.messages },
     oidc: oidcVerifier(config.oidcAllowedIssuers, { clock: options.clock }),
   };
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, env, logger, clock: options.clock, onWebhookEventsQueued, onMessagesQueued });
+  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, queryCredentialMaxAgeMs: config.queryCredentialMaxAgeMs,
+    env, logger, clock: options.clock, onWebhookEventsQueued, onMessagesQueued });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
