@@ -74,3 +74,60 @@ export function validateActivityRequest(type: string, body: unknown): void {
 export function validateQueryRequest(operation: string, body: unknown): void {
   check(compiled(`query:${operation}`, () => ref(swagger.queries[operation].request)), body);
 }
+
+/** How deeply objects and arrays may nest in a request body. The deepest request the API describes
+ * nests 9 levels; far deeper input would only exhaust the stack of whatever walks it next
+ * (JSON.stringify of the intent, the policy engine), an error the caller could not act on. */
+export const MAX_BODY_DEPTH = 32;
+
+// A UTF-16 code unit of a surrogate pair that has no partner: no UTF-8 text can hold it, so each
+// database driver would quietly store U+FFFD instead, and the value read back would not be the one sent.
+const UNPAIRED_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+// A field path is built from the caller's own keys: a long one is shortened, not echoed whole.
+const named = (path: string) => `field "${path === "" ? "(body)" : path.length > 200 ? `${path.slice(0, 200)}…` : path}"`;
+
+function checkText(text: string, where: () => string): void {
+  if (text.includes("\u0000")) {
+    throw invalidArgument(
+      `${where()} contains the character U+0000 (NUL), which no field accepts; remove it (arbitrary bytes are sent hex-encoded, e.g. a payload with PAYLOAD_ENCODING_HEXADECIMAL)`,
+      "TEXT_CONTAINS_NUL",
+    );
+  }
+  if (UNPAIRED_SURROGATE.test(text)) {
+    throw invalidArgument(`${where()} contains an unpaired UTF-16 surrogate (a \\uD800-\\uDFFF escape without its partner), which is not text; send well-formed Unicode`, "TEXT_NOT_UNICODE");
+  }
+}
+
+/**
+ * The rules every string of every request body obeys, whatever field it is in and before the body
+ * reaches a schema, authentication or the database: no U+0000 (PostgreSQL's text type cannot hold
+ * it, SQLite stores it, so the two backends would answer the same request differently), no unpaired
+ * surrogates, and no nesting deeper than MAX_BODY_DEPTH. Object keys are strings too. The walk keeps
+ * its own stack: a body nested past the limit is refused without recursing into it.
+ */
+export function checkRequestText(body: unknown): void {
+  const pending: Array<{ value: unknown; path: string; depth: number }> = [{ value: body, path: "", depth: 0 }];
+  while (pending.length > 0) {
+    const { value, path, depth } = pending.pop()!;
+    if (typeof value === "string") {
+      checkText(value, () => named(path));
+      continue;
+    }
+    if (typeof value !== "object" || value === null) continue;
+    if (depth + 1 > MAX_BODY_DEPTH) {
+      throw invalidArgument(`${named(path)} nests objects and arrays more than ${MAX_BODY_DEPTH} levels deep; no request needs that many`, "REQUEST_TOO_DEEP");
+    }
+    const children: Array<{ value: unknown; path: string; depth: number }> = [];
+    if (Array.isArray(value)) {
+      value.forEach((item, i) => children.push({ value: item, path: `${path}[${i}]`, depth: depth + 1 }));
+    } else {
+      for (const [key, item] of Object.entries(value)) {
+        checkText(key, () => `a field name in ${named(path)}`);
+        children.push({ value: item, path: path ? `${path}.${key}` : key, depth: depth + 1 });
+      }
+    }
+    // Reversed onto the stack, so the first offending field in document order is the one named.
+    for (let i = children.length - 1; i >= 0; i--) pending.push(children[i]!);
+  }
+}
