@@ -120,12 +120,16 @@ const named = (path: string) => `field "${path === "" ? "(body)" : path.length >
 function checkText(text: string, where: () => string): void {
   if (text.includes("\u0000")) {
     throw invalidArgument(
-      `${where()} contains the character U+0000 (NUL), which no field accepts; remove it (arbitrary bytes are sent hex-encoded, e.g. a payload with PAYLOAD_ENCODING_HEXADECIMAL)`,
+      `${where()} contains the character U+0000 (NUL), which no field accepts; remove it ` +
+        "(arbitrary bytes are sent hex-encoded, e.g. a payload with PAYLOAD_ENCODING_HEXADECIMAL)",
       "TEXT_CONTAINS_NUL",
     );
   }
   if (UNPAIRED_SURROGATE.test(text)) {
-    throw invalidArgument(`${where()} contains an unpaired UTF-16 surrogate (a \\uD800-\\uDFFF escape without its partner), which is not text; send well-formed Unicode`, "TEXT_NOT_UNICODE");
+    throw invalidArgument(
+      `${where()} contains an unpaired UTF-16 surrogate (a \\uD800-\\uDFFF escape without its partner), which is not text; send well-formed Unicode`,
+      "TEXT_NOT_UNICODE",
+    );
   }
 }
 
