@@ -19,7 +19,7 @@ import { sha256 } from "../crypto/keys.js";
 import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../operations/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
 import { swagger } from "../operations/registry.js";
-import { validateActivityRequest, validateQueryRequest } from "../operations/validation.js";
+import { checkRequestText, validateActivityRequest, validateQueryRequest } from "../operations/validation.js";
 import { assertRootQuorumReachable } from "../operations/organizations.js";
 import { newId } from "../operations/resources.js";
 import { decideActivity, denialError, mayVote, stillApprovable, type ActivitySubject, type Decision } from "./authorization.js";
@@ -57,13 +57,27 @@ interface Envelope {
   parameters: Record<string, unknown>;
 }
 
+// Fatal: bytes that are not UTF-8 are refused rather than read as U+FFFD, so the body kept in a vote
+// is the very text the stamp signed.
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/** The body as JSON whose every string may be stored by either database (checkRequestText). */
 function parseBody(raw: Buffer): unknown {
   if (raw.length === 0) throw invalidArgument("request body is empty: send a JSON object", "REQUEST_BODY_INVALID");
+  let text: string;
   try {
-    return JSON.parse(raw.toString("utf8"));
+    text = utf8.decode(raw);
+  } catch {
+    throw invalidArgument("request body is not valid UTF-8: send JSON encoded as UTF-8", "REQUEST_BODY_INVALID");
+  }
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
   } catch (error) {
     throw invalidArgument(`request body is not valid JSON: ${error instanceof Error ? error.message : ""}`, "REQUEST_BODY_INVALID");
   }
+  checkRequestText(body);
+  return body;
 }
 
 function removeSecrets(parameters: Record<string, unknown>, secrets: string[] | undefined): Record<string, unknown> {

@@ -137,7 +137,9 @@ async function deleteUserCredentials(ctx: ActivityContext, table: "api_keys" | "
   if (ids.length === 0) throw invalidArgument(`${field} must list at least one ${what}`);
   const found = await ctx.trx.selectFrom(table).select("id").where("user_id", "=", userId).where("id", "in", ids).execute();
   const missing = ids.find((id) => !found.some((row) => row.id === id));
-  if (missing) throw notFound(`${what} ${missing} not found for user ${userId}`, table === "api_keys" ? "API_KEY_NOT_FOUND" : "AUTHENTICATOR_NOT_FOUND");
+  if (missing !== undefined) {
+    throw notFound(`${what} ${missing} not found for user ${userId}`, table === "api_keys" ? "API_KEY_NOT_FOUND" : "AUTHENTICATOR_NOT_FOUND");
+  }
   await ctx.trx.deleteFrom(table).where("id", "in", ids).execute();
   return ids;
 }

@@ -73,7 +73,7 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
     if (tagIds.length) {
       const found = await ctx.trx.selectFrom("tags").select("id").where("organization_id", "=", ctx.organizationId).where("tag_type", "=", "TAG_TYPE_PRIVATE_KEY").where("id", "in", tagIds).execute();
       const missing = tagIds.find((id) => !found.some((f) => f.id === id));
-      if (missing) throw notFound(`${where}.privateKeyTags: private key tag ${missing} not found`, "PRIVATE_KEY_TAG_NOT_FOUND");
+      if (missing !== undefined) throw notFound(`${where}.privateKeyTags: private key tag ${missing} not found`, "PRIVATE_KEY_TAG_NOT_FOUND");
     }
     const formats = distinct(key.addressFormats, `${where}.addressFormats`) as AddressFormat[];
     const pair = supplied ?? generateKeyPair(key.curve);

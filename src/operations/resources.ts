@@ -107,7 +107,9 @@ export async function requireUsers(db: Db | Tx, organizationId: string, userIds:
   const found = await db.selectFrom("users").select("id").where("organization_id", "=", organizationId).where("id", "in", userIds).execute();
   const known = new Set(found.map((u) => u.id));
   const missing = userIds.find((id) => !known.has(id));
-  if (missing) throw notFound(`user ${missing} not found in organization ${organizationId}`, "USER_NOT_FOUND");
+  // Compared with undefined: an empty id is missing too, and a truthiness test let it through to
+  // the insert, where the foreign key refused it (500).
+  if (missing !== undefined) throw notFound(`user ${missing} not found in organization ${organizationId}`, "USER_NOT_FOUND");
 }
 
 /** Throws NotFound naming the first id that is not a user tag of the organization. */
@@ -122,7 +124,7 @@ export async function requireUserTags(db: Db | Tx, organizationId: string, tagId
     .execute();
   const known = new Set(found.map((t) => t.id));
   const missing = tagIds.find((id) => !known.has(id));
-  if (missing) throw notFound(`user tag ${missing} not found in organization ${organizationId}`, "USER_TAG_NOT_FOUND");
+  if (missing !== undefined) throw notFound(`user tag ${missing} not found in organization ${organizationId}`, "USER_TAG_NOT_FOUND");
 }
 
 /** Rejects a list that names the same id twice: the caller almost certainly meant something else. */

@@ -28,7 +28,7 @@ export async function requirePrivateKeys(db: Db | Tx, organizationId: string, id
   if (ids.length === 0) return;
   const found = await db.selectFrom("private_keys").select("id").where("organization_id", "=", organizationId).where("id", "in", ids).execute();
   const missing = ids.find((id) => !found.some((f) => f.id === id));
-  if (missing) throw notFound(`private key ${missing} not found`, "PRIVATE_KEY_NOT_FOUND");
+  if (missing !== undefined) throw notFound(`private key ${missing} not found`, "PRIVATE_KEY_NOT_FOUND");
 }
 
 function tagOperationsFor(kind: TagKind) {
@@ -79,7 +79,7 @@ function tagOperationsFor(kind: TagKind) {
         const add = distinct(p[`add${F}Ids`] as string[], `add${F}Ids`);
         const remove = distinct(p[`remove${F}Ids`] as string[], `remove${F}Ids`);
         const both = add.find((id) => remove.includes(id));
-        if (both) throw invalidArgument(`${kind.noun} ${both} is in both add${F}Ids and remove${F}Ids`);
+        if (both !== undefined) throw invalidArgument(`${kind.noun} ${both} is in both add${F}Ids and remove${F}Ids`);
         await kind.requireMembers(ctx.trx, ctx.organizationId, [...add, ...remove]);
         const newName = p[`new${F}TagName`] as string | undefined;
         if (newName !== undefined && newName !== "") {

@@ -243,7 +243,7 @@ export const walletOperations = [
       if (ids.length === 0) throw invalidArgument("walletAccountIds must list at least one account");
       const rows = await ctx.trx.selectFrom("wallet_accounts").select(["id", "wallet_id"]).where("organization_id", "=", ctx.organizationId).where("id", "in", ids).execute();
       const missing = ids.find((id) => !rows.some((r) => r.id === id));
-      if (missing) throw notFound(`wallet account ${missing} not found`, "WALLET_ACCOUNT_NOT_FOUND");
+      if (missing !== undefined) throw notFound(`wallet account ${missing} not found`, "WALLET_ACCOUNT_NOT_FOUND");
       for (const walletId of new Set(rows.map((r) => r.wallet_id))) {
         requireExportedOrForced(await requireWallet(ctx.trx, ctx.organizationId, walletId), p.deleteWithoutExport, "deleting accounts");
       }
