@@ -84,10 +84,12 @@ export interface OtpConfig {
   perContactLimit: number;
   /** Codes a top-level organization and all its sub-organizations together may have sent per window. */
   perOrganizationLimit: number;
+  /** Codes one credential (API key or passkey) of a top-level organization may have sent per window. */
+  perCredentialLimit: number;
   /** Codes the credentials of one sub-organization (an end user's keys, passkeys, sessions) together
    * may have sent per window. */
-  perCredentialLimit: number;
-  /** The window of the organization and credential budgets (seconds). */
+  perEndUserLimit: number;
+  /** The window of the organization, credential and end-user budgets (seconds). */
   sendWindowSeconds: number;
   /** Domains (and their subdomains) whose https links and logos emails may carry, and whose
    * addresses may be their sender or reply-to; empty allows none of these customizations. */
@@ -205,7 +207,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       verificationTokenSeconds: positiveInteger("SIGIL_VERIFICATION_TOKEN_SECONDS", env.SIGIL_VERIFICATION_TOKEN_SECONDS, 3600),
       perContactLimit: positiveInteger("SIGIL_OTP_PER_CONTACT_LIMIT", env.SIGIL_OTP_PER_CONTACT_LIMIT, 5),
       perOrganizationLimit: positiveInteger("SIGIL_OTP_PER_ORGANIZATION_LIMIT", env.SIGIL_OTP_PER_ORGANIZATION_LIMIT, 300),
-      perCredentialLimit: positiveInteger("SIGIL_OTP_PER_CREDENTIAL_LIMIT", env.SIGIL_OTP_PER_CREDENTIAL_LIMIT, 20),
+      perCredentialLimit: positiveInteger("SIGIL_OTP_PER_CREDENTIAL_LIMIT", env.SIGIL_OTP_PER_CREDENTIAL_LIMIT, 300),
+      perEndUserLimit: positiveInteger("SIGIL_OTP_PER_END_USER_LIMIT", env.SIGIL_OTP_PER_END_USER_LIMIT, 20),
       sendWindowSeconds: positiveInteger("SIGIL_OTP_SEND_WINDOW_SECONDS", env.SIGIL_OTP_SEND_WINDOW_SECONDS, 3600),
       emailAllowedDomains: list(env.SIGIL_EMAIL_ALLOWED_DOMAINS).map((d) => d.toLowerCase().replace(/^\./, "")),
     },

@@ -12,7 +12,7 @@ import { cliDeployment } from "./helpers/processes.js";
 import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
 
-const LIMITS = { SIGIL_OTP_PER_ORGANIZATION_LIMIT: "8", SIGIL_OTP_PER_CREDENTIAL_LIMIT: "3", SIGIL_OTP_PER_CONTACT_LIMIT: "3" };
+const LIMITS = { SIGIL_OTP_PER_ORGANIZATION_LIMIT: "8", SIGIL_OTP_PER_END_USER_LIMIT: "3", SIGIL_OTP_PER_CONTACT_LIMIT: "3" };
 const HOUR = 3600;
 
 let smtp: SMTPServer;
@@ -86,8 +86,8 @@ async function app(name: string) {
 }
 
 /** Every row of every table (the harness's snapshot leaves out the OTP and message tables). */
-async function everything(): Promise<Record<string, string[]>> {
-  const db = h.server.store.db;
+async function everything(harness: Harness = h): Promise<Record<string, string[]>> {
+  const db = harness.server.store.db;
   const tables = (await db.introspection.getTables()).map((t) => t.name).filter((name) => !name.startsWith("sigil_migrations"));
   const out: Record<string, string[]> = {};
   for (const table of tables) out[table] = (await db.selectFrom(table as "otps").selectAll().execute()).map((r) => JSON.stringify(r)).sort();
@@ -100,12 +100,12 @@ async function everything(): Promise<Record<string, string[]>> {
 
 /** Proves a refused send changed nothing but what every refused activity records: its FAILED
  * activity row and its policy evaluation. */
-async function refusedUnchanged<T extends { status: number; code?: string }>(send: () => Promise<T>): Promise<T> {
-  const before = await everything();
+async function refusedUnchanged<T extends { status: number; code?: string }>(send: () => Promise<T>, harness: Harness = h): Promise<T> {
+  const before = await everything(harness);
   const response = await send();
   expect(response.status).toBe(429);
   expect(response.code).toBe("OTP_RATE_LIMITED");
-  const after = await everything();
+  const after = await everything(harness);
   for (const table of Object.keys(before)) {
     if (table === "activities" || table === "policy_evaluations") continue;
     expect(after[table], table).toEqual(before[table]);
@@ -176,7 +176,7 @@ describe("an end user's credentials", () => {
     const user = await wallet.endUser();
     for (const n of [1, 2, 3]) expect((await start(h.url, user.key, user.subOrganizationId, "init_otp", `target.${n}@example.org`)).status).toBe(200);
     const refused = await refusedUnchanged(() => start(h.url, user.key, user.subOrganizationId, "init_otp", "target.4@example.org"));
-    expect(refused.message).toContain("SIGIL_OTP_PER_CREDENTIAL_LIMIT");
+    expect(refused.message).toContain("SIGIL_OTP_PER_END_USER_LIMIT");
     expect(Number(refused.retryAfter)).toBeGreaterThan(0);
     expect(Number(refused.retryAfter)).toBeLessThanOrEqual(HOUR);
 
@@ -185,7 +185,7 @@ describe("an end user's credentials", () => {
     const own = h.sdk({ organizationId: user.subOrganizationId }, user.key, fastPoller);
     await own.createApiKeys({ userId: user.userId, apiKeys: [device(second, "second device")] });
     const again = await refusedUnchanged(() => start(h.url, second, user.subOrganizationId, "init_otp", "target.5@example.org"));
-    expect(again.message).toContain("SIGIL_OTP_PER_CREDENTIAL_LIMIT");
+    expect(again.message).toContain("SIGIL_OTP_PER_END_USER_LIMIT");
 
     // The app's backend logs the user in (its budget is the organization's), and other end users keep theirs.
     expect((await start(h.url, wallet.org.key, user.subOrganizationId, "init_otp_auth", user.email)).status).toBe(200);
@@ -195,6 +195,30 @@ describe("an end user's credentials", () => {
     expect(queued).toEqual(["target.1@example.org", "target.2@example.org", "target.3@example.org", user.email].sort());
     await delivered(user.email);
     expect(mails).not.toContain("target.5@example.org");
+  });
+});
+
+describe("one credential of a top-level organization", () => {
+  it("spends at most its own budget; the organization's other keys keep theirs", async () => {
+    // A server of its own: here one key's budget (2) is below the organization's (8).
+    const own = await startHarness({ ...LIMITS, SIGIL_OTP_PER_CREDENTIAL_LIMIT: "2" });
+    try {
+      const org = await own.organization("Keys");
+      const second = newKeyPair();
+      const backend = own.sdk(org, org.key, fastPoller);
+      await backend.createApiKeys({ userId: org.userId, apiKeys: [device(second, "second backend")] });
+      // Top-level organizations opt in to one-time passwords.
+      await backend.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
+      for (const n of [1, 2]) expect((await start(own.url, org.key, org.organizationId, "init_otp", `someone.${n}@example.org`)).status).toBe(200);
+      const refused = await refusedUnchanged(() => start(own.url, org.key, org.organizationId, "init_otp", "someone.3@example.org"), own);
+      expect(refused.message).toContain("SIGIL_OTP_PER_CREDENTIAL_LIMIT");
+      expect(refused.message).toContain(org.apiKeyId);
+      expect(Number(refused.retryAfter)).toBeGreaterThan(0);
+      expect(Number(refused.retryAfter)).toBeLessThanOrEqual(HOUR);
+      expect((await start(own.url, second, org.organizationId, "init_otp", "someone.3@example.org")).status).toBe(200);
+    } finally {
+      await own.close();
+    }
   });
 });
 

@@ -8,8 +8,10 @@
 //   - per top-level organization, its sub-organizations counting toward it
 //     (SIGIL_OTP_PER_ORGANIZATION_LIMIT per SIGIL_OTP_SEND_WINDOW_SECONDS): creating sub-organizations
 //     does not multiply what an app may send;
-//   - per end-user credential (SIGIL_OTP_PER_CREDENTIAL_LIMIT per window): the credentials of one
-//     sub-organization share one budget, since its root can mint API keys and sessions at will.
+//   - per credential of a top-level organization (SIGIL_OTP_PER_CREDENTIAL_LIMIT per window): one key
+//     of many (a low-privileged user's, a leaked one) cannot spend the whole organization's budget;
+//   - per end user (SIGIL_OTP_PER_END_USER_LIMIT per window): the credentials of one sub-organization
+//     share one budget, since its root can mint API keys and sessions at will.
 // A refusal is 429 OTP_RATE_LIMITED with the seconds until the window frees a slot (Retry-After).
 import { domainToASCII } from "node:url";
 import { sql } from "kysely";
@@ -21,6 +23,7 @@ export interface SendBudgetSettings {
   perContactLimit: number;
   perOrganizationLimit: number;
   perCredentialLimit: number;
+  perEndUserLimit: number;
   sendWindowSeconds: number;
 }
 
@@ -87,7 +90,7 @@ interface Budget {
   spent: string;
   limit: number;
   windowMs: number;
-  where: { contact_key?: string; root_organization_id?: string; requester_organization_id?: string; from_sub_organization?: number };
+  where: { contact_key?: string; root_organization_id?: string; requester_organization_id?: string; from_sub_organization?: number; credential_id?: string };
 }
 
 /** Milliseconds until the budget frees a slot, or 0 when it has one: the send that would have to
@@ -155,13 +158,20 @@ export async function recordSend(
         where: { contact_key: key, from_sub_organization: 1 },
       },
       {
-        spent: `the budget of ${settings.perCredentialLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_CREDENTIAL_LIMIT) `
+        spent: `the budget of ${settings.perEndUserLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_END_USER_LIMIT) `
           + `the credentials of sub-organization ${requester} share`,
-        limit: settings.perCredentialLimit,
+        limit: settings.perEndUserLimit,
         windowMs,
         where: { requester_organization_id: requester },
       },
     );
+  } else {
+    budgets.push({
+      spent: `credential ${ctx.principal.credentialId}'s budget of ${settings.perCredentialLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_CREDENTIAL_LIMIT)`,
+      limit: settings.perCredentialLimit,
+      windowMs,
+      where: { credential_id: ctx.principal.credentialId, from_sub_organization: 0 },
+    });
   }
   const spent: Array<{ budget: Budget; ms: number }> = [];
   for (const budget of budgets) {
@@ -178,6 +188,6 @@ export async function recordSend(
   await ctx.trx.deleteFrom("otp_sends").where("root_organization_id", "=", root).where("created_at", "<=", outOfEveryWindow).execute();
   await ctx.trx
     .insertInto("otp_sends")
-    .values({ contact_key: key, requester_organization_id: requester, root_organization_id: root, from_sub_organization: fromSub, created_at: ctx.now })
+    .values({ contact_key: key, requester_organization_id: requester, root_organization_id: root, from_sub_organization: fromSub, credential_id: ctx.principal.credentialId, created_at: ctx.now })
     .execute();
 }

@@ -417,6 +417,8 @@ const otpSendBudgets: Migration = {
     await sql`update otp_sends set root_organization_id = coalesce(${parentOfRequester}, requester_organization_id)`.execute(db);
     await db.schema.createIndex("otp_sends_by_root").on("otp_sends").columns(["root_organization_id", "created_at"]).execute();
     await db.schema.createIndex("otp_sends_by_requester").on("otp_sends").columns(["requester_organization_id", "created_at"]).execute();
+    await db.schema.alterTable("otp_sends").addColumn("credential_id", "text").execute();
+    await db.schema.createIndex("otp_sends_by_credential").on("otp_sends").columns(["credential_id", "created_at"]).execute();
   },
 };
 

@@ -130,6 +130,8 @@ export interface OtpSendsTable {
   root_organization_id: string | null;
   /** 1 when the requester is a sub-organization (an end user's own credential). */
   from_sub_organization: number;
+  /** The API key or passkey that stamped the request (null for sends recorded before migration 0008). */
+  credential_id: string | null;
   created_at: number;
 }
 
