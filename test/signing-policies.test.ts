@@ -48,14 +48,12 @@ async function denyAll(root: Client, condition: string) {
 const SIGN = "activity.resource == 'PRIVATE_KEY' && activity.action == 'SIGN'";
 
 /**
- * Expects a policy denial (with the outcome in the message) and proves it stored nothing but the one
- * failed activity (and its evaluation): every other table is as it was. The failed activity's stored
- * failure is PermissionDenied (gRPC 7, HTTP 403), which holds even where a chain client (viem) wraps
- * the error. Returns the failed activity's id.
+ * Runs a request that must fail, and proves it stored nothing but the one failed activity (and its
+ * evaluation): every other table is as it was. Returns the failed activity's recorded failure and id.
  */
-async function expectDenied(attempt: () => Promise<unknown>, outcome: "OUTCOME_DENY_IMPLICIT" | "OUTCOME_DENY_EXPLICIT"): Promise<string> {
+async function refusedLeavingOnlyItsActivity(attempt: () => Promise<unknown>, rejection: Record<string, unknown>) {
   const before = JSON.parse(await h.snapshot());
-  await expect(attempt()).rejects.toMatchObject({ message: expect.stringContaining(outcome) });
+  await expect(attempt()).rejects.toMatchObject(rejection);
   const after = JSON.parse(await h.snapshot());
   for (const table of Object.keys(before)) {
     if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(before[table]);
@@ -63,8 +61,18 @@ async function expectDenied(attempt: () => Promise<unknown>, outcome: "OUTCOME_D
   const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
   expect(added).toHaveLength(1);
   expect(added[0]).toMatchObject({ status: "ACTIVITY_STATUS_FAILED" });
-  expect(JSON.parse(added[0].failure)).toMatchObject({ code: 7, message: expect.stringContaining(outcome), details: [expect.objectContaining({ turnkeyErrorCode: "POLICY_DENIED" })] });
-  return added[0].id;
+  return { id: added[0].id as string, failure: JSON.parse(added[0].failure) };
+}
+
+/**
+ * Expects a policy denial (with the outcome in the message) that changed nothing else. The failed
+ * activity's stored failure is PermissionDenied (gRPC 7, HTTP 403), which holds even where a chain
+ * client (viem) wraps the error. Returns the failed activity's id.
+ */
+async function expectDenied(attempt: () => Promise<unknown>, outcome: "OUTCOME_DENY_IMPLICIT" | "OUTCOME_DENY_EXPLICIT"): Promise<string> {
+  const { id, failure } = await refusedLeavingOnlyItsActivity(attempt, { message: expect.stringContaining(outcome) });
+  expect(failure).toMatchObject({ code: 7, message: expect.stringContaining(outcome), details: [expect.objectContaining({ turnkeyErrorCode: "POLICY_DENIED" })] });
+  return id;
 }
 
 /** The per-policy outcomes of an activity's (first) evaluation. */
@@ -312,21 +320,10 @@ describe("consensus on signing", () => {
   });
 });
 
-/**
- * Expects the request to be refused as malformed (InvalidArgument, never an internal error) and
- * proves it stored nothing but the one failed activity (and its evaluation).
- */
+/** Expects the request to be refused as malformed (InvalidArgument, never an internal error), changing nothing else. */
 async function expectInvalid(attempt: () => Promise<unknown>, message: string | RegExp): Promise<void> {
-  const before = JSON.parse(await h.snapshot());
-  await expect(attempt()).rejects.toMatchObject({ code: 3, message: typeof message === "string" ? expect.stringContaining(message) : expect.stringMatching(message) });
-  const after = JSON.parse(await h.snapshot());
-  for (const table of Object.keys(before)) {
-    if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(before[table]);
-  }
-  const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
-  expect(added).toHaveLength(1);
-  expect(added[0]).toMatchObject({ status: "ACTIVITY_STATUS_FAILED" });
-  expect(JSON.parse(added[0].failure)).toMatchObject({ code: 3 });
+  const { failure } = await refusedLeavingOnlyItsActivity(attempt, { code: 3, message: typeof message === "string" ? expect.stringContaining(message) : expect.stringMatching(message) });
+  expect(failure).toMatchObject({ code: 3 });
 }
 
 describe("what policies see is what is signed", () => {
