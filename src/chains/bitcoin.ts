@@ -19,6 +19,13 @@ export function bitcoinScript(format: string, address: string): Uint8Array | und
   return OutScript.encode(Address(NETWORKS[network]!).decode(address));
 }
 
+/**
+ * Whether an address format is a Taproot (P2TR) one. A signature for such an address is BIP-340
+ * Schnorr by its BIP-86 output key, as in the product; every other Bitcoin format (P2PKH, P2SH-P2WPKH,
+ * P2WPKH, P2WSH) is ECDSA by the account's own key.
+ */
+export const isTaprootFormat = (format: string | undefined) => format !== undefined && /^ADDRESS_FORMAT_BITCOIN_(MAINNET|TESTNET|SIGNET|REGTEST)_P2TR$/.test(format);
+
 const same = (a: Uint8Array, b: Uint8Array) => a.length === b.length && a.every((x, i) => x === b[i]);
 
 export function signPsbt(unsignedHex: string, privateKey: Uint8Array, signerName: string, scripts: Uint8Array[]): string {

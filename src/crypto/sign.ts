@@ -1,6 +1,7 @@
 // Signatures with the service's keys (@noble/curves): secp256k1 and P-256 over a 32-byte digest,
-// with the recovery id; ed25519 over the message itself.
-import { secp256k1 } from "@noble/curves/secp256k1.js";
+// with the recovery id; ed25519 over the message itself; BIP-340 Schnorr by a Taproot output key.
+import { schnorr, secp256k1 } from "@noble/curves/secp256k1.js";
+import { taprootTweakPrivKey } from "@scure/btc-signer/utils.js";
 import { p256 } from "@noble/curves/nist.js";
 import { ed25519 } from "@noble/curves/ed25519.js";
 import type { Curve } from "./hd.js";
@@ -29,4 +30,24 @@ export function signDigest(curve: Exclude<Curve, "CURVE_ED25519">, privateKey: U
 export function signEd25519(privateKey: Uint8Array, message: Uint8Array): RawSignature {
   const signature = ed25519.sign(message, privateKey);
   return { r: hex(signature.subarray(0, 32)), s: hex(signature.subarray(32)), v: "00" };
+}
+
+/**
+ * Signs a 32-byte digest (a BIP-341 sighash) with BIP-340 Schnorr by the key a P2TR address commits
+ * to: the BIP-86 output key, i.e. the account's key tweaked with TapTweak(x(P)) and no script tree,
+ * which is what the product signs with when signWith is a P2TR address and what a key-path spend
+ * verifies against. r and s are the signature's two 32-byte halves (r || s is the 64-byte witness
+ * signature for SIGHASH_DEFAULT); v is "00", there being no recovery id.
+ */
+export function signTaprootKeyPath(internalPrivateKey: Uint8Array, digest: Uint8Array): RawSignature {
+  if (digest.length !== 32) throw new SigningError(`a Taproot (BIP-340) signature is over a 32-byte sighash, got ${digest.length} bytes: send the sighash with HASH_FUNCTION_NO_OP`);
+  const outputPrivateKey = taprootTweakPrivKey(internalPrivateKey);
+  try {
+    // noble's default auxiliary randomness (32 fresh random bytes), as BIP-340 recommends: the nonce
+    // stays bound to key and message, and the fresh bytes blunt side-channel and fault attacks.
+    const signature = schnorr.sign(digest, outputPrivateKey);
+    return { r: hex(signature.subarray(0, 32)), s: hex(signature.subarray(32)), v: "00" };
+  } finally {
+    outputPrivateKey.fill(0);
+  }
 }

@@ -5,12 +5,14 @@
 import os from "node:os";
 import { Worker } from "node:worker_threads";
 import type { Curve } from "./hd.js";
-import { signDigest, signEd25519, type RawSignature } from "./sign.js";
+import { signDigest, signEd25519, signTaprootKeyPath, type RawSignature } from "./sign.js";
 
 /** One request to a signature thread. The key is a copy the thread wipes after use. */
 export interface SignatureTask {
   id: number;
   curve: Curve;
+  /** Set for a BIP-340 signature by the key's Taproot output key; absent, the curve's usual scheme. */
+  scheme?: "BIP340_TAPROOT_KEY_PATH";
   privateKey: Uint8Array;
   /** A 32-byte digest (secp256k1, P-256) or the message itself (ed25519). */
   message: Uint8Array;
@@ -62,7 +64,7 @@ class SignatureThread {
     return worker;
   }
 
-  sign(curve: Curve, privateKey: Uint8Array, message: Uint8Array): Promise<RawSignature> {
+  sign(curve: Curve, privateKey: Uint8Array, message: Uint8Array, scheme?: SignatureTask["scheme"]): Promise<RawSignature> {
     const worker = (this.worker ??= this.start());
     const id = ++this.nextId;
     return new Promise<RawSignature>((resolve, reject) => {
@@ -70,7 +72,7 @@ class SignatureThread {
       // An idle thread does not keep the process alive; one with work does, until it answers.
       worker.ref();
       // The copy crosses to the thread, which wipes it; the caller's key stays the caller's to drop.
-      const task: SignatureTask = { id, curve, privateKey: Uint8Array.from(privateKey), message: Uint8Array.from(message) };
+      const task: SignatureTask = { id, curve, ...(scheme ? { scheme } : {}), privateKey: Uint8Array.from(privateKey), message: Uint8Array.from(message) };
       worker.postMessage(task, [task.privateKey.buffer as ArrayBuffer, task.message.buffer as ArrayBuffer]);
     });
   }
@@ -102,6 +104,13 @@ export class SignatureThreads {
     if (digest.length !== 32) return signDigest(curve, privateKey, digest);
     const thread = this.pick();
     return thread ? thread.sign(curve, privateKey, digest) : signDigest(curve, privateKey, digest);
+  }
+
+  /** Signs a 32-byte sighash with BIP-340 Schnorr by the secp256k1 key's BIP-86 Taproot output key. */
+  async signTaprootKeyPath(privateKey: Uint8Array, digest: Uint8Array): Promise<RawSignature> {
+    if (digest.length !== 32) return signTaprootKeyPath(privateKey, digest);
+    const thread = this.pick();
+    return thread ? thread.sign("CURVE_SECP256K1", privateKey, digest, "BIP340_TAPROOT_KEY_PATH") : signTaprootKeyPath(privateKey, digest);
   }
 
   /** Signs a message with ed25519. */

@@ -19,7 +19,7 @@ import {
   typedDataKeyword,
 } from "../chains/ethereum.js";
 import { SolanaError, signSolanaTransaction, solanaKeyword } from "../chains/solana.js";
-import { BitcoinError, bitcoinScript, signPsbt } from "../chains/bitcoin.js";
+import { BitcoinError, bitcoinScript, isTaprootFormat, signPsbt } from "../chains/bitcoin.js";
 import { address } from "../crypto/addresses.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
 import { requireAtMost } from "./resources.js";
@@ -114,8 +114,14 @@ async function signPayload(signatures: SignatureThreads, signer: FoundSigner, pr
     const bytes = bytesOf(payload, encoding, where);
     digest = hashFunction === "HASH_FUNCTION_SHA256" ? sha256(bytes) : hashFunction === "HASH_FUNCTION_KECCAK256" ? keccak_256(bytes) : bytes;
   }
+  // The product signs for a P2TR address with Schnorr by its Taproot output key; an ECDSA signature
+  // there would be accepted by nobody and say nothing. A key named by its id implies no address.
+  if (signer.curve === "CURVE_SECP256K1" && isTaprootFormat(signerAddressFormat(signer))) return callerErrorLater(where, signatures.signTaprootKeyPath(privateKey, digest));
   return callerErrorLater(where, signatures.signDigest(signer.curve as "CURVE_SECP256K1", privateKey, digest));
 }
+
+/** The address format signWith named: the account's, or that of the private key address it gave. */
+const signerAddressFormat = (signer: FoundSigner) => (signer.kind === "wallet_account" ? signer.account.address_format : signer.addressFormat);
 
 /** The signer's keywords, and what the payload says to policies; a malformed request shows nothing
  * here and is refused by the activity itself, so the audit log records the refusal. */
