@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Address, OutScript, SigHash, TEST_NETWORK, Transaction, p2tr, p2wpkh } from "@scure/btc-signer";
 import { schnorr, secp256k1 } from "@noble/curves/secp256k1.js";
 import { startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { SignatureThreads } from "../src/crypto/signature-threads.js";
 
 let h: Harness;
 let org: TestOrganization;
@@ -123,5 +124,35 @@ describe("sign_raw_payload for Bitcoin addresses", () => {
     const witness = Transaction.fromRaw(transaction.extract()).getInput(0).finalScriptWitness!;
     expect(Buffer.from(witness[1]!)).toEqual(Buffer.from(segwitPublicKey));
     expect(secp256k1.verify(witness[0]!.subarray(0, -1), sighash, segwitPublicKey, { prehash: false, format: "der" })).toBe(true);
+  });
+});
+
+describe("sign_raw_payload for a P2TR address: refusals", () => {
+  it("a payload that is not a 32-byte sighash is refused as InvalidArgument, and nothing but the failed activity is stored", async () => {
+    const before = JSON.parse(await h.snapshot());
+    const attempt = client.signRawPayload({ signWith: taprootAddress, payload: "ab".repeat(20), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" });
+    await expect(attempt).rejects.toMatchObject({ code: 3, message: expect.stringContaining("a Taproot (BIP-340) signature is over a 32-byte sighash, got 20 bytes") });
+    const after = JSON.parse(await h.snapshot());
+    for (const table of Object.keys(before)) {
+      if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(before[table]);
+    }
+    const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
+    expect(added).toMatchObject([{ status: "ACTIVITY_STATUS_FAILED" }]);
+  });
+});
+
+describe("SignatureThreads.signTaprootKeyPath", () => {
+  it("signs by the output key alike inline and on a thread (which gets a copy of the key), leaving the caller's key intact", async () => {
+    const internal = secp256k1.utils.randomSecretKey();
+    const kept = Uint8Array.from(internal);
+    const outputKey = p2tr(schnorr.getPublicKey(internal)).tweakedPubkey;
+    const digest = Uint8Array.from({ length: 32 }, (_, i) => i);
+    for (const threads of [new SignatureThreads(0), new SignatureThreads(1)]) {
+      const { r, s, v } = await threads.signTaprootKeyPath(internal, digest);
+      expect(v).toBe("00");
+      expect(schnorr.verify(bytes(r + s), digest, outputKey)).toBe(true);
+      await threads.close();
+    }
+    expect(internal).toEqual(kept);
   });
 });
