@@ -21,6 +21,9 @@ let privateKeyPublicKey: Uint8Array;
 
 const PREVIOUS_TXID = "a".repeat(64);
 const bytes = (hex: string) => Uint8Array.from(Buffer.from(hex, "hex"));
+/** sign_raw_payload's parameters for a sighash sent as @turnkey/bitcoin sends it. */
+const sighashPayload = (signWith: string, sighash: Uint8Array) =>
+  ({ signWith, payload: Buffer.from(sighash).toString("hex"), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" }) as const;
 
 /** A transaction spending one or two outputs of `address` to a fixed regtest address. */
 function spend(address: string, inputs: number) {
@@ -68,7 +71,7 @@ describe("sign_raw_payload for Bitcoin addresses", () => {
   it("a P2TR key-path spend signed with signWith = the P2TR account address finalizes and verifies", async () => {
     const { transaction, script, amounts } = spend(taprootAddress, 1);
     const sighash = transaction.preimageWitnessV1(0, [script], SigHash.DEFAULT, amounts);
-    const { r, s, v } = await client.signRawPayload({ signWith: taprootAddress, payload: Buffer.from(sighash).toString("hex"), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" });
+    const { r, s, v } = await client.signRawPayload(sighashPayload(taprootAddress, sighash));
     expect([r.length, s.length, v]).toEqual([64, 64, "00"]);
     const signature = bytes(r + s);
     expect(schnorr.verify(signature, sighash, outputKeyOf(taprootAddress))).toBe(true);
@@ -115,7 +118,7 @@ describe("sign_raw_payload for Bitcoin addresses", () => {
     // BIP-143 signs over the P2PKH script of the key's hash (scriptCode) for a P2WPKH input.
     const scriptCode = OutScript.encode({ type: "pkh", hash: p2wpkh(segwitPublicKey, TEST_NETWORK).hash });
     const sighash = transaction.preimageWitnessV0(0, scriptCode, SigHash.ALL, amounts[0]!);
-    const { r, s, v } = await client.signRawPayload({ signWith: segwitAddress, payload: Buffer.from(sighash).toString("hex"), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" });
+    const { r, s, v } = await client.signRawPayload(sighashPayload(segwitAddress, sighash));
     expect(["00", "01"]).toContain(v);
     expect(secp256k1.verify(bytes(r + s), sighash, segwitPublicKey, { prehash: false })).toBe(true);
     const der = secp256k1.Signature.fromBytes(bytes(r + s), "compact").toBytes("der");
@@ -130,8 +133,9 @@ describe("sign_raw_payload for Bitcoin addresses", () => {
 describe("sign_raw_payload for a P2TR address: refusals", () => {
   it("a payload that is not a 32-byte sighash is refused as InvalidArgument, and nothing but the failed activity is stored", async () => {
     const before = JSON.parse(await h.snapshot());
-    const attempt = client.signRawPayload({ signWith: taprootAddress, payload: "ab".repeat(20), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" });
-    await expect(attempt).rejects.toMatchObject({ code: 3, message: expect.stringContaining("a Taproot (BIP-340) signature is over a 32-byte sighash, got 20 bytes") });
+    const attempt = client.signRawPayload(sighashPayload(taprootAddress, new Uint8Array(20).fill(0xab)));
+    const message = "a Taproot (BIP-340) signature is over a 32-byte sighash, got 20 bytes";
+    await expect(attempt).rejects.toMatchObject({ code: 3, message: expect.stringContaining(message) });
     const after = JSON.parse(await h.snapshot());
     for (const table of Object.keys(before)) {
       if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(before[table]);

@@ -24,7 +24,8 @@ export function bitcoinScript(format: string, address: string): Uint8Array | und
  * Schnorr by its BIP-86 output key, as in the product; every other Bitcoin format (P2PKH, P2SH-P2WPKH,
  * P2WPKH, P2WSH) is ECDSA by the account's own key.
  */
-export const isTaprootFormat = (format: string | undefined) => format !== undefined && /^ADDRESS_FORMAT_BITCOIN_(MAINNET|TESTNET|SIGNET|REGTEST)_P2TR$/.test(format);
+export const isTaprootFormat = (format: string | undefined) =>
+  format !== undefined && /^ADDRESS_FORMAT_BITCOIN_(MAINNET|TESTNET|SIGNET|REGTEST)_P2TR$/.test(format);
 
 const same = (a: Uint8Array, b: Uint8Array) => a.length === b.length && a.every((x, i) => x === b[i]);
 

@@ -40,7 +40,9 @@ export function signEd25519(privateKey: Uint8Array, message: Uint8Array): RawSig
  * signature for SIGHASH_DEFAULT); v is "00", there being no recovery id.
  */
 export function signTaprootKeyPath(internalPrivateKey: Uint8Array, digest: Uint8Array): RawSignature {
-  if (digest.length !== 32) throw new SigningError(`a Taproot (BIP-340) signature is over a 32-byte sighash, got ${digest.length} bytes: send the sighash with HASH_FUNCTION_NO_OP`);
+  if (digest.length !== 32) {
+    throw new SigningError(`a Taproot (BIP-340) signature is over a 32-byte sighash, got ${digest.length} bytes: send the sighash with HASH_FUNCTION_NO_OP`);
+  }
   const outputPrivateKey = taprootTweakPrivKey(internalPrivateKey);
   try {
     // noble's default auxiliary randomness (32 fresh random bytes), as BIP-340 recommends: the nonce

@@ -116,7 +116,9 @@ async function signPayload(signatures: SignatureThreads, signer: FoundSigner, pr
   }
   // The product signs for a P2TR address with Schnorr by its Taproot output key; an ECDSA signature
   // there would be accepted by nobody and say nothing. A key named by its id implies no address.
-  if (signer.curve === "CURVE_SECP256K1" && isTaprootFormat(signerAddressFormat(signer))) return callerErrorLater(where, signatures.signTaprootKeyPath(privateKey, digest));
+  if (signer.curve === "CURVE_SECP256K1" && isTaprootFormat(signerAddressFormat(signer))) {
+    return callerErrorLater(where, signatures.signTaprootKeyPath(privateKey, digest));
+  }
   return callerErrorLater(where, signatures.signDigest(signer.curve as "CURVE_SECP256K1", privateKey, digest));
 }
 
