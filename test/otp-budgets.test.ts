@@ -11,6 +11,7 @@ import { fastPoller } from "./helpers/organizations.js";
 import { cliDeployment } from "./helpers/processes.js";
 import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
+import { contactKey } from "../src/messages/send-budgets.js";
 
 const LIMITS = { SIGIL_OTP_PER_ORGANIZATION_LIMIT: "8", SIGIL_OTP_PER_END_USER_LIMIT: "3", SIGIL_OTP_PER_CONTACT_LIMIT: "3" };
 const HOUR = 3600;
@@ -235,6 +236,19 @@ describe("contacts are counted in one spelling per inbox", () => {
     expect(Number(refused.retryAfter)).toBeGreaterThan(0);
     expect(Number(refused.retryAfter)).toBeLessThanOrEqual(600);
     expect((await outboxOf([user.subOrganizationId])).map((m) => m.recipient).sort()).toEqual([...spellings].sort());
+  });
+
+  it("a trailing full stop in any script (。 ． ｡, which IDNA maps to '.') is no new contact", async () => {
+    for (const stop of ["\u3002", "\uFF0E", "\uFF61", "."]) {
+      expect(contactKey("email", `vi.ctim@gmail.com${stop}`), stop).toBe("victim@gmail.com");
+      expect(contactKey("email", `Victim+x@Example.com${stop}`), stop).toBe("victim@example.com");
+    }
+    const stops = await app("Stops");
+    const user = await stops.endUser();
+    // The app's backend (its per-contact budget: 3 in 10 minutes).
+    const send = (contact: string) => start(h.url, stops.org.key, user.subOrganizationId, "init_otp", contact);
+    for (const spelling of ["victim@example.com", "victim@example.com\u3002", "victim@example.com\uFF0E"]) expect((await send(spelling)).status, spelling).toBe(200);
+    expect((await refusedUnchanged(() => send("victim@example.com\uFF61"))).message).toContain("SIGIL_OTP_PER_CONTACT_LIMIT");
   });
 
   it("elsewhere dots matter (j.d and jd are two inboxes); a phone number is its digits however punctuated", async () => {

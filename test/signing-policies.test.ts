@@ -452,6 +452,13 @@ describe("what policies see is what is signed", () => {
       [{ types: { EIP712Domain: [], Data: [{ name: "flag", type: "bool" }] }, primaryType: "Data", domain: {}, message: { flag: "false" } }, "message.flag must be true or false"],
       [{ types: { EIP712Domain: [], Data: [{ name: "list", type: "uint8[2]" }] }, primaryType: "Data", domain: {}, message: { list: [1] } }, "message.list must hold exactly 2 items"],
       [{ types: { EIP712Domain: [], Data: [{ name: "list", type: "uint8[]" }] }, primaryType: "Data", domain: {}, message: { list: [1, 256] } }, "message.list[1] is out of range for uint8"],
+      // Names Object.prototype has: only what the caller declared counts as a type or a field.
+      [{ types: { M: [] }, primaryType: "constructor", domain: { name: "X" }, message: {} }, "primaryType constructor is not one of the struct types"],
+      [{ types: { EIP712Domain: [], M: [{ name: "f", type: "toString" }] }, primaryType: "M", domain: {}, message: { f: {} } }, "neither an EIP-712 type nor a struct"],
+      [{ types: { EIP712Domain: [], M: [{ name: "constructor", type: "string" }] }, primaryType: "M", domain: {}, message: {} }, "message.constructor is missing"],
+      // viem would hash an unpaired surrogate as U+FFFD, the same as a real U+FFFD policies see differently.
+      [`{"types":{"EIP712Domain":[],"M":[{"name":"s","type":"string"}]},"primaryType":"M","domain":{},"message":{"s":"\\ud800"}}`, "unpaired UTF-16 surrogate"],
+      [{ types: { EIP712Domain: [], M: [{ name: "a,uint256 b", type: "string" }] }, primaryType: "M", domain: {}, message: { "a,uint256 b": "x" } }, "name must be an identifier"],
     ];
     for (const [typed, message] of refused) await expectInvalid(() => signTyped(typed), message);
   });

@@ -132,6 +132,12 @@ function parseJson(payload: string, what: string): unknown {
 
 const isPlainObject = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value);
 
+/** A field the caller sent, never one inherited from Object.prototype (`constructor`, `toString`). */
+const ownField = (object: Record<string, unknown>, name: string): unknown => (Object.hasOwn(object, name) ? object[name] : undefined);
+
+/** String.prototype.isWellFormed (Node 20; not in the ES2022 typings): false for an unpaired surrogate. */
+const isWellFormed = (text: string) => (text as string & { isWellFormed(): boolean }).isWellFormed();
+
 type Field = { name: string; type: string };
 
 export interface TypedData {
@@ -153,7 +159,7 @@ const DOMAIN_FIELDS: Field[] = [
   { name: "salt", type: "bytes32" },
 ];
 
-const STRUCT_NAME = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
 const INTEGER_TYPE = /^(u?)int(8|16|24|32|40|48|56|64|72|80|88|96|104|112|120|128|136|144|152|160|168|176|184|192|200|208|216|224|232|240|248|256)$/;
 const FIXED_BYTES_TYPE = /^bytes([1-9]|[12][0-9]|3[0-2])$/;
 const ARRAY_TYPE = /^(.+)\[([1-9][0-9]{0,3})?\]$/;
@@ -163,7 +169,9 @@ function fieldsOf(value: unknown, where: string): Field[] {
   if (!Array.isArray(value)) throw new EthereumError(`${where} must be a list of {name, type}`);
   const names = new Set<string>();
   return value.map((field, i) => {
-    if (!isPlainObject(field) || typeof field.name !== "string" || typeof field.type !== "string" || field.name === "") throw new EthereumError(`${where}[${i}] must be {name, type}`);
+    if (!isPlainObject(field) || typeof field.name !== "string" || typeof field.type !== "string") throw new EthereumError(`${where}[${i}] must be {name, type}`);
+    // An identifier, as in Solidity: anything else ("a,uint256 b") would make encodeType ambiguous.
+    if (!IDENTIFIER.test(field.name)) throw new EthereumError(`${where}[${i}].name must be an identifier (letters, digits, _ and $, not starting with a digit)`);
     if (names.has(field.name)) throw new EthereumError(`${where} declares ${field.name} twice`);
     names.add(field.name);
     return { name: field.name, type: field.type };
@@ -179,9 +187,10 @@ export function parseTypedData(payload: string): TypedData {
   const domainIn = data.domain === undefined ? {} : data.domain;
   if (!isPlainObject(domainIn)) throw new EthereumError("EIP-712 domain must be an object");
 
-  const types: Record<string, Field[]> = {};
+  // No prototype: a type named `constructor` or `__proto__` is only ever one the caller declared.
+  const types: Record<string, Field[]> = Object.create(null);
   for (const [name, fields] of Object.entries(data.types)) {
-    if (!STRUCT_NAME.test(name) || isElementary(name)) throw new EthereumError(`types.${name} is not a usable struct name`);
+    if (!IDENTIFIER.test(name) || isElementary(name)) throw new EthereumError(`types.${name} is not a usable struct name`);
     types[name] = fieldsOf(fields, `types.${name}`);
   }
   if (types.EIP712Domain) {
@@ -193,9 +202,9 @@ export function parseTypedData(payload: string): TypedData {
     for (const key of Object.keys(domainIn)) {
       if (!DOMAIN_FIELDS.some((f) => f.name === key)) throw new EthereumError(`domain.${key} is not an EIP-712 domain field (${DOMAIN_FIELDS.map((f) => f.name).join(", ")})`);
     }
-    types.EIP712Domain = DOMAIN_FIELDS.filter((f) => domainIn[f.name] !== undefined);
+    types.EIP712Domain = DOMAIN_FIELDS.filter((f) => ownField(domainIn, f.name) !== undefined);
   }
-  if (data.primaryType === "EIP712Domain" || !types[data.primaryType]) throw new EthereumError(`primaryType ${data.primaryType} is not one of the struct types declared in types`);
+  if (data.primaryType === "EIP712Domain" || !Object.hasOwn(types, data.primaryType)) throw new EthereumError(`primaryType ${data.primaryType} is not one of the struct types declared in types`);
 
   const canonical = (value: unknown, type: string, where: string): unknown => {
     const array = ARRAY_TYPE.exec(type);
@@ -216,22 +225,26 @@ export function parseTypedData(payload: string): TypedData {
     }
     if (type === "string") {
       if (typeof value !== "string") throw new EthereumError(`${where} must be a string`);
+      // viem encodes an unpaired surrogate as U+FFFD: two strings policies tell apart would sign alike.
+      if (!isWellFormed(value)) throw new EthereumError(`${where} contains an unpaired UTF-16 surrogate, which is not text`);
       return value;
     }
-    const struct = type === "EIP712Domain" ? undefined : types[type];
+    const struct = type === "EIP712Domain" || !Object.hasOwn(types, type) ? undefined : types[type];
     if (!struct) throw new EthereumError(`${where} has type ${type}, which is neither an EIP-712 type nor a struct declared in types`);
     if (!isPlainObject(value)) throw new EthereumError(`${where} must be an object (${type})`);
     return Object.fromEntries(
       struct.map((field) => {
-        if (value[field.name] === undefined) throw new EthereumError(`${where}.${field.name} is missing (${type} declares it)`);
-        return [field.name, canonical(value[field.name], field.type, `${where}.${field.name}`)];
+        const fieldValue = ownField(value, field.name);
+        if (fieldValue === undefined) throw new EthereumError(`${where}.${field.name} is missing (${type} declares it)`);
+        return [field.name, canonical(fieldValue, field.type, `${where}.${field.name}`)];
       }),
     );
   };
   const domain = Object.fromEntries(
     types.EIP712Domain.map((field) => {
-      if (domainIn[field.name] === undefined) throw new EthereumError(`domain.${field.name} is missing (EIP712Domain declares it)`);
-      return [field.name, canonical(domainIn[field.name], field.type, `domain.${field.name}`)];
+      const fieldValue = ownField(domainIn, field.name);
+      if (fieldValue === undefined) throw new EthereumError(`domain.${field.name} is missing (EIP712Domain declares it)`);
+      return [field.name, canonical(fieldValue, field.type, `domain.${field.name}`)];
     }),
   );
   const message = canonical(data.message, data.primaryType, "message") as Record<string, unknown>;

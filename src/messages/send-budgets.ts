@@ -68,8 +68,10 @@ const asciiLower = (text: string) => text.replace(/[A-Z]/g, (c) => c.toLowerCase
 export function contactKey(channel: Channel, contact: string): string {
   if (channel === "sms") return `+${contact.replace(/\D/g, "")}`;
   const at = contact.lastIndexOf("@");
-  const bareDomain = contact.slice(at + 1).replace(/\.+$/, "");
-  const domain = domainToASCII(bareDomain) || asciiLower(bareDomain);
+  // IDNA first: it maps the ideographic and full-width full stops (U+3002, U+FF0E, U+FF61) to "." —
+  // only then is a trailing dot a dot, and `victim@gmail.com。` the same inbox as `victim@gmail.com`.
+  const rawDomain = contact.slice(at + 1);
+  const domain = (domainToASCII(rawDomain) || asciiLower(rawDomain)).replace(/\.+$/, "");
   let local = asciiLower(contact.slice(0, at)).replace(/\+.*$/, "");
   const provider = DOTLESS_PROVIDERS[domain];
   if (provider) local = local.replace(/\./g, "");
