@@ -35,7 +35,8 @@ afterAll(() => h?.close());
 const SUBMIT = (name: string) => `/public/v1/submit/${name}`;
 const QUERY = (name: string) => `/public/v1/query/${name}`;
 
-/** Every row of every table (not only the ones harness.snapshot knows), table by table. */
+/** Every row of every table, as harness.snapshot reads them, but in one round trip on PostgreSQL:
+ * this runs after every request the test sends. */
 async function snapshotAll(): Promise<Record<string, string[]>> {
   const db = h.server.store.db;
   const out: Record<string, string[]> = Object.fromEntries(tables.map((table) => [table, []]));
