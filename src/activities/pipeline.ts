@@ -12,7 +12,7 @@ import type pino from "pino";
 import type { OpenTx, Store } from "../store/database.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
-import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
+import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied, type ErrorBody } from "../errors.js";
 import { readStamp, type Stamp } from "../auth/stamps.js";
 import { authenticate, authenticateReadOnlySession, confirmCredential, readOnlySessionHeader, stampVerifiesWith, type Principal } from "../auth/authenticate.js";
 import { sha256 } from "../crypto/keys.js";
@@ -196,7 +196,7 @@ export class Pipeline {
         await insertActivity(trx, row);
         await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
         const queued = await enqueueActivityEvent(trx, row, () => renderActivity(row), now);
-        this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId, outcome: decision.outcome }, "activity");
+        this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId, outcome: decision.outcome, ...failureOf(row) }, "activity");
         return () => {
           if (queued) this.options.onWebhookEventsQueued?.();
           if (operation.queuesMessages && row.status === "ACTIVITY_STATUS_COMPLETED") this.options.onMessagesQueued?.();
@@ -355,7 +355,7 @@ export class Pipeline {
       await recordEvaluation(trx, row, vote, outcome, verdicts, now);
       // Receivers hear of every change of an activity's status, not of votes that change nothing.
       const queued = row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? await enqueueActivityEvent(trx, row, () => renderActivity(row), now) : 0;
-      this.options.logger.info({ activityId: row.id, organizationId: row.organization_id, type: row.type, status: row.status, userId: principal.userId, vote: operation.selection }, "vote");
+      this.options.logger.info({ activityId: row.id, organizationId: row.organization_id, type: row.type, status: row.status, userId: principal.userId, vote: operation.selection, ...failureOf(row) }, "vote");
       return () => {
         if (queued) this.options.onWebhookEventsQueued?.();
         return { status: 200, body: { activity: renderActivity(row) } };
@@ -421,4 +421,14 @@ export class Pipeline {
     const activity = { id: newId(), status: "ACTIVITY_STATUS_COMPLETED", type: "ACTIVITY_TYPE_UNKNOWN_V1", organizationId, timestampMs: String(now), result };
     return { status: 200, body: { ...result, activity } };
   }
+}
+
+/**
+ * What the log line of a failed activity adds: the code and message it failed with, exactly as the
+ * requester and the audit log see them (error messages never carry secrets, so neither does this).
+ */
+function failureOf(row: ActivitiesTable): { errorCode?: string; error?: string } {
+  if (row.status !== "ACTIVITY_STATUS_FAILED" || !row.failure) return {};
+  const failure = JSON.parse(row.failure) as ErrorBody;
+  return { errorCode: failure.details?.[0]?.turnkeyErrorCode, error: failure.message };
 }

@@ -1,6 +1,6 @@
 // The HTTP face of the service: one route per registered operation, the error body the official
 // clients parse, body, time and connection limits, and /health. No SQL and no business rules live here.
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from "fastify";
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import pino from "pino";
 import type { Config } from "../config.js";
 import { ServiceError } from "../errors.js";
@@ -85,30 +85,33 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
 
+  // A refused request (4xx) is logged at info, the default level, with its code: an operator sees
+  // why a client is failing without turning on debug. A 5xx the service chose (Unavailable…) is a
+  // warning. The body is never logged; messages never carry secrets.
+  const refuse = (request: FastifyRequest, reply: FastifyReply, error: ServiceError) => {
+    const body = error.toBody();
+    const fields = { method: request.method, url: request.url, ip: request.ip, status: error.httpStatus, errorCode: error.turnkeyErrorCode, error: error.message };
+    if (error.httpStatus < 500) request.log.info(fields, "request refused");
+    else request.log.warn(fields, "request failed");
+    const retryAfter = retryAfterOf(error.httpStatus, body);
+    if (retryAfter) reply.header("retry-after", retryAfter);
+    return reply.status(error.httpStatus).send(body);
+  };
+
   app.setErrorHandler((error, request, reply) => {
-    if (error instanceof ServiceError) {
-      const body = error.toBody();
-      const retryAfter = retryAfterOf(error.httpStatus, body);
-      if (retryAfter) reply.header("retry-after", retryAfter);
-      return reply.status(error.httpStatus).send(body);
-    }
+    if (error instanceof ServiceError) return refuse(request, reply, error);
     const fastifyError = error as { code?: string; statusCode?: number; message: string };
     if (fastifyError.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
-      const tooLarge = new ServiceError("ResourceExhausted", "REQUEST_TOO_LARGE", `request body exceeds the limit of ${config.bodyLimitBytes} bytes`, 413);
-      return reply.status(413).send(tooLarge.toBody());
+      return refuse(request, reply, new ServiceError("ResourceExhausted", "REQUEST_TOO_LARGE", `request body exceeds the limit of ${config.bodyLimitBytes} bytes`, 413));
     }
     if (fastifyError.statusCode && fastifyError.statusCode < 500) {
-      const bad = new ServiceError("InvalidArgument", "REQUEST_INVALID", fastifyError.message);
-      return reply.status(fastifyError.statusCode).send(bad.toBody());
+      return refuse(request, reply, new ServiceError("InvalidArgument", "REQUEST_INVALID", fastifyError.message, fastifyError.statusCode));
     }
     request.log.error({ err: error }, "unhandled error");
     return reply.status(500).send(new ServiceError("Internal", "INTERNAL", "internal error").toBody());
   });
 
-  app.setNotFoundHandler((request, reply) => {
-    const error = new ServiceError("NotFound", "ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${request.url}`);
-    return reply.status(404).send(error.toBody());
-  });
+  app.setNotFoundHandler((request, reply) => refuse(request, reply, new ServiceError("NotFound", "ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${request.url}`)));
 
   app.addHook("onResponse", (request, reply, done) => {
     request.log.debug({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, "request");
