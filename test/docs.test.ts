@@ -1,10 +1,38 @@
-// The operations table in docs/ is derived from the registry; a stale copy fails here.
-import { readFileSync } from "node:fs";
+// Docs that cannot drift: the operations table in docs/ is derived from the registry (a stale copy fails here),
+// and every relative link resolves.
+import { existsSync, readFileSync, readdirSync } from "node:fs";
+import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderOperationsTable } from "../scripts/operations-table.js";
 
 describe("docs/operations.md", () => {
   it("matches the operation registry (run `npm run docs` after changing an operation)", () => {
     expect(readFileSync("docs/operations.md", "utf8")).toBe(renderOperationsTable());
+  });
+});
+
+// Every relative link in README.md and docs/ points at a file that exists and, when it names a
+// heading (#anchor) of a Markdown page, at a heading that exists (GitHub's anchor rules).
+describe("links in README.md and docs/", () => {
+  const pages = ["README.md", ...readdirSync("docs").filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+  const anchorsOf = (file: string) =>
+    new Set(
+      readFileSync(file, "utf8")
+        .split("\n")
+        .filter((line) => /^#{1,6} /.test(line))
+        .map((line) => line.replace(/^#+ /, "").trim().toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, "").replace(/ /g, "-")),
+    );
+
+  it.each(pages)("%s links only to files and headings that exist", (page) => {
+    const text = readFileSync(page, "utf8").replace(/```[\s\S]*?```/g, "");
+    const broken: string[] = [];
+    for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
+      if (/^[a-z][a-z0-9+.-]*:/i.test(target!)) continue; // http:, https:, mailto:
+      const [file, anchor] = target!.split("#") as [string, string | undefined];
+      const resolved = file === "" ? page : path.join(path.dirname(page), file);
+      if (!existsSync(resolved)) broken.push(`${target} (no file ${resolved})`);
+      else if (anchor && resolved.endsWith(".md") && !anchorsOf(resolved).has(anchor)) broken.push(`${target} (no heading #${anchor} in ${resolved})`);
+    }
+    expect(broken).toEqual([]);
   });
 });
