@@ -1,4 +1,4 @@
-// The transaction keywords (eth.tx, eth.eip_712, solana.tx) and the map / dynamic types they need:
+// The transaction keywords (eth.tx, eth.eip_712, solana.tx, bitcoin.tx) and the map / dynamic types they need:
 // the product's documented example policies compile, and dynamic values are checked when they run.
 import { describe, expect, it } from "vitest";
 import "../src/operations/transaction-keywords.js";
@@ -51,7 +51,23 @@ const SOLANA = {
   address_table_lookups: [],
 } satisfies Record<string, Value>;
 
-function evaluate(source: string, values: Record<string, unknown> = { "eth.tx": TX, "eth.eip_712": EIP712, "solana.tx": SOLANA }) {
+const BITCOIN = {
+  version: "2",
+  inputs: [{ tx_id: "ab".repeat(32), vout: 1n, sequence: 4294967293n }],
+  outputs: [
+    {
+      value: 150_000n,
+      script_pubkey: "0014c0cebcd6c3d3ca8c75dc5ec62ebe55330ef910e2",
+      address: "bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu",
+      address_type: "P2WPKH",
+    },
+    { value: 0n, script_pubkey: "6a05736967696c", address: "", address_type: "" },
+  ],
+  locktime: { amount: 0n, type: "Blocks" },
+  fee: 2_500n,
+} satisfies Record<string, Value>;
+
+function evaluate(source: string, values: Record<string, unknown> = { "eth.tx": TX, "eth.eip_712": EIP712, "solana.tx": SOLANA, "bitcoin.tx": BITCOIN }) {
   const run = compileExpression(source, "condition");
   return run({ roots: rootValues({ ...values, "time.now": PolicyTimestamp.fromMillis(NOW) }), nowMs: NOW, locals: [], budget: { steps: STEP_BUDGET } });
 }
@@ -73,6 +89,13 @@ describe("the product's documented transaction policies", () => {
     "solana.tx.instructions[0].accounts[0].account_key == 'A' && solana.tx.instructions[0].instruction_data_hex == '0200'",
     "solana.tx.instructions[0].parsed_instruction_data.named_account['from'] == 'A' && solana.tx.instructions[0].parsed_instruction_data.program_call_args['lamports'] >= 5000",
     "solana.tx.address_table_lookups.count() == 0 && solana.tx.spl_transfers.count() == 0",
+    "bitcoin.tx.outputs.all(o, o.value < 200000)",
+    `bitcoin.tx.inputs.all(i, i.tx_id == '${"ab".repeat(32)}' && i.vout == 1)`,
+    "bitcoin.tx.fee <= 10000 && !(bitcoin.tx.fee > 50000)",
+    "bitcoin.tx.outputs.any(o, o.address == 'bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu' && o.value < 200000)",
+    "bitcoin.tx.outputs.all(o, o.address in ['bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu', ''])",
+    "bitcoin.tx.version == '2' && bitcoin.tx.locktime.type == 'Blocks' && bitcoin.tx.inputs[0].sequence == 4294967293",
+    "bitcoin.tx.outputs.filter(o, o.address_type == '').all(o, o.script_pubkey[0..2] == '6a' && o.value == 0)",
   ];
   it.each(TRUE)("%s holds for the sample transaction", (source) => {
     expect(evaluate(source)).toBe(true);
@@ -81,6 +104,8 @@ describe("the product's documented transaction policies", () => {
   it("reads false where the sample does not match", () => {
     expect(evaluate("eth.tx.contract_call_args['calls'].all(call, call[1] == 1)")).toBe(false);
     expect(evaluate("solana.tx.transfers.any(t, t.to == 'EVIL')")).toBe(false);
+    expect(evaluate("bitcoin.tx.outputs.all(o, o.address == 'bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu')")).toBe(false);
+    expect(evaluate("bitcoin.tx.outputs.any(o, o.value > 150000)")).toBe(false);
   });
 });
 
@@ -117,6 +142,9 @@ describe("maps and transaction keywords are still typed where they can be", () =
     ["eth.tx.value == 'ten'", "cannot compare int with string"],
     ["solana.tx.transfers.count == 1", "has no fields"],
     ["eth.eip_712.domain.chain_id < 'x'", "compares two numbers or two timestamps"],
+    ["bitcoin.tx.outputs.all(o, o.amount < 5)", 'BitcoinTxOutput has no field "amount"'],
+    ["bitcoin.tx.locktime.kind == 'Blocks'", 'BitcoinTxLocktime has no field "kind"'],
+    ["bitcoin.tx.version == 2", "cannot compare string with int"],
   ];
   it.each(REFUSED)("%s is refused: %s", (source, message) => {
     let error: unknown;

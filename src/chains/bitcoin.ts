@@ -2,19 +2,28 @@
 // address the request names (an ECDSA partial signature for P2PKH/P2WPKH/P2SH-P2WPKH/P2WSH, a
 // BIP-341 key-path Schnorr signature for P2TR); the PSBT out — not finalized, as in the product.
 // Inputs of other scripts the key might also unlock (a multisig it belongs to, a script-path leaf)
-// are left alone: a co-signer cannot slip them in. @scure/btc-signer does the work.
-import { Address, NETWORK, OutScript, TEST_NETWORK, Transaction } from "@scure/btc-signer";
+// are left alone: a co-signer cannot slip them in. Also `bitcoin.tx` for policies, with the
+// product's field names, read from the very Transaction object that is then signed.
+// @scure/btc-signer does the work.
+import { Address, DEFAULT_SEQUENCE, NETWORK, OutScript, TEST_NETWORK, Transaction } from "@scure/btc-signer";
 
 export class BitcoinError extends Error {
   override name = "BitcoinError";
 }
 
+type Network = typeof NETWORK;
+
 const MAX_INPUTS = 256;
-const NETWORKS: Record<string, typeof NETWORK> = { MAINNET: NETWORK, TESTNET: TEST_NETWORK, SIGNET: TEST_NETWORK, REGTEST: { ...TEST_NETWORK, bech32: "bcrt" } };
+const NETWORKS: Record<string, Network> = { MAINNET: NETWORK, TESTNET: TEST_NETWORK, SIGNET: TEST_NETWORK, REGTEST: { ...TEST_NETWORK, bech32: "bcrt" } };
+const FORMAT = /^ADDRESS_FORMAT_BITCOIN_(MAINNET|TESTNET|SIGNET|REGTEST)_/;
+/** A locktime below this is a block height, from it on a Unix time (BIP-65, Bitcoin Core's LOCKTIME_THRESHOLD). */
+const LOCKTIME_THRESHOLD = 500_000_000;
+/** `address_type` of an output, by @scure/btc-signer's name for its script: the product's names of the address derivation types. */
+const ADDRESS_TYPES: Record<string, string> = { pkh: "P2PKH", sh: "P2SH", wpkh: "P2WPKH", wsh: "P2WSH", tr: "P2TR", p2a: "P2A" };
 
 /** The output script of a Bitcoin address of the given ADDRESS_FORMAT_BITCOIN_<NETWORK>_<TYPE>. */
-export function bitcoinScript(format: string, address: string): Uint8Array | undefined {
-  const network = /^ADDRESS_FORMAT_BITCOIN_(MAINNET|TESTNET|SIGNET|REGTEST)_/.exec(format)?.[1];
+function bitcoinScript(format: string, address: string): Uint8Array | undefined {
+  const network = FORMAT.exec(format)?.[1];
   if (!network) return undefined;
   return OutScript.encode(Address(NETWORKS[network]!).decode(address));
 }
@@ -28,11 +37,40 @@ export const isTaprootFormat = (format: string | undefined) =>
   format !== undefined && /^ADDRESS_FORMAT_BITCOIN_(MAINNET|TESTNET|SIGNET|REGTEST)_P2TR$/.test(format);
 
 const same = (a: Uint8Array, b: Uint8Array) => a.length === b.length && a.every((x, i) => x === b[i]);
+const hexOf = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex");
 
-export function signPsbt(unsignedHex: string, privateKey: Uint8Array, signerName: string, scripts: Uint8Array[]): string {
+/** A PSBT read once: what policies see (`keyword`) and what `signPsbt` signs both come from `transaction`. */
+export interface ParsedPsbt {
+  transaction: Transaction;
+  /** The output scripts of the addresses the request names: inputs spending one of them are signed. */
+  scripts: Uint8Array[];
+  /** `bitcoin.tx` of the policy language. */
+  keyword: Record<string, unknown>;
+}
+
+/**
+ * Reads a PSBT for the addresses `signWith` stands for. Output addresses are written for those
+ * addresses' network (mainnet `bc1…`/`1…`/`3…`; testnet and signet `tb1…`/`m…`/`n…`/`2…`; regtest
+ * `bcrt1…`), the network a policy author names them in. A key whose addresses span networks would
+ * make that ambiguous, so it must be named by one address.
+ */
+export function parsePsbt(unsignedHex: string, addresses: { format: string; address: string }[], signerName: string): ParsedPsbt {
   const hex = unsignedHex.startsWith("0x") ? unsignedHex.slice(2) : unsignedHex;
   if (!/^([0-9a-fA-F]{2})+$/.test(hex)) throw new BitcoinError("unsignedTransaction must be the hex of a PSBT");
-  if (scripts.length === 0) throw new BitcoinError(`${signerName} has no Bitcoin address: name the key by the Bitcoin address whose inputs it signs`);
+  const bitcoin = addresses.filter(({ format }) => FORMAT.test(format));
+  if (bitcoin.length === 0) throw new BitcoinError(`${signerName} has no Bitcoin address: name the key by the Bitcoin address whose inputs it signs`);
+  const networks = new Map<Network, string>();
+  for (const { format } of bitcoin) {
+    const name = FORMAT.exec(format)![1]!;
+    networks.set(NETWORKS[name]!, name);
+  }
+  if (networks.size > 1) {
+    throw new BitcoinError(
+      `${signerName} has Bitcoin addresses of several networks (${[...networks.values()].join(", ")}): ` +
+        "name the key by the address whose inputs it signs, so that policies see output addresses of one network",
+    );
+  }
+  const [network] = networks.keys();
   let transaction: Transaction;
   try {
     transaction = Transaction.fromPSBT(Buffer.from(hex, "hex"));
@@ -40,14 +78,82 @@ export function signPsbt(unsignedHex: string, privateKey: Uint8Array, signerName
     throw new BitcoinError(`unsignedTransaction is not a PSBT: ${(error as Error).message}`);
   }
   if (transaction.inputsLength > MAX_INPUTS) throw new BitcoinError(`the PSBT has ${transaction.inputsLength} inputs; at most ${MAX_INPUTS} are signed per request`);
+  const scripts = bitcoin.map(({ format, address }) => bitcoinScript(format, address)!);
+  return { transaction, scripts, keyword: transactionKeyword(transaction, network!) };
+}
+
+/** The output an input spends, as the PSBT states it (@scure/btc-signer has checked that a previous
+ * transaction hashes to the input's txid, and that a witnessUtxo beside it agrees). */
+function previousOutput(input: ReturnType<Transaction["getInput"]>): { script: Uint8Array; amount: bigint } | undefined {
+  if (input.nonWitnessUtxo && input.index !== undefined) return input.nonWitnessUtxo.outputs[input.index];
+  return input.witnessUtxo;
+}
+
+/** An output's address in `network`, and its type; a script with no address form (OP_RETURN data,
+ * bare public keys and multisig, unknown witness versions, bytes that are no script) has neither. */
+function addressOf(script: Uint8Array, network: Network): { address: string; address_type: string } {
+  try {
+    const decoded = OutScript.decode(script);
+    const type = ADDRESS_TYPES[decoded.type];
+    if (type) return { address: Address(network).encode(decoded), address_type: type };
+  } catch {
+    // not a script @scure/btc-signer can read: no address
+  }
+  return { address: "", address_type: "" };
+}
+
+/**
+ * `bitcoin.tx` of the policy language: every field the signature (SIGHASH_ALL, or Taproot's
+ * SIGHASH_DEFAULT, the only ones signed) commits to — version, each input's outpoint and sequence,
+ * each output, the locktime — and the fee. Amounts are satoshis, as exact integers.
+ */
+function transactionKeyword(transaction: Transaction, network: Network): Record<string, unknown> {
+  let fee = 0n;
+  const inputs = [];
+  for (let i = 0; i < transaction.inputsLength; i++) {
+    const input = transaction.getInput(i);
+    if (!input.txid || input.index === undefined) throw new BitcoinError(`input ${i} names no previous output`);
+    const previous = previousOutput(input);
+    // Policies are shown the fee: without every input's value it would be a guess.
+    if (!previous) {
+      throw new BitcoinError(
+        `input ${i} states neither its previous output (witnessUtxo) nor its previous transaction (nonWitnessUtxo): ` +
+          "policies see the fee, which needs every input's value",
+      );
+    }
+    fee += previous.amount;
+    inputs.push({ tx_id: hexOf(input.txid), vout: BigInt(input.index), sequence: BigInt(input.sequence ?? DEFAULT_SEQUENCE) });
+  }
+  const outputs = [];
+  for (let i = 0; i < transaction.outputsLength; i++) {
+    const { script, amount } = transaction.getOutput(i);
+    if (!script || amount === undefined) throw new BitcoinError(`output ${i} has no script or no amount`);
+    fee -= amount;
+    outputs.push({ value: amount, script_pubkey: hexOf(script), ...addressOf(script, network) });
+  }
+  const lockTime = transaction.lockTime;
+  return {
+    version: String(transaction.version),
+    inputs,
+    outputs,
+    locktime: { amount: BigInt(lockTime), type: lockTime < LOCKTIME_THRESHOLD ? "Blocks" : "Seconds" },
+    fee,
+  };
+}
+
+/** Signs the inputs of `parsed` that spend from its scripts, and returns the PSBT as hex. */
+export function signPsbt(parsed: ParsedPsbt, privateKey: Uint8Array, signerName: string): string {
+  const { transaction, scripts } = parsed;
   let signed = 0;
   for (let i = 0; i < transaction.inputsLength; i++) {
     const input = transaction.getInput(i);
-    const previous = input.witnessUtxo?.script ?? (input.nonWitnessUtxo && input.index !== undefined ? input.nonWitnessUtxo.outputs[input.index]?.script : undefined);
+    const previous = previousOutput(input)?.script;
     if (!previous || !scripts.some((script) => same(script, previous))) continue;
     // Key-path only: a taproot input naming script leaves or a merkle root commits to more than the key.
     if (input.tapLeafScript?.length || input.tapMerkleRoot?.length) throw new BitcoinError(`input ${i} spends a taproot output through a script path, which this server does not sign`);
     try {
+      // Only each input type's default sighash (ALL; Taproot's DEFAULT) is signed, so the signature
+      // commits to every input and output policies were shown; a PSBT asking another is refused.
       if (transaction.signIdx(privateKey, i)) signed += 1;
     } catch (error) {
       throw new BitcoinError(`input ${i} cannot be signed: ${(error as Error).message}`);

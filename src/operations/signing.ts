@@ -19,7 +19,7 @@ import {
   typedDataKeyword,
 } from "../chains/ethereum.js";
 import { SolanaError, signSolanaTransaction, solanaKeyword } from "../chains/solana.js";
-import { BitcoinError, bitcoinScript, isTaprootFormat, signPsbt } from "../chains/bitcoin.js";
+import { BitcoinError, isTaprootFormat, parsePsbt, signPsbt } from "../chains/bitcoin.js";
 import { address } from "../crypto/addresses.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
 import { requireAtMost } from "./resources.js";
@@ -203,6 +203,9 @@ export const signingOperations = [
         const from = signer.curve === "CURVE_SECP256K1" ? address("CURVE_SECP256K1", "ADDRESS_FORMAT_ETHEREUM", Buffer.from(signer.publicKey, "hex")) : "";
         if (p.type === "TRANSACTION_TYPE_ETHEREUM") context["eth.tx"] = transactionKeyword(parseUnsignedTransaction(p.unsignedTransaction).transaction, from);
         if (p.type === "TRANSACTION_TYPE_SOLANA") context["solana.tx"] = solanaKeyword(p.unsignedTransaction);
+        if (p.type === "TRANSACTION_TYPE_BITCOIN") {
+          context["bitcoin.tx"] = parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)).keyword;
+        }
       } catch {
         // refused with its reason when the activity runs
       }
@@ -224,8 +227,11 @@ export const signingOperations = [
       }
       if (p.type === "TRANSACTION_TYPE_BITCOIN") {
         if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`Bitcoin transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
-        const scripts = signerAddresses(signer).flatMap(({ format, address }) => bitcoinScript(format, address) ?? []);
-        return { signedTransaction: callerError("unsignedTransaction", () => signPsbt(p.unsignedTransaction, privateKey, signWithOf(p), scripts)) };
+        // Parsed by the function that built bitcoin.tx for the policies, and signed from that parse.
+        const parsed = callerError("unsignedTransaction", () =>
+          parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)),
+        );
+        return { signedTransaction: callerError("unsignedTransaction", () => signPsbt(parsed, privateKey, signWithOf(p))) };
       }
       throw invalidArgument(`${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA, TRANSACTION_TYPE_BITCOIN)`, "TRANSACTION_TYPE_UNSUPPORTED");
     },

@@ -76,3 +76,16 @@ defineKeyword({
     address_table_lookups: T.list(ADDRESS_TABLE_LOOKUP),
   }),
 });
+
+defineKeyword({
+  path: "bitcoin.tx",
+  fields: ["condition"],
+  description: "The Bitcoin transaction being signed, read from its PSBT; amounts in satoshis.",
+  type: T.struct("BitcoinTransaction", {
+    version: T.string,
+    inputs: T.list(T.struct("BitcoinTxInput", { tx_id: T.string, vout: T.int, sequence: T.int })),
+    outputs: T.list(T.struct("BitcoinTxOutput", { value: T.int, script_pubkey: T.string, address: T.string, address_type: T.string })),
+    locktime: T.struct("BitcoinTxLocktime", { amount: T.int, type: T.string }),
+    fee: T.int,
+  }),
+});
