@@ -37,11 +37,14 @@ defs.v1ActivityType.enum.forEach((type) => {
 
 const submits = {};
 const queries = {};
+// Paths outside /public/v1/ (the product's own tooling): kept by name only, so Sigil can say it does not serve them.
+const otherPaths = [];
 for (const [path, item] of Object.entries(swagger.paths)) {
+  const [, kind, op] = /^\/public\/v1\/(submit|query)\/(.+)$/.exec(path) ?? [];
+  if (!kind) otherPaths.push(path);
   const body = item.post?.parameters?.find((p) => p.in === "body");
   if (!body) continue;
   const request = refName(body.schema.$ref);
-  const [, kind, op] = /^\/public\/v1\/(submit|query)\/(.+)$/.exec(path) ?? [];
   if (kind === "submit") submits[op] = { request, type: defs[request].properties.type?.enum?.[0] ?? null };
   else if (kind === "query") queries[op] = { request };
 }
@@ -88,6 +91,6 @@ for (const q of Object.values(queries)) visit(q.request);
 for (const s of Object.values(submits)) visit(s.request);
 
 const target = new URL("../src/operations/swagger-schemas.json", import.meta.url);
-writeFileSync(target, JSON.stringify({ activityTypes, submits, queries, definitions: out }) + "\n");
+writeFileSync(target, JSON.stringify({ activityTypes, submits, queries, otherPaths, definitions: out }) + "\n");
 if (unmatched.length) console.log(`no intent key for: ${unmatched.join(", ")}`);
 console.log(`wrote ${Object.keys(activityTypes).length} activity types, ${Object.keys(out).length} definitions`);

@@ -2,6 +2,7 @@
 // `npm run docs` rewrites the file; a test fails when the committed file is stale.
 import { activityOperations, queryOperations } from "../src/activities/catalog.js";
 import { keysOf } from "../src/operations/registry.js";
+import { notServedOperations } from "../src/operations/not-served.js";
 
 export function renderOperationsTable(): string {
   const lines = [
@@ -22,6 +23,21 @@ export function renderOperationsTable(): string {
   }
   lines.push("", "## Queries (`POST /public/v1/query/<operation>`)", "", "| operation | what it returns |", "|---|---|");
   for (const op of queryOperations) lines.push(`| \`${op.name}\` | ${op.summary} |`);
+  lines.push(
+    "",
+    "## Not served (HTTP 501)",
+    "",
+    "These paths of the product's API are its hosted-only services. Every request for one is answered HTTP 501, gRPC code 12",
+    "(Unimplemented), `OPERATION_NOT_SERVED`, with a message naming the service — before the stamp or the body is looked at, as the",
+    "answer says nothing the product's public API description does not. Any other path Sigil does not serve, operations of the",
+    "product's API still to be built here included, is answered 404 `ENDPOINT_NOT_FOUND`.",
+    "",
+    "| hosted-only service of the product | paths |",
+    "|---|---|",
+  );
+  const pathsByService = new Map<string, string[]>();
+  for (const op of notServedOperations) pathsByService.set(op.service, [...(pathsByService.get(op.service) ?? []), op.path]);
+  for (const [service, paths] of pathsByService) lines.push(`| ${service} | ${paths.map((path) => `\`${path}\``).join("<br>")} |`);
   return lines.join("\n") + "\n";
 }
 

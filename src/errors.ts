@@ -8,6 +8,7 @@ const GRPC_CODES = {
   PermissionDenied: { code: 7, http: 403 },
   ResourceExhausted: { code: 8, http: 429 },
   FailedPrecondition: { code: 9, http: 400 },
+  Unimplemented: { code: 12, http: 501 },
   Internal: { code: 13, http: 500 },
   Unavailable: { code: 14, http: 503 },
   Unauthenticated: { code: 16, http: 401 },

@@ -5,6 +5,7 @@ import { userOperations } from "../operations/users.js";
 import { credentialOperations } from "../operations/credentials.js";
 import { tagOperations } from "../operations/tags.js";
 import { organizationOperations } from "../operations/organizations.js";
+import { organizationDataOperations } from "../operations/organization-data.js";
 import { policyOperations } from "../operations/policies.js";
 import { walletOperations } from "../operations/wallets.js";
 import { privateKeyOperations } from "../operations/private-keys.js";
@@ -34,6 +35,7 @@ export const operations: Operation[] = [
   ...otpOperations,
   ...oauthOperations,
   ...organizationOperations,
+  ...organizationDataOperations,
   ...subOrganizationOperations,
   ...featureOperations,
   ...webhookOperations,

@@ -9,7 +9,7 @@
 //   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► read
 //           ─► response envelope
 import type pino from "pino";
-import type { OpenTx, Store } from "../store/database.js";
+import type { OpenTx, Store, Tx } from "../store/database.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
 import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied, type ErrorBody } from "../errors.js";
@@ -415,7 +415,8 @@ export class Pipeline {
     // Authentication already decided who may read: every user of the organization and of its parent
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);
-    const result = await operation.run({ db: store.reader, organizationId, principal, now, votingRights }, body);
+    const readSnapshot = <T>(work: (trx: Tx) => Promise<T>) => store.readSnapshot(work);
+    const result = await operation.run({ db: store.reader, readSnapshot, organizationId, principal, now, votingRights }, body);
     if ("activity" in result) return { status: 200, body: result };
     // The spec's query envelope, served beside the top-level keys the clients read.
     const activity = { id: newId(), status: "ACTIVITY_STATUS_COMPLETED", type: "ACTIVITY_TYPE_UNKNOWN_V1", organizationId, timestampMs: String(now), result };

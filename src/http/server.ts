@@ -19,6 +19,7 @@ import { loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../operations/secrets.js";
 import fs from "node:fs";
 import { activityOperations, queryOperations } from "../activities/catalog.js";
+import { notServedError, notServedOperations } from "../operations/not-served.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.js";
 import packageJson from "../../package.json" with { type: "json" };
@@ -153,6 +154,14 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
     app.post(`/public/v1/query/${operation.name}`, async (request, reply) => {
       const response = await pipeline.query(operation, raw(request.body), request.raw.headersDistinct);
       return reply.status(response.status).send(response.body);
+    });
+  }
+  // The product's hosted-only services: 501, before the stamp or the body is looked at (the answer
+  // says only what the product's public API description says, so an unauthenticated probe learns
+  // nothing more; and a caller is not made to fix a request that can never succeed).
+  for (const operation of notServedOperations) {
+    app.post(operation.path, async () => {
+      throw notServedError(operation);
     });
   }
   return app;

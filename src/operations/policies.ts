@@ -3,7 +3,7 @@
 import { invalidArgument, notFound } from "../errors.js";
 import { InvalidPolicyError, present, validatePolicy } from "../policy/engine.js";
 import type { PoliciesTable } from "../store/schema.js";
-import type { Tx } from "../store/database.js";
+import type { Db, Tx } from "../store/database.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
 // Policies may name the transaction keywords, so they must be declared before any is checked.
 import "./transaction-keywords.js";
@@ -41,6 +41,12 @@ export function renderPolicy(row: PoliciesTable) {
     condition: row.condition ?? "",
     ...(row.time !== null ? { time: row.time } : {}),
   };
+}
+
+/** Every policy of the organization, oldest first. */
+export async function listPolicies(db: Db | Tx, organizationId: string) {
+  const rows = await db.selectFrom("policies").selectAll().where("organization_id", "=", organizationId).orderBy("created_at").orderBy("id").execute();
+  return rows.map(renderPolicy);
 }
 
 function literal(value: string): string {
@@ -228,8 +234,7 @@ export const policyOperations = [
     name: "list_policies",
     summary: "All policies of the organization, oldest first.",
     async run(ctx) {
-      const rows = await ctx.db.selectFrom("policies").selectAll().where("organization_id", "=", ctx.organizationId).orderBy("created_at").orderBy("id").execute();
-      return { policies: rows.map(renderPolicy) };
+      return { policies: await listPolicies(ctx.db, ctx.organizationId) };
     },
   }),
 ];

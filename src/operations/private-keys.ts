@@ -47,6 +47,13 @@ export function renderPrivateKey(row: PrivateKeysTable, tags: string[]) {
   };
 }
 
+/** Every private key of the organization, oldest first: public halves, addresses and tags. */
+export async function listPrivateKeys(db: Db | Tx, organizationId: string) {
+  const rows = await db.selectFrom("private_keys").selectAll().where("organization_id", "=", organizationId).orderBy("created_at").orderBy("id").execute();
+  const tags = await tagsOf(db, rows.map((r) => r.id));
+  return rows.map((r) => renderPrivateKey(r, tags.get(r.id) ?? []));
+}
+
 /** `private_key` of the policy language. */
 export const privateKeyKeyword = (row: PrivateKeysTable, tags: string[]) => ({ id: row.id, tags, imported: row.imported === 1, exported: row.exported === 1, label: row.name });
 
@@ -158,9 +165,7 @@ export const privateKeyOperations = [
     name: "list_private_keys",
     summary: "Every private key of the organization, oldest first.",
     async run(ctx) {
-      const rows = await ctx.db.selectFrom("private_keys").selectAll().where("organization_id", "=", ctx.organizationId).orderBy("created_at").orderBy("id").execute();
-      const tags = await tagsOf(ctx.db, rows.map((r) => r.id));
-      return { privateKeys: rows.map((r) => renderPrivateKey(r, tags.get(r.id) ?? [])) };
+      return { privateKeys: await listPrivateKeys(ctx.db, ctx.organizationId) };
     },
   }),
 ];

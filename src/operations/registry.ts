@@ -18,6 +18,8 @@ export interface SwaggerSchemas {
   activityTypes: Record<string, { intentKey: string; resultKey: string | null; parameters: string }>;
   submits: Record<string, { request: string; type: string | null }>;
   queries: Record<string, { request: string }>;
+  /** Paths outside /public/v1/ (the product's own tooling), by name only. */
+  otherPaths: string[];
   definitions: Record<string, object>;
 }
 
@@ -103,6 +105,8 @@ export interface QueryContext {
   organizationId: string;
   principal: Principal;
   now: number;
+  /** Runs reads that must agree with each other (one view of a whole organization) on one snapshot. */
+  readSnapshot<T>(work: (trx: Tx) => Promise<T>): Promise<T>;
   /** Whether the caller may vote on this activity now (the activity's canApprove / canReject). */
   votingRights(activity: ActivitiesTable): Promise<VotingRights>;
 }

@@ -22,6 +22,14 @@ interface TagKind {
   requireMembers(db: Db | Tx, organizationId: string, ids: string[]): Promise<void>;
 }
 
+/** The organization's tags, oldest first: of one kind, or (without `tagType`) of both. */
+export async function listTags(db: Db | Tx, organizationId: string, tagType?: TagKind["tagType"]) {
+  let query = db.selectFrom("tags").selectAll().where("organization_id", "=", organizationId);
+  if (tagType) query = query.where("tag_type", "=", tagType);
+  const rows = await query.orderBy("created_at").orderBy("id").execute();
+  return rows.map((t) => ({ tagId: t.id, tagName: t.name, tagType: t.tag_type, createdAt: timestamp(t.created_at), updatedAt: timestamp(t.updated_at) }));
+}
+
 const capitalized = (s: string) => s[0]!.toUpperCase() + s.slice(1);
 
 export async function requirePrivateKeys(db: Db | Tx, organizationId: string, ids: string[]): Promise<void> {
@@ -120,10 +128,7 @@ function tagOperationsFor(kind: TagKind) {
       name: `list_${kind.operation}_tags`,
       summary: `Every ${kind.noun} tag of the organization.`,
       async run(ctx) {
-        const rows = await ctx.db.selectFrom("tags").selectAll().where("organization_id", "=", ctx.organizationId).where("tag_type", "=", kind.tagType).orderBy("created_at").orderBy("id").execute();
-        return {
-          [`${kind.field}Tags`]: rows.map((t) => ({ tagId: t.id, tagName: t.name, tagType: t.tag_type, createdAt: timestamp(t.created_at), updatedAt: timestamp(t.updated_at) })),
-        };
+        return { [`${kind.field}Tags`]: await listTags(ctx.db, ctx.organizationId, kind.tagType) };
       },
     }),
   ];

@@ -28,6 +28,14 @@ interface UserParams extends NewUserParams {
   userTags: string[];
 }
 
+/** create_api_only_users: a name, an optional email, tags and P-256 API keys. */
+interface ApiOnlyUserParams {
+  userName: string;
+  userEmail?: string;
+  userTags: string[];
+  apiKeys: Array<Omit<ApiKeyParams, "curveType">>;
+}
+
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
 const E164 = /^\+[1-9]\d{6,14}$/;
 
@@ -166,6 +174,21 @@ export async function createUser(ctx: ActivityContext, user: NewUserParams, fiel
   return id;
 }
 
+/** Users with their credentials and tags (create_users, create_api_only_users); `field` names the list in errors. */
+async function createTaggedUsers(ctx: ActivityContext, users: Array<NewUserParams & { userTags: string[] }>, field: string): Promise<string[]> {
+  if (users.length === 0) throw invalidArgument(`${field} must list at least one user`);
+  const userIds: string[] = [];
+  for (const [i, user] of users.entries()) {
+    const item = `${field}[${i}]`;
+    const tags = distinct(user.userTags, `${item}.userTags`);
+    await requireUserTags(ctx.trx, ctx.organizationId, tags);
+    const id = await createUser(ctx, user, item);
+    await setUserTags(ctx, id, tags);
+    userIds.push(id);
+  }
+  return userIds;
+}
+
 async function setUserTags(ctx: ActivityContext, userId: string, tagIds: string[]): Promise<void> {
   await ctx.trx.deleteFrom("user_tag_members").where("user_id", "=", userId).execute();
   if (tagIds.length) await ctx.trx.insertInto("user_tag_members").values(tagIds.map((tag_id) => ({ tag_id, user_id: userId }))).execute();
@@ -184,17 +207,19 @@ export const userOperations = [
     intentOf: (p) => ({ ...p, users: (p.users ?? []).map((u) => (u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u)) }),
     precheck: (p, env) => warmOidcKeys((p.users ?? []).flatMap((u) => u.oauthProviders ?? []), env),
     async execute(ctx, p) {
-      if (p.users.length === 0) throw invalidArgument("users must list at least one user");
-      const userIds: string[] = [];
-      for (const [i, user] of p.users.entries()) {
-        const field = `users[${i}]`;
-        const tags = distinct(user.userTags, `${field}.userTags`);
-        await requireUserTags(ctx.trx, ctx.organizationId, tags);
-        const id = await createUser(ctx, user, field);
-        await setUserTags(ctx, id, tags);
-        userIds.push(id);
-      }
-      return { userIds };
+      return { userIds: await createTaggedUsers(ctx, p.users, "users") };
+    },
+  }),
+
+  // The older form of create_users that programs written against @turnkey/http still send: users
+  // that hold API keys only (always P-256: its key parameters name no curve).
+  defineActivity<{ apiOnlyUsers: ApiOnlyUserParams[] }>({
+    name: "create_api_only_users",
+    summary: "Create users that hold API keys only, with their tags (the older form of `create_users`).",
+    resource: "USER",
+    action: "CREATE",
+    async execute(ctx, p) {
+      return { userIds: await createTaggedUsers(ctx, p.apiOnlyUsers, "apiOnlyUsers") };
     },
   }),
 

@@ -31,6 +31,12 @@ export function renderWallet(row: WalletsTable) {
   return { walletId: row.id, walletName: row.name, createdAt: timestamp(row.created_at), updatedAt: timestamp(row.updated_at), exported: row.exported === 1, imported: row.imported === 1 };
 }
 
+/** Every wallet of the organization, oldest first (names and flags; no secret, no account). */
+export async function listWallets(db: Db | Tx, organizationId: string) {
+  const rows = await db.selectFrom("wallets").selectAll().where("organization_id", "=", organizationId).orderBy("created_at").orderBy("id").execute();
+  return rows.map(renderWallet);
+}
+
 export function renderWalletAccount(row: WalletAccountsTable, wallet?: WalletsTable) {
   return {
     walletAccountId: row.id,
@@ -264,8 +270,7 @@ export const walletOperations = [
     name: "list_wallets",
     summary: "Every wallet of the organization, oldest first.",
     async run(ctx) {
-      const rows = await ctx.db.selectFrom("wallets").selectAll().where("organization_id", "=", ctx.organizationId).orderBy("created_at").orderBy("id").execute();
-      return { wallets: rows.map(renderWallet) };
+      return { wallets: await listWallets(ctx.db, ctx.organizationId) };
     },
   }),
 

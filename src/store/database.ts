@@ -32,6 +32,9 @@ export interface Store {
   /** Reads outside any transaction (authentication, queries): they see committed data only. On SQLite
    * a second, read-only connection, so reads go on while a write transaction is open. */
   reader: Db;
+  /** Runs reads that must agree with each other in one read-only transaction on the reader: they all
+   * see the database as of one moment, whatever commits meanwhile. */
+  readSnapshot<T>(work: (trx: Tx) => Promise<T>): Promise<T>;
   /**
    * Runs `work` in a write transaction and resolves with its value once that transaction is durably
    * committed; on failure nothing `work` wrote is kept. `shared` work writes nothing but its own new
@@ -154,6 +157,8 @@ function openSqlite(dataDir: string): Omit<Store, "reader"> & { openReader(): Db
       reader = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(connection) }) });
       return reader;
     },
+    // A WAL read transaction keeps the snapshot of its first read until it ends.
+    readSnapshot: (work) => reader!.transaction().execute(work),
     close: async () => {
       await reader?.destroy();
       await db.destroy();
@@ -175,6 +180,8 @@ function openPostgres(url: string, onConnectionError: (error: Error) => void): S
   return {
     db,
     reader: db,
+    // READ COMMITTED (the default) would give each statement its own snapshot.
+    readSnapshot: (work) => db.transaction().setIsolationLevel("repeatable read").setAccessMode("read only").execute(work),
     dialect: "postgres",
     location: parsed.toString(),
     async transact(_mode, work) {
