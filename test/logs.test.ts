@@ -38,7 +38,7 @@ describe("logs at the default level", () => {
     expect(JSON.stringify(lines)).not.toContain(headers["X-Stamp"]);
   });
 
-  it("log a malformed request (400) and an unknown endpoint (404) with their codes", async () => {
+  it("log a malformed request (400), an unknown endpoint (404) and a hosted-only operation (501) with their codes", async () => {
     const { body, headers } = signedRequest(envelope("ACTIVITY_TYPE_CREATE_WALLET", { accounts: [] }), org.key); // no walletName
     const malformed = await logged("/public/v1/submit/create_wallet", body, headers);
     expect(malformed.response.status).toBe(400);
@@ -47,6 +47,10 @@ describe("logs at the default level", () => {
     const unknown = await logged("/public/v1/submit/no_such_operation", "{}");
     expect(unknown.response.status).toBe(404);
     expect(unknown.lines).toContainEqual(expect.objectContaining({ msg: "request refused", status: 404, errorCode: "ENDPOINT_NOT_FOUND" }));
+
+    const hostedOnly = await logged("/public/v1/submit/create_fiat_on_ramp_credential", "{}");
+    expect(hostedOnly.response.status).toBe(501);
+    expect(hostedOnly.lines).toContainEqual(expect.objectContaining({ level: 30, msg: "request refused", status: 501, errorCode: "OPERATION_NOT_SERVED" }));
   });
 
   it("log a request refused for its rights (403) with the code", async () => {

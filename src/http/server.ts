@@ -86,13 +86,14 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
   app.removeAllContentTypeParsers();
   app.addContentTypeParser("*", { parseAs: "buffer" }, (_req, body, done) => done(null, body));
 
-  // A refused request (4xx) is logged at info, the default level, with its code: an operator sees
-  // why a client is failing without turning on debug. A 5xx the service chose (Unavailable…) is a
-  // warning. The body is never logged; messages never carry secrets.
+  // A refused request (4xx, and 501 for an operation Sigil does not serve) is logged at info, the
+  // default level, with its code: an operator sees why a client is failing without turning on debug.
+  // Another 5xx the service chose (Unavailable…) is a warning. The body is never logged; messages
+  // never carry secrets.
   const refuse = (request: FastifyRequest, reply: FastifyReply, error: ServiceError) => {
     const body = error.toBody();
     const fields = { method: request.method, url: request.url, ip: request.ip, status: error.httpStatus, errorCode: error.turnkeyErrorCode, error: error.message };
-    if (error.httpStatus < 500) request.log.info(fields, "request refused");
+    if (error.httpStatus < 500 || error.httpStatus === 501) request.log.info(fields, "request refused");
     else request.log.warn(fields, "request failed");
     const retryAfter = retryAfterOf(error.httpStatus, body);
     if (retryAfter) reply.header("retry-after", retryAfter);
