@@ -229,7 +229,7 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
   delete env.SIGIL_DATABASE_URL;
   if (databaseUrl) env.SIGIL_DATABASE_URL = databaseUrl;
   const key = apiKey();
-  const boot = spawnSync(process.execPath, [CLI, "bootstrap", "--data-dir", dataDir, "--org-name", "bench", "--user-name", "bench", "--api-public-key", key.publicKey], { env, encoding: "utf8" });
+  const boot = spawnSync(process.execPath, [CLI, "bootstrap", "--create", "--data-dir", dataDir, "--org-name", "bench", "--user-name", "bench", "--api-public-key", key.publicKey], { env, encoding: "utf8" });
   if (boot.status !== 0) throw new Error(`bootstrap failed: ${boot.stderr}`);
   const { organizationId } = JSON.parse(boot.stdout);
   const { child, url } = await startServer(env, dataDir);

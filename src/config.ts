@@ -2,13 +2,14 @@
 import path from "node:path";
 import type { MasterKeyConfig } from "./crypto/master-key.js";
 import { defaultSignatureThreads } from "./crypto/signature-threads.js";
+import { checkDatabaseUrl } from "./store/database-url.js";
 
 export interface Config {
   host: string;
   port: number;
   /** Directory of the embedded SQLite database and the default master key file. */
   dataDir: string;
-  /** postgres://… to keep all state in PostgreSQL instead of SQLite. */
+  /** postgres://… or postgresql://… to keep all state in PostgreSQL instead of SQLite. */
   databaseUrl: string | null;
   /** A request's timestampMs must lie within this many milliseconds of the server's clock, either side. */
   timestampWindowMs: number;
@@ -134,6 +135,12 @@ function positiveInteger(name: string, raw: string | undefined, fallback: number
   return value;
 }
 
+function portNumber(name: string, raw: string | undefined, fallback: number): number {
+  const value = positiveInteger(name, raw, fallback);
+  if (value > 65_535) throw new Error(`${name} must be a port number from 1 to 65535, got "${raw}"`);
+  return value;
+}
+
 function flag(name: string, raw: string | undefined): boolean {
   if (raw === undefined || raw === "" || raw === "false" || raw === "0") return false;
   if (raw === "true" || raw === "1") return true;
@@ -165,8 +172,10 @@ function httpLimits(env: NodeJS.ProcessEnv): HttpLimits {
 const list = (raw: string | undefined) => (raw ?? "").split(",").map((s) => s.trim()).filter(Boolean);
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFlags = {}): Config {
-  const port = positiveInteger("port", flags.port !== undefined ? String(flags.port) : env.SIGIL_PORT, 8080);
+  const port = flags.port !== undefined ? portNumber("--port", String(flags.port), 8080) : portNumber("SIGIL_PORT", env.SIGIL_PORT, 8080);
   const dataDir = path.resolve(flags.dataDir ?? env.SIGIL_DATA_DIR ?? "data");
+  // Refused here, at start, by name: anything else would reach pg and fail later, less clearly.
+  if (env.SIGIL_DATABASE_URL) checkDatabaseUrl(env.SIGIL_DATABASE_URL);
   return {
     host: flags.host ?? env.SIGIL_HOST ?? "127.0.0.1",
     port,

@@ -1,27 +1,152 @@
-// The commands users run: `sigil keygen`, `sigil serve`, `sigil bootstrap` (while a server runs on
-// the same data), exercised as child processes of the built CLI (npm test builds it first).
+// The commands users run, as child processes of the built CLI (npm test builds it first): `sigil
+// keygen`, `sigil serve`, `sigil bootstrap` while a server runs on the same data; --help and --version;
+// the refusal of every kind of bad command line; the commands that must create no database; keygen's
+// key file; and, on PostgreSQL, a database that does not exist.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { promisify } from "node:util";
 import crypto from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
+import BetterSqlite3 from "better-sqlite3";
+import pg from "pg";
 import { Turnkey } from "@turnkey/sdk-server";
 import { freePort } from "./helpers/processes.js";
-import { createTestDatabase, type TestDatabase } from "./helpers/backend.js";
+import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
+import { newKeyPair } from "./helpers/harness.js";
+import { openStore } from "../src/store/database.js";
+import { migrations } from "../src/store/migrations.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");
-
+const COMMANDS = ["serve", "keygen", "bootstrap", "rotate-master-key", "info", "outbox", "webhooks"];
+const READ_ONLY = ["info", "outbox", "webhooks"];
+const PASSWORD = "pw-never-shown";
 
 let database: TestDatabase;
 let server: ChildProcess;
 let baseUrl: string;
 let env: NodeJS.ProcessEnv;
+const temporary: string[] = [];
+
+/** A new empty directory, removed after the file's tests. */
+function emptyDir(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sigil-cli-"));
+  temporary.push(dir);
+  return dir;
+}
+
+interface Outcome {
+  /** The exit status; null when the process was killed (it ran past the time limit). */
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+async function sigil(args: string[], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): Promise<Outcome> {
+  return run(process.execPath, [CLI, ...args], { env: options.env ?? env, cwd: options.cwd, timeout: 30_000 }).then(
+    ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+    (error: { code: number | string | null; stdout: string; stderr: string }) => ({
+      code: typeof error.code === "number" ? error.code : null,
+      stdout: error.stdout,
+      stderr: error.stderr,
+    }),
+  );
+}
+
+/** Every row of every table of the test database, read without writing (as harness.snapshot does). */
+async function snapshot(): Promise<string> {
+  const store = await openStore({ databaseUrl: database.databaseUrl, dataDir: database.dataDir, mode: "read-only" });
+  try {
+    const tables = (await store.db.introspection.getTables()).map((t) => t.name).sort();
+    const out: Record<string, string[]> = {};
+    for (const table of tables) out[table] = (await store.db.selectFrom(table as "users").selectAll().execute()).map((r) => JSON.stringify(r)).sort();
+    return JSON.stringify(out);
+  } finally {
+    await store.close();
+  }
+}
+
+/**
+ * Where this backend keeps a deployment with no Sigil database yet: on SQLite a data directory that
+ * does not exist; on PostgreSQL a new, empty database (its URL carrying a password that must never be
+ * printed) and a data directory that does not exist either.
+ */
+async function noSigilDatabase() {
+  const dataDir = path.join(emptyDir(), "data");
+  const childEnv: NodeJS.ProcessEnv = { ...env };
+  delete childEnv.SIGIL_DATABASE_URL;
+  if (backend === "sqlite") {
+    const file = path.join(dataDir, "sigil.db");
+    return {
+      env: childEnv,
+      dataDir,
+      /** What messages and `"database"` name. */
+      location: file,
+      async tables(): Promise<string[]> {
+        if (!fs.existsSync(file)) return [];
+        const sqlite = new BetterSqlite3(file, { readonly: true });
+        try {
+          return sqlite.prepare("select name from sqlite_master where type = 'table' order by name").all().map((r) => (r as { name: string }).name);
+        } finally {
+          sqlite.close();
+        }
+      },
+      /** Runs one statement on the database (a new SQLite file, in an existing directory, if there is none). */
+      async sql(statement: string): Promise<unknown[]> {
+        const sqlite = new BetterSqlite3(file);
+        try {
+          const prepared = sqlite.prepare(statement);
+          if (prepared.reader) return prepared.all();
+          prepared.run();
+          return [];
+        } finally {
+          sqlite.close();
+        }
+      },
+      drop: async () => undefined,
+    };
+  }
+  const fresh = await createTestDatabase();
+  const url = new URL(fresh.databaseUrl!);
+  url.password = PASSWORD;
+  childEnv.SIGIL_DATABASE_URL = url.toString();
+  const query = async (statement: string): Promise<unknown[]> => {
+    const client = new pg.Client({ connectionString: fresh.databaseUrl! });
+    await client.connect();
+    try {
+      return (await client.query(statement)).rows;
+    } finally {
+      await client.end();
+    }
+  };
+  return {
+    env: childEnv,
+    dataDir,
+    location: `${url.protocol}//${url.username}:***@${url.host}${url.pathname}`,
+    async tables(): Promise<string[]> {
+      const rows = await query("select table_name from information_schema.tables where table_schema = current_schema() order by table_name");
+      return rows.map((r) => (r as { table_name: string }).table_name);
+    },
+    sql: query,
+    drop: () => fresh.drop(),
+  };
+}
+
+/** Runs at most four processes at a time (the machine's cores are shared). */
+async function inBatches<T, R>(items: T[], work: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = [];
+  for (let i = 0; i < items.length; i += 4) results.push(...(await Promise.all(items.slice(i, i + 4).map(work))));
+  return results;
+}
 
 beforeAll(async () => {
   database = await createTestDatabase();
   env = { ...process.env, SIGIL_LOG_LEVEL: "warn" };
   delete env.SIGIL_DATABASE_URL;
+  delete env.SIGIL_DATA_DIR;
+  delete env.SIGIL_MASTER_KEY;
   if (database.databaseUrl) env.SIGIL_DATABASE_URL = database.databaseUrl;
   const port = await freePort();
   baseUrl = `http://127.0.0.1:${port}`;
@@ -38,6 +163,7 @@ afterAll(async () => {
   server?.kill("SIGTERM");
   await new Promise((r) => server?.once("exit", r));
   await database.drop();
+  for (const dir of temporary) fs.rmSync(dir, { recursive: true, force: true });
 });
 
 describe("sigil CLI", () => {
@@ -58,59 +184,363 @@ describe("sigil CLI", () => {
     expect(await res.json()).toEqual({ status: "ok" });
   });
 
-  it("bootstrap creates an organization while the server runs, and the official client can use it", async () => {
+  it("bootstrap creates an organization while the server runs, says in which database, and the official client can use it", async () => {
     const { stdout: keyJson } = await run(process.execPath, [CLI, "keygen"]);
     const key = JSON.parse(keyJson);
-    const { stdout } = await run(
+    const { stdout, stderr } = await run(
       process.execPath,
-      [CLI, "bootstrap", "--data-dir", database.dataDir, "--org-name", "Acme", "--user-name", "alice", "--user-email", "alice@example.com", "--api-public-key", key.publicKey, "--api-key-name", "ops"],
+      [CLI, "bootstrap", "--data-dir", database.dataDir, "--org-name", "Acme", "--user-name", "alice", "--user-email", "alice@example.com"]
+        .concat(["--api-public-key", key.publicKey, "--api-key-name", "ops"]),
       { env },
     );
     expect(stdout.trim().split("\n")).toHaveLength(1);
     const created = JSON.parse(stdout);
-    expect(Object.keys(created).sort()).toEqual(["apiKeyId", "organizationId", "userId"]);
+    expect(Object.keys(created).sort()).toEqual(["apiKeyId", "database", "organizationId", "userId"]);
+    const url = database.databaseUrl ? new URL(database.databaseUrl) : null;
+    expect(created.database).toBe(url ? `${url.protocol}//${url.username}@${url.host}${url.pathname}` : path.join(database.dataDir, "sigil.db"));
+    expect(stderr).not.toMatch(/created a new/);
 
-    const client = new Turnkey({ apiBaseUrl: baseUrl, apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey, defaultOrganizationId: created.organizationId }).apiClient();
+    const credentials = { apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey };
+    const turnkey = new Turnkey({ apiBaseUrl: baseUrl, ...credentials, defaultOrganizationId: created.organizationId });
+    const client = turnkey.apiClient();
     const { user } = await client.getUser({ userId: created.userId });
-    expect(user).toMatchObject({ userName: "alice", userEmail: "alice@example.com", apiKeys: [expect.objectContaining({ apiKeyId: created.apiKeyId, apiKeyName: "ops" })] });
+    expect(user).toMatchObject({
+      userName: "alice",
+      userEmail: "alice@example.com",
+      apiKeys: [expect.objectContaining({ apiKeyId: created.apiKeyId, apiKeyName: "ops" })],
+    });
     const { userIds } = await client.createUsers({ users: [{ userName: "bob", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] });
     expect(userIds).toHaveLength(1);
   });
 
   it("bootstrap refuses a public key that is not a P-256 point", async () => {
-    const failure = await run(process.execPath, [CLI, "bootstrap", "--data-dir", database.dataDir, "--org-name", "X", "--user-name", "x", "--api-public-key", "02" + "ff".repeat(32)], { env }).catch((e) => e);
+    const before = await snapshot();
+    const notAPoint = "02" + "ff".repeat(32);
+    const failure = await sigil(["bootstrap", "--data-dir", database.dataDir, "--org-name", "X", "--user-name", "x", "--api-public-key", notAPoint]);
     expect(failure.code).toBe(1);
     expect(failure.stderr).toMatch(/public key/);
+    expect(await snapshot()).toBe(before);
   });
 
-  it("bootstrap without its required flags explains what is missing", async () => {
-    const failure = await run(process.execPath, [CLI, "bootstrap", "--data-dir", database.dataDir], { env }).catch((e) => e);
-    expect(failure.code).toBe(1);
-    expect(failure.stderr).toMatch(/--org-name/);
-  });
-
-  it("an unknown command fails with the usage text", async () => {
-    const failure = await run(process.execPath, [CLI, "frobnicate"]).catch((e) => e);
-    expect(failure.code).toBe(1);
-    expect(failure.stderr).toMatch(/unknown command "frobnicate"/);
-    expect(failure.stderr).toMatch(/sigil serve/);
+  it("info reads the running deployment's keys", async () => {
+    const { code, stdout } = await sigil(["info", "--data-dir", database.dataDir]);
+    expect(code).toBe(0);
+    const line = JSON.parse(stdout);
+    expect(line.signerPublicKey).toMatch(/^[0-9a-f]{66,130}$/);
+    expect(line.signerPublicKey).toBe(((await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as { signerPublicKey: string }).signerPublicKey);
   });
 });
 
-describe("GET /openapi.json", () => {
-  it("describes every registered operation, with every schema reference resolvable", async () => {
-    const { activityOperations, queryOperations } = await import("../src/activities/catalog.js");
-    const doc = (await (await fetch(`${baseUrl}/openapi.json`)).json()) as any;
-    expect(doc.openapi).toBe("3.1.0");
-    for (const op of activityOperations) {
-      const described = doc.paths[`/public/v1/submit/${op.name}`].post;
-      if (op.kind === "activity") expect(described["x-policy-resource"]).toBe(op.resource);
-      else expect(described["x-vote"]).toBe(op.selection);
-    }
-    for (const op of queryOperations) expect(doc.paths[`/public/v1/query/${op.name}`]).toBeDefined();
-    expect(Object.keys(doc.paths)).toHaveLength(activityOperations.length + queryOperations.length);
-    const refs = JSON.stringify(doc).match(/"#\/components\/schemas\/[^"]+"/g) ?? [];
-    expect(refs.length).toBeGreaterThan(0);
-    for (const ref of new Set(refs)) expect(doc.components.schemas[JSON.parse(ref).split("/").pop()], ref).toBeDefined();
+describe("--help and --version", () => {
+  it("every command answers --help, -h and `sigil help <command>` with its usage and options, exit 0, and does nothing else", async () => {
+    const cwd = emptyDir(); // the default data directory, ./data, would appear here
+    const runs = COMMANDS.flatMap((command) => [[command, "--help"], [command, "-h"], ["help", command]]);
+    // A command line that would otherwise start a server, or miss its required options.
+    runs.push(["serve", "--port", String(await freePort()), "--help"], ["bootstrap", "--create", "--help"]);
+    const outcomes = await inBatches(runs, (args) => sigil(args, { cwd }));
+    outcomes.forEach((outcome, i) => {
+      const command = runs[i]![0] === "help" ? runs[i]![1]! : runs[i]![0]!;
+      expect(outcome, runs[i]!.join(" ")).toMatchObject({ code: 0, stderr: "" });
+      expect(outcome.stdout, runs[i]!.join(" ")).toMatch(new RegExp(`^usage: sigil ${command}( |\\n)`));
+      expect(outcome.stdout).toContain("\noptions:\n");
+      expect(outcome.stdout).toContain("-h, --help");
+    });
+    expect(outcomes.find((o) => o.stdout.startsWith("usage: sigil webhooks"))!.stdout).toContain("--limit N");
+    expect(fs.readdirSync(cwd)).toEqual([]);
   });
+
+  it("sigil --help lists every command, exactly as docs/cli.md shows it; --version prints package.json's version", async () => {
+    const help = await sigil(["--help"]);
+    expect(help).toMatchObject({ code: 0, stderr: "" });
+    for (const command of COMMANDS) expect(help.stdout).toContain(`\n  sigil ${command}`);
+    expect(fs.readFileSync("docs/cli.md", "utf8")).toContain("```text\n" + help.stdout + "```");
+    const { version } = JSON.parse(fs.readFileSync("package.json", "utf8")) as { version: string };
+    expect(await sigil(["--version"])).toEqual({ code: 0, stdout: `${version}\n`, stderr: "" });
+  });
+});
+
+describe("a command line that is not right is refused: exit 2, the reason and the usage on stderr, nothing done", () => {
+  it("unknown options, missing values, extra arguments, bad numbers and choices, missing required options", async () => {
+    const key = newKeyPair();
+    // With these, bootstrap would create an organization in the test database: each case spoils them once.
+    const boot = ["bootstrap", "--data-dir", "<db>", "--org-name", "A", "--user-name", "u", "--api-public-key", key.publicKey];
+    const cases: { args: string[]; message: RegExp; env?: NodeJS.ProcessEnv }[] = [
+      { args: [], message: /^sigil: no command given\n/ },
+      { args: ["frobnicate"], message: /^sigil: unknown command "frobnicate"\n/ },
+      { args: ["--frobnicate"], message: /^sigil: unknown option --frobnicate\n/ },
+      { args: ["--version", "now"], message: /^sigil: unexpected argument "now"\n/ },
+      { args: ["help", "frobnicate"], message: /^sigil: unknown command "frobnicate"\n/ },
+      { args: ["help", "info", "now"], message: /^sigil: unexpected argument "now"\n/ },
+      { args: ["serve", "--bogus"], message: /^sigil serve: unknown option --bogus\n/ },
+      { args: ["serve", "-x"], message: /^sigil serve: unknown option -x\n/ },
+      { args: ["serve", "--port"], message: /^sigil serve: --port needs a value \(P\)\n/ },
+      { args: ["serve", "--port", "--host", "127.0.0.1"], message: /^sigil serve: --port needs a value/ },
+      { args: ["serve", "--port", "0"], message: /^sigil serve: --port must be a whole number from 1 to 65535, got "0"\n/ },
+      { args: ["serve", "--port", "65536"], message: /--port must be a whole number from 1 to 65535, got "65536"/ },
+      { args: ["serve", "--port", "80a"], message: /--port must be a whole number from 1 to 65535, got "80a"/ },
+      { args: ["serve", "--port=0x50"], message: /--port must be a whole number from 1 to 65535, got "0x50"/ },
+      { args: ["serve", "now"], message: /^sigil serve: unexpected argument "now"/ },
+      { args: ["serve", "--data-dir="], message: /^sigil serve: --data-dir must not be empty\n/ },
+      { args: ["webhooks", "--limit", "0"], message: /^sigil webhooks: --limit must be a whole number from 1 to 10000, got "0"\n/ },
+      { args: ["webhooks", "--limit", "10001"], message: /--limit must be a whole number from 1 to 10000, got "10001"/ },
+      { args: ["webhooks", "--limit", "-3"], message: /--limit must be a whole number from 1 to 10000, got "-3"/ },
+      { args: ["webhooks", "--limit", "1.5"], message: /--limit must be a whole number from 1 to 10000, got "1.5"/ },
+      { args: ["webhooks", "--limit", "1e3"], message: /--limit must be a whole number from 1 to 10000, got "1e3"/ },
+      { args: ["webhooks", "--status", "lost"], message: /^sigil webhooks: --status must be one of pending, delivered, failed, cancelled, got "lost"\n/ },
+      { args: ["info", "now"], message: /^sigil info: unexpected argument "now"/ },
+      { args: ["info", "--", "now"], message: /^sigil info: unexpected argument "now"/ },
+      { args: ["info", "--data-dir"], message: /^sigil info: --data-dir needs a value \(D\)\n/ },
+      { args: ["info", "--help=1"], message: /^sigil info: --help takes no value\n/ },
+      { args: ["outbox", "--organization"], message: /^sigil outbox: --organization needs a value \(ID\)\n/ },
+      { args: ["keygen", "--out", "key.json", "now"], message: /^sigil keygen: unexpected argument "now"/ },
+      { args: ["keygen", "--force"], message: /^sigil keygen: unknown option --force\n/ },
+      { args: ["rotate-master-key", "--new-key-file"], message: /^sigil rotate-master-key: --new-key-file needs a value \(F\)\n/ },
+      {
+        args: ["rotate-master-key", "--data-dir", "<db>"],
+        env: { ...env, SIGIL_MASTER_KEY: crypto.randomBytes(32).toString("hex") },
+        message: /^sigil rotate-master-key: SIGIL_MASTER_KEY is set: give the new key with --new-key-file F\n/,
+      },
+      { args: ["bootstrap", "--data-dir", "<db>"], message: /^sigil bootstrap: --org-name, --user-name, --api-public-key are required\n/ },
+      { args: boot.slice(0, -2), message: /^sigil bootstrap: --api-public-key is required\n/ },
+      { args: [...boot, "--org-name", "B"], message: /^sigil bootstrap: --org-name is given twice\n/ },
+      { args: [...boot, "--create=yes"], message: /^sigil bootstrap: --create takes no value\n/ },
+      { args: [...boot, "Corp"], message: /^sigil bootstrap: unexpected argument "Corp"/ },
+      { args: [...boot, "--user-email"], message: /^sigil bootstrap: --user-email needs a value \(E\)\n/ },
+      { args: [...boot, "--api-key-name="], message: /^sigil bootstrap: --api-key-name must not be empty\n/ },
+      { args: [...boot, "--verbose"], message: /^sigil bootstrap: unknown option --verbose\n/ },
+    ];
+    const before = await snapshot();
+    const cwd = emptyDir(); // ./data (the default data directory) and keygen's key.json would appear here
+    const outcomes = await inBatches(cases, (c) => sigil(c.args.map((a) => (a === "<db>" ? database.dataDir : a)), { cwd, env: c.env }));
+    outcomes.forEach((outcome, i) => {
+      const { args, message } = cases[i]!;
+      const label = args.join(" ");
+      expect(outcome.code, label).toBe(2);
+      expect(outcome.stdout, label).toBe("");
+      expect(outcome.stderr, label).toMatch(message);
+      const command = COMMANDS.includes(args[0]!) ? args[0] : null;
+      // The command's usage line, or the list of all commands when no command was recognized.
+      expect(outcome.stderr, label).toContain(command ? `\n\nusage: sigil ${command}` : "\n\nusage:\n  sigil serve [--host H]");
+    });
+    expect(fs.readdirSync(cwd)).toEqual([]);
+    expect(await snapshot()).toBe(before);
+  });
+});
+
+describe("commands that find no Sigil database create none", () => {
+  it("info, outbox and webhooks fail naming the file or URL (never its password), and create no directory, file or table", async () => {
+    const empty = await noSigilDatabase();
+    try {
+      const outcomes = await inBatches(READ_ONLY, (command) => sigil([command, "--data-dir", empty.dataDir], { env: empty.env }));
+      outcomes.forEach((outcome, i) => {
+        expect(outcome.code, READ_ONLY[i]).toBe(1);
+        expect(outcome.stdout).toBe("");
+        expect(outcome.stderr).toContain(`no Sigil database at ${empty.location} (`);
+        expect(outcome.stderr).toContain("nothing was created");
+        expect(outcome.stderr).not.toContain(PASSWORD);
+      });
+      expect(fs.existsSync(empty.dataDir)).toBe(false);
+      expect(await empty.tables()).toEqual([]);
+    } finally {
+      await empty.drop();
+    }
+  });
+
+  it("they refuse an existing SQLite file or PostgreSQL database without Sigil's tables, and leave it as it was", async () => {
+    const empty = await noSigilDatabase();
+    try {
+      if (backend === "sqlite") fs.mkdirSync(empty.dataDir);
+      await empty.sql("create table unrelated (id integer)");
+      const outcomes = await inBatches(READ_ONLY, (command) => sigil([command, "--data-dir", empty.dataDir], { env: empty.env }));
+      for (const outcome of outcomes) {
+        expect(outcome.code).toBe(1);
+        expect(outcome.stderr).toMatch(/holds no Sigil tables/);
+      }
+      expect(await empty.tables()).toEqual(["unrelated"]);
+    } finally {
+      await empty.drop();
+    }
+  });
+
+  it("bootstrap refuses where there is no database, creating nothing; with --create it makes one and says where", async () => {
+    const empty = await noSigilDatabase();
+    const key = newKeyPair();
+    const args = ["bootstrap", "--data-dir", empty.dataDir, "--org-name", "Acme", "--user-name", "ops", "--api-public-key", key.publicKey];
+    try {
+      const refused = await sigil(args, { env: empty.env });
+      expect(refused.code).toBe(1);
+      expect(refused.stdout).toBe("");
+      expect(refused.stderr).toContain(`no Sigil database at ${empty.location} (`);
+      expect(refused.stderr).toContain("--create");
+      expect(refused.stderr).not.toContain(PASSWORD);
+      expect(fs.existsSync(empty.dataDir)).toBe(false);
+      expect(await empty.tables()).toEqual([]);
+
+      const created = await sigil([...args, "--create"], { env: empty.env });
+      expect(created.code).toBe(0);
+      expect(JSON.parse(created.stdout)).toMatchObject({ organizationId: expect.any(String), database: empty.location });
+      expect(created.stderr).toBe(`created a new Sigil database at ${empty.location}\n`);
+      expect(await empty.tables()).toContain("organizations");
+
+      // The database now exists: no --create needed, and none reported.
+      const again = await sigil([...args.slice(0, 4), "Beta", ...args.slice(5)], { env: empty.env });
+      expect(again.code).toBe(0);
+      expect(again.stderr).toBe("");
+      const info = await sigil(["info", "--data-dir", empty.dataDir], { env: empty.env });
+      expect(info.code).toBe(0);
+      expect(JSON.parse(info.stdout)).toMatchObject({ database: empty.location, signerPublicKey: null });
+    } finally {
+      await empty.drop();
+    }
+  });
+
+  it("read-only commands do not migrate: an older or a newer schema is refused and left as it was", async () => {
+    const empty = await noSigilDatabase();
+    try {
+      const key = newKeyPair();
+      const args = ["bootstrap", "--create", "--data-dir", empty.dataDir, "--org-name", "A", "--user-name", "u", "--api-public-key", key.publicKey];
+      const created = await sigil(args, { env: empty.env });
+      expect(created.code).toBe(0);
+      const latest = Object.keys(migrations).sort().at(-1)!;
+      await empty.sql(`delete from sigil_migrations where name = '${latest}'`);
+      const applied = async () => (await empty.sql("select name from sigil_migrations order by name")).map((r) => (r as { name: string }).name);
+      await empty.sql(`delete from sigil_migrations where name = '${latest}'`);
+      const before = await applied();
+      const older = await inBatches(READ_ONLY, (command) => sigil([command, "--data-dir", empty.dataDir], { env: empty.env }));
+      for (const outcome of older) {
+        expect(outcome.code).toBe(1);
+        expect(outcome.stderr).toContain(`the database at ${empty.location} has an older schema (migrations ${latest} not applied)`);
+      }
+      expect(await applied()).toEqual(before);
+
+      await empty.sql(`insert into sigil_migrations (name, timestamp) values ('${latest}', '2030-01-01T00:00:00Z'), ('9999_later', '2031-01-01T00:00:00Z')`);
+      const newer = await inBatches(READ_ONLY, (command) => sigil([command, "--data-dir", empty.dataDir], { env: empty.env }));
+      for (const outcome of newer) {
+        expect(outcome.code).toBe(1);
+        expect(outcome.stderr).toContain(`the database at ${empty.location} was migrated by a newer Sigil (migrations 9999_later)`);
+      }
+      expect(await applied()).toEqual([...before, latest, "9999_later"].sort());
+    } finally {
+      await empty.drop();
+    }
+  });
+
+  it("rotate-master-key refuses where there is no master key or no database, creating neither", async () => {
+    const empty = await noSigilDatabase();
+    try {
+      const noKey = await sigil(["rotate-master-key", "--data-dir", empty.dataDir], { env: empty.env });
+      expect(noKey.code).toBe(1);
+      expect(noKey.stderr).toContain(`no master key at ${path.join(empty.dataDir, "master.key")}: nothing to rotate`);
+      expect(fs.existsSync(empty.dataDir)).toBe(false);
+
+      fs.mkdirSync(empty.dataDir);
+      const key = crypto.randomBytes(32).toString("hex") + "\n";
+      fs.writeFileSync(path.join(empty.dataDir, "master.key"), key, { mode: 0o600 });
+      const noDatabase = await sigil(["rotate-master-key", "--data-dir", empty.dataDir], { env: empty.env });
+      expect(noDatabase.code).toBe(1);
+      expect(noDatabase.stderr).toContain(`no Sigil database at ${empty.location} (`);
+      expect(noDatabase.stderr).not.toContain(PASSWORD);
+      expect(fs.readdirSync(empty.dataDir)).toEqual(["master.key"]);
+      expect(fs.readFileSync(path.join(empty.dataDir, "master.key"), "utf8")).toBe(key);
+      expect(await empty.tables()).toEqual([]);
+    } finally {
+      await empty.drop();
+    }
+  });
+});
+
+describe("keygen --out", () => {
+  it("writes the key pair to a new file readable by its owner only, and prints the public key and the file", async () => {
+    const dir = emptyDir();
+    const file = path.join(dir, "root-key.json");
+    const outcome = await sigil(["keygen", "--out", "root-key.json"], { cwd: dir });
+    expect(outcome).toMatchObject({ code: 0, stderr: "" });
+    const pair = JSON.parse(fs.readFileSync(file, "utf8"));
+    expect(JSON.parse(outcome.stdout)).toEqual({ publicKey: pair.publicKey, file });
+    expect(outcome.stdout).not.toContain(pair.privateKey);
+    expect(fs.statSync(file).mode & 0o777).toBe(0o600);
+    const ecdh = crypto.createECDH("prime256v1");
+    ecdh.setPrivateKey(Buffer.from(pair.privateKey, "hex"));
+    expect(ecdh.getPublicKey("hex", "compressed")).toBe(pair.publicKey);
+  });
+
+  it("never overwrites a file, nor writes through a link at that name, nor into a missing directory", async () => {
+    const dir = emptyDir();
+    const existing = path.join(dir, "key.json");
+    fs.writeFileSync(existing, "the key pair in use\n", { mode: 0o644 });
+    const overwrite = await sigil(["keygen", "--out", existing]);
+    expect(overwrite.code).toBe(1);
+    expect(overwrite.stdout).toBe("");
+    expect(overwrite.stderr).toContain(`${existing} already exists: keygen never overwrites a file`);
+    expect(fs.readFileSync(existing, "utf8")).toBe("the key pair in use\n");
+    expect(fs.statSync(existing).mode & 0o777).toBe(0o644);
+
+    const link = path.join(dir, "link.json");
+    fs.symlinkSync(path.join(dir, "target.json"), link);
+    const throughLink = await sigil(["keygen", "--out", link]);
+    expect(throughLink.code).toBe(1);
+    expect(throughLink.stderr).toContain("already exists");
+    expect(fs.existsSync(path.join(dir, "target.json"))).toBe(false);
+
+    const nowhere = await sigil(["keygen", "--out", path.join(dir, "missing", "key.json")]);
+    expect(nowhere.code).toBe(1);
+    expect(nowhere.stderr).toMatch(/cannot create .*missing\/key\.json: ENOENT/);
+    expect(fs.readdirSync(dir).sort()).toEqual(["key.json", "link.json"]);
+  });
+});
+
+describe("SIGIL_DATABASE_URL", () => {
+  it("anything but postgres:// or postgresql:// is refused at start by every command, by name and without its password", async () => {
+    const dataDir = path.join(emptyDir(), "data");
+    const key = newKeyPair();
+    const commands = [
+      ["serve", "--port", String(await freePort())],
+      ["bootstrap", "--create", "--org-name", "A", "--user-name", "u", "--api-public-key", key.publicKey],
+      ["rotate-master-key"],
+      ...READ_ONLY.map((command) => [command]),
+    ];
+    for (const url of [`mysql://root:${PASSWORD}@127.0.0.1:3306/sigil`, `sqlite://${PASSWORD}@/tmp/sigil.db`, `${PASSWORD} is not a URL`]) {
+      const outcomes = await inBatches(commands, (args) => sigil([...args, "--data-dir", dataDir], { env: { ...env, SIGIL_DATABASE_URL: url } }));
+      outcomes.forEach((outcome, i) => {
+        const label = `${commands[i]![0]} with ${url}`;
+        expect(outcome.code, label).toBe(1);
+        expect(outcome.stderr, label).toMatch(/^SIGIL_DATABASE_URL (must be a postgres:\/\/ or postgresql:\/\/ URL, not \w+:\/\/|is not a URL)/);
+        expect(outcome.stderr, label).not.toContain(PASSWORD);
+      });
+    }
+    expect(fs.existsSync(dataDir)).toBe(false);
+  });
+
+  if (backend === "postgres") {
+    it("a PostgreSQL database that does not exist stops every command at start with how to create it, and is not created", async () => {
+      const name = `sigil_missing_${crypto.randomBytes(6).toString("hex")}`;
+      const url = new URL(process.env.TEST_DATABASE_URL!);
+      url.pathname = `/${name}`;
+      url.password = PASSWORD;
+      const key = newKeyPair();
+      const commands = [
+        ["serve", "--port", String(await freePort())],
+        ["bootstrap", "--create", "--org-name", "A", "--user-name", "u", "--api-public-key", key.publicKey],
+        ...READ_ONLY.map((command) => [command]),
+      ];
+      const missingEnv = { ...env, SIGIL_DATABASE_URL: url.toString() };
+      const outcomes = await inBatches(commands, (args) => sigil([...args, "--data-dir", emptyDir()], { env: missingEnv }));
+      const createdb = `\`createdb -h ${url.hostname}${url.port ? ` -p ${url.port}` : ""}${url.username ? ` -U ${url.username}` : ""} ${name}\``;
+      outcomes.forEach((outcome, i) => {
+        const label = commands[i]![0];
+        expect(outcome.code, label).toBe(1);
+        expect(outcome.stderr, label).toContain(`PostgreSQL database "${name}" does not exist`);
+        expect(outcome.stderr, label).toContain(createdb);
+        expect(outcome.stderr, label).toContain(`CREATE DATABASE "${name}";`);
+        expect(outcome.stderr, label).not.toContain(PASSWORD);
+      });
+      const admin = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL });
+      await admin.connect();
+      try {
+        expect((await admin.query("select 1 from pg_database where datname = $1", [name])).rowCount).toBe(0);
+      } finally {
+        await admin.end();
+      }
+    });
+  }
 });

@@ -1,34 +1,300 @@
-// sigil serve | keygen | bootstrap | rotate-master-key | info | webhooks | outbox — thin: parse flags, call the library, print one result.
+// sigil <command> [options]. Each command is declared once, as a value: its options and what it does.
+// Parsing, the usage text, --help and the refusal of a bad command line all derive from that
+// declaration. Commands stay thin: check the arguments, call the library, print one result. Each loads
+// the part of the library it needs when it runs, so --help, --version and a refused command line
+// answer at once, without loading the server, the chains and the database drivers.
 import { parseArgs } from "node:util";
-import { loadConfig } from "../config.js";
-import { startServer } from "../http/server.js";
-import { openStore } from "../store/database.js";
-import { generateP256KeyPair } from "../crypto/keys.js";
-import { createOrganization } from "../operations/organizations.js";
-import { resealAll } from "../operations/secrets.js";
-import { renderDelivery } from "../operations/webhooks.js";
-import { BUNDLE_SIGNER, SESSION_SIGNER, WEBHOOK_SIGNING } from "../operations/service-keys.js";
-import { readOutbox } from "../messages/courier.js";
-import { Keyring, MASTER_KEY_BYTES } from "../crypto/envelope.js";
-import { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } from "../crypto/master-key.js";
 import path from "node:path";
 import crypto from "node:crypto";
 import fs from "node:fs";
+import type { Config } from "../config.js";
+import type { OpenMode, Store } from "../store/database.js";
 
-const USAGE = `usage:
-  sigil serve [--host H] [--port P] [--data-dir D]
-  sigil keygen
-  sigil bootstrap --org-name N --user-name U --api-public-key K [--user-email E] [--api-key-name X] [--data-dir D]
-  sigil rotate-master-key [--data-dir D] [--new-key-file F]
-  sigil info [--data-dir D]
-  sigil webhooks [--status pending|delivered|failed|cancelled] [--organization ID] [--limit N] [--data-dir D]
-  sigil outbox [--organization ID] [--data-dir D]
+interface OptionSpec {
+  /** The value's placeholder in the usage text; absent for a switch, which takes no value. */
+  value?: string;
+  summary: string;
+  required?: boolean;
+  /** The value must be a whole number in this range (written in decimal digits only). */
+  range?: readonly [number, number];
+  /** The value must be one of these. */
+  choices?: readonly string[];
+}
 
-Set SIGIL_DATABASE_URL=postgres://… to keep state in PostgreSQL instead of SQLite.`;
+type Values = Record<string, string | number | true | undefined>;
 
-async function serve(args: string[]) {
-  const { values } = parseArgs({ args, options: { host: { type: "string" }, port: { type: "string" }, "data-dir": { type: "string" } } });
-  const config = loadConfig(process.env, { host: values.host, port: values.port, dataDir: values["data-dir"] });
+interface CommandSpec {
+  /** One line, for the list of commands. */
+  summary: string;
+  /** What --help adds below the usage line. */
+  description: string;
+  options: Record<string, OptionSpec>;
+  run(values: Values): Promise<void>;
+}
+
+/** A command line that names no command, an unknown option, a missing value, an extra argument, a bad number: exit 2. */
+class UsageError extends Error {
+  constructor(
+    message: string,
+    readonly usage: string,
+  ) {
+    super(message);
+  }
+}
+
+const dataDirOption: OptionSpec = {
+  value: "D",
+  summary: "directory of the SQLite database (sigil.db) and the master key file (default: SIGIL_DATA_DIR, else ./data)",
+};
+const databaseNote = "With SIGIL_DATABASE_URL=postgres://… set, the database is that PostgreSQL database; --data-dir then only locates the master key.";
+const readOnlyNote =
+  "It only reads: it never creates, migrates or changes a database, and fails (naming the file or URL) where there is no Sigil database.";
+
+const text = (values: Values, name: string) => values[name] as string | undefined;
+
+const commands: Record<string, CommandSpec> = {
+  serve: {
+    summary: "runs the server; creates the database and the master key on first start",
+    description: "Runs the server until SIGINT or SIGTERM. The first start makes the data directory, the database (or Sigil's tables in the " +
+      "PostgreSQL database, which must exist) and the master key; later starts bring the schema up to date.",
+    options: {
+      host: { value: "H", summary: "address to listen on (default: SIGIL_HOST, else 127.0.0.1)" },
+      port: { value: "P", summary: "port to listen on, 1 to 65535 (default: SIGIL_PORT, else 8080)", range: [1, 65_535] },
+      "data-dir": dataDirOption,
+    },
+    run: serve,
+  },
+  keygen: {
+    summary: "makes a P-256 API key pair: written to a new file (mode 0600), or printed",
+    description: 'Makes a P-256 API key pair, {"publicKey":"02…","privateKey":"…"} (hex). With --out the pair is written to a new file ' +
+      'readable by its owner only (mode 0600) and {"publicKey","file"} is printed; an existing file is never overwritten. ' +
+      "Without --out the pair is printed as one JSON line.",
+    options: { out: { value: "FILE", summary: "write the key pair to FILE, which must not exist yet" } },
+    run: keygen,
+  },
+  bootstrap: {
+    summary: "creates an organization whose root user holds the given API key",
+    description: "Creates an organization with one root user (root quorum threshold 1) holding the API public key, and prints " +
+      '{"organizationId","userId","apiKeyId","database"}. It may run while servers use the same database. Where there is no Sigil ' +
+      "database yet it refuses, creating nothing, unless --create is given.",
+    options: {
+      "org-name": { value: "N", summary: "the organization's name", required: true },
+      "user-name": { value: "U", summary: "the root user's name", required: true },
+      "api-public-key": { value: "K", summary: "the root user's API public key: compressed P-256, hex (from `sigil keygen`)", required: true },
+      "user-email": { value: "E", summary: "the root user's email" },
+      "api-key-name": { value: "X", summary: 'the API key\'s name (default "bootstrap")' },
+      "data-dir": dataDirOption,
+      create: { summary: "create the database (SQLite file, or Sigil's tables in PostgreSQL) if there is none" },
+    },
+    run: bootstrap,
+  },
+  "rotate-master-key": {
+    summary: "re-seals every stored secret under a new master key (see docs/secrets.md)",
+    description: "Re-seals every stored secret under a new master key, in one transaction. With the default key file the new key is made " +
+      "into master.key.next, and becomes master.key afterwards (the old one is kept as master.key.previous-<key id>). With " +
+      "SIGIL_MASTER_KEY set, the new key is read from --new-key-file. Refuses, creating nothing, where there is no database or no master key.",
+    options: {
+      "data-dir": dataDirOption,
+      "new-key-file": { value: "F", summary: "file holding the new 32-byte key (64 hex digits or base64)" },
+    },
+    run: rotateMasterKey,
+  },
+  info: {
+    summary: "prints the deployment's public keys as one JSON line",
+    description: "Prints the database's location and the deployment's public keys as one JSON line: signerPublicKey (what clients " +
+      "pass as dangerouslyOverrideSignerPublicKey), the webhook signing key and the session signing key. " + readOnlyNote,
+    options: { "data-dir": dataDirOption },
+    run: info,
+  },
+  outbox: {
+    summary: "prints the emails and SMS waiting in the local outbox",
+    description: "Prints the emails and SMS kept in the local outbox (no SIGIL_SMTP_URL / SIGIL_SMS_URL) whose codes are still valid, " +
+      "oldest first, one JSON line each. They are sealed: the master key the servers use must be at hand. " + readOnlyNote,
+    options: {
+      organization: { value: "ID", summary: "only this organization's messages" },
+      "data-dir": dataDirOption,
+    },
+    run: outbox,
+  },
+  webhooks: {
+    summary: "prints the webhook delivery log, newest first",
+    description: "Prints the webhook delivery log, newest first, one JSON line per delivery (event id, activity, URL, status, attempts, " +
+      "last HTTP status or error; never the body). " + readOnlyNote,
+    options: {
+      status: { value: "S", summary: "only deliveries in this state", choices: ["pending", "delivered", "failed", "cancelled"] },
+      organization: { value: "ID", summary: "only deliveries of this organization (as subscriber or as the activity's organization)" },
+      limit: { value: "N", summary: "at most N deliveries, 1 to 10000 (default 50)", range: [1, 10_000] },
+      "data-dir": dataDirOption,
+    },
+    run: webhooks,
+  },
+};
+
+// ---- the usage text ----------------------------------------------------------------------------
+
+function usageLine(name: string): string {
+  const parts = Object.entries(commands[name]!.options).map(([option, spec]) => {
+    const written = spec.value ? `--${option} ${spec.choices ? spec.choices.join("|") : spec.value}` : `--${option}`;
+    return spec.required ? written : `[${written}]`;
+  });
+  return ["sigil", name, ...parts].join(" ");
+}
+
+function overallUsage(): string {
+  const lines = ["usage:"];
+  for (const [name, spec] of Object.entries(commands)) lines.push(`  ${usageLine(name)}`, `      ${spec.summary}`);
+  lines.push(
+    "  sigil <command> --help",
+    "      describes one command",
+    "  sigil --version",
+    "      prints the version",
+    "",
+    "SIGIL_DATABASE_URL=postgres://… keeps state in PostgreSQL instead of SQLite in the data directory.",
+  );
+  return lines.join("\n");
+}
+
+function commandHelp(name: string): string {
+  const spec = commands[name]!;
+  const options: [string, string][] = Object.entries(spec.options).map(([option, o]) => [
+    `--${option}${o.value ? ` ${o.value}` : ""}`,
+    o.choices ? `${o.summary}: ${o.choices.join(", ")}` : o.summary,
+  ]);
+  options.push(["-h, --help", "print this help"]);
+  const width = Math.max(...options.map(([left]) => left.length)) + 2;
+  return [
+    `usage: ${usageLine(name)}`,
+    "",
+    ...wrap(spec.description),
+    ...(Object.hasOwn(spec.options, "data-dir") ? wrap(databaseNote) : []),
+    "",
+    "options:",
+    ...options.map(([left, summary]) => `  ${left.padEnd(width)}${summary}`),
+  ].join("\n");
+}
+
+/** Lines of at most 100 characters, broken between words. */
+function wrap(paragraph: string): string[] {
+  const lines: string[] = [];
+  for (const word of paragraph.split(" ")) {
+    const last = lines.length - 1;
+    if (last >= 0 && lines[last]!.length + 1 + word.length <= 100) lines[last] += ` ${word}`;
+    else lines.push(word);
+  }
+  return lines;
+}
+
+const shortUsage = (name: string) => `usage: ${usageLine(name)}\n(\`sigil ${name} --help\` describes it)`;
+
+// ---- parsing -----------------------------------------------------------------------------------
+
+/**
+ * node's parseArgs splits the command line into tokens; the rules are applied here, so that each refusal
+ * names the option and says what is wrong: no unknown option, no option twice, no argument besides
+ * options, a value for each option that takes one (an option-like next word is not taken as the value:
+ * `--org-name --user-name u` is a forgotten value), none for a switch, and numbers and choices checked.
+ */
+function parseCommandLine(name: string, args: string[]): Values | "help" {
+  const spec = commands[name]!;
+  const refuse = (message: string) => new UsageError(`sigil ${name}: ${message}`, shortUsage(name));
+  const declared = Object.fromEntries(Object.entries(spec.options).map(([option, o]) => [option, { type: o.value ? "string" : "boolean" } as const]));
+  const { tokens } = parseArgs({ args, options: { ...declared, help: { type: "boolean", short: "h" } }, strict: false, allowPositionals: true, tokens: true });
+  const values: Values = {};
+  let help = false;
+  for (const token of tokens) {
+    if (token.kind === "option-terminator") continue;
+    if (token.kind === "positional") throw refuse(`unexpected argument "${token.value}" (every value follows its option)`);
+    if (token.name === "help") {
+      if (token.value !== undefined) throw refuse(`${token.rawName} takes no value`);
+      help = true;
+      continue;
+    }
+    const option = Object.hasOwn(spec.options, token.name) ? spec.options[token.name]! : undefined;
+    if (!option) throw refuse(`unknown option ${token.rawName}`);
+    if (token.name in values) throw refuse(`--${token.name} is given twice`);
+    if (!option.value) {
+      if (token.value !== undefined) throw refuse(`--${token.name} takes no value`);
+      values[token.name] = true;
+      continue;
+    }
+    const value = token.value;
+    if (value === undefined || (!token.inlineValue && value.startsWith("-") && !/^-\d/.test(value))) {
+      throw refuse(`--${token.name} needs a value (${option.value})`);
+    }
+    if (value === "") throw refuse(`--${token.name} must not be empty`);
+    if (option.range) {
+      const [min, max] = option.range;
+      const number = /^\d{1,15}$/.test(value) ? Number(value) : NaN;
+      if (!(number >= min && number <= max)) throw refuse(`--${token.name} must be a whole number from ${min} to ${max}, got "${value}"`);
+      values[token.name] = number;
+    } else if (option.choices && !option.choices.includes(value)) {
+      throw refuse(`--${token.name} must be one of ${option.choices.join(", ")}, got "${value}"`);
+    } else {
+      values[token.name] = value;
+    }
+  }
+  if (help) return "help";
+  const missing = Object.entries(spec.options).filter(([option, o]) => o.required && values[option] === undefined).map(([option]) => `--${option}`);
+  if (missing.length > 0) throw refuse(`${missing.join(", ")} ${missing.length === 1 ? "is" : "are"} required`);
+  return values;
+}
+
+function version(): string {
+  // dist/cli/main.js and src/cli/main.ts both sit two levels below package.json.
+  return (JSON.parse(fs.readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
+}
+
+async function dispatch(argv: string[]): Promise<void> {
+  const [first, ...rest] = argv;
+  const refuse = (message: string) => new UsageError(`sigil: ${message}`, overallUsage());
+  if (first === undefined) throw refuse("no command given");
+  if (first === "--help" || first === "-h" || first === "help") {
+    if (rest.length === 0) return void process.stdout.write(overallUsage() + "\n");
+    const [name, ...extra] = rest as [string, ...string[]];
+    if (first !== "help") throw refuse(`unexpected argument "${name}"`);
+    if (!Object.hasOwn(commands, name)) throw refuse(`unknown command "${name}"`);
+    if (extra.length > 0) throw refuse(`unexpected argument "${extra[0]}"`);
+    return void process.stdout.write(commandHelp(name) + "\n");
+  }
+  if (first === "--version") {
+    if (rest.length > 0) throw refuse(`unexpected argument "${rest[0]}"`);
+    return void process.stdout.write(version() + "\n");
+  }
+  if (!Object.hasOwn(commands, first)) throw refuse(first.startsWith("-") ? `unknown option ${first}` : `unknown command "${first}"`);
+  const values = parseCommandLine(first, rest);
+  if (values === "help") return void process.stdout.write(commandHelp(first) + "\n");
+  await commands[first]!.run(values);
+}
+
+export async function main(argv: string[]): Promise<void> {
+  try {
+    await dispatch(argv);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    process.stderr.write(`${error.message}\n\n${error.usage}\n`);
+    process.exitCode = 2;
+  }
+}
+
+// ---- the commands ------------------------------------------------------------------------------
+
+/** Opens the database the configuration names; where there is none, says so (with `advice`) having created nothing. */
+async function openDatabase(config: Config, mode: OpenMode, advice: string): Promise<Store> {
+  const { openStore, MissingDatabaseError } = await import("../store/database.js");
+  try {
+    return await openStore({ ...config, mode });
+  } catch (error) {
+    if (error instanceof MissingDatabaseError) throw new Error(`${error.message}: nothing was created. ${advice}`);
+    throw error;
+  }
+}
+
+const readOnlyAdvice = "Check --data-dir / SIGIL_DATA_DIR (SQLite) or SIGIL_DATABASE_URL; the database is made when `sigil serve` first starts.";
+
+async function serve(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const config = loadConfig(process.env, { host: text(values, "host"), port: values.port as number | undefined, dataDir: text(values, "data-dir") });
+  const { startServer } = await import("../http/server.js");
   const server = await startServer(config);
   const stop = async (signal: string) => {
     server.app.log.info({ signal }, "shutting down");
@@ -39,32 +305,51 @@ async function serve(args: string[]) {
   process.once("SIGTERM", () => void stop("SIGTERM"));
 }
 
-async function bootstrap(args: string[]) {
-  const { values } = parseArgs({
-    args,
-    options: {
-      "data-dir": { type: "string" },
-      "org-name": { type: "string" },
-      "user-name": { type: "string" },
-      "user-email": { type: "string" },
-      "api-public-key": { type: "string" },
-      "api-key-name": { type: "string" },
-    },
-  });
-  for (const required of ["org-name", "user-name", "api-public-key"] as const) {
-    if (!values[required]) throw new Error(`bootstrap needs --${required}\n\n${USAGE}`);
+async function keygen(values: Values) {
+  const { generateP256KeyPair } = await import("../crypto/keys.js");
+  const pair = generateP256KeyPair();
+  const out = text(values, "out");
+  if (!out) return void process.stdout.write(JSON.stringify(pair) + "\n");
+  const file = path.resolve(out);
+  let fd: number;
+  try {
+    // "wx": never replace a file (it may hold a key pair still in use), nor follow a link planted there.
+    fd = fs.openSync(file, "wx", 0o600);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === "EEXIST") throw new Error(`${file} already exists: keygen never overwrites a file; choose another name`);
+    throw new Error(`cannot create ${file}: ${(error as Error).message}`);
   }
-  const config = loadConfig(process.env, { dataDir: values["data-dir"] });
-  const store = await openStore(config);
+  try {
+    fs.writeSync(fd, JSON.stringify(pair) + "\n");
+    fs.fsyncSync(fd);
+    fs.closeSync(fd);
+  } catch (error) {
+    fs.closeSync(fd);
+    fs.rmSync(file, { force: true });
+    throw error;
+  }
+  process.stdout.write(JSON.stringify({ publicKey: pair.publicKey, file }) + "\n");
+}
+
+async function bootstrap(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { createOrganization } = await import("../operations/organizations.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const store = await openDatabase(
+    config,
+    values.create ? "create" : "existing",
+    "Point --data-dir / SIGIL_DATABASE_URL at the servers' database, or pass --create to make a new one there.",
+  );
   try {
     const created = await createOrganization(store.db, {
-      organizationName: values["org-name"]!,
-      userName: values["user-name"]!,
-      userEmail: values["user-email"],
-      apiPublicKey: values["api-public-key"]!,
-      apiKeyName: values["api-key-name"] ?? "bootstrap",
+      organizationName: text(values, "org-name")!,
+      userName: text(values, "user-name")!,
+      userEmail: text(values, "user-email"),
+      apiPublicKey: text(values, "api-public-key")!,
+      apiKeyName: text(values, "api-key-name") ?? "bootstrap",
     });
-    process.stdout.write(JSON.stringify(created) + "\n");
+    if (store.created) process.stderr.write(`created a new Sigil database at ${store.location}\n`);
+    process.stdout.write(JSON.stringify({ ...created, database: store.location }) + "\n");
   } finally {
     await store.close();
   }
@@ -76,44 +361,52 @@ async function bootstrap(args: string[]) {
  * readable (the keyring loads master.key, master.key.next and master.key.previous-*), and running the
  * command again finishes the job. With SIGIL_MASTER_KEY the new key comes from --new-key-file.
  */
-async function rotateMasterKey(args: string[]) {
-  const { values } = parseArgs({ args, options: { "data-dir": { type: "string" }, "new-key-file": { type: "string" } } });
-  const config = loadConfig(process.env, { dataDir: values["data-dir"] });
-  const { keyring: from } = loadKeyring(config.masterKey);
+async function rotateMasterKey(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { resealAll } = await import("../operations/secrets.js");
+  const { Keyring, MASTER_KEY_BYTES } = await import("../crypto/envelope.js");
+  const { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } = await import("../crypto/master-key.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const newKeyFile = text(values, "new-key-file");
   const fileBased = !config.masterKey.key;
-  let newKey: Buffer;
-  if (values["new-key-file"]) {
-    newKey = parseMasterKey(fs.readFileSync(values["new-key-file"], "utf8"), values["new-key-file"]);
-  } else if (fileBased) {
-    const next = nextKeyFile(config.masterKey.file);
-    if (!fs.existsSync(next)) writeKeyFile(next, crypto.randomBytes(MASTER_KEY_BYTES));
-    newKey = parseMasterKey(fs.readFileSync(next, "utf8"), next);
-  } else {
-    throw new Error(`SIGIL_MASTER_KEY is set: give the new key with --new-key-file F\n\n${USAGE}`);
+  if (!fileBased && !newKeyFile) {
+    throw new UsageError("sigil rotate-master-key: SIGIL_MASTER_KEY is set: give the new key with --new-key-file F", shortUsage("rotate-master-key"));
   }
-  const to = new Keyring(newKey);
-  // One rotation at a time: a second one would re-seal under yet another key mid-way.
-  const lock = `${config.masterKey.file}.rotating`;
-  let lockFd: number;
-  try {
-    lockFd = fs.openSync(lock, "wx", 0o600);
-  } catch {
-    throw new Error(`another rotation holds ${lock}; if none is running (a crash), remove the file and run again`);
+  // Loading the keyring would make a fresh default key file: a rotation starts from the existing one.
+  if (fileBased && !fs.existsSync(config.masterKey.file)) {
+    throw new Error(`no master key at ${config.masterKey.file}: nothing to rotate (check --data-dir / SIGIL_MASTER_KEY_FILE)`);
   }
-  const store = await openStore(config).catch((error) => {
-    fs.closeSync(lockFd);
-    fs.rmSync(lock, { force: true });
-    throw error;
-  });
+  const { keyring: from } = loadKeyring(config.masterKey);
+  const store = await openDatabase(config, "existing", "Check --data-dir / SIGIL_DATA_DIR (SQLite) or SIGIL_DATABASE_URL.");
   let report;
   try {
-    report = await resealAll(store.db, from, to);
+    let newKey: Buffer;
+    if (newKeyFile) {
+      newKey = parseMasterKey(fs.readFileSync(newKeyFile, "utf8"), newKeyFile);
+    } else {
+      const next = nextKeyFile(config.masterKey.file);
+      if (!fs.existsSync(next)) writeKeyFile(next, crypto.randomBytes(MASTER_KEY_BYTES));
+      newKey = parseMasterKey(fs.readFileSync(next, "utf8"), next);
+    }
+    const to = new Keyring(newKey);
+    // One rotation at a time: a second one would re-seal under yet another key mid-way.
+    const lock = `${config.masterKey.file}.rotating`;
+    let lockFd: number;
+    try {
+      lockFd = fs.openSync(lock, "wx", 0o600);
+    } catch {
+      throw new Error(`another rotation holds ${lock}; if none is running (a crash), remove the file and run again`);
+    }
+    try {
+      report = { ...(await resealAll(store.db, from, to)), to: to.currentKeyId };
+    } finally {
+      fs.closeSync(lockFd);
+      fs.rmSync(lock, { force: true });
+    }
   } finally {
     await store.close();
-    fs.closeSync(lockFd);
-    fs.rmSync(lock, { force: true });
   }
-  if (fileBased && !values["new-key-file"]) {
+  if (fileBased && !newKeyFile) {
     // Link, then rename over: master.key exists at every instant, holding the old key or the new.
     const file = config.masterKey.file;
     const previous = `${file}.previous-${from.currentKeyId}`;
@@ -121,42 +414,48 @@ async function rotateMasterKey(args: string[]) {
     fs.renameSync(nextKeyFile(file), file);
     syncDirectory(path.dirname(file));
   }
-  process.stdout.write(JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: to.currentKeyId }) + "\n");
-  const after = fileBased && !values["new-key-file"]
+  process.stdout.write(JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: report.to }) + "\n");
+  const after = fileBased && !newKeyFile
     ? `The new key is ${config.masterKey.file}; the old one was kept as ${config.masterKey.file}.previous-${from.currentKeyId}. Restart every server.`
     : `Now set SIGIL_MASTER_KEY (or the key file) to the new key and keep the old one in SIGIL_MASTER_KEY_PREVIOUS until every server has restarted.`;
   process.stderr.write(after + "\n");
 }
 
 /** The deployment's public keys (made by the first `sigil serve`), as /.well-known/sigil.json shows them. */
-async function info(args: string[]) {
-  const { values } = parseArgs({ args, options: { "data-dir": { type: "string" } } });
-  const config = loadConfig(process.env, { dataDir: values["data-dir"] });
-  const store = await openStore(config);
+async function info(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { BUNDLE_SIGNER, SESSION_SIGNER, WEBHOOK_SIGNING } = await import("../operations/service-keys.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const store = await openDatabase(config, "read-only", readOnlyAdvice);
   try {
     const keys = await store.reader.selectFrom("service_keys").select(["purpose", "public_key"]).execute();
     const of = (purpose: string) => keys.find((k) => k.purpose === purpose)?.public_key ?? null;
     if (!of(BUNDLE_SIGNER)) process.stderr.write("no service keys yet: they are made when `sigil serve` first starts\n");
-    process.stdout.write(JSON.stringify({ database: store.location, signerPublicKey: of(BUNDLE_SIGNER), webhookSigningPublicKey: of(WEBHOOK_SIGNING), sessionSigningPublicKey: of(SESSION_SIGNER) }) + "\n");
+    const line = {
+      database: store.location,
+      signerPublicKey: of(BUNDLE_SIGNER),
+      webhookSigningPublicKey: of(WEBHOOK_SIGNING),
+      sessionSigningPublicKey: of(SESSION_SIGNER),
+    };
+    process.stdout.write(JSON.stringify(line) + "\n");
   } finally {
     await store.close();
   }
 }
 
 /** The webhook delivery log, newest first, one JSON line per delivery (bodies are not printed). */
-async function webhooks(args: string[]) {
-  const { values } = parseArgs({ args, options: { "data-dir": { type: "string" }, status: { type: "string" }, organization: { type: "string" }, limit: { type: "string" } } });
-  const statuses = ["pending", "delivered", "failed", "cancelled"];
-  if (values.status && !statuses.includes(values.status)) throw new Error(`--status must be one of ${statuses.join(", ")}`);
-  const limit = values.limit === undefined ? 50 : Number(values.limit);
-  if (!Number.isSafeInteger(limit) || limit < 1 || limit > 10_000) throw new Error("--limit must be a whole number from 1 to 10000");
-  const config = loadConfig(process.env, { dataDir: values["data-dir"] });
-  const store = await openStore(config);
+async function webhooks(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { renderDelivery } = await import("../operations/webhooks.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const status = text(values, "status");
+  const organization = text(values, "organization");
+  const store = await openDatabase(config, "read-only", readOnlyAdvice);
   try {
     let query = store.reader.selectFrom("webhook_deliveries").selectAll();
-    if (values.status) query = query.where("status", "=", values.status);
-    if (values.organization) query = query.where((eb) => eb.or([eb("organization_id", "=", values.organization!), eb("event_organization_id", "=", values.organization!)]));
-    const rows = await query.orderBy("created_at", "desc").orderBy("id", "desc").limit(limit).execute();
+    if (status) query = query.where("status", "=", status);
+    if (organization) query = query.where((eb) => eb.or([eb("organization_id", "=", organization), eb("event_organization_id", "=", organization)]));
+    const rows = await query.orderBy("created_at", "desc").orderBy("id", "desc").limit((values.limit as number | undefined) ?? 50).execute();
     for (const row of rows) process.stdout.write(JSON.stringify(renderDelivery(row)) + "\n");
   } finally {
     await store.close();
@@ -165,52 +464,26 @@ async function webhooks(args: string[]) {
 
 /** Emails and SMS kept in the local outbox (no SMTP relay / SMS endpoint configured) whose codes are
  * still valid, oldest first, one JSON line each: what the operator hands to the user. */
-async function outbox(args: string[]) {
-  const { values } = parseArgs({ args, options: { "data-dir": { type: "string" }, organization: { type: "string" } } });
-  const config = loadConfig(process.env, { dataDir: values["data-dir"] });
-  // No master key yet means no server ever ran here, so no outbox either (and none is created).
-  if (!config.masterKey.key && !fs.existsSync(config.masterKey.file)) {
-    process.stderr.write("the outbox is empty: no server has run with this data directory\n");
-    return;
-  }
-  const { keyring } = loadKeyring(config.masterKey);
-  const store = await openStore(config);
+async function outbox(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { readOutbox } = await import("../messages/courier.js");
+  const { loadKeyring } = await import("../crypto/master-key.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const organization = text(values, "organization");
+  const store = await openDatabase(config, "read-only", readOnlyAdvice);
   try {
+    // Loading the keyring would make a fresh default key file, which opens nothing: the servers' key is needed.
+    if (!config.masterKey.key && !fs.existsSync(config.masterKey.file)) {
+      throw new Error(`no master key at ${config.masterKey.file}: the outbox is sealed under the servers' key (SIGIL_MASTER_KEY or SIGIL_MASTER_KEY_FILE)`);
+    }
+    const { keyring } = loadKeyring(config.masterKey);
     const messages = await readOutbox(store, keyring, Date.now());
     for (const message of messages) {
-      if (values.organization && message.organizationId !== values.organization) continue;
+      if (organization && message.organizationId !== organization) continue;
       process.stdout.write(JSON.stringify(message) + "\n");
     }
     if (messages.length === 0) process.stderr.write("the outbox is empty (messages go out through SIGIL_SMTP_URL / SIGIL_SMS_URL when set)\n");
   } finally {
     await store.close();
-  }
-}
-
-export async function main(argv: string[]): Promise<void> {
-  const [command, ...rest] = argv;
-  switch (command) {
-    case "serve":
-      return serve(rest);
-    case "keygen":
-      process.stdout.write(JSON.stringify(generateP256KeyPair()) + "\n");
-      return;
-    case "bootstrap":
-      return bootstrap(rest);
-    case "rotate-master-key":
-      return rotateMasterKey(rest);
-    case "webhooks":
-      return webhooks(rest);
-    case "info":
-      return info(rest);
-    case "outbox":
-      return outbox(rest);
-    case undefined:
-    case "help":
-    case "--help":
-      process.stdout.write(USAGE + "\n");
-      return;
-    default:
-      throw new Error(`unknown command "${command}"\n\n${USAGE}`);
   }
 }

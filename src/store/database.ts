@@ -7,6 +7,7 @@ import pg from "pg";
 import {
   CompiledQuery,
   Kysely,
+  sql,
   Migrator,
   PostgresDialect,
   SqliteAdapter,
@@ -17,8 +18,9 @@ import {
   type Transaction,
 } from "kysely";
 import type { Database } from "./schema.js";
-import { migrationProvider } from "./migrations.js";
+import { migrationProvider, migrations } from "./migrations.js";
 import { GroupCommit, type LockMode } from "./group-commit.js";
+import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
 
 export type Dialect = "sqlite" | "postgres";
 export type Tx = Transaction<Database>;
@@ -46,7 +48,30 @@ export interface Store {
   dialect: Dialect;
   /** Human-readable location, for logs (never includes a password). */
   location: string;
+  /** Whether this opening made the database (the SQLite file, or Sigil's tables in PostgreSQL). */
+  created: boolean;
   close(): Promise<void>;
+}
+
+/**
+ * What opening may do to the database:
+ * - `create`: make it when absent (the SQLite file and its directory, Sigil's tables), then migrate —
+ *   what a server does on its first start;
+ * - `existing`: open only a database that already holds Sigil's tables, and migrate it;
+ * - `read-only`: open only an existing database whose schema is this version's, and write nothing
+ *   (a newer CLI run against a production database must not migrate it under older servers).
+ */
+export type OpenMode = "create" | "existing" | "read-only";
+
+/** There is no Sigil database where the configuration points (nothing was created there). */
+export class MissingDatabaseError extends Error {
+  constructor(
+    /** The SQLite file or the PostgreSQL URL (password masked). */
+    readonly location: string,
+    readonly reason: string,
+  ) {
+    super(`no Sigil database at ${location} (${reason})`);
+  }
 }
 
 export interface StoreOptions {
@@ -55,6 +80,8 @@ export interface StoreOptions {
   /** Told when PostgreSQL drops an idle pooled connection (a restart, a failover, an admin's kill).
    * The pool replaces the connection; without a listener such an event would crash the process. */
   onConnectionError?: (error: Error) => void;
+  /** Default `create`. */
+  mode?: OpenMode;
 }
 
 /**
@@ -133,14 +160,40 @@ function useWal(sqlite: BetterSqlite3.Database): void {
   }
 }
 
-function openSqlite(dataDir: string): Omit<Store, "reader"> & { openReader(): Db } {
-  fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+const MIGRATION_TABLE = "sigil_migrations";
+
+function sqliteHasSigilTables(sqlite: BetterSqlite3.Database): boolean {
+  return sqlite.prepare("select 1 from sqlite_master where type = 'table' and name = ?").get(MIGRATION_TABLE) !== undefined;
+}
+
+/** Opens the file, or throws MissingDatabaseError having created nothing (unless `mode` is create). */
+function openSqliteFile(file: string, mode: OpenMode): { sqlite: BetterSqlite3.Database; created: boolean } {
+  const exists = fs.existsSync(file);
+  if (mode !== "create" && !exists) throw new MissingDatabaseError(file, "the file does not exist");
+  // fileMustExist: a file removed since the check above is not created anew.
+  const sqlite = new BetterSqlite3(file, { timeout: 10_000, readonly: mode === "read-only", fileMustExist: mode !== "create" });
+  try {
+    const hasTables = sqliteHasSigilTables(sqlite);
+    if (mode !== "create" && !hasTables) throw new MissingDatabaseError(file, "the file holds no Sigil tables");
+    return { sqlite, created: !hasTables };
+  } catch (error) {
+    sqlite.close();
+    if ((error as { code?: string }).code === "SQLITE_NOTADB") throw new Error(`${file} is not an SQLite database`);
+    throw error;
+  }
+}
+
+function openSqlite(dataDir: string, mode: OpenMode): Omit<Store, "reader"> & { openReader(): Db } {
+  if (mode === "create") fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(dataDir, SQLITE_FILE_NAME);
-  const sqlite = new BetterSqlite3(file, { timeout: 10_000 });
-  useWal(sqlite);
-  // FULL: every commit is on disk before the client hears of it (in WAL mode, one fsync of the log
-  // per commit). A key service must not forget an activity it has answered.
-  sqlite.pragma("synchronous = FULL");
+  const { sqlite, created } = openSqliteFile(file, mode);
+  // A read-only connection can neither change the journal mode nor needs to: the file is already WAL.
+  if (mode !== "read-only") {
+    useWal(sqlite);
+    // FULL: every commit is on disk before the client hears of it (in WAL mode, one fsync of the log
+    // per commit). A key service must not forget an activity it has answered.
+    sqlite.pragma("synchronous = FULL");
+  }
   sqlite.pragma("foreign_keys = ON");
   const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
   const writes = new GroupCommit(db);
@@ -149,10 +202,12 @@ function openSqlite(dataDir: string): Omit<Store, "reader"> & { openReader(): Db
     db,
     dialect: "sqlite",
     location: file,
-    transact: (mode, work) => writes.run(mode, work),
+    created,
+    transact: (lockMode, work) => writes.run(lockMode, work),
     // Opened once the schema exists. A WAL reader never waits for the writer, so the busy timeout
     // (which would block the event loop) only covers the rare recovery of another process's crash.
     openReader() {
+      if (mode === "read-only") return db;
       const connection = new BetterSqlite3(file, { readonly: true, timeout: 2_000 });
       reader = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(connection) }) });
       return reader;
@@ -166,7 +221,7 @@ function openSqlite(dataDir: string): Omit<Store, "reader"> & { openReader(): Db
   };
 }
 
-function openPostgres(url: string, onConnectionError: (error: Error) => void): Store {
+function openPostgres(url: string, onConnectionError: (error: Error) => void): Omit<Store, "created"> {
   // int8 columns hold millisecond timestamps, well inside Number's exact range.
   const types = {
     getTypeParser: (oid: number, format?: any) =>
@@ -175,15 +230,13 @@ function openPostgres(url: string, onConnectionError: (error: Error) => void): S
   const pool = new pg.Pool({ connectionString: url, max: 10, types });
   pool.on("error", onConnectionError);
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
-  const parsed = new URL(url);
-  parsed.password = "";
   return {
     db,
     reader: db,
     // READ COMMITTED (the default) would give each statement its own snapshot.
     readSnapshot: (work) => db.transaction().setIsolationLevel("repeatable read").setAccessMode("read only").execute(work),
     dialect: "postgres",
-    location: parsed.toString(),
+    location: displayDatabaseUrl(url),
     async transact(_mode, work) {
       const trx = await db.startTransaction().execute();
       try {
@@ -199,30 +252,76 @@ function openPostgres(url: string, onConnectionError: (error: Error) => void): S
   };
 }
 
-/** Opens the database and brings its schema up to date. */
+/** The first round trip: says plainly when the server or the database is not there. Resolves with whether
+ * Sigil's tables exist (looked up like every unqualified name, along the search path). */
+async function postgresHasSigilTables(url: string, db: Db, location: string): Promise<boolean> {
+  try {
+    const { rows } = await sql<{ present: boolean }>`select to_regclass(${MIGRATION_TABLE}) is not null as present`.execute(db);
+    return rows[0]!.present;
+  } catch (error) {
+    const e = error as { code?: string; message?: string };
+    if (e.code === "3D000") {
+      const { database, advice } = missingDatabaseAdvice(url);
+      throw new Error(`PostgreSQL database "${database}" does not exist (SIGIL_DATABASE_URL=${location}): ${advice}`);
+    }
+    // A refused connection to "localhost" is an AggregateError (one per address) with an empty message.
+    throw new Error(`cannot open PostgreSQL database ${location}: ${e.message || e.code || String(error)}`);
+  }
+}
+
+/** Opens the database and, unless read-only, brings its schema up to date (see OpenMode). */
 export async function openStore(options: StoreOptions): Promise<Store> {
+  const mode = options.mode ?? "create";
   const onConnectionError = options.onConnectionError ?? ((error: Error) => console.error(`database connection lost: ${error.message}`));
   if (options.databaseUrl) {
     const store = openPostgres(options.databaseUrl, onConnectionError);
-    await migrateOrClose(store);
-    return store;
+    let created: boolean;
+    try {
+      const hasTables = await postgresHasSigilTables(options.databaseUrl, store.db, store.location);
+      if (mode !== "create" && !hasTables) throw new MissingDatabaseError(store.location, "the database holds no Sigil tables");
+      created = !hasTables;
+    } catch (error) {
+      await store.close();
+      throw error;
+    }
+    await prepareOrClose(store, mode);
+    return { ...store, created };
   }
-  const { openReader, ...store } = openSqlite(options.dataDir);
-  await migrateOrClose(store);
+  const { openReader, ...store } = openSqlite(options.dataDir, mode);
+  await prepareOrClose(store, mode);
   return { ...store, reader: openReader() };
 }
 
-async function migrateOrClose(store: Pick<Store, "db" | "close">): Promise<void> {
+async function prepareOrClose(store: Pick<Store, "db" | "close" | "location">, mode: OpenMode): Promise<void> {
   try {
-    await migrate(store.db);
+    if (mode === "read-only") await assertSchemaIsCurrent(store.db, store.location);
+    else await migrate(store.db);
   } catch (error) {
     await store.close();
     throw error;
   }
 }
 
+/** A read-only opening does not migrate: it refuses a schema this version would change, or does not know. */
+async function assertSchemaIsCurrent(db: Db, location: string): Promise<void> {
+  const rows = await db.selectFrom(MIGRATION_TABLE as any).select("name" as any).execute();
+  const applied = new Set(rows.map((row) => (row as { name: string }).name));
+  const known = Object.keys(migrations);
+  const unknown = [...applied].filter((name) => !known.includes(name));
+  if (unknown.length > 0) {
+    throw new Error(`the database at ${location} was migrated by a newer Sigil (migrations ${unknown.join(", ")}): use that version`);
+  }
+  const pending = known.filter((name) => !applied.has(name));
+  if (pending.length > 0) {
+    throw new Error(
+      `the database at ${location} has an older schema (migrations ${pending.join(", ")} not applied): ` +
+        "this command only reads; starting `sigil serve` of this version brings the schema up to date",
+    );
+  }
+}
+
 export async function migrate(db: Db): Promise<void> {
-  const migrator = new Migrator({ db, provider: migrationProvider, migrationTableName: "sigil_migrations", migrationLockTableName: "sigil_migrations_lock" });
+  const migrator = new Migrator({ db, provider: migrationProvider, migrationTableName: MIGRATION_TABLE, migrationLockTableName: "sigil_migrations_lock" });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === "Error");

@@ -36,7 +36,7 @@ export async function cliDeployment(extraEnv: Record<string, string> = {}) {
   delete env.SIGIL_MASTER_KEY;
   if (database.databaseUrl) env.SIGIL_DATABASE_URL = database.databaseUrl;
   const key = newKeyPair();
-  const { stdout } = await run(process.execPath, [CLI, "bootstrap", "--data-dir", database.dataDir, "--org-name", "deployment", "--user-name", "root", "--api-public-key", key.publicKey], { env });
+  const { stdout } = await run(process.execPath, [CLI, "bootstrap", "--create", "--data-dir", database.dataDir, "--org-name", "deployment", "--user-name", "root", "--api-public-key", key.publicKey], { env });
   const { organizationId } = JSON.parse(stdout) as { organizationId: string };
   const servers: { child: ChildProcess; url: string; exited: Promise<unknown> }[] = [];
   return {

@@ -1,0 +1,56 @@
+// SIGIL_DATABASE_URL: which forms are accepted, how messages show it (never its password), and how an
+// operator creates the PostgreSQL database it names when that does not exist yet.
+
+const PROTOCOLS = ["postgres:", "postgresql:"];
+
+/** Refuses anything but a postgres:// or postgresql:// URL, by name, without repeating a password. */
+export function checkDatabaseUrl(raw: string, name = "SIGIL_DATABASE_URL"): void {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error(`${name} is not a URL: expected postgres://user@host:5432/database (leave it unset for SQLite in the data directory)`);
+  }
+  if (!PROTOCOLS.includes(url.protocol)) {
+    throw new Error(
+      `${name} must be a postgres:// or postgresql:// URL, not ${url.protocol}// (${displayDatabaseUrl(raw)}); ` +
+        "for SQLite leave it unset and choose the directory with --data-dir or SIGIL_DATA_DIR",
+    );
+  }
+}
+
+/** User, host, port and database: what logs and messages show. The password is masked and the query
+ * (which may carry password= or sslpassword=) is left out. */
+export function displayDatabaseUrl(raw: string): string {
+  try {
+    const url = new URL(raw);
+    const user = url.username ? `${url.username}${url.password ? ":***" : ""}@` : url.password ? ":***@" : "";
+    return `${url.protocol}//${user}${url.host}${url.pathname}${url.search ? "?…" : ""}`;
+  } catch {
+    return "<SIGIL_DATABASE_URL, not a URL>";
+  }
+}
+
+/** What the URL connects to, as libpq's tools take it: the defaults pg applies when a part is absent. */
+function target(raw: string) {
+  const url = new URL(raw);
+  const user = decodeURIComponent(url.username);
+  return {
+    host: url.searchParams.get("host") ?? decodeURIComponent(url.hostname),
+    port: url.port,
+    user,
+    // pg connects to the database named like the user when the URL names none.
+    database: decodeURIComponent(url.pathname.replace(/^\//, "")) || user || process.env.USER || "postgres",
+  };
+}
+
+const shellWord = (word: string) => (/^[A-Za-z0-9_.\/:@-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`);
+
+/** The name of the database the URL names, and the two usual ways to create it (with no password). */
+export function missingDatabaseAdvice(raw: string): { database: string; advice: string } {
+  const { host, port, user, database } = target(raw);
+  const flags = [...(host ? ["-h", host] : []), ...(port ? ["-p", port] : []), ...(user ? ["-U", user] : [])];
+  const createdb = ["createdb", ...flags, database].map(shellWord).join(" ");
+  const statement = `CREATE DATABASE "${database.replaceAll('"', '""')}";`;
+  return { database, advice: `create it first (\`${createdb}\`, or \`${statement}\` in psql), then run this again` };
+}
