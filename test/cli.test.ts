@@ -135,9 +135,9 @@ async function noSigilDatabase() {
 }
 
 /** Runs at most four processes at a time (the machine's cores are shared). */
-async function inBatches<T, R>(items: T[], work: (item: T) => Promise<R>): Promise<R[]> {
+async function inBatches<T, R>(items: T[], work: (item: T, index: number) => Promise<R>): Promise<R[]> {
   const results: R[] = [];
-  for (let i = 0; i < items.length; i += 4) results.push(...(await Promise.all(items.slice(i, i + 4).map(work))));
+  for (let i = 0; i < items.length; i += 4) results.push(...(await Promise.all(items.slice(i, i + 4).map((item, j) => work(item, i + j)))));
   return results;
 }
 
@@ -524,7 +524,8 @@ describe("SIGIL_DATABASE_URL", () => {
         ...READ_ONLY.map((command) => [command]),
       ];
       const missingEnv = { ...env, SIGIL_DATABASE_URL: url.toString() };
-      const outcomes = await inBatches(commands, (args) => sigil([...args, "--data-dir", emptyDir()], { env: missingEnv }));
+      const dataDirs = commands.map(() => emptyDir());
+      const outcomes = await inBatches(commands, (args, i) => sigil([...args, "--data-dir", dataDirs[i]!], { env: missingEnv }));
       const createdb = `\`createdb -h ${url.hostname}${url.port ? ` -p ${url.port}` : ""}${url.username ? ` -U ${url.username}` : ""} ${name}\``;
       outcomes.forEach((outcome, i) => {
         const label = commands[i]![0];
@@ -533,6 +534,8 @@ describe("SIGIL_DATABASE_URL", () => {
         expect(outcome.stderr, label).toContain(createdb);
         expect(outcome.stderr, label).toContain(`CREATE DATABASE "${name}";`);
         expect(outcome.stderr, label).not.toContain(PASSWORD);
+        // No master key is left behind for a database that was never opened.
+        expect(fs.existsSync(path.join(dataDirs[i]!, "master.key")), label).toBe(false);
       });
       const admin = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL });
       await admin.connect();

@@ -170,12 +170,20 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
 
 export async function startServer(config: Config, logger = createLogger(config), options: ServerOptions = {}): Promise<RunningServer> {
   const { keyring, source, created } = loadKeyring(config.masterKey);
-  const store = await openStore({ ...config, onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect") });
+  // A key made just now for a database that cannot be opened, or that already has secrets sealed
+  // under another key, is useless: do not leave it behind to be mistaken for the real one.
+  const forgetNewKey = () => created && fs.rmSync(config.masterKey.file, { force: true });
+  let store: Store;
+  try {
+    store = await openStore({ ...config, onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect") });
+  } catch (error) {
+    forgetNewKey();
+    throw error;
+  }
   try {
     await assertKeyringOpensStore(store.db, keyring);
   } catch (error) {
-    // A key made just now for a database that already has secrets is useless: do not leave it behind.
-    if (created) fs.rmSync(config.masterKey.file, { force: true });
+    forgetNewKey();
     await store.close();
     throw error;
   }
