@@ -68,3 +68,36 @@ describe("PostgreSQL connection loss", () => {
     }
   });
 });
+
+describe("/health", () => {
+  it("answers 200 while the database answers, and 503 (logged) while it does not", async () => {
+    const { startHarness } = await import("./helpers/harness.js");
+    const h = await startHarness();
+    try {
+      const health = async () => {
+        const response = await fetch(`${h.server.url}/health`);
+        return { status: response.status, body: await response.json() };
+      };
+      expect(await health()).toEqual({ status: 200, body: { status: "ok" } });
+      if (h.database.databaseUrl) {
+        // The database refuses new connections and drops the pooled ones: Sigil cannot reach it.
+        const pg = (await import("pg")).default;
+        const admin = new pg.Client({ connectionString: process.env.TEST_DATABASE_URL });
+        await admin.connect();
+        const name = new URL(h.database.databaseUrl).pathname.slice(1);
+        try {
+          await admin.query(`ALTER DATABASE "${name}" ALLOW_CONNECTIONS false`);
+          await admin.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", [name]);
+          expect(await health()).toEqual({ status: 503, body: { status: "unavailable", reason: "the database does not answer" } });
+          expect(h.logLines.some((line) => line.includes("health check: the database does not answer"))).toBe(true);
+        } finally {
+          await admin.query(`ALTER DATABASE "${name}" ALLOW_CONNECTIONS true`);
+          await admin.end();
+        }
+        expect(await health()).toEqual({ status: 200, body: { status: "ok" } });
+      }
+    } finally {
+      await h.close();
+    }
+  });
+});

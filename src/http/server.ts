@@ -2,6 +2,7 @@
 // clients parse, body, time and connection limits, and /health. No SQL and no business rules live here.
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import pino from "pino";
+import { sql } from "kysely";
 import type { Config } from "../config.js";
 import { ServiceError } from "../errors.js";
 import { RETRY_INFO_TYPE } from "../messages/send-budgets.js";
@@ -40,6 +41,17 @@ function retryAfterOf(status: number, body: unknown): string | undefined {
   const delay = Array.isArray(details) ? details.find((d) => d?.["@type"] === RETRY_INFO_TYPE)?.retryDelay : undefined;
   const seconds = typeof delay === "string" && /^\d+(\.\d+)?s$/.test(delay) ? Math.ceil(Number(delay.slice(0, -1))) : undefined;
   return seconds !== undefined ? String(Math.max(1, seconds)) : undefined;
+}
+
+/** How long /health waits for the database before it answers 503. */
+const HEALTH_CHECK_TIMEOUT_MS = 5_000;
+
+function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }
 
 export function createLogger(config: Pick<Config, "logLevel">): pino.Logger {
@@ -120,7 +132,17 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
     done();
   });
 
-  app.get("/health", async () => ({ status: "ok" }));
+  // For load balancers and orchestrators: 200 while this process can reach its database, else 503
+  // (a server that answers every request with an error should be taken out of rotation).
+  app.get("/health", async (request, reply) => {
+    try {
+      await withTimeout(sql`select 1`.execute(store.reader), HEALTH_CHECK_TIMEOUT_MS);
+      return { status: "ok" };
+    } catch (error) {
+      request.log.warn({ err: error }, "health check: the database does not answer");
+      return reply.status(503).send({ status: "unavailable", reason: "the database does not answer" });
+    }
+  });
   // What a client or receiver needs to know of this deployment's own keys (no authentication).
   const webhookVerificationKey = { keyId: webhookKey.keyId, publicKey: webhookKey.publicKey, algorithm: "ed25519", signatureVersion: "v1" };
   // signerPublicKey: what clients pass as dangerouslyOverrideSignerPublicKey to open export bundles.
