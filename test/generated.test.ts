@@ -1,0 +1,25 @@
+// Generated sources cannot drift from what generates them: the API types are rendered again from
+// the API description and must equal the committed file.
+import { readFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { API_TYPES_FILE, renderApiTypes } from "../scripts/api-types.js";
+import { ActivityTypes } from "../src/api/types.js";
+import { activityOperations, queryOperations } from "../src/activities/catalog.js";
+
+describe("src/api/types.ts", () => {
+  it("is what scripts/api-types.ts renders from the API description (run `npm run generate:types` after it changes)", async () => {
+    expect(readFileSync(API_TYPES_FILE, "utf8")).toBe(await renderApiTypes());
+  });
+
+  it("names every activity type Sigil serves as a constant equal to its name", () => {
+    const served = activityOperations.flatMap((operation) => operation.types);
+    expect(served.length).toBeGreaterThan(50);
+    for (const type of served) expect(ActivityTypes[type as keyof typeof ActivityTypes], type).toBe(type);
+  });
+
+  it("has a request and response type for every query Sigil serves", () => {
+    const text = readFileSync(API_TYPES_FILE, "utf8");
+    const queries = text.slice(text.indexOf("export interface QueryShapes {"), text.indexOf("export interface SubmitShapes {"));
+    for (const operation of queryOperations) expect(queries, operation.name).toContain(`  ${operation.name}: { request: `);
+  });
+});
