@@ -1,20 +1,9 @@
-// The error vocabulary of the service. Every layer throws ServiceError; the HTTP layer turns it into
-// the gRPC-style body the official clients parse into TurnkeyRequestError.
+// The error vocabulary of the service. Every layer throws ServiceError, made by serviceError() from a code of
+// the catalog (src/error-catalog.ts); the HTTP layer turns it into the gRPC-style body the official clients
+// parse into TurnkeyRequestError.
+import { ERROR_CATALOG, GRPC_CODES, httpStatusOf, type ErrorCode, type GrpcStatus, type StatusOf } from "./error-catalog.js";
 
-const GRPC_CODES = {
-  InvalidArgument: { code: 3, http: 400 },
-  NotFound: { code: 5, http: 404 },
-  AlreadyExists: { code: 6, http: 409 },
-  PermissionDenied: { code: 7, http: 403 },
-  ResourceExhausted: { code: 8, http: 429 },
-  FailedPrecondition: { code: 9, http: 400 },
-  Unimplemented: { code: 12, http: 501 },
-  Internal: { code: 13, http: 500 },
-  Unavailable: { code: 14, http: 503 },
-  Unauthenticated: { code: 16, http: 401 },
-} as const;
-
-export type GrpcStatus = keyof typeof GRPC_CODES;
+export type { ErrorCode, GrpcStatus };
 
 export interface ErrorBody {
   code: number;
@@ -22,16 +11,23 @@ export interface ErrorBody {
   details: Array<{ "@type": string; turnkeyErrorCode: string }>;
 }
 
+/** A status and a code that goes with it in the catalog: `new ServiceError("NotFound", "WALLET_ALREADY_EXISTS", …)` does not compile. */
+type Answer = { [C in ErrorCode]: [status: StatusOf<C>, turnkeyErrorCode: C] }[ErrorCode];
+type ServiceErrorArguments = [...Answer, message: string, httpStatusOverride?: number];
+
 export class ServiceError extends Error {
-  constructor(
-    readonly status: GrpcStatus,
-    readonly turnkeyErrorCode: string,
-    message: string,
-    /** Overrides the HTTP status the gRPC status maps to (e.g. 413 for an oversized body). */
-    readonly httpStatusOverride?: number,
-  ) {
+  readonly status: GrpcStatus;
+  readonly turnkeyErrorCode: ErrorCode;
+  /** Overrides the HTTP status the catalog gives (a request the HTTP framework refused keeps the framework's 4xx). */
+  readonly httpStatusOverride?: number;
+
+  /** Throw sites use serviceError(); this is for subclasses, for the HTTP framework's refusals, and for fromBody. */
+  constructor(...[status, turnkeyErrorCode, message, httpStatusOverride]: ServiceErrorArguments) {
     super(message);
     this.name = "ServiceError";
+    this.status = status;
+    this.turnkeyErrorCode = turnkeyErrorCode;
+    this.httpStatusOverride = httpStatusOverride;
   }
 
   get grpcCode(): number {
@@ -39,7 +35,9 @@ export class ServiceError extends Error {
   }
 
   get httpStatus(): number {
-    return this.httpStatusOverride ?? GRPC_CODES[this.status].http;
+    if (this.httpStatusOverride !== undefined) return this.httpStatusOverride;
+    // A failure recorded by an older version may carry a code the catalog no longer has.
+    return Object.hasOwn(ERROR_CATALOG, this.turnkeyErrorCode) ? httpStatusOf(this.turnkeyErrorCode, this.status) : GRPC_CODES[this.status].http;
   }
 
   toBody(): ErrorBody {
@@ -50,15 +48,23 @@ export class ServiceError extends Error {
     };
   }
 
+  /** Rebuilds the error an activity failed with from its recorded body (a retry is answered with it). */
   static fromBody(body: ErrorBody): ServiceError {
     const status = (Object.keys(GRPC_CODES) as GrpcStatus[]).find((k) => GRPC_CODES[k].code === body.code) ?? "Internal";
-    return new ServiceError(status, body.details?.[0]?.turnkeyErrorCode ?? "INTERNAL", body.message);
+    // The record holds what this server once answered: it is repeated as it stands, not checked against today's catalog.
+    return new ServiceError(...([status, body.details?.[0]?.turnkeyErrorCode ?? "INTERNAL", body.message] as ServiceErrorArguments));
   }
 }
 
-export const invalidArgument = (message: string, code = "REQUEST_INVALID") => new ServiceError("InvalidArgument", code, message);
-export const notFound = (message: string, code = "NOT_FOUND") => new ServiceError("NotFound", code, message);
-export const alreadyExists = (message: string, code = "ALREADY_EXISTS") => new ServiceError("AlreadyExists", code, message);
-export const permissionDenied = (message: string, code = "REQUEST_NOT_AUTHORIZED") => new ServiceError("PermissionDenied", code, message);
-export const failedPrecondition = (message: string, code = "FAILED_PRECONDITION") => new ServiceError("FailedPrecondition", code, message);
-export const unauthenticated = (message: string, code: string) => new ServiceError("Unauthenticated", code, message);
+/** The status to answer a code with, for the few codes the catalog declares with several. */
+type StatusChoice<C extends ErrorCode> = (typeof ERROR_CATALOG)[C]["status"] extends readonly GrpcStatus[] ? [status: StatusOf<C>] : [];
+
+/**
+ * The error to throw: a code of the catalog (its status and HTTP status come from there) and a message for
+ * the caller, which names the ids and the reason. A code answered with several statuses takes the one meant.
+ */
+export function serviceError<C extends ErrorCode>(code: C, message: string, ...status: StatusChoice<C>): ServiceError {
+  const declared: GrpcStatus | readonly GrpcStatus[] = ERROR_CATALOG[code].status;
+  const chosen = status[0] ?? (declared as GrpcStatus);
+  return new ServiceError(...([chosen, code, message] as ServiceErrorArguments));
+}

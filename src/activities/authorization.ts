@@ -11,7 +11,7 @@ import type { Db, Tx } from "../store/database.js";
 import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.js";
 import type { ActivityOperation } from "../operations/registry.js";
 import { activityKind } from "../operations/registry.js";
-import { permissionDenied } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { evaluatePolicies, namesVoter, approvalStillPossible, newBudget, type EvaluationInput, type Outcome, type PolicySource, type PolicyVerdict, type Effect } from "../policy/engine.js";
 import { evaluationTurn } from "../policy/turns.js";
 import type { Value } from "../policy/types.js";
@@ -168,7 +168,7 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
 
 /** The words a caller sees when an activity is refused. */
 export function denialError(subject: Pick<ActivitySubject, "type" | "requesterId">, decision: Decision) {
-  return permissionDenied(`${subject.type} by user ${subject.requesterId} is not allowed: ${decision.outcome} (${decision.reason})`, "POLICY_DENIED");
+  return serviceError("POLICY_DENIED", `${subject.type} by user ${subject.requesterId} is not allowed: ${decision.outcome} (${decision.reason})`);
 }
 
 /**

@@ -12,7 +12,7 @@ import type pino from "pino";
 import type { OpenTx, Store, Tx } from "../store/database.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
-import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied, type ErrorBody } from "../errors.js";
+import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
 import { readStamp, type Stamp } from "../auth/stamps.js";
 import { authenticate, authenticateReadOnlySession, confirmCredential, readOnlySessionHeader, stampVerifiesWith, type Principal } from "../auth/authenticate.js";
 import { sha256 } from "../crypto/keys.js";
@@ -63,18 +63,18 @@ const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** The body as JSON whose every string may be stored by either database (checkRequestText). */
 function parseBody(raw: Buffer): unknown {
-  if (raw.length === 0) throw invalidArgument("request body is empty: send a JSON object", "REQUEST_BODY_INVALID");
+  if (raw.length === 0) throw serviceError("REQUEST_BODY_INVALID", "request body is empty: send a JSON object");
   let text: string;
   try {
     text = utf8.decode(raw);
   } catch {
-    throw invalidArgument("request body is not valid UTF-8: send JSON encoded as UTF-8", "REQUEST_BODY_INVALID");
+    throw serviceError("REQUEST_BODY_INVALID", "request body is not valid UTF-8: send JSON encoded as UTF-8");
   }
   let body: unknown;
   try {
     body = JSON.parse(text);
   } catch (error) {
-    throw invalidArgument(`request body is not valid JSON: ${error instanceof Error ? error.message : ""}`, "REQUEST_BODY_INVALID");
+    throw serviceError("REQUEST_BODY_INVALID", `request body is not valid JSON: ${error instanceof Error ? error.message : ""}`);
   }
   checkRequestText(body);
   return body;
@@ -95,9 +95,9 @@ const carriesSecrets = (operation: SubmitOperation, parameters: Record<string, u
  * sub-organizations' users (`parentMayRequest`: OTP, OAuth). */
 function refuseParentWrites(principal: Principal, organizationId: string, operation?: SubmitOperation): void {
   if (principal.organizationId !== organizationId && !(operation?.kind === "activity" && operation.parentMayRequest)) {
-    throw permissionDenied(
-      `the stamp's credential belongs to organization ${principal.organizationId}, the parent of ${organizationId}: a parent organization reads its sub-organizations but cannot write in them; use a credential of ${organizationId}`,
+    throw serviceError(
       "PARENT_ORGANIZATION_READ_ONLY",
+      `the stamp's credential belongs to organization ${principal.organizationId}, the parent of ${organizationId}: a parent organization reads its sub-organizations but cannot write in them; use a credential of ${organizationId}`,
     );
   }
 }
@@ -105,7 +105,7 @@ function refuseParentWrites(principal: Principal, organizationId: string, operat
 /** A read-only session's key reads; it neither submits activities nor votes. */
 function refuseReadOnlySessions(principal: Principal): void {
   if (principal.sessionType === "SESSION_TYPE_READ_ONLY") {
-    throw permissionDenied(`API key ${principal.credentialId} belongs to a read-only session: it may only query`, "READ_ONLY_SESSION");
+    throw serviceError("READ_ONLY_SESSION", `API key ${principal.credentialId} belongs to a read-only session: it may only query`);
   }
 }
 
@@ -117,29 +117,29 @@ export class Pipeline {
   }
 
   private checkLiveness(timestampMs: string, now: number): void {
-    if (!/^\d{1,16}$/.test(timestampMs)) throw invalidArgument(`timestampMs must be milliseconds since the epoch as a string, got "${timestampMs}"`, "TIMESTAMP_INVALID");
+    if (!/^\d{1,16}$/.test(timestampMs)) throw serviceError("TIMESTAMP_INVALID", `timestampMs must be milliseconds since the epoch as a string, got "${timestampMs}"`);
     const skew = Number(timestampMs) - now;
     if (Math.abs(skew) > this.options.timestampWindowMs) {
       const window = this.options.timestampWindowMs / 1000;
-      throw invalidArgument(
-        `timestampMs is ${Math.round(Math.abs(skew) / 1000)}s ${skew < 0 ? "in the past" : "in the future"}; requests must be within ${window}s of the server's clock`,
+      throw serviceError(
         "TIMESTAMP_OUT_OF_RANGE",
+        `timestampMs is ${Math.round(Math.abs(skew) / 1000)}s ${skew < 0 ? "in the past" : "in the future"}; requests must be within ${window}s of the server's clock`,
       );
     }
   }
 
   async submit(operation: SubmitOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
     const { store, env } = this.options;
-    if (readOnlySessionHeader(headers) !== undefined) throw permissionDenied("a read-only session (X-Session) may only query: stamp activities with a key", "READ_ONLY_SESSION");
+    if (readOnlySessionHeader(headers) !== undefined) throw serviceError("READ_ONLY_SESSION", "a read-only session (X-Session) may only query: stamp activities with a key");
     const stamp = readStamp(headers);
     const body = parseBody(raw);
     const type = (body as { type?: unknown })?.type;
-    if (typeof type !== "string") throw invalidArgument('missing required field "type"');
+    if (typeof type !== "string") throw serviceError("REQUEST_INVALID", 'missing required field "type"');
     if (!operation.types.includes(type)) {
       const owner = operationByActivityType.get(type);
-      if (owner) throw invalidArgument(`${type} is not accepted by /public/v1/submit/${operation.name}; send it to /public/v1/submit/${owner.name}`, "ACTIVITY_TYPE_MISMATCH");
-      if (swagger.activityTypes[type]) throw invalidArgument(`activity type ${type} is not supported by this server`, "ACTIVITY_TYPE_UNSUPPORTED");
-      throw invalidArgument(`unknown activity type ${type}; /public/v1/submit/${operation.name} accepts ${operation.types.join(", ")}`, "ACTIVITY_TYPE_UNKNOWN");
+      if (owner) throw serviceError("ACTIVITY_TYPE_MISMATCH", `${type} is not accepted by /public/v1/submit/${operation.name}; send it to /public/v1/submit/${owner.name}`);
+      if (swagger.activityTypes[type]) throw serviceError("ACTIVITY_TYPE_UNSUPPORTED", `activity type ${type} is not supported by this server`);
+      throw serviceError("ACTIVITY_TYPE_UNKNOWN", `unknown activity type ${type}; /public/v1/submit/${operation.name} accepts ${operation.types.join(", ")}`);
     }
     validateActivityRequest(type, body);
     const envelope = body as Envelope;
@@ -212,12 +212,12 @@ export class Pipeline {
       const existing = await store.transact("shared", (trx) => trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirstOrThrow());
       // A result that is a credential was shown once, to the first response; a retry cannot repeat it.
       if (operation.kind === "activity" && operation.secretResults?.length && existing.status === "ACTIVITY_STATUS_COMPLETED") {
-        throw failedPrecondition(`activity ${existing.id} already completed; its result is a credential shown only in the first response: send a new request (a new timestampMs) for another`, "RESULT_NOT_REPEATABLE");
+        throw serviceError("RESULT_NOT_REPEATABLE", `activity ${existing.id} already completed; its result is a credential shown only in the first response: send a new request (a new timestampMs) for another`);
       }
       // The same bytes stamped by someone else are not a retry of theirs: say so rather than answer
       // with another user's activity as if it were the caller's success.
       if (existing.user_id !== principal.userId) {
-        throw new ServiceError("AlreadyExists", "DUPLICATE_REQUEST", `an identical request body was already submitted by another user (activity ${existing.id}); change timestampMs to submit it yourself`);
+        throw serviceError("DUPLICATE_REQUEST", `an identical request body was already submitted by another user (activity ${existing.id}); change timestampMs to submit it yourself`);
       }
       return this.respond(existing);
     }
@@ -236,7 +236,7 @@ export class Pipeline {
       });
       return typeof outcome === "function" ? outcome() : outcome;
     } catch (error) {
-      if (error instanceof BatchRolledBack) throw new ServiceError("Unavailable", "TRANSACTION_ROLLED_BACK", `${error.message}; nothing of this request was kept: send it again`);
+      if (error instanceof BatchRolledBack) throw serviceError("TRANSACTION_ROLLED_BACK", `${error.message}; nothing of this request was kept: send it again`);
       throw error;
     }
   }
@@ -271,11 +271,11 @@ export class Pipeline {
     if (decision.outcome === "OUTCOME_DENY_EXPLICIT" || decision.outcome === "OUTCOME_DENY_IMPLICIT") return fail(denialError(subject, decision));
     if (decision.outcome === "OUTCOME_REQUIRES_CONSENSUS") {
       // Its secret parameters are not stored, so it could not run later: it must be allowed now.
-      if (carriesSecrets(subject.operation, subject.parameters)) return fail(failedPrecondition(`${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
+      if (carriesSecrets(subject.operation, subject.parameters)) return fail(serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`));
       // Its result would be a credential nobody receives (the approval's response is another's).
-      if (subject.operation.secretResults?.length) return fail(failedPrecondition(`${subject.type} returns a credential and cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
+      if (subject.operation.secretResults?.length) return fail(serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} returns a credential and cannot wait for approvals: ${decision.reason}`));
       // Votes are cast in the activity's organization, where a parent's users cannot vote.
-      if (subject.authorityOrganizationId) return fail(failedPrecondition(`${subject.type} requested by the parent organization cannot wait for approvals: ${decision.reason}`, "CONSENSUS_NOT_SUPPORTED"));
+      if (subject.authorityOrganizationId) return fail(serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} requested by the parent organization cannot wait for approvals: ${decision.reason}`));
       row.status = "ACTIVITY_STATUS_CONSENSUS_NEEDED";
       return;
     }
@@ -316,14 +316,14 @@ export class Pipeline {
     return this.inOrganization(envelope.organizationId, "exclusive", async (trx, now) => {
       await confirmCredential(trx, principal, now);
       const row = await trx.selectFrom("activities").selectAll().where("organization_id", "=", envelope.organizationId).where("fingerprint", "=", fingerprint).executeTakeFirst();
-      if (!row) throw notFound(`no activity of organization ${envelope.organizationId} has fingerprint ${fingerprint}`, "ACTIVITY_NOT_FOUND");
+      if (!row) throw serviceError("ACTIVITY_NOT_FOUND", `no activity of organization ${envelope.organizationId} has fingerprint ${fingerprint}`);
       const votes = JSON.parse(row.votes) as StoredVote[];
       const mine = votes.find((v) => v.userId === principal.userId);
       const pending = row.status === "ACTIVITY_STATUS_CONSENSUS_NEEDED";
-      if (mine && mine.selection !== operation.selection) throw failedPrecondition(`user ${principal.userId} already voted ${mine.selection} on activity ${row.id}; a vote cannot be changed`, "VOTE_ALREADY_CAST");
+      if (mine && mine.selection !== operation.selection) throw serviceError("VOTE_ALREADY_CAST", `user ${principal.userId} already voted ${mine.selection} on activity ${row.id}; a vote cannot be changed`);
       // Voting again the same way is a retry, answered with the activity as it stands.
       if (mine && !(pending && mine.selection === "VOTE_SELECTION_APPROVED")) return { status: 200, body: { activity: renderActivity(row) } };
-      if (!pending) throw failedPrecondition(`activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`, "ACTIVITY_NOT_PENDING");
+      if (!pending) throw serviceError("ACTIVITY_NOT_PENDING", `activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`);
       const target = operationByActivityType.get(row.type);
       if (target?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
       const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation: target, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now, confirmed: [principal.credentialId] };
@@ -333,7 +333,7 @@ export class Pipeline {
       const vote = mine ?? this.castBy(principal, row.id, operation.selection, raw.toString("utf8"), now);
       if (!mine) {
         if (!(await mayVote(trx, subject, vote, envelope.type))) {
-          throw permissionDenied(`user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`, "VOTE_NOT_ALLOWED");
+          throw serviceError("VOTE_NOT_ALLOWED", `user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`);
         }
         subject.votes = [...votes, vote];
       }
@@ -366,7 +366,7 @@ export class Pipeline {
   private internal(error: unknown, activityId: string): ServiceError {
     // The cause goes to the operator's log only: it may quote data the caller should not see.
     this.options.logger.error({ err: error, activityId }, "activity failed with an internal error");
-    return new ServiceError("Internal", "INTERNAL", `internal error while executing activity ${activityId}`);
+    return serviceError("INTERNAL", `internal error while executing activity ${activityId}`);
   }
 
   /** A completed activity is a 200 with the activity; a failed one is the error it failed with. */

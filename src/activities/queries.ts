@@ -1,5 +1,5 @@
 // Reading the audit log: one activity, or a page of them.
-import { invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { defineQuery } from "../operations/registry.js";
 import { keysetPage, pageSize, type Pagination } from "../operations/resources.js";
 import { renderActivity, renderPolicyEvaluation } from "./records.js";
@@ -11,7 +11,7 @@ export const activityQueries = [
     summary: "How the organization's policies judged an activity: one evaluation per vote, with each policy's outcome.",
     async run(ctx, body) {
       const activity = await ctx.db.selectFrom("activities").select("id").where("organization_id", "=", ctx.organizationId).where("id", "=", body.activityId).executeTakeFirst();
-      if (!activity) throw notFound(`activity ${body.activityId} not found`, "ACTIVITY_NOT_FOUND");
+      if (!activity) throw serviceError("ACTIVITY_NOT_FOUND", `activity ${body.activityId} not found`);
       const rows = await ctx.db.selectFrom("policy_evaluations").selectAll().where("activity_id", "=", activity.id).orderBy("created_at").orderBy("id").execute();
       return { policyEvaluations: rows.map(renderPolicyEvaluation) };
     },
@@ -23,7 +23,7 @@ export const activityQueries = [
     summary: "One activity of the audit log.",
     async run(ctx, body) {
       const row = await ctx.db.selectFrom("activities").selectAll().where("organization_id", "=", ctx.organizationId).where("id", "=", body.activityId).executeTakeFirst();
-      if (!row) throw notFound(`activity ${body.activityId} not found`, "ACTIVITY_NOT_FOUND");
+      if (!row) throw serviceError("ACTIVITY_NOT_FOUND", `activity ${body.activityId} not found`);
       return { activity: renderActivity(row, await ctx.votingRights(row)) };
     },
   }),
@@ -33,14 +33,14 @@ export const activityQueries = [
     summary: "Activities newest first; `after` pages towards older ones, `before` towards newer ones.",
     async run(ctx, body) {
       const { limit, before, after } = body.paginationOptions ?? {};
-      if (before && after) throw invalidArgument("paginationOptions takes before or after, not both");
+      if (before && after) throw serviceError("REQUEST_INVALID", "paginationOptions takes before or after, not both");
       const size = pageSize(limit);
       let query = ctx.db.selectFrom("activities").selectAll().where("organization_id", "=", ctx.organizationId);
       if (body.filterByStatus?.length) query = query.where("status", "in", body.filterByStatus);
       if (body.filterByType?.length) query = query.where("type", "in", body.filterByType);
       const cursorId = before ?? after;
       const cursor = cursorId ? await ctx.db.selectFrom("activities").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst() : undefined;
-      if (cursorId && !cursor) throw invalidArgument(`pagination cursor ${cursorId} is not an activity of this organization`);
+      if (cursorId && !cursor) throw serviceError("REQUEST_INVALID", `pagination cursor ${cursorId} is not an activity of this organization`);
       const page = keysetPage(cursor, before ? "before" : "after", true);
       if (page.filter) query = query.where(page.filter);
       const rows = await query.orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();

@@ -1,6 +1,6 @@
 // Who sent a request: the stamp's signature is checked and its key traced to a credential of a user.
 import type { Db, Tx } from "../store/database.js";
-import { ServiceError, notFound, permissionDenied, unauthenticated } from "../errors.js";
+import { ServiceError, serviceError } from "../errors.js";
 import { SCHEME_CURVES, verifyApiKeyStamp, type Stamp } from "./stamps.js";
 import { toBase64url, verifyWebauthnStamp, type WebauthnPolicy } from "./webauthn.js";
 
@@ -63,10 +63,10 @@ export interface CredentialScope {
 
 /** The refusal of a query whose credential is older than SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS allows. */
 export function credentialTooOld(what: string, maxAgeMs: number): ServiceError {
-  return unauthenticated(
+  return serviceError(
+    "CREDENTIAL_TOO_OLD_FOR_QUERIES",
     `${what} is more than ${maxAgeMs / 1000} s old, and this server answers queries only for credentials younger than that ` +
       "(SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS): create a new API key or log in again, and query with the new key",
-    "CREDENTIAL_TOO_OLD_FOR_QUERIES",
   );
 }
 
@@ -81,7 +81,7 @@ async function chooseForOrganization<T extends Candidate>(db: Db, candidates: T[
   const match = candidates.find((c) => c.organization_id === organizationId);
   if (match) return match;
   const organization = await db.selectFrom("organizations").select(["id", "parent_organization_id"]).where("id", "=", organizationId).where("deleted_at", "is", null).executeTakeFirst();
-  if (!organization) throw notFound(`organization ${organizationId} not found`, "ORGANIZATION_NOT_FOUND");
+  if (!organization) throw serviceError("ORGANIZATION_NOT_FOUND", `organization ${organizationId} not found`);
   const parent = organization.parent_organization_id && candidates.find((c) => c.organization_id === organization.parent_organization_id);
   if (parent) return parent;
   if (scope.subOrganizations) {
@@ -89,11 +89,11 @@ async function chooseForOrganization<T extends Candidate>(db: Db, candidates: T[
     // Public keys are public: anyone may register someone else's in their own sub-organization. A
     // key found in several sub-organizations therefore names none of them for certain.
     if (children.length > 1) {
-      throw permissionDenied(`${what} is a credential in ${children.length} sub-organizations of ${organizationId}: name the sub-organization in organizationId`, "AMBIGUOUS_SUB_ORGANIZATION");
+      throw serviceError("AMBIGUOUS_SUB_ORGANIZATION", `${what} is a credential in ${children.length} sub-organizations of ${organizationId}: name the sub-organization in organizationId`);
     }
     if (children[0]) return children[0];
   }
-  throw permissionDenied(`${what} does not belong to organization ${organizationId}`, "ORGANIZATION_MISMATCH");
+  throw serviceError("ORGANIZATION_MISMATCH", `${what} does not belong to organization ${organizationId}`);
 }
 
 /**
@@ -103,7 +103,7 @@ async function chooseForOrganization<T extends Candidate>(db: Db, candidates: T[
  */
 export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organizationId: string, now: number, webauthn: WebauthnPolicy, scope: CredentialScope = {}): Promise<Principal> {
   if (stamp.kind === "API_KEY") {
-    if (!verifyApiKeyStamp(stamp, body)) throw unauthenticated("stamp signature does not verify over the request body", "SIGNATURE_INVALID");
+    if (!verifyApiKeyStamp(stamp, body)) throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
     const candidates = await db
       .selectFrom("api_keys")
       .innerJoin("users", "users.id", "api_keys.user_id")
@@ -112,12 +112,12 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
       .select(["users.name as user_name", "users.email as user_email", "organizations.parent_organization_id as organization_parent"])
       .where("api_keys.public_key", "=", stamp.publicKey)
       .execute();
-    if (candidates.length === 0) throw unauthenticated(`no API key with public key ${stamp.publicKey}`, "PUBLIC_KEY_NOT_FOUND");
+    if (candidates.length === 0) throw serviceError("PUBLIC_KEY_NOT_FOUND", `no API key with public key ${stamp.publicKey}`);
     const key = await chooseForOrganization(db, candidates, organizationId, "the stamp's API key", scope);
     if (key.curve !== SCHEME_CURVES[stamp.scheme]) {
-      throw unauthenticated(`stamp scheme ${stamp.scheme} does not match the key's curve ${key.curve}`, "SIGNATURE_INVALID");
+      throw serviceError("SIGNATURE_INVALID", `stamp scheme ${stamp.scheme} does not match the key's curve ${key.curve}`);
     }
-    if (key.expires_at !== null && key.expires_at <= now) throw unauthenticated(`API key ${key.id} has expired`, "API_KEY_EXPIRED");
+    if (key.expires_at !== null && key.expires_at <= now) throw serviceError("API_KEY_EXPIRED", `API key ${key.id} has expired`);
     if (scope.apiKeyMaxAgeMs && key.created_at + scope.apiKeyMaxAgeMs <= now) throw credentialTooOld(`API key ${key.id}`, scope.apiKeyMaxAgeMs);
     return {
       organizationId: key.organization_id,
@@ -142,12 +142,12 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
     .select(["users.name as user_name", "users.email as user_email", "organizations.parent_organization_id as organization_parent"])
     .where("authenticators.credential_id", "=", credentialId)
     .execute();
-  if (candidates.length === 0) throw unauthenticated(`no authenticator with credential id ${credentialId}`, "PUBLIC_KEY_NOT_FOUND");
+  if (candidates.length === 0) throw serviceError("PUBLIC_KEY_NOT_FOUND", `no authenticator with credential id ${credentialId}`);
   // Nothing about other organizations is revealed to a stamp that does not verify: a credential id
   // registered only elsewhere looks unknown unless the stamp's signature holds for it.
   const inOrganization = candidates.find((c) => c.organization_id === organizationId);
   if (!inOrganization && !candidates.some((c) => stampVerifiesWith(stamp, body, c.public_key, webauthn))) {
-    throw unauthenticated(`no authenticator with credential id ${credentialId} in organization ${organizationId}`, "PUBLIC_KEY_NOT_FOUND");
+    throw serviceError("PUBLIC_KEY_NOT_FOUND", `no authenticator with credential id ${credentialId} in organization ${organizationId}`);
   }
   const authenticator = await chooseForOrganization(db, candidates, organizationId, "the stamp's authenticator", scope);
   const organizationOrigins = await webauthnOriginsFor(db, authenticator.organization_id);
@@ -155,11 +155,11 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
   // that leaves nothing refuses every origin.
   const origins = organizationOrigins && webauthn.origins.length ? organizationOrigins.filter((o) => webauthn.origins.includes(o)) : organizationOrigins;
   try {
-    if (origins && origins.length === 0) throw unauthenticated("no WebAuthn origin is allowed for this organization: its FEATURE_NAME_WEBAUTHN_ORIGINS and the server's SIGIL_WEBAUTHN_ORIGINS have none in common", "SIGNATURE_INVALID");
+    if (origins && origins.length === 0) throw serviceError("SIGNATURE_INVALID", "no WebAuthn origin is allowed for this organization: its FEATURE_NAME_WEBAUTHN_ORIGINS and the server's SIGIL_WEBAUTHN_ORIGINS have none in common");
     verifyWebauthnStamp(stamp, body, authenticator.public_key, origins ? { ...webauthn, origins } : webauthn);
   } catch (error) {
     if (error instanceof ServiceError) throw error;
-    throw unauthenticated("passkey stamp does not verify", "SIGNATURE_INVALID");
+    throw serviceError("SIGNATURE_INVALID", "passkey stamp does not verify");
   }
   return {
     organizationId: authenticator.organization_id,
@@ -199,20 +199,20 @@ export async function authenticateReadOnlySession(
 ): Promise<Principal> {
   const claims = verify(token.trim());
   if (!claims || claims.session_type !== "SESSION_TYPE_READ_ONLY" || typeof claims.user_id !== "string" || typeof claims.organization_id !== "string" || typeof claims.credential_id !== "string") {
-    throw unauthenticated("X-Session is not a read-only session of this server", "SESSION_INVALID");
+    throw serviceError("SESSION_INVALID", "X-Session is not a read-only session of this server");
   }
-  if (typeof claims.exp !== "number" || claims.exp * 1000 <= now) throw unauthenticated("the read-only session has expired: create a new one", "SESSION_EXPIRED");
+  if (typeof claims.exp !== "number" || claims.exp * 1000 <= now) throw serviceError("SESSION_EXPIRED", "the read-only session has expired: create a new one");
   // The token is a bearer credential, replayable as a whole until it expires or gets too old.
   if (maxAgeMs && (typeof claims.iat !== "number" || claims.iat * 1000 + maxAgeMs <= now)) throw credentialTooOld("the read-only session", maxAgeMs);
   if (claims.organization_id !== organizationId) {
     const organization = await db.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId).where("deleted_at", "is", null).executeTakeFirst();
-    if (organization?.parent_organization_id !== claims.organization_id) throw permissionDenied(`the read-only session belongs to organization ${claims.organization_id}`, "ORGANIZATION_MISMATCH");
+    if (organization?.parent_organization_id !== claims.organization_id) throw serviceError("ORGANIZATION_MISMATCH", `the read-only session belongs to organization ${claims.organization_id}`);
   }
   const user = await db.selectFrom("users").select(["id", "name", "email"]).where("id", "=", claims.user_id).where("organization_id", "=", claims.organization_id).executeTakeFirst();
   const key = await db.selectFrom("api_keys").select(["id", "curve", "expires_at"]).where("id", "=", claims.credential_id).executeTakeFirst();
   const passkey = key ? undefined : await db.selectFrom("authenticators").select("id").where("id", "=", claims.credential_id).executeTakeFirst();
   if (!user || (!key && !passkey) || (key && key.expires_at !== null && key.expires_at <= now)) {
-    throw unauthenticated("the credential that opened this read-only session no longer exists", "SESSION_INVALID");
+    throw serviceError("SESSION_INVALID", "the credential that opened this read-only session no longer exists");
   }
   return {
     organizationId: claims.organization_id,
@@ -230,7 +230,7 @@ export async function authenticateReadOnlySession(
 
 /** Whether the credential a principal authenticated with still exists (and has not expired). */
 export async function confirmCredential(trx: Tx, principal: Principal, now: number): Promise<void> {
-  const gone = () => unauthenticated(`the credential ${principal.credentialId} that stamped this request no longer exists`, "PUBLIC_KEY_NOT_FOUND");
+  const gone = () => serviceError("PUBLIC_KEY_NOT_FOUND", `the credential ${principal.credentialId} that stamped this request no longer exists`);
   if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
     const row = await trx.selectFrom("authenticators").select("id").where("id", "=", principal.credentialId).executeTakeFirst();
     if (!row) throw gone();
@@ -238,7 +238,7 @@ export async function confirmCredential(trx: Tx, principal: Principal, now: numb
   }
   const key = await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "=", principal.credentialId).executeTakeFirst();
   if (!key) throw gone();
-  if (key.expires_at !== null && key.expires_at <= now) throw unauthenticated(`API key ${key.id} has expired`, "API_KEY_EXPIRED");
+  if (key.expires_at !== null && key.expires_at <= now) throw serviceError("API_KEY_EXPIRED", `API key ${key.id} has expired`);
 }
 
 /** Whether a stamp's signature over `body` holds for a given public key (no database involved). */

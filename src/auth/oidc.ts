@@ -5,7 +5,7 @@
 // signature, `iss` and `exp`. The audience and subject are matched by the caller against the user's
 // OAuth providers, and the nonce against the session key the login is for.
 import { createRemoteJWKSet, decodeJwt, errors as joseErrors, jwtVerify, type JWTPayload } from "jose";
-import { ServiceError, invalidArgument, permissionDenied, unauthenticated } from "../errors.js";
+import { ServiceError, serviceError } from "../errors.js";
 
 export interface OidcIdentity {
   issuer: string;
@@ -25,7 +25,7 @@ export interface OidcVerifier {
 export function oidcJwt(raw: unknown): string {
   const text = String(raw ?? "").trim();
   const jwt = text.split(".").length === 3 ? text : Buffer.from(text, "base64").toString("utf8").trim();
-  if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(jwt)) throw invalidArgument("oidcToken is not a JWT (or base64 of one)", "OIDC_TOKEN_INVALID");
+  if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(jwt)) throw serviceError("OIDC_TOKEN_INVALID", "oidcToken is not a JWT (or base64 of one)", "InvalidArgument");
   return jwt;
 }
 
@@ -55,10 +55,10 @@ export function oidcVerifier(allowedIssuers: string[], options: { timeoutMs?: nu
       if (!response.ok) throw new Error(`answered ${response.status}`);
       document = (await response.json()) as typeof document;
     } catch (error) {
-      throw new ServiceError("Unavailable", "OIDC_DISCOVERY_FAILED", `could not read the discovery document of issuer ${issuer}: ${(error as Error).message}`);
+      throw serviceError("OIDC_DISCOVERY_FAILED", `could not read the discovery document of issuer ${issuer}: ${(error as Error).message}`);
     }
     if (document.issuer !== issuer || typeof document.jwks_uri !== "string") {
-      throw new ServiceError("Unavailable", "OIDC_DISCOVERY_FAILED", `the discovery document of ${issuer} names issuer ${String(document.issuer)} / jwks_uri ${String(document.jwks_uri)}`);
+      throw serviceError("OIDC_DISCOVERY_FAILED", `the discovery document of ${issuer} names issuer ${String(document.issuer)} / jwks_uri ${String(document.jwks_uri)}`);
     }
     return createRemoteJWKSet(new URL(document.jwks_uri), { timeoutDuration: timeoutMs, cooldownDuration: 30_000, cacheMaxAge: 10 * 60_000 });
   }
@@ -81,10 +81,10 @@ export function oidcVerifier(allowedIssuers: string[], options: { timeoutMs?: nu
       try {
         issuer = String(decodeJwt(token).iss ?? "");
       } catch {
-        throw invalidArgument("oidcToken is not a JWT", "OIDC_TOKEN_INVALID");
+        throw serviceError("OIDC_TOKEN_INVALID", "oidcToken is not a JWT", "InvalidArgument");
       }
       if (!allowed.has(issuer)) {
-        throw permissionDenied(`tokens of issuer "${issuer}" are not accepted: the operator lists the accepted issuers in SIGIL_OIDC_ALLOWED_ISSUERS`, "OIDC_ISSUER_NOT_ALLOWED");
+        throw serviceError("OIDC_ISSUER_NOT_ALLOWED", `tokens of issuer "${issuer}" are not accepted: the operator lists the accepted issuers in SIGIL_OIDC_ALLOWED_ISSUERS`);
       }
       const keySet = await keySetOf(issuer);
       try {
@@ -92,20 +92,20 @@ export function oidcVerifier(allowedIssuers: string[], options: { timeoutMs?: nu
         // exp and sub are required: jose checks exp only when present, and a token that never expires
         // would be a lasting credential.
         const { payload } = await jwtVerify(token, keySet, { issuer, algorithms: ALGORITHMS, requiredClaims: ["exp", "sub"], clockTolerance: options.clockToleranceSeconds ?? 30, ...(now !== undefined ? { currentDate: new Date(now * 1000) } : {}) });
-        if (!payload.sub) throw unauthenticated("the OIDC token has no subject (sub)", "OIDC_TOKEN_INVALID");
+        if (!payload.sub) throw serviceError("OIDC_TOKEN_INVALID", "the OIDC token has no subject (sub)", "Unauthenticated");
         const audiences = Array.isArray(payload.aud) ? payload.aud : payload.aud ? [payload.aud] : [];
         return { issuer, subject: payload.sub, audiences, nonce: typeof payload.nonce === "string" ? payload.nonce : undefined, claims: payload };
       } catch (error) {
         if (error instanceof ServiceError) throw error;
-        if (error instanceof joseErrors.JWTExpired) throw unauthenticated("the OIDC token has expired", "OIDC_TOKEN_EXPIRED");
-        if (error instanceof joseErrors.JWTClaimValidationFailed && (error.claim === "exp" || error.claim === "sub")) throw unauthenticated(`the OIDC token has no ${error.claim} claim`, "OIDC_TOKEN_INVALID");
+        if (error instanceof joseErrors.JWTExpired) throw serviceError("OIDC_TOKEN_EXPIRED", "the OIDC token has expired");
+        if (error instanceof joseErrors.JWTClaimValidationFailed && (error.claim === "exp" || error.claim === "sub")) throw serviceError("OIDC_TOKEN_INVALID", `the OIDC token has no ${error.claim} claim`, "Unauthenticated");
         if (error instanceof joseErrors.JWSSignatureVerificationFailed || error instanceof joseErrors.JWKSNoMatchingKey) {
-          throw unauthenticated(`the OIDC token's signature does not verify with the keys of ${issuer}`, "OIDC_SIGNATURE_INVALID");
+          throw serviceError("OIDC_SIGNATURE_INVALID", `the OIDC token's signature does not verify with the keys of ${issuer}`);
         }
         if (error instanceof joseErrors.JWKSTimeout || (error as { code?: string }).code === "ERR_JOSE_GENERIC") {
-          throw new ServiceError("Unavailable", "OIDC_DISCOVERY_FAILED", `could not fetch the keys of issuer ${issuer}: ${(error as Error).message}`);
+          throw serviceError("OIDC_DISCOVERY_FAILED", `could not fetch the keys of issuer ${issuer}: ${(error as Error).message}`);
         }
-        throw unauthenticated(`the OIDC token is not valid: ${(error as Error).message}`, "OIDC_TOKEN_INVALID");
+        throw serviceError("OIDC_TOKEN_INVALID", `the OIDC token is not valid: ${(error as Error).message}`, "Unauthenticated");
       }
     },
   };

@@ -1,6 +1,6 @@
 // The two stamp headers: what they look like on the wire and whether their signatures hold.
 // Looking up who owns the key is authenticate.ts's job; this module touches no database.
-import { unauthenticated } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { isHex, verifyEd25519, verifyP256Der, verifySecp256k1Der, verifySecp256k1Eip191Der } from "../crypto/keys.js";
 
 export const API_KEY_STAMP_HEADER = "x-stamp";
@@ -37,7 +37,7 @@ export interface WebauthnStamp {
 
 export type Stamp = ApiKeyStamp | WebauthnStamp;
 
-const malformed = (why: string) => unauthenticated(`malformed stamp: ${why}`, "MALFORMED_STAMP");
+const malformed = (why: string) => serviceError("MALFORMED_STAMP", `malformed stamp: ${why}`);
 const BASE64URL = /^[A-Za-z0-9_-]*={0,2}$/;
 
 /** Picks the one stamp a request carries; none or both is refused. */
@@ -45,16 +45,16 @@ export function readStamp(headers: Record<string, string | string[] | undefined>
   const apiKey = headers[API_KEY_STAMP_HEADER];
   const webauthn = headers[WEBAUTHN_STAMP_HEADER];
   if (apiKey === undefined && webauthn === undefined) {
-    throw unauthenticated("request is not stamped: send exactly one of X-Stamp or X-Stamp-Webauthn", "SIGNATURE_MISSING");
+    throw serviceError("SIGNATURE_MISSING", "request is not stamped: send exactly one of X-Stamp or X-Stamp-Webauthn");
   }
   if (apiKey !== undefined && webauthn !== undefined) {
-    throw unauthenticated("request carries both X-Stamp and X-Stamp-Webauthn: send exactly one", "MULTIPLE_STAMPS");
+    throw serviceError("MULTIPLE_STAMPS", "request carries both X-Stamp and X-Stamp-Webauthn: send exactly one");
   }
   // Repeated header lines arrive as arrays (the HTTP layer passes them distinct); a proxy may instead
   // have joined them with ", ", which base64url never contains.
   const repeated = (value: string | string[] | undefined) => Array.isArray(value) && value.length > 1;
   if (repeated(apiKey) || repeated(webauthn) || (typeof apiKey === "string" ? apiKey : apiKey?.[0] ?? "").includes(",")) {
-    throw unauthenticated("the stamp header appears more than once: send exactly one", "MULTIPLE_STAMPS");
+    throw serviceError("MULTIPLE_STAMPS", "the stamp header appears more than once: send exactly one");
   }
   const single = (value: string | string[]) => (Array.isArray(value) ? value[0] : value);
   return apiKey !== undefined ? parseApiKeyStamp(single(apiKey)) : parseWebauthnStamp(single(webauthn!));

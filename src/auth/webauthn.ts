@@ -2,7 +2,7 @@
 // carried by an X-Stamp-Webauthn header. Attestation parsing and verification is @simplewebauthn's.
 import { verifyRegistrationResponse } from "@simplewebauthn/server";
 import { decodeClientDataJSON, parseAuthenticatorData, decodeCredentialPublicKey, cose } from "@simplewebauthn/server/helpers";
-import { invalidArgument, unauthenticated } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { compressP256, verifyP256Der, sha256 } from "../crypto/keys.js";
 import type { WebauthnStamp } from "./stamps.js";
 
@@ -58,7 +58,7 @@ export async function verifyPasskeyRegistration(input: RegistrationInput, policy
   try {
     clientData = decodeClientDataJSON(clientDataJson);
   } catch {
-    throw invalidArgument("attestation clientDataJson is not base64url JSON", "INVALID_ATTESTATION");
+    throw serviceError("INVALID_ATTESTATION", "attestation clientDataJson is not base64url JSON");
   }
   const origin = String(clientData.origin ?? "");
   let verification;
@@ -82,15 +82,15 @@ export async function verifyPasskeyRegistration(input: RegistrationInput, policy
       supportedAlgorithmIDs: [cose.COSEALG.ES256],
     });
   } catch (error) {
-    throw invalidArgument(`attestation rejected: ${error instanceof Error ? error.message : String(error)}`, "INVALID_ATTESTATION");
+    throw serviceError("INVALID_ATTESTATION", `attestation rejected: ${error instanceof Error ? error.message : String(error)}`);
   }
-  if (!verification.verified || !verification.registrationInfo) throw invalidArgument("attestation rejected", "INVALID_ATTESTATION");
+  if (!verification.verified || !verification.registrationInfo) throw serviceError("INVALID_ATTESTATION", "attestation rejected");
   const info = verification.registrationInfo;
   const coseKey = decodeCredentialPublicKey(info.credential.publicKey) as Map<number, unknown>;
   const x = coseKey.get(cose.COSEKEYS.x) as Uint8Array;
   const y = coseKey.get(cose.COSEKEYS.y) as Uint8Array;
   if (coseKey.get(cose.COSEKEYS.crv) !== cose.COSECRV.P256 || !x || !y) {
-    throw invalidArgument("only P-256 (ES256) passkeys are supported", "INVALID_ATTESTATION");
+    throw serviceError("INVALID_ATTESTATION", "only P-256 (ES256) passkeys are supported");
   }
   return {
     credentialId: info.credential.id,
@@ -101,7 +101,7 @@ export async function verifyPasskeyRegistration(input: RegistrationInput, policy
   };
 }
 
-const stampInvalid = (why: string) => unauthenticated(`passkey stamp rejected: ${why}`, "SIGNATURE_INVALID");
+const stampInvalid = (why: string) => serviceError("SIGNATURE_INVALID", `passkey stamp rejected: ${why}`);
 
 /**
  * Checks a passkey assertion over a request body: the challenge must be the lowercase hex SHA-256 of

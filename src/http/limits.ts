@@ -5,7 +5,7 @@ import type { Socket } from "node:net";
 import ipaddr from "ipaddr.js";
 import type pino from "pino";
 import type { HttpLimits } from "../config.js";
-import { ServiceError } from "../errors.js";
+import { ServiceError, serviceError } from "../errors.js";
 
 /** The parts of Fastify's options that carry the timeouts. */
 export function timeoutOptions(limits: HttpLimits) {
@@ -37,17 +37,15 @@ export function clientErrorHandler(limits: HttpLimits) {
     if (error.code === "ECONNRESET" || socket.destroyed) return;
     let refusal: ServiceError;
     if (error.code === "ERR_HTTP_REQUEST_TIMEOUT") {
-      refusal = new ServiceError(
-        "ResourceExhausted",
+      refusal = serviceError(
         "REQUEST_TIMEOUT",
         `the request did not arrive in time: headers must arrive within ${limits.headersTimeoutMs} ms and the whole request ` +
           `within ${limits.requestTimeoutMs} ms (SIGIL_HEADERS_TIMEOUT_MS, SIGIL_REQUEST_TIMEOUT_MS; 0 is no limit)`,
-        408,
       );
     } else if (error.code === "HPE_HEADER_OVERFLOW") {
-      refusal = new ServiceError("InvalidArgument", "HEADERS_TOO_LARGE", `the request headers exceed ${maxHeaderSize} bytes`, 431);
+      refusal = serviceError("HEADERS_TOO_LARGE", `the request headers exceed ${maxHeaderSize} bytes`);
     } else {
-      refusal = new ServiceError("InvalidArgument", "REQUEST_MALFORMED", "the request is not well-formed HTTP/1.1", 400);
+      refusal = serviceError("REQUEST_MALFORMED", "the request is not well-formed HTTP/1.1");
     }
     this.log.debug({ code: error.code, remoteAddress: socket.remoteAddress }, "client error");
     if (socket.writable) {

@@ -4,7 +4,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, t
 import pino from "pino";
 import { sql } from "kysely";
 import type { Config } from "../config.js";
-import { ServiceError } from "../errors.js";
+import { ServiceError, serviceError } from "../errors.js";
 import { RETRY_INFO_TYPE } from "../messages/send-budgets.js";
 import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
@@ -116,16 +116,16 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
     if (error instanceof ServiceError) return refuse(request, reply, error);
     const fastifyError = error as { code?: string; statusCode?: number; message: string };
     if (fastifyError.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
-      return refuse(request, reply, new ServiceError("ResourceExhausted", "REQUEST_TOO_LARGE", `request body exceeds the limit of ${config.bodyLimitBytes} bytes`, 413));
+      return refuse(request, reply, serviceError("REQUEST_TOO_LARGE", `request body exceeds the limit of ${config.bodyLimitBytes} bytes`));
     }
     if (fastifyError.statusCode && fastifyError.statusCode < 500) {
       return refuse(request, reply, new ServiceError("InvalidArgument", "REQUEST_INVALID", fastifyError.message, fastifyError.statusCode));
     }
     request.log.error({ err: error }, "unhandled error");
-    return reply.status(500).send(new ServiceError("Internal", "INTERNAL", "internal error").toBody());
+    return reply.status(500).send(serviceError("INTERNAL", "internal error").toBody());
   });
 
-  app.setNotFoundHandler((request, reply) => refuse(request, reply, new ServiceError("NotFound", "ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${request.url}`)));
+  app.setNotFoundHandler((request, reply) => refuse(request, reply, serviceError("ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${request.url}`)));
 
   app.addHook("onResponse", (request, reply, done) => {
     request.log.debug({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, "request");

@@ -1,5 +1,5 @@
 // API keys and passkeys (authenticators): the credentials users stamp requests with.
-import { alreadyExists, invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { validatePublicKey, type ApiKeyCurve } from "../crypto/keys.js";
 import { verifyPasskeyRegistration } from "../auth/webauthn.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
@@ -35,15 +35,15 @@ const MAX_EXPIRATION_SECONDS = 100 * 365 * 24 * 3600;
 export function parseExpirationSeconds(value: string | undefined, field: string): number | null {
   if (value === undefined || value === "") return null;
   if (!/^\d+$/.test(value) || Number(value) <= 0 || Number(value) > MAX_EXPIRATION_SECONDS) {
-    throw invalidArgument(`${field} must be a whole number of seconds between 1 and ${MAX_EXPIRATION_SECONDS}, got "${value}"`);
+    throw serviceError("REQUEST_INVALID", `${field} must be a whole number of seconds between 1 and ${MAX_EXPIRATION_SECONDS}, got "${value}"`);
   }
   return Number(value);
 }
 
 export function requireName(value: string, field: string): string {
   const trimmed = value.trim();
-  if (trimmed === "") throw invalidArgument(`${field} must not be empty`);
-  if (trimmed.length > 256) throw invalidArgument(`${field} must be at most 256 characters`);
+  if (trimmed === "") throw serviceError("REQUEST_INVALID", `${field} must not be empty`);
+  if (trimmed.length > 256) throw serviceError("REQUEST_INVALID", `${field} must be at most 256 characters`);
   return trimmed;
 }
 
@@ -54,7 +54,7 @@ export async function addApiKeys(ctx: ActivityContext, userId: string, keys: Api
     const name = requireName(key.apiKeyName, `${field}[${i}].apiKeyName`);
     const curve = key.curveType ?? "API_KEY_CURVE_P256";
     const problem = validatePublicKey(curve, key.publicKey);
-    if (problem) throw invalidArgument(`${field}[${i}].publicKey: ${problem}`, "INVALID_PUBLIC_KEY");
+    if (problem) throw serviceError("INVALID_PUBLIC_KEY", `${field}[${i}].publicKey: ${problem}`);
     const publicKey = key.publicKey.toLowerCase();
     const expirationSeconds = parseExpirationSeconds(key.expirationSeconds, `${field}[${i}].expirationSeconds`);
     const existing = await ctx.trx
@@ -64,7 +64,7 @@ export async function addApiKeys(ctx: ActivityContext, userId: string, keys: Api
       .where("public_key", "=", publicKey)
       .executeTakeFirst();
     if (existing || seen.has(publicKey)) {
-      throw alreadyExists(`an API key with public key ${publicKey} already exists in this organization`, "API_KEY_ALREADY_EXISTS");
+      throw serviceError("API_KEY_ALREADY_EXISTS", `an API key with public key ${publicKey} already exists in this organization`, "AlreadyExists");
     }
     seen.add(publicKey);
     const id = newId();
@@ -104,7 +104,7 @@ export async function addAuthenticators(ctx: ActivityContext, userId: string, au
       .where("organization_id", "=", ctx.organizationId)
       .where("credential_id", "=", passkey.credentialId)
       .executeTakeFirst();
-    if (existing) throw alreadyExists(`an authenticator with credential id ${passkey.credentialId} already exists in this organization`, "AUTHENTICATOR_ALREADY_EXISTS");
+    if (existing) throw serviceError("AUTHENTICATOR_ALREADY_EXISTS", `an authenticator with credential id ${passkey.credentialId} already exists in this organization`);
     const id = newId();
     await ctx.trx
       .insertInto("authenticators")
@@ -134,11 +134,11 @@ async function deleteUserCredentials(ctx: ActivityContext, table: "api_keys" | "
   const what = table === "api_keys" ? "API key" : "authenticator";
   await requireUser(ctx.trx, ctx.organizationId, userId);
   const ids = distinct(requested, field);
-  if (ids.length === 0) throw invalidArgument(`${field} must list at least one ${what}`);
+  if (ids.length === 0) throw serviceError("REQUEST_INVALID", `${field} must list at least one ${what}`);
   const found = await ctx.trx.selectFrom(table).select("id").where("user_id", "=", userId).where("id", "in", ids).execute();
   const missing = ids.find((id) => !found.some((row) => row.id === id));
   if (missing !== undefined) {
-    throw notFound(`${what} ${missing} not found for user ${userId}`, table === "api_keys" ? "API_KEY_NOT_FOUND" : "AUTHENTICATOR_NOT_FOUND");
+    throw serviceError(table === "api_keys" ? "API_KEY_NOT_FOUND" : "AUTHENTICATOR_NOT_FOUND", `${what} ${missing} not found for user ${userId}`);
   }
   await ctx.trx.deleteFrom(table).where("id", "in", ids).execute();
   return ids;
@@ -154,7 +154,7 @@ export const credentialOperations = [
     credentialOwner: (p) => p.userId,
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      if (p.apiKeys.length === 0) throw invalidArgument("apiKeys must list at least one key");
+      if (p.apiKeys.length === 0) throw serviceError("REQUEST_INVALID", "apiKeys must list at least one key");
       return { apiKeyIds: await addApiKeys(ctx, p.userId, p.apiKeys) };
     },
   }),
@@ -180,7 +180,7 @@ export const credentialOperations = [
     credentialOwner: (p) => p.userId,
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      if (p.authenticators.length === 0) throw invalidArgument("authenticators must list at least one authenticator");
+      if (p.authenticators.length === 0) throw serviceError("REQUEST_INVALID", "authenticators must list at least one authenticator");
       return { authenticatorIds: await addAuthenticators(ctx, p.userId, p.authenticators) };
     },
   }),
@@ -202,7 +202,7 @@ export const credentialOperations = [
     summary: "One API key.",
     async run(ctx, body) {
       const row = await ctx.db.selectFrom("api_keys").selectAll().where("organization_id", "=", ctx.organizationId).where("id", "=", body.apiKeyId).executeTakeFirst();
-      if (!row) throw notFound(`API key ${body.apiKeyId} not found`, "API_KEY_NOT_FOUND");
+      if (!row) throw serviceError("API_KEY_NOT_FOUND", `API key ${body.apiKeyId} not found`);
       return { apiKey: renderApiKey(row) };
     },
   }),
@@ -228,7 +228,7 @@ export const credentialOperations = [
         .where("organization_id", "=", ctx.organizationId)
         .where("id", "=", body.authenticatorId)
         .executeTakeFirst();
-      if (!row) throw notFound(`authenticator ${body.authenticatorId} not found`, "AUTHENTICATOR_NOT_FOUND");
+      if (!row) throw serviceError("AUTHENTICATOR_NOT_FOUND", `authenticator ${body.authenticatorId} not found`);
       return { authenticator: renderAuthenticator(row) };
     },
   }),

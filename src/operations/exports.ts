@@ -2,7 +2,7 @@
 // encrypted (HPKE) to the target public key the request names, inside a bundle signed by the
 // deployment's bundle signer — the format `decryptExportBundle` of @turnkey/crypto opens. A
 // successful export marks the wallet or key as exported (deletion rules depend on it).
-import { failedPrecondition, invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { HpkeError, sealTo, uncompressedP256 } from "../crypto/hpke.js";
 import type { BundleSigner } from "./service-keys.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
@@ -41,7 +41,7 @@ function targetKey(targetPublicKey: string): Uint8Array {
   try {
     return uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
   } catch (error) {
-    if (error instanceof HpkeError) throw invalidArgument(error.message, "INVALID_TARGET_PUBLIC_KEY");
+    if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
     throw error;
   }
 }
@@ -59,7 +59,7 @@ export const exportOperations = [
       const wallet = await requireWallet(ctx.trx, ctx.organizationId, p.walletId);
       // The same entropy spelled in another word list is another mnemonic, with other keys.
       if (p.language !== undefined && p.language !== wallet.mnemonic_language) {
-        throw failedPrecondition(`wallet ${wallet.id}'s mnemonic is in ${wallet.mnemonic_language}; spelling its entropy in ${p.language} would give a mnemonic that derives other keys`, "MNEMONIC_LANGUAGE_MISMATCH");
+        throw serviceError("MNEMONIC_LANGUAGE_MISMATCH", `wallet ${wallet.id}'s mnemonic is in ${wallet.mnemonic_language}; spelling its entropy in ${p.language} would give a mnemonic that derives other keys`);
       }
       const bundle = await exportBundle(ctx, p.targetPublicKey, ctx.env.keyring.open(wallet.sealed_mnemonic, mnemonicIdentity(wallet)));
       await ctx.trx.updateTable("wallets").set({ exported: 1, updated_at: ctx.now }).where("id", "=", wallet.id).execute();
@@ -103,7 +103,7 @@ export const exportOperations = [
     async execute(ctx, p) {
       targetKey(p.targetPublicKey);
       const signer = await findSigner(ctx.trx, ctx.organizationId, p.address);
-      if (signer.kind !== "wallet_account") throw notFound(`${p.address} is a private key's address, not a wallet account's: export it with export_private_key`, "WALLET_ACCOUNT_NOT_FOUND");
+      if (signer.kind !== "wallet_account") throw serviceError("WALLET_ACCOUNT_NOT_FOUND", `${p.address} is a private key's address, not a wallet account's: export it with export_private_key`);
       // Only this account's key leaves, not the mnemonic: the wallet is not marked exported.
       const bundle = await exportBundle(ctx, p.targetPublicKey, openSigner(ctx.env.keyring, signer) as Buffer);
       return { address: signer.address, exportBundle: bundle };

@@ -3,7 +3,7 @@
 // WebAuthn origins its passkeys may stamp from (a parent's setting covers its sub-organizations) and
 // the webhook URL its activities are delivered to.
 import type { Db, Tx } from "../store/database.js";
-import { invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { defineActivity, defineQuery } from "./registry.js";
 import { rootQuorumUserIds } from "./organizations.js";
 import { WEBAUTHN_ORIGINS } from "../auth/authenticate.js";
@@ -32,16 +32,16 @@ export async function setFeatures(trx: Tx, organizationId: string, features: Fea
 /** The origins of a FEATURE_NAME_WEBAUTHN_ORIGINS value: comma-separated, each exactly an origin. */
 export function parseOrigins(value: string): string[] {
   const origins = value.split(",").map((o) => o.trim()).filter(Boolean);
-  if (origins.length === 0) throw invalidArgument(`${WEBAUTHN_ORIGINS} needs at least one origin, e.g. "https://app.example.com" (several: comma-separated)`);
+  if (origins.length === 0) throw serviceError("REQUEST_INVALID", `${WEBAUTHN_ORIGINS} needs at least one origin, e.g. "https://app.example.com" (several: comma-separated)`);
   for (const origin of origins) {
     let parsed: URL;
     try {
       parsed = new URL(origin);
     } catch {
-      throw invalidArgument(`${WEBAUTHN_ORIGINS}: "${origin}" is not an origin such as https://app.example.com`);
+      throw serviceError("REQUEST_INVALID", `${WEBAUTHN_ORIGINS}: "${origin}" is not an origin such as https://app.example.com`);
     }
     if (parsed.origin !== origin || !["https:", "http:"].includes(parsed.protocol)) {
-      throw invalidArgument(`${WEBAUTHN_ORIGINS}: "${origin}" is not an origin (scheme, host and port only, no path or trailing slash), e.g. ${parsed.origin}`);
+      throw serviceError("REQUEST_INVALID", `${WEBAUTHN_ORIGINS}: "${origin}" is not an origin (scheme, host and port only, no path or trailing slash), e.g. ${parsed.origin}`);
     }
   }
   return origins;
@@ -77,7 +77,7 @@ export const featureOperations = [
     rootOnly: true,
     async execute(ctx, p) {
       const removed = await ctx.trx.deleteFrom("organization_features").where("organization_id", "=", ctx.organizationId).where("name", "=", p.name).executeTakeFirst();
-      if (Number(removed.numDeletedRows) === 0) throw notFound(`feature ${p.name} is not set in this organization`, "FEATURE_NOT_FOUND");
+      if (Number(removed.numDeletedRows) === 0) throw serviceError("FEATURE_NOT_FOUND", `feature ${p.name} is not set in this organization`);
       if (p.name === WEBHOOK) {
         await ctx.trx.updateTable("webhook_deliveries").set({ status: "cancelled", last_error: "the organization's webhook URL was removed", updated_at: ctx.now }).where("destination", "=", `feature:${ctx.organizationId}`).where("status", "=", "pending").execute();
       }

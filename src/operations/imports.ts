@@ -5,7 +5,7 @@
 // the secret (BIP-39 checksum; a valid scalar for the curve), store it sealed, and discard the
 // target. An import always targets the requesting user (the product's rule).
 import { p256 } from "@noble/curves/nist.js";
-import { alreadyExists, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { HpkeError, openWith, type Sealed } from "../crypto/hpke.js";
 import { detectMnemonicLanguage, keyPairFromPrivateKey, DerivationError, type Curve } from "../crypto/hd.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
@@ -21,7 +21,7 @@ const identity = (row: { id: string; organization_id: string }) => ({ organizati
 
 function requireOwnUser(ctx: ActivityContext, userId: string): void {
   if (userId !== ctx.principal.userId) {
-    throw permissionDenied(`an import must target the requesting user (${ctx.principal.userId}), not ${userId}`, "IMPORT_USER_MISMATCH");
+    throw serviceError("IMPORT_USER_MISMATCH", `an import must target the requesting user (${ctx.principal.userId}), not ${userId}`);
   }
 }
 
@@ -57,10 +57,10 @@ function parseEncryptedBundle(raw: string): Sealed {
   try {
     parsed = JSON.parse(raw);
   } catch {
-    throw invalidArgument("encryptedBundle must be the JSON {encappedPublic, ciphertext} that encryptWalletToBundle / encryptPrivateKeyToBundle return", "INVALID_IMPORT_BUNDLE");
+    throw serviceError("INVALID_IMPORT_BUNDLE", "encryptedBundle must be the JSON {encappedPublic, ciphertext} that encryptWalletToBundle / encryptPrivateKeyToBundle return");
   }
   const { encappedPublic, ciphertext } = (parsed ?? {}) as Record<string, unknown>;
-  if (typeof encappedPublic !== "string" || typeof ciphertext !== "string") throw invalidArgument("encryptedBundle lacks encappedPublic or ciphertext", "INVALID_IMPORT_BUNDLE");
+  if (typeof encappedPublic !== "string" || typeof ciphertext !== "string") throw serviceError("INVALID_IMPORT_BUNDLE", "encryptedBundle lacks encappedPublic or ciphertext");
   return { encappedPublic, ciphertext };
 }
 
@@ -71,15 +71,15 @@ async function openImport(ctx: ActivityContext, userId: string, kind: TargetKind
   const sealed = parseEncryptedBundle(encryptedBundle);
   const target = await trx.selectFrom("import_targets").selectAll().where("organization_id", "=", ctx.organizationId).where("user_id", "=", userId).where("kind", "=", kind).executeTakeFirst();
   const init = kind === "wallet" ? "init_import_wallet" : "init_import_private_key";
-  if (!target) throw notFound(`no import target for user ${userId}: call ${init} first (a target serves one import)`, "IMPORT_TARGET_NOT_FOUND");
-  if (target.expires_at <= ctx.now) throw failedPrecondition(`the import target from ${init} expired at ${new Date(target.expires_at).toISOString()}: call ${init} again`, "IMPORT_TARGET_EXPIRED");
+  if (!target) throw serviceError("IMPORT_TARGET_NOT_FOUND", `no import target for user ${userId}: call ${init} first (a target serves one import)`);
+  if (target.expires_at <= ctx.now) throw serviceError("IMPORT_TARGET_EXPIRED", `the import target from ${init} expired at ${new Date(target.expires_at).toISOString()}: call ${init} again`);
   const secret = ctx.env.keyring.open(target.sealed_private_key, identity(target));
   try {
     const plaintext = await openWith(secret, Buffer.from(target.public_key, "hex"), sealed);
     await trx.deleteFrom("import_targets").where("id", "=", target.id).execute();
     return Buffer.from(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength);
   } catch (error) {
-    if (error instanceof HpkeError) throw invalidArgument(`encryptedBundle: ${error.message}`, "INVALID_IMPORT_BUNDLE");
+    if (error instanceof HpkeError) throw serviceError("INVALID_IMPORT_BUNDLE", `encryptedBundle: ${error.message}`);
     throw error;
   } finally {
     secret.fill(0);
@@ -90,11 +90,11 @@ async function openImport(ctx: ActivityContext, userId: string, kind: TargetKind
 function importedMnemonic(plaintext: Buffer) {
   const text = plaintext.toString("utf8");
   plaintext.fill(0);
-  if (text.includes("\n--PASS--\n")) throw invalidArgument("mnemonics with a BIP-39 passphrase cannot be imported yet: import the mnemonic alone", "MNEMONIC_PASSPHRASE_UNSUPPORTED");
+  if (text.includes("\n--PASS--\n")) throw serviceError("MNEMONIC_PASSPHRASE_UNSUPPORTED", "mnemonics with a BIP-39 passphrase cannot be imported yet: import the mnemonic alone");
   const mnemonic = text.trim().normalize("NFKD").split(/\s+/u).join(" ");
   const language = detectMnemonicLanguage(mnemonic);
   // The message names no word: the mnemonic is the secret.
-  if (!language) throw invalidArgument("the imported mnemonic is not a valid BIP-39 phrase (a word outside the word lists, or a failed checksum)", "INVALID_MNEMONIC");
+  if (!language) throw serviceError("INVALID_MNEMONIC", "the imported mnemonic is not a valid BIP-39 phrase (a word outside the word lists, or a failed checksum)");
   return { mnemonic, language };
 }
 
@@ -148,13 +148,13 @@ export const importOperations = [
       try {
         pair = keyPairFromPrivateKey(p.curve, plaintext);
       } catch (error) {
-        if (error instanceof DerivationError) throw invalidArgument(`the imported key: ${error.message}`, "INVALID_PRIVATE_KEY");
+        if (error instanceof DerivationError) throw serviceError("INVALID_PRIVATE_KEY", `the imported key: ${error.message}`);
         throw error;
       } finally {
         plaintext.fill(0);
       }
       const taken = await ctx.trx.selectFrom("private_keys").select("id").where("organization_id", "=", ctx.organizationId).where("curve", "=", p.curve).where("public_key", "=", Buffer.from(pair.publicKey).toString("hex")).executeTakeFirst();
-      if (taken) throw alreadyExists(`this key is already private key ${taken.id} of the organization`, "PRIVATE_KEY_ALREADY_EXISTS");
+      if (taken) throw serviceError("PRIVATE_KEY_ALREADY_EXISTS", `this key is already private key ${taken.id} of the organization`);
       const [created] = await createPrivateKeys(ctx, [{ privateKeyName: p.privateKeyName, curve: p.curve, privateKeyTags: [], addressFormats: (p.addressFormats ?? []) as PrivateKeyParams["addressFormats"] }], pair);
       return { privateKeyId: created!.privateKeyId, addresses: created!.addresses };
     },

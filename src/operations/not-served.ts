@@ -3,7 +3,7 @@
 // OPERATION_NOT_SERVED saying so, not a 404 that reads like a typo or like a feature still to come.
 // Operations Sigil will serve later do not belong here: until they are built they answer 404 like any
 // unknown path. The routes (http/server.ts) and docs/operations.md derive from this table.
-import { ServiceError } from "../errors.js";
+import { ServiceError, serviceError } from "../errors.js";
 import { swagger } from "./registry.js";
 
 export interface NotServedOperation {
@@ -84,6 +84,6 @@ for (const { path } of notServedOperations) {
 /** The answer to every request for `operation`: given before the stamp is checked, since it tells
  * nothing the product's public API description does not already say. */
 export function notServedError(operation: NotServedOperation): ServiceError {
-  return new ServiceError("Unimplemented", "OPERATION_NOT_SERVED",
+  return serviceError("OPERATION_NOT_SERVED",
     `${operation.path} is a hosted-only service of the product (${operation.service}); a self-hosted Sigil does not provide it`);
 }

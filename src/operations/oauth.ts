@@ -6,7 +6,7 @@
 // providers themselves are managed here too. The audit log keeps the token's identity claims, never
 // the token (a bearer credential until it expires).
 import crypto from "node:crypto";
-import { invalidArgument, notFound, permissionDenied } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { unverifiedOidcClaims, type OidcIdentity } from "../auth/oidc.js";
 import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "./registry.js";
 import { distinct, renderOauthProvider, requireAtMost, requireUser } from "./resources.js";
@@ -19,7 +19,7 @@ const nonceOf = (publicKey: string) => crypto.createHash("sha256").update(String
 /** The verified token's user: the organization's user with an OAuth provider for (issuer, one of the
  * token's audiences, subject). */
 async function userOfToken(ctx: ActivityContext, identity: OidcIdentity): Promise<string> {
-  if (identity.audiences.length === 0) throw permissionDenied("the OIDC token names no audience (aud)", "OIDC_AUDIENCE_MISMATCH");
+  if (identity.audiences.length === 0) throw serviceError("OIDC_AUDIENCE_MISMATCH", "the OIDC token names no audience (aud)", "PermissionDenied");
   const providers = await ctx.trx
     .selectFrom("oauth_providers")
     .select(["user_id", "audience"])
@@ -27,16 +27,16 @@ async function userOfToken(ctx: ActivityContext, identity: OidcIdentity): Promis
     .where("issuer", "=", identity.issuer)
     .where("subject", "=", identity.subject)
     .execute();
-  if (providers.length === 0) throw notFound(`no user of organization ${ctx.organizationId} has an OAuth provider for ${identity.issuer} subject ${identity.subject}`, "OAUTH_PROVIDER_NOT_FOUND");
+  if (providers.length === 0) throw serviceError("OAUTH_PROVIDER_NOT_FOUND", `no user of organization ${ctx.organizationId} has an OAuth provider for ${identity.issuer} subject ${identity.subject}`);
   const match = providers.find((p) => identity.audiences.includes(p.audience));
-  if (!match) throw permissionDenied(`the OIDC token's audience (${identity.audiences.join(", ")}) is not the one this user's provider was registered for`, "OIDC_AUDIENCE_MISMATCH");
+  if (!match) throw serviceError("OIDC_AUDIENCE_MISMATCH", `the OIDC token's audience (${identity.audiences.join(", ")}) is not the one this user's provider was registered for`, "PermissionDenied");
   return match.user_id;
 }
 
 async function verifiedUser(ctx: ActivityContext, oidcToken: string, publicKey: string): Promise<string> {
   const identity = await ctx.env.oidc.verify(oidcToken);
   if (identity.nonce !== nonceOf(publicKey)) {
-    throw permissionDenied("the OIDC token's nonce is not sha256(public key) of this login: the token was issued for another key", "OIDC_NONCE_MISMATCH");
+    throw serviceError("OIDC_NONCE_MISMATCH", "the OIDC token's nonce is not sha256(public key) of this login: the token was issued for another key");
   }
   return userOfToken(ctx, identity);
 }
@@ -99,7 +99,7 @@ export const oauthOperations = [
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       requireAtMost(p.oauthProviders ?? [], "oauthProviders");
-      if (!p.oauthProviders?.length) throw invalidArgument("oauthProviders must list at least one provider");
+      if (!p.oauthProviders?.length) throw serviceError("REQUEST_INVALID", "oauthProviders must list at least one provider");
       return { providerIds: await addOauthProviders(ctx, p.userId, p.oauthProviders, "oauthProviders") };
     },
   }),
@@ -114,10 +114,10 @@ export const oauthOperations = [
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       const ids = distinct(p.providerIds ?? [], "providerIds");
-      if (ids.length === 0) throw invalidArgument("providerIds must list at least one provider");
+      if (ids.length === 0) throw serviceError("REQUEST_INVALID", "providerIds must list at least one provider");
       const found = await ctx.trx.selectFrom("oauth_providers").select("id").where("user_id", "=", p.userId).where("id", "in", ids).execute();
       const missing = ids.filter((id) => !found.some((f) => f.id === id));
-      if (missing.length) throw notFound(`user ${p.userId} has no OAuth provider ${missing.join(", ")}`, "OAUTH_PROVIDER_NOT_FOUND");
+      if (missing.length) throw serviceError("OAUTH_PROVIDER_NOT_FOUND", `user ${p.userId} has no OAuth provider ${missing.join(", ")}`);
       await ctx.trx.deleteFrom("oauth_providers").where("id", "in", ids).execute();
       return { providerIds: ids };
     },

@@ -1,6 +1,6 @@
 // Organizations: creation (bootstrap), the root quorum's safety rule, and whoami.
 import type { Db, Tx } from "../store/database.js";
-import { failedPrecondition, invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { validatePublicKey, type ApiKeyCurve } from "../crypto/keys.js";
 import { defineActivity, defineQuery } from "./registry.js";
 import { distinct, newId, requireUsers } from "./resources.js";
@@ -18,9 +18,9 @@ export interface NewOrganization {
 export async function createOrganization(db: Db, input: NewOrganization, now = Date.now()) {
   const curve = input.apiKeyCurve ?? "API_KEY_CURVE_P256";
   const problem = validatePublicKey(curve, input.apiPublicKey);
-  if (problem) throw invalidArgument(`api public key: ${problem}`);
-  if (!input.organizationName.trim()) throw invalidArgument("organization name must not be empty");
-  if (!input.userName.trim()) throw invalidArgument("user name must not be empty");
+  if (problem) throw serviceError("REQUEST_INVALID", `api public key: ${problem}`);
+  if (!input.organizationName.trim()) throw serviceError("REQUEST_INVALID", "organization name must not be empty");
+  if (!input.userName.trim()) throw serviceError("REQUEST_INVALID", "user name must not be empty");
   const organizationId = newId();
   const userId = newId();
   const apiKeyId = newId();
@@ -100,9 +100,9 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
   if (row.deleted_at !== null) return;
   const reachable = Number(row.reachable ?? 0);
   if (reachable < row.root_quorum_threshold) {
-    throw failedPrecondition(
-      `this change would leave ${reachable} root user(s) with a usable credential, fewer than the root quorum threshold of ${row.root_quorum_threshold}: the organization would be locked out`,
+    throw serviceError(
       "ROOT_QUORUM_UNREACHABLE",
+      `this change would leave ${reachable} root user(s) with a usable credential, fewer than the root quorum threshold of ${row.root_quorum_threshold}: the organization would be locked out`,
     );
   }
 }
@@ -116,9 +116,9 @@ export const organizationOperations = [
     rootOnly: true,
     async execute(ctx, p) {
       const userIds = distinct(p.userIds, "userIds");
-      if (userIds.length === 0) throw invalidArgument("userIds must name at least one user");
+      if (userIds.length === 0) throw serviceError("REQUEST_INVALID", "userIds must name at least one user");
       if (!Number.isInteger(p.threshold) || p.threshold < 1 || p.threshold > userIds.length) {
-        throw invalidArgument(`threshold must be between 1 and the number of users (${userIds.length}), got ${p.threshold}`);
+        throw serviceError("REQUEST_INVALID", `threshold must be between 1 and the number of users (${userIds.length}), got ${p.threshold}`);
       }
       await requireUsers(ctx.trx, ctx.organizationId, userIds);
       await ctx.trx.deleteFrom("root_quorum_members").where("organization_id", "=", ctx.organizationId).execute();
@@ -137,7 +137,7 @@ export const organizationOperations = [
     async run(ctx) {
       const organization = await ctx.db.selectFrom("organizations").select(["id", "name"]).where("id", "=", ctx.principal.organizationId).executeTakeFirst();
       const user = await ctx.db.selectFrom("users").select(["id", "name"]).where("id", "=", ctx.principal.userId).executeTakeFirst();
-      if (!organization || !user) throw notFound("the caller's user no longer exists", "USER_NOT_FOUND");
+      if (!organization || !user) throw serviceError("USER_NOT_FOUND", "the caller's user no longer exists");
       return { organizationId: organization.id, organizationName: organization.name, userId: user.id, username: user.name };
     },
   }),

@@ -13,7 +13,7 @@
 // (messages/send-budgets.ts).
 import crypto from "node:crypto";
 import { p256 } from "@noble/curves/nist.js";
-import { ServiceError, failedPrecondition, invalidArgument, notFound, permissionDenied } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { HpkeError, openWith } from "../crypto/hpke.js";
 import { hasTransport, messageIdentity, type Channel, type MessageContent } from "../messages/courier.js";
 import { recordSend, type SendBudgetSettings } from "../messages/send-budgets.js";
@@ -78,27 +78,27 @@ const hashOf = (ctx: ActivityContext, otpId: string, code: string) => ctx.env.ot
 function requireContact(otpType: unknown, contact: unknown): { otpType: OtpType; contact: string; channel: Channel } {
   if (otpType === "OTP_TYPE_EMAIL") {
     const email = String(contact ?? "").trim();
-    if (!EMAIL.test(email) || email.length > 320) throw invalidArgument(`contact must be an email address for OTP_TYPE_EMAIL, got "${String(contact)}"`, "INVALID_CONTACT");
+    if (!EMAIL.test(email) || email.length > 320) throw serviceError("INVALID_CONTACT", `contact must be an email address for OTP_TYPE_EMAIL, got "${String(contact)}"`);
     return { otpType, contact: email, channel: "email" };
   }
   if (otpType === "OTP_TYPE_SMS") {
     const phone = String(contact ?? "").replace(/[\s().-]/g, "");
-    if (!PHONE.test(phone)) throw invalidArgument(`contact must be a phone number in E.164 form (+ and 7 to 15 digits) for OTP_TYPE_SMS, got "${String(contact)}"`, "INVALID_CONTACT");
+    if (!PHONE.test(phone)) throw serviceError("INVALID_CONTACT", `contact must be a phone number in E.164 form (+ and 7 to 15 digits) for OTP_TYPE_SMS, got "${String(contact)}"`);
     return { otpType, contact: phone, channel: "sms" };
   }
-  throw invalidArgument(`otpType must be OTP_TYPE_EMAIL or OTP_TYPE_SMS, got "${String(otpType)}"`, "INVALID_OTP_TYPE");
+  throw serviceError("INVALID_OTP_TYPE", `otpType must be OTP_TYPE_EMAIL or OTP_TYPE_SMS, got "${String(otpType)}"`);
 }
 
 function codeShape(p: InitParams): { length: number; alphanumeric: boolean } {
   const length = p.otpLength ?? 9;
-  if (!Number.isInteger(length) || length < 6 || length > 9) throw invalidArgument(`otpLength must be 6 to 9, got ${String(p.otpLength)}`, "INVALID_OTP_LENGTH");
+  if (!Number.isInteger(length) || length < 6 || length > 9) throw serviceError("INVALID_OTP_LENGTH", `otpLength must be 6 to 9, got ${String(p.otpLength)}`);
   return { length, alphanumeric: p.alphanumeric ?? true };
 }
 
 function otpSeconds(ctx: ActivityContext, requested: string | undefined): number {
   if (requested === undefined || requested === "") return ctx.env.otp.defaultSeconds;
   if (!/^\d+$/.test(requested) || Number(requested) <= 0 || Number(requested) > MAX_OTP_SECONDS) {
-    throw invalidArgument(`expirationSeconds must be 1 to ${MAX_OTP_SECONDS} seconds for a one-time password, got "${requested}"`, "INVALID_EXPIRATION");
+    throw serviceError("INVALID_EXPIRATION", `expirationSeconds must be 1 to ${MAX_OTP_SECONDS} seconds for a one-time password, got "${requested}"`);
   }
   return Number(requested);
 }
@@ -114,7 +114,7 @@ const CODE_PLACEHOLDER = /\{\{\s*\.OtpCode\s*\}\}/g;
 /** The app name as it may appear in a subject and body: one line, short. */
 function appNameOf(p: InitParams): string {
   const name = (p.appName ?? p.emailCustomization?.appName ?? "").replace(/[\u0000-\u001f\u007f]/g, " ").trim();
-  if (name.length > MAX_APP_NAME) throw invalidArgument(`appName must be at most ${MAX_APP_NAME} characters`, "INVALID_APP_NAME");
+  if (name.length > MAX_APP_NAME) throw serviceError("INVALID_APP_NAME", `appName must be at most ${MAX_APP_NAME} characters`);
   return name;
 }
 
@@ -131,23 +131,23 @@ function requireOperatorDomain(settings: OtpSettings, field: string, value: stri
   if (kind === "url") {
     // URL parsing drops tabs and newlines and keeps spaces, so text around a URL could smuggle a
     // second link into the mail: only printable ASCII, written exactly as the parser reads it.
-    if (/[^\x21-\x7e]/.test(value)) throw invalidArgument(`${field} must be a URL of printable ASCII characters (no spaces or line breaks)`, "INVALID_EMAIL_CUSTOMIZATION");
+    if (/[^\x21-\x7e]/.test(value)) throw serviceError("INVALID_EMAIL_CUSTOMIZATION", `${field} must be a URL of printable ASCII characters (no spaces or line breaks)`);
     let url: URL;
     try {
       url = new URL(value);
     } catch {
-      throw invalidArgument(`${field} must be an https URL`, "INVALID_EMAIL_CUSTOMIZATION");
+      throw serviceError("INVALID_EMAIL_CUSTOMIZATION", `${field} must be an https URL`);
     }
-    if (url.protocol !== "https:") throw invalidArgument(`${field} must be an https URL`, "INVALID_EMAIL_CUSTOMIZATION");
-    if (url.href !== value) throw invalidArgument(`${field} must be written as a URL parser writes it: ${url.href}`, "INVALID_EMAIL_CUSTOMIZATION");
+    if (url.protocol !== "https:") throw serviceError("INVALID_EMAIL_CUSTOMIZATION", `${field} must be an https URL`);
+    if (url.href !== value) throw serviceError("INVALID_EMAIL_CUSTOMIZATION", `${field} must be written as a URL parser writes it: ${url.href}`);
     host = url.hostname.toLowerCase();
   } else {
-    if (!EMAIL.test(value)) throw invalidArgument(`${field} must be an email address`, "INVALID_EMAIL_CUSTOMIZATION");
+    if (!EMAIL.test(value)) throw serviceError("INVALID_EMAIL_CUSTOMIZATION", `${field} must be an email address`);
     host = value.slice(value.lastIndexOf("@") + 1).toLowerCase();
   }
   if (!allowedDomain(settings, host)) {
     const listed = settings.emailAllowedDomains.length ? `: ${settings.emailAllowedDomains.join(", ")}` : ", unset";
-    throw permissionDenied(`${field} points to ${host}, which is not among the operator's email domains (SIGIL_EMAIL_ALLOWED_DOMAINS${listed})`, "EMAIL_DOMAIN_NOT_ALLOWED");
+    throw serviceError("EMAIL_DOMAIN_NOT_ALLOWED", `${field} points to ${host}, which is not among the operator's email domains (SIGIL_EMAIL_ALLOWED_DOMAINS${listed})`);
   }
 }
 
@@ -161,22 +161,22 @@ function checkCustomization(settings: OtpSettings, p: InitParams, channel: Chann
       const value = (p as unknown as Record<string, unknown>)[field];
       return value !== undefined && value !== "" && !(field === "emailCustomization" && Object.keys(value as object).every((k) => k === "appName"));
     });
-    if (customized.length) throw permissionDenied(`a sub-organization's own credential may not customize the message (${customized.join(", ")}): the app's backend (the parent) does that`, "OTP_CUSTOMIZATION_NOT_ALLOWED");
-    if (!/^[A-Za-z][A-Za-z .'&-]{0,31}$/.test(appName) && appName !== "") throw invalidArgument("appName, from a sub-organization's own credential, must be up to 32 letters, spaces and . ' & -", "INVALID_APP_NAME");
+    if (customized.length) throw serviceError("OTP_CUSTOMIZATION_NOT_ALLOWED", `a sub-organization's own credential may not customize the message (${customized.join(", ")}): the app's backend (the parent) does that`);
+    if (!/^[A-Za-z][A-Za-z .'&-]{0,31}$/.test(appName) && appName !== "") throw serviceError("INVALID_APP_NAME", "appName, from a sub-organization's own credential, must be up to 32 letters, spaces and . ' & -");
     return undefined;
   }
   if (channel === "sms") {
     const template = p.smsCustomization?.template;
     // A template without the code would make this server an SMS relay for any text.
     if (template !== undefined && template !== "" && (template.match(CODE_PLACEHOLDER)?.length !== 1 || template.length > MAX_SMS_TEMPLATE)) {
-      throw invalidArgument(`smsCustomization.template must contain {{.OtpCode}} once and be at most ${MAX_SMS_TEMPLATE} characters`, "INVALID_SMS_TEMPLATE");
+      throw serviceError("INVALID_SMS_TEMPLATE", `smsCustomization.template must contain {{.OtpCode}} once and be at most ${MAX_SMS_TEMPLATE} characters`);
     }
     return undefined;
   }
   const custom = p.emailCustomization ?? {};
   if (custom.logoUrl) requireOperatorDomain(settings, "emailCustomization.logoUrl", custom.logoUrl, "url");
   if (custom.magicLinkTemplate) {
-    if (custom.magicLinkTemplate.split("%s").length !== 2) throw invalidArgument("emailCustomization.magicLinkTemplate must be an https URL with one %s where the code goes", "INVALID_EMAIL_CUSTOMIZATION");
+    if (custom.magicLinkTemplate.split("%s").length !== 2) throw serviceError("INVALID_EMAIL_CUSTOMIZATION", "emailCustomization.magicLinkTemplate must be an https URL with one %s where the code goes");
     requireOperatorDomain(settings, "emailCustomization.magicLinkTemplate", custom.magicLinkTemplate.replace("%s", "code"), "url");
   }
   if (custom.templateVariables !== undefined && custom.templateVariables !== "") {
@@ -186,9 +186,9 @@ function checkCustomization(settings: OtpSettings, p: InitParams, channel: Chann
     } catch {
       parsed = null;
     }
-    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw invalidArgument("emailCustomization.templateVariables must be a JSON object", "INVALID_EMAIL_CUSTOMIZATION");
+    if (!parsed || typeof parsed !== "object" || Array.isArray(parsed)) throw serviceError("INVALID_EMAIL_CUSTOMIZATION", "emailCustomization.templateVariables must be a JSON object");
   }
-  if (custom.templateId) throw invalidArgument("emailCustomization.templateId: this server has no stored email templates; leave it out", "EMAIL_TEMPLATE_NOT_FOUND");
+  if (custom.templateId) throw serviceError("EMAIL_TEMPLATE_NOT_FOUND", "emailCustomization.templateId: this server has no stored email templates; leave it out");
   if (p.replyToEmailAddress) requireOperatorDomain(settings, "replyToEmailAddress", p.replyToEmailAddress, "address");
   if (!p.sendFromEmailAddress) return undefined;
   requireOperatorDomain(settings, "sendFromEmailAddress", p.sendFromEmailAddress, "address");
@@ -291,23 +291,23 @@ type Presented = { otpId: string; otpCode?: string; encryptedOtpBundle?: string 
 
 async function presentedCode(ctx: ActivityContext, row: { id: string; organization_id: string; target_public_key: string | null; sealed_target_key: string | null }, presented: Presented): Promise<{ code: string; publicKey?: string }> {
   if (presented.encryptedOtpBundle === undefined) return { code: String(presented.otpCode ?? "") };
-  if (!row.sealed_target_key || !row.target_public_key) throw invalidArgument("this OTP was started without an encryption target (init_otp V1): send otpCode with verify_otp V1", "OTP_BUNDLE_UNSUPPORTED");
+  if (!row.sealed_target_key || !row.target_public_key) throw serviceError("OTP_BUNDLE_UNSUPPORTED", "this OTP was started without an encryption target (init_otp V1): send otpCode with verify_otp V1");
   let sealed: { encappedPublic?: unknown; ciphertext?: unknown };
   try {
     sealed = JSON.parse(presented.encryptedOtpBundle) as typeof sealed;
   } catch {
-    throw invalidArgument("encryptedOtpBundle must be the JSON {encappedPublic, ciphertext} encryptOtpCodeToBundle returns", "INVALID_OTP_BUNDLE");
+    throw serviceError("INVALID_OTP_BUNDLE", "encryptedOtpBundle must be the JSON {encappedPublic, ciphertext} encryptOtpCodeToBundle returns");
   }
-  if (typeof sealed.encappedPublic !== "string" || typeof sealed.ciphertext !== "string") throw invalidArgument("encryptedOtpBundle lacks encappedPublic or ciphertext", "INVALID_OTP_BUNDLE");
+  if (typeof sealed.encappedPublic !== "string" || typeof sealed.ciphertext !== "string") throw serviceError("INVALID_OTP_BUNDLE", "encryptedOtpBundle lacks encappedPublic or ciphertext");
   const secret = ctx.env.keyring.open(row.sealed_target_key, targetIdentity(row));
   try {
     const plaintext = await openWith(secret, Buffer.from(row.target_public_key, "hex"), { encappedPublic: sealed.encappedPublic, ciphertext: sealed.ciphertext });
     const inner = JSON.parse(Buffer.from(plaintext).toString("utf8")) as { otp_code?: unknown; public_key?: unknown };
-    if (typeof inner.otp_code !== "string") throw invalidArgument("encryptedOtpBundle does not carry an otp_code", "INVALID_OTP_BUNDLE");
+    if (typeof inner.otp_code !== "string") throw serviceError("INVALID_OTP_BUNDLE", "encryptedOtpBundle does not carry an otp_code");
     return { code: inner.otp_code, ...(typeof inner.public_key === "string" && inner.public_key ? { publicKey: inner.public_key } : {}) };
   } catch (error) {
-    if (error instanceof HpkeError) throw invalidArgument(`encryptedOtpBundle: ${error.message}`, "INVALID_OTP_BUNDLE");
-    if (error instanceof SyntaxError) throw invalidArgument("encryptedOtpBundle does not hold the JSON {otp_code, public_key}", "INVALID_OTP_BUNDLE");
+    if (error instanceof HpkeError) throw serviceError("INVALID_OTP_BUNDLE", `encryptedOtpBundle: ${error.message}`);
+    if (error instanceof SyntaxError) throw serviceError("INVALID_OTP_BUNDLE", "encryptedOtpBundle does not hold the JSON {otp_code, public_key}");
     throw error;
   } finally {
     secret.fill(0);
@@ -317,10 +317,10 @@ async function presentedCode(ctx: ActivityContext, row: { id: string; organizati
 async function findOtp(ctx: ActivityContext, otpId: string, flow: Flow) {
   const row = await ctx.trx.selectFrom("otps").selectAll().where("id", "=", String(otpId ?? "")).where("organization_id", "=", ctx.organizationId).where("flow", "=", flow).executeTakeFirst();
   const start = flow === "otp" ? "init_otp" : "init_otp_auth";
-  if (!row) throw notFound(`no one-time password ${otpId} of this organization from ${start}`, "OTP_NOT_FOUND");
-  if (row.used_at !== null) throw failedPrecondition(`one-time password ${otpId} was already used: start again with ${start}`, "OTP_ALREADY_USED");
-  if (row.attempts >= ctx.env.otp.maxAttempts) throw failedPrecondition(`one-time password ${otpId} was burnt after ${row.attempts} wrong codes: start again with ${start}`, "OTP_ATTEMPTS_EXCEEDED");
-  if (row.expires_at <= ctx.now) throw failedPrecondition(`one-time password ${otpId} expired at ${new Date(row.expires_at).toISOString()}: start again with ${start}`, "OTP_EXPIRED");
+  if (!row) throw serviceError("OTP_NOT_FOUND", `no one-time password ${otpId} of this organization from ${start}`);
+  if (row.used_at !== null) throw serviceError("OTP_ALREADY_USED", `one-time password ${otpId} was already used: start again with ${start}`);
+  if (row.attempts >= ctx.env.otp.maxAttempts) throw serviceError("OTP_ATTEMPTS_EXCEEDED", `one-time password ${otpId} was burnt after ${row.attempts} wrong codes: start again with ${start}`);
+  if (row.expires_at <= ctx.now) throw serviceError("OTP_EXPIRED", `one-time password ${otpId} expired at ${new Date(row.expires_at).toISOString()}: start again with ${start}`);
   return row;
 }
 
@@ -336,10 +336,10 @@ async function consumeOtp(ctx: ActivityContext, presented: Presented, flow: Flow
   const { code, publicKey } = await presentedCode(ctx, row, presented);
   if (!matches(ctx, row, code)) {
     const left = ctx.env.otp.maxAttempts - row.attempts - 1;
-    throw new ServiceError("Unauthenticated", "OTP_INVALID", `wrong one-time password for ${row.id}${left > 0 ? ` (${left} tr${left === 1 ? "y" : "ies"} left)` : "; it is now burnt"}`);
+    throw serviceError("OTP_INVALID", `wrong one-time password for ${row.id}${left > 0 ? ` (${left} tr${left === 1 ? "y" : "ies"} left)` : "; it is now burnt"}`);
   }
   const used = await ctx.trx.updateTable("otps").set({ used_at: ctx.now, sealed_target_key: null }).where("id", "=", row.id).where("used_at", "is", null).executeTakeFirst();
-  if (Number(used.numUpdatedRows) !== 1) throw failedPrecondition(`one-time password ${row.id} was already used`, "OTP_ALREADY_USED");
+  if (Number(used.numUpdatedRows) !== 1) throw serviceError("OTP_ALREADY_USED", `one-time password ${row.id} was already used`);
   return { row, publicKey };
 }
 
@@ -370,7 +370,7 @@ export const OTP_LOGIN_FEATURES: Record<OtpType, string> = { OTP_TYPE_EMAIL: "FE
 async function requireLoginFeature(ctx: ActivityContext, otpType: string): Promise<void> {
   const feature = OTP_LOGIN_FEATURES[otpType as OtpType];
   const row = await ctx.trx.selectFrom("organization_features").select("name").where("organization_id", "=", ctx.organizationId).where("name", "=", feature).executeTakeFirst();
-  if (!row) throw failedPrecondition(`${otpType} login is not enabled in organization ${ctx.organizationId}: its root quorum enables it with set_organization_feature ${feature}`, "FEATURE_NOT_ENABLED");
+  if (!row) throw serviceError("FEATURE_NOT_ENABLED", `${otpType} login is not enabled in organization ${ctx.organizationId}: its root quorum enables it with set_organization_feature ${feature}`);
 }
 
 /** Marks the contact proven on the user (list_verified_suborgs reads it). */
@@ -392,8 +392,8 @@ async function userWithContact(ctx: ActivityContext, otpType: string, contact: s
     const stored = byEmail ? r.email! : r.phone_number!;
     return (byEmail ? foldEmail(stored) : stored.replace(/[\s().-]/g, "")) === wanted ? [{ id: r.id, contact: stored }] : [];
   });
-  if (found.length === 0) throw notFound(`no user of organization ${ctx.organizationId} has ${byEmail ? "email" : "phone number"} ${contact}`, "USER_NOT_FOUND");
-  if (found.length > 1) throw failedPrecondition(`${found.length} users of organization ${ctx.organizationId} share ${contact}: a one-time password cannot tell them apart`, "CONTACT_AMBIGUOUS");
+  if (found.length === 0) throw serviceError("USER_NOT_FOUND", `no user of organization ${ctx.organizationId} has ${byEmail ? "email" : "phone number"} ${contact}`);
+  if (found.length > 1) throw serviceError("CONTACT_AMBIGUOUS", `${found.length} users of organization ${ctx.organizationId} share ${contact}: a one-time password cannot tell them apart`);
   return found[0]!;
 }
 
@@ -413,22 +413,22 @@ export interface VerificationClaims {
  * use; marks it used. `organizationId` must be the one that verified it or a sub-organization of it. */
 export async function spendVerificationToken(ctx: ActivityContext, token: string): Promise<VerificationClaims> {
   const claims = ctx.env.bundles.verifyJwt(String(token ?? "")) as VerificationClaims | null;
-  if (!claims || typeof claims.id !== "string") throw invalidArgument("verificationToken is not a token this server issued (its signature does not verify)", "VERIFICATION_TOKEN_INVALID");
+  if (!claims || typeof claims.id !== "string") throw serviceError("VERIFICATION_TOKEN_INVALID", "verificationToken is not a token this server issued (its signature does not verify)", "InvalidArgument");
   const row = await ctx.trx.selectFrom("verification_tokens").selectAll().where("id", "=", claims.id).executeTakeFirst();
-  if (!row) throw notFound(`verification token ${claims.id} is unknown (its organization was deleted?)`, "VERIFICATION_TOKEN_INVALID");
-  if (row.used_at !== null) throw failedPrecondition(`verification token ${claims.id} was already used`, "VERIFICATION_TOKEN_ALREADY_USED");
-  if (row.expires_at <= ctx.now) throw failedPrecondition(`verification token ${claims.id} expired at ${new Date(row.expires_at).toISOString()}`, "VERIFICATION_TOKEN_EXPIRED");
+  if (!row) throw serviceError("VERIFICATION_TOKEN_INVALID", `verification token ${claims.id} is unknown (its organization was deleted?)`, "NotFound");
+  if (row.used_at !== null) throw serviceError("VERIFICATION_TOKEN_ALREADY_USED", `verification token ${claims.id} was already used`);
+  if (row.expires_at <= ctx.now) throw serviceError("VERIFICATION_TOKEN_EXPIRED", `verification token ${claims.id} expired at ${new Date(row.expires_at).toISOString()}`);
   if (row.organization_id !== ctx.organizationId) {
     const organization = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", ctx.organizationId).executeTakeFirst();
     if (organization?.parent_organization_id !== row.organization_id) {
-      throw permissionDenied(`verification token ${claims.id} was issued to organization ${row.organization_id}; it serves that organization and its sub-organizations only`, "VERIFICATION_TOKEN_ORGANIZATION_MISMATCH");
+      throw serviceError("VERIFICATION_TOKEN_ORGANIZATION_MISMATCH", `verification token ${claims.id} was issued to organization ${row.organization_id}; it serves that organization and its sub-organizations only`);
     }
   }
   // Spent by a conditional update: two logins into different sub-organizations hold different
   // organization locks, so only the row (PostgreSQL re-checks the condition after waiting for the
   // other's commit) keeps a token to one use.
   const spent = await ctx.trx.updateTable("verification_tokens").set({ used_at: ctx.now }).where("id", "=", row.id).where("used_at", "is", null).executeTakeFirst();
-  if (Number(spent.numUpdatedRows) !== 1) throw failedPrecondition(`verification token ${claims.id} was already used`, "VERIFICATION_TOKEN_ALREADY_USED");
+  if (Number(spent.numUpdatedRows) !== 1) throw serviceError("VERIFICATION_TOKEN_ALREADY_USED", `verification token ${claims.id} was already used`);
   return { ...claims, contact: row.contact, verification_type: row.otp_type, ...(row.public_key ? { public_key: row.public_key } : {}) };
 }
 
@@ -462,13 +462,13 @@ const sameSet = (a: string[], b: string[]) => a.length === b.length && [...a].so
  */
 export function checkClientSignature(signature: ClientSignature | undefined, claims: VerificationClaims, usage: SignatureUsage, required: boolean): void {
   if (!signature) {
-    if (required || claims.public_key) throw invalidArgument("clientSignature is required: sign the usage message with the key the verification token is bound to", "CLIENT_SIGNATURE_REQUIRED");
+    if (required || claims.public_key) throw serviceError("CLIENT_SIGNATURE_REQUIRED", "clientSignature is required: sign the usage message with the key the verification token is bound to");
     return;
   }
-  if (!claims.public_key) throw invalidArgument("this verification token is bound to no key (verify_otp was sent without publicKey): it takes no clientSignature", "CLIENT_SIGNATURE_INVALID");
-  if (signature.scheme !== "CLIENT_SIGNATURE_SCHEME_API_P256") throw invalidArgument(`clientSignature.scheme must be CLIENT_SIGNATURE_SCHEME_API_P256, got ${String(signature.scheme)}`, "CLIENT_SIGNATURE_INVALID");
+  if (!claims.public_key) throw serviceError("CLIENT_SIGNATURE_INVALID", "this verification token is bound to no key (verify_otp was sent without publicKey): it takes no clientSignature", "InvalidArgument");
+  if (signature.scheme !== "CLIENT_SIGNATURE_SCHEME_API_P256") throw serviceError("CLIENT_SIGNATURE_INVALID", `clientSignature.scheme must be CLIENT_SIGNATURE_SCHEME_API_P256, got ${String(signature.scheme)}`, "InvalidArgument");
   const boundKey = sessionPublicKey(claims.public_key, "the token's public_key");
-  if (sessionPublicKey(signature.publicKey, "clientSignature.publicKey") !== boundKey) throw permissionDenied("clientSignature.publicKey is not the key the verification token is bound to", "CLIENT_SIGNATURE_INVALID");
+  if (sessionPublicKey(signature.publicKey, "clientSignature.publicKey") !== boundKey) throw serviceError("CLIENT_SIGNATURE_INVALID", "clientSignature.publicKey is not the key the verification token is bound to", "PermissionDenied");
   let message: {
     login?: { publicKey?: unknown };
     signupV2?: { email?: unknown; phoneNumber?: unknown; apiKeys?: Array<{ publicKey?: unknown }>; authenticators?: Array<{ attestation?: { credentialId?: unknown } }>; oauthProviders?: Array<{ oidcToken?: unknown }> };
@@ -478,15 +478,15 @@ export function checkClientSignature(signature: ClientSignature | undefined, cla
   try {
     message = JSON.parse(String(signature.message ?? "")) as typeof message;
   } catch {
-    throw invalidArgument("clientSignature.message must be the JSON usage message", "CLIENT_SIGNATURE_INVALID");
+    throw serviceError("CLIENT_SIGNATURE_INVALID", "clientSignature.message must be the JSON usage message", "InvalidArgument");
   }
-  if (message?.type !== usage.type || message.tokenId !== claims.id) throw permissionDenied(`clientSignature.message is not a ${usage.type} of this token`, "CLIENT_SIGNATURE_INVALID");
+  if (message?.type !== usage.type || message.tokenId !== claims.id) throw serviceError("CLIENT_SIGNATURE_INVALID", `clientSignature.message is not a ${usage.type} of this token`, "PermissionDenied");
   if (usage.type === "USAGE_TYPE_LOGIN" && (typeof message.login?.publicKey !== "string" || sessionPublicKey(message.login.publicKey, "clientSignature.message.login.publicKey") !== usage.sessionKey)) {
-    throw permissionDenied("clientSignature.message logs in another session key than publicKey", "CLIENT_SIGNATURE_INVALID");
+    throw serviceError("CLIENT_SIGNATURE_INVALID", "clientSignature.message logs in another session key than publicKey", "PermissionDenied");
   }
   if (usage.type === "USAGE_TYPE_SIGNUP") {
     const signed = claims.verification_type === "OTP_TYPE_EMAIL" ? message.signupV2?.email : message.signupV2?.phoneNumber;
-    if (signed !== undefined && foldEmail(String(signed)) !== foldEmail(claims.contact)) throw permissionDenied("clientSignature.message signs up another contact than the token proves", "CLIENT_SIGNATURE_INVALID");
+    if (signed !== undefined && foldEmail(String(signed)) !== foldEmail(claims.contact)) throw serviceError("CLIENT_SIGNATURE_INVALID", "clientSignature.message signs up another contact than the token proves", "PermissionDenied");
     // The signature covers the credentials the new user gets: nobody relaying the request can swap in their own.
     const signup = message.signupV2 ?? {};
     const list = <T>(value: T[] | undefined) => (Array.isArray(value) ? value : []);
@@ -496,15 +496,15 @@ export function checkClientSignature(signature: ClientSignature | undefined, cla
       oauthProviders: list(signup.oauthProviders).map((o) => String(o?.oidcToken ?? "")),
     };
     for (const kind of ["apiKeys", "authenticators", "oauthProviders"] as const) {
-      if (!sameSet(signed_[kind], usage.credentials[kind])) throw permissionDenied(`clientSignature.message signs up other ${kind} than the request gives the user`, "CLIENT_SIGNATURE_INVALID");
+      if (!sameSet(signed_[kind], usage.credentials[kind])) throw serviceError("CLIENT_SIGNATURE_INVALID", `clientSignature.message signs up other ${kind} than the request gives the user`, "PermissionDenied");
     }
   }
   const raw = String(signature.signature ?? "").replace(/^0x/, "");
-  if (!/^([0-9a-fA-F]{2})+$/.test(raw)) throw invalidArgument("clientSignature.signature must be hex", "CLIENT_SIGNATURE_INVALID");
+  if (!/^([0-9a-fA-F]{2})+$/.test(raw)) throw serviceError("CLIENT_SIGNATURE_INVALID", "clientSignature.signature must be hex", "InvalidArgument");
   const bytes = Buffer.from(raw, "hex");
   const signedBytes = Buffer.from(String(signature.message), "utf8");
   const ok = bytes.length === 64 ? p256.verify(bytes, crypto.createHash("sha256").update(signedBytes).digest(), Buffer.from(boundKey, "hex"), { prehash: false, lowS: false }) : verifyP256Der(boundKey, signedBytes, bytes);
-  if (!ok) throw permissionDenied("clientSignature does not verify with the verification token's key", "CLIENT_SIGNATURE_INVALID");
+  if (!ok) throw serviceError("CLIENT_SIGNATURE_INVALID", "clientSignature does not verify with the verification token's key", "PermissionDenied");
 }
 
 export const otpOperations = [
@@ -576,7 +576,7 @@ export const otpOperations = [
     async execute(ctx, p) {
       const requested = p.expirationSeconds;
       if (requested !== undefined && requested !== "" && (!/^\d+$/.test(requested) || Number(requested) <= 0 || Number(requested) > MAX_VERIFICATION_TOKEN_SECONDS)) {
-        throw invalidArgument(`expirationSeconds must be 1 to ${MAX_VERIFICATION_TOKEN_SECONDS} seconds for a verification token, got "${requested}"`, "INVALID_EXPIRATION");
+        throw serviceError("INVALID_EXPIRATION", `expirationSeconds must be 1 to ${MAX_VERIFICATION_TOKEN_SECONDS} seconds for a verification token, got "${requested}"`);
       }
       const seconds = requested ? Number(requested) : ctx.env.otp.verificationTokenSeconds;
       const boundKey = p.publicKey !== undefined && p.publicKey !== "" ? sessionPublicKey(p.publicKey, "publicKey") : undefined;

@@ -1,6 +1,6 @@
 // Policies as resources: created, updated, deleted as activities, read by queries. Every expression is
 // compiled when stored, so a policy that does not parse or type-check never reaches the engine.
-import { invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { InvalidPolicyError, present, validatePolicy } from "../policy/engine.js";
 import type { PoliciesTable } from "../store/schema.js";
 import type { Db, Tx } from "../store/database.js";
@@ -61,12 +61,12 @@ export function selectorsToExpressions(selectors: Selector[]): { condition?: str
   const condition: string[] = [];
   const consensus: string[] = [];
   for (const [i, s] of selectors.entries()) {
-    if (!s.subject || !s.operator) throw invalidArgument(`selectors[${i}] needs a subject and an operator`);
+    if (!s.subject || !s.operator) throw serviceError("REQUEST_INVALID", `selectors[${i}] needs a subject and an operator`);
     // The subject is pasted into the expression, so it must be a keyword path and nothing more.
-    if (!/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$/.test(s.subject)) throw invalidArgument(`selectors[${i}].subject must be a keyword path such as activity.type, got "${s.subject}"`, "POLICY_INVALID");
+    if (!/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$/.test(s.subject)) throw serviceError("POLICY_INVALID", `selectors[${i}].subject must be a keyword path such as activity.type, got "${s.subject}"`);
     const targets = s.targets ?? (s.target !== undefined ? [s.target] : []);
     const one = () => {
-      if (targets.length !== 1) throw invalidArgument(`selectors[${i}]: ${s.operator} takes exactly one target`);
+      if (targets.length !== 1) throw serviceError("REQUEST_INVALID", `selectors[${i}]: ${s.operator} takes exactly one target`);
       return literal(targets[0]!);
     };
     const list = `[${targets.map(literal).join(", ")}]`;
@@ -85,7 +85,7 @@ export function selectorsToExpressions(selectors: Selector[]): { condition?: str
     else if (s.operator === "OPERATOR_NOT_IN") expression = `!(${s.subject} in ${list})`;
     else if (s.operator === "OPERATOR_CONTAINS_ONE") expression = `${list}.any(target, ${s.subject}.contains(target))`;
     else if (s.operator === "OPERATOR_CONTAINS_ALL") expression = `${list}.all(target, ${s.subject}.contains(target))`;
-    else throw invalidArgument(`selectors[${i}]: unknown operator ${s.operator}`);
+    else throw serviceError("REQUEST_INVALID", `selectors[${i}]: unknown operator ${s.operator}`);
     (/^(approvers|credentials)\b/.test(s.subject) ? consensus : condition).push(`(${expression})`);
   }
   return {
@@ -99,7 +99,7 @@ function checkExpressions(policy: { condition?: string | null; consensus?: strin
   try {
     validatePolicy({ condition: policy.condition ?? null, consensus: policy.consensus ?? null, time: policy.time ?? null });
   } catch (error) {
-    if (error instanceof InvalidPolicyError) throw invalidArgument(`${where}${error.field} is not a valid policy expression: ${error.problem.message}`, "POLICY_INVALID");
+    if (error instanceof InvalidPolicyError) throw serviceError("POLICY_INVALID", `${where}${error.field} is not a valid policy expression: ${error.problem.message}`);
     throw error;
   }
 }
@@ -130,7 +130,7 @@ async function insertPolicy(ctx: ActivityContext, policy: NewPolicy, where: stri
 
 async function requirePolicy(trx: Tx, organizationId: string, policyId: string): Promise<PoliciesTable> {
   const row = await trx.selectFrom("policies").selectAll().where("organization_id", "=", organizationId).where("id", "=", policyId).executeTakeFirst();
-  if (!row) throw notFound(`policy ${policyId} not found`, "POLICY_NOT_FOUND");
+  if (!row) throw serviceError("POLICY_NOT_FOUND", `policy ${policyId} not found`);
   return row;
 }
 
@@ -168,7 +168,7 @@ export const policyOperations = [
     resource: "POLICY",
     action: "CREATE",
     async execute(ctx, p) {
-      if (p.policies.length === 0) throw invalidArgument("policies must not be empty");
+      if (p.policies.length === 0) throw serviceError("REQUEST_INVALID", "policies must not be empty");
       const policyIds: string[] = [];
       for (const [i, policy] of p.policies.entries()) policyIds.push(await insertPolicy(ctx, policy, `policies[${i}].`));
       return { policyIds };
@@ -214,7 +214,7 @@ export const policyOperations = [
     action: "DELETE",
     async execute(ctx, p) {
       const ids = distinct(p.policyIds, "policyIds");
-      if (ids.length === 0) throw invalidArgument("policyIds must not be empty");
+      if (ids.length === 0) throw serviceError("REQUEST_INVALID", "policyIds must not be empty");
       await deletePolicies(ctx, ids);
       return { policyIds: ids };
     },
@@ -225,7 +225,7 @@ export const policyOperations = [
     summary: "One policy.",
     async run(ctx, body) {
       const row = await ctx.db.selectFrom("policies").selectAll().where("organization_id", "=", ctx.organizationId).where("id", "=", body.policyId).executeTakeFirst();
-      if (!row) throw notFound(`policy ${body.policyId} not found`, "POLICY_NOT_FOUND");
+      if (!row) throw serviceError("POLICY_NOT_FOUND", `policy ${body.policyId} not found`);
       return { policy: renderPolicy(row) };
     },
   }),

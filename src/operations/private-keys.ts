@@ -1,6 +1,6 @@
 // Standalone private keys: generated inside the service, sealed under the master key, with the
 // addresses the caller asks for derived from the public key.
-import { alreadyExists, failedPrecondition, invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import type { Db, Tx } from "../store/database.js";
 import type { PrivateKeysTable } from "../store/schema.js";
 import { generateKeyPair, type Curve, type KeyPair } from "../crypto/hd.js";
@@ -59,13 +59,13 @@ export const privateKeyKeyword = (row: PrivateKeysTable, tags: string[]) => ({ i
 
 export async function requirePrivateKey(db: Db | Tx, organizationId: string, privateKeyId: string): Promise<PrivateKeysTable> {
   const row = await db.selectFrom("private_keys").selectAll().where("organization_id", "=", organizationId).where("id", "=", privateKeyId).executeTakeFirst();
-  if (!row) throw notFound(`private key ${privateKeyId} not found`, "PRIVATE_KEY_NOT_FOUND");
+  if (!row) throw serviceError("PRIVATE_KEY_NOT_FOUND", `private key ${privateKeyId} not found`);
   return row;
 }
 
 /** Creates private keys: fresh ones, or — for an import — the one key pair `supplied`. */
 export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyParams[], supplied?: KeyPair) {
-  if (keys.length === 0) throw invalidArgument("privateKeys must list at least one key");
+  if (keys.length === 0) throw serviceError("REQUEST_INVALID", "privateKeys must list at least one key");
   requireAtMost(keys, "privateKeys");
   const created: { privateKeyId: string; addresses: StoredAddress[] }[] = [];
   const names = new Set<string>();
@@ -73,14 +73,14 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
     const where = `privateKeys[${i}]`;
     const name = requireName(key.privateKeyName, `${where}.privateKeyName`);
     if (names.has(name) || (await ctx.trx.selectFrom("private_keys").select("id").where("organization_id", "=", ctx.organizationId).where("name", "=", name).executeTakeFirst())) {
-      throw alreadyExists(`a private key named "${name}" already exists`, "PRIVATE_KEY_ALREADY_EXISTS");
+      throw serviceError("PRIVATE_KEY_ALREADY_EXISTS", `a private key named "${name}" already exists`);
     }
     names.add(name);
     const tagIds = distinct(key.privateKeyTags, `${where}.privateKeyTags`);
     if (tagIds.length) {
       const found = await ctx.trx.selectFrom("tags").select("id").where("organization_id", "=", ctx.organizationId).where("tag_type", "=", "TAG_TYPE_PRIVATE_KEY").where("id", "in", tagIds).execute();
       const missing = tagIds.find((id) => !found.some((f) => f.id === id));
-      if (missing !== undefined) throw notFound(`${where}.privateKeyTags: private key tag ${missing} not found`, "PRIVATE_KEY_TAG_NOT_FOUND");
+      if (missing !== undefined) throw serviceError("PRIVATE_KEY_TAG_NOT_FOUND", `${where}.privateKeyTags: private key tag ${missing} not found`);
     }
     const formats = distinct(key.addressFormats, `${where}.addressFormats`) as AddressFormat[];
     const pair = supplied ?? generateKeyPair(key.curve);
@@ -88,7 +88,7 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
       try {
         return { format, address: address(key.curve, format, pair.publicKey) };
       } catch (error) {
-        if (error instanceof UnsupportedAddressError) throw invalidArgument(`${where}.addressFormats: ${error.message}`, "UNSUPPORTED_ADDRESS_FORMAT");
+        if (error instanceof UnsupportedAddressError) throw serviceError("UNSUPPORTED_ADDRESS_FORMAT", `${where}.addressFormats: ${error.message}`);
         throw error;
       }
     });
@@ -138,11 +138,11 @@ export const privateKeyOperations = [
     action: "DELETE",
     async execute(ctx, p) {
       const ids = distinct(p.privateKeyIds, "privateKeyIds");
-      if (ids.length === 0) throw invalidArgument("privateKeyIds must list at least one key");
+      if (ids.length === 0) throw serviceError("REQUEST_INVALID", "privateKeyIds must list at least one key");
       for (const id of ids) {
         const row = await requirePrivateKey(ctx.trx, ctx.organizationId, id);
         if (row.exported !== 1 && p.deleteWithoutExport !== true) {
-          throw failedPrecondition(`private key ${id} has never been exported: deleting it loses it for good. Export it first, or pass deleteWithoutExport: true`, "PRIVATE_KEY_NOT_EXPORTED");
+          throw serviceError("PRIVATE_KEY_NOT_EXPORTED", `private key ${id} has never been exported: deleting it loses it for good. Export it first, or pass deleteWithoutExport: true`);
         }
       }
       await ctx.trx.deleteFrom("private_key_tag_members").where("private_key_id", "in", ids).execute();

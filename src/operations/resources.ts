@@ -4,7 +4,7 @@ import type { ExpressionBuilder } from "kysely";
 import type { Db, Tx } from "../store/database.js";
 import type { Selectable } from "kysely";
 import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
-import { invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { API_KEY_CREDENTIAL_TYPES } from "../auth/authenticate.js";
 
 /** Time-ordered (UUIDv7) so that records made in the same millisecond still list in creation order. */
@@ -97,7 +97,7 @@ export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: s
 
 export async function requireUser(db: Db | Tx, organizationId: string, userId: string): Promise<Selectable<UsersTable>> {
   const user = await db.selectFrom("users").selectAll().where("organization_id", "=", organizationId).where("id", "=", userId).executeTakeFirst();
-  if (!user) throw notFound(`user ${userId} not found in organization ${organizationId}`, "USER_NOT_FOUND");
+  if (!user) throw serviceError("USER_NOT_FOUND", `user ${userId} not found in organization ${organizationId}`);
   return user;
 }
 
@@ -109,7 +109,7 @@ export async function requireUsers(db: Db | Tx, organizationId: string, userIds:
   const missing = userIds.find((id) => !known.has(id));
   // Compared with undefined: an empty id is missing too, and a truthiness test let it through to
   // the insert, where the foreign key refused it (500).
-  if (missing !== undefined) throw notFound(`user ${missing} not found in organization ${organizationId}`, "USER_NOT_FOUND");
+  if (missing !== undefined) throw serviceError("USER_NOT_FOUND", `user ${missing} not found in organization ${organizationId}`);
 }
 
 /** Throws NotFound naming the first id that is not a user tag of the organization. */
@@ -124,14 +124,14 @@ export async function requireUserTags(db: Db | Tx, organizationId: string, tagId
     .execute();
   const known = new Set(found.map((t) => t.id));
   const missing = tagIds.find((id) => !known.has(id));
-  if (missing !== undefined) throw notFound(`user tag ${missing} not found in organization ${organizationId}`, "USER_TAG_NOT_FOUND");
+  if (missing !== undefined) throw serviceError("USER_TAG_NOT_FOUND", `user tag ${missing} not found in organization ${organizationId}`);
 }
 
 /** Rejects a list that names the same id twice: the caller almost certainly meant something else. */
 export function distinct(ids: string[], what: string): string[] {
   const seen = new Set<string>();
   for (const id of ids) {
-    if (seen.has(id)) throw invalidArgument(`${what} lists ${id} more than once`);
+    if (seen.has(id)) throw serviceError("REQUEST_INVALID", `${what} lists ${id} more than once`);
     seen.add(id);
   }
   return ids;
@@ -147,7 +147,7 @@ export interface Pagination {
 export function pageSize(limit: string | undefined): number {
   if (limit === undefined || limit === "") return 10;
   const n = Number(limit);
-  if (!/^\d+$/.test(limit) || n < 1 || n > 100) throw invalidArgument(`paginationOptions.limit must be between 1 and 100, got "${limit}"`);
+  if (!/^\d+$/.test(limit) || n < 1 || n > 100) throw serviceError("REQUEST_INVALID", `paginationOptions.limit must be between 1 and 100, got "${limit}"`);
   return n;
 }
 
@@ -158,7 +158,7 @@ export function pageSize(limit: string | undefined): number {
 export const MAX_ITEMS_PER_REQUEST = 100;
 
 export function requireAtMost(items: unknown[], field: string, max = MAX_ITEMS_PER_REQUEST): void {
-  if (items.length > max) throw invalidArgument(`${field} lists ${items.length} items; at most ${max} per request: send several requests`, "TOO_MANY_ITEMS");
+  if (items.length > max) throw serviceError("TOO_MANY_ITEMS", `${field} lists ${items.length} items; at most ${max} per request: send several requests`);
 }
 
 /**

@@ -11,7 +11,7 @@
 import { p256 } from "@noble/curves/nist.js";
 import { createBase58check } from "@scure/base";
 import { sha256 as sha256Hash } from "@noble/hashes/sha2.js";
-import { failedPrecondition, invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { HpkeError, sealTo, uncompressedP256 } from "../crypto/hpke.js";
 import { compressP256 } from "../crypto/keys.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
@@ -40,9 +40,9 @@ const base58check = createBase58check(sha256Hash);
 /** A session's validity in seconds: the request's, within the configured maximum, or the default. */
 export function sessionSeconds(settings: SessionSettings, requested: string | undefined, field = "expirationSeconds"): number {
   if (requested === undefined || requested === "") return settings.defaultSeconds;
-  if (!/^\d+$/.test(requested) || Number(requested) <= 0) throw invalidArgument(`${field} must be a whole number of seconds, got "${requested}"`, "INVALID_EXPIRATION");
+  if (!/^\d+$/.test(requested) || Number(requested) <= 0) throw serviceError("INVALID_EXPIRATION", `${field} must be a whole number of seconds, got "${requested}"`);
   if (Number(requested) > settings.maxSeconds) {
-    throw invalidArgument(`${field} ${requested} exceeds the longest session this server grants (${settings.maxSeconds} seconds, SIGIL_SESSION_MAX_SECONDS)`, "SESSION_EXPIRATION_TOO_LONG");
+    throw serviceError("SESSION_EXPIRATION_TOO_LONG", `${field} ${requested} exceeds the longest session this server grants (${settings.maxSeconds} seconds, SIGIL_SESSION_MAX_SECONDS)`);
   }
   return Number(requested);
 }
@@ -52,7 +52,7 @@ export function sessionPublicKey(value: unknown, field: string): string {
   try {
     return compressP256(uncompressedP256(String(value ?? ""), field));
   } catch (error) {
-    if (error instanceof HpkeError) throw invalidArgument(error.message, "INVALID_PUBLIC_KEY");
+    if (error instanceof HpkeError) throw serviceError("INVALID_PUBLIC_KEY", error.message);
     throw error;
   }
 }
@@ -82,7 +82,7 @@ export async function createSessionKey(ctx: ActivityContext, request: SessionKey
   const existing = await trx.selectFrom("api_keys").select(["id", "user_id", "session_kind"]).where("organization_id", "=", organizationId).where("public_key", "=", request.publicKey).executeTakeFirst();
   if (existing) {
     if (existing.user_id !== request.userId || existing.session_kind === null) {
-      throw failedPrecondition(`public key ${request.publicKey} is already an API key of this organization; a session needs a fresh key pair`, "API_KEY_ALREADY_EXISTS");
+      throw serviceError("API_KEY_ALREADY_EXISTS", `public key ${request.publicKey} is already an API key of this organization; a session needs a fresh key pair`, "FailedPrecondition");
     }
     await trx.deleteFrom("api_keys").where("id", "=", existing.id).execute();
   }
@@ -134,7 +134,7 @@ export async function issueCredentialBundle(ctx: ActivityContext, targetPublicKe
   try {
     receiver = uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
   } catch (error) {
-    if (error instanceof HpkeError) throw invalidArgument(error.message, "INVALID_TARGET_PUBLIC_KEY");
+    if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
     throw error;
   }
   const secret = p256.utils.randomSecretKey();
@@ -197,7 +197,7 @@ export const sessionOperations = [
       let userId = ownUser(p.userId, ctx.principal);
       if (p.email !== undefined) {
         const matches = await ctx.trx.selectFrom("users").select("id").where("organization_id", "=", ctx.organizationId).where("email", "=", p.email).execute();
-        if (matches.length !== 1) throw notFound(`no single user of organization ${ctx.organizationId} has email ${p.email}`, "USER_NOT_FOUND");
+        if (matches.length !== 1) throw serviceError("USER_NOT_FOUND", `no single user of organization ${ctx.organizationId} has email ${p.email}`);
         userId = matches[0]!.id;
       }
       const names = await organizationAndUser(ctx, userId);

@@ -2,7 +2,7 @@
 // of a private key's addresses, as in the product. Finding it reads no secret (policies see the
 // result before anything is decided); opening it is a separate step, inside the allowed activity.
 import { getAddress, isAddress } from "viem";
-import { invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import type { Db, Tx } from "../store/database.js";
 import type { PrivateKeysTable, WalletAccountsTable, WalletsTable } from "../store/schema.js";
 import type { Curve } from "../crypto/hd.js";
@@ -21,7 +21,7 @@ const normalized = (signWith: string) => (isAddress(signWith, { strict: false })
 export type SignerWallet = Pick<WalletsTable, "id" | "name" | "imported" | "exported">;
 
 export async function findSigner(db: Db | Tx, organizationId: string, signWith: string): Promise<FoundSigner> {
-  if (typeof signWith !== "string" || signWith.trim() === "") throw invalidArgument("signWith must name a wallet account address, a private key id or a private key address");
+  if (typeof signWith !== "string" || signWith.trim() === "") throw serviceError("REQUEST_INVALID", "signWith must name a wallet account address, a private key id or a private key address");
   const wanted = normalized(signWith.trim());
   // The account with its wallet in one query: signing is the hot path, a round trip costs.
   const found = await db
@@ -49,7 +49,7 @@ export async function findSigner(db: Db | Tx, organizationId: string, signWith: 
       addressFormat = byAddress.format;
     }
   }
-  if (!privateKey) throw notFound(`signWith ${signWith} is neither a wallet account address, a private key id nor a private key address of this organization`, "SIGNER_NOT_FOUND");
+  if (!privateKey) throw serviceError("SIGNER_NOT_FOUND", `signWith ${signWith} is neither a wallet account address, a private key id nor a private key address of this organization`);
   const tags = await db.selectFrom("private_key_tag_members").select("tag_id").where("private_key_id", "=", privateKey.id).orderBy("tag_id").execute();
   return { kind: "private_key", curve: privateKey.curve as Curve, publicKey: privateKey.public_key, ...(address ? { address, addressFormat } : {}), privateKey, tags: tags.map((t) => t.tag_id) };
 }

@@ -2,7 +2,7 @@
 // is opened from its sealed form only inside the allowed activity, used once, and dropped.
 import { sha256 } from "@noble/hashes/sha2.js";
 import { keccak_256 } from "@noble/hashes/sha3.js";
-import { invalidArgument } from "../errors.js";
+import { serviceError } from "../errors.js";
 import type { Tx } from "../store/database.js";
 import { SigningError, type RawSignature } from "../crypto/sign.js";
 import type { SignatureThreads } from "../crypto/signature-threads.js";
@@ -61,7 +61,7 @@ function callerError<T>(where: string, f: () => T): T {
   try {
     return f();
   } catch (error) {
-    if (isCallerError(error)) throw invalidArgument(`${where}: ${error.message}`);
+    if (isCallerError(error)) throw serviceError("REQUEST_INVALID", `${where}: ${error.message}`);
     throw error;
   }
 }
@@ -71,7 +71,7 @@ async function callerErrorLater<T>(where: string, work: Promise<T>): Promise<T> 
   try {
     return await work;
   } catch (error) {
-    if (isCallerError(error)) throw invalidArgument(`${where}: ${error.message}`);
+    if (isCallerError(error)) throw serviceError("REQUEST_INVALID", `${where}: ${error.message}`);
     throw error;
   }
 }
@@ -79,7 +79,7 @@ async function callerErrorLater<T>(where: string, work: Promise<T>): Promise<T> 
 function bytesOf(payload: string, encoding: Encoding, where: string): Uint8Array {
   if (encoding === "PAYLOAD_ENCODING_TEXT_UTF8") return Buffer.from(payload, "utf8");
   const hex = payload.startsWith("0x") ? payload.slice(2) : payload;
-  if (!/^([0-9a-fA-F]{2})*$/.test(hex)) throw invalidArgument(`${where} is not hexadecimal (PAYLOAD_ENCODING_HEXADECIMAL): send an even number of hex digits, with or without 0x`);
+  if (!/^([0-9a-fA-F]{2})*$/.test(hex)) throw serviceError("REQUEST_INVALID", `${where} is not hexadecimal (PAYLOAD_ENCODING_HEXADECIMAL): send an even number of hex digits, with or without 0x`);
   return Buffer.from(hex, "hex");
 }
 
@@ -100,15 +100,15 @@ function structuredPayload(payload: string, encoding: "PAYLOAD_ENCODING_EIP712" 
 /** What one payload's signature is over, per the curve's rules, and the signature. */
 async function signPayload(signatures: SignatureThreads, signer: FoundSigner, privateKey: Uint8Array, payload: string, encoding: Encoding, hashFunction: HashFunction, where: string): Promise<RawSignature> {
   if (signer.curve === "CURVE_ED25519") {
-    if (hashFunction !== "HASH_FUNCTION_NOT_APPLICABLE") throw invalidArgument(`ed25519 hashes inside the signature: hashFunction must be HASH_FUNCTION_NOT_APPLICABLE, got ${hashFunction}`);
-    if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") throw invalidArgument(`${encoding} is signed with secp256k1 keys, and ${signer.kind === "wallet_account" ? signer.address : signer.privateKey.id} is ed25519`);
+    if (hashFunction !== "HASH_FUNCTION_NOT_APPLICABLE") throw serviceError("REQUEST_INVALID", `ed25519 hashes inside the signature: hashFunction must be HASH_FUNCTION_NOT_APPLICABLE, got ${hashFunction}`);
+    if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") throw serviceError("REQUEST_INVALID", `${encoding} is signed with secp256k1 keys, and ${signer.kind === "wallet_account" ? signer.address : signer.privateKey.id} is ed25519`);
     return signatures.signEd25519(privateKey, bytesOf(payload, encoding, where));
   }
-  if (hashFunction === "HASH_FUNCTION_NOT_APPLICABLE") throw invalidArgument(`HASH_FUNCTION_NOT_APPLICABLE is for ed25519 keys; a ${signer.curve} key signs a 32-byte digest: use HASH_FUNCTION_NO_OP, _SHA256 or _KECCAK256`);
+  if (hashFunction === "HASH_FUNCTION_NOT_APPLICABLE") throw serviceError("REQUEST_INVALID", `HASH_FUNCTION_NOT_APPLICABLE is for ed25519 keys; a ${signer.curve} key signs a 32-byte digest: use HASH_FUNCTION_NO_OP, _SHA256 or _KECCAK256`);
   let digest: Uint8Array;
   if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") {
-    if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`${encoding} is signed with secp256k1 keys, not ${signer.curve}`);
-    if (hashFunction !== "HASH_FUNCTION_NO_OP" && hashFunction !== "HASH_FUNCTION_KECCAK256") throw invalidArgument(`${encoding} is hashed by its own rules: hashFunction must be HASH_FUNCTION_NO_OP`);
+    if (signer.curve !== "CURVE_SECP256K1") throw serviceError("REQUEST_INVALID", `${encoding} is signed with secp256k1 keys, not ${signer.curve}`);
+    if (hashFunction !== "HASH_FUNCTION_NO_OP" && hashFunction !== "HASH_FUNCTION_KECCAK256") throw serviceError("REQUEST_INVALID", `${encoding} is hashed by its own rules: hashFunction must be HASH_FUNCTION_NO_OP`);
     digest = callerError(where, () => structuredPayload(payload, encoding).digest);
   } else {
     const bytes = bytesOf(payload, encoding, where);
@@ -174,11 +174,11 @@ export const signingOperations = [
     policyParameters: (p) => ({ hash_function: p.hashFunction, encoding: p.encoding }),
     policyContext: (trx, organizationId, p) => payloadContext(trx, organizationId, p.signWith, undefined, p.encoding),
     async execute(ctx, p) {
-      if (p.payloads.length === 0) throw invalidArgument("payloads must list at least one payload");
+      if (p.payloads.length === 0) throw serviceError("REQUEST_INVALID", "payloads must list at least one payload");
       requireAtMost(p.payloads, "payloads");
       // Policies judge one activity; typed data and authorizations must each be seen by them.
       if (p.encoding === "PAYLOAD_ENCODING_EIP712" || p.encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") {
-        throw invalidArgument(`${p.encoding} payloads are signed one at a time with sign_raw_payload, so that policies see each one`);
+        throw serviceError("REQUEST_INVALID", `${p.encoding} payloads are signed one at a time with sign_raw_payload, so that policies see each one`);
       }
       const { signer, privateKey } = await signerFor(ctx, p.signWith);
       return { signatures: await Promise.all(p.payloads.map((payload, i) => signPayload(ctx.env.signatures, signer, privateKey, payload, p.encoding, p.hashFunction, `payloads[${i}]`))) };
@@ -214,26 +214,26 @@ export const signingOperations = [
     async execute(ctx, p) {
       const { signer, privateKey } = await signerFor(ctx, signWithOf(p));
       if (p.type === "TRANSACTION_TYPE_ETHEREUM") {
-        if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`Ethereum transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        if (signer.curve !== "CURVE_SECP256K1") throw serviceError("REQUEST_INVALID", `Ethereum transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
         const { transaction, digest } = callerError("unsignedTransaction", () => parseUnsignedTransaction(p.unsignedTransaction));
         const signature = await ctx.env.signatures.signDigest("CURVE_SECP256K1", privateKey, digest);
         return { signedTransaction: serializeSigned(transaction, { r: signature.r, s: signature.s, recovery: Number.parseInt(signature.v, 16) }) };
       }
       if (p.type === "TRANSACTION_TYPE_SOLANA") {
-        if (signer.curve !== "CURVE_ED25519") throw invalidArgument(`Solana transactions are signed with ed25519 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        if (signer.curve !== "CURVE_ED25519") throw serviceError("REQUEST_INVALID", `Solana transactions are signed with ed25519 keys, and ${signWithOf(p)} is ${signer.curve}`);
         // What policies were shown must be what is signed: a message they could not read is refused.
         callerError("unsignedTransaction", () => solanaKeyword(p.unsignedTransaction));
         return { signedTransaction: await callerErrorLater("unsignedTransaction", signSolanaTransaction(p.unsignedTransaction, signer.publicKey, (message) => ctx.env.signatures.signEd25519(privateKey, message))) };
       }
       if (p.type === "TRANSACTION_TYPE_BITCOIN") {
-        if (signer.curve !== "CURVE_SECP256K1") throw invalidArgument(`Bitcoin transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        if (signer.curve !== "CURVE_SECP256K1") throw serviceError("REQUEST_INVALID", `Bitcoin transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
         // Parsed by the function that built bitcoin.tx for the policies, and signed from that parse.
         const parsed = callerError("unsignedTransaction", () =>
           parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)),
         );
         return { signedTransaction: callerError("unsignedTransaction", () => signPsbt(parsed, privateKey, signWithOf(p))) };
       }
-      throw invalidArgument(`${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA, TRANSACTION_TYPE_BITCOIN)`, "TRANSACTION_TYPE_UNSUPPORTED");
+      throw serviceError("TRANSACTION_TYPE_UNSUPPORTED", `${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA, TRANSACTION_TYPE_BITCOIN)`);
     },
   }),
 ];

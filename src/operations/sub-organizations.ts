@@ -4,7 +4,7 @@
 // parent nor its siblings. A sub-organization cannot have sub-organizations of its own.
 import { sql } from "kysely";
 import { decodeJwt } from "jose";
-import { failedPrecondition, invalidArgument } from "../errors.js";
+import { serviceError } from "../errors.js";
 import type { Db } from "../store/database.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
 import { newId, pageSize, keysetPage, type Pagination, requireAtMost } from "./resources.js";
@@ -55,23 +55,23 @@ function requireLoginMethod(user: NewUserParams, p: CreateSubOrganizationParams,
   const byEmail = !!user.userEmail && !(p.disableEmailAuth && p.disableOtpEmailAuth);
   const bySms = !!user.userPhoneNumber && !p.disableSmsAuth;
   if (credentials === 0 && !byEmail && !bySms) {
-    throw invalidArgument(`${field} has no way to log in: give it an API key, a passkey or an OAuth provider, or an email or phone number with email or SMS login left enabled`, "ROOT_USER_WITHOUT_CREDENTIAL");
+    throw serviceError("ROOT_USER_WITHOUT_CREDENTIAL", `${field} has no way to log in: give it an API key, a passkey or an OAuth provider, or an email or phone number with email or SMS login left enabled`);
   }
 }
 
 async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizationParams, type: string) {
   const parent = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", ctx.organizationId).executeTakeFirstOrThrow();
-  if (parent.parent_organization_id) throw failedPrecondition(`organization ${ctx.organizationId} is itself a sub-organization, and sub-organizations cannot have their own`, "NESTED_SUB_ORGANIZATION");
+  if (parent.parent_organization_id) throw serviceError("NESTED_SUB_ORGANIZATION", `organization ${ctx.organizationId} is itself a sub-organization, and sub-organizations cannot have their own`);
   const version = versionOf(type);
   const name = (version === 1 ? p.name : p.subOrganizationName)?.trim() ?? "";
-  if (!name) throw invalidArgument(`${version === 1 ? "name" : "subOrganizationName"} must not be empty`);
-  if (name.length > 256) throw invalidArgument("the sub-organization's name must be at most 256 characters");
+  if (!name) throw serviceError("REQUEST_INVALID", `${version === 1 ? "name" : "subOrganizationName"} must not be empty`);
+  if (name.length > 256) throw serviceError("REQUEST_INVALID", "the sub-organization's name must be at most 256 characters");
   const rootUsers: NewUserParams[] = version === 1 ? [{ userName: p.rootAuthenticator?.authenticatorName ?? "root", authenticators: p.rootAuthenticator ? [p.rootAuthenticator] : [] }] : (p.rootUsers ?? []);
   const threshold = version === 1 ? 1 : (p.rootQuorumThreshold ?? 0);
-  if (rootUsers.length === 0) throw invalidArgument("rootUsers must list at least one user");
+  if (rootUsers.length === 0) throw serviceError("REQUEST_INVALID", "rootUsers must list at least one user");
   requireAtMost(rootUsers, "rootUsers");
   if (!Number.isInteger(threshold) || threshold < 1 || threshold > rootUsers.length) {
-    throw invalidArgument(`rootQuorumThreshold must be between 1 and the number of root users (${rootUsers.length}), got ${threshold}`, "ROOT_QUORUM_THRESHOLD_INVALID");
+    throw serviceError("ROOT_QUORUM_THRESHOLD_INVALID", `rootQuorumThreshold must be between 1 and the number of root users (${rootUsers.length}), got ${threshold}`);
   }
   rootUsers.forEach((user, i) => requireLoginMethod(user, p, `rootUsers[${i}]`));
 
@@ -97,7 +97,7 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
     // clientSignature), so a captured token alone cannot create an account for its contact.
     const byEmail = claims.verification_type === "OTP_TYPE_EMAIL";
     const index = rootUsers.findIndex((u) => (byEmail ? foldEmail(u.userEmail ?? "") === foldEmail(claims.contact) : u.userPhoneNumber === claims.contact));
-    if (index < 0) throw invalidArgument(`the verification token proves ${claims.contact}, which is no root user's ${byEmail ? "email" : "phone number"}`, "VERIFICATION_TOKEN_CONTACT_MISMATCH");
+    if (index < 0) throw serviceError("VERIFICATION_TOKEN_CONTACT_MISMATCH", `the verification token proves ${claims.contact}, which is no root user's ${byEmail ? "email" : "phone number"}`);
     const user = rootUsers[index]!;
     const credentials = {
       apiKeys: (user.apiKeys ?? []).map((k) => k.publicKey.toLowerCase()),
@@ -123,12 +123,12 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
  * audit log stay, marked deleted. */
 async function deleteSubOrganization(ctx: ActivityContext, deleteWithoutExport: boolean) {
   const organization = await ctx.trx.selectFrom("organizations").select(["parent_organization_id"]).where("id", "=", ctx.organizationId).executeTakeFirstOrThrow();
-  if (!organization.parent_organization_id) throw failedPrecondition(`organization ${ctx.organizationId} is not a sub-organization; only sub-organizations can be deleted`, "NOT_A_SUB_ORGANIZATION");
+  if (!organization.parent_organization_id) throw serviceError("NOT_A_SUB_ORGANIZATION", `organization ${ctx.organizationId} is not a sub-organization; only sub-organizations can be deleted`);
   if (!deleteWithoutExport) {
     const wallet = await ctx.trx.selectFrom("wallets").select("id").where("organization_id", "=", ctx.organizationId).where("exported", "=", 0).executeTakeFirst();
-    if (wallet) throw failedPrecondition(`wallet ${wallet.id} was never exported: export it first, or set deleteWithoutExport to delete it with the sub-organization`, "WALLET_NOT_EXPORTED");
+    if (wallet) throw serviceError("WALLET_NOT_EXPORTED", `wallet ${wallet.id} was never exported: export it first, or set deleteWithoutExport to delete it with the sub-organization`);
     const key = await ctx.trx.selectFrom("private_keys").select("id").where("organization_id", "=", ctx.organizationId).where("exported", "=", 0).executeTakeFirst();
-    if (key) throw failedPrecondition(`private key ${key.id} was never exported: export it first, or set deleteWithoutExport to delete it with the sub-organization`, "PRIVATE_KEY_NOT_EXPORTED");
+    if (key) throw serviceError("PRIVATE_KEY_NOT_EXPORTED", `private key ${key.id} was never exported: export it first, or set deleteWithoutExport to delete it with the sub-organization`);
   }
   const id = ctx.organizationId;
   const trx = ctx.trx;
@@ -178,19 +178,19 @@ function oidcIdentityOf(token: string): { iss: string; sub: string; aud: string 
   } catch {
     // refused below
   }
-  throw invalidArgument("filterValue must be an OIDC token (a JWT with iss, sub and aud) for filterType OIDC_TOKEN", "INVALID_OIDC_TOKEN");
+  throw serviceError("INVALID_OIDC_TOKEN", "filterValue must be an OIDC token (a JWT with iss, sub and aud) for filterType OIDC_TOKEN");
 }
 
 async function listSubOrganizations(db: Db, body: ListSubOrganizationsBody, allowed: FilterType[], verifiedOnly: boolean) {
   const filterType = body.filterType || undefined;
   const value = (body.filterValue ?? "").trim();
   if (filterType !== undefined && !allowed.includes(filterType as FilterType)) {
-    throw invalidArgument(`filterType must be one of ${allowed.join(", ")}, got "${filterType}"`, "FILTER_TYPE_INVALID");
+    throw serviceError("FILTER_TYPE_INVALID", `filterType must be one of ${allowed.join(", ")}, got "${filterType}"`);
   }
-  if (filterType && !value) throw invalidArgument(`filterValue is needed with filterType ${filterType}`);
-  if (verifiedOnly && !filterType) throw invalidArgument(`filterType (${allowed.join(" or ")}) and filterValue are needed: verified sub-organizations are found by a verified contact`);
+  if (filterType && !value) throw serviceError("REQUEST_INVALID", `filterValue is needed with filterType ${filterType}`);
+  if (verifiedOnly && !filterType) throw serviceError("REQUEST_INVALID", `filterType (${allowed.join(" or ")}) and filterValue are needed: verified sub-organizations are found by a verified contact`);
   const pagination = body.paginationOptions ?? {};
-  if (pagination.before && pagination.after) throw invalidArgument("paginationOptions takes before or after, not both");
+  if (pagination.before && pagination.after) throw serviceError("REQUEST_INVALID", "paginationOptions takes before or after, not both");
   const cursorId = pagination.after ?? pagination.before;
   let query = db.selectFrom("organizations as o").select(["o.id", "o.created_at"]).where("o.parent_organization_id", "=", body.organizationId).where("o.deleted_at", "is", null);
   // Filters look for a match inside each candidate sub-organization (correlated subqueries).
@@ -235,7 +235,7 @@ async function listSubOrganizations(db: Db, body: ListSubOrganizationsBody, allo
       break;
   }
   const cursor = cursorId ? await db.selectFrom("organizations").select(["created_at", "id"]).where("id", "=", cursorId).where("parent_organization_id", "=", body.organizationId).executeTakeFirst() : undefined;
-  if (cursorId && !cursor) throw invalidArgument(`pagination cursor ${cursorId} is not a sub-organization of ${body.organizationId}`);
+  if (cursorId && !cursor) throw serviceError("REQUEST_INVALID", `pagination cursor ${cursorId} is not a sub-organization of ${body.organizationId}`);
   const page = keysetPage(cursor, pagination.before ? "before" : "after", false);
   if (page.filter) query = query.where(page.filter);
   const rows = await query.orderBy("o.created_at", page.direction).orderBy("o.id", page.direction).limit(pageSize(pagination.limit)).execute();

@@ -1,7 +1,7 @@
 // Tags: named groups of users (policies read them: approvers.any(u, u.tags.contains(...))) and of
 // private keys (private_key.tags). Both kinds work alike; each is described once below and its
 // operations (create/update/delete/list) are made from that description.
-import { alreadyExists, invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import type { Kysely } from "kysely";
 import type { Db, Tx } from "../store/database.js";
 import { defineActivity, defineQuery, type ActivityContext, type PolicyResource } from "./registry.js";
@@ -14,9 +14,10 @@ interface TagKind {
   field: "user" | "privateKey";
   /** Operation-name stem: create_user_tag / create_private_key_tag, … */
   operation: "user" | "private_key";
-  /** Words for messages and error codes. */
+  /** Words for messages. */
   noun: "user" | "private key";
-  code: "USER" | "PRIVATE_KEY";
+  /** The error codes (of the catalog) for a tag of this kind that exists already, or not at all. */
+  errors: { exists: "USER_TAG_ALREADY_EXISTS" | "PRIVATE_KEY_TAG_ALREADY_EXISTS"; notFound: "USER_TAG_NOT_FOUND" | "PRIVATE_KEY_TAG_NOT_FOUND" };
   resource: PolicyResource;
   members: { table: "user_tag_members"; column: "user_id" } | { table: "private_key_tag_members"; column: "private_key_id" };
   requireMembers(db: Db | Tx, organizationId: string, ids: string[]): Promise<void>;
@@ -36,7 +37,7 @@ export async function requirePrivateKeys(db: Db | Tx, organizationId: string, id
   if (ids.length === 0) return;
   const found = await db.selectFrom("private_keys").select("id").where("organization_id", "=", organizationId).where("id", "in", ids).execute();
   const missing = ids.find((id) => !found.some((f) => f.id === id));
-  if (missing !== undefined) throw notFound(`private key ${missing} not found`, "PRIVATE_KEY_NOT_FOUND");
+  if (missing !== undefined) throw serviceError("PRIVATE_KEY_NOT_FOUND", `private key ${missing} not found`);
 }
 
 function tagOperationsFor(kind: TagKind) {
@@ -49,12 +50,12 @@ function tagOperationsFor(kind: TagKind) {
   async function requireUniqueName(ctx: ActivityContext, name: string, exceptId?: string) {
     let query = ctx.trx.selectFrom("tags").select("id").where("organization_id", "=", ctx.organizationId).where("tag_type", "=", kind.tagType).where("name", "=", name);
     if (exceptId) query = query.where("id", "!=", exceptId);
-    if (await query.executeTakeFirst()) throw alreadyExists(`a ${kind.noun} tag named "${name}" already exists`, `${kind.code}_TAG_ALREADY_EXISTS`);
+    if (await query.executeTakeFirst()) throw serviceError(kind.errors.exists, `a ${kind.noun} tag named "${name}" already exists`);
   }
 
   async function requireTag(ctx: ActivityContext, tagId: string) {
     const tag = await ctx.trx.selectFrom("tags").selectAll().where("organization_id", "=", ctx.organizationId).where("tag_type", "=", kind.tagType).where("id", "=", tagId).executeTakeFirst();
-    if (!tag) throw notFound(`${kind.noun} tag ${tagId} not found`, `${kind.code}_TAG_NOT_FOUND`);
+    if (!tag) throw serviceError(kind.errors.notFound, `${kind.noun} tag ${tagId} not found`);
     return tag;
   }
 
@@ -87,7 +88,7 @@ function tagOperationsFor(kind: TagKind) {
         const add = distinct(p[`add${F}Ids`] as string[], `add${F}Ids`);
         const remove = distinct(p[`remove${F}Ids`] as string[], `remove${F}Ids`);
         const both = add.find((id) => remove.includes(id));
-        if (both !== undefined) throw invalidArgument(`${kind.noun} ${both} is in both add${F}Ids and remove${F}Ids`);
+        if (both !== undefined) throw serviceError("REQUEST_INVALID", `${kind.noun} ${both} is in both add${F}Ids and remove${F}Ids`);
         await kind.requireMembers(ctx.trx, ctx.organizationId, [...add, ...remove]);
         const newName = p[`new${F}TagName`] as string | undefined;
         if (newName !== undefined && newName !== "") {
@@ -114,7 +115,7 @@ function tagOperationsFor(kind: TagKind) {
       action: "DELETE",
       async execute(ctx, p) {
         const ids = distinct(p[`${kind.field}TagIds`] as string[], `${kind.field}TagIds`);
-        if (ids.length === 0) throw invalidArgument(`${kind.field}TagIds must list at least one tag`);
+        if (ids.length === 0) throw serviceError("REQUEST_INVALID", `${kind.field}TagIds must list at least one tag`);
         for (const id of ids) await requireTag(ctx, id);
         const trx = members(ctx.trx);
         const tagged: Record<string, string>[] = await trx.selectFrom(table).select(column).distinct().where("tag_id", "in", ids).orderBy(column).execute();
@@ -140,7 +141,7 @@ export const tagOperations = [
     field: "user",
     operation: "user",
     noun: "user",
-    code: "USER",
+    errors: { exists: "USER_TAG_ALREADY_EXISTS", notFound: "USER_TAG_NOT_FOUND" },
     resource: "USER",
     members: { table: "user_tag_members", column: "user_id" },
     requireMembers: requireUsers,
@@ -150,7 +151,7 @@ export const tagOperations = [
     field: "privateKey",
     operation: "private_key",
     noun: "private key",
-    code: "PRIVATE_KEY",
+    errors: { exists: "PRIVATE_KEY_TAG_ALREADY_EXISTS", notFound: "PRIVATE_KEY_TAG_NOT_FOUND" },
     resource: "PRIVATE_KEY",
     members: { table: "private_key_tag_members", column: "private_key_id" },
     requireMembers: requirePrivateKeys,

@@ -1,6 +1,6 @@
 // Users of an organization: creation with their credentials, updates, deletion, and reads.
 import { unverifiedOidcClaims } from "../auth/oidc.js";
-import { alreadyExists, invalidArgument, permissionDenied } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "./registry.js";
 import { addApiKeys, addAuthenticators, requireName, type ApiKeyParams, type AuthenticatorParams } from "./credentials.js";
 import { foldEmail, spendVerificationToken } from "./otp.js";
@@ -42,13 +42,13 @@ const E164 = /^\+[1-9]\d{6,14}$/;
 function normalizeEmail(value: string | undefined, field: string): string | null {
   if (value === undefined || value === "") return null;
   const email = value.trim();
-  if (!EMAIL.test(email) || email.length > 320) throw invalidArgument(`${field} is not an email address: "${value}"`);
+  if (!EMAIL.test(email) || email.length > 320) throw serviceError("REQUEST_INVALID", `${field} is not an email address: "${value}"`);
   return email;
 }
 
 function normalizePhone(value: string | undefined, field: string): string | null {
   if (value === undefined || value === "") return null;
-  if (!E164.test(value)) throw invalidArgument(`${field} must be a phone number in E.164 format (e.g. +13214567890), got "${value}"`);
+  if (!E164.test(value)) throw serviceError("REQUEST_INVALID", `${field} must be a phone number in E.164 format (e.g. +13214567890), got "${value}"`);
   return value;
 }
 
@@ -66,14 +66,14 @@ export type ClaimsVouched = "by-parent" | "by-organization";
 async function oidcIdentity(ctx: ActivityContext, p: OauthProviderParams, field: string, vouched: ClaimsVouched | null): Promise<{ issuer: string; subject: string; audience: string }> {
   if (p.oidcToken !== undefined && p.oidcToken !== "") {
     const verified = await ctx.env.oidc.verify(p.oidcToken);
-    if (verified.audiences.length !== 1) throw invalidArgument(`${field}.oidcToken names ${verified.audiences.length} audiences: link one with oidcClaims`, "OIDC_AUDIENCE_MISMATCH");
+    if (verified.audiences.length !== 1) throw serviceError("OIDC_AUDIENCE_MISMATCH", `${field}.oidcToken names ${verified.audiences.length} audiences: link one with oidcClaims`, "InvalidArgument");
     return { issuer: verified.issuer, subject: verified.subject, audience: verified.audiences[0]! };
   }
-  if (!p.oidcClaims) throw invalidArgument(`${field} needs an oidcToken or oidcClaims`, "INVALID_OIDC_TOKEN");
+  if (!p.oidcClaims) throw serviceError("INVALID_OIDC_TOKEN", `${field} needs an oidcToken or oidcClaims`);
   const { iss, sub, aud } = p.oidcClaims;
-  if (!iss?.trim() || !sub?.trim() || !aud?.trim()) throw invalidArgument(`${field}.oidcClaims needs non-empty iss, sub and aud`, "INVALID_OIDC_TOKEN");
+  if (!iss?.trim() || !sub?.trim() || !aud?.trim()) throw serviceError("INVALID_OIDC_TOKEN", `${field}.oidcClaims needs non-empty iss, sub and aud`);
   if (!vouched) {
-    throw permissionDenied(`${field}.oidcClaims: in a sub-organization an identity is linked with a token its issuer signed (oidcToken); bare claims are accepted from the parent creating it, or in a top-level organization`, "OIDC_CLAIMS_NOT_ALLOWED");
+    throw serviceError("OIDC_CLAIMS_NOT_ALLOWED", `${field}.oidcClaims: in a sub-organization an identity is linked with a token its issuer signed (oidcToken); bare claims are accepted from the parent creating it, or in a top-level organization`);
   }
   return { issuer: iss, subject: sub, audience: aud };
 }
@@ -113,7 +113,7 @@ export async function addOauthProviders(ctx: ActivityContext, userId: string, pr
       .where("issuer", "=", identity.issuer)
       .where("subject", "=", identity.subject)
       .executeTakeFirst();
-    if (taken) throw alreadyExists(`the OIDC identity ${identity.issuer} / ${identity.subject} is already linked to a user of this organization`, "OAUTH_PROVIDER_ALREADY_EXISTS");
+    if (taken) throw serviceError("OAUTH_PROVIDER_ALREADY_EXISTS", `the OIDC identity ${identity.issuer} / ${identity.subject} is already linked to a user of this organization`);
     const id = newId();
     await ctx.trx
       .insertInto("oauth_providers")
@@ -142,11 +142,11 @@ async function withContactProof(ctx: ActivityContext, userId: string, changes: C
     // A token bound to a key (verify_otp with the client's key) proves the contact only to a request
     // stamped by that key: someone who merely captured the token cannot use it.
     if (claims.public_key && sessionPublicKey(claims.public_key, "the token's public_key") !== ctx.principal.publicKey) {
-      throw permissionDenied("this verification token is bound to a key: send the request stamped by that key (the session key that verified the code)", "VERIFICATION_TOKEN_KEY_MISMATCH");
+      throw serviceError("VERIFICATION_TOKEN_KEY_MISMATCH", "this verification token is bound to a key: send the request stamped by that key (the session key that verified the code)");
     }
     const byEmail = claims.verification_type === "OTP_TYPE_EMAIL";
     const proven = byEmail ? email !== null && foldEmail(email) === foldEmail(claims.contact) : phone !== null && phone === claims.contact;
-    if (!proven) throw invalidArgument(`the verification token proves ${claims.contact}, not this user's ${byEmail ? "email" : "phone number"}`, "VERIFICATION_TOKEN_CONTACT_MISMATCH");
+    if (!proven) throw serviceError("VERIFICATION_TOKEN_CONTACT_MISMATCH", `the verification token proves ${claims.contact}, not this user's ${byEmail ? "email" : "phone number"}`);
     if (byEmail) out.email_verified_at = ctx.now;
     else out.phone_verified_at = ctx.now;
   }
@@ -176,7 +176,7 @@ export async function createUser(ctx: ActivityContext, user: NewUserParams, fiel
 
 /** Users with their credentials and tags (create_users, create_api_only_users); `field` names the list in errors. */
 async function createTaggedUsers(ctx: ActivityContext, users: Array<NewUserParams & { userTags: string[] }>, field: string): Promise<string[]> {
-  if (users.length === 0) throw invalidArgument(`${field} must list at least one user`);
+  if (users.length === 0) throw serviceError("REQUEST_INVALID", `${field} must list at least one user`);
   const userIds: string[] = [];
   for (const [i, user] of users.entries()) {
     const item = `${field}[${i}]`;
@@ -238,7 +238,7 @@ export const userOperations = [
     },
     async execute(ctx, p) {
       const ids = distinct(p.userIds, "userIds");
-      if (ids.length === 0) throw invalidArgument("userIds must list at least one user");
+      if (ids.length === 0) throw serviceError("REQUEST_INVALID", "userIds must list at least one user");
       await requireUsers(ctx.trx, ctx.organizationId, ids);
       // Their unused import targets go too: nobody may use them any more.
       for (const table of ["api_keys", "authenticators", "oauth_providers", "user_tag_members", "root_quorum_members", "import_targets", "otps"] as const) {

@@ -1,7 +1,7 @@
 // Request validation against the swagger-derived JSON Schemas. Unknown fields are refused by name,
 // never silently dropped: a typo in a security setting must not pass as "not set".
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
-import { invalidArgument } from "../errors.js";
+import { serviceError } from "../errors.js";
 import { keysOf, swagger } from "./registry.js";
 
 // Two validators per schema. The first stops at the first error: linear in the size of the body.
@@ -79,7 +79,7 @@ function check(validators: Validators, value: unknown): void {
   const errors = holdsAtMost(value, LIST_EVERY_ERROR_UP_TO) && !validators.every(value) ? validators.every.errors : validators.first.errors;
   const messages = [...new Set((errors ?? []).map(describe))];
   const shown = messages.slice(0, 5).join("; ") + (messages.length > 5 ? `; and ${messages.length - 5} more` : "");
-  throw invalidArgument(`invalid request: ${shown}`);
+  throw serviceError("REQUEST_INVALID", `invalid request: ${shown}`);
 }
 
 /** The envelope of a submit request for one activity type version. */
@@ -119,16 +119,16 @@ const named = (path: string) => `field "${path === "" ? "(body)" : path.length >
 
 function checkText(text: string, where: () => string): void {
   if (text.includes("\u0000")) {
-    throw invalidArgument(
+    throw serviceError(
+      "TEXT_CONTAINS_NUL",
       `${where()} contains the character U+0000 (NUL), which no field accepts; remove it ` +
         "(arbitrary bytes are sent hex-encoded, e.g. a payload with PAYLOAD_ENCODING_HEXADECIMAL)",
-      "TEXT_CONTAINS_NUL",
     );
   }
   if (UNPAIRED_SURROGATE.test(text)) {
-    throw invalidArgument(
-      `${where()} contains an unpaired UTF-16 surrogate (a \\uD800-\\uDFFF escape without its partner), which is not text; send well-formed Unicode`,
+    throw serviceError(
       "TEXT_NOT_UNICODE",
+      `${where()} contains an unpaired UTF-16 surrogate (a \\uD800-\\uDFFF escape without its partner), which is not text; send well-formed Unicode`,
     );
   }
 }
@@ -150,7 +150,7 @@ export function checkRequestText(body: unknown): void {
     }
     if (typeof value !== "object" || value === null) continue;
     if (depth + 1 > MAX_BODY_DEPTH) {
-      throw invalidArgument(`${named(path)} nests objects and arrays more than ${MAX_BODY_DEPTH} levels deep; no request needs that many`, "REQUEST_TOO_DEEP");
+      throw serviceError("REQUEST_TOO_DEEP", `${named(path)} nests objects and arrays more than ${MAX_BODY_DEPTH} levels deep; no request needs that many`);
     }
     const children: Array<{ value: unknown; path: string; depth: number }> = [];
     if (Array.isArray(value)) {

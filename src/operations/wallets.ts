@@ -1,7 +1,7 @@
 // HD wallets: a mnemonic sealed under the master key, and accounts derived from it (curve, BIP-32
 // path, address format). The mnemonic is opened only inside the activity that needs it and never
 // leaves the process in the clear.
-import { failedPrecondition, alreadyExists, invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import type { Db, Tx } from "../store/database.js";
 import type { WalletAccountsTable, WalletsTable } from "../store/schema.js";
 import { DerivationError, deriveKeyPair, generateMnemonic, mnemonicToSeed, type Curve, type MnemonicLanguage } from "../crypto/hd.js";
@@ -65,14 +65,14 @@ export async function walletContext(trx: Db | Tx, organizationId: string, wallet
 
 export async function requireWallet(db: Db | Tx, organizationId: string, walletId: string): Promise<WalletsTable> {
   const row = await db.selectFrom("wallets").selectAll().where("organization_id", "=", organizationId).where("id", "=", walletId).executeTakeFirst();
-  if (!row) throw notFound(`wallet ${walletId} not found`, "WALLET_NOT_FOUND");
+  if (!row) throw serviceError("WALLET_NOT_FOUND", `wallet ${walletId} not found`);
   return row;
 }
 
 async function requireUniqueWalletName(ctx: ActivityContext, name: string, exceptId?: string) {
   let query = ctx.trx.selectFrom("wallets").select("id").where("organization_id", "=", ctx.organizationId).where("name", "=", name);
   if (exceptId) query = query.where("id", "!=", exceptId);
-  if (await query.executeTakeFirst()) throw alreadyExists(`a wallet named "${name}" already exists`, "WALLET_ALREADY_EXISTS");
+  if (await query.executeTakeFirst()) throw serviceError("WALLET_ALREADY_EXISTS", `a wallet named "${name}" already exists`);
 }
 
 /** Derivation and address errors are the caller's: they name the account and what to change. */
@@ -80,7 +80,7 @@ function asInvalidArgument<T>(where: string, f: () => T): T {
   try {
     return f();
   } catch (error) {
-    if (error instanceof DerivationError || error instanceof UnsupportedAddressError) throw invalidArgument(`${where}: ${error.message}`, error instanceof DerivationError ? "INVALID_DERIVATION_PATH" : "UNSUPPORTED_ADDRESS_FORMAT");
+    if (error instanceof DerivationError || error instanceof UnsupportedAddressError) throw serviceError(error instanceof DerivationError ? "INVALID_DERIVATION_PATH" : "UNSUPPORTED_ADDRESS_FORMAT", `${where}: ${error.message}`);
     throw error;
   }
 }
@@ -93,7 +93,7 @@ async function deriveAccounts(ctx: ActivityContext, wallet: WalletsTable, seed: 
   const addresses: string[] = [];
   for (const [i, account] of accounts.entries()) {
     const where = `accounts[${i}]`;
-    if (account.pathFormat !== "PATH_FORMAT_BIP32") throw invalidArgument(`${where}.pathFormat must be PATH_FORMAT_BIP32`);
+    if (account.pathFormat !== "PATH_FORMAT_BIP32") throw serviceError("REQUEST_INVALID", `${where}.pathFormat must be PATH_FORMAT_BIP32`);
     const { publicKey, privateKey } = asInvalidArgument(where, () => deriveKeyPair(seed, account.curve, account.path));
     const accountAddress = asInvalidArgument(where, () => address(account.curve, account.addressFormat, publicKey));
     addresses.push(accountAddress);
@@ -139,7 +139,7 @@ const MNEMONIC_LENGTHS = [12, 15, 18, 21, 24];
 /** A wallet whose keys would be lost for good must have been exported, unless the caller says otherwise. */
 function requireExportedOrForced(wallet: WalletsTable, force: boolean | undefined, what: string) {
   if (wallet.exported !== 1 && force !== true) {
-    throw failedPrecondition(`${what} of wallet ${wallet.id}, which has never been exported: its keys would be lost for good. Export it first, or pass deleteWithoutExport: true`, "WALLET_NOT_EXPORTED");
+    throw serviceError("WALLET_NOT_EXPORTED", `${what} of wallet ${wallet.id}, which has never been exported: its keys would be lost for good. Export it first, or pass deleteWithoutExport: true`);
   }
 }
 
@@ -155,7 +155,7 @@ export async function createWallet(ctx: ActivityContext, p: NewWalletParams, fie
   const name = requireName(p.walletName, `${field}walletName`);
   requireAtMost(p.accounts, `${field}accounts`);
   const words = p.mnemonicLength ?? 12;
-  if (!imported && !MNEMONIC_LENGTHS.includes(words)) throw invalidArgument(`${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
+  if (!imported && !MNEMONIC_LENGTHS.includes(words)) throw serviceError("REQUEST_INVALID", `${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
   await requireUniqueWalletName(ctx, name);
   const language: MnemonicLanguage = imported?.language ?? "MNEMONIC_LANGUAGE_ENGLISH";
   const mnemonic = imported?.mnemonic ?? generateMnemonic(words as 12, language);
@@ -194,7 +194,7 @@ export const walletOperations = [
     policyContext: (trx, organizationId, p) => walletContext(trx, organizationId, p.walletId),
     async execute(ctx, p) {
       const wallet = await requireWallet(ctx.trx, ctx.organizationId, p.walletId);
-      if (p.accounts.length === 0) throw invalidArgument("accounts must list at least one account");
+      if (p.accounts.length === 0) throw serviceError("REQUEST_INVALID", "accounts must list at least one account");
       requireAtMost(p.accounts, "accounts");
       const addresses = await deriveAccounts(ctx, wallet, walletSeed(ctx, wallet), p.accounts, p.persist !== false);
       return { addresses };
@@ -231,7 +231,7 @@ export const walletOperations = [
     },
     async execute(ctx, p) {
       const ids = distinct(p.walletIds, "walletIds");
-      if (ids.length === 0) throw invalidArgument("walletIds must list at least one wallet");
+      if (ids.length === 0) throw serviceError("REQUEST_INVALID", "walletIds must list at least one wallet");
       for (const id of ids) requireExportedOrForced(await requireWallet(ctx.trx, ctx.organizationId, id), p.deleteWithoutExport, "deletion");
       await ctx.trx.deleteFrom("wallet_accounts").where("wallet_id", "in", ids).execute();
       await ctx.trx.deleteFrom("wallets").where("id", "in", ids).execute();
@@ -246,10 +246,10 @@ export const walletOperations = [
     action: "DELETE",
     async execute(ctx, p) {
       const ids = distinct(p.walletAccountIds, "walletAccountIds");
-      if (ids.length === 0) throw invalidArgument("walletAccountIds must list at least one account");
+      if (ids.length === 0) throw serviceError("REQUEST_INVALID", "walletAccountIds must list at least one account");
       const rows = await ctx.trx.selectFrom("wallet_accounts").select(["id", "wallet_id"]).where("organization_id", "=", ctx.organizationId).where("id", "in", ids).execute();
       const missing = ids.find((id) => !rows.some((r) => r.id === id));
-      if (missing !== undefined) throw notFound(`wallet account ${missing} not found`, "WALLET_ACCOUNT_NOT_FOUND");
+      if (missing !== undefined) throw serviceError("WALLET_ACCOUNT_NOT_FOUND", `wallet account ${missing} not found`);
       for (const walletId of new Set(rows.map((r) => r.wallet_id))) {
         requireExportedOrForced(await requireWallet(ctx.trx, ctx.organizationId, walletId), p.deleteWithoutExport, "deleting accounts");
       }
@@ -279,11 +279,11 @@ export const walletOperations = [
     summary: "One account of a wallet, by address or by path.",
     async run(ctx, body) {
       await requireWallet(ctx.db, ctx.organizationId, body.walletId);
-      if (!body.address === !body.path) throw invalidArgument("get_wallet_account takes an address or a path (one of them)");
+      if (!body.address === !body.path) throw serviceError("REQUEST_INVALID", "get_wallet_account takes an address or a path (one of them)");
       let query = ctx.db.selectFrom("wallet_accounts").selectAll().where("wallet_id", "=", body.walletId);
       query = body.address ? query.where("address", "=", body.address) : query.where("path", "=", body.path!);
       const row = await query.orderBy("created_at").orderBy("id").executeTakeFirst();
-      if (!row) throw notFound(`wallet ${body.walletId} has no account with ${body.address ? `address ${body.address}` : `path ${body.path}`}`, "WALLET_ACCOUNT_NOT_FOUND");
+      if (!row) throw serviceError("WALLET_ACCOUNT_NOT_FOUND", `wallet ${body.walletId} has no account with ${body.address ? `address ${body.address}` : `path ${body.path}`}`);
       return { account: renderWalletAccount(row) };
     },
   }),
@@ -294,7 +294,7 @@ export const walletOperations = [
     async run(ctx, body) {
       if (body.walletId) await requireWallet(ctx.db, ctx.organizationId, body.walletId);
       const { limit, before, after } = body.paginationOptions ?? {};
-      if (before && after) throw invalidArgument("paginationOptions takes before or after, not both");
+      if (before && after) throw serviceError("REQUEST_INVALID", "paginationOptions takes before or after, not both");
       const size = pageSize(limit);
       // With a wallet (already checked to be this organization's) the query follows the
       // (wallet_id, created_at, id) index alone, so a page costs the same at any wallet size.
@@ -303,7 +303,7 @@ export const walletOperations = [
         : ctx.db.selectFrom("wallet_accounts").selectAll().where("organization_id", "=", ctx.organizationId);
       const cursorId = before ?? after;
       const cursor = cursorId ? await ctx.db.selectFrom("wallet_accounts").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst() : undefined;
-      if (cursorId && !cursor) throw invalidArgument(`pagination cursor ${cursorId} is not a wallet account of this organization`);
+      if (cursorId && !cursor) throw serviceError("REQUEST_INVALID", `pagination cursor ${cursorId} is not a wallet account of this organization`);
       const page = keysetPage(cursor, before ? "before" : "after", false);
       if (page.filter) query = query.where(page.filter);
       const rows = await query.orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();

@@ -5,7 +5,7 @@ import dns from "node:dns/promises";
 import net from "node:net";
 import ipaddr from "ipaddr.js";
 import { sql } from "kysely";
-import { invalidArgument, notFound } from "../errors.js";
+import { serviceError } from "../errors.js";
 import type { Db, Tx } from "../store/database.js";
 import type { ActivitiesTable, WebhookEndpointsTable } from "../store/schema.js";
 import { defineActivity, defineQuery } from "./registry.js";
@@ -51,14 +51,14 @@ export function webhookUrl(raw: string, policy: DestinationPolicy, field: string
   try {
     url = new URL(raw.trim());
   } catch {
-    throw invalidArgument(`${field} must be an http or https URL, got "${raw}"`, "WEBHOOK_URL_INVALID");
+    throw serviceError("WEBHOOK_URL_INVALID", `${field} must be an http or https URL, got "${raw}"`);
   }
-  if (url.protocol !== "https:" && url.protocol !== "http:") throw invalidArgument(`${field} must be an http or https URL, got ${url.protocol}`, "WEBHOOK_URL_INVALID");
-  if (url.username || url.password) throw invalidArgument(`${field} must not carry credentials (user:password@)`, "WEBHOOK_URL_INVALID");
+  if (url.protocol !== "https:" && url.protocol !== "http:") throw serviceError("WEBHOOK_URL_INVALID", `${field} must be an http or https URL, got ${url.protocol}`);
+  if (url.username || url.password) throw serviceError("WEBHOOK_URL_INVALID", `${field} must not carry credentials (user:password@)`);
   const host = url.hostname.replace(/^\[|\]$/g, "");
   if (net.isIP(host)) {
     const problem = forbiddenAddress(host, policy);
-    if (problem) throw invalidArgument(`${field}: ${problem}`, "WEBHOOK_DESTINATION_FORBIDDEN");
+    if (problem) throw serviceError("WEBHOOK_DESTINATION_FORBIDDEN", `${field}: ${problem}`);
   }
   return url.toString();
 }
@@ -77,11 +77,11 @@ export async function checkDestination(raw: string, policy: DestinationPolicy, f
   try {
     addresses = (await dns.lookup(host, { all: true, verbatim: true })).map((a) => a.address);
   } catch {
-    throw invalidArgument(`${field}: the host ${host} does not resolve`, "WEBHOOK_URL_INVALID");
+    throw serviceError("WEBHOOK_URL_INVALID", `${field}: the host ${host} does not resolve`);
   }
   for (const address of addresses) {
     const problem = forbiddenAddress(address, policy);
-    if (problem) throw invalidArgument(`${field}: ${url.host} resolves to ${problem}`, "WEBHOOK_DESTINATION_FORBIDDEN");
+    if (problem) throw serviceError("WEBHOOK_DESTINATION_FORBIDDEN", `${field}: ${url.host} resolves to ${problem}`);
   }
   return checked;
 }
@@ -103,18 +103,18 @@ interface SubscriptionParams {
 }
 
 function checkedSubscriptions(subscriptions: SubscriptionParams[] | undefined): SubscriptionParams[] {
-  if (!subscriptions?.length) throw invalidArgument(`subscriptions must list at least one event type (${ACTIVITY_UPDATES})`, "WEBHOOK_SUBSCRIPTIONS_MISSING");
+  if (!subscriptions?.length) throw serviceError("WEBHOOK_SUBSCRIPTIONS_MISSING", `subscriptions must list at least one event type (${ACTIVITY_UPDATES})`);
   requireAtMost(subscriptions, "subscriptions");
   const seen = new Set<string>();
   for (const [i, s] of subscriptions.entries()) {
-    if (s.eventType !== ACTIVITY_UPDATES) throw invalidArgument(`subscriptions[${i}].eventType: only ${ACTIVITY_UPDATES} is delivered by this server, got "${s.eventType}"`, "WEBHOOK_EVENT_TYPE_UNSUPPORTED");
-    if (seen.has(s.eventType)) throw invalidArgument(`subscriptions[${i}]: ${s.eventType} is listed twice`);
+    if (s.eventType !== ACTIVITY_UPDATES) throw serviceError("WEBHOOK_EVENT_TYPE_UNSUPPORTED", `subscriptions[${i}].eventType: only ${ACTIVITY_UPDATES} is delivered by this server, got "${s.eventType}"`);
+    if (seen.has(s.eventType)) throw serviceError("REQUEST_INVALID", `subscriptions[${i}]: ${s.eventType} is listed twice`);
     seen.add(s.eventType);
     if (s.filtersJson) {
       try {
         JSON.parse(s.filtersJson);
       } catch {
-        throw invalidArgument(`subscriptions[${i}].filtersJson is not JSON`);
+        throw serviceError("REQUEST_INVALID", `subscriptions[${i}].filtersJson is not JSON`);
       }
     }
   }
@@ -135,7 +135,7 @@ async function renderEndpoint(db: Db | Tx, row: WebhookEndpointsTable) {
 
 async function requireEndpoint(db: Db | Tx, organizationId: string, endpointId: string): Promise<WebhookEndpointsTable> {
   const row = await db.selectFrom("webhook_endpoints").selectAll().where("organization_id", "=", organizationId).where("id", "=", endpointId).executeTakeFirst();
-  if (!row) throw notFound(`webhook endpoint ${endpointId} not found in this organization`, "WEBHOOK_ENDPOINT_NOT_FOUND");
+  if (!row) throw serviceError("WEBHOOK_ENDPOINT_NOT_FOUND", `webhook endpoint ${endpointId} not found in this organization`);
   return row;
 }
 

@@ -1,0 +1,406 @@
+// Every error code the service answers with, declared once: its gRPC status (from which the HTTP status
+// follows), and one line saying what it means and what to do, from which docs/errors.md is generated
+// (`npm run docs`). Throw sites name a code with `serviceError("CODE", message)` (src/errors.ts): an
+// undeclared code does not compile, and test/error-catalog.test.ts fails on a declared code nothing throws.
+// The codes, statuses and messages on the wire are the API: clients branch on them, so an existing code
+// keeps its name and status. This module is the bottom layer: it imports nothing.
+
+/** The gRPC statuses the service answers with, their numbers and the HTTP status each is sent as. */
+export const GRPC_CODES = {
+  InvalidArgument: { code: 3, http: 400 },
+  NotFound: { code: 5, http: 404 },
+  AlreadyExists: { code: 6, http: 409 },
+  PermissionDenied: { code: 7, http: 403 },
+  ResourceExhausted: { code: 8, http: 429 },
+  FailedPrecondition: { code: 9, http: 400 },
+  Unimplemented: { code: 12, http: 501 },
+  Internal: { code: 13, http: 500 },
+  Unavailable: { code: 14, http: 503 },
+  Unauthenticated: { code: 16, http: 401 },
+} as const;
+
+export type GrpcStatus = keyof typeof GRPC_CODES;
+
+export interface ErrorEntry {
+  /** The gRPC status the code is answered with. A few codes are answered with one of several, as the
+   * product answers them; the throw site then names which (serviceError's third argument). */
+  readonly status: GrpcStatus | readonly GrpcStatus[];
+  /** An HTTP status other than the one the gRPC status is sent as (413, 408, 431). */
+  readonly http?: number;
+  /** What it means and what to do, for docs/errors.md: one line, no trailing period. */
+  readonly meaning: string;
+}
+
+export const ERROR_CATALOG = {
+  // ── 400, gRPC 3 InvalidArgument: the request itself is wrong; sending it again will not help ──
+  REQUEST_INVALID: {
+    status: "InvalidArgument",
+    meaning:
+      "the body breaks the schema of the product's API description (a missing, unknown or mistyped field, named in the message) " +
+      "or a rule of a parameter (an empty list, a duplicate, a bad pagination option…); a request the HTTP framework refuses " +
+      "before it is read keeps the 4xx status the framework chose",
+  },
+  REQUEST_BODY_INVALID: { status: "InvalidArgument", meaning: "the body is empty, not UTF-8 or not JSON: send one JSON object encoded as UTF-8" },
+  TEXT_CONTAINS_NUL: {
+    status: "InvalidArgument",
+    meaning: "a string (or a field name) holds U+0000, which no field accepts; arbitrary bytes are sent hex-encoded",
+  },
+  TEXT_NOT_UNICODE: {
+    status: "InvalidArgument",
+    meaning: "a string holds an unpaired UTF-16 surrogate (a lone \\uD800–\\uDFFF escape): send well-formed Unicode",
+  },
+  REQUEST_TOO_DEEP: { status: "InvalidArgument", meaning: "objects and arrays nest more than 32 levels deep; no request of the API needs that many" },
+  REQUEST_MALFORMED: { status: "InvalidArgument", meaning: "the bytes received are not parseable HTTP/1.1; the connection is closed" },
+  TIMESTAMP_INVALID: { status: "InvalidArgument", meaning: "timestampMs is not milliseconds since the epoch written as a string of digits" },
+  TIMESTAMP_OUT_OF_RANGE: {
+    status: "InvalidArgument",
+    meaning: "timestampMs is further from the server's clock than the liveness window allows: check the client's clock, stamp a fresh request",
+  },
+  ACTIVITY_TYPE_MISMATCH: { status: "InvalidArgument", meaning: "the activity type belongs to another endpoint, which the message names: send it there" },
+  ACTIVITY_TYPE_UNSUPPORTED: {
+    status: "InvalidArgument",
+    meaning: "the product's API has this activity type (or this version of it), but this server does not serve it",
+  },
+  ACTIVITY_TYPE_UNKNOWN: { status: "InvalidArgument", meaning: "no such activity type; the message lists the types the endpoint accepts" },
+  TOO_MANY_ITEMS: { status: "InvalidArgument", meaning: "a list holds more items than one request may: split it over several requests" },
+  FILTER_TYPE_INVALID: {
+    status: "InvalidArgument",
+    meaning: "list_suborgs / list_verified_suborgs got a filterType they do not take; the message lists the allowed ones",
+  },
+  INVALID_PUBLIC_KEY: {
+    status: "InvalidArgument",
+    meaning: "an API key's or a session's public key is not a valid public key of its curve (the message says why)",
+  },
+  INVALID_ATTESTATION: {
+    status: "InvalidArgument",
+    meaning: "a passkey's attestation does not verify (challenge, origin, format) or its key is not P-256 (ES256), the only kind served",
+  },
+  INVALID_EXPIRATION: {
+    status: "InvalidArgument",
+    meaning: "an expiration is not a whole number of seconds within the range the message gives",
+  },
+  SESSION_EXPIRATION_TOO_LONG: {
+    status: "InvalidArgument",
+    meaning: "the session asked for outlives the longest this server grants (SIGIL_SESSION_MAX_SECONDS)",
+  },
+  INVALID_TARGET_PUBLIC_KEY: {
+    status: "InvalidArgument",
+    meaning: "targetPublicKey of an export or a login is not a P-256 public key (hex) to encrypt the bundle to",
+  },
+  POLICY_INVALID: {
+    status: "InvalidArgument",
+    meaning: "a policy's condition or consensus does not parse or type-check, or is over a size limit; the message points at the problem",
+  },
+  INVALID_DERIVATION_PATH: { status: "InvalidArgument", meaning: "a wallet account's path is not a BIP-32 path this server derives (the message says why)" },
+  UNSUPPORTED_ADDRESS_FORMAT: { status: "InvalidArgument", meaning: "the address format does not go with the curve, or is not served by this server" },
+  TRANSACTION_TYPE_UNSUPPORTED: {
+    status: "InvalidArgument",
+    meaning: "sign_transaction got a transaction type this server does not sign (Ethereum, Solana and Bitcoin are served)",
+  },
+  INVALID_IMPORT_BUNDLE: {
+    status: "InvalidArgument",
+    meaning: "encryptedBundle is not the {encappedPublic, ciphertext} JSON the import helpers produce, or does not decrypt with the import target",
+  },
+  INVALID_MNEMONIC: {
+    status: "InvalidArgument",
+    meaning: "the imported mnemonic is not a valid BIP-39 phrase (a word outside the word lists, or a failed checksum)",
+  },
+  MNEMONIC_PASSPHRASE_UNSUPPORTED: {
+    status: "InvalidArgument",
+    meaning: "a mnemonic with a BIP-39 passphrase cannot be imported yet: import the mnemonic alone",
+  },
+  INVALID_PRIVATE_KEY: { status: "InvalidArgument", meaning: "the imported private key is not a valid key of its curve" },
+  ROOT_QUORUM_THRESHOLD_INVALID: {
+    status: "InvalidArgument",
+    meaning: "a new sub-organization's rootQuorumThreshold is not between 1 and its number of root users",
+  },
+  ROOT_USER_WITHOUT_CREDENTIAL: {
+    status: "InvalidArgument",
+    meaning: "a new sub-organization's root user would have no way to log in: give it an API key, a passkey, an OAuth provider or an email/phone login",
+  },
+  INVALID_OIDC_TOKEN: {
+    status: "InvalidArgument",
+    meaning: "an OAuth provider or an OIDC_TOKEN filter needs an OIDC token (or, where allowed, oidcClaims with iss, sub and aud)",
+  },
+  OIDC_TOKEN_INVALID: {
+    status: ["InvalidArgument", "Unauthenticated"],
+    meaning: "oidcToken is not a JWT (400), or lacks a subject or expiry or is otherwise not valid (401): send the token the issuer signed, unaltered",
+  },
+  OIDC_AUDIENCE_MISMATCH: {
+    status: ["InvalidArgument", "PermissionDenied"],
+    meaning:
+      "a token naming several audiences cannot be linked as one provider: link one with oidcClaims (400); a login token names no audience, " +
+      "or not the one the user's provider was registered for (403)",
+  },
+  INVALID_CONTACT: { status: "InvalidArgument", meaning: "an OTP's contact is not an email address (OTP_TYPE_EMAIL) or an E.164 phone number (OTP_TYPE_SMS)" },
+  INVALID_OTP_TYPE: { status: "InvalidArgument", meaning: "otpType is neither OTP_TYPE_EMAIL nor OTP_TYPE_SMS" },
+  INVALID_OTP_LENGTH: { status: "InvalidArgument", meaning: "otpLength is not 6 to 9" },
+  INVALID_APP_NAME: {
+    status: "InvalidArgument",
+    meaning: "appName is too long, or (from a sub-organization's own credential) holds more than letters, spaces and . ' & -",
+  },
+  INVALID_EMAIL_CUSTOMIZATION: {
+    status: "InvalidArgument",
+    meaning: "an emailCustomization field is not a well-formed https URL, email address, magic-link template (one %s) or JSON object",
+  },
+  INVALID_SMS_TEMPLATE: { status: "InvalidArgument", meaning: "smsCustomization.template must hold {{.OtpCode}} once and fit the length limit" },
+  EMAIL_TEMPLATE_NOT_FOUND: {
+    status: "InvalidArgument",
+    meaning: "emailCustomization.templateId names a stored template; this server stores none: leave it out",
+  },
+  OTP_BUNDLE_UNSUPPORTED: {
+    status: "InvalidArgument",
+    meaning: "the OTP was started without an encryption target (init_otp V1): verify it with otpCode (verify_otp V1)",
+  },
+  INVALID_OTP_BUNDLE: {
+    status: "InvalidArgument",
+    meaning: "encryptedOtpBundle is not the JSON encryptOtpCodeToBundle returns, or does not decrypt to {otp_code, public_key}",
+  },
+  VERIFICATION_TOKEN_INVALID: {
+    status: ["InvalidArgument", "NotFound"],
+    meaning: "the verification token was not issued by this server (its signature does not verify, 400) or is unknown to it (404)",
+  },
+  VERIFICATION_TOKEN_CONTACT_MISMATCH: { status: "InvalidArgument", meaning: "the verification token proves another email or phone number than the user's" },
+  CLIENT_SIGNATURE_REQUIRED: {
+    status: "InvalidArgument",
+    meaning: "a verification token bound to a key is used without clientSignature: sign the usage message with that key",
+  },
+  CLIENT_SIGNATURE_INVALID: {
+    status: ["InvalidArgument", "PermissionDenied"],
+    meaning:
+      "clientSignature is malformed or given for a token bound to no key (400), or does not sign this use of the token with the key it is " +
+      "bound to (403)",
+  },
+  WEBHOOK_URL_INVALID: { status: "InvalidArgument", meaning: "a webhook URL is not an http(s) URL without credentials whose host resolves" },
+  WEBHOOK_DESTINATION_FORBIDDEN: {
+    status: "InvalidArgument",
+    meaning: "a webhook URL points at (or resolves to) an address webhooks may not reach, such as loopback or a private network",
+  },
+  WEBHOOK_SUBSCRIPTIONS_MISSING: { status: "InvalidArgument", meaning: "a webhook endpoint needs at least one subscription" },
+  WEBHOOK_EVENT_TYPE_UNSUPPORTED: {
+    status: "InvalidArgument",
+    meaning: "a subscription names an event type this server does not deliver (it delivers activity updates)",
+  },
+
+  // ── 431, gRPC 3 InvalidArgument ──
+  HEADERS_TOO_LARGE: { status: "InvalidArgument", http: 431, meaning: "the request headers exceed 16 KiB; the connection is closed" },
+
+  // ── 400, gRPC 9 FailedPrecondition: the request is well-formed but the state it meets does not allow it ──
+  RESULT_NOT_REPEATABLE: {
+    status: "FailedPrecondition",
+    meaning: "a retry of a completed activity whose result was a credential, shown only once: send a new request (a new timestampMs)",
+  },
+  CONSENSUS_NOT_SUPPORTED: {
+    status: "FailedPrecondition",
+    meaning: "the activity needs approvals but cannot wait for them (it carries or returns secrets, or a parent requested it): get it allowed outright",
+  },
+  ACTIVITY_NOT_PENDING: { status: "FailedPrecondition", meaning: "the activity voted on is not waiting for consensus (it completed, failed or was rejected)" },
+  VOTE_ALREADY_CAST: { status: "FailedPrecondition", meaning: "the user already voted the other way on this activity; a vote cannot be changed" },
+  ROOT_QUORUM_UNREACHABLE: {
+    status: "FailedPrecondition",
+    meaning: "the change would leave fewer root users with a usable credential than the root quorum threshold, locking the organization out",
+  },
+  NESTED_SUB_ORGANIZATION: { status: "FailedPrecondition", meaning: "a sub-organization cannot have sub-organizations of its own" },
+  NOT_A_SUB_ORGANIZATION: { status: "FailedPrecondition", meaning: "only a sub-organization can be deleted" },
+  WALLET_NOT_EXPORTED: { status: "FailedPrecondition", meaning: "deleting would lose a wallet never exported: export it first, or pass deleteWithoutExport" },
+  PRIVATE_KEY_NOT_EXPORTED: {
+    status: "FailedPrecondition",
+    meaning: "deleting would lose a private key never exported: export it first, or pass deleteWithoutExport",
+  },
+  MNEMONIC_LANGUAGE_MISMATCH: {
+    status: "FailedPrecondition",
+    meaning: "the wallet's mnemonic is in another language; spelled in the one asked it would derive other keys",
+  },
+  IMPORT_TARGET_EXPIRED: {
+    status: "FailedPrecondition",
+    meaning: "the import target from init_import_wallet / init_import_private_key expired: call it again",
+  },
+  FEATURE_NOT_ENABLED: {
+    status: "FailedPrecondition",
+    meaning: "email or SMS login is not enabled in the organization: its root quorum enables it with set_organization_feature",
+  },
+  CONTACT_AMBIGUOUS: {
+    status: "FailedPrecondition",
+    meaning: "several users of the organization share the contact, so a one-time password cannot tell them apart",
+  },
+  OTP_ALREADY_USED: { status: "FailedPrecondition", meaning: "the one-time password was already used: start again with init_otp" },
+  OTP_ATTEMPTS_EXCEEDED: { status: "FailedPrecondition", meaning: "the one-time password was burnt by too many wrong codes: start again with init_otp" },
+  OTP_EXPIRED: { status: "FailedPrecondition", meaning: "the one-time password expired: start again with init_otp" },
+  VERIFICATION_TOKEN_ALREADY_USED: { status: "FailedPrecondition", meaning: "the verification token was already used; each serves one login or sign-up" },
+  VERIFICATION_TOKEN_EXPIRED: { status: "FailedPrecondition", meaning: "the verification token expired: verify a new one-time password" },
+
+  // ── 401, gRPC 16 Unauthenticated: who sent the request is not established ──
+  SIGNATURE_MISSING: { status: "Unauthenticated", meaning: "the request is not stamped: send exactly one of X-Stamp or X-Stamp-Webauthn" },
+  MULTIPLE_STAMPS: { status: "Unauthenticated", meaning: "the request carries both stamp headers, or one of them twice: send exactly one" },
+  MALFORMED_STAMP: {
+    status: "Unauthenticated",
+    meaning: "the stamp header is not the base64url JSON the stampers produce, or names an unknown scheme (the message says which part)",
+  },
+  SIGNATURE_INVALID: {
+    status: "Unauthenticated",
+    meaning: "the stamp does not verify over the exact body sent, its scheme does not match the key, or a passkey's origin or relying party is not allowed",
+  },
+  PUBLIC_KEY_NOT_FOUND: {
+    status: "Unauthenticated",
+    meaning: "no API key or passkey with the stamp's public key or credential id (or it was deleted meanwhile)",
+  },
+  API_KEY_EXPIRED: { status: "Unauthenticated", meaning: "the stamp's API key (or session) has expired: log in again or use another key" },
+  CREDENTIAL_TOO_OLD_FOR_QUERIES: {
+    status: "Unauthenticated",
+    meaning: "the API key is older than this server answers queries for (SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS): query with a newer key",
+  },
+  SESSION_INVALID: { status: "Unauthenticated", meaning: "X-Session is not a read-only session of this server, or the credential that opened it is gone" },
+  SESSION_EXPIRED: { status: "Unauthenticated", meaning: "the read-only session (X-Session) has expired: create a new one" },
+  OIDC_SIGNATURE_INVALID: { status: "Unauthenticated", meaning: "the OIDC token's signature does not verify with its issuer's published keys" },
+  OIDC_TOKEN_EXPIRED: { status: "Unauthenticated", meaning: "the OIDC token has expired: get a new one from the issuer" },
+  OTP_INVALID: { status: "Unauthenticated", meaning: "wrong one-time password; the message says how many tries are left before it is burnt" },
+
+  // ── 403, gRPC 7 PermissionDenied: who sent it is known, and may not do it ──
+  POLICY_DENIED: {
+    status: "PermissionDenied",
+    meaning: "the policies (or the default rules) do not allow the activity; the message gives the outcome and the reason",
+  },
+  VOTE_NOT_ALLOWED: {
+    status: "PermissionDenied",
+    meaning: "the user is neither in the root quorum nor named by the consensus of a policy in force for the activity",
+  },
+  ORGANIZATION_MISMATCH: {
+    status: "PermissionDenied",
+    meaning: "the credential (or read-only session) does not belong to the organization named in organizationId",
+  },
+  AMBIGUOUS_SUB_ORGANIZATION: {
+    status: "PermissionDenied",
+    meaning: "the credential is in several sub-organizations of the one named: name the sub-organization in organizationId",
+  },
+  PARENT_ORGANIZATION_READ_ONLY: {
+    status: "PermissionDenied",
+    meaning: "a parent organization's credential reads its sub-organizations but cannot write in them: use a credential of the sub-organization",
+  },
+  READ_ONLY_SESSION: {
+    status: "PermissionDenied",
+    meaning: "a read-only session (its key, or X-Session) may only query: stamp activities with a read-write key",
+  },
+  IMPORT_USER_MISMATCH: { status: "PermissionDenied", meaning: "an import must target the requesting user" },
+  OIDC_ISSUER_NOT_ALLOWED: { status: "PermissionDenied", meaning: "the OIDC token's issuer is not one the operator accepts (SIGIL_OIDC_ALLOWED_ISSUERS)" },
+  OIDC_CLAIMS_NOT_ALLOWED: {
+    status: "PermissionDenied",
+    meaning: "bare oidcClaims are accepted only from a parent creating a sub-organization, or in a top-level organization: send the signed oidcToken",
+  },
+  OIDC_NONCE_MISMATCH: {
+    status: "PermissionDenied",
+    meaning: "the OIDC token's nonce is not sha256 of this login's public key: the token was issued for another key",
+  },
+  EMAIL_DOMAIN_NOT_ALLOWED: {
+    status: "PermissionDenied",
+    meaning: "an email customization points at a domain outside the operator's SIGIL_EMAIL_ALLOWED_DOMAINS",
+  },
+  OTP_CUSTOMIZATION_NOT_ALLOWED: {
+    status: "PermissionDenied",
+    meaning: "a sub-organization's own credential may not customize the OTP message: the app's backend (the parent) does that",
+  },
+  VERIFICATION_TOKEN_KEY_MISMATCH: { status: "PermissionDenied", meaning: "the verification token is bound to a key: stamp the request with that key" },
+  VERIFICATION_TOKEN_ORGANIZATION_MISMATCH: {
+    status: "PermissionDenied",
+    meaning: "the verification token serves the organization that issued it and its sub-organizations only",
+  },
+
+  // ── 404, gRPC 5 NotFound ──
+  ENDPOINT_NOT_FOUND: {
+    status: "NotFound",
+    meaning: "no such path here (an operation of the product's API not built yet included; hosted-only ones are 501 OPERATION_NOT_SERVED)",
+  },
+  ORGANIZATION_NOT_FOUND: { status: "NotFound", meaning: "no organization with the organizationId given" },
+  USER_NOT_FOUND: { status: "NotFound", meaning: "no such user in the organization (or no single user with the email or phone number given)" },
+  USER_TAG_NOT_FOUND: { status: "NotFound", meaning: "no user tag with that id in the organization" },
+  API_KEY_NOT_FOUND: { status: "NotFound", meaning: "no API key with that id (for that user)" },
+  AUTHENTICATOR_NOT_FOUND: { status: "NotFound", meaning: "no authenticator (passkey) with that id (for that user)" },
+  OAUTH_PROVIDER_NOT_FOUND: { status: "NotFound", meaning: "no OAuth provider with that id, or no user linked to the OIDC token's issuer and subject" },
+  POLICY_NOT_FOUND: { status: "NotFound", meaning: "no policy with that id in the organization" },
+  WALLET_NOT_FOUND: { status: "NotFound", meaning: "no wallet with that id in the organization" },
+  WALLET_ACCOUNT_NOT_FOUND: { status: "NotFound", meaning: "no wallet account with that id, address or path (an address of a private key is not one)" },
+  PRIVATE_KEY_NOT_FOUND: { status: "NotFound", meaning: "no private key with that id in the organization" },
+  PRIVATE_KEY_TAG_NOT_FOUND: { status: "NotFound", meaning: "no private key tag with that id in the organization" },
+  SIGNER_NOT_FOUND: {
+    status: "NotFound",
+    meaning: "signWith is neither a wallet account address, a private key id nor a private key address of the organization",
+  },
+  ACTIVITY_NOT_FOUND: { status: "NotFound", meaning: "no activity with that id (or, for a vote, that fingerprint) in the organization" },
+  FEATURE_NOT_FOUND: { status: "NotFound", meaning: "the feature removed is not set in the organization" },
+  IMPORT_TARGET_NOT_FOUND: {
+    status: "NotFound",
+    meaning: "no import target for the user: call init_import_wallet / init_import_private_key first (a target serves one import)",
+  },
+  OTP_NOT_FOUND: { status: "NotFound", meaning: "no one-time password with that id in the organization" },
+  WEBHOOK_ENDPOINT_NOT_FOUND: { status: "NotFound", meaning: "no webhook endpoint with that id in the organization" },
+
+  // ── 408, gRPC 8 ResourceExhausted ──
+  REQUEST_TIMEOUT: {
+    status: "ResourceExhausted",
+    http: 408,
+    meaning: "the headers or the whole request did not arrive in time (SIGIL_HEADERS_TIMEOUT_MS, SIGIL_REQUEST_TIMEOUT_MS); the connection is closed",
+  },
+
+  // ── 409, gRPC 6 AlreadyExists ──
+  DUPLICATE_REQUEST: {
+    status: "AlreadyExists",
+    meaning: "another user already submitted this exact body: change timestampMs to submit it yourself (your own retry is answered from the log)",
+  },
+  API_KEY_ALREADY_EXISTS: {
+    status: ["AlreadyExists", "FailedPrecondition"],
+    meaning: "the organization already has an API key with this public key (409); a session's key is one (400): create a fresh key pair",
+  },
+  AUTHENTICATOR_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has an authenticator with this credential id" },
+  OAUTH_PROVIDER_ALREADY_EXISTS: {
+    status: "AlreadyExists",
+    meaning: "the OIDC identity (issuer and subject) is already linked to a user of the organization",
+  },
+  USER_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a user tag with this name" },
+  PRIVATE_KEY_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a private key tag with this name" },
+  WALLET_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a wallet with this name" },
+  PRIVATE_KEY_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a private key with this name, or (import) this very key" },
+
+  // ── 413, gRPC 8 ResourceExhausted ──
+  REQUEST_TOO_LARGE: { status: "ResourceExhausted", http: 413, meaning: "the body exceeds the server's limit (SIGIL_BODY_LIMIT_BYTES)" },
+
+  // ── 429, gRPC 8 ResourceExhausted ──
+  OTP_RATE_LIMITED: {
+    status: "ResourceExhausted",
+    meaning: "no code was sent: a budget of codes per contact, organization or credential is spent; retry after the Retry-After seconds",
+  },
+
+  // ── 500, gRPC 13 Internal ──
+  INTERNAL: { status: "Internal", meaning: "a fault of the server; the details go to the server's log only" },
+
+  // ── 501, gRPC 12 Unimplemented ──
+  OPERATION_NOT_SERVED: {
+    status: "Unimplemented",
+    meaning:
+      "a hosted-only service of the product (TVC, Earn, swaps, fiat on-ramp, Spark, …) that a self-hosted Sigil does not provide; the message " +
+      "names the service. Answered before the stamp is checked: the list is public",
+  },
+
+  // ── 503, gRPC 14 Unavailable: try again later ──
+  TRANSACTION_ROLLED_BACK: {
+    status: "Unavailable",
+    meaning: "SQLite: the write transaction this request shared with others could not be committed; nothing of it was kept: send it again",
+  },
+  OIDC_DISCOVERY_FAILED: { status: "Unavailable", meaning: "the OIDC issuer's discovery document or keys could not be fetched, or do not match the issuer" },
+} as const satisfies Record<string, ErrorEntry>;
+
+export type ErrorCode = keyof typeof ERROR_CATALOG;
+
+/** The statuses `code` may be answered with. */
+export type StatusOf<C extends ErrorCode> = (typeof ERROR_CATALOG)[C]["status"] extends infer S
+  ? S extends readonly (infer One)[]
+    ? One
+    : S
+  : never;
+
+/** The statuses of an entry, as a list. */
+export const statusesOf = (entry: ErrorEntry): readonly GrpcStatus[] => (typeof entry.status === "string" ? [entry.status] : entry.status);
+
+/** The HTTP status `code` is sent with when answered with `status`. */
+export function httpStatusOf(code: ErrorCode, status: GrpcStatus): number {
+  const entry: ErrorEntry = ERROR_CATALOG[code];
+  return entry.http ?? GRPC_CODES[status].http;
+}
