@@ -1,13 +1,20 @@
-// Docs that cannot drift: the operations table in docs/ is derived from the registry (a stale copy fails here),
-// and every relative link resolves.
+// Docs that cannot drift: the operations table in docs/ is derived from the registry and the configuration page
+// from the settings catalog (a stale copy fails here), and every relative link resolves.
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderOperationsTable } from "../scripts/operations-table.js";
+import { renderConfigurationPage } from "../scripts/configuration-table.js";
 
 describe("docs/operations.md", () => {
   it("matches the operation registry (run `npm run docs` after changing an operation)", () => {
     expect(readFileSync("docs/operations.md", "utf8")).toBe(renderOperationsTable());
+  });
+});
+
+describe("docs/configuration.md", () => {
+  it("matches the settings catalog in src/config.ts (run `npm run docs` after changing a setting)", () => {
+    expect(readFileSync("docs/configuration.md", "utf8")).toBe(renderConfigurationPage());
   });
 });
 
