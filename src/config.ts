@@ -1,6 +1,12 @@
-// Environment variables and command-line flags, resolved once into one typed object.
+// Every setting of a deployment (environment variables, and the flags that may stand in for some)
+// declared once, as a value: its variable, its flag, its default, what it means and what it accepts.
+// loadConfig reads them into one typed object and refuses, at start, every value a setting does not
+// accept, naming the variable (and the flag) and what is expected. docs/configuration.md is generated
+// from the same declarations (`npm run docs`) and checked by a test, so the docs cannot drift.
+import net from "node:net";
 import path from "node:path";
-import type { MasterKeyConfig } from "./crypto/master-key.js";
+import addressparser from "nodemailer/lib/addressparser";
+import { parseMasterKey, type MasterKeyConfig } from "./crypto/master-key.js";
 import { defaultSignatureThreads } from "./crypto/signature-threads.js";
 import { checkDatabaseUrl } from "./store/database-url.js";
 
@@ -122,114 +128,747 @@ export interface WebhookConfig {
   pollMs: number;
 }
 
+/** Flags that stand in for a setting's variable (they win over it); see `flag` in the catalog below. */
 export interface ConfigFlags {
   host?: string;
   port?: string | number;
   dataDir?: string;
 }
 
-function positiveInteger(name: string, raw: string | undefined, fallback: number): number {
-  if (raw === undefined || raw === "") return fallback;
-  const value = Number(raw);
-  if (!Number.isSafeInteger(value) || value <= 0) throw new Error(`${name} must be a positive integer, got "${raw}"`);
-  return value;
+// ---- kinds of value ----------------------------------------------------------------------------
+
+/** A value a setting does not accept. The message names the variable (and the flag it came from) and
+ * what is expected; it repeats the value only when the value cannot hold a secret. */
+export class ConfigError extends Error {
+  override name = "ConfigError";
 }
 
-function portNumber(name: string, raw: string | undefined, fallback: number): number {
-  const value = positiveInteger(name, raw, fallback);
-  if (value > 65_535) throw new Error(`${name} must be a port number from 1 to 65535, got "${raw}"`);
-  return value;
+/** What a kind of value gets to know about the text it parses. */
+export interface Reading {
+  /** The variable, or "--flag (VARIABLE)" when the text came from a flag. */
+  name: string;
+  /** The value is, or may hold, a secret: it must not appear in a message. */
+  secret: boolean;
+  /** Throws the ConfigError for this text, with what is wrong when more can be said than `accepts`;
+   * `quote: false` when the detail already shows the part of the text that is wrong. */
+  refuse(detail?: string, options?: { quote: boolean }): never;
 }
 
-function flag(name: string, raw: string | undefined): boolean {
-  if (raw === undefined || raw === "" || raw === "false" || raw === "0") return false;
-  if (raw === "true" || raw === "1") return true;
-  throw new Error(`${name} must be true or false, got "${raw}"`);
+/** How a setting's text becomes its value, and what it accepts: said once, for messages and for the docs. */
+export interface Kind<T> {
+  /** What is accepted, as the words after "must be" (Markdown: docs/configuration.md shows it). */
+  accepts: string;
+  parse(raw: string, reading: Reading): T;
 }
 
-function nonNegativeInteger(name: string, raw: string | undefined, fallback: number): number {
-  if (raw === undefined || raw === "") return fallback;
-  const value = Number(raw);
-  if (!Number.isSafeInteger(value) || value < 0) throw new Error(`${name} must be a whole number (0 or more), got "${raw}"`);
-  return value;
-}
+/** The longest a Node.js timer waits (longer ones fire at once): the ceiling of durations in milliseconds. */
+export const TIMER_MAX_MS = 2 ** 31 - 1;
+/** A hundred years: the ceiling of durations in seconds, far beyond any sensible setting, well inside what a date can hold. */
+export const DURATION_MAX_SECONDS = 100 * 365.25 * 24 * 3600;
 
-function httpLimits(env: NodeJS.ProcessEnv): HttpLimits {
-  const limits: HttpLimits = {
-    headersTimeoutMs: nonNegativeInteger("SIGIL_HEADERS_TIMEOUT_MS", env.SIGIL_HEADERS_TIMEOUT_MS, 10_000),
-    requestTimeoutMs: nonNegativeInteger("SIGIL_REQUEST_TIMEOUT_MS", env.SIGIL_REQUEST_TIMEOUT_MS, 30_000),
-    keepAliveTimeoutMs: positiveInteger("SIGIL_KEEP_ALIVE_TIMEOUT_MS", env.SIGIL_KEEP_ALIVE_TIMEOUT_MS, 72_000),
-    maxConnections: nonNegativeInteger("SIGIL_MAX_CONNECTIONS", env.SIGIL_MAX_CONNECTIONS, 1024),
-    maxConnectionsPerAddress: nonNegativeInteger("SIGIL_MAX_CONNECTIONS_PER_ADDRESS", env.SIGIL_MAX_CONNECTIONS_PER_ADDRESS, 128),
+function integer(min: number, max: number = Number.MAX_SAFE_INTEGER): Kind<number> {
+  return {
+    accepts: max === Number.MAX_SAFE_INTEGER ? `a whole number, ${min} or more` : `a whole number from ${min} to ${max}`,
+    parse(raw, reading) {
+      // Read with Number(), as before the catalog existed (so " 5 ", 1e3 and 0x10 are still accepted); a
+      // blank text is not 0.
+      const value = raw.trim() === "" ? NaN : Number(raw);
+      if (!Number.isSafeInteger(value) || value < min || value > max) reading.refuse();
+      return value;
+    },
   };
-  // node:http refuses to start otherwise: the headers are part of the request.
-  if (limits.headersTimeoutMs > 0 && limits.requestTimeoutMs > 0 && limits.headersTimeoutMs > limits.requestTimeoutMs) {
-    throw new Error(`SIGIL_HEADERS_TIMEOUT_MS (${limits.headersTimeoutMs}) must not exceed SIGIL_REQUEST_TIMEOUT_MS (${limits.requestTimeoutMs})`);
-  }
-  return limits;
 }
 
-const list = (raw: string | undefined) => (raw ?? "").split(",").map((s) => s.trim()).filter(Boolean);
+const milliseconds = (min: number, max = TIMER_MAX_MS) => integer(min, max);
+const seconds = (min: number) => integer(min, DURATION_MAX_SECONDS);
+
+const boolean: Kind<boolean> = {
+  accepts: "`true` or `false` (`1` and `0` are accepted too)",
+  parse: (raw, reading) => (raw === "true" || raw === "1" ? true : raw === "false" || raw === "0" ? false : reading.refuse()),
+};
+
+/** pino's levels, and `silent`; pino reads them in any case. */
+export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
+
+const logLevel: Kind<string> = {
+  accepts: `one of ${LOG_LEVELS.map((level) => `\`${level}\``).join(", ")} (any case)`,
+  parse(raw, reading) {
+    const level = raw.toLowerCase();
+    return LOG_LEVELS.includes(level) ? level : reading.refuse();
+  },
+};
+
+const HOSTNAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/;
+
+const listenAddress: Kind<string> = {
+  accepts: "an IP address or a host name (`0.0.0.0` or `::` listens on every address)",
+  parse: (raw, reading) => (net.isIP(raw) || HOSTNAME.test(raw.toLowerCase().replace(/\.$/, "")) ? raw : reading.refuse()),
+};
+
+/** A domain as browsers and mail hosts compare it: lower case, ASCII. */
+function domain(leadingDot: boolean): Kind<string> {
+  return {
+    accepts: "a domain name such as `example.com`, in any case (an internationalized one in its `xn--` form)",
+    parse(raw, reading) {
+      const name = leadingDot ? raw.toLowerCase().replace(/^\./, "") : raw.toLowerCase();
+      return HOSTNAME.test(name) ? name : reading.refuse();
+    },
+  };
+}
+
+/** A path, taken as written; relative ones are resolved from the working directory. */
+const filePath = (what: string): Kind<string> => ({ accepts: what, parse: (raw) => raw });
+
+/** An absolute URL of one of these protocols, naming a host. */
+function url(protocols: string[], extra?: { accepts: string; check(url: URL): string | null }): Kind<string> {
+  const written = protocols.map((protocol) => `\`${protocol}//\``).join(" or ");
+  return {
+    accepts: `an ${written} URL${extra ? `, ${extra.accepts}` : ""}`,
+    parse(raw, reading) {
+      let parsed: URL;
+      try {
+        // Without "//" a URL parser reads "host:25" as a scheme and "smtp:host" as a path.
+        if (!raw.includes("://")) throw new Error();
+        parsed = new URL(raw);
+      } catch {
+        return reading.refuse("it is not a URL");
+      }
+      if (!protocols.includes(parsed.protocol)) reading.refuse(`not ${parsed.protocol}//`);
+      if (!parsed.hostname) reading.refuse("it names no host");
+      const problem = extra?.check(parsed);
+      if (problem) reading.refuse(problem);
+      return raw;
+    },
+  };
+}
+
+const origin: Kind<string> = {
+  accepts:
+    "an origin as browsers write it: `https://host` or `https://host:port` (lower case, no path, no trailing slash), another " +
+    "scheme's `scheme://host` (a browser extension's), or `android:apk-key-hash:…`",
+  parse(raw, reading) {
+    // Passkey stamps carry the origin as the browser serializes it, compared exactly: anything else never matches.
+    if (/^android:apk-key-hash:[A-Za-z0-9_-]+$/.test(raw)) return raw;
+    let parsed: URL | null = null;
+    try {
+      parsed = new URL(raw);
+    } catch {
+      // refused below
+    }
+    if (parsed && (parsed.protocol === "https:" || parsed.protocol === "http:")) {
+      if (parsed.origin === raw) return raw;
+      reading.refuse(`write it as ${parsed.origin}`);
+    }
+    // Other browser origins (a browser extension's, for one) have a scheme, a host and nothing else.
+    return /^[a-z][a-z0-9+.-]*:\/\/[^/?#\s]+$/.test(raw) ? raw : reading.refuse();
+  },
+};
+
+const masterKey: Kind<string> = {
+  accepts: "a 32-byte key: 64 hex digits or base64",
+  parse(raw, reading) {
+    try {
+      parseMasterKey(raw, reading.name);
+    } catch {
+      reading.refuse();
+    }
+    return raw;
+  },
+};
+
+const databaseUrl: Kind<string> = {
+  accepts: "a `postgres://` or `postgresql://` URL",
+  parse(raw, reading) {
+    try {
+      checkDatabaseUrl(raw, reading.name);
+    } catch (error) {
+      // Its own message: it shows the URL with the password masked, and what to do for SQLite.
+      throw new ConfigError((error as Error).message);
+    }
+    return raw;
+  },
+};
+
+const mailbox: Kind<string> = {
+  accepts: "one email address, with or without a name: `Name <address@example.com>`",
+  parse(raw, reading) {
+    const parsed = addressparser(raw, { flatten: true });
+    return parsed.length === 1 && /^[^@\s]+@[^@\s]+$/.test(parsed[0]!.address) ? raw : reading.refuse();
+  },
+};
+
+const headerValue: Kind<string> = {
+  accepts: "printable ASCII with no space at either end (it is sent in an HTTP header)",
+  parse: (raw, reading) => (/^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/.test(raw) ? raw : reading.refuse()),
+};
+
+/** Comma-separated items, each of one kind; spaces around items and empty items are ignored. */
+function list<T>(item: Kind<T>): Kind<T[]> {
+  return {
+    accepts: `a comma-separated list, each item ${item.accepts}`,
+    parse(raw, reading) {
+      const items = raw.split(",").map((text) => text.trim()).filter(Boolean);
+      return items.map((text, i) =>
+        item.parse(text, {
+          name: `${reading.name}[${i}]`,
+          secret: reading.secret,
+          refuse: (detail) => {
+            const which = `item ${i + 1}${reading.secret ? "" : ` ${JSON.stringify(text)}`}`;
+            return reading.refuse(`${which} is not${detail ? ` (${detail})` : ""}`, { quote: false });
+          },
+        }),
+      );
+    },
+  };
+}
+
+// ---- the catalog -------------------------------------------------------------------------------
+
+/** One setting. `T` is what its kind reads; `D`, its value when unset (null: derived in loadConfig, or none). */
+export interface Setting<T, D extends T | null = T> {
+  variable: `SIGIL_${string}`;
+  /** The flag that sets it instead, and wins over the variable: `sigil serve`'s (`--data-dir`: every command's). */
+  flag?: `--${string}`;
+  /** The heading it is listed under in docs/configuration.md. */
+  group: string;
+  kind: Kind<T>;
+  /** The value when the variable is unset or empty. */
+  default: D;
+  /** How the docs show the default, where the value alone does not say it. */
+  defaultText?: string;
+  /** What it does, for docs/configuration.md (Markdown). */
+  meaning: string;
+  /** The value is, or may hold, a secret: no message repeats it. */
+  secret?: boolean;
+  /** An empty value is refused rather than taken as unset, with this advice: it would not mean the default. */
+  ifEmpty?: string;
+}
+
+const setting = <T, D extends T | null = T>(declaration: Setting<T, D>) => declaration;
+
+const SERVER = "Server";
+const KEYS = "Master key and key imports";
+const REQUESTS = "Requests and connections";
+const LOGINS = "Passkeys, OIDC and sessions";
+const OTP = "One-time passwords";
+const MESSAGES = "Emails and SMS";
+const WEBHOOKS = "Webhooks";
+
+/**
+ * Every setting, in the order docs/configuration.md lists them. To add one: declare it here (a test fails
+ * on any SIGIL_ name in src/ that is not declared), give it its place in loadConfig's object, and run
+ * `npm run docs`.
+ */
+export const settings = {
+  host: setting({
+    variable: "SIGIL_HOST",
+    flag: "--host",
+    group: SERVER,
+    kind: listenAddress,
+    default: "127.0.0.1",
+    meaning: "address to listen on",
+    // Before the catalog an empty SIGIL_HOST listened on every address: refused, so that none does by accident.
+    ifEmpty: "unset it to listen on 127.0.0.1, or write 0.0.0.0 or :: to listen on every address",
+  }),
+  port: setting({ variable: "SIGIL_PORT", flag: "--port", group: SERVER, kind: integer(1, 65_535), default: 8080, meaning: "port to listen on" }),
+  dataDir: setting({
+    variable: "SIGIL_DATA_DIR",
+    flag: "--data-dir",
+    group: SERVER,
+    kind: filePath("a directory (relative ones from the working directory)"),
+    default: "data",
+    defaultText: "`./data`",
+    meaning: "directory of the embedded SQLite database (`sigil.db`) and of the default master key file",
+    // Before the catalog an empty SIGIL_DATA_DIR meant the working directory: refused, so that no database moves by accident.
+    ifEmpty: "unset it for ./data, or write . for the working directory",
+  }),
+  databaseUrl: setting({
+    variable: "SIGIL_DATABASE_URL",
+    group: SERVER,
+    kind: databaseUrl,
+    default: null,
+    defaultText: "*(unset: SQLite)*",
+    meaning: "`postgres://user@host:5432/db` keeps all state in PostgreSQL; the database must exist (Sigil makes its tables)",
+    secret: true,
+  }),
+  logLevel: setting({
+    variable: "SIGIL_LOG_LEVEL",
+    group: SERVER,
+    kind: logLevel,
+    default: "info",
+    meaning: "what the logs say (see [Logs](#logs)): `debug` adds one line per request",
+  }),
+  signatureThreads: setting({
+    variable: "SIGIL_SIGNATURE_THREADS",
+    group: SERVER,
+    // More threads than cores only cost memory (each has its own JavaScript heap).
+    kind: integer(0, 256),
+    default: null,
+    defaultText: "cores − 1 (1–4)",
+    meaning: "worker threads that compute signatures beside the event loop; `0` computes them on it",
+  }),
+
+  masterKey: setting({
+    variable: "SIGIL_MASTER_KEY",
+    group: KEYS,
+    kind: masterKey,
+    default: null,
+    defaultText: "*(unset)*",
+    meaning: "the master key every stored secret is sealed under",
+    secret: true,
+  }),
+  masterKeyFile: setting({
+    variable: "SIGIL_MASTER_KEY_FILE",
+    group: KEYS,
+    kind: filePath("a file path (relative ones from the working directory)"),
+    default: null,
+    defaultText: "`<data dir>/master.key`",
+    meaning: "a file holding the master key; the default file is created (mode 0600) on first start",
+  }),
+  masterKeyPrevious: setting({
+    variable: "SIGIL_MASTER_KEY_PREVIOUS",
+    group: KEYS,
+    kind: list(masterKey),
+    default: [],
+    defaultText: "*(unset)*",
+    meaning: "comma-separated earlier master keys, kept to open secrets sealed before a rotation",
+    secret: true,
+  }),
+  importTargetTtlSeconds: setting({
+    variable: "SIGIL_IMPORT_TARGET_TTL_SECONDS",
+    group: KEYS,
+    kind: seconds(1),
+    default: 30 * 60,
+    meaning: "how long a target key from `init_import_wallet` / `init_import_private_key` may be used",
+  }),
+
+  timestampWindowSeconds: setting({
+    variable: "SIGIL_TIMESTAMP_WINDOW_SECONDS",
+    group: REQUESTS,
+    kind: seconds(1),
+    default: 300,
+    meaning: "a request's `timestampMs` must lie within this many seconds of the server clock, either side",
+  }),
+  bodyLimitBytes: setting({
+    variable: "SIGIL_BODY_LIMIT_BYTES",
+    group: REQUESTS,
+    kind: integer(1),
+    default: 1024 * 1024,
+    meaning: "largest accepted request body (larger: HTTP 413)",
+  }),
+  headersTimeoutMs: setting({
+    variable: "SIGIL_HEADERS_TIMEOUT_MS",
+    group: REQUESTS,
+    kind: milliseconds(0),
+    default: 10_000,
+    meaning:
+      "a request's line and headers must arrive within this long of its first byte (or of the connection opening); else HTTP 408 " +
+      "`REQUEST_TIMEOUT` and the connection is closed; `0`: no limit",
+  }),
+  requestTimeoutMs: setting({
+    variable: "SIGIL_REQUEST_TIMEOUT_MS",
+    group: REQUESTS,
+    kind: milliseconds(0),
+    default: 30_000,
+    meaning:
+      "the whole request, headers and body, must arrive within this long (the time the server takes to answer does not count); else " +
+      "HTTP 408 `REQUEST_TIMEOUT` and close; `0`: no limit; must not be below the headers timeout",
+  }),
+  keepAliveTimeoutMs: setting({
+    variable: "SIGIL_KEEP_ALIVE_TIMEOUT_MS",
+    group: REQUESTS,
+    // node keeps the connection a second longer than it announces, on a timer.
+    kind: milliseconds(1, TIMER_MAX_MS - 1000),
+    default: 72_000,
+    meaning:
+      "a kept-alive connection with no request under way is closed after this long (announced in the `Keep-Alive` header; node closes " +
+      "about a second later, so a client that trusts the header never reuses a closing connection); above the 60 s idle timeout of " +
+      "common load balancers",
+  }),
+  maxConnections: setting({
+    variable: "SIGIL_MAX_CONNECTIONS",
+    group: REQUESTS,
+    kind: integer(0),
+    default: 1024,
+    meaning:
+      "connections open at once; further ones are closed as they arrive, unanswered; `0`: no limit (keep it below the process's " +
+      "open-file limit)",
+  }),
+  maxConnectionsPerAddress: setting({
+    variable: "SIGIL_MAX_CONNECTIONS_PER_ADDRESS",
+    group: REQUESTS,
+    kind: integer(0),
+    default: 128,
+    meaning:
+      "connections open at once from one remote address (an IPv6 /64 counts as one address); further ones from it are closed " +
+      "unanswered; `0`: no limit. Behind a reverse proxy every connection comes from the proxy: set `0` (or above the proxy's " +
+      "upstream connections) and let the proxy limit clients",
+  }),
+  queryCredentialMaxAgeSeconds: setting({
+    variable: "SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS",
+    group: REQUESTS,
+    kind: integer(0, DURATION_MAX_SECONDS),
+    default: 0,
+    defaultText: "`0` *(no limit)*",
+    meaning:
+      "queries are answered only for API keys (session keys included) created, and read-only sessions issued, less than this long " +
+      "ago; older ones get HTTP 401 `CREDENTIAL_TOO_OLD_FOR_QUERIES` (submits and passkeys are not limited). Bounds how long a " +
+      "captured query can be replayed",
+  }),
+
+  webauthnRpIds: setting({
+    variable: "SIGIL_WEBAUTHN_RP_IDS",
+    group: LOGINS,
+    kind: list(domain(false)),
+    default: [],
+    defaultText: "*(any)*",
+    meaning: "comma-separated relying-party ids accepted in passkey stamps and registrations",
+  }),
+  webauthnOrigins: setting({
+    variable: "SIGIL_WEBAUTHN_ORIGINS",
+    group: LOGINS,
+    kind: list(origin),
+    default: [],
+    defaultText: "*(any)*",
+    meaning: "comma-separated origins accepted in passkey stamps and registrations",
+  }),
+  oidcAllowedIssuers: setting({
+    variable: "SIGIL_OIDC_ALLOWED_ISSUERS",
+    group: LOGINS,
+    kind: list(
+      url(["https:", "http:"], {
+        accepts: "with no query or fragment (an issuer's `iss`)",
+        check: (issuer) => (issuer.search || issuer.hash ? "an issuer has no query or fragment" : null),
+      }),
+    ),
+    default: [],
+    defaultText: "*(none)*",
+    meaning:
+      "comma-separated OIDC issuers (exact `iss`, e.g. `https://accounts.google.com`) whose identity tokens log users in; no other " +
+      "issuer is ever contacted",
+  }),
+  sessionDefaultSeconds: setting({
+    variable: "SIGIL_SESSION_DEFAULT_SECONDS",
+    group: LOGINS,
+    kind: seconds(1),
+    default: 15 * 60,
+    meaning: "a login's session length when the request names none",
+  }),
+  sessionMaxSeconds: setting({
+    variable: "SIGIL_SESSION_MAX_SECONDS",
+    group: LOGINS,
+    kind: seconds(1),
+    default: 7 * 24 * 3600,
+    meaning: "the longest session (`expirationSeconds`) a login may ask for",
+  }),
+  readOnlySessionSeconds: setting({
+    variable: "SIGIL_READ_ONLY_SESSION_SECONDS",
+    group: LOGINS,
+    kind: seconds(1),
+    default: 3600,
+    meaning: "a read-only session's length",
+  }),
+
+  otpDefaultSeconds: setting({
+    variable: "SIGIL_OTP_DEFAULT_SECONDS",
+    group: OTP,
+    kind: seconds(1),
+    default: 300,
+    meaning: "a one-time password's lifetime when the request names none (requests may ask up to 600)",
+  }),
+  otpMaxAttempts: setting({
+    variable: "SIGIL_OTP_MAX_ATTEMPTS",
+    group: OTP,
+    kind: integer(1),
+    default: 5,
+    meaning: "wrong codes tried before a one-time password is burnt",
+  }),
+  verificationTokenSeconds: setting({
+    variable: "SIGIL_VERIFICATION_TOKEN_SECONDS",
+    group: OTP,
+    kind: seconds(1),
+    default: 3600,
+    meaning: "a verification token's lifetime when `verify_otp` names none (requests may ask up to 86400)",
+  }),
+  otpPerContactLimit: setting({
+    variable: "SIGIL_OTP_PER_CONTACT_LIMIT",
+    group: OTP,
+    kind: integer(1),
+    default: 5,
+    meaning:
+      "codes one requesting organization may send one email address or phone number in ten minutes (sub-organizations' own " +
+      "credentials together: twice that); every spelling of an inbox counts as one",
+  }),
+  otpPerOrganizationLimit: setting({
+    variable: "SIGIL_OTP_PER_ORGANIZATION_LIMIT",
+    group: OTP,
+    kind: integer(1),
+    default: 300,
+    meaning:
+      "codes (emails and SMS) a top-level organization and all its sub-organizations together may have sent per " +
+      "`SIGIL_OTP_SEND_WINDOW_SECONDS`",
+  }),
+  otpPerCredentialLimit: setting({
+    variable: "SIGIL_OTP_PER_CREDENTIAL_LIMIT",
+    group: OTP,
+    kind: integer(1),
+    default: 300,
+    meaning:
+      "codes one API key or passkey of a top-level organization may have sent per `SIGIL_OTP_SEND_WINDOW_SECONDS` (lower it where " +
+      "many keys may start logins)",
+  }),
+  otpPerEndUserLimit: setting({
+    variable: "SIGIL_OTP_PER_END_USER_LIMIT",
+    group: OTP,
+    kind: integer(1),
+    default: 20,
+    meaning:
+      "codes an end user's credentials may have sent per `SIGIL_OTP_SEND_WINDOW_SECONDS`: all API keys, passkeys and sessions of one " +
+      "sub-organization share it",
+  }),
+  otpSendWindowSeconds: setting({
+    variable: "SIGIL_OTP_SEND_WINDOW_SECONDS",
+    group: OTP,
+    kind: seconds(1),
+    default: 3600,
+    meaning: "the sliding window of the three budgets above (organization, credential, end user)",
+  }),
+  emailAllowedDomains: setting({
+    variable: "SIGIL_EMAIL_ALLOWED_DOMAINS",
+    group: OTP,
+    kind: list(domain(true)),
+    default: [],
+    defaultText: "*(none)*",
+    meaning:
+      "comma-separated domains (subdomains included; a leading dot is ignored) whose https links and logos OTP emails may carry and " +
+      "whose addresses may be their sender or reply-to; unset, requests may customize neither",
+  }),
+
+  smtpUrl: setting({
+    variable: "SIGIL_SMTP_URL",
+    group: MESSAGES,
+    kind: url(["smtp:", "smtps:"]),
+    default: null,
+    defaultText: "*(unset: local outbox)*",
+    meaning: "the SMTP relay emails go to, e.g. `smtp://127.0.0.1:2525`, `smtps://user:pass@mail.example.com`",
+    secret: true,
+  }),
+  smtpFrom: setting({
+    variable: "SIGIL_SMTP_FROM",
+    group: MESSAGES,
+    kind: mailbox,
+    default: "Notifications <no-reply@localhost>",
+    meaning: "the From of emails whose request names no sender",
+  }),
+  smsUrl: setting({
+    variable: "SIGIL_SMS_URL",
+    group: MESSAGES,
+    kind: url(["https:", "http:"]),
+    default: null,
+    defaultText: "*(unset: local outbox)*",
+    meaning: 'the HTTP endpoint SMS are POSTed to as JSON `{"to","body"}`',
+    // It may carry a token in its query.
+    secret: true,
+  }),
+  smsToken: setting({
+    variable: "SIGIL_SMS_TOKEN",
+    group: MESSAGES,
+    kind: headerValue,
+    default: null,
+    defaultText: "*(unset)*",
+    meaning: "sent to the SMS endpoint as `Authorization: Bearer <token>`",
+    secret: true,
+  }),
+  messagePollMs: setting({
+    variable: "SIGIL_MESSAGE_POLL_MS",
+    group: MESSAGES,
+    kind: milliseconds(1),
+    default: 1_000,
+    meaning: "how often the message courier looks for messages to send",
+  }),
+  messageRetryBaseMs: setting({
+    variable: "SIGIL_MESSAGE_RETRY_BASE_MS",
+    group: MESSAGES,
+    kind: milliseconds(1),
+    default: 2_000,
+    meaning: "wait before the courier's first retry of a message; each further retry waits twice as long (at most a minute)",
+  }),
+  messageMaxAttempts: setting({
+    variable: "SIGIL_MESSAGE_MAX_ATTEMPTS",
+    group: MESSAGES,
+    kind: integer(1),
+    default: 5,
+    meaning: "a message is given up (`failed`) after this many attempts",
+  }),
+  messageTimeoutMs: setting({
+    variable: "SIGIL_MESSAGE_TIMEOUT_MS",
+    group: MESSAGES,
+    // The courier gives the SMTP relay twice this long, on a timer.
+    kind: milliseconds(1, Math.floor(TIMER_MAX_MS / 2)),
+    default: 10_000,
+    meaning:
+      "one attempt to hand a message to the SMTP relay or the SMS endpoint: each step (connect, greeting, answer) may take this " +
+      "long, the whole attempt twice as long",
+  }),
+
+  webhookAllowLoopback: setting({
+    variable: "SIGIL_WEBHOOK_ALLOW_LOOPBACK",
+    group: WEBHOOKS,
+    kind: boolean,
+    default: false,
+    meaning: "let webhook URLs reach loopback addresses (`127.0.0.1`, `::1`, `localhost`)",
+  }),
+  webhookAllowPrivate: setting({
+    variable: "SIGIL_WEBHOOK_ALLOW_PRIVATE",
+    group: WEBHOOKS,
+    kind: boolean,
+    default: false,
+    meaning: "let webhook URLs reach private addresses (10/8, 172.16/12, 192.168/16, fc00::/7, 100.64/10)",
+  }),
+  webhookRetryBaseMs: setting({
+    variable: "SIGIL_WEBHOOK_RETRY_BASE_MS",
+    group: WEBHOOKS,
+    kind: milliseconds(1),
+    default: 2_000,
+    meaning: "wait before the first retry of a delivery; each further retry waits twice as long (at most an hour)",
+  }),
+  webhookMaxAttempts: setting({
+    variable: "SIGIL_WEBHOOK_MAX_ATTEMPTS",
+    group: WEBHOOKS,
+    kind: integer(1),
+    default: 12,
+    meaning: "a delivery is given up (`failed`) after this many attempts",
+  }),
+  webhookTimeoutMs: setting({
+    variable: "SIGIL_WEBHOOK_TIMEOUT_MS",
+    group: WEBHOOKS,
+    kind: milliseconds(1),
+    default: 10_000,
+    meaning: "one attempt (connect, send, answer) may take this long",
+  }),
+  webhookConcurrency: setting({
+    variable: "SIGIL_WEBHOOK_CONCURRENCY",
+    group: WEBHOOKS,
+    kind: integer(1),
+    default: 8,
+    meaning: "deliveries one server process sends at a time",
+  }),
+  webhookPollMs: setting({
+    variable: "SIGIL_WEBHOOK_POLL_MS",
+    group: WEBHOOKS,
+    kind: milliseconds(1),
+    default: 1_000,
+    meaning: "how often a server looks for due deliveries besides the ones it just queued",
+  }),
+};
+
+type Settings = typeof settings;
+/** Each setting's value as read: what its kind parses, or its default. */
+type SettingValues = { [K in keyof Settings]: Settings[K] extends Setting<infer T, infer D> ? T | D : never };
+
+/** The ConfigFlags property a flag fills: --data-dir → dataDir. */
+const flagProperty = (flag: string) => flag.slice(2).replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase()) as keyof ConfigFlags;
+
+/** Reads every setting; refuses, all at once, every value that is not accepted. */
+function readSettings(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}): SettingValues {
+  const problems: string[] = [];
+  const values: Record<string, unknown> = {};
+  for (const [key, declared] of Object.entries(settings) as [string, Setting<unknown, unknown>][]) {
+    const fromFlag = declared.flag ? flags[flagProperty(declared.flag)] : undefined;
+    const raw = fromFlag !== undefined ? String(fromFlag) : env[declared.variable];
+    const name = fromFlag !== undefined ? `${declared.flag} (${declared.variable})` : declared.variable;
+    values[key] = declared.default;
+    if (raw === undefined) continue;
+    if (raw === "") {
+      // An empty variable counts as unset (docker-compose and shells make them easily), where that means the default.
+      if (declared.ifEmpty) problems.push(`${name} is set but empty: ${declared.ifEmpty}`);
+      continue;
+    }
+    const refuse = (detail?: string, { quote } = { quote: true }): never => {
+      const value = quote && !declared.secret ? `, got ${JSON.stringify(raw)}` : "";
+      const why = !detail ? "" : quote ? ` (${detail})` : `: ${detail}`;
+      throw new ConfigError(`${name} must be ${declared.kind.accepts}${value}${why}`);
+    };
+    try {
+      values[key] = declared.kind.parse(raw, { name, secret: declared.secret ?? false, refuse });
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error;
+      problems.push(error.message);
+    }
+  }
+  const read = values as SettingValues;
+  // node:http refuses to start otherwise: the headers are part of the request.
+  const { headersTimeoutMs: headers, requestTimeoutMs: request } = read;
+  if (headers > 0 && request > 0 && headers > request) {
+    problems.push(`SIGIL_HEADERS_TIMEOUT_MS (${headers}) must not exceed SIGIL_REQUEST_TIMEOUT_MS (${request})`);
+  }
+  if (problems.length > 0) throw new ConfigError(problems.join("\n"));
+  return read;
+}
 
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFlags = {}): Config {
-  const port = flags.port !== undefined ? portNumber("--port", String(flags.port), 8080) : portNumber("SIGIL_PORT", env.SIGIL_PORT, 8080);
-  const dataDir = path.resolve(flags.dataDir ?? env.SIGIL_DATA_DIR ?? "data");
-  // Refused here, at start, by name: anything else would reach pg and fail later, less clearly.
-  if (env.SIGIL_DATABASE_URL) checkDatabaseUrl(env.SIGIL_DATABASE_URL);
+  const s = readSettings(env, flags);
+  const dataDir = path.resolve(s.dataDir);
   return {
-    host: flags.host ?? env.SIGIL_HOST ?? "127.0.0.1",
-    port,
+    host: s.host,
+    port: s.port,
     dataDir,
-    databaseUrl: env.SIGIL_DATABASE_URL || null,
-    timestampWindowMs: positiveInteger("SIGIL_TIMESTAMP_WINDOW_SECONDS", env.SIGIL_TIMESTAMP_WINDOW_SECONDS, 300) * 1000,
-    bodyLimitBytes: positiveInteger("SIGIL_BODY_LIMIT_BYTES", env.SIGIL_BODY_LIMIT_BYTES, 1024 * 1024),
-    http: httpLimits(env),
-    queryCredentialMaxAgeMs: nonNegativeInteger("SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS", env.SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS, 0) * 1000 || null,
-    webauthn: { rpIds: list(env.SIGIL_WEBAUTHN_RP_IDS), origins: list(env.SIGIL_WEBAUTHN_ORIGINS) },
-    logLevel: env.SIGIL_LOG_LEVEL ?? "info",
-    masterKey: {
-      key: env.SIGIL_MASTER_KEY || null,
-      file: env.SIGIL_MASTER_KEY_FILE ? path.resolve(env.SIGIL_MASTER_KEY_FILE) : path.join(dataDir, "master.key"),
-      fileIsDefault: !env.SIGIL_MASTER_KEY_FILE,
-      previous: list(env.SIGIL_MASTER_KEY_PREVIOUS),
+    databaseUrl: s.databaseUrl,
+    timestampWindowMs: s.timestampWindowSeconds * 1000,
+    bodyLimitBytes: s.bodyLimitBytes,
+    http: {
+      headersTimeoutMs: s.headersTimeoutMs,
+      requestTimeoutMs: s.requestTimeoutMs,
+      keepAliveTimeoutMs: s.keepAliveTimeoutMs,
+      maxConnections: s.maxConnections,
+      maxConnectionsPerAddress: s.maxConnectionsPerAddress,
     },
-    signatureThreads: nonNegativeInteger("SIGIL_SIGNATURE_THREADS", env.SIGIL_SIGNATURE_THREADS, defaultSignatureThreads()),
-    importTargetTtlMs: positiveInteger("SIGIL_IMPORT_TARGET_TTL_SECONDS", env.SIGIL_IMPORT_TARGET_TTL_SECONDS, 30 * 60) * 1000,
+    queryCredentialMaxAgeMs: s.queryCredentialMaxAgeSeconds * 1000 || null,
+    webauthn: { rpIds: s.webauthnRpIds, origins: s.webauthnOrigins },
+    logLevel: s.logLevel,
+    masterKey: {
+      key: s.masterKey,
+      file: s.masterKeyFile ? path.resolve(s.masterKeyFile) : path.join(dataDir, "master.key"),
+      fileIsDefault: !s.masterKeyFile,
+      previous: s.masterKeyPrevious,
+    },
+    signatureThreads: s.signatureThreads ?? defaultSignatureThreads(),
+    importTargetTtlMs: s.importTargetTtlSeconds * 1000,
     sessions: {
-      defaultSeconds: positiveInteger("SIGIL_SESSION_DEFAULT_SECONDS", env.SIGIL_SESSION_DEFAULT_SECONDS, 15 * 60),
-      maxSeconds: positiveInteger("SIGIL_SESSION_MAX_SECONDS", env.SIGIL_SESSION_MAX_SECONDS, 7 * 24 * 3600),
-      readOnlySeconds: positiveInteger("SIGIL_READ_ONLY_SESSION_SECONDS", env.SIGIL_READ_ONLY_SESSION_SECONDS, 3600),
+      defaultSeconds: s.sessionDefaultSeconds,
+      maxSeconds: s.sessionMaxSeconds,
+      readOnlySeconds: s.readOnlySessionSeconds,
     },
     messages: {
-      smtpUrl: env.SIGIL_SMTP_URL || null,
-      smtpFrom: env.SIGIL_SMTP_FROM || "Notifications <no-reply@localhost>",
-      smsUrl: env.SIGIL_SMS_URL || null,
-      smsToken: env.SIGIL_SMS_TOKEN || null,
-      pollMs: positiveInteger("SIGIL_MESSAGE_POLL_MS", env.SIGIL_MESSAGE_POLL_MS, 1_000),
-      retryBaseMs: positiveInteger("SIGIL_MESSAGE_RETRY_BASE_MS", env.SIGIL_MESSAGE_RETRY_BASE_MS, 2_000),
-      maxAttempts: positiveInteger("SIGIL_MESSAGE_MAX_ATTEMPTS", env.SIGIL_MESSAGE_MAX_ATTEMPTS, 5),
-      timeoutMs: positiveInteger("SIGIL_MESSAGE_TIMEOUT_MS", env.SIGIL_MESSAGE_TIMEOUT_MS, 10_000),
+      smtpUrl: s.smtpUrl,
+      smtpFrom: s.smtpFrom,
+      smsUrl: s.smsUrl,
+      smsToken: s.smsToken,
+      pollMs: s.messagePollMs,
+      retryBaseMs: s.messageRetryBaseMs,
+      maxAttempts: s.messageMaxAttempts,
+      timeoutMs: s.messageTimeoutMs,
     },
     otp: {
-      defaultSeconds: positiveInteger("SIGIL_OTP_DEFAULT_SECONDS", env.SIGIL_OTP_DEFAULT_SECONDS, 300),
-      maxAttempts: positiveInteger("SIGIL_OTP_MAX_ATTEMPTS", env.SIGIL_OTP_MAX_ATTEMPTS, 5),
-      verificationTokenSeconds: positiveInteger("SIGIL_VERIFICATION_TOKEN_SECONDS", env.SIGIL_VERIFICATION_TOKEN_SECONDS, 3600),
-      perContactLimit: positiveInteger("SIGIL_OTP_PER_CONTACT_LIMIT", env.SIGIL_OTP_PER_CONTACT_LIMIT, 5),
-      perOrganizationLimit: positiveInteger("SIGIL_OTP_PER_ORGANIZATION_LIMIT", env.SIGIL_OTP_PER_ORGANIZATION_LIMIT, 300),
-      perCredentialLimit: positiveInteger("SIGIL_OTP_PER_CREDENTIAL_LIMIT", env.SIGIL_OTP_PER_CREDENTIAL_LIMIT, 300),
-      perEndUserLimit: positiveInteger("SIGIL_OTP_PER_END_USER_LIMIT", env.SIGIL_OTP_PER_END_USER_LIMIT, 20),
-      sendWindowSeconds: positiveInteger("SIGIL_OTP_SEND_WINDOW_SECONDS", env.SIGIL_OTP_SEND_WINDOW_SECONDS, 3600),
-      emailAllowedDomains: list(env.SIGIL_EMAIL_ALLOWED_DOMAINS).map((d) => d.toLowerCase().replace(/^\./, "")),
+      defaultSeconds: s.otpDefaultSeconds,
+      maxAttempts: s.otpMaxAttempts,
+      verificationTokenSeconds: s.verificationTokenSeconds,
+      perContactLimit: s.otpPerContactLimit,
+      perOrganizationLimit: s.otpPerOrganizationLimit,
+      perCredentialLimit: s.otpPerCredentialLimit,
+      perEndUserLimit: s.otpPerEndUserLimit,
+      sendWindowSeconds: s.otpSendWindowSeconds,
+      emailAllowedDomains: s.emailAllowedDomains,
     },
-    oidcAllowedIssuers: list(env.SIGIL_OIDC_ALLOWED_ISSUERS),
+    oidcAllowedIssuers: s.oidcAllowedIssuers,
     webhooks: {
-      allowLoopback: flag("SIGIL_WEBHOOK_ALLOW_LOOPBACK", env.SIGIL_WEBHOOK_ALLOW_LOOPBACK),
-      allowPrivate: flag("SIGIL_WEBHOOK_ALLOW_PRIVATE", env.SIGIL_WEBHOOK_ALLOW_PRIVATE),
-      retryBaseMs: positiveInteger("SIGIL_WEBHOOK_RETRY_BASE_MS", env.SIGIL_WEBHOOK_RETRY_BASE_MS, 2_000),
-      maxAttempts: positiveInteger("SIGIL_WEBHOOK_MAX_ATTEMPTS", env.SIGIL_WEBHOOK_MAX_ATTEMPTS, 12),
-      timeoutMs: positiveInteger("SIGIL_WEBHOOK_TIMEOUT_MS", env.SIGIL_WEBHOOK_TIMEOUT_MS, 10_000),
-      concurrency: positiveInteger("SIGIL_WEBHOOK_CONCURRENCY", env.SIGIL_WEBHOOK_CONCURRENCY, 8),
-      pollMs: positiveInteger("SIGIL_WEBHOOK_POLL_MS", env.SIGIL_WEBHOOK_POLL_MS, 1_000),
+      allowLoopback: s.webhookAllowLoopback,
+      allowPrivate: s.webhookAllowPrivate,
+      retryBaseMs: s.webhookRetryBaseMs,
+      maxAttempts: s.webhookMaxAttempts,
+      timeoutMs: s.webhookTimeoutMs,
+      concurrency: s.webhookConcurrency,
+      pollMs: s.webhookPollMs,
     },
   };
 }

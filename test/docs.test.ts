@@ -1,10 +1,11 @@
-// Docs that cannot drift: the operations table and the error codes in docs/ are derived from the registry and the
-// error catalog (a stale copy fails here), and every relative link resolves.
+// Docs that cannot drift: the operations table, the error codes and the configuration page in docs/ are derived
+// from the registry, the error catalog and the settings catalog (a stale copy fails here), and every relative link resolves.
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderOperationsTable } from "../scripts/operations-table.js";
 import { renderErrorsPage } from "../scripts/errors-table.js";
+import { renderConfigurationPage } from "../scripts/configuration-table.js";
 
 describe("docs/operations.md", () => {
   it("matches the operation registry (run `npm run docs` after changing an operation)", () => {
@@ -16,6 +17,12 @@ describe("docs/errors.md", () => {
   it("lists every code of the error catalog as the catalog declares it (run `npm run docs` after changing the catalog)", () => {
     const page = readFileSync("docs/errors.md", "utf8");
     expect(page).toBe(renderErrorsPage(page));
+  });
+});
+
+describe("docs/configuration.md", () => {
+  it("matches the settings catalog in src/config.ts (run `npm run docs` after changing a setting)", () => {
+    expect(readFileSync("docs/configuration.md", "utf8")).toBe(renderConfigurationPage());
   });
 });
 

@@ -1,0 +1,396 @@
+// The settings catalog in src/config.ts: every SIGIL_ variable named in src/ is declared there; with
+// nothing set the defaults are the ones Sigil always had; every setting reaches the Config; each kind of
+// value refuses bad text with a message naming the variable (and the flag) and what is expected, never
+// repeating a secret; and `sigil serve` given a bad value stops at start, having created nothing.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import crypto from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import pg from "pg";
+import pino from "pino";
+import { ConfigError, LOG_LEVELS, loadConfig, settings, type Config, type Setting } from "../src/config.js";
+import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
+import { freePort } from "./helpers/processes.js";
+
+const declared = Object.values(settings) as Setting<unknown, unknown>[];
+const KEY = crypto.randomBytes(32).toString("hex");
+const SECRET = "never-shown-3f9a";
+
+/** What loadConfig refuses `env` with (the test fails if it accepts it). */
+function refusal(env: NodeJS.ProcessEnv, flags = {}): string {
+  try {
+    loadConfig(env, flags);
+  } catch (error) {
+    expect(error).toBeInstanceOf(ConfigError);
+    return (error as Error).message;
+  }
+  throw new Error(`accepted ${JSON.stringify(env)} ${JSON.stringify(flags)}`);
+}
+
+/** Every file under `dir`, with its text. */
+const filesUnder = (dir: string): [string, string][] =>
+  fs.readdirSync(dir, { withFileTypes: true }).flatMap((entry) => {
+    const file = path.join(dir, entry.name);
+    return entry.isDirectory() ? filesUnder(file) : [[file, fs.readFileSync(file, "utf8")] as [string, string]];
+  });
+
+describe("the catalog", () => {
+  it("declares every SIGIL_ variable named anywhere in src/, so none can be read without being declared and documented", () => {
+    const named = new Set(filesUnder("src").flatMap(([, text]) => [...text.matchAll(/SIGIL_[A-Z0-9_]*[A-Z0-9]/g)].map(([name]) => name)));
+    expect(named.size).toBeGreaterThan(40);
+    const variables = new Set(declared.map((s) => s.variable));
+    expect([...named].filter((name) => !variables.has(name as `SIGIL_${string}`)).sort()).toEqual([]);
+  });
+
+  it("is the only reader of SIGIL_ variables in src/ (the CLI hands process.env to loadConfig)", () => {
+    const readers = filesUnder("src").filter(([file, text]) => file !== path.join("src", "config.ts") && /\benv(\.SIGIL_|\[)/.test(text));
+    expect(readers.map(([file]) => file)).toEqual([]);
+  });
+
+  it("declares each variable and each flag once", () => {
+    const variables = declared.map((s) => s.variable);
+    const flags = declared.flatMap((s) => (s.flag ? [s.flag] : []));
+    expect(new Set(variables).size).toBe(variables.length);
+    expect(new Set(flags).size).toBe(flags.length);
+    expect(flags.sort()).toEqual(["--data-dir", "--host", "--port"]);
+  });
+
+  it("each default is a value its own kind accepts, written the same way", () => {
+    const reading = (name: string) => ({ name, secret: false, refuse: () => { throw new Error(`${name}'s default is refused`); } });
+    for (const s of declared) {
+      if (s.default === null || Array.isArray(s.default)) continue;
+      expect(s.kind.parse(String(s.default), reading(s.variable)), s.variable).toBe(s.default);
+    }
+  });
+
+  it("SIGIL_LOG_LEVEL accepts pino's levels and silent", () => {
+    expect([...LOG_LEVELS].sort()).toEqual([...Object.keys(pino.levels.values), "silent"].sort());
+  });
+});
+
+describe("defaults", () => {
+  const today = (): Config => ({
+    host: "127.0.0.1",
+    port: 8080,
+    dataDir: path.resolve("data"),
+    databaseUrl: null,
+    timestampWindowMs: 300_000,
+    bodyLimitBytes: 1_048_576,
+    http: { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 72_000, maxConnections: 1024, maxConnectionsPerAddress: 128 },
+    queryCredentialMaxAgeMs: null,
+    webauthn: { rpIds: [], origins: [] },
+    logLevel: "info",
+    masterKey: { key: null, file: path.resolve("data", "master.key"), fileIsDefault: true, previous: [] },
+    signatureThreads: Math.min(4, Math.max(1, os.availableParallelism() - 1)),
+    importTargetTtlMs: 1_800_000,
+    sessions: { defaultSeconds: 900, maxSeconds: 604_800, readOnlySeconds: 3600 },
+    messages: {
+      smtpUrl: null,
+      smtpFrom: "Notifications <no-reply@localhost>",
+      smsUrl: null,
+      smsToken: null,
+      pollMs: 1000,
+      retryBaseMs: 2000,
+      maxAttempts: 5,
+      timeoutMs: 10_000,
+    },
+    otp: {
+      defaultSeconds: 300,
+      maxAttempts: 5,
+      verificationTokenSeconds: 3600,
+      perContactLimit: 5,
+      perOrganizationLimit: 300,
+      perCredentialLimit: 300,
+      perEndUserLimit: 20,
+      sendWindowSeconds: 3600,
+      emailAllowedDomains: [],
+    },
+    oidcAllowedIssuers: [],
+    webhooks: { allowLoopback: false, allowPrivate: false, retryBaseMs: 2000, maxAttempts: 12, timeoutMs: 10_000, concurrency: 8, pollMs: 1000 },
+  });
+
+  it("with nothing set, every setting has the default Sigil had before the catalog", () => {
+    expect(loadConfig({}, {})).toEqual(today());
+  });
+
+  it("an empty variable counts as unset (but for SIGIL_HOST and SIGIL_DATA_DIR, refused below)", () => {
+    const empty = Object.fromEntries(declared.filter((s) => !s.ifEmpty).map((s) => [s.variable, ""]));
+    expect(Object.keys(empty)).toHaveLength(declared.length - 2);
+    expect(loadConfig(empty, {})).toEqual(today());
+  });
+});
+
+describe("accepted values", () => {
+  // A value for each setting that differs from its default: a setting added to the catalog needs one here.
+  const samples: Record<string, string> = {
+    SIGIL_HOST: "0.0.0.0",
+    SIGIL_PORT: "9090",
+    SIGIL_DATA_DIR: "/srv/sigil",
+    SIGIL_DATABASE_URL: "postgres://sigil@db.example.com:5432/sigil",
+    SIGIL_LOG_LEVEL: "debug",
+    SIGIL_SIGNATURE_THREADS: "0",
+    SIGIL_MASTER_KEY: KEY,
+    SIGIL_MASTER_KEY_FILE: "/srv/keys/master.key",
+    SIGIL_MASTER_KEY_PREVIOUS: KEY,
+    SIGIL_IMPORT_TARGET_TTL_SECONDS: "60",
+    SIGIL_TIMESTAMP_WINDOW_SECONDS: "60",
+    SIGIL_BODY_LIMIT_BYTES: "2048",
+    SIGIL_HEADERS_TIMEOUT_MS: "2000",
+    SIGIL_REQUEST_TIMEOUT_MS: "60000",
+    SIGIL_KEEP_ALIVE_TIMEOUT_MS: "2000",
+    SIGIL_MAX_CONNECTIONS: "5",
+    SIGIL_MAX_CONNECTIONS_PER_ADDRESS: "3",
+    SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS: "3600",
+    SIGIL_WEBAUTHN_RP_IDS: "app.example.com",
+    SIGIL_WEBAUTHN_ORIGINS: "https://app.example.com",
+    SIGIL_OIDC_ALLOWED_ISSUERS: "https://accounts.example.com",
+    SIGIL_SESSION_DEFAULT_SECONDS: "60",
+    SIGIL_SESSION_MAX_SECONDS: "86400",
+    SIGIL_READ_ONLY_SESSION_SECONDS: "60",
+    SIGIL_OTP_DEFAULT_SECONDS: "60",
+    SIGIL_OTP_MAX_ATTEMPTS: "3",
+    SIGIL_VERIFICATION_TOKEN_SECONDS: "60",
+    SIGIL_OTP_PER_CONTACT_LIMIT: "3",
+    SIGIL_OTP_PER_ORGANIZATION_LIMIT: "8",
+    SIGIL_OTP_PER_CREDENTIAL_LIMIT: "2",
+    SIGIL_OTP_PER_END_USER_LIMIT: "3",
+    SIGIL_OTP_SEND_WINDOW_SECONDS: "60",
+    SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com",
+    SIGIL_SMTP_URL: "smtp://127.0.0.1:2525",
+    SIGIL_SMTP_FROM: "Wallet <no-reply@example.com>",
+    SIGIL_SMS_URL: "http://127.0.0.1:9999/sms",
+    SIGIL_SMS_TOKEN: "sms-token",
+    SIGIL_MESSAGE_POLL_MS: "50",
+    SIGIL_MESSAGE_RETRY_BASE_MS: "30",
+    SIGIL_MESSAGE_MAX_ATTEMPTS: "2",
+    SIGIL_MESSAGE_TIMEOUT_MS: "500",
+    SIGIL_WEBHOOK_ALLOW_LOOPBACK: "true",
+    SIGIL_WEBHOOK_ALLOW_PRIVATE: "1",
+    SIGIL_WEBHOOK_RETRY_BASE_MS: "30",
+    SIGIL_WEBHOOK_MAX_ATTEMPTS: "3",
+    SIGIL_WEBHOOK_TIMEOUT_MS: "500",
+    SIGIL_WEBHOOK_CONCURRENCY: "2",
+    SIGIL_WEBHOOK_POLL_MS: "50",
+  };
+
+  it("every declared setting reaches the Config: setting it alone changes it", () => {
+    expect(Object.keys(samples).sort()).toEqual(declared.map((s) => s.variable).sort());
+    const defaults = loadConfig({}, {});
+    const unchanged = Object.entries(samples).filter(([variable, value]) => JSON.stringify(loadConfig({ [variable]: value }, {})) === JSON.stringify(defaults));
+    expect(unchanged.map(([variable]) => variable)).toEqual([]);
+  });
+
+  it("all of them together make the Config they say", () => {
+    const config = loadConfig(samples, {});
+    expect(config).toMatchObject({
+      host: "0.0.0.0",
+      port: 9090,
+      dataDir: "/srv/sigil",
+      timestampWindowMs: 60_000,
+      queryCredentialMaxAgeMs: 3_600_000,
+      importTargetTtlMs: 60_000,
+      masterKey: { key: KEY, file: "/srv/keys/master.key", fileIsDefault: false, previous: [KEY] },
+      signatureThreads: 0,
+      webhooks: { allowLoopback: true, allowPrivate: true, concurrency: 2 },
+      messages: { smtpFrom: "Wallet <no-reply@example.com>", smsToken: "sms-token", timeoutMs: 500 },
+    });
+  });
+
+  it("keeps accepting what it accepted before the catalog", () => {
+    const config = loadConfig(
+      {
+        SIGIL_PORT: " 8081 ",
+        SIGIL_BODY_LIMIT_BYTES: "1e3",
+        SIGIL_MAX_CONNECTIONS: "0x10",
+        SIGIL_MAX_CONNECTIONS_PER_ADDRESS: "0",
+        SIGIL_HEADERS_TIMEOUT_MS: "0",
+        SIGIL_REQUEST_TIMEOUT_MS: "0",
+        SIGIL_WEBHOOK_ALLOW_LOOPBACK: "0",
+        SIGIL_WEBHOOK_ALLOW_PRIVATE: "false",
+        SIGIL_LOG_LEVEL: "WARN",
+        SIGIL_MASTER_KEY: crypto.randomBytes(32).toString("base64"),
+        SIGIL_MASTER_KEY_FILE: "keys/master.key",
+        SIGIL_EMAIL_ALLOWED_DOMAINS: " Example.COM, ,.mail.example.org,",
+        SIGIL_WEBAUTHN_ORIGINS: "https://app.example.com, http://localhost:3000,android:apk-key-hash:AbC-_9,chrome-extension://abcdefgh",
+        SIGIL_OIDC_ALLOWED_ISSUERS: "https://accounts.google.com,http://127.0.0.1:4444/realms/x",
+        SIGIL_SMTP_URL: "smtps://user:pass@mail.example.com:465?tls.rejectUnauthorized=false",
+        SIGIL_SMTP_FROM: "no-reply@localhost",
+        SIGIL_HOST: "localhost",
+      },
+      { dataDir: "somewhere" },
+    );
+    expect(config).toMatchObject({
+      port: 8081,
+      bodyLimitBytes: 1000,
+      http: { maxConnections: 16, maxConnectionsPerAddress: 0, headersTimeoutMs: 0, requestTimeoutMs: 0 },
+      webhooks: { allowLoopback: false, allowPrivate: false },
+      logLevel: "warn",
+      dataDir: path.resolve("somewhere"),
+      masterKey: { file: path.resolve("keys/master.key"), fileIsDefault: false },
+      otp: { emailAllowedDomains: ["example.com", "mail.example.org"] },
+      webauthn: { origins: ["https://app.example.com", "http://localhost:3000", "android:apk-key-hash:AbC-_9", "chrome-extension://abcdefgh"] },
+      oidcAllowedIssuers: ["https://accounts.google.com", "http://127.0.0.1:4444/realms/x"],
+      host: "localhost",
+    });
+  });
+
+  it("flags win over their variables, whose values are then not read", () => {
+    const config = loadConfig({ SIGIL_HOST: "::1", SIGIL_PORT: "not a port", SIGIL_DATA_DIR: "" }, { host: "0.0.0.0", port: 7070, dataDir: "flagged" });
+    expect(config).toMatchObject({ host: "0.0.0.0", port: 7070, dataDir: path.resolve("flagged") });
+  });
+});
+
+describe("refused values: the message names the variable and what is expected", () => {
+  const LEVELS = "`fatal`, `error`, `warn`, `info`, `debug`, `trace`, `silent`";
+  const ISSUERS =
+    "SIGIL_OIDC_ALLOWED_ISSUERS must be a comma-separated list, each item an `https://` or `http://` URL, with no query or fragment " +
+    "(an issuer's `iss`)";
+  // [environment, the whole message (or a pattern of it)]: one or more cases for each kind of value.
+  const cases: [Record<string, string>, string | RegExp][] = [
+    [{ SIGIL_PORT: "0" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "0"'],
+    [{ SIGIL_PORT: "65536" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "65536"'],
+    [{ SIGIL_PORT: "80a" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "80a"'],
+    [{ SIGIL_BODY_LIMIT_BYTES: "1.5" }, 'SIGIL_BODY_LIMIT_BYTES must be a whole number, 1 or more, got "1.5"'],
+    [{ SIGIL_MAX_CONNECTIONS: "-1" }, 'SIGIL_MAX_CONNECTIONS must be a whole number, 0 or more, got "-1"'],
+    // A blank was read as 0 (no limit) before the catalog.
+    [{ SIGIL_MAX_CONNECTIONS: " " }, 'SIGIL_MAX_CONNECTIONS must be a whole number, 0 or more, got " "'],
+    [{ SIGIL_WEBHOOK_CONCURRENCY: "9007199254740993" }, 'SIGIL_WEBHOOK_CONCURRENCY must be a whole number, 1 or more, got "9007199254740993"'],
+    // Longer than a Node.js timer waits: it fired at once (polling every millisecond) before the catalog.
+    [{ SIGIL_WEBHOOK_POLL_MS: "2147483648" }, 'SIGIL_WEBHOOK_POLL_MS must be a whole number from 1 to 2147483647, got "2147483648"'],
+    [{ SIGIL_MESSAGE_TIMEOUT_MS: "1073741824" }, 'SIGIL_MESSAGE_TIMEOUT_MS must be a whole number from 1 to 1073741823, got "1073741824"'],
+    [{ SIGIL_KEEP_ALIVE_TIMEOUT_MS: "2147482648" }, 'SIGIL_KEEP_ALIVE_TIMEOUT_MS must be a whole number from 1 to 2147482647, got "2147482648"'],
+    [{ SIGIL_SESSION_MAX_SECONDS: "3155760001" }, 'SIGIL_SESSION_MAX_SECONDS must be a whole number from 1 to 3155760000, got "3155760001"'],
+    [{ SIGIL_SIGNATURE_THREADS: "100000000000" }, 'SIGIL_SIGNATURE_THREADS must be a whole number from 0 to 256, got "100000000000"'],
+    [{ SIGIL_OTP_MAX_ATTEMPTS: "0" }, 'SIGIL_OTP_MAX_ATTEMPTS must be a whole number, 1 or more, got "0"'],
+    [{ SIGIL_WEBHOOK_ALLOW_LOOPBACK: "yes" }, 'SIGIL_WEBHOOK_ALLOW_LOOPBACK must be `true` or `false` (`1` and `0` are accepted too), got "yes"'],
+    [{ SIGIL_WEBHOOK_ALLOW_PRIVATE: "TRUE" }, 'SIGIL_WEBHOOK_ALLOW_PRIVATE must be `true` or `false` (`1` and `0` are accepted too), got "TRUE"'],
+    [{ SIGIL_LOG_LEVEL: "verbose" }, `SIGIL_LOG_LEVEL must be one of ${LEVELS} (any case), got "verbose"`],
+    [{ SIGIL_HOST: "[::1]" }, 'SIGIL_HOST must be an IP address or a host name (`0.0.0.0` or `::` listens on every address), got "[::1]"'],
+    [{ SIGIL_HOST: "http://localhost" }, /^SIGIL_HOST must be an IP address or a host name .*, got "http:\/\/localhost"$/],
+    // Empty, these two listened on every address and kept the database in the working directory before the catalog.
+    [{ SIGIL_HOST: "" }, "SIGIL_HOST is set but empty: unset it to listen on 127.0.0.1, or write 0.0.0.0 or :: to listen on every address"],
+    [{ SIGIL_DATA_DIR: "" }, "SIGIL_DATA_DIR is set but empty: unset it for ./data, or write . for the working directory"],
+    [{ SIGIL_OIDC_ALLOWED_ISSUERS: "https://a.example.com,accounts.google.com" }, `${ISSUERS}: item 2 "accounts.google.com" is not (it is not a URL)`],
+    [
+      { SIGIL_OIDC_ALLOWED_ISSUERS: "https://a.example.com/?tenant=1" },
+      `${ISSUERS}: item 1 "https://a.example.com/?tenant=1" is not (an issuer has no query or fragment)`,
+    ],
+    [
+      { SIGIL_WEBAUTHN_ORIGINS: "https://app.example.com/" },
+      /^SIGIL_WEBAUTHN_ORIGINS must be .* an origin .*: item 1 "https:\/\/app.example.com\/" is not \(write it as https:\/\/app.example.com\)$/,
+    ],
+    [{ SIGIL_WEBAUTHN_ORIGINS: "https://App.Example.com" }, /: item 1 "https:\/\/App.Example.com" is not \(write it as https:\/\/app.example.com\)$/],
+    [{ SIGIL_WEBAUTHN_ORIGINS: "app.example.com" }, /^SIGIL_WEBAUTHN_ORIGINS must be .*: item 1 "app.example.com" is not$/],
+    [{ SIGIL_WEBAUTHN_RP_IDS: "https://app.example.com" }, /^SIGIL_WEBAUTHN_RP_IDS must be .* a domain name .*: item 1 "https:\/\/app.example.com" is not$/],
+    [{ SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com,*.example.org" }, /^SIGIL_EMAIL_ALLOWED_DOMAINS must be .*: item 2 "\*.example.org" is not$/],
+    [{ SIGIL_SMTP_FROM: "Notifications" }, /^SIGIL_SMTP_FROM must be one email address, with or without a name: .*, got "Notifications"$/],
+    [{ SIGIL_SMTP_FROM: "a@example.com, b@example.com" }, /^SIGIL_SMTP_FROM must be one email address/],
+    [{ SIGIL_SMTP_URL: "relay.example.com:25" }, "SIGIL_SMTP_URL must be an `smtp://` or `smtps://` URL (it is not a URL)"],
+    [{ SIGIL_SMTP_URL: "http://relay.example.com" }, "SIGIL_SMTP_URL must be an `smtp://` or `smtps://` URL (not http://)"],
+    [{ SIGIL_SMS_URL: "ftp://sms.example.com" }, "SIGIL_SMS_URL must be an `https://` or `http://` URL (not ftp://)"],
+    [{ SIGIL_SMS_URL: "not a url" }, "SIGIL_SMS_URL must be an `https://` or `http://` URL (it is not a URL)"],
+    [{ SIGIL_MASTER_KEY: "abc" }, "SIGIL_MASTER_KEY must be a 32-byte key: 64 hex digits or base64"],
+    [
+      { SIGIL_MASTER_KEY_PREVIOUS: `${KEY},abc` },
+      "SIGIL_MASTER_KEY_PREVIOUS must be a comma-separated list, each item a 32-byte key: 64 hex digits or base64: item 2 is not",
+    ],
+    [{ SIGIL_DATABASE_URL: "mysql://root@127.0.0.1/sigil" }, /^SIGIL_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL, not mysql:\/\//],
+    [{ SIGIL_HEADERS_TIMEOUT_MS: "5000", SIGIL_REQUEST_TIMEOUT_MS: "4000" }, "SIGIL_HEADERS_TIMEOUT_MS (5000) must not exceed SIGIL_REQUEST_TIMEOUT_MS (4000)"],
+  ];
+
+  it.each(cases)("refuses %j", (env, message) => {
+    if (typeof message === "string") expect(refusal(env)).toBe(message);
+    else expect(refusal(env)).toMatch(message);
+  });
+
+  it("a value from a flag is named by the flag and its variable", () => {
+    expect(refusal({ SIGIL_PORT: "8080" }, { port: "70000" })).toBe('--port (SIGIL_PORT) must be a whole number from 1 to 65535, got "70000"');
+    expect(refusal({}, { host: "not a host" })).toMatch(/^--host \(SIGIL_HOST\) must be an IP address or a host name/);
+    expect(refusal({}, { dataDir: "" })).toBe("--data-dir (SIGIL_DATA_DIR) is set but empty: unset it for ./data, or write . for the working directory");
+  });
+
+  it("every bad value is named at once, one line each, in the catalog's order", () => {
+    expect(refusal({ SIGIL_WEBHOOK_POLL_MS: "soon", SIGIL_PORT: "0", SIGIL_LOG_LEVEL: "loud" }).split("\n").map((line) => line.split(" ")[0])).toEqual([
+      "SIGIL_PORT",
+      "SIGIL_LOG_LEVEL",
+      "SIGIL_WEBHOOK_POLL_MS",
+    ]);
+  });
+
+  it("a value that is or may hold a secret is never repeated", () => {
+    const secrets: Record<string, string> = {
+      SIGIL_MASTER_KEY: `${SECRET}${KEY}`,
+      SIGIL_MASTER_KEY_PREVIOUS: `${KEY}, ${SECRET}`,
+      SIGIL_DATABASE_URL: `mysql://root:${SECRET}@127.0.0.1/sigil`,
+      SIGIL_SMTP_URL: `https://relay:${SECRET}@mail.example.com`,
+      SIGIL_SMS_URL: `ftp://sms.example.com/?token=${SECRET}`,
+      SIGIL_SMS_TOKEN: `${SECRET}\n`,
+    };
+    for (const [variable, value] of Object.entries(secrets)) {
+      const message = refusal({ [variable]: value });
+      expect(message, variable).toMatch(new RegExp(`^${variable} must`));
+      expect(message, variable).not.toContain(SECRET);
+    }
+  });
+});
+
+describe("sigil serve with a bad setting", () => {
+  let database: TestDatabase;
+  beforeAll(async () => {
+    database = await createTestDatabase();
+  });
+  afterAll(async () => {
+    await database.drop();
+  });
+
+  it("stops at start with exit 1 and the message, having created no data directory, key or table", async () => {
+    const dataDir = path.join(database.dataDir, "data");
+    const base: NodeJS.ProcessEnv = { ...process.env, SIGIL_LOG_LEVEL: "warn" };
+    for (const name of Object.keys(base)) if (name.startsWith("SIGIL_") && name !== "SIGIL_TEST_BACKEND") delete base[name];
+    if (database.databaseUrl) base.SIGIL_DATABASE_URL = database.databaseUrl;
+    const cases: [NodeJS.ProcessEnv, string][] = [
+      [{ SIGIL_WEBHOOK_POLL_MS: "3000000000" }, 'SIGIL_WEBHOOK_POLL_MS must be a whole number from 1 to 2147483647, got "3000000000"'],
+      [{ SIGIL_HOST: "" }, "SIGIL_HOST is set but empty: unset it to listen on 127.0.0.1, or write 0.0.0.0 or :: to listen on every address"],
+      [
+        { SIGIL_SMTP_URL: `smtp:relay.example.com`, SIGIL_SMS_TOKEN: `Bearer\t${SECRET}`, SIGIL_LOG_LEVEL: "chatty" },
+        [
+          'SIGIL_LOG_LEVEL must be one of `fatal`, `error`, `warn`, `info`, `debug`, `trace`, `silent` (any case), got "chatty"',
+          "SIGIL_SMTP_URL must be an `smtp://` or `smtps://` URL (it is not a URL)",
+          "SIGIL_SMS_TOKEN must be printable ASCII with no space at either end (it is sent in an HTTP header)",
+        ].join("\n"),
+      ],
+    ];
+    const run = promisify(execFile);
+    for (const [env, message] of cases) {
+      const args = [path.resolve("bin/sigil.js"), "serve", "--port", String(await freePort()), "--data-dir", dataDir];
+      const outcome = await run(process.execPath, args, { env: { ...base, ...env }, timeout: 30_000 }).then(
+        () => ({ code: 0, stderr: "" }),
+        (error: { code: number; stderr: string }) => error,
+      );
+      expect(outcome.code, message).toBe(1);
+      expect(outcome.stderr, message).toBe(`${message}\n`);
+    }
+    expect(fs.existsSync(dataDir)).toBe(false);
+    if (backend === "postgres") {
+      const client = new pg.Client({ connectionString: database.databaseUrl! });
+      await client.connect();
+      try {
+        expect((await client.query("select table_name from information_schema.tables where table_schema = 'public'")).rows).toEqual([]);
+      } finally {
+        await client.end();
+      }
+    }
+  });
+
+  it("--help of serve names each flag's variable and default as the catalog declares them", async () => {
+    const { stdout } = await promisify(execFile)(process.execPath, [path.resolve("bin/sigil.js"), "serve", "--help"]);
+    for (const s of declared.filter((setting) => setting.flag)) {
+      const line = stdout.split("\n").find((l) => l.trimStart().startsWith(`${s.flag} `));
+      const shown = (s.defaultText ?? String(s.default)).replaceAll("`", "");
+      expect(line, s.flag).toContain(`(default: ${s.variable}, else ${shown})`);
+    }
+  });
+});
