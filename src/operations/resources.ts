@@ -1,6 +1,6 @@
 // Stored rows rendered as the API's resource objects, and the look-ups operations share.
 import { v7 as uuidv7 } from "uuid";
-import type { ExpressionBuilder } from "kysely";
+import { sql, type ExpressionBuilder, type SelectQueryBuilder } from "kysely";
 import type { Db, Tx } from "../store/database.js";
 import type { Selectable } from "kysely";
 import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
@@ -166,7 +166,7 @@ export function requireAtMost(items: unknown[], field: string, max = MAX_ITEMS_P
  * first (wallet accounts): `after` pages along that order, `before` against it. Returns the filter
  * that starts the page at the cursor, the direction to read in, and whether to reverse what was read.
  */
-export function keysetPage(cursor: { created_at: number; id: string } | undefined, side: "after" | "before", newestFirst: boolean) {
+function keysetPage(cursor: { created_at: number; id: string } | undefined, side: "after" | "before", newestFirst: boolean) {
   const forward = side === "after";
   const descending = newestFirst === forward;
   const op = descending ? "<" : ">";
@@ -175,4 +175,35 @@ export function keysetPage(cursor: { created_at: number; id: string } | undefine
     direction: (descending ? "desc" : "asc") as "desc" | "asc",
     reverse: !forward,
   };
+}
+
+/** What a paged list says of itself (readPage). */
+export interface PagedList {
+  newestFirst: boolean;
+  /** Where the list's rows are, for the cursor: a row of `table` whose `scope` column is `owner`. */
+  table: "activities" | "wallet_accounts" | "organizations";
+  scope: "organization_id" | "parent_organization_id";
+  owner: string;
+  /** What a cursor must name, for the refusal of one that does not: "an activity of this organization". */
+  cursorIs: string;
+}
+
+/**
+ * One page of a list query whose rows have created_at and id: the paginationOptions checked (`before`
+ * or `after`, not both; "" is absent, as for the limit), the cursor looked up among the list's rows,
+ * and the page read in the list's order whichever way it pages.
+ */
+export async function readPage<Row>(db: Db, query: SelectQueryBuilder<any, any, Row>, pagination: Pagination | undefined, list: PagedList): Promise<Row[]> {
+  const { limit, before, after } = pagination ?? {};
+  if (before && after) throw invalidArgument("paginationOptions takes before or after, not both");
+  const size = pageSize(limit);
+  const cursorId = before || after;
+  const cursor = cursorId
+    ? await db.selectFrom(list.table).select(["created_at", "id"]).where(sql.ref(list.scope), "=", list.owner).where("id", "=", cursorId).executeTakeFirst()
+    : undefined;
+  if (cursorId && !cursor) throw invalidArgument(`pagination cursor ${cursorId} is not ${list.cursorIs}`);
+  const page = keysetPage(cursor, before ? "before" : "after", list.newestFirst);
+  const rows = await (page.filter ? query.where(page.filter) : query).orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();
+  if (page.reverse) rows.reverse();
+  return rows;
 }
