@@ -4,7 +4,7 @@ import { sql, type ExpressionBuilder, type SelectQueryBuilder } from "kysely";
 import type { Db, Tx } from "../store/database.js";
 import type { Selectable } from "kysely";
 import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
-import { invalidArgument, notFound } from "../errors.js";
+import { invalidArgument, notFound, type ServiceError } from "../errors.js";
 import { API_KEY_CREDENTIAL_TYPES } from "../auth/authenticate.js";
 
 /** Time-ordered (UUIDv7) so that records made in the same millisecond still list in creation order. */
@@ -149,6 +149,32 @@ export function pageSize(limit: string | undefined): number {
   const n = Number(limit);
   if (!/^\d+$/.test(limit) || n < 1 || n > 100) throw invalidArgument(`paginationOptions.limit must be between 1 and 100, got "${limit}"`);
   return n;
+}
+
+/** What a seconds parameter may be (secondsParameter). */
+export interface SecondsRule {
+  /** The field's name in the request, for messages: "expirationSeconds", "apiKeys[0].expirationSeconds". */
+  field: string;
+  max: number;
+  /** What the lifetime is of, for messages: "a one-time password". */
+  of?: string;
+  /** The error code of a refusal (the API's: INVALID_EXPIRATION, REQUEST_INVALID for API keys). */
+  code: string;
+  /** A refusal of its own for a whole number above max (given as sent): where max is this server's setting, not the API's. */
+  tooLong?: (value: string) => ServiceError;
+}
+
+/**
+ * The one rule for lifetimes given in seconds (expirationSeconds and its like): the API sends them as
+ * strings of digits; absent or "" is "not given" (undefined: the caller's default applies), anything
+ * else must be a whole number of seconds from 1 to the rule's max.
+ */
+export function secondsParameter(value: string | undefined, rule: SecondsRule): number | undefined {
+  if (value === undefined || value === "") return undefined;
+  const seconds = /^\d+$/.test(value) ? Number(value) : 0;
+  if (seconds >= 1 && seconds <= rule.max) return seconds;
+  if (seconds > rule.max && rule.tooLong) throw rule.tooLong(value);
+  throw invalidArgument(`${rule.field} must be a whole number of seconds from 1 to ${rule.max}${rule.of ? ` for ${rule.of}` : ""}, got "${value}"`, rule.code);
 }
 
 /**
