@@ -1,10 +1,10 @@
 // Sends the emails and SMS that carry one-time passwords. An activity queues its message in its own
 // transaction (sealed: it holds a code), so a message exists exactly when the activity committed;
 // each server process runs a courier (an outbox worker, outbox/worker.ts) that sends what is due and
-// shares the work with the others through a lease on the row. Email goes to an SMTP relay (nodemailer, SIGIL_SMTP_URL); SMS is POSTed
-// as JSON { "to", "body" } to an HTTP provider (SIGIL_SMS_URL). A channel without a transport keeps
-// its messages in the local outbox (`sigil outbox` prints them) until the code inside expires:
-// nothing is dropped silently. A sent message's text is erased; failures are retried with backoff
+// shares the work with the others through a lease on the row. Email goes to an SMTP relay (nodemailer,
+// SIGIL_SMTP_URL); SMS is POSTed as JSON { "to", "body" } to an HTTP provider (SIGIL_SMS_URL). A
+// channel without a transport keeps its messages in the local outbox (`sigil outbox` prints them)
+// until the code inside expires: nothing is dropped silently. A sent message's text is erased; failures are retried with backoff
 // until the code expires or the attempts run out. (The courier also clears expired verification tokens.)
 import type pino from "pino";
 import nodemailer, { type Transporter } from "nodemailer";

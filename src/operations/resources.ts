@@ -229,7 +229,8 @@ export async function readPage<Row>(db: Db, query: SelectQueryBuilder<any, any, 
     : undefined;
   if (cursorId && !cursor) throw invalidArgument(`pagination cursor ${cursorId} is not ${list.cursorIs}`);
   const page = keysetPage(cursor, before ? "before" : "after", list.newestFirst);
-  const rows = await (page.filter ? query.where(page.filter) : query).orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();
+  const from = page.filter ? query.where(page.filter) : query;
+  const rows = await from.orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();
   if (page.reverse) rows.reverse();
   return rows;
 }
