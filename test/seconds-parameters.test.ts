@@ -80,7 +80,8 @@ const lifetimes: Lifetime[] = [
 ];
 
 async function submit(lifetime: Lifetime, expirationSeconds: string) {
-  const body = { type: lifetime.type, timestampMs: String(Date.now()), organizationId: org.organizationId, parameters: lifetime.parameters(expirationSeconds) };
+  const parameters = lifetime.parameters(expirationSeconds);
+  const body = { type: lifetime.type, timestampMs: String(Date.now()), organizationId: org.organizationId, parameters };
   const { body: text, headers } = signedRequest(body, org.key);
   return h.post(`/public/v1/submit/${lifetime.operation}`, text, headers);
 }
