@@ -1,7 +1,7 @@
 // Reading the audit log: one activity, or a page of them.
 import { serviceError } from "../errors.js";
 import { defineQuery } from "../operations/registry.js";
-import { keysetPage, pageSize, type Pagination } from "../operations/resources.js";
+import { readPage, type Pagination } from "../operations/resources.js";
 import { renderActivity, renderPolicyEvaluation } from "./records.js";
 
 
@@ -32,19 +32,14 @@ export const activityQueries = [
     name: "list_activities",
     summary: "Activities newest first; `after` pages towards older ones, `before` towards newer ones.",
     async run(ctx, body) {
-      const { limit, before, after } = body.paginationOptions ?? {};
-      if (before && after) throw serviceError("REQUEST_INVALID", "paginationOptions takes before or after, not both");
-      const size = pageSize(limit);
       let query = ctx.db.selectFrom("activities").selectAll().where("organization_id", "=", ctx.organizationId);
       if (body.filterByStatus?.length) query = query.where("status", "in", body.filterByStatus);
       if (body.filterByType?.length) query = query.where("type", "in", body.filterByType);
-      const cursorId = before ?? after;
-      const cursor = cursorId ? await ctx.db.selectFrom("activities").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst() : undefined;
-      if (cursorId && !cursor) throw serviceError("REQUEST_INVALID", `pagination cursor ${cursorId} is not an activity of this organization`);
-      const page = keysetPage(cursor, before ? "before" : "after", true);
-      if (page.filter) query = query.where(page.filter);
-      const rows = await query.orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();
-      if (page.reverse) rows.reverse();
+      const rows = await readPage(ctx.db, query, body.paginationOptions, {
+        newestFirst: true,
+        table: "activities", scope: "organization_id", owner: ctx.organizationId,
+        cursorIs: "an activity of this organization",
+      });
       const rendered = [];
       for (const row of rows) rendered.push(renderActivity(row, await ctx.votingRights(row)));
       return { activities: rendered };

@@ -1,7 +1,7 @@
 // An OpenAPI 3.1 description of exactly the operations this server registers, derived from the
 // registry and the swagger-derived request schemas (served at GET /openapi.json).
 import { activityOperations, queryOperations } from "../activities/catalog.js";
-import { keysOf, swagger } from "../operations/registry.js";
+import { activityEnvelopeSchema, swagger } from "../operations/registry.js";
 
 const errorBody = {
   type: "object",
@@ -31,18 +31,7 @@ function rewriteRefs(value: unknown): unknown {
 export function buildOpenApiDocument(version: string) {
   const paths: Record<string, unknown> = {};
   for (const op of activityOperations) {
-    const envelopes = op.types.map((type) => ({
-      type: "object",
-      required: ["type", "timestampMs", "organizationId", "parameters"],
-      additionalProperties: false,
-      properties: {
-        type: { const: type },
-        timestampMs: { type: "string" },
-        organizationId: { type: "string" },
-        parameters: { $ref: `#/components/schemas/${keysOf(type).parametersDefinition}` },
-        generateAppProofs: { type: "boolean" },
-      },
-    }));
+    const envelopes = op.types.map((type) => activityEnvelopeSchema(type, (definition) => ({ $ref: `#/components/schemas/${definition}` })));
     paths[`/public/v1/submit/${op.name}`] = {
       post: {
         operationId: op.name,

@@ -1,10 +1,10 @@
 // Sends the emails and SMS that carry one-time passwords. An activity queues its message in its own
 // transaction (sealed: it holds a code), so a message exists exactly when the activity committed;
-// each server process runs a courier that sends what is due and shares the work with the others
-// through a lease on the row. Email goes to an SMTP relay (nodemailer, SIGIL_SMTP_URL); SMS is POSTed
-// as JSON { "to", "body" } to an HTTP provider (SIGIL_SMS_URL). A channel without a transport keeps
-// its messages in the local outbox (`sigil outbox` prints them) until the code inside expires:
-// nothing is dropped silently. A sent message's text is erased; failures are retried with backoff
+// each server process runs a courier (an outbox worker, outbox/worker.ts) that sends what is due and
+// shares the work with the others through a lease on the row. Email goes to an SMTP relay (nodemailer,
+// SIGIL_SMTP_URL); SMS is POSTed as JSON { "to", "body" } to an HTTP provider (SIGIL_SMS_URL). A
+// channel without a transport keeps its messages in the local outbox (`sigil outbox` prints them)
+// until the code inside expires: nothing is dropped silently. A sent message's text is erased; failures are retried with backoff
 // until the code expires or the attempts run out. (The courier also clears expired verification tokens.)
 import type pino from "pino";
 import nodemailer, { type Transporter } from "nodemailer";
@@ -12,6 +12,7 @@ import type { Store } from "../store/database.js";
 import type { Keyring } from "../crypto/envelope.js";
 import type { OutboundMessagesTable } from "../store/schema.js";
 import type { MessagingConfig } from "../config.js";
+import { OutboxWorker, type AttemptResult, type SendOutcome } from "../outbox/worker.js";
 
 export type Channel = "email" | "sms";
 
@@ -32,11 +33,13 @@ export const hasTransport = (config: MessagingConfig, channel: Channel) => (chan
 const MAX_BACKOFF_MS = 60_000;
 const RETENTION_MS = 7 * 24 * 3600 * 1000;
 
-export class MessageCourier {
-  private timer: NodeJS.Timeout | null = null;
-  private running: Promise<void> | null = null;
-  private again = false;
-  private closed = false;
+/** A message leased for one attempt: the lease fences what the attempt may write. */
+interface ClaimedMessage {
+  row: OutboundMessagesTable;
+  leaseUntil: number;
+}
+
+export class MessageCourier extends OutboxWorker<ClaimedMessage> {
   private readonly mailer: Transporter | null;
 
   constructor(
@@ -44,46 +47,38 @@ export class MessageCourier {
     private readonly keyring: Keyring,
     private readonly config: MessagingConfig,
     private readonly logger: pino.Logger,
-    private readonly clock: () => number = Date.now,
+    clock: () => number = Date.now,
   ) {
+    // One message at a time. One deadline for the whole attempt (a relay that trickles its answers
+    // never idles long enough for a socket timeout), well inside the lease (claim below).
+    const { pollMs, timeoutMs, retryBaseMs, maxAttempts } = config;
+    super({ pollMs, concurrency: 1, attemptTimeoutMs: timeoutMs * 2, retryBaseMs, maxBackoffMs: MAX_BACKOFF_MS, maxAttempts }, clock);
     // nodemailer's own timeouts run to minutes; an attempt must end within its lease, or another
     // process would take the message over and send it twice.
     const limits = { connectionTimeout: config.timeoutMs, greetingTimeout: config.timeoutMs, socketTimeout: config.timeoutMs };
     this.mailer = config.smtpUrl ? nodemailer.createTransport({ url: config.smtpUrl, ...limits } as Parameters<typeof nodemailer.createTransport>[0]) : null;
   }
 
-  start(): void {
-    this.timer = setInterval(() => this.notify(), this.config.pollMs);
-    this.timer.unref();
-    this.notify();
-  }
-
-  /** Looks for due messages now (called after a commit that queued one). */
-  notify(): void {
-    if (this.closed) return;
-    if (this.running) {
-      this.again = true;
-      return;
-    }
-    this.running = this.sendDue()
-      .catch((error) => this.logger.error({ err: error }, "message courier failed; retrying at the next poll"))
-      .finally(() => {
-        this.running = null;
-        if (this.again) {
-          this.again = false;
-          this.notify();
-        }
-      });
-  }
-
-  async close(): Promise<void> {
-    this.closed = true;
-    if (this.timer) clearInterval(this.timer);
-    await this.running;
+  override async close(): Promise<void> {
+    await super.close();
     this.mailer?.close();
   }
 
-  private async sendDue(): Promise<void> {
+  protected override reportFailure(error: unknown): void {
+    this.logger.error({ err: error }, "message courier failed; retrying at the next poll");
+  }
+
+  /** Attempts are counted when their outcome is recorded. */
+  protected override attemptOf({ row }: ClaimedMessage): number {
+    return row.attempts + 1;
+  }
+
+  /** A message is of no use once the code inside has expired. */
+  protected override expiresAt({ row }: ClaimedMessage): number {
+    return row.expires_at;
+  }
+
+  protected override async claim(limit: number): Promise<ClaimedMessage[]> {
     const now = this.clock();
     // Outbox copies and undelivered messages whose code has expired are of no use: erase their text.
     // Their rows (recipient, status) stay a week for the operator, as do expired verification tokens.
@@ -102,13 +97,15 @@ export class MessageCourier {
       .orderBy("created_at")
       .limit(20)
       .execute();
+    const claimed: ClaimedMessage[] = [];
     for (const row of due) {
-      if (this.closed) return;
+      if (claimed.length >= limit) break;
       // Claim it: only one process's update matches while the lease is free. The lease outlasts the
-      // attempt's own deadline (attempt below), read from the clock now, not at the batch's start.
+      // attempt's own deadline (twice timeoutMs), read from the clock now, not at the batch's start:
+      // it is sent right away.
       const claimedAt = this.clock();
       const leaseUntil = claimedAt + this.config.timeoutMs * 3;
-      const claimed = await this.store.transact("exclusive", (trx) =>
+      const update = await this.store.transact("exclusive", (trx) =>
         trx
           .updateTable("outbound_messages")
           .set({ lease_until: leaseUntil })
@@ -117,48 +114,36 @@ export class MessageCourier {
           .where((eb) => eb.or([eb("lease_until", "is", null), eb("lease_until", "<", claimedAt)]))
           .executeTakeFirst(),
       );
-      if (Number(claimed.numUpdatedRows) !== 1 || !row.sealed_message) continue;
-      await this.attempt(row, leaseUntil);
+      if (Number(update.numUpdatedRows) === 1 && row.sealed_message) claimed.push({ row, leaseUntil });
     }
+    return claimed;
   }
 
-  private async attempt(row: OutboundMessagesTable, leaseUntil: number): Promise<void> {
-    const attempts = row.attempts + 1;
-    let error: string | null = null;
-    try {
-      const content = JSON.parse(this.keyring.open(row.sealed_message!, messageIdentity(row)).toString("utf8")) as MessageContent;
-      const sending = row.channel === "email" ? this.sendEmail(row.recipient, content) : this.sendSms(row.recipient, content);
-      // One deadline for the whole attempt (a relay that trickles its answers never idles long
-      // enough for a socket timeout), well inside the lease.
-      let timer: NodeJS.Timeout | undefined;
-      const deadline = new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`no answer within ${this.config.timeoutMs * 2} ms`)), this.config.timeoutMs * 2);
-      });
-      try {
-        await Promise.race([sending, deadline]);
-      } finally {
-        clearTimeout(timer);
-        sending.catch(() => undefined);
-      }
-    } catch (failure) {
-      error = failure instanceof Error ? failure.message : String(failure);
-    }
-    const now = this.clock();
+  protected override async send({ row }: ClaimedMessage): Promise<SendOutcome> {
+    const content = JSON.parse(this.keyring.open(row.sealed_message!, messageIdentity(row)).toString("utf8")) as MessageContent;
+    await (row.channel === "email" ? this.sendEmail(row.recipient, content) : this.sendSms(row.recipient, content));
+    return { kind: "delivered", status: null };
+  }
+
+  protected override async record({ row, leaseUntil }: ClaimedMessage, result: AttemptResult): Promise<void> {
+    const { attempt: attempts, status, gaveUp, error, now, retryInMs } = result;
     const fenced = (trx: Parameters<Parameters<Store["transact"]>[1]>[0]) => trx.updateTable("outbound_messages").where("id", "=", row.id).where("lease_until", "=", leaseUntil);
-    if (error === null) {
+    if (status === "delivered") {
       await this.store.transact("exclusive", (trx) => fenced(trx).set({ status: "sent", sealed_message: null, attempts, sent_at: now, lease_until: null, last_error: null }).execute());
       this.logger.info({ messageId: row.id, organizationId: row.organization_id, channel: row.channel, attempts }, "message sent");
       return;
     }
-    const giveUp = attempts >= this.config.maxAttempts || now >= row.expires_at;
-    const next = now + Math.min(MAX_BACKOFF_MS, this.config.retryBaseMs * 2 ** (attempts - 1));
     await this.store.transact("exclusive", (trx) =>
       fenced(trx)
-        .set(giveUp ? { status: "failed", sealed_message: null, attempts, lease_until: null, last_error: error } : { attempts, next_attempt_at: next, lease_until: null, last_error: error })
+        .set(
+          status === "failed"
+            ? { status: "failed", sealed_message: null, attempts, lease_until: null, last_error: error }
+            : { attempts, next_attempt_at: now + retryInMs, lease_until: null, last_error: error },
+        )
         .execute(),
     );
     // The error names the transport's complaint, never the message (it carries a code).
-    this.logger.warn({ messageId: row.id, organizationId: row.organization_id, channel: row.channel, attempts, error, gaveUp: giveUp }, "message not sent");
+    this.logger.warn({ messageId: row.id, organizationId: row.organization_id, channel: row.channel, attempts, error, gaveUp }, "message not sent");
   }
 
   private async sendEmail(to: string, content: MessageContent): Promise<void> {

@@ -3,7 +3,7 @@ import { serviceError } from "../errors.js";
 import { validatePublicKey, type ApiKeyCurve } from "../crypto/keys.js";
 import { verifyPasskeyRegistration } from "../auth/webauthn.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
-import { distinct, newId, renderApiKey, renderAuthenticator, requireUser } from "./resources.js";
+import { distinct, newId, renderApiKey, renderAuthenticator, requireUser, secondsParameter } from "./resources.js";
 
 export interface ApiKeyParams {
   apiKeyName: string;
@@ -33,11 +33,7 @@ export interface AuthenticatorParams {
 const MAX_EXPIRATION_SECONDS = 100 * 365 * 24 * 3600;
 
 export function parseExpirationSeconds(value: string | undefined, field: string): number | null {
-  if (value === undefined || value === "") return null;
-  if (!/^\d+$/.test(value) || Number(value) <= 0 || Number(value) > MAX_EXPIRATION_SECONDS) {
-    throw serviceError("REQUEST_INVALID", `${field} must be a whole number of seconds between 1 and ${MAX_EXPIRATION_SECONDS}, got "${value}"`);
-  }
-  return Number(value);
+  return secondsParameter(value, { field, max: MAX_EXPIRATION_SECONDS, code: "REQUEST_INVALID" }) ?? null;
 }
 
 export function requireName(value: string, field: string): string {

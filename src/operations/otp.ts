@@ -19,7 +19,7 @@ import { hasTransport, messageIdentity, type Channel, type MessageContent } from
 import { recordSend, type SendBudgetSettings } from "../messages/send-budgets.js";
 import type { MessagingConfig } from "../config.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
-import { newId } from "./resources.js";
+import { newId, secondsParameter } from "./resources.js";
 import { signedBundle } from "./exports.js";
 import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 import { verifyP256Der } from "../crypto/keys.js";
@@ -96,11 +96,8 @@ function codeShape(p: InitParams): { length: number; alphanumeric: boolean } {
 }
 
 function otpSeconds(ctx: ActivityContext, requested: string | undefined): number {
-  if (requested === undefined || requested === "") return ctx.env.otp.defaultSeconds;
-  if (!/^\d+$/.test(requested) || Number(requested) <= 0 || Number(requested) > MAX_OTP_SECONDS) {
-    throw serviceError("INVALID_EXPIRATION", `expirationSeconds must be 1 to ${MAX_OTP_SECONDS} seconds for a one-time password, got "${requested}"`);
-  }
-  return Number(requested);
+  const rule = { field: "expirationSeconds", max: MAX_OTP_SECONDS, of: "a one-time password", code: "INVALID_EXPIRATION" } as const;
+  return secondsParameter(requested, rule) ?? ctx.env.otp.defaultSeconds;
 }
 
 const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
@@ -574,11 +571,8 @@ export const otpOperations = [
     policyParameters: (p) => ({ otp_id: p.otpId }),
     afterFailure: (ctx, p) => countWrongCode(ctx, p, "otp"),
     async execute(ctx, p) {
-      const requested = p.expirationSeconds;
-      if (requested !== undefined && requested !== "" && (!/^\d+$/.test(requested) || Number(requested) <= 0 || Number(requested) > MAX_VERIFICATION_TOKEN_SECONDS)) {
-        throw serviceError("INVALID_EXPIRATION", `expirationSeconds must be 1 to ${MAX_VERIFICATION_TOKEN_SECONDS} seconds for a verification token, got "${requested}"`);
-      }
-      const seconds = requested ? Number(requested) : ctx.env.otp.verificationTokenSeconds;
+      const rule = { field: "expirationSeconds", max: MAX_VERIFICATION_TOKEN_SECONDS, of: "a verification token", code: "INVALID_EXPIRATION" } as const;
+      const seconds = secondsParameter(p.expirationSeconds, rule) ?? ctx.env.otp.verificationTokenSeconds;
       const boundKey = p.publicKey !== undefined && p.publicKey !== "" ? sessionPublicKey(p.publicKey, "publicKey") : undefined;
       const { row, publicKey } = await consumeOtp(ctx, p, "otp");
       const key = publicKey !== undefined ? sessionPublicKey(publicKey, "the encrypted bundle's public_key") : boundKey;

@@ -58,6 +58,27 @@ export function keysOf(type: string): ActivityTypeKeys {
   };
 }
 
+/**
+ * The envelope of a submit request for one activity type version, as a JSON Schema: request
+ * validation compiles it, and GET /openapi.json publishes it. `reference` names the swagger definition
+ * of the parameters where the schema is used ("swagger#/definitions/X" for Ajv,
+ * "#/components/schemas/X" in the OpenAPI document).
+ */
+export function activityEnvelopeSchema(type: string, reference: (definition: string) => object) {
+  return {
+    type: "object",
+    properties: {
+      type: { const: type },
+      timestampMs: { type: "string" },
+      organizationId: { type: "string" },
+      parameters: reference(keysOf(type).parametersDefinition),
+      generateAppProofs: { type: "boolean" },
+    },
+    required: ["type", "timestampMs", "organizationId", "parameters"],
+    additionalProperties: false,
+  };
+}
+
 /** Every version of the activity type the swagger's request for `operation` names (X, X_V2, X_V3, …). */
 export function activityTypesFor(operation: string): string[] {
   const latest = swagger.submits[operation]?.type;

@@ -1,10 +1,10 @@
 // Stored rows rendered as the API's resource objects, and the look-ups operations share.
 import { v7 as uuidv7 } from "uuid";
-import type { ExpressionBuilder } from "kysely";
+import { sql, type ExpressionBuilder, type SelectQueryBuilder } from "kysely";
 import type { Db, Tx } from "../store/database.js";
 import type { Selectable } from "kysely";
 import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
-import { serviceError } from "../errors.js";
+import { serviceError, type ServiceError } from "../errors.js";
 import { API_KEY_CREDENTIAL_TYPES } from "../auth/authenticate.js";
 
 /** Time-ordered (UUIDv7) so that records made in the same millisecond still list in creation order. */
@@ -151,6 +151,32 @@ export function pageSize(limit: string | undefined): number {
   return n;
 }
 
+/** What a seconds parameter may be (secondsParameter). */
+export interface SecondsRule {
+  /** The field's name in the request, for messages: "expirationSeconds", "apiKeys[0].expirationSeconds". */
+  field: string;
+  max: number;
+  /** What the lifetime is of, for messages: "a one-time password". */
+  of?: string;
+  /** The error code of a refusal (the API's: INVALID_EXPIRATION, REQUEST_INVALID for API keys). */
+  code: "INVALID_EXPIRATION" | "REQUEST_INVALID";
+  /** A refusal of its own for a whole number above max (given as sent): where max is this server's setting, not the API's. */
+  tooLong?: (value: string) => ServiceError;
+}
+
+/**
+ * The one rule for lifetimes given in seconds (expirationSeconds and its like): the API sends them as
+ * strings of digits; absent or "" is "not given" (undefined: the caller's default applies), anything
+ * else must be a whole number of seconds from 1 to the rule's max.
+ */
+export function secondsParameter(value: string | undefined, rule: SecondsRule): number | undefined {
+  if (value === undefined || value === "") return undefined;
+  const seconds = /^\d+$/.test(value) ? Number(value) : 0;
+  if (seconds >= 1 && seconds <= rule.max) return seconds;
+  if (seconds > rule.max && rule.tooLong) throw rule.tooLong(value);
+  throw serviceError(rule.code, `${rule.field} must be a whole number of seconds from 1 to ${rule.max}${rule.of ? ` for ${rule.of}` : ""}, got "${value}"`);
+}
+
 /**
  * Requests that make the service derive or sign once per item hold their organization's lock while
  * they do; a bound per request keeps one caller from holding it for long. Larger jobs are split.
@@ -166,7 +192,7 @@ export function requireAtMost(items: unknown[], field: string, max = MAX_ITEMS_P
  * first (wallet accounts): `after` pages along that order, `before` against it. Returns the filter
  * that starts the page at the cursor, the direction to read in, and whether to reverse what was read.
  */
-export function keysetPage(cursor: { created_at: number; id: string } | undefined, side: "after" | "before", newestFirst: boolean) {
+function keysetPage(cursor: { created_at: number; id: string } | undefined, side: "after" | "before", newestFirst: boolean) {
   const forward = side === "after";
   const descending = newestFirst === forward;
   const op = descending ? "<" : ">";
@@ -175,4 +201,36 @@ export function keysetPage(cursor: { created_at: number; id: string } | undefine
     direction: (descending ? "desc" : "asc") as "desc" | "asc",
     reverse: !forward,
   };
+}
+
+/** What a paged list says of itself (readPage). */
+export interface PagedList {
+  newestFirst: boolean;
+  /** Where the list's rows are, for the cursor: a row of `table` whose `scope` column is `owner`. */
+  table: "activities" | "wallet_accounts" | "organizations";
+  scope: "organization_id" | "parent_organization_id";
+  owner: string;
+  /** What a cursor must name, for the refusal of one that does not: "an activity of this organization". */
+  cursorIs: string;
+}
+
+/**
+ * One page of a list query whose rows have created_at and id: the paginationOptions checked (`before`
+ * or `after`, not both; "" is absent, as for the limit), the cursor looked up among the list's rows,
+ * and the page read in the list's order whichever way it pages.
+ */
+export async function readPage<Row>(db: Db, query: SelectQueryBuilder<any, any, Row>, pagination: Pagination | undefined, list: PagedList): Promise<Row[]> {
+  const { limit, before, after } = pagination ?? {};
+  if (before && after) throw serviceError("REQUEST_INVALID", "paginationOptions takes before or after, not both");
+  const size = pageSize(limit);
+  const cursorId = before || after;
+  const cursor = cursorId
+    ? await db.selectFrom(list.table).select(["created_at", "id"]).where(sql.ref(list.scope), "=", list.owner).where("id", "=", cursorId).executeTakeFirst()
+    : undefined;
+  if (cursorId && !cursor) throw serviceError("REQUEST_INVALID", `pagination cursor ${cursorId} is not ${list.cursorIs}`);
+  const page = keysetPage(cursor, before ? "before" : "after", list.newestFirst);
+  const from = page.filter ? query.where(page.filter) : query;
+  const rows = await from.orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();
+  if (page.reverse) rows.reverse();
+  return rows;
 }

@@ -74,15 +74,23 @@ export interface BundleSigner {
   verifyJwt(token: string): Record<string, unknown> | null;
 }
 
-export async function bundleSigner(store: Store, keyring: Keyring): Promise<BundleSigner> {
-  const { row, secret } = await serviceKey(store, keyring, BUNDLE_SIGNER, () => {
+/** A P-256 key of the deployment for `purpose` (serviceKey), opened as node:crypto keys; x and y are
+ * the public point's coordinates (base64url, as in a JWK). */
+async function p256ServiceKey(store: Store, keyring: Keyring, purpose: string) {
+  const { row, secret } = await serviceKey(store, keyring, purpose, () => {
     const scalar = p256.utils.randomSecretKey();
     return { secret: scalar, publicKey: Buffer.from(p256.getPublicKey(scalar, false)).toString("hex") };
   });
   const point = Buffer.from(row.public_key, "hex");
-  const privateKey = crypto.createPrivateKey({ key: { kty: "EC", crv: "P-256", d: secret.toString("base64url"), x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") }, format: "jwk" });
+  const x = point.subarray(1, 33).toString("base64url");
+  const y = point.subarray(33).toString("base64url");
+  const privateKey = crypto.createPrivateKey({ key: { kty: "EC", crv: "P-256", d: secret.toString("base64url"), x, y }, format: "jwk" });
   secret.fill(0);
-  const publicKey = crypto.createPublicKey(privateKey);
+  return { row, point, x, y, privateKey, publicKey: crypto.createPublicKey(privateKey) };
+}
+
+export async function bundleSigner(store: Store, keyring: Keyring): Promise<BundleSigner> {
+  const { row, privateKey, publicKey } = await p256ServiceKey(store, keyring, BUNDLE_SIGNER);
   return {
     publicKey: row.public_key,
     sign: (data) => crypto.sign("sha256", data, { key: privateKey, dsaEncoding: "der" }),
@@ -105,16 +113,7 @@ export interface SessionSigner {
 }
 
 export async function sessionSigner(store: Store, keyring: Keyring): Promise<SessionSigner> {
-  const { row, secret } = await serviceKey(store, keyring, SESSION_SIGNER, () => {
-    const scalar = p256.utils.randomSecretKey();
-    return { secret: scalar, publicKey: Buffer.from(p256.getPublicKey(scalar, false)).toString("hex") };
-  });
-  const point = Buffer.from(row.public_key, "hex");
-  const x = point.subarray(1, 33).toString("base64url");
-  const y = point.subarray(33).toString("base64url");
-  const privateKey = crypto.createPrivateKey({ key: { kty: "EC", crv: "P-256", d: secret.toString("base64url"), x, y }, format: "jwk" });
-  const publicKey = crypto.createPublicKey({ key: { kty: "EC", crv: "P-256", x, y }, format: "jwk" });
-  secret.fill(0);
+  const { point, x, y, privateKey, publicKey } = await p256ServiceKey(store, keyring, SESSION_SIGNER);
   const keyId = `ses_${crypto.createHash("sha256").update(point).digest("hex").slice(0, 16)}`;
   return {
     keyId,

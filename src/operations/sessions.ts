@@ -16,7 +16,7 @@ import { HpkeError, sealTo, uncompressedP256 } from "../crypto/hpke.js";
 import { compressP256 } from "../crypto/keys.js";
 import { defineActivity, type ActivityContext } from "./registry.js";
 import type { SessionSigner } from "./service-keys.js";
-import { newId, requireUser } from "./resources.js";
+import { newId, requireUser, secondsParameter } from "./resources.js";
 
 export type SessionKind = "LOGIN" | "READ_WRITE" | "READ_ONLY" | "OAUTH" | "OTP_AUTH";
 export type SessionType = "SESSION_TYPE_READ_WRITE" | "SESSION_TYPE_READ_ONLY";
@@ -39,12 +39,9 @@ const base58check = createBase58check(sha256Hash);
 
 /** A session's validity in seconds: the request's, within the configured maximum, or the default. */
 export function sessionSeconds(settings: SessionSettings, requested: string | undefined, field = "expirationSeconds"): number {
-  if (requested === undefined || requested === "") return settings.defaultSeconds;
-  if (!/^\d+$/.test(requested) || Number(requested) <= 0) throw serviceError("INVALID_EXPIRATION", `${field} must be a whole number of seconds, got "${requested}"`);
-  if (Number(requested) > settings.maxSeconds) {
-    throw serviceError("SESSION_EXPIRATION_TOO_LONG", `${field} ${requested} exceeds the longest session this server grants (${settings.maxSeconds} seconds, SIGIL_SESSION_MAX_SECONDS)`);
-  }
-  return Number(requested);
+  const tooLong = (value: string) =>
+    serviceError("SESSION_EXPIRATION_TOO_LONG", `${field} ${value} exceeds the longest session this server grants (${settings.maxSeconds} seconds, SIGIL_SESSION_MAX_SECONDS)`);
+  return secondsParameter(requested, { field, max: settings.maxSeconds, of: "a session", code: "INVALID_EXPIRATION", tooLong }) ?? settings.defaultSeconds;
 }
 
 /** A client's P-256 public key as stored for API keys (compressed, lowercase hex). */

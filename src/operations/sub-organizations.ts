@@ -7,7 +7,7 @@ import { decodeJwt } from "jose";
 import { serviceError } from "../errors.js";
 import type { Db } from "../store/database.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
-import { newId, pageSize, keysetPage, type Pagination, requireAtMost } from "./resources.js";
+import { newId, readPage, type Pagination, requireAtMost } from "./resources.js";
 import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams } from "./users.js";
 import { createWallet, type NewWalletParams } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
@@ -189,9 +189,6 @@ async function listSubOrganizations(db: Db, body: ListSubOrganizationsBody, allo
   }
   if (filterType && !value) throw serviceError("REQUEST_INVALID", `filterValue is needed with filterType ${filterType}`);
   if (verifiedOnly && !filterType) throw serviceError("REQUEST_INVALID", `filterType (${allowed.join(" or ")}) and filterValue are needed: verified sub-organizations are found by a verified contact`);
-  const pagination = body.paginationOptions ?? {};
-  if (pagination.before && pagination.after) throw serviceError("REQUEST_INVALID", "paginationOptions takes before or after, not both");
-  const cursorId = pagination.after ?? pagination.before;
   let query = db.selectFrom("organizations as o").select(["o.id", "o.created_at"]).where("o.parent_organization_id", "=", body.organizationId).where("o.deleted_at", "is", null);
   // Filters look for a match inside each candidate sub-organization (correlated subqueries).
   const outerOrganization = sql.ref<string>("o.id");
@@ -234,12 +231,11 @@ async function listSubOrganizations(db: Db, body: ListSubOrganizationsBody, allo
     case undefined:
       break;
   }
-  const cursor = cursorId ? await db.selectFrom("organizations").select(["created_at", "id"]).where("id", "=", cursorId).where("parent_organization_id", "=", body.organizationId).executeTakeFirst() : undefined;
-  if (cursorId && !cursor) throw serviceError("REQUEST_INVALID", `pagination cursor ${cursorId} is not a sub-organization of ${body.organizationId}`);
-  const page = keysetPage(cursor, pagination.before ? "before" : "after", false);
-  if (page.filter) query = query.where(page.filter);
-  const rows = await query.orderBy("o.created_at", page.direction).orderBy("o.id", page.direction).limit(pageSize(pagination.limit)).execute();
-  if (page.reverse) rows.reverse();
+  const rows = await readPage(db, query, body.paginationOptions, {
+    newestFirst: false,
+    table: "organizations", scope: "parent_organization_id", owner: body.organizationId,
+    cursorIs: `a sub-organization of ${body.organizationId}`,
+  });
   return { organizationIds: rows.map((r) => r.id) };
 }
 

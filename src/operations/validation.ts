@@ -2,7 +2,7 @@
 // never silently dropped: a typo in a security setting must not pass as "not set".
 import { Ajv, type ErrorObject, type ValidateFunction } from "ajv";
 import { serviceError } from "../errors.js";
-import { keysOf, swagger } from "./registry.js";
+import { activityEnvelopeSchema, swagger } from "./registry.js";
 
 // Two validators per schema. The first stops at the first error: linear in the size of the body.
 // Collecting every error costs time quadratic in their number (Ajv concatenates the error list of
@@ -84,21 +84,7 @@ function check(validators: Validators, value: unknown): void {
 
 /** The envelope of a submit request for one activity type version. */
 export function validateActivityRequest(type: string, body: unknown): void {
-  check(
-    compiled(`activity:${type}`, () => ({
-      type: "object",
-      properties: {
-        type: { const: type },
-        timestampMs: { type: "string" },
-        organizationId: { type: "string" },
-        parameters: ref(keysOf(type).parametersDefinition),
-        generateAppProofs: { type: "boolean" },
-      },
-      required: ["type", "timestampMs", "organizationId", "parameters"],
-      additionalProperties: false,
-    })),
-    body,
-  );
+  check(compiled(`activity:${type}`, () => activityEnvelopeSchema(type, ref)), body);
 }
 
 export function validateQueryRequest(operation: string, body: unknown): void {

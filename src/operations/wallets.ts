@@ -9,7 +9,7 @@ import { UnsupportedAddressError, address, type AddressFormat } from "../crypto/
 import type { SecretIdentity } from "../crypto/envelope.js";
 import { defineActivity, defineQuery, type ActivityContext } from "./registry.js";
 import { requireName } from "./credentials.js";
-import { distinct, keysetPage, newId, pageSize, requireAtMost, timestamp, type Pagination } from "./resources.js";
+import { distinct, newId, readPage, requireAtMost, timestamp, type Pagination } from "./resources.js";
 
 export interface WalletAccountParams {
   curve: Curve;
@@ -293,21 +293,16 @@ export const walletOperations = [
     summary: "Accounts of a wallet (or of every wallet), oldest first; `after`/`before` page by account id.",
     async run(ctx, body) {
       if (body.walletId) await requireWallet(ctx.db, ctx.organizationId, body.walletId);
-      const { limit, before, after } = body.paginationOptions ?? {};
-      if (before && after) throw serviceError("REQUEST_INVALID", "paginationOptions takes before or after, not both");
-      const size = pageSize(limit);
       // With a wallet (already checked to be this organization's) the query follows the
       // (wallet_id, created_at, id) index alone, so a page costs the same at any wallet size.
-      let query = body.walletId
+      const query = body.walletId
         ? ctx.db.selectFrom("wallet_accounts").selectAll().where("wallet_id", "=", body.walletId)
         : ctx.db.selectFrom("wallet_accounts").selectAll().where("organization_id", "=", ctx.organizationId);
-      const cursorId = before ?? after;
-      const cursor = cursorId ? await ctx.db.selectFrom("wallet_accounts").select(["created_at", "id"]).where("organization_id", "=", ctx.organizationId).where("id", "=", cursorId).executeTakeFirst() : undefined;
-      if (cursorId && !cursor) throw serviceError("REQUEST_INVALID", `pagination cursor ${cursorId} is not a wallet account of this organization`);
-      const page = keysetPage(cursor, before ? "before" : "after", false);
-      if (page.filter) query = query.where(page.filter);
-      const rows = await query.orderBy("created_at", page.direction).orderBy("id", page.direction).limit(size).execute();
-      if (page.reverse) rows.reverse();
+      const rows = await readPage(ctx.db, query, body.paginationOptions, {
+        newestFirst: false,
+        table: "wallet_accounts", scope: "organization_id", owner: ctx.organizationId,
+        cursorIs: "a wallet account of this organization",
+      });
       const wallets = new Map<string, WalletsTable>();
       if (body.includeWalletDetails && rows.length) {
         for (const w of await ctx.db.selectFrom("wallets").selectAll().where("id", "in", [...new Set(rows.map((r) => r.wallet_id))]).execute()) wallets.set(w.id, w);

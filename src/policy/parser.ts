@@ -46,22 +46,22 @@ export function parse(source: string): Node {
     }
   };
 
-  function or(): Node {
-    let left = and();
-    while (isOp("||")) {
+  /** operand (operator operand)*, grouped from the left. */
+  function leftAssociative(operator: "||" | "&&", operand: () => Node): Node {
+    let left = operand();
+    while (isOp(operator)) {
       const op = next();
-      left = { kind: "binary", operator: "||", left, right: and(), start: op.start };
+      left = { kind: "binary", operator, left, right: operand(), start: op.start };
     }
     return left;
   }
 
+  function or(): Node {
+    return leftAssociative("||", and);
+  }
+
   function and(): Node {
-    let left = comparison();
-    while (isOp("&&")) {
-      const op = next();
-      left = { kind: "binary", operator: "&&", left, right: comparison(), start: op.start };
-    }
-    return left;
+    return leftAssociative("&&", comparison);
   }
 
   function comparison(): Node {

@@ -229,6 +229,10 @@ function openPostgres(url: string, onConnectionError: (error: Error) => void): O
   };
   const pool = new pg.Pool({ connectionString: url, max: 10, types });
   pool.on("error", onConnectionError);
+  // The pool listens for errors of idle connections only; one that dies while checked out (the
+  // server restarts mid-query) emits "error" on the connection itself, which would otherwise be an
+  // uncaught exception that stops the process. Its query fails on its own and the pool replaces it.
+  pool.on("connect", (connection) => connection.on("error", onConnectionError));
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
   return {
     db,

@@ -1,4 +1,5 @@
-// Sends the webhook outbox. Each server process runs one dispatcher; they share the work through the
+// Sends the webhook outbox: an outbox worker (outbox/worker.ts: polling, concurrency, deadline, retries)
+// over webhook_deliveries. Each server process runs one dispatcher; they share the work through the
 // database: a delivery is *claimed* (leased for a while) in a transaction before it is sent, so two
 // processes never send it at once (PostgreSQL: FOR UPDATE SKIP LOCKED), and one that crashes
 // mid-send leaves a lease that expires, after which another sends it again. For each destination, an
@@ -16,6 +17,7 @@ import net from "node:net";
 import dns from "node:dns";
 import type pino from "pino";
 import { sql } from "kysely";
+import { OutboxWorker, type AttemptResult, type SendOutcome } from "../outbox/worker.js";
 import type { Store } from "../store/database.js";
 import type { WebhookDeliveriesTable } from "../store/schema.js";
 import type { WebhookConfig } from "../config.js";
@@ -23,8 +25,6 @@ import type { ServiceSigningKey } from "../operations/service-keys.js";
 import { forbiddenAddress, redactedUrl, type DestinationPolicy } from "../operations/webhooks.js";
 
 const MAX_BACKOFF_MS = 60 * 60 * 1000;
-
-type Outcome = { kind: "delivered"; status: number } | { kind: "retry"; status: number | null; error: string } | { kind: "failed"; status: number | null; error: string };
 
 /** The headers of one signed attempt. */
 export function signedHeaders(key: ServiceSigningKey, delivery: Pick<WebhookDeliveriesTable, "id" | "organization_id" | "event_type">, body: Buffer, timestampMs: number): Record<string, string> {
@@ -58,73 +58,31 @@ function guardedLookup(policy: DestinationPolicy): net.LookupFunction {
   };
 }
 
-export class WebhookDispatcher {
-  private timer: NodeJS.Timeout | null = null;
-  private inFlight = 0;
-  private polling: Promise<void> | null = null;
-  private again = false;
-  private closed = false;
-  private readonly sending = new Set<Promise<void>>();
-
+export class WebhookDispatcher extends OutboxWorker<WebhookDeliveriesTable> {
   constructor(
     private readonly store: Store,
     private readonly key: ServiceSigningKey,
     private readonly config: WebhookConfig,
     private readonly logger: pino.Logger,
-    private readonly clock: () => number = Date.now,
-  ) {}
-
-  start(): void {
-    this.timer = setInterval(() => this.notify(), this.config.pollMs);
-    this.timer.unref();
-    this.notify();
+    clock: () => number = Date.now,
+  ) {
+    const { pollMs, concurrency, timeoutMs, retryBaseMs, maxAttempts } = config;
+    super({ pollMs, concurrency, attemptTimeoutMs: timeoutMs, retryBaseMs, maxBackoffMs: MAX_BACKOFF_MS, maxAttempts }, clock);
   }
 
-  /** Look for deliveries now (new ones were just committed, or a send finished). */
-  notify(): void {
-    if (this.closed) return;
-    if (this.polling) {
-      this.again = true;
-      return;
-    }
-    this.polling = this.poll()
-      .catch((err) => this.logger.warn({ err }, "webhook dispatcher could not claim deliveries"))
-      .finally(() => {
-        this.polling = null;
-        if (this.again) {
-          this.again = false;
-          this.notify();
-        }
-      });
+  protected override reportFailure(err: unknown, delivery?: WebhookDeliveriesTable): void {
+    if (delivery) this.logger.error({ err, eventId: delivery.id }, "webhook delivery could not be recorded");
+    else this.logger.warn({ err }, "webhook dispatcher could not claim deliveries");
   }
 
-  async close(): Promise<void> {
-    this.closed = true;
-    if (this.timer) clearInterval(this.timer);
-    await this.polling;
-    await Promise.allSettled([...this.sending]);
-  }
-
-  private async poll(): Promise<void> {
-    const room = this.config.concurrency - this.inFlight;
-    if (room <= 0) return;
-    const claimed = await this.claim(room);
-    for (const delivery of claimed) {
-      this.inFlight++;
-      const sent: Promise<void> = this.deliver(delivery)
-        .catch((err) => this.logger.error({ err, eventId: delivery.id }, "webhook delivery could not be recorded"))
-        .finally(() => {
-          this.inFlight--;
-          this.sending.delete(sent);
-          this.notify();
-        });
-      this.sending.add(sent);
-    }
+  /** The claim counts the attempt. */
+  protected override attemptOf(delivery: WebhookDeliveriesTable): number {
+    return delivery.attempts;
   }
 
   /** Leases up to `limit` due deliveries, each the oldest pending one of its destination and
    * organization whose endpoint is not paused, with the URL its destination has now. */
-  private async claim(limit: number): Promise<WebhookDeliveriesTable[]> {
+  protected override async claim(limit: number): Promise<WebhookDeliveriesTable[]> {
     const now = this.clock();
     // Idle servers look first, without taking the write lock.
     const due = await this.store.reader.selectFrom("webhook_deliveries").select("id").where("status", "=", "pending").where("next_attempt_at", "<=", now).limit(1).executeTakeFirst();
@@ -164,12 +122,7 @@ export class WebhookDispatcher {
     });
   }
 
-  private async deliver(delivery: WebhookDeliveriesTable): Promise<void> {
-    const outcome = await this.attempt(delivery);
-    const now = this.clock();
-    const exhausted = outcome.kind === "retry" && delivery.attempts >= this.config.maxAttempts;
-    const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "failed" || exhausted ? "failed" : "pending";
-    const backoff = Math.min(MAX_BACKOFF_MS, this.config.retryBaseMs * 2 ** Math.max(0, delivery.attempts - 1));
+  protected override async record(delivery: WebhookDeliveriesTable, { outcome, status, gaveUp, error, now, retryInMs }: AttemptResult): Promise<void> {
     await this.store.transact("exclusive", (trx) =>
       trx
         .updateTable("webhook_deliveries")
@@ -178,8 +131,8 @@ export class WebhookDispatcher {
           url: delivery.url,
           lease_until: null,
           last_status_code: outcome.status,
-          last_error: outcome.kind === "delivered" ? null : exhausted ? `${outcome.error} (gave up after ${delivery.attempts} attempts)` : outcome.error,
-          next_attempt_at: status === "pending" ? now + backoff : delivery.next_attempt_at,
+          last_error: gaveUp ? `${error} (gave up after ${delivery.attempts} attempts)` : error,
+          next_attempt_at: status === "pending" ? now + retryInMs : delivery.next_attempt_at,
           delivered_at: status === "delivered" ? now : null,
           updated_at: now,
         })
@@ -191,12 +144,13 @@ export class WebhookDispatcher {
     );
     const log = { eventId: delivery.id, activityId: delivery.activity_id, url: redactedUrl(delivery.url), attempt: delivery.attempts, status: outcome.status };
     if (status === "delivered") this.logger.info(log, "webhook delivered");
-    else if (status === "failed") this.logger.warn({ ...log, error: outcome.kind === "delivered" ? undefined : outcome.error }, "webhook delivery failed for good");
-    else this.logger.info({ ...log, error: outcome.kind === "delivered" ? undefined : outcome.error, retryInMs: backoff }, "webhook delivery will be retried");
+    else if (status === "failed") this.logger.warn({ ...log, error }, "webhook delivery failed for good");
+    else this.logger.info({ ...log, error, retryInMs }, "webhook delivery will be retried");
   }
 
-  /** One signed POST; never throws. */
-  private attempt(delivery: WebhookDeliveriesTable): Promise<Outcome> {
+  /** One signed POST; never throws. The worker's deadline covers it all — lookup, connect, TLS,
+   * sending, the status line — and its abort destroys the request. */
+  protected override send(delivery: WebhookDeliveriesTable, signal: AbortSignal): Promise<SendOutcome> {
     const body = Buffer.from(delivery.body, "utf8");
     let url: URL;
     try {
@@ -211,18 +165,15 @@ export class WebhookDispatcher {
     }
     const headers = signedHeaders(this.key, delivery, body, this.clock());
     const transport = url.protocol === "https:" ? https : http;
-    return new Promise<Outcome>((resolve) => {
+    return new Promise<SendOutcome>((resolve) => {
       let settled = false;
-      const settle = (outcome: Outcome) => {
+      const settle = (outcome: SendOutcome) => {
         if (settled) return;
         settled = true;
-        clearTimeout(deadline);
         request?.destroy();
         resolve(outcome);
       };
-      // One deadline for the whole attempt — lookup, connect, TLS, sending, the status line — so a
-      // receiver that trickles bytes cannot hold a sending slot (or the event) for long.
-      const deadline = setTimeout(() => settle({ kind: "retry", status: null, error: `no answer within ${this.config.timeoutMs} ms` }), this.config.timeoutMs);
+      signal.addEventListener("abort", () => settle({ kind: "retry", status: null, error: "the attempt's deadline passed" }), { once: true });
       let request: http.ClientRequest | undefined;
       try {
         request = transport.request(url, { method: "POST", headers, lookup: guardedLookup(this.config), agent: false }, (response) => {
