@@ -41,7 +41,13 @@ function apiKey(): Key {
   const pair = generateP256KeyPair();
   const point = decompressP256(pair.publicKey);
   const privateKey = crypto.createPrivateKey({
-    key: { kty: "EC", crv: "P-256", d: Buffer.from(pair.privateKey, "hex").toString("base64url"), x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") },
+    key: {
+      kty: "EC",
+      crv: "P-256",
+      d: Buffer.from(pair.privateKey, "hex").toString("base64url"),
+      x: point.subarray(1, 33).toString("base64url"),
+      y: point.subarray(33).toString("base64url"),
+    },
     format: "jwk",
   });
   return { publicKey: pair.publicKey, privateKey };
@@ -83,7 +89,12 @@ class Client {
   }
 
   submitBody(operation: string, type: string, parameters: (unique: number) => Record<string, unknown>): Stamped {
-    return this.stamped("submit", operation, { type, organizationId: this.organizationId, timestampMs: String(Date.now()), parameters: parameters(++this.counter) });
+    return this.stamped("submit", operation, {
+      type,
+      organizationId: this.organizationId,
+      timestampMs: String(Date.now()),
+      parameters: parameters(++this.counter),
+    });
   }
 
   queryBody(operation: string, body: Record<string, unknown>): Stamped {
@@ -93,7 +104,14 @@ class Client {
   send(request: Stamped): Promise<any> {
     return new Promise((resolve, reject) => {
       const outgoing = http.request(
-        { host: this.target.hostname, port: this.target.port, path: request.path, method: "POST", agent: this.agent, headers: { "content-type": "application/json", "content-length": Buffer.byteLength(request.body), "X-Stamp": request.stamp } },
+        {
+          host: this.target.hostname,
+          port: this.target.port,
+          path: request.path,
+          method: "POST",
+          agent: this.agent,
+          headers: { "content-type": "application/json", "content-length": Buffer.byteLength(request.body), "X-Stamp": request.stamp },
+        },
         (response) => {
           const chunks: Buffer[] = [];
           response.on("data", (chunk: Buffer) => chunks.push(chunk));
@@ -163,10 +181,18 @@ async function load(client: Client, concurrency: number, scenario: Scenario): Pr
   );
   const elapsed = Number(process.hrtime.bigint() - started) / 1e9;
   // A measurement of retries answered from the audit log would flatter the server: refuse it.
-  if (scenario.fresh && activities.size !== latencies.length) throw new Error(`${latencies.length - activities.size} requests were answered as retries of earlier ones: their bodies were not unique`);
+  if (scenario.fresh && activities.size !== latencies.length)
+    throw new Error(
+      `${latencies.length - activities.size} requests were answered as retries of earlier ones: their bodies were not unique`,
+    );
   latencies.sort((a, b) => a - b);
   const round = (n: number) => Math.round(n * 100) / 100;
-  return { requestsPerSecond: round(latencies.length / elapsed), p50Ms: round(percentile(latencies, 50)), p99Ms: round(percentile(latencies, 99)), requests: latencies.length };
+  return {
+    requestsPerSecond: round(latencies.length / elapsed),
+    p50Ms: round(percentile(latencies, 50)),
+    p99Ms: round(percentile(latencies, 99)),
+    requests: latencies.length,
+  };
 }
 
 function peakRssMb(child: ChildProcess): number {
@@ -177,10 +203,19 @@ function peakRssMb(child: ChildProcess): number {
 
 async function startServer(env: NodeJS.ProcessEnv, dataDir: string) {
   const port = 20000 + Math.floor(Math.random() * 20000);
-  const child = spawn(process.execPath, [...SERVER_NODE_ARGS, CLI, "serve", "--port", String(port), "--data-dir", dataDir], { env, stdio: ["ignore", "ignore", "inherit"] });
+  const child = spawn(process.execPath, [...SERVER_NODE_ARGS, CLI, "serve", "--port", String(port), "--data-dir", dataDir], {
+    env,
+    stdio: ["ignore", "ignore", "inherit"],
+  });
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 200; i++) {
-    if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) return { child, url };
+    if (
+      await fetch(`${url}/health`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return { child, url };
     await new Promise((r) => setTimeout(r, 50));
   }
   child.kill();
@@ -188,7 +223,14 @@ async function startServer(env: NodeJS.ProcessEnv, dataDir: string) {
 }
 
 /** Adds accounts straight into the store (sealed like real ones), to measure reads at scale. */
-async function fillAccounts(env: NodeJS.ProcessEnv, dataDir: string, organizationId: string, walletId: string, target: number, existing: number) {
+async function fillAccounts(
+  env: NodeJS.ProcessEnv,
+  dataDir: string,
+  organizationId: string,
+  walletId: string,
+  target: number,
+  existing: number,
+) {
   const config = loadConfig(env, { dataDir });
   const { keyring } = loadKeyring(config.masterKey);
   const store = await openStore(config);
@@ -229,23 +271,66 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
   delete env.SIGIL_DATABASE_URL;
   if (databaseUrl) env.SIGIL_DATABASE_URL = databaseUrl;
   const key = apiKey();
-  const boot = spawnSync(process.execPath, [CLI, "bootstrap", "--create", "--data-dir", dataDir, "--org-name", "bench", "--user-name", "bench", "--api-public-key", key.publicKey], { env, encoding: "utf8" });
+  const boot = spawnSync(
+    process.execPath,
+    [CLI, "bootstrap", "--create", "--data-dir", dataDir, "--org-name", "bench", "--user-name", "bench", "--api-public-key", key.publicKey],
+    { env, encoding: "utf8" },
+  );
   if (boot.status !== 0) throw new Error(`bootstrap failed: ${boot.stderr}`);
   const { organizationId } = JSON.parse(boot.stdout);
   const { child, url } = await startServer(env, dataDir);
   const client = new Client(url, key, organizationId);
   try {
-    const eth = { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" };
+    const eth = {
+      curve: "CURVE_SECP256K1",
+      pathFormat: "PATH_FORMAT_BIP32",
+      path: "m/44'/60'/0'/0/0",
+      addressFormat: "ADDRESS_FORMAT_ETHEREUM",
+    };
     const created = await client.submit("create_wallet", "ACTIVITY_TYPE_CREATE_WALLET", () => ({ walletName: "bench", accounts: [eth] }));
     const walletId = created.activity.result.createWalletResult.walletId as string;
     const signWith = created.activity.result.createWalletResult.addresses[0] as string;
     // Each request a different transaction (by nonce): identical bodies would be answered as retries.
-    const unsigned = (nonce: number) => serializeTransaction({ type: "eip1559", chainId: 1, nonce, to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", value: 1n, gas: 21000n, maxFeePerGas: 2n, maxPriorityFeePerGas: 1n }).slice(2);
+    const unsigned = (nonce: number) =>
+      serializeTransaction({
+        type: "eip1559",
+        chainId: 1,
+        nonce,
+        to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+        value: 1n,
+        gas: 21000n,
+        maxFeePerGas: 2n,
+        maxPriorityFeePerGas: 1n,
+      }).slice(2);
 
     const scenarios: Record<string, Scenario> = {
-      sign_raw_payload: { fresh: true, make: () => client.submitBody("sign_raw_payload", "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", (n) => ({ signWith, payload: Buffer.from(`payload ${n}`).toString("hex"), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_KECCAK256" })) },
-      sign_transaction: { fresh: true, make: () => client.submitBody("sign_transaction", "ACTIVITY_TYPE_SIGN_TRANSACTION_V2", (n) => ({ signWith, unsignedTransaction: unsigned(n), type: "TRANSACTION_TYPE_ETHEREUM" })) },
-      create_wallet: { fresh: true, make: () => client.submitBody("create_wallet", "ACTIVITY_TYPE_CREATE_WALLET", (n) => ({ walletName: `w-${n}-${crypto.randomUUID()}`, accounts: [eth] })) },
+      sign_raw_payload: {
+        fresh: true,
+        make: () =>
+          client.submitBody("sign_raw_payload", "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", (n) => ({
+            signWith,
+            payload: Buffer.from(`payload ${n}`).toString("hex"),
+            encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+            hashFunction: "HASH_FUNCTION_KECCAK256",
+          })),
+      },
+      sign_transaction: {
+        fresh: true,
+        make: () =>
+          client.submitBody("sign_transaction", "ACTIVITY_TYPE_SIGN_TRANSACTION_V2", (n) => ({
+            signWith,
+            unsignedTransaction: unsigned(n),
+            type: "TRANSACTION_TYPE_ETHEREUM",
+          })),
+      },
+      create_wallet: {
+        fresh: true,
+        make: () =>
+          client.submitBody("create_wallet", "ACTIVITY_TYPE_CREATE_WALLET", (n) => ({
+            walletName: `w-${n}-${crypto.randomUUID()}`,
+            accounts: [eth],
+          })),
+      },
     };
     const results: Record<string, unknown> = {};
     for (const [name, request] of Object.entries(scenarios)) {
@@ -261,7 +346,12 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
       const c32 = await load(client, HIGH, request);
       const after = ceiling();
       const perSecond = (before.singleCoreRequestsPerSecond + after.singleCoreRequestsPerSecond) / 2;
-      results[name] = { c1, c32, ceilingRequestsPerSecond: { before: before.singleCoreRequestsPerSecond, after: after.singleCoreRequestsPerSecond }, shareOfCeiling: Math.round((c32.requestsPerSecond / perSecond) * 100) / 100 };
+      results[name] = {
+        c1,
+        c32,
+        ceilingRequestsPerSecond: { before: before.singleCoreRequestsPerSecond, after: after.singleCoreRequestsPerSecond },
+        shareOfCeiling: Math.round((c32.requestsPerSecond / perSecond) * 100) / 100,
+      };
     }
     if (!selected("get_wallet") && !selected("list_wallet_accounts")) return { backend, ...results, peakRssMb: peakRssMb(child) };
 
@@ -269,15 +359,23 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
     // A query is not an activity: the same stamped body may be sent again and again.
     const reads: Record<string, Scenario> = {
       get_wallet: { fresh: false, make: () => client.queryBody("get_wallet", { walletId }) },
-      list_wallet_accounts: { fresh: false, make: () => client.queryBody("list_wallet_accounts", { walletId, paginationOptions: { limit: "10" } }) },
+      list_wallet_accounts: {
+        fresh: false,
+        make: () => client.queryBody("list_wallet_accounts", { walletId, paginationOptions: { limit: "10" } }),
+      },
     };
     await fillAccounts(env, dataDir, organizationId, walletId, 1000, 1);
     const small: Record<string, { c1: RunResult; c32: RunResult }> = {};
-    for (const [name, request] of Object.entries(reads)) small[name] = { c1: await load(client, LOW, request), c32: await load(client, HIGH, request) };
+    for (const [name, request] of Object.entries(reads))
+      small[name] = { c1: await load(client, LOW, request), c32: await load(client, HIGH, request) };
     await fillAccounts(env, dataDir, organizationId, walletId, ACCOUNTS, 1000);
     for (const [name, request] of Object.entries(reads)) {
       const large = { c1: await load(client, LOW, request), c32: await load(client, HIGH, request) };
-      results[name] = { [`at${1000}`]: small[name], [`at${ACCOUNTS}`]: large, p50RatioLargeToSmall: Math.round((large.c1.p50Ms / small[name]!.c1.p50Ms) * 100) / 100 };
+      results[name] = {
+        [`at${1000}`]: small[name],
+        [`at${ACCOUNTS}`]: large,
+        p50RatioLargeToSmall: Math.round((large.c1.p50Ms / small[name]!.c1.p50Ms) * 100) / 100,
+      };
     }
     return { backend, ...results, peakRssMb: peakRssMb(child) };
   } finally {
@@ -290,7 +388,12 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
 /** The work no server can avoid for one signing request, in this process: the ceiling. */
 function ceiling() {
   const key = apiKey();
-  const body = JSON.stringify({ type: "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", organizationId: crypto.randomUUID(), timestampMs: String(Date.now()), parameters: { payload: "00" } });
+  const body = JSON.stringify({
+    type: "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2",
+    organizationId: crypto.randomUUID(),
+    timestampMs: String(Date.now()),
+    parameters: { payload: "00" },
+  });
   const header = stamp(body, key);
   const secret = secp256k1.utils.randomSecretKey();
   const nsPerOp = measure("ceiling: stamp verify + keccak + secp256k1 signature", 3000, () => {
@@ -317,7 +420,12 @@ export async function runLoad() {
       await admin.end();
     }
   }
-  const summary = { machine: { cpus: os.cpus().length, node: process.version }, secondsPerRun: SECONDS_PER_RUN, concurrency: [LOW, HIGH], runs };
+  const summary = {
+    machine: { cpus: os.cpus().length, node: process.version },
+    secondsPerRun: SECONDS_PER_RUN,
+    concurrency: [LOW, HIGH],
+    runs,
+  };
   console.log(JSON.stringify(summary, null, 2));
   return summary;
 }

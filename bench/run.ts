@@ -1,8 +1,9 @@
 // npm run bench: every benchmark, each reporting ratios measured in the same run.
 const { stampVerification } = await import("./stamps.js");
 const { policySetEvaluation } = await import("./policies.js");
-console.log(`\nevaluating a typical policy set costs ${((policySetEvaluation / stampVerification) * 100).toFixed(1)}% of verifying one request's stamp`);
+console.log(
+  `\nevaluating a typical policy set costs ${((policySetEvaluation / stampVerification) * 100).toFixed(1)}% of verifying one request's stamp`,
+);
 // The HTTP load run against a started server, on SQLite and (if a PostgreSQL URL is set) PostgreSQL.
 const { runLoad } = await import("./load.js");
 await runLoad();
-

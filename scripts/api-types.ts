@@ -14,7 +14,10 @@ const SWAGGER = fileURLToPath(new URL("../../shared/reference/public_api.swagger
 export const API_TYPES_FILE = fileURLToPath(new URL("../src/api/types.ts", import.meta.url));
 
 interface Swagger {
-  paths: Record<string, { post?: { parameters?: Array<{ in: string; schema?: { $ref?: string } }>; responses: Record<string, { schema?: { $ref?: string } }> } }>;
+  paths: Record<
+    string,
+    { post?: { parameters?: Array<{ in: string; schema?: { $ref?: string } }>; responses: Record<string, { schema?: { $ref?: string } }> } }
+  >;
   definitions: Record<string, JSONSchema>;
 }
 
@@ -63,7 +66,9 @@ export async function renderApiTypes(swaggerPath = SWAGGER): Promise<string> {
     const request = refName(item.post.parameters?.find((p) => p.in === "body")?.schema?.$ref);
     const response = refName(item.post.responses["200"]?.schema?.$ref);
     if (!request || !response) continue;
-    (match[1] === "query" ? queryRows : submitRows).push(`  ${match[2]}: { request: ${typeName(request)}; response: ${typeName(response)} };`);
+    (match[1] === "query" ? queryRows : submitRows).push(
+      `  ${match[2]}: { request: ${typeName(request)}; response: ${typeName(response)} };`,
+    );
   }
 
   return [

@@ -38,7 +38,9 @@ export function renderConfigurationPage(): string {
     for (const declared of members) {
       const meaning = declared.ifEmpty ? `${declared.meaning}. Set but empty, it is refused (${declared.ifEmpty})` : declared.meaning;
       const flag = declared.flag ? `\`${declared.flag}\`` : "";
-      lines.push(`| \`${declared.variable}\` | ${flag} | ${cell(defaultOf(declared))} | ${cell(declared.kind.accepts)} | ${cell(meaning)} |`);
+      lines.push(
+        `| \`${declared.variable}\` | ${flag} | ${cell(defaultOf(declared))} | ${cell(declared.kind.accepts)} | ${cell(meaning)} |`,
+      );
     }
   }
   lines.push(

@@ -4,7 +4,8 @@
 import { STATUS_CODES } from "node:http";
 import { ERROR_CATALOG, GRPC_CODES, httpStatusOf, statusesOf, type ErrorCode, type GrpcStatus } from "../src/error-catalog.js";
 
-export const BEGIN_MARKER = "<!-- BEGIN error codes: generated from src/error-catalog.ts by `npm run docs`; edit the catalog, not this part -->";
+export const BEGIN_MARKER =
+  "<!-- BEGIN error codes: generated from src/error-catalog.ts by `npm run docs`; edit the catalog, not this part -->";
 export const END_MARKER = "<!-- END error codes -->";
 
 /** One section per HTTP status and gRPC status, in that order, its codes in alphabetical order; a code answered

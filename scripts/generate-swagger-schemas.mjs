@@ -56,11 +56,22 @@ function convert(schema) {
   const s = {};
   if (schema.enum) s.enum = schema.enum;
   switch (schema.type) {
-    case "string": s.type = "string"; break;
-    case "integer": s.type = "integer"; break;
-    case "number": s.type = "number"; break;
-    case "boolean": s.type = "boolean"; break;
-    case "array": s.type = "array"; s.items = convert(schema.items ?? {}); break;
+    case "string":
+      s.type = "string";
+      break;
+    case "integer":
+      s.type = "integer";
+      break;
+    case "number":
+      s.type = "number";
+      break;
+    case "boolean":
+      s.type = "boolean";
+      break;
+    case "array":
+      s.type = "array";
+      s.items = convert(schema.items ?? {});
+      break;
     case "object":
     case undefined:
       if (schema.properties) {

@@ -17,9 +17,23 @@ export function renderOperationsTable(): string {
   ];
   for (const op of activityOperations) {
     const types = op.types.map((t) => `\`${t}\``).join("<br>");
-    const intents = op.types.map((t) => keysOf(t).intentKeys.map((k) => `\`${k}\``).join(" + ")).join("<br>");
-    const results = op.types.map((t) => keysOf(t).resultKeys.map((k) => `\`${k}\``).join(" + ")).join("<br>");
-    lines.push(`| \`${op.name}\` | ${types} | ${intents} | ${results} | ${op.kind === "activity" ? `${op.resource} / ${op.action}${op.rootOnly ? " (root quorum only)" : ""}` : "a vote on a pending activity"} | ${op.summary} |`);
+    const intents = op.types
+      .map((t) =>
+        keysOf(t)
+          .intentKeys.map((k) => `\`${k}\``)
+          .join(" + "),
+      )
+      .join("<br>");
+    const results = op.types
+      .map((t) =>
+        keysOf(t)
+          .resultKeys.map((k) => `\`${k}\``)
+          .join(" + "),
+      )
+      .join("<br>");
+    lines.push(
+      `| \`${op.name}\` | ${types} | ${intents} | ${results} | ${op.kind === "activity" ? `${op.resource} / ${op.action}${op.rootOnly ? " (root quorum only)" : ""}` : "a vote on a pending activity"} | ${op.summary} |`,
+    );
   }
   lines.push("", "## Queries (`POST /public/v1/query/<operation>`)", "", "| operation | what it returns |", "|---|---|");
   for (const op of queryOperations) lines.push(`| \`${op.name}\` | ${op.summary} |`);

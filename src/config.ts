@@ -307,7 +307,10 @@ function list<T>(item: Kind<T>): Kind<T[]> {
   return {
     accepts: `a comma-separated list, each item ${item.accepts}`,
     parse(raw, reading) {
-      const items = raw.split(",").map((text) => text.trim()).filter(Boolean);
+      const items = raw
+        .split(",")
+        .map((text) => text.trim())
+        .filter(Boolean);
       return items.map((text, i) =>
         item.parse(text, {
           name: `${reading.name}[${i}]`,
@@ -370,7 +373,14 @@ export const settings = {
     // Before the catalog an empty SIGIL_HOST listened on every address: refused, so that none does by accident.
     ifEmpty: "unset it to listen on 127.0.0.1, or write 0.0.0.0 or :: to listen on every address",
   }),
-  port: setting({ variable: "SIGIL_PORT", flag: "--port", group: SERVER, kind: integer(1, 65_535), default: 8080, meaning: "port to listen on" }),
+  port: setting({
+    variable: "SIGIL_PORT",
+    flag: "--port",
+    group: SERVER,
+    kind: integer(1, 65_535),
+    default: 8080,
+    meaning: "port to listen on",
+  }),
   dataDir: setting({
     variable: "SIGIL_DATA_DIR",
     flag: "--data-dir",

@@ -40,7 +40,10 @@ export const ERROR_CATALOG = {
       "or a rule of a parameter (an empty list, a duplicate, a bad pagination option…); a request the HTTP framework refuses " +
       "before it is read keeps the 4xx status the framework chose",
   },
-  REQUEST_BODY_INVALID: { status: "InvalidArgument", meaning: "the body is empty, not UTF-8 or not JSON: send one JSON object encoded as UTF-8" },
+  REQUEST_BODY_INVALID: {
+    status: "InvalidArgument",
+    meaning: "the body is empty, not UTF-8 or not JSON: send one JSON object encoded as UTF-8",
+  },
   TEXT_CONTAINS_NUL: {
     status: "InvalidArgument",
     meaning: "a string (or a field name) holds U+0000, which no field accepts; arbitrary bytes are sent hex-encoded",
@@ -49,14 +52,24 @@ export const ERROR_CATALOG = {
     status: "InvalidArgument",
     meaning: "a string holds an unpaired UTF-16 surrogate (a lone \\uD800–\\uDFFF escape): send well-formed Unicode",
   },
-  REQUEST_TOO_DEEP: { status: "InvalidArgument", meaning: "objects and arrays nest more than 32 levels deep; no request of the API needs that many" },
+  REQUEST_TOO_DEEP: {
+    status: "InvalidArgument",
+    meaning: "objects and arrays nest more than 32 levels deep; no request of the API needs that many",
+  },
   REQUEST_MALFORMED: { status: "InvalidArgument", meaning: "the bytes received are not parseable HTTP/1.1; the connection is closed" },
-  TIMESTAMP_INVALID: { status: "InvalidArgument", meaning: "timestampMs is not milliseconds since the epoch written as a string of digits" },
+  TIMESTAMP_INVALID: {
+    status: "InvalidArgument",
+    meaning: "timestampMs is not milliseconds since the epoch written as a string of digits",
+  },
   TIMESTAMP_OUT_OF_RANGE: {
     status: "InvalidArgument",
-    meaning: "timestampMs is further from the server's clock than the liveness window allows: check the client's clock, stamp a fresh request",
+    meaning:
+      "timestampMs is further from the server's clock than the liveness window allows: check the client's clock, stamp a fresh request",
   },
-  ACTIVITY_TYPE_MISMATCH: { status: "InvalidArgument", meaning: "the activity type belongs to another endpoint, which the message names: send it there" },
+  ACTIVITY_TYPE_MISMATCH: {
+    status: "InvalidArgument",
+    meaning: "the activity type belongs to another endpoint, which the message names: send it there",
+  },
   ACTIVITY_TYPE_UNSUPPORTED: {
     status: "InvalidArgument",
     meaning: "the product's API has this activity type (or this version of it), but this server does not serve it",
@@ -91,15 +104,22 @@ export const ERROR_CATALOG = {
     status: "InvalidArgument",
     meaning: "a policy's condition or consensus does not parse or type-check, or is over a size limit; the message points at the problem",
   },
-  INVALID_DERIVATION_PATH: { status: "InvalidArgument", meaning: "a wallet account's path is not a BIP-32 path this server derives (the message says why)" },
-  UNSUPPORTED_ADDRESS_FORMAT: { status: "InvalidArgument", meaning: "the address format does not go with the curve, or is not served by this server" },
+  INVALID_DERIVATION_PATH: {
+    status: "InvalidArgument",
+    meaning: "a wallet account's path is not a BIP-32 path this server derives (the message says why)",
+  },
+  UNSUPPORTED_ADDRESS_FORMAT: {
+    status: "InvalidArgument",
+    meaning: "the address format does not go with the curve, or is not served by this server",
+  },
   TRANSACTION_TYPE_UNSUPPORTED: {
     status: "InvalidArgument",
     meaning: "sign_transaction got a transaction type this server does not sign (Ethereum, Solana and Bitcoin are served)",
   },
   INVALID_IMPORT_BUNDLE: {
     status: "InvalidArgument",
-    meaning: "encryptedBundle is not the {encappedPublic, ciphertext} JSON the import helpers produce, or does not decrypt with the import target",
+    meaning:
+      "encryptedBundle is not the {encappedPublic, ciphertext} JSON the import helpers produce, or does not decrypt with the import target",
   },
   INVALID_MNEMONIC: {
     status: "InvalidArgument",
@@ -116,7 +136,8 @@ export const ERROR_CATALOG = {
   },
   ROOT_USER_WITHOUT_CREDENTIAL: {
     status: "InvalidArgument",
-    meaning: "a new sub-organization's root user would have no way to log in: give it an API key, a passkey, an OAuth provider or an email/phone login",
+    meaning:
+      "a new sub-organization's root user would have no way to log in: give it an API key, a passkey, an OAuth provider or an email/phone login",
   },
   INVALID_OIDC_TOKEN: {
     status: "InvalidArgument",
@@ -124,7 +145,8 @@ export const ERROR_CATALOG = {
   },
   OIDC_TOKEN_INVALID: {
     status: ["InvalidArgument", "Unauthenticated"],
-    meaning: "oidcToken is not a JWT (400), or lacks a subject or expiry or is otherwise not valid (401): send the token the issuer signed, unaltered",
+    meaning:
+      "oidcToken is not a JWT (400), or lacks a subject or expiry or is otherwise not valid (401): send the token the issuer signed, unaltered",
   },
   OIDC_AUDIENCE_MISMATCH: {
     status: ["InvalidArgument", "PermissionDenied"],
@@ -132,7 +154,10 @@ export const ERROR_CATALOG = {
       "a token naming several audiences cannot be linked as one provider: link one with oidcClaims (400); a login token names no audience, " +
       "or not the one the user's provider was registered for (403)",
   },
-  INVALID_CONTACT: { status: "InvalidArgument", meaning: "an OTP's contact is not an email address (OTP_TYPE_EMAIL) or an E.164 phone number (OTP_TYPE_SMS)" },
+  INVALID_CONTACT: {
+    status: "InvalidArgument",
+    meaning: "an OTP's contact is not an email address (OTP_TYPE_EMAIL) or an E.164 phone number (OTP_TYPE_SMS)",
+  },
   INVALID_OTP_TYPE: { status: "InvalidArgument", meaning: "otpType is neither OTP_TYPE_EMAIL nor OTP_TYPE_SMS" },
   INVALID_OTP_LENGTH: { status: "InvalidArgument", meaning: "otpLength is not 6 to 9" },
   INVALID_APP_NAME: {
@@ -143,7 +168,10 @@ export const ERROR_CATALOG = {
     status: "InvalidArgument",
     meaning: "an emailCustomization field is not a well-formed https URL, email address, magic-link template (one %s) or JSON object",
   },
-  INVALID_SMS_TEMPLATE: { status: "InvalidArgument", meaning: "smsCustomization.template must hold {{.OtpCode}} once and fit the length limit" },
+  INVALID_SMS_TEMPLATE: {
+    status: "InvalidArgument",
+    meaning: "smsCustomization.template must hold {{.OtpCode}} once and fit the length limit",
+  },
   EMAIL_TEMPLATE_NOT_FOUND: {
     status: "InvalidArgument",
     meaning: "emailCustomization.templateId names a stored template; this server stores none: leave it out",
@@ -160,7 +188,10 @@ export const ERROR_CATALOG = {
     status: ["InvalidArgument", "NotFound"],
     meaning: "the verification token was not issued by this server (its signature does not verify, 400) or is unknown to it (404)",
   },
-  VERIFICATION_TOKEN_CONTACT_MISMATCH: { status: "InvalidArgument", meaning: "the verification token proves another email or phone number than the user's" },
+  VERIFICATION_TOKEN_CONTACT_MISMATCH: {
+    status: "InvalidArgument",
+    meaning: "the verification token proves another email or phone number than the user's",
+  },
   CLIENT_SIGNATURE_REQUIRED: {
     status: "InvalidArgument",
     meaning: "a verification token bound to a key is used without clientSignature: sign the usage message with that key",
@@ -171,7 +202,10 @@ export const ERROR_CATALOG = {
       "clientSignature is malformed or given for a token bound to no key (400), or does not sign this use of the token with the key it is " +
       "bound to (403)",
   },
-  WEBHOOK_URL_INVALID: { status: "InvalidArgument", meaning: "a webhook URL is not an http(s) URL without credentials whose host resolves" },
+  WEBHOOK_URL_INVALID: {
+    status: "InvalidArgument",
+    meaning: "a webhook URL is not an http(s) URL without credentials whose host resolves",
+  },
   WEBHOOK_DESTINATION_FORBIDDEN: {
     status: "InvalidArgument",
     meaning: "a webhook URL points at (or resolves to) an address webhooks may not reach, such as loopback or a private network",
@@ -192,17 +226,28 @@ export const ERROR_CATALOG = {
   },
   CONSENSUS_NOT_SUPPORTED: {
     status: "FailedPrecondition",
-    meaning: "the activity needs approvals but cannot wait for them (it carries or returns secrets, or a parent requested it): get it allowed outright",
+    meaning:
+      "the activity needs approvals but cannot wait for them (it carries or returns secrets, or a parent requested it): get it allowed outright",
   },
-  ACTIVITY_NOT_PENDING: { status: "FailedPrecondition", meaning: "the activity voted on is not waiting for consensus (it completed, failed or was rejected)" },
-  VOTE_ALREADY_CAST: { status: "FailedPrecondition", meaning: "the user already voted the other way on this activity; a vote cannot be changed" },
+  ACTIVITY_NOT_PENDING: {
+    status: "FailedPrecondition",
+    meaning: "the activity voted on is not waiting for consensus (it completed, failed or was rejected)",
+  },
+  VOTE_ALREADY_CAST: {
+    status: "FailedPrecondition",
+    meaning: "the user already voted the other way on this activity; a vote cannot be changed",
+  },
   ROOT_QUORUM_UNREACHABLE: {
     status: "FailedPrecondition",
-    meaning: "the change would leave fewer root users with a usable credential than the root quorum threshold, locking the organization out",
+    meaning:
+      "the change would leave fewer root users with a usable credential than the root quorum threshold, locking the organization out",
   },
   NESTED_SUB_ORGANIZATION: { status: "FailedPrecondition", meaning: "a sub-organization cannot have sub-organizations of its own" },
   NOT_A_SUB_ORGANIZATION: { status: "FailedPrecondition", meaning: "only a sub-organization can be deleted" },
-  WALLET_NOT_EXPORTED: { status: "FailedPrecondition", meaning: "deleting would lose a wallet never exported: export it first, or pass deleteWithoutExport" },
+  WALLET_NOT_EXPORTED: {
+    status: "FailedPrecondition",
+    meaning: "deleting would lose a wallet never exported: export it first, or pass deleteWithoutExport",
+  },
   PRIVATE_KEY_NOT_EXPORTED: {
     status: "FailedPrecondition",
     meaning: "deleting would lose a private key never exported: export it first, or pass deleteWithoutExport",
@@ -224,9 +269,15 @@ export const ERROR_CATALOG = {
     meaning: "several users of the organization share the contact, so a one-time password cannot tell them apart",
   },
   OTP_ALREADY_USED: { status: "FailedPrecondition", meaning: "the one-time password was already used: start again with init_otp" },
-  OTP_ATTEMPTS_EXCEEDED: { status: "FailedPrecondition", meaning: "the one-time password was burnt by too many wrong codes: start again with init_otp" },
+  OTP_ATTEMPTS_EXCEEDED: {
+    status: "FailedPrecondition",
+    meaning: "the one-time password was burnt by too many wrong codes: start again with init_otp",
+  },
   OTP_EXPIRED: { status: "FailedPrecondition", meaning: "the one-time password expired: start again with init_otp" },
-  VERIFICATION_TOKEN_ALREADY_USED: { status: "FailedPrecondition", meaning: "the verification token was already used; each serves one login or sign-up" },
+  VERIFICATION_TOKEN_ALREADY_USED: {
+    status: "FailedPrecondition",
+    meaning: "the verification token was already used; each serves one login or sign-up",
+  },
   VERIFICATION_TOKEN_EXPIRED: { status: "FailedPrecondition", meaning: "the verification token expired: verify a new one-time password" },
 
   // ── 401, gRPC 16 Unauthenticated: who sent the request is not established ──
@@ -238,7 +289,8 @@ export const ERROR_CATALOG = {
   },
   SIGNATURE_INVALID: {
     status: "Unauthenticated",
-    meaning: "the stamp does not verify over the exact body sent, its scheme does not match the key, or a passkey's origin or relying party is not allowed",
+    meaning:
+      "the stamp does not verify over the exact body sent, its scheme does not match the key, or a passkey's origin or relying party is not allowed",
   },
   PUBLIC_KEY_NOT_FOUND: {
     status: "Unauthenticated",
@@ -249,11 +301,20 @@ export const ERROR_CATALOG = {
     status: "Unauthenticated",
     meaning: "the API key is older than this server answers queries for (SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS): query with a newer key",
   },
-  SESSION_INVALID: { status: "Unauthenticated", meaning: "X-Session is not a read-only session of this server, or the credential that opened it is gone" },
+  SESSION_INVALID: {
+    status: "Unauthenticated",
+    meaning: "X-Session is not a read-only session of this server, or the credential that opened it is gone",
+  },
   SESSION_EXPIRED: { status: "Unauthenticated", meaning: "the read-only session (X-Session) has expired: create a new one" },
-  OIDC_SIGNATURE_INVALID: { status: "Unauthenticated", meaning: "the OIDC token's signature does not verify with its issuer's published keys" },
+  OIDC_SIGNATURE_INVALID: {
+    status: "Unauthenticated",
+    meaning: "the OIDC token's signature does not verify with its issuer's published keys",
+  },
   OIDC_TOKEN_EXPIRED: { status: "Unauthenticated", meaning: "the OIDC token has expired: get a new one from the issuer" },
-  OTP_INVALID: { status: "Unauthenticated", meaning: "wrong one-time password; the message says how many tries are left before it is burnt" },
+  OTP_INVALID: {
+    status: "Unauthenticated",
+    meaning: "wrong one-time password; the message says how many tries are left before it is burnt",
+  },
 
   // ── 403, gRPC 7 PermissionDenied: who sent it is known, and may not do it ──
   POLICY_DENIED: {
@@ -274,17 +335,22 @@ export const ERROR_CATALOG = {
   },
   PARENT_ORGANIZATION_READ_ONLY: {
     status: "PermissionDenied",
-    meaning: "a parent organization's credential reads its sub-organizations but cannot write in them: use a credential of the sub-organization",
+    meaning:
+      "a parent organization's credential reads its sub-organizations but cannot write in them: use a credential of the sub-organization",
   },
   READ_ONLY_SESSION: {
     status: "PermissionDenied",
     meaning: "a read-only session (its key, or X-Session) may only query: stamp activities with a read-write key",
   },
   IMPORT_USER_MISMATCH: { status: "PermissionDenied", meaning: "an import must target the requesting user" },
-  OIDC_ISSUER_NOT_ALLOWED: { status: "PermissionDenied", meaning: "the OIDC token's issuer is not one the operator accepts (SIGIL_OIDC_ALLOWED_ISSUERS)" },
+  OIDC_ISSUER_NOT_ALLOWED: {
+    status: "PermissionDenied",
+    meaning: "the OIDC token's issuer is not one the operator accepts (SIGIL_OIDC_ALLOWED_ISSUERS)",
+  },
   OIDC_CLAIMS_NOT_ALLOWED: {
     status: "PermissionDenied",
-    meaning: "bare oidcClaims are accepted only from a parent creating a sub-organization, or in a top-level organization: send the signed oidcToken",
+    meaning:
+      "bare oidcClaims are accepted only from a parent creating a sub-organization, or in a top-level organization: send the signed oidcToken",
   },
   OIDC_NONCE_MISMATCH: {
     status: "PermissionDenied",
@@ -298,7 +364,10 @@ export const ERROR_CATALOG = {
     status: "PermissionDenied",
     meaning: "a sub-organization's own credential may not customize the OTP message: the app's backend (the parent) does that",
   },
-  VERIFICATION_TOKEN_KEY_MISMATCH: { status: "PermissionDenied", meaning: "the verification token is bound to a key: stamp the request with that key" },
+  VERIFICATION_TOKEN_KEY_MISMATCH: {
+    status: "PermissionDenied",
+    meaning: "the verification token is bound to a key: stamp the request with that key",
+  },
   VERIFICATION_TOKEN_ORGANIZATION_MISMATCH: {
     status: "PermissionDenied",
     meaning: "the verification token serves the organization that issued it and its sub-organizations only",
@@ -310,14 +379,23 @@ export const ERROR_CATALOG = {
     meaning: "no such path here (an operation of the product's API not built yet included; hosted-only ones are 501 OPERATION_NOT_SERVED)",
   },
   ORGANIZATION_NOT_FOUND: { status: "NotFound", meaning: "no organization with the organizationId given" },
-  USER_NOT_FOUND: { status: "NotFound", meaning: "no such user in the organization (or no single user with the email or phone number given)" },
+  USER_NOT_FOUND: {
+    status: "NotFound",
+    meaning: "no such user in the organization (or no single user with the email or phone number given)",
+  },
   USER_TAG_NOT_FOUND: { status: "NotFound", meaning: "no user tag with that id in the organization" },
   API_KEY_NOT_FOUND: { status: "NotFound", meaning: "no API key with that id (for that user)" },
   AUTHENTICATOR_NOT_FOUND: { status: "NotFound", meaning: "no authenticator (passkey) with that id (for that user)" },
-  OAUTH_PROVIDER_NOT_FOUND: { status: "NotFound", meaning: "no OAuth provider with that id, or no user linked to the OIDC token's issuer and subject" },
+  OAUTH_PROVIDER_NOT_FOUND: {
+    status: "NotFound",
+    meaning: "no OAuth provider with that id, or no user linked to the OIDC token's issuer and subject",
+  },
   POLICY_NOT_FOUND: { status: "NotFound", meaning: "no policy with that id in the organization" },
   WALLET_NOT_FOUND: { status: "NotFound", meaning: "no wallet with that id in the organization" },
-  WALLET_ACCOUNT_NOT_FOUND: { status: "NotFound", meaning: "no wallet account with that id, address or path (an address of a private key is not one)" },
+  WALLET_ACCOUNT_NOT_FOUND: {
+    status: "NotFound",
+    meaning: "no wallet account with that id, address or path (an address of a private key is not one)",
+  },
   PRIVATE_KEY_NOT_FOUND: { status: "NotFound", meaning: "no private key with that id in the organization" },
   PRIVATE_KEY_TAG_NOT_FOUND: { status: "NotFound", meaning: "no private key tag with that id in the organization" },
   SIGNER_NOT_FOUND: {
@@ -337,19 +415,24 @@ export const ERROR_CATALOG = {
   REQUEST_TIMEOUT: {
     status: "ResourceExhausted",
     http: 408,
-    meaning: "the headers or the whole request did not arrive in time (SIGIL_HEADERS_TIMEOUT_MS, SIGIL_REQUEST_TIMEOUT_MS); the connection is closed",
+    meaning:
+      "the headers or the whole request did not arrive in time (SIGIL_HEADERS_TIMEOUT_MS, SIGIL_REQUEST_TIMEOUT_MS); the connection is closed",
   },
 
   // ── 409, gRPC 6 AlreadyExists ──
   DUPLICATE_REQUEST: {
     status: "AlreadyExists",
-    meaning: "another user already submitted this exact body: change timestampMs to submit it yourself (your own retry is answered from the log)",
+    meaning:
+      "another user already submitted this exact body: change timestampMs to submit it yourself (your own retry is answered from the log)",
   },
   API_KEY_ALREADY_EXISTS: {
     status: ["AlreadyExists", "FailedPrecondition"],
     meaning: "the organization already has an API key with this public key (409); a session's key is one (400): create a fresh key pair",
   },
-  AUTHENTICATOR_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has an authenticator with this credential id" },
+  AUTHENTICATOR_ALREADY_EXISTS: {
+    status: "AlreadyExists",
+    meaning: "the organization already has an authenticator with this credential id",
+  },
   OAUTH_PROVIDER_ALREADY_EXISTS: {
     status: "AlreadyExists",
     meaning: "the OIDC identity (issuer and subject) is already linked to a user of the organization",
@@ -357,7 +440,10 @@ export const ERROR_CATALOG = {
   USER_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a user tag with this name" },
   PRIVATE_KEY_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a private key tag with this name" },
   WALLET_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a wallet with this name" },
-  PRIVATE_KEY_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a private key with this name, or (import) this very key" },
+  PRIVATE_KEY_ALREADY_EXISTS: {
+    status: "AlreadyExists",
+    meaning: "the organization already has a private key with this name, or (import) this very key",
+  },
 
   // ── 413, gRPC 8 ResourceExhausted ──
   REQUEST_TOO_LARGE: { status: "ResourceExhausted", http: 413, meaning: "the body exceeds the server's limit (SIGIL_BODY_LIMIT_BYTES)" },
@@ -384,7 +470,10 @@ export const ERROR_CATALOG = {
     status: "Unavailable",
     meaning: "SQLite: the write transaction this request shared with others could not be committed; nothing of it was kept: send it again",
   },
-  OIDC_DISCOVERY_FAILED: { status: "Unavailable", meaning: "the OIDC issuer's discovery document or keys could not be fetched, or do not match the issuer" },
+  OIDC_DISCOVERY_FAILED: {
+    status: "Unavailable",
+    meaning: "the OIDC issuer's discovery document or keys could not be fetched, or do not match the issuer",
+  },
 } as const satisfies Record<string, ErrorEntry>;
 
 export type ErrorCode = keyof typeof ERROR_CATALOG;

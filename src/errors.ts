@@ -37,7 +37,9 @@ export class ServiceError extends Error {
   get httpStatus(): number {
     if (this.httpStatusOverride !== undefined) return this.httpStatusOverride;
     // A failure recorded by an older version may carry a code the catalog no longer has.
-    return Object.hasOwn(ERROR_CATALOG, this.turnkeyErrorCode) ? httpStatusOf(this.turnkeyErrorCode, this.status) : GRPC_CODES[this.status].http;
+    return Object.hasOwn(ERROR_CATALOG, this.turnkeyErrorCode)
+      ? httpStatusOf(this.turnkeyErrorCode, this.status)
+      : GRPC_CODES[this.status].http;
   }
 
   toBody(): ErrorBody {

@@ -5,7 +5,15 @@
 import crypto from "node:crypto";
 import http from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { apiKeyStamp, newKeyPair, signedRequest, startHarness, type ApiKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
+import {
+  apiKeyStamp,
+  newKeyPair,
+  signedRequest,
+  startHarness,
+  type ApiKeyPair,
+  type Harness,
+  type TestOrganization,
+} from "./helpers/harness.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
 
 let h: Harness;
@@ -50,7 +58,12 @@ function userWithKey(name: string, apiKey: Record<string, unknown> = {}, user: R
 }
 
 function createUserTagBody(name: string, organizationId = org.organizationId) {
-  return { type: "ACTIVITY_TYPE_CREATE_USER_TAG", timestampMs: String(Date.now()), organizationId, parameters: { userTagName: name, userIds: [] } };
+  return {
+    type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+    timestampMs: String(Date.now()),
+    organizationId,
+    parameters: { userTagName: name, userIds: [] },
+  };
 }
 
 /** An X-Stamp header with arbitrary (possibly broken) contents. */
@@ -100,7 +113,13 @@ const withoutActivities = (s: Snapshot) => ({ ...s, activities: undefined, polic
  * Sends a stamped request the operation must refuse: checks the error, that every table except the
  * audit log is unchanged, and that exactly one FAILED activity recording that same error was added.
  */
-async function expectOperationFailure(path: string, body: Record<string, unknown>, status: number, code: number, turnkeyErrorCode: string): Promise<string> {
+async function expectOperationFailure(
+  path: string,
+  body: Record<string, unknown>,
+  status: number,
+  code: number,
+  turnkeyErrorCode: string,
+): Promise<string> {
   const before = await parseSnapshot();
   const { body: text, headers } = signedRequest(body, org.key);
   const response = await h.post(path, text, headers);
@@ -109,7 +128,12 @@ async function expectOperationFailure(path: string, body: Record<string, unknown
   expect(withoutActivities(after)).toEqual(withoutActivities(before));
   const added = after.activities.filter((row) => !before.activities.includes(row)).map((row) => JSON.parse(row));
   expect(added).toHaveLength(1);
-  expect(added[0]).toMatchObject({ organization_id: org.organizationId, type: body.type, status: "ACTIVITY_STATUS_FAILED", user_id: org.userId });
+  expect(added[0]).toMatchObject({
+    organization_id: org.organizationId,
+    type: body.type,
+    status: "ACTIVITY_STATUS_FAILED",
+    user_id: org.userId,
+  });
   expect(JSON.parse(added[0].failure)).toEqual(response.json);
   expect(before.activities.length + 1).toBe(after.activities.length);
   return response.json.message;
@@ -142,7 +166,13 @@ describe("stamps", () => {
       new Promise<{ status: number; json: any }>((resolve, reject) => {
         const url = new URL(h.url + CREATE_USER_TAG);
         const request = http.request(
-          { host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { "content-type": "application/json", "x-stamp": [headers["X-Stamp"], headers["X-Stamp"]] } },
+          {
+            host: url.hostname,
+            port: url.port,
+            path: url.pathname,
+            method: "POST",
+            headers: { "content-type": "application/json", "x-stamp": [headers["X-Stamp"], headers["X-Stamp"]] },
+          },
           (response) => {
             let text = "";
             response.on("data", (chunk) => (text += chunk));
@@ -157,19 +187,34 @@ describe("stamps", () => {
 
   it("refuses an X-Stamp that is not base64url (401 MALFORMED_STAMP)", async () => {
     const body = JSON.stringify(createUsersBody([userWithKey("garbled1")]));
-    const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, body, { "X-Stamp": "this is *not* base64url!" }), 401, 16, "MALFORMED_STAMP");
+    const message = await expectRefusedUnchanged(
+      () => h.post(CREATE_USERS, body, { "X-Stamp": "this is *not* base64url!" }),
+      401,
+      16,
+      "MALFORMED_STAMP",
+    );
     expect(message).toMatch(/not base64url/);
   });
 
   it("refuses an X-Stamp whose decoded contents are not JSON (401 MALFORMED_STAMP)", async () => {
     const body = JSON.stringify(createUsersBody([userWithKey("garbled2")]));
-    const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, body, { "X-Stamp": rawStamp("publicKey=02ab;scheme=p256") }), 401, 16, "MALFORMED_STAMP");
+    const message = await expectRefusedUnchanged(
+      () => h.post(CREATE_USERS, body, { "X-Stamp": rawStamp("publicKey=02ab;scheme=p256") }),
+      401,
+      16,
+      "MALFORMED_STAMP",
+    );
     expect(message).toMatch(/not JSON/);
   });
 
   it("refuses an X-Stamp that is JSON but not an object (401 MALFORMED_STAMP)", async () => {
     const body = JSON.stringify(createUsersBody([userWithKey("garbled3")]));
-    const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, body, { "X-Stamp": rawStamp(["a", "b"]) }), 401, 16, "MALFORMED_STAMP");
+    const message = await expectRefusedUnchanged(
+      () => h.post(CREATE_USERS, body, { "X-Stamp": rawStamp(["a", "b"]) }),
+      401,
+      16,
+      "MALFORMED_STAMP",
+    );
     expect(message).toMatch(/not a JSON object/);
   });
 
@@ -197,7 +242,12 @@ describe("stamps", () => {
 
   it("refuses an X-Stamp-Webauthn that is not JSON (401 MALFORMED_STAMP)", async () => {
     const body = JSON.stringify(createUsersBody([userWithKey("garbled7")]));
-    const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, body, { "X-Stamp-Webauthn": "{credentialId:" }), 401, 16, "MALFORMED_STAMP");
+    const message = await expectRefusedUnchanged(
+      () => h.post(CREATE_USERS, body, { "X-Stamp-Webauthn": "{credentialId:" }),
+      401,
+      16,
+      "MALFORMED_STAMP",
+    );
     expect(message).toMatch(/X-Stamp-Webauthn is not JSON/);
   });
 
@@ -211,20 +261,35 @@ describe("stamps", () => {
   it("refuses a valid signature over a different body (401 SIGNATURE_INVALID)", async () => {
     const signed = JSON.stringify(createUsersBody([userWithKey("harmless")]));
     const sent = JSON.stringify(createUsersBody([userWithKey("tampered")]));
-    const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, sent, { "X-Stamp": apiKeyStamp(signed, org.key) }), 401, 16, "SIGNATURE_INVALID");
+    const message = await expectRefusedUnchanged(
+      () => h.post(CREATE_USERS, sent, { "X-Stamp": apiKeyStamp(signed, org.key) }),
+      401,
+      16,
+      "SIGNATURE_INVALID",
+    );
     expect(message).toMatch(/request body/);
   });
 
   it("refuses a valid signature from a key registered nowhere (401 PUBLIC_KEY_NOT_FOUND, naming the key)", async () => {
     const stranger = newKeyPair();
-    const message = await expectRefusedUnchanged(() => sendSigned(CREATE_USERS, createUsersBody([userWithKey("stranger")]), stranger), 401, 16, "PUBLIC_KEY_NOT_FOUND");
+    const message = await expectRefusedUnchanged(
+      () => sendSigned(CREATE_USERS, createUsersBody([userWithKey("stranger")]), stranger),
+      401,
+      16,
+      "PUBLIC_KEY_NOT_FOUND",
+    );
     expect(message).toContain(stranger.publicKey);
   });
 
   it("refuses a valid passkey stamp from a passkey registered nowhere (401 PUBLIC_KEY_NOT_FOUND, naming the credential)", async () => {
     const body = JSON.stringify(createUsersBody([userWithKey("stranger-passkey")]));
     const passkey = new SoftwarePasskey();
-    const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, body, { "X-Stamp-Webauthn": passkey.stamp(body) }), 401, 16, "PUBLIC_KEY_NOT_FOUND");
+    const message = await expectRefusedUnchanged(
+      () => h.post(CREATE_USERS, body, { "X-Stamp-Webauthn": passkey.stamp(body) }),
+      401,
+      16,
+      "PUBLIC_KEY_NOT_FOUND",
+    );
     expect(message).toContain(passkey.credentialIdBase64url);
   });
 
@@ -235,7 +300,12 @@ describe("stamps", () => {
       apiKeys: [{ apiKeyName: "short-lived", publicKey: expiring.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "1" }],
     });
     await new Promise((resolve) => setTimeout(resolve, 1100));
-    const message = await expectRefusedUnchanged(() => sendSigned(CREATE_USER_TAG, createUserTagBody("from-expired-key"), expiring), 401, 16, "API_KEY_EXPIRED");
+    const message = await expectRefusedUnchanged(
+      () => sendSigned(CREATE_USER_TAG, createUserTagBody("from-expired-key"), expiring),
+      401,
+      16,
+      "API_KEY_EXPIRED",
+    );
     expect(message).toContain(apiKeyIds[0]);
   });
 });
@@ -264,12 +334,22 @@ describe("liveness", () => {
 describe("request body", () => {
   it("refuses a body that is not JSON (400 REQUEST_BODY_INVALID)", async () => {
     const text = '{"type": "ACTIVITY_TYPE_CREATE_USERS_V4", "parameters": ';
-    const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, text, { "X-Stamp": apiKeyStamp(text, org.key) }), 400, 3, "REQUEST_BODY_INVALID");
+    const message = await expectRefusedUnchanged(
+      () => h.post(CREATE_USERS, text, { "X-Stamp": apiKeyStamp(text, org.key) }),
+      400,
+      3,
+      "REQUEST_BODY_INVALID",
+    );
     expect(message).toMatch(/not valid JSON/);
   });
 
   it("refuses an empty body (400 REQUEST_BODY_INVALID)", async () => {
-    const message = await expectRefusedUnchanged(() => h.post(CREATE_USERS, "", { "X-Stamp": apiKeyStamp("", org.key) }), 400, 3, "REQUEST_BODY_INVALID");
+    const message = await expectRefusedUnchanged(
+      () => h.post(CREATE_USERS, "", { "X-Stamp": apiKeyStamp("", org.key) }),
+      400,
+      3,
+      "REQUEST_BODY_INVALID",
+    );
     expect(message).toMatch(/empty/);
   });
 
@@ -309,14 +389,22 @@ describe("request body", () => {
   });
 
   it("refuses an unknown __proto__ field nested in parameters (400 REQUEST_INVALID, naming its path)", async () => {
-    const text = JSON.stringify(createUsersBody([userWithKey("proto")])).replace('"userName":"proto"', '"userName":"proto","__proto__":{"isAdmin":true}');
+    const text = JSON.stringify(createUsersBody([userWithKey("proto")])).replace(
+      '"userName":"proto"',
+      '"userName":"proto","__proto__":{"isAdmin":true}',
+    );
     expect(text).toContain("__proto__");
     const message = await expectRefusedUnchanged(() => sendSigned(CREATE_USERS, text), 400, 3, "REQUEST_INVALID");
     expect(message).toContain('unknown field "parameters.users[0].__proto__"');
   });
 
   it("refuses an unknown field in a query body (400 REQUEST_INVALID, naming it)", async () => {
-    const message = await expectRefusedUnchanged(() => sendSigned("/public/v1/query/list_users", { organizationId: org.organizationId, includeDeleted: true }), 400, 3, "REQUEST_INVALID");
+    const message = await expectRefusedUnchanged(
+      () => sendSigned("/public/v1/query/list_users", { organizationId: org.organizationId, includeDeleted: true }),
+      400,
+      3,
+      "REQUEST_INVALID",
+    );
     expect(message).toContain('unknown field "includeDeleted"');
   });
 
@@ -359,7 +447,10 @@ describe("activity types and routing", () => {
       type: "ACTIVITY_TYPE_CREATE_API_KEYS_V2",
       timestampMs: String(Date.now()),
       organizationId: org.organizationId,
-      parameters: { userId: org.userId, apiKeys: [{ apiKeyName: "misrouted", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }] },
+      parameters: {
+        userId: org.userId,
+        apiKeys: [{ apiKeyName: "misrouted", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }],
+      },
     };
     const message = await expectRefusedUnchanged(() => sendSigned(CREATE_USERS, body), 400, 3, "ACTIVITY_TYPE_MISMATCH");
     expect(message).toContain("/public/v1/submit/create_api_keys");
@@ -372,15 +463,25 @@ describe("activity types and routing", () => {
   });
 
   it("answers a GET on a submit path with 404 ENDPOINT_NOT_FOUND, naming the method", async () => {
-    const message = await expectRefusedUnchanged(async () => {
-      const response = await fetch(h.url + CREATE_USERS, { method: "GET" });
-      return { status: response.status, json: await response.json() };
-    }, 404, 5, "ENDPOINT_NOT_FOUND");
+    const message = await expectRefusedUnchanged(
+      async () => {
+        const response = await fetch(h.url + CREATE_USERS, { method: "GET" });
+        return { status: response.status, json: await response.json() };
+      },
+      404,
+      5,
+      "ENDPOINT_NOT_FOUND",
+    );
     expect(message).toContain(`GET ${CREATE_USERS}`);
   });
 
   it("answers an unknown query endpoint with 404 ENDPOINT_NOT_FOUND", async () => {
-    const message = await expectRefusedUnchanged(() => sendSigned("/public/v1/query/get_coffee", { organizationId: org.organizationId }), 404, 5, "ENDPOINT_NOT_FOUND");
+    const message = await expectRefusedUnchanged(
+      () => sendSigned("/public/v1/query/get_coffee", { organizationId: org.organizationId }),
+      404,
+      5,
+      "ENDPOINT_NOT_FOUND",
+    );
     expect(message).toContain("/public/v1/query/get_coffee");
   });
 });
@@ -393,7 +494,12 @@ describe("organizations", () => {
   });
 
   it("refuses organization A's key reading organization B (403 ORGANIZATION_MISMATCH)", async () => {
-    const message = await expectRefusedUnchanged(() => sendSigned("/public/v1/query/list_users", { organizationId: otherOrg.organizationId }, org.key), 403, 7, "ORGANIZATION_MISMATCH");
+    const message = await expectRefusedUnchanged(
+      () => sendSigned("/public/v1/query/list_users", { organizationId: otherOrg.organizationId }, org.key),
+      403,
+      7,
+      "ORGANIZATION_MISMATCH",
+    );
     expect(message).toContain(otherOrg.organizationId);
   });
 
@@ -452,7 +558,10 @@ describe("operation-level refusals (only the audit log changes)", () => {
       type: "ACTIVITY_TYPE_CREATE_API_KEYS_V2",
       timestampMs: String(Date.now()),
       organizationId: org.organizationId,
-      parameters: { userId: org.userId, apiKeys: [{ apiKeyName: "copy of root key", publicKey: org.key.publicKey, curveType: "API_KEY_CURVE_P256" }] },
+      parameters: {
+        userId: org.userId,
+        apiKeys: [{ apiKeyName: "copy of root key", publicKey: org.key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+      },
     };
     const message = await expectOperationFailure(CREATE_API_KEYS, body, 409, 6, "API_KEY_ALREADY_EXISTS");
     expect(message).toContain(org.key.publicKey);
@@ -468,7 +577,13 @@ describe("operation-level refusals (only the audit log changes)", () => {
   it("refuses a P-256 public key that is not on the curve (400 INVALID_PUBLIC_KEY)", async () => {
     // x = 1 has no y on P-256 (1 - 3 + b is not a square mod p).
     const offCurve = "02" + "00".repeat(31) + "01";
-    const message = await expectOperationFailure(CREATE_USERS, createUsersBody([userWithKey("offcurve", { publicKey: offCurve })]), 400, 3, "INVALID_PUBLIC_KEY");
+    const message = await expectOperationFailure(
+      CREATE_USERS,
+      createUsersBody([userWithKey("offcurve", { publicKey: offCurve })]),
+      400,
+      3,
+      "INVALID_PUBLIC_KEY",
+    );
     expect(message).toContain("users[0].apiKeys[0].publicKey");
     expect(message).toMatch(/not a valid point on P256/);
   });
@@ -488,7 +603,9 @@ describe("operation-level refusals (only the audit log changes)", () => {
   });
 
   it("refuses an OAuth identity given as empty oidcClaims (400 INVALID_OIDC_TOKEN)", async () => {
-    const body = createUsersBody([userWithKey("oidc", {}, { oauthProviders: [{ providerName: "p", oidcClaims: { iss: "", sub: "", aud: "" } }] })]);
+    const body = createUsersBody([
+      userWithKey("oidc", {}, { oauthProviders: [{ providerName: "p", oidcClaims: { iss: "", sub: "", aud: "" } }] }),
+    ]);
     const message = await expectOperationFailure(CREATE_USERS, body, 400, 3, "INVALID_OIDC_TOKEN");
     expect(message).toContain("users[0].oauthProviders[0].oidcClaims");
   });

@@ -23,7 +23,12 @@ const PREVIOUS_TXID = "a".repeat(64);
 const bytes = (hex: string) => Uint8Array.from(Buffer.from(hex, "hex"));
 /** sign_raw_payload's parameters for a sighash sent as @turnkey/bitcoin sends it. */
 const sighashPayload = (signWith: string, sighash: Uint8Array) =>
-  ({ signWith, payload: Buffer.from(sighash).toString("hex"), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" }) as const;
+  ({
+    signWith,
+    payload: Buffer.from(sighash).toString("hex"),
+    encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+    hashFunction: "HASH_FUNCTION_NO_OP",
+  }) as const;
 
 /** A transaction spending one or two outputs of `address` to a fixed regtest address. */
 function spend(address: string, inputs: number) {
@@ -44,8 +49,18 @@ beforeAll(async () => {
   const wallet = await client.createWallet({
     walletName: "bitcoin",
     accounts: [
-      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/86'/1'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_TESTNET_P2TR" },
-      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/84'/1'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH" },
+      {
+        curve: "CURVE_SECP256K1",
+        pathFormat: "PATH_FORMAT_BIP32",
+        path: "m/86'/1'/0'/0/0",
+        addressFormat: "ADDRESS_FORMAT_BITCOIN_TESTNET_P2TR",
+      },
+      {
+        curve: "CURVE_SECP256K1",
+        pathFormat: "PATH_FORMAT_BIP32",
+        path: "m/84'/1'/0'/0/0",
+        addressFormat: "ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH",
+      },
     ],
   });
   [taprootAddress, segwitAddress] = wallet.addresses as [string, string];
@@ -54,7 +69,9 @@ beforeAll(async () => {
   taprootPublicKey = publicKeyOf(taprootAddress);
   segwitPublicKey = publicKeyOf(segwitAddress);
   const keys = await client.createPrivateKeys({
-    privateKeys: [{ privateKeyName: "btc key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_BITCOIN_TESTNET_P2TR"] }],
+    privateKeys: [
+      { privateKeyName: "btc key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_BITCOIN_TESTNET_P2TR"] },
+    ],
   });
   privateKeyId = keys.privateKeys[0]!.privateKeyId!;
   privateKeyTaprootAddress = keys.privateKeys[0]!.addresses![0]!.address!;
@@ -65,7 +82,9 @@ afterAll(() => h.close());
 
 describe("sign_raw_payload for Bitcoin addresses", () => {
   it("the P2TR address is the BIP-86 output key of the account's key (what the signature must verify against)", () => {
-    expect(Buffer.from(outputKeyOf(taprootAddress))).toEqual(Buffer.from(p2tr(taprootPublicKey.subarray(1), undefined, TEST_NETWORK).tweakedPubkey));
+    expect(Buffer.from(outputKeyOf(taprootAddress))).toEqual(
+      Buffer.from(p2tr(taprootPublicKey.subarray(1), undefined, TEST_NETWORK).tweakedPubkey),
+    );
   });
 
   it("a P2TR key-path spend signed with signWith = the P2TR account address finalizes and verifies", async () => {
@@ -105,7 +124,11 @@ describe("sign_raw_payload for Bitcoin addresses", () => {
   it("a private key named by its P2TR address signs by that address's output key; named by its id, ECDSA by the key itself", async () => {
     const { transaction, script, amounts } = spend(privateKeyTaprootAddress, 1);
     const sighash = transaction.preimageWitnessV1(0, [script], SigHash.DEFAULT, amounts);
-    const payload = { payload: Buffer.from(sighash).toString("hex"), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" } as const;
+    const payload = {
+      payload: Buffer.from(sighash).toString("hex"),
+      encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+      hashFunction: "HASH_FUNCTION_NO_OP",
+    } as const;
     const byAddress = await client.signRawPayload({ signWith: privateKeyTaprootAddress, ...payload });
     expect(schnorr.verify(bytes(byAddress.r + byAddress.s), sighash, outputKeyOf(privateKeyTaprootAddress))).toBe(true);
     // A key id implies no address format, so the key signs as a plain secp256k1 key.

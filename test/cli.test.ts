@@ -61,7 +61,15 @@ async function snapshot(): Promise<string> {
   try {
     const tables = (await store.db.introspection.getTables()).map((t) => t.name).sort();
     const out: Record<string, string[]> = {};
-    for (const table of tables) out[table] = (await store.db.selectFrom(table as "users").selectAll().execute()).map((r) => JSON.stringify(r)).sort();
+    for (const table of tables)
+      out[table] = (
+        await store.db
+          .selectFrom(table as "users")
+          .selectAll()
+          .execute()
+      )
+        .map((r) => JSON.stringify(r))
+        .sort();
     return JSON.stringify(out);
   } finally {
     await store.close();
@@ -88,7 +96,10 @@ async function noSigilDatabase() {
         if (!fs.existsSync(file)) return [];
         const sqlite = new BetterSqlite3(file, { readonly: true });
         try {
-          return sqlite.prepare("select name from sqlite_master where type = 'table' order by name").all().map((r) => (r as { name: string }).name);
+          return sqlite
+            .prepare("select name from sqlite_master where type = 'table' order by name")
+            .all()
+            .map((r) => (r as { name: string }).name);
         } finally {
           sqlite.close();
         }
@@ -126,7 +137,9 @@ async function noSigilDatabase() {
     dataDir,
     location: `${url.protocol}//${url.username}:***@${url.host}${url.pathname}`,
     async tables(): Promise<string[]> {
-      const rows = await query("select table_name from information_schema.tables where table_schema = current_schema() order by table_name");
+      const rows = await query(
+        "select table_name from information_schema.tables where table_schema = current_schema() order by table_name",
+      );
       return rows.map((r) => (r as { table_name: string }).table_name);
     },
     sql: query,
@@ -152,7 +165,10 @@ beforeAll(async () => {
   baseUrl = `http://127.0.0.1:${port}`;
   server = spawn(process.execPath, [CLI, "serve", "--port", String(port), "--data-dir", database.dataDir], { env, stdio: "ignore" });
   for (let i = 0; i < 100; i++) {
-    const ok = await fetch(`${baseUrl}/health`).then((r) => r.status === 200, () => false);
+    const ok = await fetch(`${baseUrl}/health`).then(
+      (r) => r.status === 200,
+      () => false,
+    );
     if (ok) return;
     await new Promise((r) => setTimeout(r, 100));
   }
@@ -189,15 +205,27 @@ describe("sigil CLI", () => {
     const key = JSON.parse(keyJson);
     const { stdout, stderr } = await run(
       process.execPath,
-      [CLI, "bootstrap", "--data-dir", database.dataDir, "--org-name", "Acme", "--user-name", "alice", "--user-email", "alice@example.com"]
-        .concat(["--api-public-key", key.publicKey, "--api-key-name", "ops"]),
+      [
+        CLI,
+        "bootstrap",
+        "--data-dir",
+        database.dataDir,
+        "--org-name",
+        "Acme",
+        "--user-name",
+        "alice",
+        "--user-email",
+        "alice@example.com",
+      ].concat(["--api-public-key", key.publicKey, "--api-key-name", "ops"]),
       { env },
     );
     expect(stdout.trim().split("\n")).toHaveLength(1);
     const created = JSON.parse(stdout);
     expect(Object.keys(created).sort()).toEqual(["apiKeyId", "database", "organizationId", "userId"]);
     const url = database.databaseUrl ? new URL(database.databaseUrl) : null;
-    expect(created.database).toBe(url ? `${url.protocol}//${url.username}@${url.host}${url.pathname}` : path.join(database.dataDir, "sigil.db"));
+    expect(created.database).toBe(
+      url ? `${url.protocol}//${url.username}@${url.host}${url.pathname}` : path.join(database.dataDir, "sigil.db"),
+    );
     expect(stderr).not.toMatch(/created a new/);
 
     const credentials = { apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey };
@@ -209,14 +237,26 @@ describe("sigil CLI", () => {
       userEmail: "alice@example.com",
       apiKeys: [expect.objectContaining({ apiKeyId: created.apiKeyId, apiKeyName: "ops" })],
     });
-    const { userIds } = await client.createUsers({ users: [{ userName: "bob", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] });
+    const { userIds } = await client.createUsers({
+      users: [{ userName: "bob", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }],
+    });
     expect(userIds).toHaveLength(1);
   });
 
   it("bootstrap refuses a public key that is not a P-256 point", async () => {
     const before = await snapshot();
     const notAPoint = "02" + "ff".repeat(32);
-    const failure = await sigil(["bootstrap", "--data-dir", database.dataDir, "--org-name", "X", "--user-name", "x", "--api-public-key", notAPoint]);
+    const failure = await sigil([
+      "bootstrap",
+      "--data-dir",
+      database.dataDir,
+      "--org-name",
+      "X",
+      "--user-name",
+      "x",
+      "--api-public-key",
+      notAPoint,
+    ]);
     expect(failure.code).toBe(1);
     expect(failure.stderr).toMatch(/public key/);
     expect(await snapshot()).toBe(before);
@@ -227,14 +267,20 @@ describe("sigil CLI", () => {
     expect(code).toBe(0);
     const line = JSON.parse(stdout);
     expect(line.signerPublicKey).toMatch(/^[0-9a-f]{66,130}$/);
-    expect(line.signerPublicKey).toBe(((await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as { signerPublicKey: string }).signerPublicKey);
+    expect(line.signerPublicKey).toBe(
+      ((await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as { signerPublicKey: string }).signerPublicKey,
+    );
   });
 });
 
 describe("--help and --version", () => {
   it("every command answers --help, -h and `sigil help <command>` with its usage and options, exit 0, and does nothing else", async () => {
     const cwd = emptyDir(); // the default data directory, ./data, would appear here
-    const runs = COMMANDS.flatMap((command) => [[command, "--help"], [command, "-h"], ["help", command]]);
+    const runs = COMMANDS.flatMap((command) => [
+      [command, "--help"],
+      [command, "-h"],
+      ["help", command],
+    ]);
     // A command line that would otherwise start a server, or miss its required options.
     runs.push(["serve", "--port", String(await freePort()), "--help"], ["bootstrap", "--create", "--help"]);
     const outcomes = await inBatches(runs, (args) => sigil(args, { cwd }));
@@ -286,7 +332,10 @@ describe("a command line that is not right is refused: exit 2, the reason and th
       { args: ["webhooks", "--limit", "-3"], message: /--limit must be a whole number from 1 to 10000, got "-3"/ },
       { args: ["webhooks", "--limit", "1.5"], message: /--limit must be a whole number from 1 to 10000, got "1.5"/ },
       { args: ["webhooks", "--limit", "1e3"], message: /--limit must be a whole number from 1 to 10000, got "1e3"/ },
-      { args: ["webhooks", "--status", "lost"], message: /^sigil webhooks: --status must be one of pending, delivered, failed, cancelled, got "lost"\n/ },
+      {
+        args: ["webhooks", "--status", "lost"],
+        message: /^sigil webhooks: --status must be one of pending, delivered, failed, cancelled, got "lost"\n/,
+      },
       { args: ["info", "now"], message: /^sigil info: unexpected argument "now"/ },
       { args: ["info", "--", "now"], message: /^sigil info: unexpected argument "now"/ },
       { args: ["info", "--data-dir"], message: /^sigil info: --data-dir needs a value \(D\)\n/ },
@@ -311,7 +360,12 @@ describe("a command line that is not right is refused: exit 2, the reason and th
     ];
     const before = await snapshot();
     const cwd = emptyDir(); // ./data (the default data directory) and keygen's key.json would appear here
-    const outcomes = await inBatches(cases, (c) => sigil(c.args.map((a) => (a === "<db>" ? database.dataDir : a)), { cwd, env: c.env }));
+    const outcomes = await inBatches(cases, (c) =>
+      sigil(
+        c.args.map((a) => (a === "<db>" ? database.dataDir : a)),
+        { cwd, env: c.env },
+      ),
+    );
     outcomes.forEach((outcome, i) => {
       const { args, message } = cases[i]!;
       const label = args.join(" ");
@@ -398,12 +452,24 @@ describe("commands that find no Sigil database create none", () => {
     const empty = await noSigilDatabase();
     try {
       const key = newKeyPair();
-      const args = ["bootstrap", "--create", "--data-dir", empty.dataDir, "--org-name", "A", "--user-name", "u", "--api-public-key", key.publicKey];
+      const args = [
+        "bootstrap",
+        "--create",
+        "--data-dir",
+        empty.dataDir,
+        "--org-name",
+        "A",
+        "--user-name",
+        "u",
+        "--api-public-key",
+        key.publicKey,
+      ];
       const created = await sigil(args, { env: empty.env });
       expect(created.code).toBe(0);
       const latest = Object.keys(migrations).sort().at(-1)!;
       await empty.sql(`delete from sigil_migrations where name = '${latest}'`);
-      const applied = async () => (await empty.sql("select name from sigil_migrations order by name")).map((r) => (r as { name: string }).name);
+      const applied = async () =>
+        (await empty.sql("select name from sigil_migrations order by name")).map((r) => (r as { name: string }).name);
       await empty.sql(`delete from sigil_migrations where name = '${latest}'`);
       const before = await applied();
       const older = await inBatches(READ_ONLY, (command) => sigil([command, "--data-dir", empty.dataDir], { env: empty.env }));
@@ -413,7 +479,9 @@ describe("commands that find no Sigil database create none", () => {
       }
       expect(await applied()).toEqual(before);
 
-      await empty.sql(`insert into sigil_migrations (name, timestamp) values ('${latest}', '2030-01-01T00:00:00Z'), ('9999_later', '2031-01-01T00:00:00Z')`);
+      await empty.sql(
+        `insert into sigil_migrations (name, timestamp) values ('${latest}', '2030-01-01T00:00:00Z'), ('9999_later', '2031-01-01T00:00:00Z')`,
+      );
       const newer = await inBatches(READ_ONLY, (command) => sigil([command, "--data-dir", empty.dataDir], { env: empty.env }));
       for (const outcome of newer) {
         expect(outcome.code).toBe(1);
@@ -500,11 +568,15 @@ describe("SIGIL_DATABASE_URL", () => {
       ...READ_ONLY.map((command) => [command]),
     ];
     for (const url of [`mysql://root:${PASSWORD}@127.0.0.1:3306/sigil`, `sqlite://${PASSWORD}@/tmp/sigil.db`, `${PASSWORD} is not a URL`]) {
-      const outcomes = await inBatches(commands, (args) => sigil([...args, "--data-dir", dataDir], { env: { ...env, SIGIL_DATABASE_URL: url } }));
+      const outcomes = await inBatches(commands, (args) =>
+        sigil([...args, "--data-dir", dataDir], { env: { ...env, SIGIL_DATABASE_URL: url } }),
+      );
       outcomes.forEach((outcome, i) => {
         const label = `${commands[i]![0]} with ${url}`;
         expect(outcome.code, label).toBe(1);
-        expect(outcome.stderr, label).toMatch(/^SIGIL_DATABASE_URL (must be a postgres:\/\/ or postgresql:\/\/ URL, not \w+:\/\/|is not a URL)/);
+        expect(outcome.stderr, label).toMatch(
+          /^SIGIL_DATABASE_URL (must be a postgres:\/\/ or postgresql:\/\/ URL, not \w+:\/\/|is not a URL)/,
+        );
         expect(outcome.stderr, label).not.toContain(PASSWORD);
       });
     }

@@ -59,7 +59,13 @@ describe("the catalog", () => {
   });
 
   it("each default is a value its own kind accepts, written the same way", () => {
-    const reading = (name: string) => ({ name, secret: false, refuse: () => { throw new Error(`${name}'s default is refused`); } });
+    const reading = (name: string) => ({
+      name,
+      secret: false,
+      refuse: () => {
+        throw new Error(`${name}'s default is refused`);
+      },
+    });
     for (const s of declared) {
       if (s.default === null || Array.isArray(s.default)) continue;
       expect(s.kind.parse(String(s.default), reading(s.variable)), s.variable).toBe(s.default);
@@ -79,7 +85,13 @@ describe("defaults", () => {
     databaseUrl: null,
     timestampWindowMs: 300_000,
     bodyLimitBytes: 1_048_576,
-    http: { headersTimeoutMs: 10_000, requestTimeoutMs: 30_000, keepAliveTimeoutMs: 72_000, maxConnections: 1024, maxConnectionsPerAddress: 128 },
+    http: {
+      headersTimeoutMs: 10_000,
+      requestTimeoutMs: 30_000,
+      keepAliveTimeoutMs: 72_000,
+      maxConnections: 1024,
+      maxConnectionsPerAddress: 128,
+    },
     queryCredentialMaxAgeMs: null,
     webauthn: { rpIds: [], origins: [] },
     logLevel: "info",
@@ -109,7 +121,15 @@ describe("defaults", () => {
       emailAllowedDomains: [],
     },
     oidcAllowedIssuers: [],
-    webhooks: { allowLoopback: false, allowPrivate: false, retryBaseMs: 2000, maxAttempts: 12, timeoutMs: 10_000, concurrency: 8, pollMs: 1000 },
+    webhooks: {
+      allowLoopback: false,
+      allowPrivate: false,
+      retryBaseMs: 2000,
+      maxAttempts: 12,
+      timeoutMs: 10_000,
+      concurrency: 8,
+      pollMs: 1000,
+    },
   });
 
   it("with nothing set, every setting has the default Sigil had before the catalog", () => {
@@ -179,7 +199,9 @@ describe("accepted values", () => {
   it("every declared setting reaches the Config: setting it alone changes it", () => {
     expect(Object.keys(samples).sort()).toEqual(declared.map((s) => s.variable).sort());
     const defaults = loadConfig({}, {});
-    const unchanged = Object.entries(samples).filter(([variable, value]) => JSON.stringify(loadConfig({ [variable]: value }, {})) === JSON.stringify(defaults));
+    const unchanged = Object.entries(samples).filter(
+      ([variable, value]) => JSON.stringify(loadConfig({ [variable]: value }, {})) === JSON.stringify(defaults),
+    );
     expect(unchanged.map(([variable]) => variable)).toEqual([]);
   });
 
@@ -231,14 +253,19 @@ describe("accepted values", () => {
       dataDir: path.resolve("somewhere"),
       masterKey: { file: path.resolve("keys/master.key"), fileIsDefault: false },
       otp: { emailAllowedDomains: ["example.com", "mail.example.org"] },
-      webauthn: { origins: ["https://app.example.com", "http://localhost:3000", "android:apk-key-hash:AbC-_9", "chrome-extension://abcdefgh"] },
+      webauthn: {
+        origins: ["https://app.example.com", "http://localhost:3000", "android:apk-key-hash:AbC-_9", "chrome-extension://abcdefgh"],
+      },
       oidcAllowedIssuers: ["https://accounts.google.com", "http://127.0.0.1:4444/realms/x"],
       host: "localhost",
     });
   });
 
   it("flags win over their variables, whose values are then not read", () => {
-    const config = loadConfig({ SIGIL_HOST: "::1", SIGIL_PORT: "not a port", SIGIL_DATA_DIR: "" }, { host: "0.0.0.0", port: 7070, dataDir: "flagged" });
+    const config = loadConfig(
+      { SIGIL_HOST: "::1", SIGIL_PORT: "not a port", SIGIL_DATA_DIR: "" },
+      { host: "0.0.0.0", port: 7070, dataDir: "flagged" },
+    );
     expect(config).toMatchObject({ host: "0.0.0.0", port: 7070, dataDir: path.resolve("flagged") });
   });
 });
@@ -257,23 +284,41 @@ describe("refused values: the message names the variable and what is expected", 
     [{ SIGIL_MAX_CONNECTIONS: "-1" }, 'SIGIL_MAX_CONNECTIONS must be a whole number, 0 or more, got "-1"'],
     // A blank was read as 0 (no limit) before the catalog.
     [{ SIGIL_MAX_CONNECTIONS: " " }, 'SIGIL_MAX_CONNECTIONS must be a whole number, 0 or more, got " "'],
-    [{ SIGIL_WEBHOOK_CONCURRENCY: "9007199254740993" }, 'SIGIL_WEBHOOK_CONCURRENCY must be a whole number, 1 or more, got "9007199254740993"'],
+    [
+      { SIGIL_WEBHOOK_CONCURRENCY: "9007199254740993" },
+      'SIGIL_WEBHOOK_CONCURRENCY must be a whole number, 1 or more, got "9007199254740993"',
+    ],
     // Longer than a Node.js timer waits: it fired at once (polling every millisecond) before the catalog.
     [{ SIGIL_WEBHOOK_POLL_MS: "2147483648" }, 'SIGIL_WEBHOOK_POLL_MS must be a whole number from 1 to 2147483647, got "2147483648"'],
     [{ SIGIL_MESSAGE_TIMEOUT_MS: "1073741824" }, 'SIGIL_MESSAGE_TIMEOUT_MS must be a whole number from 1 to 1073741823, got "1073741824"'],
-    [{ SIGIL_KEEP_ALIVE_TIMEOUT_MS: "2147482648" }, 'SIGIL_KEEP_ALIVE_TIMEOUT_MS must be a whole number from 1 to 2147482647, got "2147482648"'],
-    [{ SIGIL_SESSION_MAX_SECONDS: "3155760001" }, 'SIGIL_SESSION_MAX_SECONDS must be a whole number from 1 to 3155760000, got "3155760001"'],
+    [
+      { SIGIL_KEEP_ALIVE_TIMEOUT_MS: "2147482648" },
+      'SIGIL_KEEP_ALIVE_TIMEOUT_MS must be a whole number from 1 to 2147482647, got "2147482648"',
+    ],
+    [
+      { SIGIL_SESSION_MAX_SECONDS: "3155760001" },
+      'SIGIL_SESSION_MAX_SECONDS must be a whole number from 1 to 3155760000, got "3155760001"',
+    ],
     [{ SIGIL_SIGNATURE_THREADS: "100000000000" }, 'SIGIL_SIGNATURE_THREADS must be a whole number from 0 to 256, got "100000000000"'],
     [{ SIGIL_OTP_MAX_ATTEMPTS: "0" }, 'SIGIL_OTP_MAX_ATTEMPTS must be a whole number, 1 or more, got "0"'],
-    [{ SIGIL_WEBHOOK_ALLOW_LOOPBACK: "yes" }, 'SIGIL_WEBHOOK_ALLOW_LOOPBACK must be `true` or `false` (`1` and `0` are accepted too), got "yes"'],
-    [{ SIGIL_WEBHOOK_ALLOW_PRIVATE: "TRUE" }, 'SIGIL_WEBHOOK_ALLOW_PRIVATE must be `true` or `false` (`1` and `0` are accepted too), got "TRUE"'],
+    [
+      { SIGIL_WEBHOOK_ALLOW_LOOPBACK: "yes" },
+      'SIGIL_WEBHOOK_ALLOW_LOOPBACK must be `true` or `false` (`1` and `0` are accepted too), got "yes"',
+    ],
+    [
+      { SIGIL_WEBHOOK_ALLOW_PRIVATE: "TRUE" },
+      'SIGIL_WEBHOOK_ALLOW_PRIVATE must be `true` or `false` (`1` and `0` are accepted too), got "TRUE"',
+    ],
     [{ SIGIL_LOG_LEVEL: "verbose" }, `SIGIL_LOG_LEVEL must be one of ${LEVELS} (any case), got "verbose"`],
     [{ SIGIL_HOST: "[::1]" }, 'SIGIL_HOST must be an IP address or a host name (`0.0.0.0` or `::` listens on every address), got "[::1]"'],
     [{ SIGIL_HOST: "http://localhost" }, /^SIGIL_HOST must be an IP address or a host name .*, got "http:\/\/localhost"$/],
     // Empty, these two listened on every address and kept the database in the working directory before the catalog.
     [{ SIGIL_HOST: "" }, "SIGIL_HOST is set but empty: unset it to listen on 127.0.0.1, or write 0.0.0.0 or :: to listen on every address"],
     [{ SIGIL_DATA_DIR: "" }, "SIGIL_DATA_DIR is set but empty: unset it for ./data, or write . for the working directory"],
-    [{ SIGIL_OIDC_ALLOWED_ISSUERS: "https://a.example.com,accounts.google.com" }, `${ISSUERS}: item 2 "accounts.google.com" is not (it is not a URL)`],
+    [
+      { SIGIL_OIDC_ALLOWED_ISSUERS: "https://a.example.com,accounts.google.com" },
+      `${ISSUERS}: item 2 "accounts.google.com" is not (it is not a URL)`,
+    ],
     [
       { SIGIL_OIDC_ALLOWED_ISSUERS: "https://a.example.com/?tenant=1" },
       `${ISSUERS}: item 1 "https://a.example.com/?tenant=1" is not (an issuer has no query or fragment)`,
@@ -282,10 +327,19 @@ describe("refused values: the message names the variable and what is expected", 
       { SIGIL_WEBAUTHN_ORIGINS: "https://app.example.com/" },
       /^SIGIL_WEBAUTHN_ORIGINS must be .* an origin .*: item 1 "https:\/\/app.example.com\/" is not \(write it as https:\/\/app.example.com\)$/,
     ],
-    [{ SIGIL_WEBAUTHN_ORIGINS: "https://App.Example.com" }, /: item 1 "https:\/\/App.Example.com" is not \(write it as https:\/\/app.example.com\)$/],
+    [
+      { SIGIL_WEBAUTHN_ORIGINS: "https://App.Example.com" },
+      /: item 1 "https:\/\/App.Example.com" is not \(write it as https:\/\/app.example.com\)$/,
+    ],
     [{ SIGIL_WEBAUTHN_ORIGINS: "app.example.com" }, /^SIGIL_WEBAUTHN_ORIGINS must be .*: item 1 "app.example.com" is not$/],
-    [{ SIGIL_WEBAUTHN_RP_IDS: "https://app.example.com" }, /^SIGIL_WEBAUTHN_RP_IDS must be .* a domain name .*: item 1 "https:\/\/app.example.com" is not$/],
-    [{ SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com,*.example.org" }, /^SIGIL_EMAIL_ALLOWED_DOMAINS must be .*: item 2 "\*.example.org" is not$/],
+    [
+      { SIGIL_WEBAUTHN_RP_IDS: "https://app.example.com" },
+      /^SIGIL_WEBAUTHN_RP_IDS must be .* a domain name .*: item 1 "https:\/\/app.example.com" is not$/,
+    ],
+    [
+      { SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com,*.example.org" },
+      /^SIGIL_EMAIL_ALLOWED_DOMAINS must be .*: item 2 "\*.example.org" is not$/,
+    ],
     [{ SIGIL_SMTP_FROM: "Notifications" }, /^SIGIL_SMTP_FROM must be one email address, with or without a name: .*, got "Notifications"$/],
     [{ SIGIL_SMTP_FROM: "a@example.com, b@example.com" }, /^SIGIL_SMTP_FROM must be one email address/],
     [{ SIGIL_SMTP_URL: "relay.example.com:25" }, "SIGIL_SMTP_URL must be an `smtp://` or `smtps://` URL (it is not a URL)"],
@@ -297,8 +351,14 @@ describe("refused values: the message names the variable and what is expected", 
       { SIGIL_MASTER_KEY_PREVIOUS: `${KEY},abc` },
       "SIGIL_MASTER_KEY_PREVIOUS must be a comma-separated list, each item a 32-byte key: 64 hex digits or base64: item 2 is not",
     ],
-    [{ SIGIL_DATABASE_URL: "mysql://root@127.0.0.1/sigil" }, /^SIGIL_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL, not mysql:\/\//],
-    [{ SIGIL_HEADERS_TIMEOUT_MS: "5000", SIGIL_REQUEST_TIMEOUT_MS: "4000" }, "SIGIL_HEADERS_TIMEOUT_MS (5000) must not exceed SIGIL_REQUEST_TIMEOUT_MS (4000)"],
+    [
+      { SIGIL_DATABASE_URL: "mysql://root@127.0.0.1/sigil" },
+      /^SIGIL_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL, not mysql:\/\//,
+    ],
+    [
+      { SIGIL_HEADERS_TIMEOUT_MS: "5000", SIGIL_REQUEST_TIMEOUT_MS: "4000" },
+      "SIGIL_HEADERS_TIMEOUT_MS (5000) must not exceed SIGIL_REQUEST_TIMEOUT_MS (4000)",
+    ],
   ];
 
   it.each(cases)("refuses %j", (env, message) => {
@@ -307,17 +367,21 @@ describe("refused values: the message names the variable and what is expected", 
   });
 
   it("a value from a flag is named by the flag and its variable", () => {
-    expect(refusal({ SIGIL_PORT: "8080" }, { port: "70000" })).toBe('--port (SIGIL_PORT) must be a whole number from 1 to 65535, got "70000"');
+    expect(refusal({ SIGIL_PORT: "8080" }, { port: "70000" })).toBe(
+      '--port (SIGIL_PORT) must be a whole number from 1 to 65535, got "70000"',
+    );
     expect(refusal({}, { host: "not a host" })).toMatch(/^--host \(SIGIL_HOST\) must be an IP address or a host name/);
-    expect(refusal({}, { dataDir: "" })).toBe("--data-dir (SIGIL_DATA_DIR) is set but empty: unset it for ./data, or write . for the working directory");
+    expect(refusal({}, { dataDir: "" })).toBe(
+      "--data-dir (SIGIL_DATA_DIR) is set but empty: unset it for ./data, or write . for the working directory",
+    );
   });
 
   it("every bad value is named at once, one line each, in the catalog's order", () => {
-    expect(refusal({ SIGIL_WEBHOOK_POLL_MS: "soon", SIGIL_PORT: "0", SIGIL_LOG_LEVEL: "loud" }).split("\n").map((line) => line.split(" ")[0])).toEqual([
-      "SIGIL_PORT",
-      "SIGIL_LOG_LEVEL",
-      "SIGIL_WEBHOOK_POLL_MS",
-    ]);
+    expect(
+      refusal({ SIGIL_WEBHOOK_POLL_MS: "soon", SIGIL_PORT: "0", SIGIL_LOG_LEVEL: "loud" })
+        .split("\n")
+        .map((line) => line.split(" ")[0]),
+    ).toEqual(["SIGIL_PORT", "SIGIL_LOG_LEVEL", "SIGIL_WEBHOOK_POLL_MS"]);
   });
 
   it("a value that is or may hold a secret is never repeated", () => {
@@ -353,7 +417,10 @@ describe("sigil serve with a bad setting", () => {
     if (database.databaseUrl) base.SIGIL_DATABASE_URL = database.databaseUrl;
     const cases: [NodeJS.ProcessEnv, string][] = [
       [{ SIGIL_WEBHOOK_POLL_MS: "3000000000" }, 'SIGIL_WEBHOOK_POLL_MS must be a whole number from 1 to 2147483647, got "3000000000"'],
-      [{ SIGIL_HOST: "" }, "SIGIL_HOST is set but empty: unset it to listen on 127.0.0.1, or write 0.0.0.0 or :: to listen on every address"],
+      [
+        { SIGIL_HOST: "" },
+        "SIGIL_HOST is set but empty: unset it to listen on 127.0.0.1, or write 0.0.0.0 or :: to listen on every address",
+      ],
       [
         { SIGIL_SMTP_URL: `smtp:relay.example.com`, SIGIL_SMS_TOKEN: `Bearer\t${SECRET}`, SIGIL_LOG_LEVEL: "chatty" },
         [

@@ -260,8 +260,14 @@ describe("BIP-32 secp256k1 (bitcoin/bips bip-0032.mediawiki @ 7fe0b034, test vec
       chains: [
         ["m", "xpub661MyMwAqRbcFW31YEwpkMuc5THy2PSt5bDMsktWQcFF8syAmRUapSCGu8ED9W6oDMSgv6Zz8idoc4a6mr8BDzTJY47LJhkJ8UB7WEGuduB"],
         ["m/0", "xpub69H7F5d8KSRgmmdJg2KhpAK8SR3DjMwAdkxj3ZuxV27CprR9LgpeyGmXUbC6wb7ERfvrnKZjXoUmmDznezpbZb7ap6r1D3tgFxHmwMkQTPH"],
-        ["m/0/2147483647H", "xpub6ASAVgeehLbnwdqV6UKMHVzgqAG8Gr6riv3Fxxpj8ksbH9ebxaEyBLZ85ySDhKiLDBrQSARLq1uNRts8RuJiHjaDMBU4Zn9h8LZNnBC5y4a"],
-        ["m/0/2147483647H/1", "xpub6DF8uhdarytz3FWdA8TvFSvvAh8dP3283MY7p2V4SeE2wyWmG5mg5EwVvmdMVCQcoNJxGoWaU9DCWh89LojfZ537wTfunKau47EL2dhHKon"],
+        [
+          "m/0/2147483647H",
+          "xpub6ASAVgeehLbnwdqV6UKMHVzgqAG8Gr6riv3Fxxpj8ksbH9ebxaEyBLZ85ySDhKiLDBrQSARLq1uNRts8RuJiHjaDMBU4Zn9h8LZNnBC5y4a",
+        ],
+        [
+          "m/0/2147483647H/1",
+          "xpub6DF8uhdarytz3FWdA8TvFSvvAh8dP3283MY7p2V4SeE2wyWmG5mg5EwVvmdMVCQcoNJxGoWaU9DCWh89LojfZ537wTfunKau47EL2dhHKon",
+        ],
         [
           "m/0/2147483647H/1/2147483646H",
           "xpub6ERApfZwUNrhLCkDtcHTcxd75RbzS1ed54G1LkBUHQVHQKqhMkhgbmJbZRkrgZw4koxb5JaHWkY4ALHY2grBGRjaDMzQLcgJvLJuZZvRcEL",
@@ -288,11 +294,31 @@ describe("SLIP-10 ed25519 (satoshilabs/slips slip-0010.md @ 73c23acf, test vecto
   const SEED = "000102030405060708090a0b0c0d0e0f";
   // private key, then public key without SLIP-10's 00 prefix.
   const CHAINS: [string, string, string][] = [
-    ["m", "2b4be7f19ee27bbf30c667b642d5f4aa69fd169872f8fc3059c08ebae2eb19e7", "a4b2856bfec510abab89753fac1ac0e1112364e7d250545963f135f2a33188ed"],
-    ["m/0H", "68e0fe46dfb67e368c75379acec591dad19df3cde26e63b93a8e704f1dade7a3", "8c8a13df77a28f3445213a0f432fde644acaa215fc72dcdf300d5efaa85d350c"],
-    ["m/0H/1H", "b1d0bad404bf35da785a64ca1ac54b2617211d2777696fbffaf208f746ae84f2", "1932a5270f335bed617d5b935c80aedb1a35bd9fc1e31acafd5372c30f5c1187"],
-    ["m/0H/1H/2H", "92a5b23c0b8a99e37d07df3fb9966917f5d06e02ddbd909c7e184371463e9fc9", "ae98736566d30ed0e9d2f4486a64bc95740d89c7db33f52121f8ea8f76ff0fc1"],
-    ["m/0H/1H/2H/2H", "30d1dc7e5fc04c31219ab25a27ae00b50f6fd66622f6e9c913253d6511d1e662", "8abae2d66361c879b900d204ad2cc4984fa2aa344dd7ddc46007329ac76c429c"],
+    [
+      "m",
+      "2b4be7f19ee27bbf30c667b642d5f4aa69fd169872f8fc3059c08ebae2eb19e7",
+      "a4b2856bfec510abab89753fac1ac0e1112364e7d250545963f135f2a33188ed",
+    ],
+    [
+      "m/0H",
+      "68e0fe46dfb67e368c75379acec591dad19df3cde26e63b93a8e704f1dade7a3",
+      "8c8a13df77a28f3445213a0f432fde644acaa215fc72dcdf300d5efaa85d350c",
+    ],
+    [
+      "m/0H/1H",
+      "b1d0bad404bf35da785a64ca1ac54b2617211d2777696fbffaf208f746ae84f2",
+      "1932a5270f335bed617d5b935c80aedb1a35bd9fc1e31acafd5372c30f5c1187",
+    ],
+    [
+      "m/0H/1H/2H",
+      "92a5b23c0b8a99e37d07df3fb9966917f5d06e02ddbd909c7e184371463e9fc9",
+      "ae98736566d30ed0e9d2f4486a64bc95740d89c7db33f52121f8ea8f76ff0fc1",
+    ],
+    [
+      "m/0H/1H/2H/2H",
+      "30d1dc7e5fc04c31219ab25a27ae00b50f6fd66622f6e9c913253d6511d1e662",
+      "8abae2d66361c879b900d204ad2cc4984fa2aa344dd7ddc46007329ac76c429c",
+    ],
     [
       "m/0H/1H/2H/2H/1000000000H",
       "8f94d394a8e8fd6b1bc2f3f49f5c47e385281d5c17e65324b0f62483e37e8793",
@@ -311,11 +337,17 @@ describe("standalone private keys", () => {
   it("derives the public key on each curve", () => {
     const one = hex.decode(`${"00".repeat(31)}01`);
     // Private key 1 gives the generator: SEC 2 §2.4.1 (secp256k1) and FIPS 186-4 D.1.2.3 (P-256).
-    expect(hex.encode(keyPairFromPrivateKey(SECP, one).publicKey)).toBe("0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798");
-    expect(hex.encode(keyPairFromPrivateKey(P256, one).publicKey)).toBe("036b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c296");
+    expect(hex.encode(keyPairFromPrivateKey(SECP, one).publicKey)).toBe(
+      "0279be667ef9dcbbac55a06295ce870b07029bfcdb2dce28d959f2815b16f81798",
+    );
+    expect(hex.encode(keyPairFromPrivateKey(P256, one).publicKey)).toBe(
+      "036b17d1f2e12c4247f8bce6e563a440f277037d812deb33a0f4a13945d898c296",
+    );
     // RFC 8032 §7.1 TEST 1.
     const rfc8032 = hex.decode("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60");
-    expect(hex.encode(keyPairFromPrivateKey(ED, rfc8032).publicKey)).toBe("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a");
+    expect(hex.encode(keyPairFromPrivateKey(ED, rfc8032).publicKey)).toBe(
+      "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+    );
   });
 
   it("refuses keys that are not scalars of the curve", () => {
@@ -374,9 +406,15 @@ describe("addresses from the abandon … about mnemonic", () => {
     expect(at(SECP, "m/84'/0'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH")).toBe("bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu");
     expect(at(SECP, "m/84'/0'/0'/0/1", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH")).toBe("bc1qnjg0jd8228aq7egyzacy8cys3knf9xvrerkf9g");
     expect(at(SECP, "m/84'/0'/0'/1/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH")).toBe("bc1q8c6fshw2dlwun7ekn9qwf37cu2rn755upcp6el");
-    expect(at(SECP, "m/86'/0'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR")).toBe("bc1p5cyxnuxmeuwuvkwfem96lqzszd02n6xdcjrs20cac6yqjjwudpxqkedrcr");
-    expect(at(SECP, "m/86'/0'/0'/0/1", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR")).toBe("bc1p4qhjn9zdvkux4e44uhx8tc55attvtyu358kutcqkudyccelu0was9fqzwh");
-    expect(at(SECP, "m/86'/0'/0'/1/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR")).toBe("bc1p3qkhfews2uk44qtvauqyr2ttdsw7svhkl9nkm9s9c3x4ax5h60wqwruhk7");
+    expect(at(SECP, "m/86'/0'/0'/0/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR")).toBe(
+      "bc1p5cyxnuxmeuwuvkwfem96lqzszd02n6xdcjrs20cac6yqjjwudpxqkedrcr",
+    );
+    expect(at(SECP, "m/86'/0'/0'/0/1", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR")).toBe(
+      "bc1p4qhjn9zdvkux4e44uhx8tc55attvtyu358kutcqkudyccelu0was9fqzwh",
+    );
+    expect(at(SECP, "m/86'/0'/0'/1/0", "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR")).toBe(
+      "bc1p3qkhfews2uk44qtvauqyr2ttdsw7svhkl9nkm9s9c3x4ax5h60wqwruhk7",
+    );
   });
 
   it("Solana at the product's default path m/44'/501'/0'/0', key checked by OpenSSL", () => {
@@ -438,7 +476,9 @@ describe("addresses from the abandon … about mnemonic", () => {
     // BIP-86 vector: the output key of m/86'/0'/0'/0/0, on every network.
     for (const [network, net] of Object.entries(networks)) {
       const text = address(SECP, `ADDRESS_FORMAT_BITCOIN_${network}_P2TR` as AddressFormat, pub(SECP, "m/86'/0'/0'/0/0"));
-      expect(hex.encode(OutScript.encode(Address(net).decode(text)))).toBe("5120a60869f0dbcf1dc659c9cecbaf8050135ea9e8cdc487053f1dc6880949dc684c");
+      expect(hex.encode(OutScript.encode(Address(net).decode(text)))).toBe(
+        "5120a60869f0dbcf1dc659c9cecbaf8050135ea9e8cdc487053f1dc6880949dc684c",
+      );
     }
     // Prefixes: BIP-173 'bc'/'tb' (signet shares testnet's), 'bcrt' for regtest.
     expect(address(SECP, "ADDRESS_FORMAT_BITCOIN_SIGNET_P2WPKH", key)).toBe(address(SECP, "ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH", key));
@@ -518,7 +558,13 @@ describe("curve / format pairs", () => {
       "ADDRESS_FORMAT_DOGE_TESTNET",
       "ADDRESS_FORMAT_XRP",
     ],
-    CURVE_ED25519: ["ADDRESS_FORMAT_COMPRESSED", "ADDRESS_FORMAT_SOLANA", "ADDRESS_FORMAT_SUI", "ADDRESS_FORMAT_APTOS", "ADDRESS_FORMAT_XLM"],
+    CURVE_ED25519: [
+      "ADDRESS_FORMAT_COMPRESSED",
+      "ADDRESS_FORMAT_SOLANA",
+      "ADDRESS_FORMAT_SUI",
+      "ADDRESS_FORMAT_APTOS",
+      "ADDRESS_FORMAT_XLM",
+    ],
     CURVE_P256: ["ADDRESS_FORMAT_UNCOMPRESSED", "ADDRESS_FORMAT_COMPRESSED"],
   };
   const KEYS: Record<Curve, Uint8Array> = {
@@ -556,11 +602,21 @@ describe("curve / format pairs", () => {
   });
 
   it("explains the common mistakes", () => {
-    expect(thrown(() => address(ED, "ADDRESS_FORMAT_ETHEREUM", KEYS[ED])).message).toMatch(/^ADDRESS_FORMAT_ETHEREUM needs CURVE_SECP256K1\. CURVE_ED25519 supports: /);
-    expect(thrown(() => address(SECP, "ADDRESS_FORMAT_SOLANA", KEYS[SECP])).message).toMatch(/^ADDRESS_FORMAT_SOLANA needs CURVE_ED25519\./);
+    expect(thrown(() => address(ED, "ADDRESS_FORMAT_ETHEREUM", KEYS[ED])).message).toMatch(
+      /^ADDRESS_FORMAT_ETHEREUM needs CURVE_SECP256K1\. CURVE_ED25519 supports: /,
+    );
+    expect(thrown(() => address(SECP, "ADDRESS_FORMAT_SOLANA", KEYS[SECP])).message).toMatch(
+      /^ADDRESS_FORMAT_SOLANA needs CURVE_ED25519\./,
+    );
     expect(thrown(() => address(P256, "ADDRESS_FORMAT_SUI", KEYS[P256])).message).toMatch(/needs CURVE_SECP256K1 or CURVE_ED25519/);
     expect(thrown(() => address(ED, "ADDRESS_FORMAT_UNCOMPRESSED", KEYS[ED])).message).toMatch(/needs CURVE_SECP256K1 or CURVE_P256/);
-    for (const f of ["ADDRESS_FORMAT_TON_V3R2", "ADDRESS_FORMAT_TON_V4R2", "ADDRESS_FORMAT_TON_V5R1", "ADDRESS_FORMAT_SPARK_MAINNET", "ADDRESS_FORMAT_SPARK_REGTEST"] as const) {
+    for (const f of [
+      "ADDRESS_FORMAT_TON_V3R2",
+      "ADDRESS_FORMAT_TON_V4R2",
+      "ADDRESS_FORMAT_TON_V5R1",
+      "ADDRESS_FORMAT_SPARK_MAINNET",
+      "ADDRESS_FORMAT_SPARK_REGTEST",
+    ] as const) {
       expect(thrown(() => address(ED, f, KEYS[ED])).message).toMatch(/is not implemented by this server; use ADDRESS_FORMAT_COMPRESSED/);
     }
     expect(thrown(() => address(SECP, "ADDRESS_FORMAT_NOPE" as AddressFormat, KEYS[SECP]))).toBeInstanceOf(UnsupportedAddressError);

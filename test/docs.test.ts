@@ -29,13 +29,25 @@ describe("docs/configuration.md", () => {
 // Every relative link in README.md and docs/ points at a file that exists and, when it names a
 // heading (#anchor) of a Markdown page, at a heading that exists (GitHub's anchor rules).
 describe("links in README.md and docs/", () => {
-  const pages = ["README.md", ...readdirSync("docs").filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+  const pages = [
+    "README.md",
+    ...readdirSync("docs")
+      .filter((f) => f.endsWith(".md"))
+      .map((f) => `docs/${f}`),
+  ];
   const anchorsOf = (file: string) =>
     new Set(
       readFileSync(file, "utf8")
         .split("\n")
         .filter((line) => /^#{1,6} /.test(line))
-        .map((line) => line.replace(/^#+ /, "").trim().toLowerCase().replace(/[^\p{L}\p{N} _-]/gu, "").replace(/ /g, "-")),
+        .map((line) =>
+          line
+            .replace(/^#+ /, "")
+            .trim()
+            .toLowerCase()
+            .replace(/[^\p{L}\p{N} _-]/gu, "")
+            .replace(/ /g, "-"),
+        ),
     );
 
   it.each(pages)("%s links only to files and headings that exist", (page) => {
@@ -46,7 +58,8 @@ describe("links in README.md and docs/", () => {
       const [file, anchor] = target!.split("#") as [string, string | undefined];
       const resolved = file === "" ? page : path.join(path.dirname(page), file);
       if (!existsSync(resolved)) broken.push(`${target} (no file ${resolved})`);
-      else if (anchor && resolved.endsWith(".md") && !anchorsOf(resolved).has(anchor)) broken.push(`${target} (no heading #${anchor} in ${resolved})`);
+      else if (anchor && resolved.endsWith(".md") && !anchorsOf(resolved).has(anchor))
+        broken.push(`${target} (no heading #${anchor} in ${resolved})`);
     }
     expect(broken).toEqual([]);
   });

@@ -17,6 +17,7 @@ const sourceFiles = (dir: string): string[] =>
   });
 
 // Never called: `npm run typecheck` (run by `npm test`) fails if a line marked @ts-expect-error compiles.
+// biome-ignore lint/suspicious/noExportsInTest: exported only so that neither tsc nor the linter calls it unused
 export function undeclaredCodesDoNotCompile(): void {
   // @ts-expect-error a code the catalog does not declare
   serviceError("WALLET_NOT_FOUNDD", "a typo");
@@ -58,8 +59,12 @@ describe("the error catalog", () => {
   });
 
   it("keeps the HTTP statuses that differ from the gRPC status's usual one exactly as they are on the wire", () => {
-    const answers = codes.flatMap((code) => statusesOf(ERROR_CATALOG[code]).map((status) => ({ code, status, http: httpStatusOf(code, status) })));
-    const overridden = Object.fromEntries(answers.filter(({ status, http }) => http !== GRPC_CODES[status].http).map(({ code, http }) => [code, http]));
+    const answers = codes.flatMap((code) =>
+      statusesOf(ERROR_CATALOG[code]).map((status) => ({ code, status, http: httpStatusOf(code, status) })),
+    );
+    const overridden = Object.fromEntries(
+      answers.filter(({ status, http }) => http !== GRPC_CODES[status].http).map(({ code, http }) => [code, http]),
+    );
     expect(overridden).toEqual({ REQUEST_TOO_LARGE: 413, REQUEST_TIMEOUT: 408, HEADERS_TOO_LARGE: 431 });
   });
 
@@ -68,7 +73,11 @@ describe("the error catalog", () => {
     expect([tooLarge.status, tooLarge.httpStatus, tooLarge.toBody()]).toEqual([
       "ResourceExhausted",
       413,
-      { code: 8, message: "request body exceeds the limit of 10 bytes", details: [{ "@type": DETAIL_TYPE, turnkeyErrorCode: "REQUEST_TOO_LARGE" }] },
+      {
+        code: 8,
+        message: "request body exceeds the limit of 10 bytes",
+        details: [{ "@type": DETAIL_TYPE, turnkeyErrorCode: "REQUEST_TOO_LARGE" }],
+      },
     ]);
     const denied = serviceError("CLIENT_SIGNATURE_INVALID", "does not verify", "PermissionDenied");
     expect([denied.status, denied.grpcCode, denied.httpStatus]).toEqual(["PermissionDenied", 7, 403]);

@@ -28,7 +28,10 @@ let h: Harness;
 let tables: string[];
 beforeAll(async () => {
   h = await startHarness();
-  tables = (await h.server.store.db.introspection.getTables()).map((t) => t.name).filter((name) => !name.startsWith("kysely_")).sort();
+  tables = (await h.server.store.db.introspection.getTables())
+    .map((t) => t.name)
+    .filter((name) => !name.startsWith("kysely_"))
+    .sort();
 });
 afterAll(() => h?.close());
 
@@ -46,7 +49,13 @@ async function snapshotAll(): Promise<Record<string, string[]>> {
     const { rows } = await sql<{ t: string; r: string }>`${sql.raw(union)}`.execute(db);
     for (const { t, r } of rows) out[t]!.push(r);
   } else {
-    for (const table of tables) out[table] = (await db.selectFrom(table as "users").selectAll().execute()).map((row) => JSON.stringify(row));
+    for (const table of tables)
+      out[table] = (
+        await db
+          .selectFrom(table as "users")
+          .selectAll()
+          .execute()
+      ).map((row) => JSON.stringify(row));
   }
   for (const table of tables) out[table]!.sort();
   return out;
@@ -77,7 +86,8 @@ function unexpectedChanges(before: Record<string, string[]>, after: Record<strin
   for (const table of Object.keys({ ...before, ...after })) {
     if (table === "activities" || table === "policy_evaluations") continue;
     const { added, removed } = diff(table);
-    if (added.length || removed.length) return `a refused request changed ${table}: +${(added[0] ?? "").slice(0, 300)} -${(removed[0] ?? "").slice(0, 300)}`;
+    if (added.length || removed.length)
+      return `a refused request changed ${table}: +${(added[0] ?? "").slice(0, 300)} -${(removed[0] ?? "").slice(0, 300)}`;
   }
   return undefined;
 }
@@ -112,7 +122,9 @@ describe("text every request body may carry", () => {
     org = await h.organization("Text Rules");
     const wallet = await h.sdk(org, org.key, fastPoller).createWallet({
       walletName: "text rules",
-      accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" }],
+      accounts: [
+        { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+      ],
     });
     walletAddress = wallet.addresses[0]!;
   });
@@ -132,12 +144,16 @@ describe("text every request body may carry", () => {
 
   it("refuses U+0000 deep in an array of objects, naming the path", async () => {
     const user = { userName: "eve", userEmail: "eve@example.com\u0000", apiKeys: [], ...noCredentials };
-    const text = JSON.stringify(envelope("ACTIVITY_TYPE_CREATE_USERS_V3", { users: [{ userName: "ok", apiKeys: [], ...noCredentials }, user] }));
+    const text = JSON.stringify(
+      envelope("ACTIVITY_TYPE_CREATE_USERS_V3", { users: [{ userName: "ok", apiKeys: [], ...noCredentials }, user] }),
+    );
     await expectRefused(org, SUBMIT("create_users"), text, "TEXT_CONTAINS_NUL", /^field "parameters\.users\[1\]\.userEmail" contains/);
   });
 
   it("refuses U+0000 in the organizationId before authentication reads it", async () => {
-    const text = JSON.stringify(envelope("ACTIVITY_TYPE_CREATE_USER_TAG", { userTagName: "t", userIds: [] }, `${org.organizationId}\u0000`));
+    const text = JSON.stringify(
+      envelope("ACTIVITY_TYPE_CREATE_USER_TAG", { userTagName: "t", userIds: [] }, `${org.organizationId}\u0000`),
+    );
     await expectRefused(org, SUBMIT("create_user_tag"), text, "TEXT_CONTAINS_NUL", /^field "organizationId" contains/);
   });
 
@@ -154,10 +170,17 @@ describe("text every request body may carry", () => {
   });
 
   it("refuses U+0000 in a UTF-8 text payload, and signs the same bytes sent hex-encoded", async () => {
-    const params = (payload: string, encoding: string) => ({ signWith: walletAddress, payload, encoding, hashFunction: "HASH_FUNCTION_KECCAK256" });
+    const params = (payload: string, encoding: string) => ({
+      signWith: walletAddress,
+      payload,
+      encoding,
+      hashFunction: "HASH_FUNCTION_KECCAK256",
+    });
     const text = JSON.stringify(envelope("ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", params("a\u0000b", "PAYLOAD_ENCODING_TEXT_UTF8")));
     await expectRefused(org, SUBMIT("sign_raw_payload"), text, "TEXT_CONTAINS_NUL", /^field "parameters\.payload" contains .*hex-encoded/);
-    const hex = JSON.stringify(envelope("ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", params(Buffer.from("a\u0000b").toString("hex"), "PAYLOAD_ENCODING_HEXADECIMAL")));
+    const hex = JSON.stringify(
+      envelope("ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", params(Buffer.from("a\u0000b").toString("hex"), "PAYLOAD_ENCODING_HEXADECIMAL")),
+    );
     const signed = await sendStamped(SUBMIT("sign_raw_payload"), hex, org);
     expect(signed.status, JSON.stringify(signed.json)).toBe(200);
     expect(signed.json.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
@@ -166,13 +189,25 @@ describe("text every request body may carry", () => {
   it("refuses an unpaired surrogate with 400 TEXT_NOT_UNICODE (a database would store U+FFFD instead)", async () => {
     const text = JSON.stringify(envelope("ACTIVITY_TYPE_CREATE_USER_TAG", { userTagName: "half \ud83d", userIds: [] }));
     expect(text).toContain("\\ud83d");
-    await expectRefused(org, SUBMIT("create_user_tag"), text, "TEXT_NOT_UNICODE", /^field "parameters\.userTagName" contains an unpaired UTF-16 surrogate/);
+    await expectRefused(
+      org,
+      SUBMIT("create_user_tag"),
+      text,
+      "TEXT_NOT_UNICODE",
+      /^field "parameters\.userTagName" contains an unpaired UTF-16 surrogate/,
+    );
   });
 
   it("refuses a body nested deeper than the limit with 400 REQUEST_TOO_DEEP", async () => {
     const deep = "[".repeat(100_000) + "]".repeat(100_000);
     const text = JSON.stringify(envelope("ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION", { x: "<deep>" })).replace('"<deep>"', deep);
-    await expectRefused(org, SUBMIT("create_read_only_session"), text, "REQUEST_TOO_DEEP", new RegExp(`more than ${MAX_BODY_DEPTH} levels deep`));
+    await expectRefused(
+      org,
+      SUBMIT("create_read_only_session"),
+      text,
+      "REQUEST_TOO_DEEP",
+      new RegExp(`more than ${MAX_BODY_DEPTH} levels deep`),
+    );
   });
 
   it("refuses bytes that are not UTF-8 with 400 REQUEST_BODY_INVALID", async () => {
@@ -191,7 +226,13 @@ describe("text every request body may carry", () => {
     const all = [0, 1, 2].map((i) => `field "parameters\\.userIds\\[${i}\\]" must be string`).join("; ");
     await expectRefused(org, SUBMIT("delete_users"), few, "REQUEST_INVALID", new RegExp(`^invalid request: ${all}$`));
     const many = JSON.stringify(envelope("ACTIVITY_TYPE_DELETE_USERS", { userIds: Array(70_000).fill(0) }));
-    await expectRefused(org, SUBMIT("delete_users"), many, "REQUEST_INVALID", /^invalid request: field "parameters\.userIds\[0\]" must be string$/);
+    await expectRefused(
+      org,
+      SUBMIT("delete_users"),
+      many,
+      "REQUEST_INVALID",
+      /^invalid request: field "parameters\.userIds\[0\]" must be string$/,
+    );
   });
 
   it("stores other control characters as sent, and reads them back the same on either backend", async () => {
@@ -231,21 +272,27 @@ describe("an empty string is an id like any other", () => {
     expect(after.activities!.length).toBe(before.activities!.length + 1);
   }
 
-  it("update_user_tag / update_private_key_tag adding member \"\" is 404, not a foreign-key 500", async () => {
+  it('update_user_tag / update_private_key_tag adding member "" is 404, not a foreign-key 500', async () => {
     const users = { userTagId: tagIds.user, addUserIds: [""], removeUserIds: [] };
     await expectFailed(SUBMIT("update_user_tag"), "ACTIVITY_TYPE_UPDATE_USER_TAG", users, 404, "USER_NOT_FOUND");
     const keys = { privateKeyTagId: tagIds.privateKey, addPrivateKeyIds: [""], removePrivateKeyIds: [] };
     await expectFailed(SUBMIT("update_private_key_tag"), "ACTIVITY_TYPE_UPDATE_PRIVATE_KEY_TAG", keys, 404, "PRIVATE_KEY_NOT_FOUND");
   });
 
-  it("tagging a new user or private key with tag \"\" is 404", async () => {
+  it('tagging a new user or private key with tag "" is 404', async () => {
     const user = { userName: "tagged", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [""] };
     await expectFailed(SUBMIT("create_users"), "ACTIVITY_TYPE_CREATE_USERS_V3", { users: [user] }, 404, "USER_TAG_NOT_FOUND");
     const key = { privateKeyName: "tagged", curve: "CURVE_SECP256K1", privateKeyTags: [""], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] };
-    await expectFailed(SUBMIT("create_private_keys"), "ACTIVITY_TYPE_CREATE_PRIVATE_KEYS_V2", { privateKeys: [key] }, 404, "PRIVATE_KEY_TAG_NOT_FOUND");
+    await expectFailed(
+      SUBMIT("create_private_keys"),
+      "ACTIVITY_TYPE_CREATE_PRIVATE_KEYS_V2",
+      { privateKeys: [key] },
+      404,
+      "PRIVATE_KEY_TAG_NOT_FOUND",
+    );
   });
 
-  it("deleting API key \"\" or wallet account \"\" is 404, not a success that deleted nothing", async () => {
+  it('deleting API key "" or wallet account "" is 404, not a success that deleted nothing', async () => {
     const apiKeys = { userId: org.userId, apiKeyIds: [secondKeyId, ""] };
     await expectFailed(SUBMIT("delete_api_keys"), "ACTIVITY_TYPE_DELETE_API_KEYS", apiKeys, 404, "API_KEY_NOT_FOUND");
     const accounts = { walletAccountIds: [""], deleteWithoutExport: true };
@@ -277,7 +324,10 @@ function toJson(value: unknown): string {
   if (value instanceof Raw) return value.json;
   if (value === NOW) return JSON.stringify(String(Date.now()));
   if (Array.isArray(value)) return `[${value.map(toJson).join(",")}]`;
-  if (value !== null && typeof value === "object") return `{${Object.entries(value).map(([k, v]) => `${JSON.stringify(k)}:${toJson(v)}`).join(",")}}`;
+  if (value !== null && typeof value === "object")
+    return `{${Object.entries(value)
+      .map(([k, v]) => `${JSON.stringify(k)}:${toJson(v)}`)
+      .join(",")}}`;
   return JSON.stringify(value) ?? "null";
 }
 
@@ -294,27 +344,79 @@ function harmless(text: string): string {
 
 const char = (from: number, to: number) => fc.integer({ min: from, max: to }).map((c) => String.fromCharCode(c));
 const NASTY_TEXT = [
-  "", " ", "\t\r\n", "\u0001\u0002\u001f", "\u007f\u0085\u2028\u2029", "\u202egnp.exe", "\ufeff", "\ufffe\uffff", "e\u0301", "𝕏😀",
-  "0x", "0xzz", "0xABCDEFG", "zz", "00", "0", "-1", "-0", "0.5", "1e309", "-1e309", "NaN", "Infinity", "9".repeat(400), "18446744073709551616",
-  "' OR '1'='1", "\"); DROP TABLE users; --", "%00", "%s%n", "../../../etc/passwd", "null", "true", "[]", "{}", '{"__proto__":{"x":1}}',
-  "__proto__", "constructor", "toString", "m/44'/60'/0'/0/2147483648", "m/-1", "m/44'/60'/0'/0/99999999999999999999", "m//", "m/44'/60'/0'/0/0/0/0/0/0/0/0",
-  "ACTIVITY_TYPE_CREATE_USERS_V4", "API_KEY_CURVE_ED25519", "user@", "@example.com", "a@b", "+", "+1", "+999999999999999999999",
+  "",
+  " ",
+  "\t\r\n",
+  "\u0001\u0002\u001f",
+  "\u007f\u0085\u2028\u2029",
+  "\u202egnp.exe",
+  "\ufeff",
+  "\ufffe\uffff",
+  "e\u0301",
+  "𝕏😀",
+  "0x",
+  "0xzz",
+  "0xABCDEFG",
+  "zz",
+  "00",
+  "0",
+  "-1",
+  "-0",
+  "0.5",
+  "1e309",
+  "-1e309",
+  "NaN",
+  "Infinity",
+  "9".repeat(400),
+  "18446744073709551616",
+  "' OR '1'='1",
+  '"); DROP TABLE users; --',
+  "%00",
+  "%s%n",
+  "../../../etc/passwd",
+  "null",
+  "true",
+  "[]",
+  "{}",
+  '{"__proto__":{"x":1}}',
+  "__proto__",
+  "constructor",
+  "toString",
+  "m/44'/60'/0'/0/2147483648",
+  "m/-1",
+  "m/44'/60'/0'/0/99999999999999999999",
+  "m//",
+  "m/44'/60'/0'/0/0/0/0/0/0/0/0",
+  "ACTIVITY_TYPE_CREATE_USERS_V4",
+  "API_KEY_CURVE_ED25519",
+  "user@",
+  "@example.com",
+  "a@b",
+  "+",
+  "+1",
+  "+999999999999999999999",
   '{"types":{"EIP712Domain":[]},"primaryType":"EIP712Domain","domain":{"chainId":"0xzz"},"message":{}}',
   '{"types":{"EIP712Domain":[{"name":"chainId","type":"uint256"}]},"primaryType":"EIP712Domain","domain":{"chainId":-1},"message":{}}',
-  '{"chainId":"zz","address":"0x","nonce":"-1"}', '{"chainId":"1e400","address":"0x0000000000000000000000000000000000000000","nonce":"1.5"}',
+  '{"chainId":"zz","address":"0x","nonce":"-1"}',
+  '{"chainId":"1e400","address":"0x0000000000000000000000000000000000000000","nonce":"1.5"}',
 ];
 const NUL_TEXT = ["\u0000", "a\u0000", "\u0000b", "\ud800", "x\udfff", "\ud83d", "\udc00\ud800", "ok\u0000\ud800"];
 // Past every length rule (256 for names) and past what a PostgreSQL index entry holds (2 704 bytes).
 const lengths = [300, 3_000, 30_000];
 
 /** Hostile strings that are still well-formed text without U+0000 (they pass the text rules). */
-const hostileText: fc.Arbitrary<string> = fc.oneof(
-  { weight: 4, arbitrary: fc.constantFrom(...NASTY_TEXT) },
-  { weight: 2, arbitrary: fc.string({ unit: "binary", maxLength: 24 }).filter((s) => !/\u0000|[\uD800-\uDFFF]/.test(s)) },
-  { weight: 1, arbitrary: fc.string({ unit: char(1, 0x1f), maxLength: 8 }) },
-  { weight: 2, arbitrary: fc.string({ unit: fc.constantFrom(..."0123456789abcdefABCDEFxXgz"), maxLength: 90 }) },
-  { weight: 1, arbitrary: fc.tuple(fc.constantFrom(...lengths), fc.constantFrom("a", "ab", "é", "😀", "0")).map(([n, unit]) => unit.repeat(n)) },
-).map(harmless);
+const hostileText: fc.Arbitrary<string> = fc
+  .oneof(
+    { weight: 4, arbitrary: fc.constantFrom(...NASTY_TEXT) },
+    { weight: 2, arbitrary: fc.string({ unit: "binary", maxLength: 24 }).filter((s) => !/\u0000|[\uD800-\uDFFF]/.test(s)) },
+    { weight: 1, arbitrary: fc.string({ unit: char(1, 0x1f), maxLength: 8 }) },
+    { weight: 2, arbitrary: fc.string({ unit: fc.constantFrom(..."0123456789abcdefABCDEFxXgz"), maxLength: 90 }) },
+    {
+      weight: 1,
+      arbitrary: fc.tuple(fc.constantFrom(...lengths), fc.constantFrom("a", "ab", "é", "😀", "0")).map(([n, unit]) => unit.repeat(n)),
+    },
+  )
+  .map(harmless);
 
 /** Strings the text rules refuse: U+0000 and unpaired surrogates, alone or inside other text. */
 const forbiddenText: fc.Arbitrary<string> = fc.oneof(
@@ -348,7 +450,13 @@ const deepValue = fc.constantFrom(
 );
 // More items than SQLite binds in one statement (32 766), or than a spread passes as arguments,
 // within the 1 MiB body limit.
-const hugeArrays = [[40_000, '"x"'], [200_000, '""'], [70_000, "0"], [450_000, "0"], [20_000, "{}"]] as const;
+const hugeArrays = [
+  [40_000, '"x"'],
+  [200_000, '""'],
+  [70_000, "0"],
+  [450_000, "0"],
+  [20_000, "{}"],
+] as const;
 const hugeArray = fc.constantFrom(...hugeArrays.map(([n, item]) => new Raw(`[${Array(n).fill(item).join(",")}]`)));
 
 /** Any value of the wrong kind for the field it is put in. */
@@ -371,7 +479,8 @@ type Known = Record<string, unknown[]>;
 
 function arbitraryFor(schema: Schema, field: string, mode: Mode, known: Known): fc.Arbitrary<unknown> {
   const s = resolve(schema);
-  const sometimesWrong = (typed: fc.Arbitrary<unknown>, weight: number) => fc.oneof({ weight, arbitrary: typed }, { weight: 1, arbitrary: wrongKind });
+  const sometimesWrong = (typed: fc.Arbitrary<unknown>, weight: number) =>
+    fc.oneof({ weight, arbitrary: typed }, { weight: 1, arbitrary: wrongKind });
   const withShape = (typed: fc.Arbitrary<unknown>) => (mode === "shape" ? sometimesWrong(typed, 3) : typed);
   // Outside "shape" bodies, enums and integers keep their type, so the schema lets the body through
   // and the hostile values elsewhere in it reach the operation.
@@ -402,7 +511,9 @@ function arbitraryFor(schema: Schema, field: string, mode: Mode, known: Known): 
         const keys = mode === "text" ? fc.oneof(hostileText, forbiddenText) : hostileText;
         return fc.oneof(fc.dictionary(keys, fc.oneof(hostileText, hostileNumber), { maxKeys: 4 }), deepValue);
       }
-      const properties = Object.fromEntries(Object.entries(s.properties).map(([name, sub]) => [name, arbitraryFor(sub, name, mode, known)]));
+      const properties = Object.fromEntries(
+        Object.entries(s.properties).map(([name, sub]) => [name, arbitraryFor(sub, name, mode, known)]),
+      );
       const record = fc.record(properties, { requiredKeys: (s.required ?? []).filter((k) => k in properties) });
       if (mode === "values") return record;
       const extraKey = fc.tuple(record, mode === "text" ? forbiddenText : hostileText, hostileText).map(([r, k, v]) => ({ ...r, [k]: v }));
@@ -439,11 +550,23 @@ async function target(name: string): Promise<{ org: TestOrganization; known: Kno
   const sdk = h.sdk(org, org.key, fastPoller);
   const memberKey = newKeyPair();
   const memberApiKeys = [{ apiKeyName: "member key", publicKey: memberKey.publicKey, curveType: "API_KEY_CURVE_P256" as const }];
-  const { userIds } = await sdk.createUsers({ users: [{ userName: "member", userEmail: "member@example.com", apiKeys: memberApiKeys, ...noCredentials }] });
+  const { userIds } = await sdk.createUsers({
+    users: [{ userName: "member", userEmail: "member@example.com", apiKeys: memberApiKeys, ...noCredentials }],
+  });
   const member = await sdk.getUser({ userId: userIds[0]! });
-  const account = { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" } as const;
+  const account = {
+    curve: "CURVE_SECP256K1",
+    pathFormat: "PATH_FORMAT_BIP32",
+    path: "m/44'/60'/0'/0/0",
+    addressFormat: "ADDRESS_FORMAT_ETHEREUM",
+  } as const;
   const wallet = await sdk.createWallet({ walletName: "main", accounts: [account] });
-  const keyParams = { privateKeyName: "key", curve: "CURVE_SECP256K1" as const, privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM" as const] };
+  const keyParams = {
+    privateKeyName: "key",
+    curve: "CURVE_SECP256K1" as const,
+    privateKeyTags: [],
+    addressFormats: ["ADDRESS_FORMAT_ETHEREUM" as const],
+  };
   const [privateKey] = (await sdk.createPrivateKeys({ privateKeys: [keyParams] })).privateKeys;
   const { userTagId } = await sdk.createUserTag({ userTagName: "tag", userIds: [] });
   const { privateKeyTagId } = await sdk.createPrivateKeyTag({ privateKeyTagName: "pk tag", privateKeyIds: [] });
@@ -505,7 +628,11 @@ async function drive(path: string, name: string, org: TestOrganization, arbitrar
       const was = before;
       before = after;
       if (response.status >= 400 || isQuery) {
-        const changed = isQuery ? (JSON.stringify(after) === JSON.stringify(was) ? undefined : "a query changed the database") : unexpectedChanges(was, after);
+        const changed = isQuery
+          ? JSON.stringify(after) === JSON.stringify(was)
+            ? undefined
+            : "a query changed the database"
+          : unexpectedChanges(was, after);
         if (changed) throw new Error(`${changed}; ${shown}`);
       }
     }),
@@ -527,14 +654,34 @@ describe(`generated hostile input (${backend})`, () => {
   // The numbers inside EIP-712 typed data and EIP-7702 authorizations are JSON within a string: the
   // schema cannot see them, so they get a property of their own.
   const malformedNumber = fc.constantFrom<unknown>(
-    "0xzz", "zz", "", "0x", "1.5", "-1", "1e400", "1e3", " 1", "0x-1", 1.5, -1, 1e21, 2 ** 53 + 2, null, true, {}, [], [1],
+    "0xzz",
+    "zz",
+    "",
+    "0x",
+    "1.5",
+    "-1",
+    "1e400",
+    "1e3",
+    " 1",
+    "0x-1",
+    1.5,
+    -1,
+    1e21,
+    2 ** 53 + 2,
+    null,
+    true,
+    {},
+    [],
+    [1],
   );
-  const eip712 = fc.record({ chainId: malformedNumber, amount: malformedNumber }).map(({ chainId, amount }) => JSON.stringify({
-    ...ETHER_MAIL,
-    domain: { ...ETHER_MAIL.domain, chainId },
-    types: { ...ETHER_MAIL.types, Mail: [...ETHER_MAIL.types.Mail, { name: "amount", type: "uint256" }] },
-    message: { ...ETHER_MAIL.message, amount },
-  }));
+  const eip712 = fc.record({ chainId: malformedNumber, amount: malformedNumber }).map(({ chainId, amount }) =>
+    JSON.stringify({
+      ...ETHER_MAIL,
+      domain: { ...ETHER_MAIL.domain, chainId },
+      types: { ...ETHER_MAIL.types, Mail: [...ETHER_MAIL.types.Mail, { name: "amount", type: "uint256" }] },
+      message: { ...ETHER_MAIL.message, amount },
+    }),
+  );
   const eip7702 = fc
     .record({ chainId: malformedNumber, nonce: malformedNumber })
     .map(({ chainId, nonce }) => JSON.stringify({ address: "0xCcCCccccCCCCcCCCCCCcCcCccCcCCCcCcccccccC", chainId, nonce }));

@@ -79,7 +79,9 @@ describe("timeouts", () => {
   });
   afterAll(() => h.close());
 
-  it("a client that stalls in its request line, or sends nothing, gets 408 and is closed; others are served meanwhile", { timeout: WAIT }, async () => {
+  it("a client that stalls in its request line, or sends nothing, gets 408 and is closed; others are served meanwhile", {
+    timeout: WAIT,
+  }, async () => {
     const slow = await connect(h.url);
     slow.socket.write("POST /public/v1/query/who");
     const silent = await connect(h.url);
@@ -91,9 +93,16 @@ describe("timeouts", () => {
     expectRequestTimeout(await silent.closed);
   });
 
-  it("a client that trickles its body gets 408 and is closed before the request runs; others are served meanwhile", { timeout: WAIT }, async () => {
+  it("a client that trickles its body gets 408 and is closed before the request runs; others are served meanwhile", {
+    timeout: WAIT,
+  }, async () => {
     const request = signedRequest(
-      { type: "ACTIVITY_TYPE_CREATE_USER_TAG", timestampMs: String(Date.now()), organizationId: org.organizationId, parameters: { userTagName: "trickled", userIds: [] } },
+      {
+        type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+        timestampMs: String(Date.now()),
+        organizationId: org.organizationId,
+        parameters: { userTagName: "trickled", userIds: [] },
+      },
       org.key,
     );
     const before = await h.snapshot();
@@ -149,7 +158,9 @@ describe("requests that are not HTTP", () => {
     expect(malformed.statusLine).toBe("HTTP/1.1 400 Bad Request");
     expect(malformed.json.details[0].turnkeyErrorCode).toBe("REQUEST_MALFORMED");
     const huge = await connect(h.url);
-    huge.socket.write(`POST /public/v1/submit/create_users HTTP/1.1\r\nHost: sigil\r\nX-Stamp: ${"a".repeat(20_000)}\r\nContent-Length: 2\r\n\r\n{}`);
+    huge.socket.write(
+      `POST /public/v1/submit/create_users HTTP/1.1\r\nHost: sigil\r\nX-Stamp: ${"a".repeat(20_000)}\r\nContent-Length: 2\r\n\r\n{}`,
+    );
     const tooLarge = responseOf(await huge.closed);
     expect(tooLarge.statusLine).toBe("HTTP/1.1 431 Request Header Fields Too Large");
     expect(tooLarge.json).toMatchObject({ code: 3, details: [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "HEADERS_TOO_LARGE" }] });
@@ -187,9 +198,14 @@ describe("connection caps", () => {
     connection.socket.write("GET /health HTTP/1.1\r\nHost: sigil\r\n\r\n");
     expect(await connection.closed).toBe("");
   };
-  const openOnServer = () => new Promise<number>((resolve, reject) => h.server.app.server.getConnections((error, count) => (error ? reject(error) : resolve(count))));
+  const openOnServer = () =>
+    new Promise<number>((resolve, reject) =>
+      h.server.app.server.getConnections((error, count) => (error ? reject(error) : resolve(count))),
+    );
 
-  it("one address gets SIGIL_MAX_CONNECTIONS_PER_ADDRESS connections; the next is closed unanswered, and another address is served", { timeout: WAIT }, async () => {
+  it("one address gets SIGIL_MAX_CONNECTIONS_PER_ADDRESS connections; the next is closed unanswered, and another address is served", {
+    timeout: WAIT,
+  }, async () => {
     const first = await served("127.0.0.1");
     await served("127.0.0.1");
     await served("127.0.0.1");
@@ -205,7 +221,9 @@ describe("connection caps", () => {
     await served("127.0.0.1");
   });
 
-  it("beyond SIGIL_MAX_CONNECTIONS in all, every new connection is closed unanswered; open ones are still served", { timeout: WAIT }, async () => {
+  it("beyond SIGIL_MAX_CONNECTIONS in all, every new connection is closed unanswered; open ones are still served", {
+    timeout: WAIT,
+  }, async () => {
     // Open now: three from 127.0.0.1 and one from 127.0.0.2.
     const fifth = await served("127.0.0.3");
     await refused("127.0.0.4");

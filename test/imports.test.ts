@@ -19,7 +19,12 @@ let org: TestOrganization;
 let sdk: ReturnType<Harness["sdk"]>;
 let signerPublicKey: string;
 
-const eth = { curve: "CURVE_SECP256K1" as const, pathFormat: "PATH_FORMAT_BIP32" as const, path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const };
+const eth = {
+  curve: "CURVE_SECP256K1" as const,
+  pathFormat: "PATH_FORMAT_BIP32" as const,
+  path: "m/44'/60'/0'/0/0",
+  addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const,
+};
 
 beforeAll(async () => {
   h = await startHarness({ SIGIL_IMPORT_TARGET_TTL_SECONDS: "600" });
@@ -31,15 +36,29 @@ afterAll(() => h.close());
 
 async function walletBundle(mnemonic: string, organization = org, client = sdk) {
   const { importBundle } = await client.initImportWallet({ userId: organization.userId });
-  return encryptWalletToBundle({ mnemonic, importBundle, userId: organization.userId, organizationId: organization.organizationId, dangerouslyOverrideSignerPublicKey: signerPublicKey });
+  return encryptWalletToBundle({
+    mnemonic,
+    importBundle,
+    userId: organization.userId,
+    organizationId: organization.organizationId,
+    dangerouslyOverrideSignerPublicKey: signerPublicKey,
+  });
 }
 
 async function keyBundle(privateKey: string) {
   const { importBundle } = await sdk.initImportPrivateKey({ userId: org.userId });
-  return encryptPrivateKeyToBundle({ privateKey, keyFormat: "HEXADECIMAL", importBundle, userId: org.userId, organizationId: org.organizationId, dangerouslyOverrideSignerPublicKey: signerPublicKey });
+  return encryptPrivateKeyToBundle({
+    privateKey,
+    keyFormat: "HEXADECIMAL",
+    importBundle,
+    userId: org.userId,
+    organizationId: org.organizationId,
+    dangerouslyOverrideSignerPublicKey: signerPublicKey,
+  });
 }
 
-const recovered = (message: string, r: { r: string; s: string; v: string }) => recoverAddress({ hash: keccak256(toHex(message)), signature: `0x${r.r}${r.s}${r.v === "00" ? "1b" : "1c"}` as Hex });
+const recovered = (message: string, r: { r: string; s: string; v: string }) =>
+  recoverAddress({ hash: keccak256(toHex(message)), signature: `0x${r.r}${r.s}${r.v === "00" ? "1b" : "1c"}` as Hex });
 
 describe("import through the official clients", () => {
   it("imports a mnemonic: its accounts are the reference derivation, and they sign", async () => {
@@ -49,29 +68,58 @@ describe("import through the official clients", () => {
     expect(imported.addresses[0]).toBe(mnemonicToAccount(mnemonic).address);
     const { wallet } = await sdk.getWallet({ walletId: imported.walletId });
     expect(wallet.imported).toBe(true);
-    const signed = await sdk.signRawPayload({ signWith: imported.addresses[0]!, payload: toHex("imported").slice(2), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_KECCAK256" });
+    const signed = await sdk.signRawPayload({
+      signWith: imported.addresses[0]!,
+      payload: toHex("imported").slice(2),
+      encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+      hashFunction: "HASH_FUNCTION_KECCAK256",
+    });
     expect(await recovered("imported", signed)).toBe(imported.addresses[0]);
     // And back out again: the export of the imported wallet is the mnemonic that went in.
     const target = generateP256KeyPair();
     const { exportBundle } = await sdk.exportWallet({ walletId: imported.walletId, targetPublicKey: target.publicKeyUncompressed });
-    expect(await decryptExportBundle({ exportBundle, embeddedKey: target.privateKey, organizationId: org.organizationId, returnMnemonic: true, dangerouslyOverrideSignerPublicKey: signerPublicKey })).toBe(mnemonic);
+    expect(
+      await decryptExportBundle({
+        exportBundle,
+        embeddedKey: target.privateKey,
+        organizationId: org.organizationId,
+        returnMnemonic: true,
+        dangerouslyOverrideSignerPublicKey: signerPublicKey,
+      }),
+    ).toBe(mnemonic);
   });
 
   it("imports a 24-word Japanese mnemonic: the same seed as the reference derivation", async () => {
     const mnemonic = scureMnemonic(japanese, 256);
     expect(mnemonic.split(/[\s\u3000]+/u)).toHaveLength(24);
-    const imported = await sdk.importWallet({ userId: org.userId, walletName: "japanese", encryptedBundle: await walletBundle(mnemonic), accounts: [eth] });
+    const imported = await sdk.importWallet({
+      userId: org.userId,
+      walletName: "japanese",
+      encryptedBundle: await walletBundle(mnemonic),
+      accounts: [eth],
+    });
     expect(imported.addresses[0]).toBe(mnemonicToAccount(mnemonic).address);
   });
 
   it("imports a private key: its address is the key's, and it signs", async () => {
     const key = generatePrivateKey();
     const encryptedBundle = await keyBundle(key);
-    const imported = await sdk.importPrivateKey({ userId: org.userId, privateKeyName: "imported key", encryptedBundle, curve: "CURVE_SECP256K1", addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] });
+    const imported = await sdk.importPrivateKey({
+      userId: org.userId,
+      privateKeyName: "imported key",
+      encryptedBundle,
+      curve: "CURVE_SECP256K1",
+      addressFormats: ["ADDRESS_FORMAT_ETHEREUM"],
+    });
     const address = privateKeyToAccount(key).address;
     expect(imported.addresses[0]!.address).toBe(address);
     expect((await sdk.getPrivateKey({ privateKeyId: imported.privateKeyId })).privateKey.imported).toBe(true);
-    const signed = await sdk.signRawPayload({ signWith: imported.privateKeyId, payload: toHex("key").slice(2), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_KECCAK256" });
+    const signed = await sdk.signRawPayload({
+      signWith: imported.privateKeyId,
+      payload: toHex("key").slice(2),
+      encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+      hashFunction: "HASH_FUNCTION_KECCAK256",
+    });
     expect(await recovered("key", signed)).toBe(address);
   });
 
@@ -80,14 +128,20 @@ describe("import through the official clients", () => {
     const mnemonic = viemMnemonic(english);
     let sequence = 0;
     const post = (operation: string, type: string, parameters: Record<string, unknown>) => {
-      const request = signedRequest({ type, organizationId: org.organizationId, timestampMs: String(Date.now() + sequence++), parameters }, org.key);
+      const request = signedRequest(
+        { type, organizationId: org.organizationId, timestampMs: String(Date.now() + sequence++), parameters },
+        org.key,
+      );
       return h.post(`/public/v1/submit/${operation}`, request.body, request.headers);
     };
-    const importWallet = (encryptedBundle: string, userId = org.userId) => post("import_wallet", "ACTIVITY_TYPE_IMPORT_WALLET", { userId, walletName: `w-${Math.random()}`, encryptedBundle, accounts: [eth] });
+    const importWallet = (encryptedBundle: string, userId = org.userId) =>
+      post("import_wallet", "ACTIVITY_TYPE_IMPORT_WALLET", { userId, walletName: `w-${Math.random()}`, encryptedBundle, accounts: [eth] });
     const code = (res: { json: any }) => res.json.details?.[0]?.turnkeyErrorCode;
 
     // A target for another user of the organization is refused at init and at import.
-    expect(code(await post("init_import_wallet", "ACTIVITY_TYPE_INIT_IMPORT_WALLET", { userId: "someone-else" }))).toBe("IMPORT_USER_MISMATCH");
+    expect(code(await post("init_import_wallet", "ACTIVITY_TYPE_INIT_IMPORT_WALLET", { userId: "someone-else" }))).toBe(
+      "IMPORT_USER_MISMATCH",
+    );
     const good = await walletBundle(mnemonic);
     expect(code(await importWallet(good, "someone-else"))).toBe("IMPORT_USER_MISMATCH");
     // A corrupted ciphertext; then not JSON at all.
@@ -105,13 +159,26 @@ describe("import through the official clients", () => {
     expect(code(await importWallet(good))).toBe("INVALID_IMPORT_BUNDLE");
     // A mnemonic whose checksum fails.
     const words = mnemonic.split(" ");
-    const badChecksum = wordlist.map((last) => [...words.slice(0, 11), last].join(" ")).find((phrase) => !validateMnemonic(phrase, wordlist))!;
+    const badChecksum = wordlist
+      .map((last) => [...words.slice(0, 11), last].join(" "))
+      .find((phrase) => !validateMnemonic(phrase, wordlist))!;
     expect(code(await importWallet(await walletBundle(badChecksum)))).toBe("INVALID_MNEMONIC");
     // A key that is not a secp256k1 scalar (zero), and a replayed bundle after a successful import.
     const zero = await keyBundle(`0x${"00".repeat(32)}`);
-    expect(code(await post("import_private_key", "ACTIVITY_TYPE_IMPORT_PRIVATE_KEY", { userId: org.userId, privateKeyName: "zero", encryptedBundle: zero, curve: "CURVE_SECP256K1", addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }))).toBe("INVALID_PRIVATE_KEY");
+    expect(
+      code(
+        await post("import_private_key", "ACTIVITY_TYPE_IMPORT_PRIVATE_KEY", {
+          userId: org.userId,
+          privateKeyName: "zero",
+          encryptedBundle: zero,
+          curve: "CURVE_SECP256K1",
+          addressFormats: ["ADDRESS_FORMAT_ETHEREUM"],
+        }),
+      ),
+    ).toBe("INVALID_PRIVATE_KEY");
     const after = JSON.parse(await h.snapshot());
-    for (const table of ["wallets", "wallet_accounts", "private_keys", "private_key_addresses"]) expect(after[table], table).toEqual(JSON.parse(before)[table]);
+    for (const table of ["wallets", "wallet_accounts", "private_keys", "private_key_addresses"])
+      expect(after[table], table).toEqual(JSON.parse(before)[table]);
 
     const once = await walletBundle(viemMnemonic(english));
     expect((await importWallet(once)).status).toBe(200);
@@ -120,8 +187,26 @@ describe("import through the official clients", () => {
     const taken = await walletBundle(viemMnemonic(english));
     const name = `dup-${Date.now()}`;
     await sdk.createWallet({ walletName: name, accounts: [eth] });
-    expect(code(await post("import_wallet", "ACTIVITY_TYPE_IMPORT_WALLET", { userId: org.userId, walletName: name, encryptedBundle: taken, accounts: [eth] }))).toBe("WALLET_ALREADY_EXISTS");
-    expect(code(await post("import_wallet", "ACTIVITY_TYPE_IMPORT_WALLET", { userId: org.userId, walletName: `${name}-2`, encryptedBundle: taken, accounts: [eth] }))).toBe("IMPORT_TARGET_NOT_FOUND");
+    expect(
+      code(
+        await post("import_wallet", "ACTIVITY_TYPE_IMPORT_WALLET", {
+          userId: org.userId,
+          walletName: name,
+          encryptedBundle: taken,
+          accounts: [eth],
+        }),
+      ),
+    ).toBe("WALLET_ALREADY_EXISTS");
+    expect(
+      code(
+        await post("import_wallet", "ACTIVITY_TYPE_IMPORT_WALLET", {
+          userId: org.userId,
+          walletName: `${name}-2`,
+          encryptedBundle: taken,
+          accounts: [eth],
+        }),
+      ),
+    ).toBe("IMPORT_TARGET_NOT_FOUND");
   });
 
   it("refuses an expired target", async () => {
@@ -132,9 +217,23 @@ describe("import through the official clients", () => {
       const client = timed.sdk(organization, organization.key, fastPoller);
       const key = await signerPublicKeyOf(timed.url);
       const { importBundle } = await client.initImportWallet({ userId: organization.userId });
-      const encryptedBundle = await encryptWalletToBundle({ mnemonic: viemMnemonic(english), importBundle, userId: organization.userId, organizationId: organization.organizationId, dangerouslyOverrideSignerPublicKey: key });
+      const encryptedBundle = await encryptWalletToBundle({
+        mnemonic: viemMnemonic(english),
+        importBundle,
+        userId: organization.userId,
+        organizationId: organization.organizationId,
+        dangerouslyOverrideSignerPublicKey: key,
+      });
       now += 61_000;
-      await expect(client.importWallet({ userId: organization.userId, walletName: "late", encryptedBundle, accounts: [eth], timestampMs: String(now) } as any)).rejects.toThrow(/IMPORT_TARGET_EXPIRED|expired/);
+      await expect(
+        client.importWallet({
+          userId: organization.userId,
+          walletName: "late",
+          encryptedBundle,
+          accounts: [eth],
+          timestampMs: String(now),
+        } as any),
+      ).rejects.toThrow(/IMPORT_TARGET_EXPIRED|expired/);
     } finally {
       await timed.close();
     }
@@ -144,7 +243,12 @@ describe("import through the official clients", () => {
     const mnemonic = viemMnemonic(english);
     const encryptedBundle = await walletBundle(mnemonic);
     const imported = await sdk.importWallet({ userId: org.userId, walletName: "scanned import", encryptedBundle, accounts: [eth] });
-    const activity = await h.server.store.db.selectFrom("activities").select("intent").where("type", "=", "ACTIVITY_TYPE_IMPORT_WALLET").orderBy("created_at", "desc").executeTakeFirstOrThrow();
+    const activity = await h.server.store.db
+      .selectFrom("activities")
+      .select("intent")
+      .where("type", "=", "ACTIVITY_TYPE_IMPORT_WALLET")
+      .orderBy("created_at", "desc")
+      .executeTakeFirstOrThrow();
     expect(activity.intent).not.toContain(JSON.parse(encryptedBundle).ciphertext);
     expect(h.logLines.some((line) => line.includes(mnemonic))).toBe(false);
     if (backend === "sqlite") {
@@ -155,4 +259,3 @@ describe("import through the official clients", () => {
     expect(imported.addresses).toHaveLength(1);
   });
 });
-

@@ -4,7 +4,15 @@
 // shapes differ from the ones the current typings name, are sent the same way.
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TurnkeyApi, TurnkeyClient, TurnkeyRequestError, createActivityPoller, init, withAsyncPolling, type TurnkeyApiTypes } from "@turnkey/http";
+import {
+  TurnkeyApi,
+  type TurnkeyClient,
+  TurnkeyRequestError,
+  createActivityPoller,
+  init,
+  withAsyncPolling,
+  type TurnkeyApiTypes,
+} from "@turnkey/http";
 import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { startHarness, newKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { startOidcIssuer, type TestIssuer } from "./helpers/oidc-issuer.js";
@@ -46,7 +54,10 @@ function expectTimestamp(t: unknown, notBefore: number) {
 
 function p256Verify(compressedHex: string, message: string, derSignatureHex: string): boolean {
   const point = crypto.ECDH.convertKey(compressedHex, "prime256v1", "hex", undefined, "uncompressed") as Buffer;
-  const key = crypto.createPublicKey({ key: { kty: "EC", crv: "P-256", x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") }, format: "jwk" });
+  const key = crypto.createPublicKey({
+    key: { kty: "EC", crv: "P-256", x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") },
+    format: "jwk",
+  });
   return crypto.verify("sha256", Buffer.from(message), { key, dsaEncoding: "der" }, Buffer.from(derSignatureHex, "hex"));
 }
 
@@ -62,7 +73,8 @@ function expectCompleted(
   expect(activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
   expect(activity.type).toBe(body.type);
   expect(Object.keys(activity.intent)).toEqual(expected.intentKeys);
-  for (const key of expected.intentKeys) expect((activity.intent as Record<string, unknown>)[key]).toEqual(expected.intent ?? body.parameters);
+  for (const key of expected.intentKeys)
+    expect((activity.intent as Record<string, unknown>)[key]).toEqual(expected.intent ?? body.parameters);
   expect((activity.result as Record<string, unknown>)[expected.resultKey]).toEqual(expected.result);
   expect(activity.fingerprint).toBe(sha256hex(sent));
   expect(activity.canApprove).toBe(false);
@@ -77,7 +89,14 @@ function expectCompleted(
   expect(vote.id).not.toBe(activity.id);
   expect(vote.activityId).toBe(activity.id);
   expect(vote.userId).toBe(org.userId);
-  expect(vote.user).toMatchObject({ userId: org.userId, userName: "root", authenticators: [], apiKeys: [], userTags: [], oauthProviders: [] });
+  expect(vote.user).toMatchObject({
+    userId: org.userId,
+    userName: "root",
+    authenticators: [],
+    apiKeys: [],
+    userTags: [],
+    oauthProviders: [],
+  });
   expect(vote.selection).toBe("VOTE_SELECTION_APPROVED");
   // The signed body, unless the intent could not keep it whole (an identity token recorded as its claims).
   expect(vote.message).toBe(expected.intent ? "" : sent);
@@ -91,12 +110,15 @@ function expectCompleted(
 function expectQueryEnvelope(response: Record<string, unknown>, keys: string[]) {
   const { activity, ...rest } = response as { activity: any };
   expect(Object.keys(rest)).toEqual(keys);
-  expect(activity).toMatchObject({ status: "ACTIVITY_STATUS_COMPLETED", type: "ACTIVITY_TYPE_UNKNOWN_V1", organizationId: org.organizationId });
+  expect(activity).toMatchObject({
+    status: "ACTIVITY_STATUS_COMPLETED",
+    type: "ACTIVITY_TYPE_UNKNOWN_V1",
+    organizationId: org.organizationId,
+  });
   expect(activity.id).toMatch(UUID);
   expect(activity.timestampMs).toMatch(/^\d+$/);
   expect(activity.result).toEqual(rest);
 }
-
 
 const emptyUser = { apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] };
 
@@ -141,8 +163,12 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
                 { apiKeyName: "alice laptop", publicKey: p256.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "3600" },
                 { apiKeyName: "alice k1", publicKey: k1, curveType: "API_KEY_CURVE_SECP256K1" },
               ],
-              authenticators: [{ authenticatorName: "alice phone", challenge: registration.challenge, attestation: registration.attestation as any }],
-              oauthProviders: [{ providerName: "Google", oidcClaims: { iss: "https://accounts.google.com", sub: "alice-sub", aud: "client-1" } }],
+              authenticators: [
+                { authenticatorName: "alice phone", challenge: registration.challenge, attestation: registration.attestation as any },
+              ],
+              oauthProviders: [
+                { providerName: "Google", oidcClaims: { iss: "https://accounts.google.com", sub: "alice-sub", aud: "client-1" } },
+              ],
               userTags: [],
             },
           ],
@@ -182,7 +208,10 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       expect(authenticator.authenticatorId).toMatch(UUID);
       expect(authenticator.authenticatorName).toBe("alice phone");
       expect(authenticator.credentialId).toBe(passkey.credentialIdBase64url);
-      expect(authenticator.credential).toEqual({ publicKey: passkey.publicKeyCompressedHex(), type: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR" });
+      expect(authenticator.credential).toEqual({
+        publicKey: passkey.publicKeyCompressedHex(),
+        type: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR",
+      });
       expect(authenticator.attestationType).toBe("none");
       expect(authenticator.aaguid).toBe("00000000-0000-0000-0000-000000000000");
       expect(authenticator.transports).toEqual(["AUTHENTICATOR_TRANSPORT_INTERNAL"]);
@@ -227,16 +256,32 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       expect(userIds).toHaveLength(1);
       // The spec's intent key first, the swagger's beside it. The audit log keeps the identity token's
       // claims in place of the token (a bearer credential until it expires).
-      const intent = { users: [{ ...body.parameters.users[0]!, oauthProviders: [{ providerName: "Auth0", oidcClaims: { iss: oidc.issuer, sub: "auth0|v3", aud: "aud-v3" } }] }] };
-      expectCompleted(activity, body, { intentKeys: ["createUsersIntent", "createUsersIntentV3"], resultKey: "createUsersResult", result: { userIds }, intent });
+      const intent = {
+        users: [
+          {
+            ...body.parameters.users[0]!,
+            oauthProviders: [{ providerName: "Auth0", oidcClaims: { iss: oidc.issuer, sub: "auth0|v3", aud: "aud-v3" } }],
+          },
+        ],
+      };
+      expectCompleted(activity, body, {
+        intentKeys: ["createUsersIntent", "createUsersIntentV3"],
+        resultKey: "createUsersResult",
+        result: { userIds },
+        intent,
+      });
 
       const { user } = await client.getUser({ organizationId: org.organizationId, userId: userIds[0] });
       expect(user.userName).toBe("v3 user");
       expect(user.userEmail).toBe("v3@example.com");
       expect(user.userPhoneNumber).toBe("+14155550123");
-      expect(user.apiKeys.map((k) => [k.apiKeyName, k.credential, k.expirationSeconds])).toEqual([["v3 key", { publicKey: key.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" }, "86400"]]);
+      expect(user.apiKeys.map((k) => [k.apiKeyName, k.credential, k.expirationSeconds])).toEqual([
+        ["v3 key", { publicKey: key.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" }, "86400"],
+      ]);
       expect(user.authenticators).toEqual([]);
-      expect(user.oauthProviders.map((p) => [p.providerName, p.issuer, p.subject, p.audience])).toEqual([["Auth0", oidc.issuer, "auth0|v3", "aud-v3"]]);
+      expect(user.oauthProviders.map((p) => [p.providerName, p.issuer, p.subject, p.audience])).toEqual([
+        ["Auth0", oidc.issuer, "auth0|v3", "aud-v3"],
+      ]);
       expect((await h.http(key).getWhoami({ organizationId: org.organizationId })).userId).toBe(userIds[0]);
     });
 
@@ -254,7 +299,9 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
               userName: "v2 user",
               userEmail: "v2@example.com",
               apiKeys: [{ apiKeyName: "v2 key", publicKey: key.publicKey }],
-              authenticators: [{ authenticatorName: "v2 passkey", challenge: registration.challenge, attestation: registration.attestation }],
+              authenticators: [
+                { authenticatorName: "v2 passkey", challenge: registration.challenge, attestation: registration.attestation },
+              ],
               userTags: [],
             },
           ],
@@ -276,7 +323,10 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       expect(user.authenticators).toHaveLength(1);
       expect(user.authenticators[0].authenticatorName).toBe("v2 passkey");
       expect(user.authenticators[0].credentialId).toBe(passkey.credentialIdBase64url);
-      expect(user.authenticators[0].credential).toEqual({ publicKey: passkey.publicKeyCompressedHex(), type: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR" });
+      expect(user.authenticators[0].credential).toEqual({
+        publicKey: passkey.publicKeyCompressedHex(),
+        type: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR",
+      });
       expect(user.oauthProviders).toEqual([]);
       expect((await h.http(key).getWhoami({ organizationId: org.organizationId })).username).toBe("v2 user");
     });
@@ -308,7 +358,9 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       const { user } = await client.getUser({ organizationId: org.organizationId, userId: userIds[0] });
       expect(user.userName).toBe("v1 user");
       expect(user.userEmail).toBe("v1@example.com");
-      expect(user.apiKeys.map((k) => [k.apiKeyName, k.credential, k.expirationSeconds])).toEqual([["v1 key", { publicKey: key.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" }, "600"]]);
+      expect(user.apiKeys.map((k) => [k.apiKeyName, k.credential, k.expirationSeconds])).toEqual([
+        ["v1 key", { publicKey: key.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" }, "600"],
+      ]);
       expect((await h.http(key).getWhoami({ organizationId: org.organizationId })).username).toBe("v1 user");
     });
 
@@ -318,7 +370,9 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       expect(response.users.map((u) => u.userName)).toEqual(["root", "alice", "v3 user", "v2 user", "v1 user"]);
       const root = response.users[0];
       expect(root.userId).toBe(org.userId);
-      expect(root.apiKeys.map((k) => [k.apiKeyId, k.apiKeyName, k.credential.publicKey])).toEqual([[org.apiKeyId, "root key", org.key.publicKey]]);
+      expect(root.apiKeys.map((k) => [k.apiKeyId, k.apiKeyName, k.credential.publicKey])).toEqual([
+        [org.apiKeyId, "root key", org.key.publicKey],
+      ]);
     });
   });
 
@@ -343,7 +397,11 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
     const created = await client.createApiKeys(v2);
     const apiKeyIds = created.activity.result.createApiKeysResult!.apiKeyIds;
     expect(apiKeyIds).toHaveLength(2);
-    expectCompleted(created.activity, v2, { intentKeys: ["createApiKeysIntentV2"], resultKey: "createApiKeysResult", result: { apiKeyIds } });
+    expectCompleted(created.activity, v2, {
+      intentKeys: ["createApiKeysIntentV2"],
+      resultKey: "createApiKeysResult",
+      result: { apiKeyIds },
+    });
 
     const v1 = {
       type: "ACTIVITY_TYPE_CREATE_API_KEYS",
@@ -354,7 +412,11 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
     const old = await client.createApiKeys(olderVersion<"createApiKeys">(v1));
     const oldIds = old.activity.result.createApiKeysResult!.apiKeyIds;
     expect(oldIds).toHaveLength(1);
-    expectCompleted(old.activity, v1, { intentKeys: ["createApiKeysIntent"], resultKey: "createApiKeysResult", result: { apiKeyIds: oldIds } });
+    expectCompleted(old.activity, v1, {
+      intentKeys: ["createApiKeysIntent"],
+      resultKey: "createApiKeysResult",
+      result: { apiKeyIds: oldIds },
+    });
 
     const one = await client.getApiKey({ organizationId: org.organizationId, apiKeyId: apiKeyIds[0] });
     expectQueryEnvelope(one, ["apiKey"]);
@@ -365,7 +427,11 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
     expect(one.apiKey.createdAt).toEqual(created.activity.createdAt);
     expect(one.apiKey.updatedAt).toEqual(created.activity.createdAt);
     const three = await client.getApiKey({ organizationId: org.organizationId, apiKeyId: oldIds[0] });
-    expect(three.apiKey).toMatchObject({ apiKeyName: "three", expirationSeconds: "3600", credential: { publicKey: k3.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" } });
+    expect(three.apiKey).toMatchObject({
+      apiKeyName: "three",
+      expirationSeconds: "3600",
+      credential: { publicKey: k3.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" },
+    });
 
     const all = await client.getApiKeys({ organizationId: org.organizationId, userId });
     expectQueryEnvelope(all, ["apiKeys"]);
@@ -386,12 +452,21 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       parameters: { userId, apiKeyIds: [apiKeyIds[0], oldIds[0]] },
     };
     const deleted = await client.deleteApiKeys(del);
-    expectCompleted(deleted.activity, del, { intentKeys: ["deleteApiKeysIntent"], resultKey: "deleteApiKeysResult", result: { apiKeyIds: [apiKeyIds[0], oldIds[0]] } });
-    expect((await client.getApiKeys({ organizationId: org.organizationId, userId })).apiKeys.map((k) => k.apiKeyId)).toEqual([apiKeyIds[1]]);
+    expectCompleted(deleted.activity, del, {
+      intentKeys: ["deleteApiKeysIntent"],
+      resultKey: "deleteApiKeysResult",
+      result: { apiKeyIds: [apiKeyIds[0], oldIds[0]] },
+    });
+    expect((await client.getApiKeys({ organizationId: org.organizationId, userId })).apiKeys.map((k) => k.apiKeyId)).toEqual([
+      apiKeyIds[1],
+    ]);
 
     const missing = await client.getApiKey({ organizationId: org.organizationId, apiKeyId: apiKeyIds[0] }).catch((e: unknown) => e);
     expect(missing).toBeInstanceOf(TurnkeyRequestError);
-    expect(missing).toMatchObject({ code: 5, details: [{ "@type": "type.googleapis.com/errors.v1.TurnkeyErrorDetail", turnkeyErrorCode: "API_KEY_NOT_FOUND" }] });
+    expect(missing).toMatchObject({
+      code: 5,
+      details: [{ "@type": "type.googleapis.com/errors.v1.TurnkeyErrorDetail", turnkeyErrorCode: "API_KEY_NOT_FOUND" }],
+    });
     await expect(h.http(k3).getWhoami({ organizationId: org.organizationId })).rejects.toMatchObject({ code: 16 });
   });
 
@@ -405,7 +480,9 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       organizationId: org.organizationId,
       parameters: {
         userId,
-        authenticators: [{ authenticatorName: "dave's phone", challenge: registration.challenge, attestation: registration.attestation as any }],
+        authenticators: [
+          { authenticatorName: "dave's phone", challenge: registration.challenge, attestation: registration.attestation as any },
+        ],
       },
     };
     const created = await client.createAuthenticators(v2);
@@ -449,7 +526,11 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
     const old = await client.createAuthenticators(olderVersion<"createAuthenticators">(v1));
     const oldIds = old.activity.result.createAuthenticatorsResult!.authenticatorIds;
     expect(oldIds).toHaveLength(1);
-    expectCompleted(old.activity, v1, { intentKeys: ["createAuthenticatorsIntent"], resultKey: "createAuthenticatorsResult", result: { authenticatorIds: oldIds } });
+    expectCompleted(old.activity, v1, {
+      intentKeys: ["createAuthenticatorsIntent"],
+      resultKey: "createAuthenticatorsResult",
+      result: { authenticatorIds: oldIds },
+    });
 
     const one = await client.getAuthenticator({ organizationId: org.organizationId, authenticatorId: authenticatorIds[0] });
     expectQueryEnvelope(one, ["authenticator"]);
@@ -482,8 +563,14 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       parameters: { userId, authenticatorIds: [oldIds[0]] },
     };
     const deleted = await client.deleteAuthenticators(del);
-    expectCompleted(deleted.activity, del, { intentKeys: ["deleteAuthenticatorsIntent"], resultKey: "deleteAuthenticatorsResult", result: { authenticatorIds: [oldIds[0]] } });
-    expect((await client.getAuthenticators({ organizationId: org.organizationId, userId })).authenticators.map((x) => x.authenticatorId)).toEqual(authenticatorIds);
+    expectCompleted(deleted.activity, del, {
+      intentKeys: ["deleteAuthenticatorsIntent"],
+      resultKey: "deleteAuthenticatorsResult",
+      result: { authenticatorIds: [oldIds[0]] },
+    });
+    expect(
+      (await client.getAuthenticators({ organizationId: org.organizationId, userId })).authenticators.map((x) => x.authenticatorId),
+    ).toEqual(authenticatorIds);
     await expect(client.getAuthenticator({ organizationId: org.organizationId, authenticatorId: oldIds[0] })).rejects.toMatchObject({
       code: 5,
       details: [expect.objectContaining({ turnkeyErrorCode: "AUTHENTICATOR_NOT_FOUND" })],
@@ -503,7 +590,11 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
     const created = await client.createUserTag(create);
     const userTagId = created.activity.result.createUserTagResult!.userTagId;
     expect(userTagId).toMatch(UUID);
-    expectCompleted(created.activity, create, { intentKeys: ["createUserTagIntent"], resultKey: "createUserTagResult", result: { userTagId, userIds: [erin] } });
+    expectCompleted(created.activity, create, {
+      intentKeys: ["createUserTagIntent"],
+      resultKey: "createUserTagResult",
+      result: { userTagId, userIds: [erin] },
+    });
     expect((await client.getUser({ organizationId: org.organizationId, userId: erin })).user.userTags).toEqual([userTagId]);
 
     const update: Body<"updateUserTag"> = {
@@ -513,7 +604,11 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       parameters: { userTagId, newUserTagName: "treasury", addUserIds: [frank], removeUserIds: [erin] },
     };
     const updated = await client.updateUserTag(update);
-    expectCompleted(updated.activity, update, { intentKeys: ["updateUserTagIntent"], resultKey: "updateUserTagResult", result: { userTagId } });
+    expectCompleted(updated.activity, update, {
+      intentKeys: ["updateUserTagIntent"],
+      resultKey: "updateUserTagResult",
+      result: { userTagId },
+    });
     expect((await client.getUser({ organizationId: org.organizationId, userId: erin })).user.userTags).toEqual([]);
     expect((await client.getUser({ organizationId: org.organizationId, userId: frank })).user.userTags).toEqual([userTagId]);
 
@@ -534,14 +629,23 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       parameters: { userTagIds: [userTagId] },
     };
     const deleted = await client.deleteUserTags(del);
-    expectCompleted(deleted.activity, del, { intentKeys: ["deleteUserTagsIntent"], resultKey: "deleteUserTagsResult", result: { userTagIds: [userTagId], userIds: [frank] } });
+    expectCompleted(deleted.activity, del, {
+      intentKeys: ["deleteUserTagsIntent"],
+      resultKey: "deleteUserTagsResult",
+      result: { userTagIds: [userTagId], userIds: [frank] },
+    });
     expect((await client.listUserTags({ organizationId: org.organizationId })).userTags).toEqual([]);
     expect((await client.getUser({ organizationId: org.organizationId, userId: frank })).user.userTags).toEqual([]);
   });
 
   it("updateUser, updateUserName, updateUserEmail, updateUserPhoneNumber", async () => {
     const gina = await createPlainUser("gina");
-    const tag = await client.createUserTag({ type: "ACTIVITY_TYPE_CREATE_USER_TAG", timestampMs: now(), organizationId: org.organizationId, parameters: { userTagName: "ops", userIds: [] } });
+    const tag = await client.createUserTag({
+      type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+      timestampMs: now(),
+      organizationId: org.organizationId,
+      parameters: { userTagName: "ops", userIds: [] },
+    });
     const opsTag = tag.activity.result.createUserTagResult!.userTagId;
 
     const u1: Body<"updateUser"> = {
@@ -552,15 +656,33 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
     };
     const r1 = await client.updateUser(u1);
     expectCompleted(r1.activity, u1, { intentKeys: ["updateUserIntent"], resultKey: "updateUserResult", result: { userId: gina } });
-    expect((await client.getUser({ organizationId: org.organizationId, userId: gina })).user).toMatchObject({ userName: "gina m", userEmail: "gm@example.com", userTags: [opsTag] });
+    expect((await client.getUser({ organizationId: org.organizationId, userId: gina })).user).toMatchObject({
+      userName: "gina m",
+      userEmail: "gm@example.com",
+      userTags: [opsTag],
+    });
 
-    const u2: Body<"updateUserName"> = { type: "ACTIVITY_TYPE_UPDATE_USER_NAME", timestampMs: now(), organizationId: org.organizationId, parameters: { userId: gina, userName: "Gina" } };
+    const u2: Body<"updateUserName"> = {
+      type: "ACTIVITY_TYPE_UPDATE_USER_NAME",
+      timestampMs: now(),
+      organizationId: org.organizationId,
+      parameters: { userId: gina, userName: "Gina" },
+    };
     const r2 = await client.updateUserName(u2);
     expectCompleted(r2.activity, u2, { intentKeys: ["updateUserNameIntent"], resultKey: "updateUserNameResult", result: { userId: gina } });
 
-    const u3: Body<"updateUserEmail"> = { type: "ACTIVITY_TYPE_UPDATE_USER_EMAIL", timestampMs: now(), organizationId: org.organizationId, parameters: { userId: gina, userEmail: "gina@example.com" } };
+    const u3: Body<"updateUserEmail"> = {
+      type: "ACTIVITY_TYPE_UPDATE_USER_EMAIL",
+      timestampMs: now(),
+      organizationId: org.organizationId,
+      parameters: { userId: gina, userEmail: "gina@example.com" },
+    };
     const r3 = await client.updateUserEmail(u3);
-    expectCompleted(r3.activity, u3, { intentKeys: ["updateUserEmailIntent"], resultKey: "updateUserEmailResult", result: { userId: gina } });
+    expectCompleted(r3.activity, u3, {
+      intentKeys: ["updateUserEmailIntent"],
+      resultKey: "updateUserEmailResult",
+      result: { userId: gina },
+    });
 
     const u4: Body<"updateUserPhoneNumber"> = {
       type: "ACTIVITY_TYPE_UPDATE_USER_PHONE_NUMBER",
@@ -569,7 +691,11 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       parameters: { userId: gina, userPhoneNumber: "+447700900123" },
     };
     const r4 = await client.updateUserPhoneNumber(u4);
-    expectCompleted(r4.activity, u4, { intentKeys: ["updateUserPhoneNumberIntent"], resultKey: "updateUserPhoneNumberResult", result: { userId: gina } });
+    expectCompleted(r4.activity, u4, {
+      intentKeys: ["updateUserPhoneNumberIntent"],
+      resultKey: "updateUserPhoneNumberResult",
+      result: { userId: gina },
+    });
 
     const { user } = await client.getUser({ organizationId: org.organizationId, userId: gina });
     expect(user.userId).toBe(gina);
@@ -581,8 +707,18 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
     expect(millis(user.createdAt)).toBeLessThanOrEqual(millis(user.updatedAt));
 
     // An empty string removes the email and the phone number.
-    await client.updateUserEmail({ type: "ACTIVITY_TYPE_UPDATE_USER_EMAIL", timestampMs: now(), organizationId: org.organizationId, parameters: { userId: gina, userEmail: "" } });
-    await client.updateUserPhoneNumber({ type: "ACTIVITY_TYPE_UPDATE_USER_PHONE_NUMBER", timestampMs: now(), organizationId: org.organizationId, parameters: { userId: gina, userPhoneNumber: "" } });
+    await client.updateUserEmail({
+      type: "ACTIVITY_TYPE_UPDATE_USER_EMAIL",
+      timestampMs: now(),
+      organizationId: org.organizationId,
+      parameters: { userId: gina, userEmail: "" },
+    });
+    await client.updateUserPhoneNumber({
+      type: "ACTIVITY_TYPE_UPDATE_USER_PHONE_NUMBER",
+      timestampMs: now(),
+      organizationId: org.organizationId,
+      parameters: { userId: gina, userPhoneNumber: "" },
+    });
     const cleared = (await client.getUser({ organizationId: org.organizationId, userId: gina })).user;
     expect(cleared.userEmail).toBeUndefined();
     expect(cleared.userPhoneNumber).toBeUndefined();
@@ -595,20 +731,44 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
       type: "ACTIVITY_TYPE_CREATE_USERS_V4",
       timestampMs: now(),
       organizationId: org.organizationId,
-      parameters: { users: [{ userName: "henry", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }, { userName: "ivy", ...emptyUser }] },
+      parameters: {
+        users: [
+          {
+            userName: "henry",
+            apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+            authenticators: [],
+            oauthProviders: [],
+            userTags: [],
+          },
+          { userName: "ivy", ...emptyUser },
+        ],
+      },
     });
     const userIds = created.activity.result.createUsersResult!.userIds;
     const { apiKeys } = await client.getApiKeys({ organizationId: org.organizationId, userId: userIds[0] });
 
-    const del: Body<"deleteUsers"> = { type: "ACTIVITY_TYPE_DELETE_USERS", timestampMs: now(), organizationId: org.organizationId, parameters: { userIds } };
+    const del: Body<"deleteUsers"> = {
+      type: "ACTIVITY_TYPE_DELETE_USERS",
+      timestampMs: now(),
+      organizationId: org.organizationId,
+      parameters: { userIds },
+    };
     const deleted = await client.deleteUsers(del);
     expectCompleted(deleted.activity, del, { intentKeys: ["deleteUsersIntent"], resultKey: "deleteUsersResult", result: { userIds } });
 
     for (const userId of userIds) {
-      await expect(client.getUser({ organizationId: org.organizationId, userId })).rejects.toMatchObject({ code: 5, details: [expect.objectContaining({ turnkeyErrorCode: "USER_NOT_FOUND" })] });
+      await expect(client.getUser({ organizationId: org.organizationId, userId })).rejects.toMatchObject({
+        code: 5,
+        details: [expect.objectContaining({ turnkeyErrorCode: "USER_NOT_FOUND" })],
+      });
     }
-    await expect(client.getApiKey({ organizationId: org.organizationId, apiKeyId: apiKeys[0].apiKeyId })).rejects.toMatchObject({ code: 5 });
-    const error = await h.http(key).getWhoami({ organizationId: org.organizationId }).catch((e: unknown) => e);
+    await expect(client.getApiKey({ organizationId: org.organizationId, apiKeyId: apiKeys[0].apiKeyId })).rejects.toMatchObject({
+      code: 5,
+    });
+    const error = await h
+      .http(key)
+      .getWhoami({ organizationId: org.organizationId })
+      .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TurnkeyRequestError);
     expect(error).toMatchObject({ code: 16, details: [expect.objectContaining({ turnkeyErrorCode: "PUBLIC_KEY_NOT_FOUND" })] });
     expect((await client.getUsers({ organizationId: org.organizationId })).users.map((u) => u.userName)).not.toContain("henry");
@@ -616,7 +776,12 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
 
   it("getActivity returns what the submit returned; getActivities pages and filters the audit log", async () => {
     const submit = (name: string) =>
-      client.createUserTag({ type: "ACTIVITY_TYPE_CREATE_USER_TAG", timestampMs: now(), organizationId: org.organizationId, parameters: { userTagName: name, userIds: [] } });
+      client.createUserTag({
+        type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+        timestampMs: now(),
+        organizationId: org.organizationId,
+        parameters: { userTagName: name, userIds: [] },
+      });
     const first = (await submit("audit-1")).activity;
     const second = (await submit("audit-2")).activity;
 
@@ -636,9 +801,21 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
     const back = await client.getActivities({ organizationId: org.organizationId, paginationOptions: { limit: "1", before: first.id } });
     expect(back.activities.map((a) => a.id)).toEqual([second.id]);
 
-    const filtered = await client.getActivities({ organizationId: org.organizationId, filterByType: ["ACTIVITY_TYPE_CREATE_USERS", "ACTIVITY_TYPE_CREATE_USERS_V2", "ACTIVITY_TYPE_CREATE_USERS_V3"], paginationOptions: { limit: "100" } });
-    expect(filtered.activities.map((a) => a.type)).toEqual(["ACTIVITY_TYPE_CREATE_USERS", "ACTIVITY_TYPE_CREATE_USERS_V2", "ACTIVITY_TYPE_CREATE_USERS_V3"]);
-    const completed = await client.getActivities({ organizationId: org.organizationId, filterByStatus: ["ACTIVITY_STATUS_COMPLETED"], paginationOptions: { limit: "100" } });
+    const filtered = await client.getActivities({
+      organizationId: org.organizationId,
+      filterByType: ["ACTIVITY_TYPE_CREATE_USERS", "ACTIVITY_TYPE_CREATE_USERS_V2", "ACTIVITY_TYPE_CREATE_USERS_V3"],
+      paginationOptions: { limit: "100" },
+    });
+    expect(filtered.activities.map((a) => a.type)).toEqual([
+      "ACTIVITY_TYPE_CREATE_USERS",
+      "ACTIVITY_TYPE_CREATE_USERS_V2",
+      "ACTIVITY_TYPE_CREATE_USERS_V3",
+    ]);
+    const completed = await client.getActivities({
+      organizationId: org.organizationId,
+      filterByStatus: ["ACTIVITY_STATUS_COMPLETED"],
+      paginationOptions: { limit: "100" },
+    });
     expect(completed.activities.length).toBeGreaterThan(10);
     expect(completed.activities.every((a) => a.status === "ACTIVITY_STATUS_COMPLETED")).toBe(true);
   });
@@ -654,7 +831,11 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
     };
     const activity = await createUserTag({ body });
     const userTagId = activity.result.createUserTagResult!.userTagId;
-    expectCompleted(activity, body, { intentKeys: ["createUserTagIntent"], resultKey: "createUserTagResult", result: { userTagId, userIds: [org.userId] } });
+    expectCompleted(activity, body, {
+      intentKeys: ["createUserTagIntent"],
+      resultKey: "createUserTagResult",
+      result: { userTagId, userIds: [org.userId] },
+    });
     expect((await client.getUser({ organizationId: org.organizationId, userId: org.userId })).user.userTags).toEqual([userTagId]);
 
     const poller = createActivityPoller({ client, requestFn: client.updateUserTag, refreshIntervalMs: 50 });
@@ -671,10 +852,19 @@ describe("@turnkey/http TurnkeyClient against Sigil", () => {
 
   it("surfaces a failed submit as TurnkeyRequestError with the gRPC code and Turnkey error code", async () => {
     const error = await client
-      .deleteUsers({ type: "ACTIVITY_TYPE_DELETE_USERS", timestampMs: now(), organizationId: org.organizationId, parameters: { userIds: [crypto.randomUUID()] } })
+      .deleteUsers({
+        type: "ACTIVITY_TYPE_DELETE_USERS",
+        timestampMs: now(),
+        organizationId: org.organizationId,
+        parameters: { userIds: [crypto.randomUUID()] },
+      })
       .catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TurnkeyRequestError);
-    expect(error).toMatchObject({ name: "TurnkeyRequestError", code: 5, details: [{ "@type": "type.googleapis.com/errors.v1.TurnkeyErrorDetail", turnkeyErrorCode: "USER_NOT_FOUND" }] });
+    expect(error).toMatchObject({
+      name: "TurnkeyRequestError",
+      code: 5,
+      details: [{ "@type": "type.googleapis.com/errors.v1.TurnkeyErrorDetail", turnkeyErrorCode: "USER_NOT_FOUND" }],
+    });
     expect((error as Error).message).toMatch(/^Turnkey error 5: user .* not found/);
   });
 });

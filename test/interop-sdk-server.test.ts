@@ -31,7 +31,9 @@ describe("@turnkey/sdk-server against Sigil", () => {
           userName: "alice",
           userEmail: "alice@example.com",
           userPhoneNumber: "+13214567890",
-          apiKeys: [{ apiKeyName: "alice laptop", publicKey: aliceKey.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "3600" }],
+          apiKeys: [
+            { apiKeyName: "alice laptop", publicKey: aliceKey.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "3600" },
+          ],
           authenticators: [],
           oauthProviders: [],
           userTags: [],
@@ -44,9 +46,19 @@ describe("@turnkey/sdk-server against Sigil", () => {
     expect(created.activity.type).toBe("ACTIVITY_TYPE_CREATE_USERS_V4");
 
     const { user } = await client.getUser({ userId: created.userIds[0] });
-    expect(user).toMatchObject({ userId: created.userIds[0], userName: "alice", userEmail: "alice@example.com", userPhoneNumber: "+13214567890", userTags: [] });
+    expect(user).toMatchObject({
+      userId: created.userIds[0],
+      userName: "alice",
+      userEmail: "alice@example.com",
+      userPhoneNumber: "+13214567890",
+      userTags: [],
+    });
     expect(user.apiKeys).toHaveLength(1);
-    expect(user.apiKeys[0]).toMatchObject({ apiKeyName: "alice laptop", expirationSeconds: "3600", credential: { publicKey: aliceKey.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" } });
+    expect(user.apiKeys[0]).toMatchObject({
+      apiKeyName: "alice laptop",
+      expirationSeconds: "3600",
+      credential: { publicKey: aliceKey.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" },
+    });
     expect(user.createdAt).toEqual({ seconds: expect.stringMatching(/^\d+$/), nanos: expect.stringMatching(/^\d+$/) });
 
     const { users } = await client.getUsers({});
@@ -85,7 +97,9 @@ describe("@turnkey/sdk-server against Sigil", () => {
     const registration = passkey.register();
     const { authenticatorIds } = await client.createAuthenticators({
       userId: userIds[0],
-      authenticators: [{ authenticatorName: "dave's phone", challenge: registration.challenge, attestation: registration.attestation as any }],
+      authenticators: [
+        { authenticatorName: "dave's phone", challenge: registration.challenge, attestation: registration.attestation as any },
+      ],
     });
     expect(authenticatorIds).toHaveLength(1);
     const { authenticator } = await client.getAuthenticator({ authenticatorId: authenticatorIds[0] });
@@ -105,13 +119,23 @@ describe("@turnkey/sdk-server against Sigil", () => {
   });
 
   it("creates, updates, lists and deletes user tags", async () => {
-    const { userIds } = await client.createUsers({ users: [{ userName: "erin", ...noCredentials }, { userName: "frank", ...noCredentials }] });
+    const { userIds } = await client.createUsers({
+      users: [
+        { userName: "erin", ...noCredentials },
+        { userName: "frank", ...noCredentials },
+      ],
+    });
     const [erin, frank] = userIds;
     const created = await client.createUserTag({ userTagName: "finance", userIds: [erin] });
     expect(created.userIds).toEqual([erin]);
     expect((await client.getUser({ userId: erin })).user.userTags).toEqual([created.userTagId]);
 
-    const updated = await client.updateUserTag({ userTagId: created.userTagId, newUserTagName: "treasury", addUserIds: [frank], removeUserIds: [erin] });
+    const updated = await client.updateUserTag({
+      userTagId: created.userTagId,
+      newUserTagName: "treasury",
+      addUserIds: [frank],
+      removeUserIds: [erin],
+    });
     expect(updated.userTagId).toBe(created.userTagId);
     expect((await client.getUser({ userId: erin })).user.userTags).toEqual([]);
     expect((await client.getUser({ userId: frank })).user.userTags).toEqual([created.userTagId]);
@@ -134,7 +158,12 @@ describe("@turnkey/sdk-server against Sigil", () => {
     expect((await client.updateUserEmail({ userId: gina, userEmail: "gina@example.com" })).userId).toBe(gina);
     expect((await client.updateUserPhoneNumber({ userId: gina, userPhoneNumber: "+447700900123" })).userId).toBe(gina);
     const { user } = await client.getUser({ userId: gina });
-    expect(user).toMatchObject({ userName: "Gina", userEmail: "gina@example.com", userPhoneNumber: "+447700900123", userTags: [userTagId] });
+    expect(user).toMatchObject({
+      userName: "Gina",
+      userEmail: "gina@example.com",
+      userPhoneNumber: "+447700900123",
+      userTags: [userTagId],
+    });
 
     await client.updateUserEmail({ userId: gina, userEmail: "" });
     expect((await client.getUser({ userId: gina })).user.userEmail).toBeUndefined();
@@ -143,7 +172,15 @@ describe("@turnkey/sdk-server against Sigil", () => {
   it("deletes users together with their credentials", async () => {
     const key = newKeyPair();
     const { userIds } = await client.createUsers({
-      users: [{ userName: "henry", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }],
+      users: [
+        {
+          userName: "henry",
+          apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+          userTags: [],
+        },
+      ],
     });
     const { apiKeys } = await client.getApiKeys({ userId: userIds[0] });
     const deleted = await client.deleteUsers({ userIds });
@@ -176,7 +213,17 @@ describe("@turnkey/sdk-server against Sigil", () => {
 
   it("lets a non-root user read but not write (PermissionDenied), and records the refusal", async () => {
     const key = newKeyPair();
-    await client.createUsers({ users: [{ userName: "reader", apiKeys: [{ apiKeyName: "r", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }] });
+    await client.createUsers({
+      users: [
+        {
+          userName: "reader",
+          apiKeys: [{ apiKeyName: "r", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+          userTags: [],
+        },
+      ],
+    });
     const reader = h.sdk(org, key);
     expect((await reader.getWhoami({})).username).toBe("reader");
     expect((await reader.getUsers({})).users.length).toBeGreaterThan(1);

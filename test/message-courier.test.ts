@@ -50,14 +50,25 @@ async function textACode(): Promise<string> {
     rootQuorumThreshold: 1,
     rootUsers: [{ userName: "u", userPhoneNumber: phone, apiKeys: [device], authenticators: [], oauthProviders: [] }],
   });
-  const request = { organizationId: subOrganizationId, otpType: "OTP_TYPE_SMS", contact: phone, appName: "Demo", otpLength: 6, alphanumeric: false } as const;
+  const request = {
+    organizationId: subOrganizationId,
+    otpType: "OTP_TYPE_SMS",
+    contact: phone,
+    appName: "Demo",
+    otpLength: 6,
+    alphanumeric: false,
+  } as const;
   await parentSdk.initOtpAuth(request);
   return phone;
 }
 
 async function settled(phone: string) {
   for (let i = 0; i < 400; i++) {
-    const row = await h.server.store.db.selectFrom("outbound_messages").selectAll().where("recipient", "=", phone).executeTakeFirstOrThrow();
+    const row = await h.server.store.db
+      .selectFrom("outbound_messages")
+      .selectAll()
+      .where("recipient", "=", phone)
+      .executeTakeFirstOrThrow();
     if (row.status !== "pending") return row;
     await new Promise((r) => setTimeout(r, 25));
   }
@@ -82,7 +93,9 @@ describe("the message courier", () => {
     const sent = texts.filter((t) => t.to === phone);
     expect(sent).toHaveLength(3);
     const code = /(\d{6})/.exec(sent[0]!.body)![1]!;
-    const logged = h.logLines.map((line) => JSON.parse(line) as { msg: string; messageId?: string; attempts?: number; gaveUp?: boolean; error?: string });
+    const logged = h.logLines.map(
+      (line) => JSON.parse(line) as { msg: string; messageId?: string; attempts?: number; gaveUp?: boolean; error?: string },
+    );
     const notSent = logged.filter((entry) => entry.msg === "message not sent" && entry.messageId === row.id);
     expect(notSent.map((entry) => [entry.attempts, entry.gaveUp, entry.error])).toEqual([
       [1, false, "SMS provider answered 503"],

@@ -21,7 +21,11 @@ const ERROR_DETAIL = "type.googleapis.com/errors.v1.TurnkeyErrorDetail";
 
 function expectNotServed(response: { status: number; json: any }, path: string, service: string) {
   expect(response.status, path).toBe(501);
-  expect(response.json).toEqual({ code: 12, message: expect.any(String), details: [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "OPERATION_NOT_SERVED" }] });
+  expect(response.json).toEqual({
+    code: 12,
+    message: expect.any(String),
+    details: [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "OPERATION_NOT_SERVED" }],
+  });
   expect(response.json.message).toContain(`${path} is a hosted-only service of the product (${service})`);
   expect(response.json.message).toContain("a self-hosted Sigil does not provide it");
 }
@@ -32,7 +36,10 @@ function expectEndpointNotFound(response: { status: number; json: any }, path: s
   expect(response.json).toEqual({ code: 5, message: `no endpoint POST ${path}`, details });
 }
 
-const served = new Set([...activityOperations.map((op) => `/public/v1/submit/${op.name}`), ...queryOperations.map((op) => `/public/v1/query/${op.name}`)]);
+const served = new Set([
+  ...activityOperations.map((op) => `/public/v1/submit/${op.name}`),
+  ...queryOperations.map((op) => `/public/v1/query/${op.name}`),
+]);
 const notServed = new Set(notServedOperations.map((op) => op.path));
 const productPaths = [
   ...Object.keys(swagger.submits).map((name) => `/public/v1/submit/${name}`),
@@ -56,11 +63,29 @@ describe("the declared list", () => {
 
   it("holds none of the operations later issues will serve", () => {
     const planned = [
-      "submit/create_smart_contract_interface", "query/list_smart_contract_interfaces", "submit/eth_send_transaction", "submit/eth_send_raw_transaction",
-      "submit/sol_send_transaction", "query/get_nonces", "query/get_send_transaction_status", "submit/email_auth", "submit/init_user_email_recovery",
-      "submit/recover_user", "submit/create_invitations", "submit/delete_invitation", "submit/update_organization_name", "submit/create_mfa_policy",
-      "query/get_mfa_policies", "submit/create_session_profile", "query/get_session_profiles", "submit/set_ip_allowlist", "query/get_ip_allowlist",
-      "submit/create_oauth2_credential", "submit/oauth2_authenticate", "submit/import_secrets", "query/list_secrets",
+      "submit/create_smart_contract_interface",
+      "query/list_smart_contract_interfaces",
+      "submit/eth_send_transaction",
+      "submit/eth_send_raw_transaction",
+      "submit/sol_send_transaction",
+      "query/get_nonces",
+      "query/get_send_transaction_status",
+      "submit/email_auth",
+      "submit/init_user_email_recovery",
+      "submit/recover_user",
+      "submit/create_invitations",
+      "submit/delete_invitation",
+      "submit/update_organization_name",
+      "submit/create_mfa_policy",
+      "query/get_mfa_policies",
+      "submit/create_session_profile",
+      "query/get_session_profiles",
+      "submit/set_ip_allowlist",
+      "query/get_ip_allowlist",
+      "submit/create_oauth2_credential",
+      "submit/oauth2_authenticate",
+      "submit/import_secrets",
+      "query/list_secrets",
     ].map((suffix) => `/public/v1/${suffix}`);
     for (const path of planned) {
       expect(inProductApi(path), path).toBe(true);
@@ -82,7 +107,10 @@ describe("answers", () => {
     const before = await h.snapshot();
     for (const { path, service } of notServedOperations.filter((op) => op.path.includes("/submit/"))) {
       const type = swagger.submits[path.split("/").pop()!]!.type;
-      const { body, headers } = signedRequest({ type, timestampMs: String(Date.now()), organizationId: org.organizationId, parameters: {} }, org.key);
+      const { body, headers } = signedRequest(
+        { type, timestampMs: String(Date.now()), organizationId: org.organizationId, parameters: {} },
+        org.key,
+      );
       expectNotServed(await h.post(path, body, headers), path, service);
     }
     expect(await h.snapshot()).toBe(before);
@@ -119,7 +147,9 @@ describe("answers", () => {
     const path = "/public/v1/query/get_swap_status";
     const response = await fetch(h.url + path);
     expect(response.status).toBe(404);
-    expect(((await response.json()) as { details: Array<{ turnkeyErrorCode: string }> }).details[0]!.turnkeyErrorCode).toBe("ENDPOINT_NOT_FOUND");
+    expect(((await response.json()) as { details: Array<{ turnkeyErrorCode: string }> }).details[0]!.turnkeyErrorCode).toBe(
+      "ENDPOINT_NOT_FOUND",
+    );
   });
 
   it("answers 404 ENDPOINT_NOT_FOUND for every path of the product's API that Sigil neither serves nor declares not served", async () => {
@@ -139,8 +169,11 @@ describe("answers", () => {
   it("answers 404 ENDPOINT_NOT_FOUND for paths no edition of the API has, near the not-served ones", async () => {
     const before = await h.snapshot();
     const unknown = [
-      "/public/v1/submit/earn_deposit_v2", "/public/v1/query/get_tvc_app_logs", "/public/v1/submit/spark",
-      "/tkhq/api/v1/make_coffee", "/public/v2/submit/earn_deposit",
+      "/public/v1/submit/earn_deposit_v2",
+      "/public/v1/query/get_tvc_app_logs",
+      "/public/v1/submit/spark",
+      "/tkhq/api/v1/make_coffee",
+      "/public/v2/submit/earn_deposit",
     ];
     for (const path of unknown) {
       expectEndpointNotFound(await h.post(path, JSON.stringify({ organizationId: org.organizationId })), path);

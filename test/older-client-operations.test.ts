@@ -41,7 +41,12 @@ async function sendSigned(path: string, body: unknown, key: ApiKeyPair = org.key
 }
 
 /** A refusal before any activity exists: the error, and not a row of any table changed. */
-async function expectRefusedUnchanged(send: () => Promise<{ status: number; json: any }>, status: number, code: number, turnkeyErrorCode: string) {
+async function expectRefusedUnchanged(
+  send: () => Promise<{ status: number; json: any }>,
+  status: number,
+  code: number,
+  turnkeyErrorCode: string,
+) {
   const before = await h.snapshot();
   const response = await send();
   expectError(response, status, code, turnkeyErrorCode);
@@ -58,7 +63,11 @@ async function expectOperationFailure(body: Record<string, unknown>, status: num
   expect(withoutAuditLog(after)).toEqual(withoutAuditLog(before));
   const added = after.activities!.filter((row) => !before.activities!.includes(row)).map((row) => JSON.parse(row));
   expect(added).toHaveLength(1);
-  expect(added[0]).toMatchObject({ organization_id: org.organizationId, type: "ACTIVITY_TYPE_CREATE_API_ONLY_USERS", status: "ACTIVITY_STATUS_FAILED" });
+  expect(added[0]).toMatchObject({
+    organization_id: org.organizationId,
+    type: "ACTIVITY_TYPE_CREATE_API_ONLY_USERS",
+    status: "ACTIVITY_STATUS_FAILED",
+  });
   expect(JSON.parse(added[0].failure)).toEqual(response.json);
   return response.json.message as string;
 }
@@ -98,7 +107,11 @@ describe("create_api_only_users", () => {
             userTags: [tagId],
             apiKeys: [{ apiKeyName: "billing key", publicKey: billingKey.publicKey }],
           },
-          { userName: "report bot", userTags: [], apiKeys: [{ apiKeyName: "report key", publicKey: reportKey.publicKey, expirationSeconds: "3600" }] },
+          {
+            userName: "report bot",
+            userTags: [],
+            apiKeys: [{ apiKeyName: "report key", publicKey: reportKey.publicKey, expirationSeconds: "3600" }],
+          },
         ],
       },
     };
@@ -112,7 +125,12 @@ describe("create_api_only_users", () => {
 
     const { user: billing } = await client.getUser({ organizationId: org.organizationId, userId: userIds[0]! });
     expect(billing).toMatchObject({
-      userId: userIds[0], userName: "billing bot", userEmail: "billing@example.com", userTags: [tagId], authenticators: [], oauthProviders: [],
+      userId: userIds[0],
+      userName: "billing bot",
+      userEmail: "billing@example.com",
+      userTags: [tagId],
+      authenticators: [],
+      oauthProviders: [],
     });
     expect(billing.apiKeys).toHaveLength(1);
     const billingCredential = { publicKey: billingKey.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" };
@@ -120,7 +138,11 @@ describe("create_api_only_users", () => {
     const { user: report } = await client.getUser({ organizationId: org.organizationId, userId: userIds[1]! });
     expect(report).toMatchObject({ userName: "report bot", userTags: [], authenticators: [], oauthProviders: [] });
     expect(report.userEmail).toBeUndefined();
-    expect(report.apiKeys[0]).toMatchObject({ apiKeyName: "report key", expirationSeconds: "3600", credential: { publicKey: reportKey.publicKey } });
+    expect(report.apiKeys[0]).toMatchObject({
+      apiKeyName: "report key",
+      expirationSeconds: "3600",
+      credential: { publicKey: reportKey.publicKey },
+    });
 
     // The keys work: each new user is who its key says.
     const whoami = await h.http(billingKey).getWhoami({ organizationId: org.organizationId });
@@ -128,14 +150,21 @@ describe("create_api_only_users", () => {
 
     // The audit log keeps it like any activity.
     const { activity: recorded } = await client.getActivity({ organizationId: org.organizationId, activityId: activity.id });
-    expect(recorded).toMatchObject({ id: activity.id, type: "ACTIVITY_TYPE_CREATE_API_ONLY_USERS", intent: activity.intent, result: activity.result });
+    expect(recorded).toMatchObject({
+      id: activity.id,
+      type: "ACTIVITY_TYPE_CREATE_API_ONLY_USERS",
+      intent: activity.intent,
+      result: activity.result,
+    });
   });
 
   it("is USER / CREATE to policies: a non-root user is denied until a policy allows that", async () => {
     const root = h.sdk(org, org.key, fastPoller);
     const opsKey = newKeyPair();
     const opsApiKey = { apiKeyName: "ops key", publicKey: opsKey.publicKey, curveType: "API_KEY_CURVE_P256" as const };
-    const { userIds: [opsId] } = await root.createUsers({ users: [{ userName: "ops", apiKeys: [opsApiKey], ...noCredentials }] });
+    const {
+      userIds: [opsId],
+    } = await root.createUsers({ users: [{ userName: "ops", apiKeys: [opsApiKey], ...noCredentials }] });
     const ops = h.http(opsKey);
 
     const before = await snapshot();
@@ -160,17 +189,34 @@ describe("create_api_only_users", () => {
 
   describe("bad input", () => {
     it("refuses a body the swagger does not allow before it becomes an activity (400 REQUEST_INVALID)", async () => {
-      await expectRefusedUnchanged(() => sendSigned(CREATE_API_ONLY_USERS, { ...createApiOnlyUsersBody([]), parameters: {} }), 400, 3, "REQUEST_INVALID");
+      await expectRefusedUnchanged(
+        () => sendSigned(CREATE_API_ONLY_USERS, { ...createApiOnlyUsersBody([]), parameters: {} }),
+        400,
+        3,
+        "REQUEST_INVALID",
+      );
       const noTags = apiOnlyUser("untagged") as Record<string, unknown>;
       delete noTags.userTags;
       await expectRefusedUnchanged(() => sendSigned(CREATE_API_ONLY_USERS, createApiOnlyUsersBody([noTags])), 400, 3, "REQUEST_INVALID");
       // Its API key parameters name no curve: a curveType is an unknown field here.
-      const withCurve = apiOnlyUser("curved", { apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }] });
-      const message = await expectRefusedUnchanged(() => sendSigned(CREATE_API_ONLY_USERS, createApiOnlyUsersBody([withCurve])), 400, 3, "REQUEST_INVALID");
+      const withCurve = apiOnlyUser("curved", {
+        apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }],
+      });
+      const message = await expectRefusedUnchanged(
+        () => sendSigned(CREATE_API_ONLY_USERS, createApiOnlyUsersBody([withCurve])),
+        400,
+        3,
+        "REQUEST_INVALID",
+      );
       expect(message).toContain("curveType");
       // A user with a passkey is not an API-only user.
       const withPasskey = apiOnlyUser("passkeyed", { authenticators: [] });
-      await expectRefusedUnchanged(() => sendSigned(CREATE_API_ONLY_USERS, createApiOnlyUsersBody([withPasskey])), 400, 3, "REQUEST_INVALID");
+      await expectRefusedUnchanged(
+        () => sendSigned(CREATE_API_ONLY_USERS, createApiOnlyUsersBody([withPasskey])),
+        400,
+        3,
+        "REQUEST_INVALID",
+      );
     });
 
     it("refuses an unstamped request and another organization's key (nothing changes)", async () => {
@@ -219,23 +265,43 @@ describe("get_organization", () => {
     const subject = await h.organization("Initech");
     const root = h.sdk(subject, subject.key, fastPoller);
     const memberKey = newKeyPair();
-    const { userIds: [memberId] } = await root.createUsers({
-      users: [{
-        userName: "milton",
-        userEmail: "milton@initech.example",
-        apiKeys: [{ apiKeyName: "milton key", publicKey: memberKey.publicKey, curveType: "API_KEY_CURVE_P256" }],
-        ...noCredentials,
-      }],
+    const {
+      userIds: [memberId],
+    } = await root.createUsers({
+      users: [
+        {
+          userName: "milton",
+          userEmail: "milton@initech.example",
+          apiKeys: [{ apiKeyName: "milton key", publicKey: memberKey.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          ...noCredentials,
+        },
+      ],
     });
     await root.createUserTag({ userTagName: "staplers", userIds: [memberId!] });
     const { privateKeyTagId } = await root.createPrivateKeyTag({ privateKeyTagName: "treasury", privateKeyIds: [] });
     const ethereum = "ADDRESS_FORMAT_ETHEREUM" as const;
-    const ethKey = { privateKeyName: "eth key", curve: "CURVE_SECP256K1" as const, privateKeyTags: [privateKeyTagId], addressFormats: [ethereum] };
+    const ethKey = {
+      privateKeyName: "eth key",
+      curve: "CURVE_SECP256K1" as const,
+      privateKeyTags: [privateKeyTagId],
+      addressFormats: [ethereum],
+    };
     await root.createPrivateKeys({ privateKeys: [ethKey] });
-    const account = { curve: "CURVE_SECP256K1" as const, pathFormat: "PATH_FORMAT_BIP32" as const, path: "m/44'/60'/0'/0/0", addressFormat: ethereum };
+    const account = {
+      curve: "CURVE_SECP256K1" as const,
+      pathFormat: "PATH_FORMAT_BIP32" as const,
+      path: "m/44'/60'/0'/0/0",
+      addressFormat: ethereum,
+    };
     await root.createWallet({ walletName: "main", accounts: [account] });
     const consensus = `approvers.any(user, user.id == '${memberId}')`;
-    await root.createPolicy({ policyName: "milton signs", effect: "EFFECT_ALLOW", consensus, condition: "activity.action == 'SIGN'", notes: "n" });
+    await root.createPolicy({
+      policyName: "milton signs",
+      effect: "EFFECT_ALLOW",
+      consensus,
+      condition: "activity.action == 'SIGN'",
+      notes: "n",
+    });
     await root.setOrganizationFeature({ name: "FEATURE_NAME_EMAIL_AUTH", value: "" });
     const http = h.http(subject.key);
     data = { subject, http, ...(await http.getOrganization({ organizationId: subject.organizationId })) };
@@ -245,10 +311,19 @@ describe("get_organization", () => {
   it("returns the organization in one object, each part as its own query returns it", async () => {
     const { subject, http, organizationData } = data;
     const organizationId = subject.organizationId as string;
-    expect(Object.keys(organizationData).sort()).toEqual(
-      ["features", "invitations", "name", "organizationId", "policies", "privateKeys", "rootQuorum", "smartContractInterfaceReferences", "tags", "users",
-        "wallets"],
-    );
+    expect(Object.keys(organizationData).sort()).toEqual([
+      "features",
+      "invitations",
+      "name",
+      "organizationId",
+      "policies",
+      "privateKeys",
+      "rootQuorum",
+      "smartContractInterfaceReferences",
+      "tags",
+      "users",
+      "wallets",
+    ]);
     expect(organizationData.organizationId).toBe(organizationId);
     expect(organizationData.name).toBe("Initech");
     expect(organizationData.invitations).toEqual([]);
@@ -282,9 +357,18 @@ describe("get_organization", () => {
       expect(Object.keys(wallet).sort()).toEqual(["createdAt", "exported", "imported", "updatedAt", "walletId", "walletName"]);
     }
     for (const key of organizationData.privateKeys) {
-      expect(Object.keys(key).sort()).toEqual(
-        ["addresses", "createdAt", "curve", "exported", "imported", "privateKeyId", "privateKeyName", "privateKeyTags", "publicKey", "updatedAt"],
-      );
+      expect(Object.keys(key).sort()).toEqual([
+        "addresses",
+        "createdAt",
+        "curve",
+        "exported",
+        "imported",
+        "privateKeyId",
+        "privateKeyName",
+        "privateKeyTags",
+        "publicKey",
+        "updatedAt",
+      ]);
       expect(key.publicKey).toMatch(/^0[23][0-9a-f]{64}$/);
     }
   });
@@ -297,7 +381,12 @@ describe("get_organization", () => {
 
   describe("bad input (nothing changes)", () => {
     it("refuses an unstamped request (401 SIGNATURE_MISSING)", async () => {
-      await expectRefusedUnchanged(() => h.post(GET_ORGANIZATION, JSON.stringify({ organizationId: org.organizationId })), 401, 16, "SIGNATURE_MISSING");
+      await expectRefusedUnchanged(
+        () => h.post(GET_ORGANIZATION, JSON.stringify({ organizationId: org.organizationId })),
+        401,
+        16,
+        "SIGNATURE_MISSING",
+      );
     });
 
     it("refuses another organization's key (403 ORGANIZATION_MISMATCH) and an organization that does not exist (404)", async () => {
@@ -305,7 +394,12 @@ describe("get_organization", () => {
       const message = await expectRefusedUnchanged(() => sendSigned(GET_ORGANIZATION, other), 403, 7, "ORGANIZATION_MISMATCH");
       expect(message).toContain(otherOrg.organizationId);
       const missing = crypto.randomUUID();
-      const missingMessage = await expectRefusedUnchanged(() => sendSigned(GET_ORGANIZATION, { organizationId: missing }), 404, 5, "ORGANIZATION_NOT_FOUND");
+      const missingMessage = await expectRefusedUnchanged(
+        () => sendSigned(GET_ORGANIZATION, { organizationId: missing }),
+        404,
+        5,
+        "ORGANIZATION_NOT_FOUND",
+      );
       expect(missingMessage).toContain(missing);
     });
 

@@ -22,8 +22,8 @@ const SUBMIT = "/public/v1/submit/create_user_tag";
 function publishedSchema(path: string) {
   const ajv = new Ajv({ strict: false, validateFormats: false });
   ajv.addSchema(document, "openapi");
-  const escape = (segment: string) => segment.replace(/~/g, "~0").replace(/\//g, "~1");
-  const pointer = ["paths", path, "post", "requestBody", "content", "application/json", "schema"].map(escape).join("/");
+  const escapePointer = (segment: string) => segment.replace(/~/g, "~0").replace(/\//g, "~1");
+  const pointer = ["paths", path, "post", "requestBody", "content", "application/json", "schema"].map(escapePointer).join("/");
   return ajv.compile({ $ref: `openapi#/${pointer}` });
 }
 
@@ -32,7 +32,9 @@ describe("the published submit envelope", () => {
     const envelopes = document.paths[SUBMIT].post.requestBody.content["application/json"].schema.oneOf;
     expect(envelopes.map((e: any) => e.properties.type.const)).toEqual(["ACTIVITY_TYPE_CREATE_USER_TAG"]);
     const users = document.paths["/public/v1/submit/create_users"].post.requestBody.content["application/json"].schema.oneOf;
-    expect(users.map((e: any) => e.properties.type.const)).toEqual(["", "_V2", "_V3", "_V4"].map((version) => `ACTIVITY_TYPE_CREATE_USERS${version}`));
+    expect(users.map((e: any) => e.properties.type.const)).toEqual(
+      ["", "_V2", "_V3", "_V4"].map((version) => `ACTIVITY_TYPE_CREATE_USERS${version}`),
+    );
     for (const envelope of users) {
       expect(envelope).toMatchObject({ required: ["type", "timestampMs", "organizationId", "parameters"], additionalProperties: false });
       expect(document.components.schemas[envelope.properties.parameters.$ref.replace("#/components/schemas/", "")]).toBeDefined();
@@ -42,7 +44,12 @@ describe("the published submit envelope", () => {
   it("is the one the server enforces", async () => {
     const valid = publishedSchema(SUBMIT);
     const parameters = { userTagName: `tag ${Date.now()}`, userIds: [] };
-    const envelope = () => ({ type: "ACTIVITY_TYPE_CREATE_USER_TAG", timestampMs: String(Date.now()), organizationId: org.organizationId, parameters });
+    const envelope = () => ({
+      type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+      timestampMs: String(Date.now()),
+      organizationId: org.organizationId,
+      parameters,
+    });
     const { timestampMs: _, ...withoutTimestamp } = envelope();
     // [what, body, the server's code for it] (the type is checked before the schema, with a code of its own).
     const bodies: Array<[string, Record<string, unknown>, string?]> = [

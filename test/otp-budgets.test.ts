@@ -36,7 +36,12 @@ beforeAll(async () => {
   });
   await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
   const smtpPort = (smtp.server.address() as AddressInfo).port;
-  const env = { ...LIMITS, SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`, SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400", SIGIL_MESSAGE_POLL_MS: "50" };
+  const env = {
+    ...LIMITS,
+    SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`,
+    SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400",
+    SIGIL_MESSAGE_POLL_MS: "50",
+  };
   h = await startHarness(env, { clock: () => Date.now() + offset });
 });
 afterAll(async () => {
@@ -62,7 +67,11 @@ async function start(baseUrl: string, key: ApiKeyPair, organizationId: string, o
   return { status: response.status, retryAfter: response.headers.get("retry-after"), code, message: String(json.message ?? ""), json };
 }
 
-const device = (key: ApiKeyPair, apiKeyName = "device") => ({ apiKeyName, publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" as const });
+const device = (key: ApiKeyPair, apiKeyName = "device") => ({
+  apiKeyName,
+  publicKey: key.publicKey,
+  curveType: "API_KEY_CURVE_P256" as const,
+});
 
 /** A top-level organization (an app's backend) and a way to make its end users: sub-organizations
  * whose root user holds its own API key. */
@@ -135,10 +144,13 @@ describe("a top-level organization's budget", () => {
     const firstSent = Date.now() + offset;
     // Four end users, two strangers each (under their own budget of 3): the organization's 8.
     for (const [i, user] of users.entries()) {
-      for (const n of [1, 2]) expect((await start(h.url, user.key, user.subOrganizationId, "init_otp", `stranger.${i}.${n}@example.net`)).status).toBe(200);
+      for (const n of [1, 2])
+        expect((await start(h.url, user.key, user.subOrganizationId, "init_otp", `stranger.${i}.${n}@example.net`)).status).toBe(200);
     }
     const late = await shop.endUser();
-    const refused = await refusedUnchanged(() => start(h.url, late.key, late.subOrganizationId, "init_otp", "one.more.stranger@example.net"));
+    const refused = await refusedUnchanged(() =>
+      start(h.url, late.key, late.subOrganizationId, "init_otp", "one.more.stranger@example.net"),
+    );
     expect(refused.message).toContain("SIGIL_OTP_PER_ORGANIZATION_LIMIT");
     expect(refused.message).toContain(shop.org.organizationId);
     // The oldest of the eight leaves the hour-long window first: that is when a slot frees.
@@ -153,12 +165,16 @@ describe("a top-level organization's budget", () => {
     expect((await start(h.url, other.key, other.subOrganizationId, "init_otp", "stranger.0.1@example.net")).status).toBe(200);
     // Nothing was queued for the refused sends: eight messages, to the eight strangers.
     const queued = await outboxOf([...users, late].map((u) => u.subOrganizationId));
-    expect(queued.map((m) => m.recipient).sort()).toEqual(users.flatMap((_, i) => [`stranger.${i}.1@example.net`, `stranger.${i}.2@example.net`]).sort());
+    expect(queued.map((m) => m.recipient).sort()).toEqual(
+      users.flatMap((_, i) => [`stranger.${i}.1@example.net`, `stranger.${i}.2@example.net`]).sort(),
+    );
 
     // Two seconds before the slot frees the answer is the same; at Retry-After the send goes out.
     offset += (retryAfter - 2) * 1000;
     try {
-      expect((await start(h.url, late.key, late.subOrganizationId, "init_otp", "still.too.early@example.net")).code).toBe("OTP_RATE_LIMITED");
+      expect((await start(h.url, late.key, late.subOrganizationId, "init_otp", "still.too.early@example.net")).code).toBe(
+        "OTP_RATE_LIMITED",
+      );
       offset += 2000;
       expect((await start(h.url, late.key, late.subOrganizationId, "init_otp", "on.time@example.net")).status).toBe(200);
       // Sent by the courier on the server's (moved) clock.
@@ -175,7 +191,8 @@ describe("an end user's credentials", () => {
   it("share one budget per sub-organization, however many keys its root mints; the app's backend still reaches that user", async () => {
     const wallet = await app("Wallet");
     const user = await wallet.endUser();
-    for (const n of [1, 2, 3]) expect((await start(h.url, user.key, user.subOrganizationId, "init_otp", `target.${n}@example.org`)).status).toBe(200);
+    for (const n of [1, 2, 3])
+      expect((await start(h.url, user.key, user.subOrganizationId, "init_otp", `target.${n}@example.org`)).status).toBe(200);
     const refused = await refusedUnchanged(() => start(h.url, user.key, user.subOrganizationId, "init_otp", "target.4@example.org"));
     expect(refused.message).toContain("SIGIL_OTP_PER_END_USER_LIMIT");
     expect(Number(refused.retryAfter)).toBeGreaterThan(0);
@@ -210,7 +227,8 @@ describe("one credential of a top-level organization", () => {
       await backend.createApiKeys({ userId: org.userId, apiKeys: [device(second, "second backend")] });
       // Top-level organizations opt in to one-time passwords.
       await backend.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
-      for (const n of [1, 2]) expect((await start(own.url, org.key, org.organizationId, "init_otp", `someone.${n}@example.org`)).status).toBe(200);
+      for (const n of [1, 2])
+        expect((await start(own.url, org.key, org.organizationId, "init_otp", `someone.${n}@example.org`)).status).toBe(200);
       const refused = await refusedUnchanged(() => start(own.url, org.key, org.organizationId, "init_otp", "someone.3@example.org"), own);
       expect(refused.message).toContain("SIGIL_OTP_PER_CREDENTIAL_LIMIT");
       expect(refused.message).toContain(org.apiKeyId);
@@ -247,7 +265,8 @@ describe("contacts are counted in one spelling per inbox", () => {
     const user = await stops.endUser();
     // The app's backend (its per-contact budget: 3 in 10 minutes).
     const send = (contact: string) => start(h.url, stops.org.key, user.subOrganizationId, "init_otp", contact);
-    for (const spelling of ["victim@example.com", "victim@example.com\u3002", "victim@example.com\uFF0E"]) expect((await send(spelling)).status, spelling).toBe(200);
+    for (const spelling of ["victim@example.com", "victim@example.com\u3002", "victim@example.com\uFF0E"])
+      expect((await send(spelling)).status, spelling).toBe(200);
     expect((await refusedUnchanged(() => send("victim@example.com\uFF61"))).message).toContain("SIGIL_OTP_PER_CONTACT_LIMIT");
   });
 
@@ -257,7 +276,8 @@ describe("contacts are counted in one spelling per inbox", () => {
     const send = (contact: string) => start(h.url, other.org.key, user.subOrganizationId, "init_otp", contact);
     for (let i = 0; i < 3; i++) expect((await send("j.d@example.com")).status).toBe(200);
     expect((await send("jd@example.com")).status).toBe(200);
-    for (const spelling of ["+1 555 010 0000", "+1 (555) 010-0000", "+15550100000"]) expect((await send(spelling)).status, spelling).toBe(200);
+    for (const spelling of ["+1 555 010 0000", "+1 (555) 010-0000", "+15550100000"])
+      expect((await send(spelling)).status, spelling).toBe(200);
     expect((await refusedUnchanged(() => send("+1.555.010.0000"))).message).toContain("SIGIL_OTP_PER_CONTACT_LIMIT");
   });
 });
@@ -268,7 +288,13 @@ describe("two server processes on one database", () => {
     try {
       const [first, second] = [await deployment.start(), await deployment.start()];
       const { key, organizationId } = deployment;
-      const client = { apiBaseUrl: first!.url, apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey, defaultOrganizationId: organizationId, ...fastPoller };
+      const client = {
+        apiBaseUrl: first!.url,
+        apiPublicKey: key.publicKey,
+        apiPrivateKey: key.privateKey,
+        defaultOrganizationId: organizationId,
+        ...fastPoller,
+      };
       const backend = new Turnkey(client).apiClient();
       const subs = await Promise.all(
         Array.from({ length: 16 }, (_, i) =>
@@ -281,15 +307,21 @@ describe("two server processes on one database", () => {
       );
       // Into sixteen sub-organizations (sixteen different organization locks), half through each process.
       const answers = await Promise.all(
-        subs.map(({ subOrganizationId }, i) => start(i % 2 ? second!.url : first!.url, key, subOrganizationId, "init_otp", `person.${i}@example.net`)),
+        subs.map(({ subOrganizationId }, i) =>
+          start(i % 2 ? second!.url : first!.url, key, subOrganizationId, "init_otp", `person.${i}@example.net`),
+        ),
       );
       expect(answers.filter((a) => a.status === 200)).toHaveLength(8);
       expect(answers.filter((a) => a.code === "OTP_RATE_LIMITED")).toHaveLength(8);
       const store = await openStore(loadConfig(deployment.env, { dataDir: deployment.database.dataDir }));
       try {
         const subIds = subs.map((s) => s.subOrganizationId);
-        expect(await store.db.selectFrom("outbound_messages").select("id").where("organization_id", "in", subIds).execute()).toHaveLength(8);
-        expect(await store.db.selectFrom("otp_sends").select("created_at").where("root_organization_id", "=", organizationId).execute()).toHaveLength(8);
+        expect(await store.db.selectFrom("outbound_messages").select("id").where("organization_id", "in", subIds).execute()).toHaveLength(
+          8,
+        );
+        expect(
+          await store.db.selectFrom("otp_sends").select("created_at").where("root_organization_id", "=", organizationId).execute(),
+        ).toHaveLength(8);
       } finally {
         await store.close();
       }

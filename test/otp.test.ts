@@ -78,16 +78,29 @@ const until = async <T>(find: () => T | undefined, what: string): Promise<T> => 
 
 /** The code in the latest email to `to` (the plain-text part says "verification code is <code>"). */
 async function emailedCode(to: string, after: number): Promise<string> {
-  const mail = await until(() => mails.slice(after).reverse().find((m) => m.to === to), `an email to ${to}`);
+  const mail = await until(
+    () =>
+      mails
+        .slice(after)
+        .reverse()
+        .find((m) => m.to === to),
+    `an email to ${to}`,
+  );
   return /verification code is ([0-9A-Z]{6,9})/.exec(mail.raw.replace(/=\r?\n/g, ""))![1]!;
 }
-
 
 beforeAll(async () => {
   const smtpPort = await startSmtp();
   const smsPort = await startSms();
   h = await startHarness(
-    { SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`, SIGIL_SMS_URL: `http://127.0.0.1:${smsPort}/sms`, SIGIL_SMS_TOKEN: "sms-secret", SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400", SIGIL_MESSAGE_POLL_MS: "50", SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com" },
+    {
+      SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`,
+      SIGIL_SMS_URL: `http://127.0.0.1:${smsPort}/sms`,
+      SIGIL_SMS_TOKEN: "sms-secret",
+      SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400",
+      SIGIL_MESSAGE_POLL_MS: "50",
+      SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com",
+    },
     { clock: () => Date.now() + offset },
   );
   parent = await h.organization("App backend");
@@ -112,18 +125,31 @@ async function endUser() {
   const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({
     subOrganizationName: `end user ${counter}`,
     rootQuorumThreshold: 1,
-    rootUsers: [{ userName: `user ${counter}`, userEmail: email, userPhoneNumber: phone, apiKeys: [{ apiKeyName: "device", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }],
+    rootUsers: [
+      {
+        userName: `user ${counter}`,
+        userEmail: email,
+        userPhoneNumber: phone,
+        apiKeys: [{ apiKeyName: "device", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }],
+        authenticators: [],
+        oauthProviders: [],
+      },
+    ],
   });
   return { subOrganizationId, userId: rootUserIds![0]!, email, phone };
 }
-
-
 
 describe("init_otp_auth → otp_auth (credential bundle)", () => {
   it("emails a code over SMTP; the code opens a session key for the user; the email counts as verified", async () => {
     const user = await endUser();
     const before = mails.length;
-    const { otpId } = await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo App", emailCustomization: { logoUrl: "https://example.com/logo.png", magicLinkTemplate: "https://app.example.com/login?code=%s" } });
+    const { otpId } = await parentSdk.initOtpAuth({
+      organizationId: user.subOrganizationId,
+      otpType: "OTP_TYPE_EMAIL",
+      contact: user.email,
+      appName: "Demo App",
+      emailCustomization: { logoUrl: "https://example.com/logo.png", magicLinkTemplate: "https://app.example.com/login?code=%s" },
+    });
     const code = await emailedCode(user.email, before);
     expect(code).toMatch(/^[0-9A-HJKMNP-TV-Z]{9}$/);
     const raw = mails.at(-1)!.raw;
@@ -131,7 +157,12 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
     expect(raw.replace(/=\r?\n/g, "")).toContain(`https://app.example.com/login?code=3D${code}`.replace("=3D", "=3D"));
 
     const target = generateP256KeyPair();
-    const result = await parentSdk.otpAuth({ organizationId: user.subOrganizationId, otpId, otpCode: code.toLowerCase(), targetPublicKey: target.publicKeyUncompressed });
+    const result = await parentSdk.otpAuth({
+      organizationId: user.subOrganizationId,
+      otpId,
+      otpCode: code.toLowerCase(),
+      targetPublicKey: target.publicKeyUncompressed,
+    });
     expect(result.userId).toBe(user.userId);
     const key = keyFromBundle(result.credentialBundle!, target);
     const asUser = h.sdk({ organizationId: user.subOrganizationId }, key, fastPoller);
@@ -142,7 +173,9 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
     expect(verified.organizationIds).toContain(user.subOrganizationId);
 
     // The code is kept only as a hash: neither the OTP row nor the sent message holds it.
-    const stored = JSON.stringify(await h.server.store.db.selectFrom("otps").selectAll().where("id", "=", otpId).execute()) + JSON.stringify(await h.server.store.db.selectFrom("outbound_messages").selectAll().execute());
+    const stored =
+      JSON.stringify(await h.server.store.db.selectFrom("otps").selectAll().where("id", "=", otpId).execute()) +
+      JSON.stringify(await h.server.store.db.selectFrom("outbound_messages").selectAll().execute());
     expect(stored).not.toContain(code);
     const intent = JSON.stringify(await h.server.store.db.selectFrom("activities").select("intent").execute());
     expect(intent).not.toContain(code);
@@ -151,12 +184,25 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
   it("texts a code to the SMS endpoint as JSON {to, body}, with the template and the bearer token", async () => {
     const user = await endUser();
     const before = texts.length;
-    const { otpId } = await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_SMS", contact: user.phone, appName: "Demo", otpLength: 6, alphanumeric: false, smsCustomization: { template: "Your Demo code: {{.OtpCode}}" } });
+    const { otpId } = await parentSdk.initOtpAuth({
+      organizationId: user.subOrganizationId,
+      otpType: "OTP_TYPE_SMS",
+      contact: user.phone,
+      appName: "Demo",
+      otpLength: 6,
+      alphanumeric: false,
+      smsCustomization: { template: "Your Demo code: {{.OtpCode}}" },
+    });
     const text = await until(() => texts.slice(before).find((t) => t.to === user.phone), "the SMS");
     expect(text.authorization).toBe("Bearer sms-secret");
     const code = /Your Demo code: (\d{6})$/.exec(text.body)![1]!;
     const target = generateP256KeyPair();
-    const result = await parentSdk.otpAuth({ organizationId: user.subOrganizationId, otpId, otpCode: code, targetPublicKey: target.publicKeyUncompressed });
+    const result = await parentSdk.otpAuth({
+      organizationId: user.subOrganizationId,
+      otpId,
+      otpCode: code,
+      targetPublicKey: target.publicKeyUncompressed,
+    });
     expect(result.userId).toBe(user.userId);
     const verified = await parentSdk.getVerifiedSubOrgIds({ filterType: "PHONE_NUMBER", filterValue: user.phone });
     expect(verified.organizationIds).toContain(user.subOrganizationId);
@@ -165,10 +211,16 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
   it("wrong, reused, burnt and expired codes are each refused with their own error", async () => {
     const user = await endUser();
     const target = generateP256KeyPair();
-    const auth = (otpId: string, otpCode: string) => parentSdk.otpAuth({ organizationId: user.subOrganizationId, otpId, otpCode, targetPublicKey: target.publicKeyUncompressed });
+    const auth = (otpId: string, otpCode: string) =>
+      parentSdk.otpAuth({ organizationId: user.subOrganizationId, otpId, otpCode, targetPublicKey: target.publicKeyUncompressed });
     const start = async () => {
       const before = mails.length;
-      const { otpId } = await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+      const { otpId } = await parentSdk.initOtpAuth({
+        organizationId: user.subOrganizationId,
+        otpType: "OTP_TYPE_EMAIL",
+        contact: user.email,
+        appName: "Demo",
+      });
       return { otpId, code: await emailedCode(user.email, before) };
     };
     const keysBefore = (await parentSdk.getApiKeys({ organizationId: user.subOrganizationId, userId: user.userId })).apiKeys.length;
@@ -195,28 +247,63 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
     }
     // An OTP id of another sub-organization is unknown here.
     const other = await endUser();
-    expect(await errorOf(parentSdk.otpAuth({ organizationId: other.subOrganizationId, otpId: third.otpId, otpCode: third.code, targetPublicKey: target.publicKeyUncompressed }))).toContain("OTP_NOT_FOUND");
+    expect(
+      await errorOf(
+        parentSdk.otpAuth({
+          organizationId: other.subOrganizationId,
+          otpId: third.otpId,
+          otpCode: third.code,
+          targetPublicKey: target.publicKeyUncompressed,
+        }),
+      ),
+    ).toContain("OTP_NOT_FOUND");
     // Only the one good login made a key.
-    expect((await parentSdk.getApiKeys({ organizationId: user.subOrganizationId, userId: user.userId })).apiKeys.length).toBe(keysBefore + 1);
+    expect((await parentSdk.getApiKeys({ organizationId: user.subOrganizationId, userId: user.userId })).apiKeys.length).toBe(
+      keysBefore + 1,
+    );
   });
 
   it("sends a code to the address on record, and at most 5 codes to one contact in 10 minutes", async () => {
     const user = await endUser();
     const before = mails.length;
-    await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email.toUpperCase(), appName: "Demo" });
+    await parentSdk.initOtpAuth({
+      organizationId: user.subOrganizationId,
+      otpType: "OTP_TYPE_EMAIL",
+      contact: user.email.toUpperCase(),
+      appName: "Demo",
+    });
     await emailedCode(user.email, before);
-    for (let i = 0; i < 4; i++) await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+    for (let i = 0; i < 4; i++)
+      await parentSdk.initOtpAuth({
+        organizationId: user.subOrganizationId,
+        otpType: "OTP_TYPE_EMAIL",
+        contact: user.email,
+        appName: "Demo",
+      });
     const otps = await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute();
-    expect(await errorOf(parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" }))).toContain("OTP_RATE_LIMITED");
+    expect(
+      await errorOf(
+        parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" }),
+      ),
+    ).toContain("OTP_RATE_LIMITED");
     // Other spellings of the same inbox count too.
     const [local, domain] = user.email.split("@");
     for (const spelling of [user.email.toUpperCase(), `${local}+again@${domain}`, `${user.email}.`]) {
-      expect(await errorOf(parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: spelling, appName: "Demo" })), spelling).toContain("OTP_RATE_LIMITED");
+      expect(await errorOf(parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: spelling, appName: "Demo" })), spelling).toContain(
+        "OTP_RATE_LIMITED",
+      );
     }
-    expect(await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual(otps);
+    expect(await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual(
+      otps,
+    );
     offset += 10 * 60_000 + 1_000;
     try {
-      await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+      await parentSdk.initOtpAuth({
+        organizationId: user.subOrganizationId,
+        otpType: "OTP_TYPE_EMAIL",
+        contact: user.email,
+        appName: "Demo",
+      });
     } finally {
       offset -= 10 * 60_000 + 1_000;
     }
@@ -224,14 +311,33 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
 
   it("an end user's own requests cannot use up the parent's budget for a contact, nor bomb it from many sub-organizations", async () => {
     const victim = `victim.${Date.now()}@example.com`;
-    const attackers = await Promise.all([0, 1, 2].map(async () => {
-      const key = newKeyPair();
-      const { subOrganizationId } = await parentSdk.createSubOrganization({ subOrganizationName: "attacker", rootQuorumThreshold: 1, rootUsers: [{ userName: "attacker", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] });
-      return h.sdk({ organizationId: subOrganizationId }, key, fastPoller);
-    }));
+    const attackers = await Promise.all(
+      [0, 1, 2].map(async () => {
+        const key = newKeyPair();
+        const { subOrganizationId } = await parentSdk.createSubOrganization({
+          subOrganizationName: "attacker",
+          rootQuorumThreshold: 1,
+          rootUsers: [
+            {
+              userName: "attacker",
+              apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+              authenticators: [],
+              oauthProviders: [],
+            },
+          ],
+        });
+        return h.sdk({ organizationId: subOrganizationId }, key, fastPoller);
+      }),
+    );
     const outcomes: string[] = [];
     for (const attacker of attackers) {
-      for (let i = 0; i < 5; i++) outcomes.push(await attacker.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: victim, appName: "Demo" }).then(() => "sent", (e: Error) => (e.message.includes("OTP_RATE_LIMITED") ? "limited" : e.message)));
+      for (let i = 0; i < 5; i++)
+        outcomes.push(
+          await attacker.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: victim, appName: "Demo" }).then(
+            () => "sent",
+            (e: Error) => (e.message.includes("OTP_RATE_LIMITED") ? "limited" : e.message),
+          ),
+        );
     }
     // Five each at most, ten from sub-organizations together.
     expect(outcomes.filter((o) => o === "sent")).toHaveLength(10);
@@ -242,17 +348,53 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
 
   it("an end user's own credential may not customize the message", async () => {
     const key = newKeyPair();
-    const { subOrganizationId } = await parentSdk.createSubOrganization({ subOrganizationName: "end user", rootQuorumThreshold: 1, rootUsers: [{ userName: "u", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] });
+    const { subOrganizationId } = await parentSdk.createSubOrganization({
+      subOrganizationName: "end user",
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        {
+          userName: "u",
+          apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
     const own = h.sdk({ organizationId: subOrganizationId }, key, fastPoller);
     const before = mails.length;
-    expect(await errorOf(own.initOtp({ otpType: "OTP_TYPE_SMS", contact: "+15550009999", appName: "Bank", smsCustomization: { template: "BANK ALERT: call +1 900 555 0100, ref {{.OtpCode}}" } }))).toContain("OTP_CUSTOMIZATION_NOT_ALLOWED");
-    expect(await errorOf(own.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: "someone@example.com", appName: "Bank", sendFromEmailAddress: "alerts@example.com", sendFromEmailSenderName: "Security" }))).toContain("OTP_CUSTOMIZATION_NOT_ALLOWED");
-    expect(await errorOf(own.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: "someone@example.com", appName: "Call 1-900-555-0100 now" }))).toContain("INVALID_APP_NAME");
+    expect(
+      await errorOf(
+        own.initOtp({
+          otpType: "OTP_TYPE_SMS",
+          contact: "+15550009999",
+          appName: "Bank",
+          smsCustomization: { template: "BANK ALERT: call +1 900 555 0100, ref {{.OtpCode}}" },
+        }),
+      ),
+    ).toContain("OTP_CUSTOMIZATION_NOT_ALLOWED");
+    expect(
+      await errorOf(
+        own.initOtp({
+          otpType: "OTP_TYPE_EMAIL",
+          contact: "someone@example.com",
+          appName: "Bank",
+          sendFromEmailAddress: "alerts@example.com",
+          sendFromEmailSenderName: "Security",
+        }),
+      ),
+    ).toContain("OTP_CUSTOMIZATION_NOT_ALLOWED");
+    expect(
+      await errorOf(own.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: "someone@example.com", appName: "Call 1-900-555-0100 now" })),
+    ).toContain("INVALID_APP_NAME");
     // A plain app name is fine.
     expect((await own.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: "someone@example.com", appName: "My Wallet" })).otpId).toBeTruthy();
     // Only that message was queued (a refused request leaves no message for the courier), and it arrives.
     // Counted by recipient: mails of earlier tests may still be arriving.
-    const queued = await h.server.store.db.selectFrom("outbound_messages").select("recipient").where("organization_id", "=", subOrganizationId).execute();
+    const queued = await h.server.store.db
+      .selectFrom("outbound_messages")
+      .select("recipient")
+      .where("organization_id", "=", subOrganizationId)
+      .execute();
     expect(queued).toEqual([{ recipient: "someone@example.com" }]);
     await emailedCode("someone@example.com", before);
     expect(texts.filter((t) => t.to === "+15550009999")).toEqual([]);
@@ -262,12 +404,29 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
     const a = await endUser();
     const b = await endUser();
     const key = newKeyPair();
-    const { userIds } = await parentSdk.createUsers({ users: [{ userName: `backend ${Date.now()}`, apiKeys: [{ apiKeyName: "backend", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }] });
+    const { userIds } = await parentSdk.createUsers({
+      users: [
+        {
+          userName: `backend ${Date.now()}`,
+          apiKeys: [{ apiKeyName: "backend", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+          userTags: [],
+        },
+      ],
+    });
     const backend = h.sdk(parent, key, fastPoller);
-    const start = (user: { subOrganizationId: string; email: string }) => backend.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+    const start = (user: { subOrganizationId: string; email: string }) =>
+      backend.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
     // A non-root user of the parent with no policy may not start logins anywhere.
     expect(await errorOf(start(a))).toContain("POLICY_DENIED");
-    await parentSdk.createPolicy({ policyName: `backend logins in ${a.subOrganizationId}`, effect: "EFFECT_ALLOW", notes: "", consensus: `approvers.any(user, user.id == '${userIds[0]}')`, condition: `activity.resource == 'OTP' && activity.organization_id == '${a.subOrganizationId}'` });
+    await parentSdk.createPolicy({
+      policyName: `backend logins in ${a.subOrganizationId}`,
+      effect: "EFFECT_ALLOW",
+      notes: "",
+      consensus: `approvers.any(user, user.id == '${userIds[0]}')`,
+      condition: `activity.resource == 'OTP' && activity.organization_id == '${a.subOrganizationId}'`,
+    });
     expect((await start(a)).otpId).toBeTruthy();
     expect(await errorOf(start(b))).toContain("POLICY_DENIED");
   });
@@ -275,22 +434,55 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
   it("V3's expirationSeconds sets the code's lifetime (at most 600 seconds)", async () => {
     const user = await endUser();
     const before = mails.length;
-    const { otpId } = await parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo", expirationSeconds: "60" });
+    const { otpId } = await parentSdk.initOtpAuth({
+      organizationId: user.subOrganizationId,
+      otpType: "OTP_TYPE_EMAIL",
+      contact: user.email,
+      appName: "Demo",
+      expirationSeconds: "60",
+    });
     const code = await emailedCode(user.email, before);
     offset += 61_000;
     try {
-      expect(await errorOf(parentSdk.otpAuth({ organizationId: user.subOrganizationId, otpId, otpCode: code, targetPublicKey: generateP256KeyPair().publicKeyUncompressed }))).toContain("OTP_EXPIRED");
+      expect(
+        await errorOf(
+          parentSdk.otpAuth({
+            organizationId: user.subOrganizationId,
+            otpId,
+            otpCode: code,
+            targetPublicKey: generateP256KeyPair().publicKeyUncompressed,
+          }),
+        ),
+      ).toContain("OTP_EXPIRED");
     } finally {
       offset -= 61_000;
     }
-    expect(await errorOf(parentSdk.initOtpAuth({ organizationId: user.subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo", expirationSeconds: "601" }))).toContain("INVALID_EXPIRATION");
+    expect(
+      await errorOf(
+        parentSdk.initOtpAuth({
+          organizationId: user.subOrganizationId,
+          otpType: "OTP_TYPE_EMAIL",
+          contact: user.email,
+          appName: "Demo",
+          expirationSeconds: "601",
+        }),
+      ),
+    ).toContain("INVALID_EXPIRATION");
   });
 
   it("the older versions (V1, V2) are accepted", async () => {
     const user = await endUser();
     for (const type of ["ACTIVITY_TYPE_INIT_OTP_AUTH", "ACTIVITY_TYPE_INIT_OTP_AUTH_V2"]) {
       const before = mails.length;
-      const { body, headers } = signedRequest({ type, timestampMs: String(Date.now()), organizationId: user.subOrganizationId, parameters: { otpType: "OTP_TYPE_EMAIL", contact: user.email, emailCustomization: { appName: "Old" } } }, parent.key);
+      const { body, headers } = signedRequest(
+        {
+          type,
+          timestampMs: String(Date.now()),
+          organizationId: user.subOrganizationId,
+          parameters: { otpType: "OTP_TYPE_EMAIL", contact: user.email, emailCustomization: { appName: "Old" } },
+        },
+        parent.key,
+      );
       const response = await h.post("/public/v1/submit/init_otp_auth", body, headers);
       expect(response.status, JSON.stringify(response.json)).toBe(200);
       const result = response.json.activity.result[type.endsWith("V2") ? "initOtpAuthResultV2" : "initOtpAuthResult"];
@@ -306,35 +498,139 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
       ["a phone number that is not E.164", { otpType: "OTP_TYPE_SMS", contact: "555-1234", appName: "x" }, "INVALID_CONTACT"],
       ["a code length of 5", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", otpLength: 5 }, "INVALID_OTP_LENGTH"],
       ["a code length of 10", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", otpLength: 10 }, "INVALID_OTP_LENGTH"],
-      ["a contact no user of the organization has", { otpType: "OTP_TYPE_EMAIL", contact: "nobody@example.com", appName: "x" }, "USER_NOT_FOUND"],
-      ["a logo that is not an https URL", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { logoUrl: "javascript:alert(1)" } }, "INVALID_EMAIL_CUSTOMIZATION"],
-      ["a magic link without %s", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "https://x.example.com/" } }, "INVALID_EMAIL_CUSTOMIZATION"],
-      ["templateVariables that are not a JSON object", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { templateVariables: "[1]" } }, "INVALID_EMAIL_CUSTOMIZATION"],
+      [
+        "a contact no user of the organization has",
+        { otpType: "OTP_TYPE_EMAIL", contact: "nobody@example.com", appName: "x" },
+        "USER_NOT_FOUND",
+      ],
+      [
+        "a logo that is not an https URL",
+        { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { logoUrl: "javascript:alert(1)" } },
+        "INVALID_EMAIL_CUSTOMIZATION",
+      ],
+      [
+        "a magic link without %s",
+        {
+          otpType: "OTP_TYPE_EMAIL",
+          contact: "CONTACT",
+          appName: "x",
+          emailCustomization: { magicLinkTemplate: "https://x.example.com/" },
+        },
+        "INVALID_EMAIL_CUSTOMIZATION",
+      ],
+      [
+        "templateVariables that are not a JSON object",
+        { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { templateVariables: "[1]" } },
+        "INVALID_EMAIL_CUSTOMIZATION",
+      ],
       // Links, logos and senders must be the operator's (SIGIL_EMAIL_ALLOWED_DOMAINS=example.com):
       // otherwise anyone able to start a code could send mail that looks like anyone's.
-      ["a magic link to another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "https://evil.example.net/login?c=%s" } }, "EMAIL_DOMAIN_NOT_ALLOWED"],
-      ["a magic link that smuggles text and a second link", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "https://app.example.com/\n\nYour wallet is locked: https://evil.example.net/unlock?c=%s" } }, "INVALID_EMAIL_CUSTOMIZATION"],
-      ["a magic link over plain http", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { magicLinkTemplate: "http://app.example.com/login?c=%s" } }, "INVALID_EMAIL_CUSTOMIZATION"],
-      ["a logo from another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { logoUrl: "https://cdn.paypal.com/logo.png" } }, "EMAIL_DOMAIN_NOT_ALLOWED"],
-      ["a sender at another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", sendFromEmailAddress: "security@paypal.com", sendFromEmailSenderName: "PayPal Security" }, "EMAIL_DOMAIN_NOT_ALLOWED"],
-      ["a reply-to at another domain", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", replyToEmailAddress: "help@evil.example.net" }, "EMAIL_DOMAIN_NOT_ALLOWED"],
-      ["an app name longer than 64 characters", { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x".repeat(65) }, "INVALID_APP_NAME"],
-      ["an SMS template without the code", { otpType: "OTP_TYPE_SMS", contact: "PHONE", appName: "x", smsCustomization: { template: "Your bank account is locked, call +1 900 555 0100" } }, "INVALID_SMS_TEMPLATE"],
-      ["an SMS template longer than 320 characters", { otpType: "OTP_TYPE_SMS", contact: "PHONE", appName: "x", smsCustomization: { template: `{{.OtpCode}} ${"x".repeat(320)}` } }, "INVALID_SMS_TEMPLATE"],
+      [
+        "a magic link to another domain",
+        {
+          otpType: "OTP_TYPE_EMAIL",
+          contact: "CONTACT",
+          appName: "x",
+          emailCustomization: { magicLinkTemplate: "https://evil.example.net/login?c=%s" },
+        },
+        "EMAIL_DOMAIN_NOT_ALLOWED",
+      ],
+      [
+        "a magic link that smuggles text and a second link",
+        {
+          otpType: "OTP_TYPE_EMAIL",
+          contact: "CONTACT",
+          appName: "x",
+          emailCustomization: {
+            magicLinkTemplate: "https://app.example.com/\n\nYour wallet is locked: https://evil.example.net/unlock?c=%s",
+          },
+        },
+        "INVALID_EMAIL_CUSTOMIZATION",
+      ],
+      [
+        "a magic link over plain http",
+        {
+          otpType: "OTP_TYPE_EMAIL",
+          contact: "CONTACT",
+          appName: "x",
+          emailCustomization: { magicLinkTemplate: "http://app.example.com/login?c=%s" },
+        },
+        "INVALID_EMAIL_CUSTOMIZATION",
+      ],
+      [
+        "a logo from another domain",
+        { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", emailCustomization: { logoUrl: "https://cdn.paypal.com/logo.png" } },
+        "EMAIL_DOMAIN_NOT_ALLOWED",
+      ],
+      [
+        "a sender at another domain",
+        {
+          otpType: "OTP_TYPE_EMAIL",
+          contact: "CONTACT",
+          appName: "x",
+          sendFromEmailAddress: "security@paypal.com",
+          sendFromEmailSenderName: "PayPal Security",
+        },
+        "EMAIL_DOMAIN_NOT_ALLOWED",
+      ],
+      [
+        "a reply-to at another domain",
+        { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x", replyToEmailAddress: "help@evil.example.net" },
+        "EMAIL_DOMAIN_NOT_ALLOWED",
+      ],
+      [
+        "an app name longer than 64 characters",
+        { otpType: "OTP_TYPE_EMAIL", contact: "CONTACT", appName: "x".repeat(65) },
+        "INVALID_APP_NAME",
+      ],
+      [
+        "an SMS template without the code",
+        {
+          otpType: "OTP_TYPE_SMS",
+          contact: "PHONE",
+          appName: "x",
+          smsCustomization: { template: "Your bank account is locked, call +1 900 555 0100" },
+        },
+        "INVALID_SMS_TEMPLATE",
+      ],
+      [
+        "an SMS template longer than 320 characters",
+        { otpType: "OTP_TYPE_SMS", contact: "PHONE", appName: "x", smsCustomization: { template: `{{.OtpCode}} ${"x".repeat(320)}` } },
+        "INVALID_SMS_TEMPLATE",
+      ],
     ];
     it.each(cases)("%s", async (_name, parameters, code) => {
       const user = await endUser();
-      const params = { ...parameters, contact: parameters.contact === "CONTACT" ? user.email : parameters.contact === "PHONE" ? user.phone : parameters.contact };
+      const params = {
+        ...parameters,
+        contact: parameters.contact === "CONTACT" ? user.email : parameters.contact === "PHONE" ? user.phone : parameters.contact,
+      };
       const before = JSON.parse(await h.snapshot());
       const sent = mails.length + texts.length;
-      const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_INIT_OTP_AUTH_V3", timestampMs: String(Date.now()), organizationId: user.subOrganizationId, parameters: params }, parent.key);
+      const { body, headers } = signedRequest(
+        {
+          type: "ACTIVITY_TYPE_INIT_OTP_AUTH_V3",
+          timestampMs: String(Date.now()),
+          organizationId: user.subOrganizationId,
+          parameters: params,
+        },
+        parent.key,
+      );
       const response = await h.post("/public/v1/submit/init_otp_auth", body, headers);
       expect(response.status).toBeGreaterThanOrEqual(400);
       expect(JSON.stringify(response.json)).toContain(code);
       const after = JSON.parse(await h.snapshot());
       expect(after.api_keys).toEqual(before.api_keys);
-      expect(await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual([]);
-      expect(await h.server.store.db.selectFrom("outbound_messages").select("id").where("organization_id", "=", user.subOrganizationId).execute()).toEqual([]);
+      expect(
+        await h.server.store.db.selectFrom("otps").select("id").where("organization_id", "=", user.subOrganizationId).execute(),
+      ).toEqual([]);
+      expect(
+        await h.server.store.db
+          .selectFrom("outbound_messages")
+          .select("id")
+          .where("organization_id", "=", user.subOrganizationId)
+          .execute(),
+      ).toEqual([]);
       await new Promise((r) => setTimeout(r, 100));
       expect(mails.length + texts.length).toBe(sent);
     });
@@ -344,7 +640,11 @@ describe("init_otp_auth → otp_auth (credential bundle)", () => {
 describe("init_otp → verify_otp → otp_login (verification token, session)", () => {
   async function verified(user: Awaited<ReturnType<typeof endUser>>, sessionKey = generateP256KeyPair()) {
     const before = mails.length;
-    const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+    const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({
+      otpType: "OTP_TYPE_EMAIL",
+      contact: user.email,
+      appName: "Demo",
+    });
     const code = await emailedCode(user.email, before);
     // The client encrypts the code with its session key to the signed target (@turnkey/crypto).
     const encryptedOtpBundle = await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey);
@@ -354,7 +654,10 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
 
   async function loginSignature(verificationToken: string, sessionKey: { publicKey: string; privateKey: string }) {
     const { message, publicKey } = getClientSignatureMessageForLogin({ verificationToken });
-    const signature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(message, SignatureFormat.Raw);
+    const signature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(
+      message,
+      SignatureFormat.Raw,
+    );
     return { message, publicKey, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" as const, signature };
   }
 
@@ -364,19 +667,49 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
     // The token verifies with the client's verifier against the published signer key.
     const claims = await verifyOtpVerificationToken(verificationToken, signerPublicKey);
     // Spendable by whoever holds it: only verify_otp's response carries it, never the audit log.
-    expect(JSON.stringify(await h.server.store.db.selectFrom("activities").select(["result", "intent", "votes"]).execute())).not.toContain(verificationToken.split(".")[2]);
-    expect(claims).toMatchObject({ contact: user.email, verification_type: "OTP_TYPE_EMAIL", organization_id: parent.organizationId, public_key: sessionKey.publicKey });
+    expect(JSON.stringify(await h.server.store.db.selectFrom("activities").select(["result", "intent", "votes"]).execute())).not.toContain(
+      verificationToken.split(".")[2],
+    );
+    expect(claims).toMatchObject({
+      contact: user.email,
+      verification_type: "OTP_TYPE_EMAIL",
+      organization_id: parent.organizationId,
+      public_key: sessionKey.publicKey,
+    });
 
     const clientSignature = await loginSignature(verificationToken, sessionKey);
-    const { session } = await parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature });
+    const { session } = await parentSdk.otpLogin({
+      organizationId: user.subOrganizationId,
+      verificationToken,
+      publicKey: sessionKey.publicKey,
+      clientSignature,
+    });
     const parsed = parseSession(session);
-    expect(parsed).toMatchObject({ userId: user.userId, organizationId: user.subOrganizationId, publicKey: sessionKey.publicKey, sessionType: "SESSION_TYPE_READ_WRITE" });
-    const asUser = h.sdk({ organizationId: user.subOrganizationId }, { publicKey: sessionKey.publicKey, privateKey: sessionKey.privateKey }, fastPoller);
+    expect(parsed).toMatchObject({
+      userId: user.userId,
+      organizationId: user.subOrganizationId,
+      publicKey: sessionKey.publicKey,
+      sessionType: "SESSION_TYPE_READ_WRITE",
+    });
+    const asUser = h.sdk(
+      { organizationId: user.subOrganizationId },
+      { publicKey: sessionKey.publicKey, privateKey: sessionKey.privateKey },
+      fastPoller,
+    );
     expect((await asUser.getWhoami({})).userId).toBe(user.userId);
 
     // A token logs in once.
     const again = await loginSignature(verificationToken, sessionKey);
-    expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature: again }))).toContain("VERIFICATION_TOKEN_ALREADY_USED");
+    expect(
+      await errorOf(
+        parentSdk.otpLogin({
+          organizationId: user.subOrganizationId,
+          verificationToken,
+          publicKey: sessionKey.publicKey,
+          clientSignature: again,
+        }),
+      ),
+    ).toContain("VERIFICATION_TOKEN_ALREADY_USED");
   });
 
   it("refuses a login without the token key's signature, or signed for another session key", async () => {
@@ -385,29 +718,79 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
     const other = generateP256KeyPair();
     // Signed by the bound key, but the login asks for another session key than the message names.
     const signature = await loginSignature(verificationToken, sessionKey);
-    expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: other.publicKey, clientSignature: signature }))).toContain("CLIENT_SIGNATURE_INVALID");
+    expect(
+      await errorOf(
+        parentSdk.otpLogin({
+          organizationId: user.subOrganizationId,
+          verificationToken,
+          publicKey: other.publicKey,
+          clientSignature: signature,
+        }),
+      ),
+    ).toContain("CLIENT_SIGNATURE_INVALID");
     // Signed by a key the token is not bound to.
     const forged = await loginSignature(verificationToken, other);
-    expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature: { ...forged, publicKey: sessionKey.publicKey } }))).toContain("CLIENT_SIGNATURE_INVALID");
+    expect(
+      await errorOf(
+        parentSdk.otpLogin({
+          organizationId: user.subOrganizationId,
+          verificationToken,
+          publicKey: sessionKey.publicKey,
+          clientSignature: { ...forged, publicKey: sessionKey.publicKey },
+        }),
+      ),
+    ).toContain("CLIENT_SIGNATURE_INVALID");
     // A token altered by the client no longer verifies.
     const [header, payload, sig] = verificationToken.split(".");
     const altered = JSON.parse(Buffer.from(payload!, "base64url").toString());
     altered.contact = "attacker@example.com";
     const tampered = `${header}.${Buffer.from(JSON.stringify(altered)).toString("base64url")}.${sig}`;
-    expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken: tampered, publicKey: sessionKey.publicKey, clientSignature: signature }))).toContain("VERIFICATION_TOKEN_INVALID");
+    expect(
+      await errorOf(
+        parentSdk.otpLogin({
+          organizationId: user.subOrganizationId,
+          verificationToken: tampered,
+          publicKey: sessionKey.publicKey,
+          clientSignature: signature,
+        }),
+      ),
+    ).toContain("VERIFICATION_TOKEN_INVALID");
     // The genuine login still works after all that.
-    const { session } = await parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature: signature });
+    const { session } = await parentSdk.otpLogin({
+      organizationId: user.subOrganizationId,
+      verificationToken,
+      publicKey: sessionKey.publicKey,
+      clientSignature: signature,
+    });
     expect(parseSession(session).userId).toBe(user.userId);
   });
 
   it("one token, two logins at once into two sub-organizations holding the contact: exactly one succeeds", async () => {
     const user = await endUser();
-    const twin = await parentSdk.createSubOrganization({ subOrganizationName: "twin", rootQuorumThreshold: 1, rootUsers: [{ userName: "twin", userEmail: user.email, apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] });
+    const twin = await parentSdk.createSubOrganization({
+      subOrganizationName: "twin",
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        {
+          userName: "twin",
+          userEmail: user.email,
+          apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
     const { verificationToken, sessionKey } = await verified(user);
     const clientSignature = await loginSignature(verificationToken, sessionKey);
-    const outcomes = await Promise.allSettled([user.subOrganizationId, twin.subOrganizationId].map((organizationId) => parentSdk.otpLogin({ organizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature })));
+    const outcomes = await Promise.allSettled(
+      [user.subOrganizationId, twin.subOrganizationId].map((organizationId) =>
+        parentSdk.otpLogin({ organizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature }),
+      ),
+    );
     expect(outcomes.filter((o) => o.status === "fulfilled")).toHaveLength(1);
-    expect(String((outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult).reason)).toContain("VERIFICATION_TOKEN_ALREADY_USED");
+    expect(String((outcomes.find((o) => o.status === "rejected") as PromiseRejectedResult).reason)).toContain(
+      "VERIFICATION_TOKEN_ALREADY_USED",
+    );
   });
 
   it("an expired verification token is refused", async () => {
@@ -416,7 +799,16 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
     const clientSignature = await loginSignature(verificationToken, sessionKey);
     offset += 3_601_000;
     try {
-      expect(await errorOf(parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken, publicKey: sessionKey.publicKey, clientSignature }))).toContain("VERIFICATION_TOKEN_EXPIRED");
+      expect(
+        await errorOf(
+          parentSdk.otpLogin({
+            organizationId: user.subOrganizationId,
+            verificationToken,
+            publicKey: sessionKey.publicKey,
+            clientSignature,
+          }),
+        ),
+      ).toContain("VERIFICATION_TOKEN_EXPIRED");
     } finally {
       offset -= 3_601_000;
     }
@@ -429,18 +821,26 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
     const strangerSdk = h.sdk(stranger, stranger.key, fastPoller);
     await strangerSdk.updateUser({ userId: stranger.userId, userEmail: user.email });
     const clientSignature = await loginSignature(verificationToken, sessionKey);
-    expect(await errorOf(strangerSdk.otpLogin({ verificationToken, publicKey: sessionKey.publicKey, clientSignature }))).toContain("VERIFICATION_TOKEN_ORGANIZATION_MISMATCH");
+    expect(await errorOf(strangerSdk.otpLogin({ verificationToken, publicKey: sessionKey.publicKey, clientSignature }))).toContain(
+      "VERIFICATION_TOKEN_ORGANIZATION_MISMATCH",
+    );
   });
 
   it("verify_otp refuses a wrong code inside the encrypted bundle and counts it", async () => {
     const user = await endUser();
     const before = mails.length;
-    const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: user.email, appName: "Demo" });
+    const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({
+      otpType: "OTP_TYPE_EMAIL",
+      contact: user.email,
+      appName: "Demo",
+    });
     const code = await emailedCode(user.email, before);
     const sessionKey = generateP256KeyPair();
     const wrong = await encryptOtpCodeToBundle("AAAAAAAAA", otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey);
     expect(await errorOf(parentSdk.verifyOtp({ otpId, encryptedOtpBundle: wrong }))).toContain("OTP_INVALID");
-    expect(await errorOf(parentSdk.verifyOtp({ otpId, encryptedOtpBundle: '{"encappedPublic":"04","ciphertext":"00"}' }))).toContain("INVALID_OTP_BUNDLE");
+    expect(await errorOf(parentSdk.verifyOtp({ otpId, encryptedOtpBundle: '{"encappedPublic":"04","ciphertext":"00"}' }))).toContain(
+      "INVALID_OTP_BUNDLE",
+    );
     const row = await h.server.store.db.selectFrom("otps").select("attempts").where("id", "=", otpId).executeTakeFirstOrThrow();
     expect(row.attempts).toBe(2);
     const right = await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey);
@@ -453,32 +853,78 @@ describe("sign-up and contact proof with verification tokens", () => {
     const before = mails.length;
     const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: email, appName: "Demo" });
     const code = await emailedCode(email, before);
-    const { verificationToken } = await parentSdk.verifyOtp({ otpId, encryptedOtpBundle: await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey) });
+    const { verificationToken } = await parentSdk.verifyOtp({
+      otpId,
+      encryptedOtpBundle: await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey),
+    });
     return { verificationToken, sessionKey };
   }
 
   it("a sub-organization whose only root user is known by email: created with the token as proof, then logged into by OTP", async () => {
     const email = `signup.${Date.now()}@example.com`;
     const { verificationToken, sessionKey: signupKey } = await tokenFor(email);
-    const signup = { subOrganizationName: "email-only", rootQuorumThreshold: 1, rootUsers: [{ userName: "signup", userEmail: email, apiKeys: [], authenticators: [], oauthProviders: [] }], verificationToken };
+    const signup = {
+      subOrganizationName: "email-only",
+      rootQuorumThreshold: 1,
+      rootUsers: [{ userName: "signup", userEmail: email, apiKeys: [], authenticators: [], oauthProviders: [] }],
+      verificationToken,
+    };
     // The token is bound to the client's key: without that key's signature it signs nobody up.
     expect(await errorOf(parentSdk.createSubOrganization(signup))).toContain("CLIENT_SIGNATURE_REQUIRED");
     const usage = getClientSignatureMessageForSignup({ verificationToken, email });
-    const signupSignature = await new ApiKeyStamper({ apiPublicKey: signupKey.publicKey, apiPrivateKey: signupKey.privateKey }).sign(usage.message, SignatureFormat.Raw);
-    const clientSignature = { message: usage.message, publicKey: usage.publicKey, signature: signupSignature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" as const };
+    const signupSignature = await new ApiKeyStamper({ apiPublicKey: signupKey.publicKey, apiPrivateKey: signupKey.privateKey }).sign(
+      usage.message,
+      SignatureFormat.Raw,
+    );
+    const clientSignature = {
+      message: usage.message,
+      publicKey: usage.publicKey,
+      signature: signupSignature,
+      scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" as const,
+    };
     // Whoever relays the request cannot swap in their own credentials: the signature covers them.
-    const withIntruderKey = { ...signup, rootUsers: [{ ...signup.rootUsers[0]!, apiKeys: [{ apiKeyName: "intruder", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" as const }] }] };
+    const withIntruderKey = {
+      ...signup,
+      rootUsers: [
+        {
+          ...signup.rootUsers[0]!,
+          apiKeys: [{ apiKeyName: "intruder", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" as const }],
+        },
+      ],
+    };
     expect(await errorOf(parentSdk.createSubOrganization({ ...withIntruderKey, clientSignature }))).toContain("CLIENT_SIGNATURE_INVALID");
     const { verificationToken: second, sessionKey: secondKey } = await tokenFor(email);
     const secondUsage = getClientSignatureMessageForSignup({ verificationToken: second, email });
-    const secondSignature = await new ApiKeyStamper({ apiPublicKey: secondKey.publicKey, apiPrivateKey: secondKey.privateKey }).sign(secondUsage.message, SignatureFormat.Raw);
-    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({ ...signup, verificationToken: second, clientSignature: { message: secondUsage.message, publicKey: secondUsage.publicKey, signature: secondSignature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" } });
-    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: email })).organizationIds).toEqual([subOrganizationId]);
+    const secondSignature = await new ApiKeyStamper({ apiPublicKey: secondKey.publicKey, apiPrivateKey: secondKey.privateKey }).sign(
+      secondUsage.message,
+      SignatureFormat.Raw,
+    );
+    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({
+      ...signup,
+      verificationToken: second,
+      clientSignature: {
+        message: secondUsage.message,
+        publicKey: secondUsage.publicKey,
+        signature: secondSignature,
+        scheme: "CLIENT_SIGNATURE_SCHEME_API_P256",
+      },
+    });
+    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: email })).organizationIds).toEqual([
+      subOrganizationId,
+    ]);
     // The token served the sign-up; a new one logs in.
     const { verificationToken: loginToken, sessionKey } = await tokenFor(email);
     const { message, publicKey } = getClientSignatureMessageForLogin({ verificationToken: loginToken });
-    const signature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(message, SignatureFormat.Raw);
-    const { session } = await parentSdk.otpLogin({ organizationId: subOrganizationId, verificationToken: loginToken, publicKey: sessionKey.publicKey, clientSignature: { message, publicKey, signature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" } });
+    const signature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(
+      message,
+      SignatureFormat.Raw,
+    );
+    const { session } = await parentSdk.otpLogin({
+      organizationId: subOrganizationId,
+      verificationToken: loginToken,
+      publicKey: sessionKey.publicKey,
+      clientSignature: { message, publicKey, signature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" },
+    });
     expect(parseSession(session).userId).toBe(rootUserIds![0]);
   });
 
@@ -489,23 +935,48 @@ describe("sign-up and contact proof with verification tokens", () => {
     const email = `changed.${Date.now()}@example.com`;
     const { verificationToken: wrong } = await tokenFor(`other.${Date.now()}@example.com`);
     // Tokens verified in another organization (the app backend) do not serve this one.
-    expect(await errorOf(sdk.updateUserEmail({ userId: own.userId, userEmail: email, verificationToken: wrong }))).toContain("VERIFICATION_TOKEN_ORGANIZATION_MISMATCH");
+    expect(await errorOf(sdk.updateUserEmail({ userId: own.userId, userEmail: email, verificationToken: wrong }))).toContain(
+      "VERIFICATION_TOKEN_ORGANIZATION_MISMATCH",
+    );
     const ownSdkToken = async (address: string) => {
       const before = mails.length;
       const { otpId } = await sdk.initOtp({ otpType: "OTP_TYPE_EMAIL", contact: address, appName: "Own" });
       const code = await emailedCode(address, before);
-      const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_VERIFY_OTP", timestampMs: String(Date.now()), organizationId: own.organizationId, parameters: { otpId, otpCode: code } }, own.key);
+      const { body, headers } = signedRequest(
+        {
+          type: "ACTIVITY_TYPE_VERIFY_OTP",
+          timestampMs: String(Date.now()),
+          organizationId: own.organizationId,
+          parameters: { otpId, otpCode: code },
+        },
+        own.key,
+      );
       const response = await h.post("/public/v1/submit/verify_otp", body, headers);
       return response.json.activity.result.verifyOtpResult.verificationToken as string;
     };
-    expect(await errorOf(sdk.updateUserEmail({ userId: own.userId, userEmail: email, verificationToken: await ownSdkToken(`someone.${Date.now()}@example.com`) }))).toContain("VERIFICATION_TOKEN_CONTACT_MISMATCH");
+    expect(
+      await errorOf(
+        sdk.updateUserEmail({
+          userId: own.userId,
+          userEmail: email,
+          verificationToken: await ownSdkToken(`someone.${Date.now()}@example.com`),
+        }),
+      ),
+    ).toContain("VERIFICATION_TOKEN_CONTACT_MISMATCH");
     await sdk.updateUserEmail({ userId: own.userId, userEmail: email, verificationToken: await ownSdkToken(email) });
-    const row = await h.server.store.db.selectFrom("users").select(["email", "email_verified_at"]).where("id", "=", own.userId).executeTakeFirstOrThrow();
+    const row = await h.server.store.db
+      .selectFrom("users")
+      .select(["email", "email_verified_at"])
+      .where("id", "=", own.userId)
+      .executeTakeFirstOrThrow();
     expect(row.email).toBe(email);
     expect(row.email_verified_at).toBeGreaterThan(0);
     // Changing it again without proof clears the verification.
     await sdk.updateUserEmail({ userId: own.userId, userEmail: `unproven.${Date.now()}@example.com` });
-    expect((await h.server.store.db.selectFrom("users").select("email_verified_at").where("id", "=", own.userId).executeTakeFirstOrThrow()).email_verified_at).toBeNull();
+    expect(
+      (await h.server.store.db.selectFrom("users").select("email_verified_at").where("id", "=", own.userId).executeTakeFirstOrThrow())
+        .email_verified_at,
+    ).toBeNull();
   });
 
   it("a token bound to a key proves a contact only to a request stamped by that key", async () => {
@@ -513,23 +984,61 @@ describe("sign-up and contact proof with verification tokens", () => {
     // The user logs in by code: the session key is the key the token was bound to.
     const { verificationToken: loginToken, sessionKey } = await tokenFor(user.email);
     const login = getClientSignatureMessageForLogin({ verificationToken: loginToken });
-    const loginSignature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(login.message, SignatureFormat.Raw);
-    await parentSdk.otpLogin({ organizationId: user.subOrganizationId, verificationToken: loginToken, publicKey: sessionKey.publicKey, clientSignature: { message: login.message, publicKey: login.publicKey, signature: loginSignature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" } });
-    const asUser = h.sdk({ organizationId: user.subOrganizationId }, { publicKey: sessionKey.publicKey, privateKey: sessionKey.privateKey }, fastPoller);
+    const loginSignature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(
+      login.message,
+      SignatureFormat.Raw,
+    );
+    await parentSdk.otpLogin({
+      organizationId: user.subOrganizationId,
+      verificationToken: loginToken,
+      publicKey: sessionKey.publicKey,
+      clientSignature: {
+        message: login.message,
+        publicKey: login.publicKey,
+        signature: loginSignature,
+        scheme: "CLIENT_SIGNATURE_SCHEME_API_P256",
+      },
+    });
+    const asUser = h.sdk(
+      { organizationId: user.subOrganizationId },
+      { publicKey: sessionKey.publicKey, privateKey: sessionKey.privateKey },
+      fastPoller,
+    );
     const newEmail = `moved.${Date.now()}@example.com`;
     // Bound to another key (captured from someone else's flow): refused.
     const { verificationToken: foreign } = await tokenFor(newEmail);
-    expect(await errorOf(asUser.updateUserEmail({ userId: user.userId, userEmail: newEmail, verificationToken: foreign }))).toContain("VERIFICATION_TOKEN_KEY_MISMATCH");
+    expect(await errorOf(asUser.updateUserEmail({ userId: user.userId, userEmail: newEmail, verificationToken: foreign }))).toContain(
+      "VERIFICATION_TOKEN_KEY_MISMATCH",
+    );
     // Bound to the key stamping the request: accepted.
     const { verificationToken: own } = await tokenFor(newEmail, sessionKey);
     await asUser.updateUserEmail({ userId: user.userId, userEmail: newEmail, verificationToken: own });
-    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: newEmail })).organizationIds).toEqual([user.subOrganizationId]);
+    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: newEmail })).organizationIds).toEqual([
+      user.subOrganizationId,
+    ]);
   });
 
   it("a login by a code type the organization turned off is refused", async () => {
-    const { subOrganizationId } = await parentSdk.createSubOrganization({ subOrganizationName: "no sms", rootQuorumThreshold: 1, disableSmsAuth: true, rootUsers: [{ userName: "u", userPhoneNumber: "+15557654321", apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] });
+    const { subOrganizationId } = await parentSdk.createSubOrganization({
+      subOrganizationName: "no sms",
+      rootQuorumThreshold: 1,
+      disableSmsAuth: true,
+      rootUsers: [
+        {
+          userName: "u",
+          userPhoneNumber: "+15557654321",
+          apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
     const sent = texts.length;
-    expect(await errorOf(parentSdk.initOtpAuth({ organizationId: subOrganizationId, otpType: "OTP_TYPE_SMS", contact: "+15557654321", appName: "x" }))).toContain("FEATURE_NOT_ENABLED");
+    expect(
+      await errorOf(
+        parentSdk.initOtpAuth({ organizationId: subOrganizationId, otpType: "OTP_TYPE_SMS", contact: "+15557654321", appName: "x" }),
+      ),
+    ).toContain("FEATURE_NOT_ENABLED");
     await new Promise((r) => setTimeout(r, 100));
     expect(texts.length).toBe(sent);
   });
@@ -541,14 +1050,24 @@ describe("the local outbox", () => {
     try {
       const server = await deployment.start();
       const org = { organizationId: deployment.organizationId };
-      const sdk = new Turnkey({ apiBaseUrl: server.url, apiPublicKey: deployment.key.publicKey, apiPrivateKey: deployment.key.privateKey, defaultOrganizationId: org.organizationId }).apiClient();
+      const sdk = new Turnkey({
+        apiBaseUrl: server.url,
+        apiPublicKey: deployment.key.publicKey,
+        apiPrivateKey: deployment.key.privateKey,
+        defaultOrganizationId: org.organizationId,
+      }).apiClient();
       const { userId } = await sdk.getWhoami({});
       await sdk.updateUser({ userId, userEmail: "root@example.com" });
       // A top-level organization's root turns email codes on for its own users.
       await sdk.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
       const { otpId } = await sdk.initOtpAuth({ otpType: "OTP_TYPE_EMAIL", contact: "root@example.com", appName: "Local" });
-      const { stdout } = await run(process.execPath, [path.resolve("bin/sigil.js"), "outbox", "--data-dir", deployment.database.dataDir], { env: deployment.env });
-      const lines = stdout.trim().split("\n").map((line) => JSON.parse(line));
+      const { stdout } = await run(process.execPath, [path.resolve("bin/sigil.js"), "outbox", "--data-dir", deployment.database.dataDir], {
+        env: deployment.env,
+      });
+      const lines = stdout
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line));
       expect(lines).toHaveLength(1);
       expect(lines[0]).toMatchObject({ channel: "email", recipient: "root@example.com", organizationId: org.organizationId });
       const code = /verification code is ([0-9A-Z]{9})/.exec(lines[0].content.text)![1]!;

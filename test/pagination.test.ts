@@ -66,7 +66,10 @@ beforeAll(async () => {
 afterAll(() => h?.close());
 
 async function query(list: List, paginationOptions: Record<string, string>, by: TestOrganization = org) {
-  const { body, headers } = signedRequest({ ...list.body(), ...(by === org ? {} : { organizationId: by.organizationId }), paginationOptions }, by.key);
+  const { body, headers } = signedRequest(
+    { ...list.body(), ...(by === org ? {} : { organizationId: by.organizationId }), paginationOptions },
+    by.key,
+  );
   return h.post(`/public/v1/query/${list.query}`, body, headers);
 }
 
@@ -106,10 +109,16 @@ describe.each(lists)("paging $name", (list) => {
   it("refuses before and after together, a limit outside 1 to 100, and a cursor that is not one of the list's rows", async () => {
     const [a, b] = await page(list, { limit: "2" });
     await refused(list, { before: a!, after: b! }, "paginationOptions takes before or after, not both");
-    for (const limit of ["0", "101", "-1", "1.5", "ten"]) await refused(list, { limit }, `paginationOptions.limit must be between 1 and 100, got "${limit}"`);
-    await refused(list, { after: "00000000-0000-0000-0000-000000000000" }, `pagination cursor 00000000-0000-0000-0000-000000000000 is not ${list.cursorIs}`);
+    for (const limit of ["0", "101", "-1", "1.5", "ten"])
+      await refused(list, { limit }, `paginationOptions.limit must be between 1 and 100, got "${limit}"`);
+    await refused(
+      list,
+      { after: "00000000-0000-0000-0000-000000000000" },
+      `pagination cursor 00000000-0000-0000-0000-000000000000 is not ${list.cursorIs}`,
+    );
     // Another organization's row is no cursor here (the lists' own rows only).
-    const foreign = { list_wallet_accounts: otherWalletAccountId, list_suborgs: other.organizationId }[list.query] ?? (await foreignActivity());
+    const foreign =
+      { list_wallet_accounts: otherWalletAccountId, list_suborgs: other.organizationId }[list.query] ?? (await foreignActivity());
     await refused(list, { before: foreign }, `pagination cursor ${foreign} is not ${list.cursorIs}`);
   });
 });

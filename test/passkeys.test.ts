@@ -19,7 +19,13 @@ beforeAll(async () => {
   passkey = new SoftwarePasskey();
   const registration = passkey.register();
   const created = await h.sdk(org, org.key).createUsers({
-    users: [{ userName: "passkey user", ...noCredentials, authenticators: [{ authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation as any }] }],
+    users: [
+      {
+        userName: "passkey user",
+        ...noCredentials,
+        authenticators: [{ authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation as any }],
+      },
+    ],
   });
   userId = created.userIds[0];
 });
@@ -66,7 +72,9 @@ describe("passkey stamps", () => {
 
   it("refuses an assertion made for another body (challenge mismatch)", async () => {
     const body = whoamiBody();
-    const res = await h.post("/public/v1/query/whoami", body, { "X-Stamp-Webauthn": passkey.stamp(JSON.stringify({ organizationId: "other" })) });
+    const res = await h.post("/public/v1/query/whoami", body, {
+      "X-Stamp-Webauthn": passkey.stamp(JSON.stringify({ organizationId: "other" })),
+    });
     expect(res.status).toBe(401);
     expect(res.json.details[0].turnkeyErrorCode).toBe("SIGNATURE_INVALID");
     expect(res.json.message).toMatch(/challenge/);
@@ -137,7 +145,13 @@ describe("passkey stamps with configured origins and relying-party ids", () => {
     strictOrg = await strict.organization();
     const registration = good.register();
     await strict.sdk(strictOrg, strictOrg.key).createUsers({
-      users: [{ userName: "u", ...noCredentials, authenticators: [{ authenticatorName: "k", challenge: registration.challenge, attestation: registration.attestation as any }] }],
+      users: [
+        {
+          userName: "u",
+          ...noCredentials,
+          authenticators: [{ authenticatorName: "k", challenge: registration.challenge, attestation: registration.attestation as any }],
+        },
+      ],
     });
   });
   afterAll(() => strict.close());
@@ -150,7 +164,9 @@ describe("passkey stamps with configured origins and relying-party ids", () => {
 
   it("refuses an assertion from another origin", async () => {
     const body = JSON.stringify({ organizationId: strictOrg.organizationId });
-    const res = await strict.post("/public/v1/query/whoami", body, { "X-Stamp-Webauthn": good.stamp(body, { origin: "https://evil.example" }) });
+    const res = await strict.post("/public/v1/query/whoami", body, {
+      "X-Stamp-Webauthn": good.stamp(body, { origin: "https://evil.example" }),
+    });
     expect(res.status).toBe(401);
     expect(res.json.message).toMatch(/origin/);
   });
@@ -160,7 +176,13 @@ describe("passkey stamps with configured origins and relying-party ids", () => {
     const registration = foreign.register();
     await expect(
       strict.sdk(strictOrg, strictOrg.key).createUsers({
-        users: [{ userName: "v", ...noCredentials, authenticators: [{ authenticatorName: "k", challenge: registration.challenge, attestation: registration.attestation as any }] }],
+        users: [
+          {
+            userName: "v",
+            ...noCredentials,
+            authenticators: [{ authenticatorName: "k", challenge: registration.challenge, attestation: registration.attestation as any }],
+          },
+        ],
       }),
     ).rejects.toMatchObject({ code: 3 });
   });

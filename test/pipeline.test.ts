@@ -57,7 +57,8 @@ describe("idempotency", () => {
   it("answers a repeated failed request with the same error, without a second record", async () => {
     const { body, headers } = signedRequest({ ...tagBody("x"), parameters: { userTagName: "x", userIds: ["no-such-user"] } }, org.key);
     const first = await h.post("/public/v1/submit/create_user_tag", body, headers);
-    const count = async () => (await h.server.store.db.selectFrom("activities").select("id").where("status", "=", "ACTIVITY_STATUS_FAILED").execute()).length;
+    const count = async () =>
+      (await h.server.store.db.selectFrom("activities").select("id").where("status", "=", "ACTIVITY_STATUS_FAILED").execute()).length;
     const failedBefore = await count();
     const again = await h.post("/public/v1/submit/create_user_tag", body, headers);
     expect(first.status).toBe(404);
@@ -69,7 +70,9 @@ describe("idempotency", () => {
 describe("serialization across server processes", () => {
   it("applies concurrent activities of one organization one at a time, none lost", async () => {
     const requests = Array.from({ length: 20 }, (_, i) => signedRequest(tagBody(`tag-${i}`), org.key));
-    const responses = await Promise.all(requests.map((r, i) => post(targets[i % targets.length], "/public/v1/submit/create_user_tag", r.body, r.headers)));
+    const responses = await Promise.all(
+      requests.map((r, i) => post(targets[i % targets.length], "/public/v1/submit/create_user_tag", r.body, r.headers)),
+    );
     expect(responses.map((r) => r.status)).toEqual(Array(20).fill(200));
     const tags = await h.server.store.db.selectFrom("tags").select("name").where("name", "like", "tag-%").execute();
     expect(tags).toHaveLength(20);
@@ -83,14 +86,21 @@ describe("serialization across server processes", () => {
           type: "ACTIVITY_TYPE_CREATE_API_KEYS_V2",
           timestampMs: String(Date.now() + i),
           organizationId: org.organizationId,
-          parameters: { userId: org.userId, apiKeys: [{ apiKeyName: `race ${i}`, publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }] },
+          parameters: {
+            userId: org.userId,
+            apiKeys: [{ apiKeyName: `race ${i}`, publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          },
         },
         org.key,
       ),
     );
-    const responses = await Promise.all(requests.map((r, i) => post(targets[i % targets.length], "/public/v1/submit/create_api_keys", r.body, r.headers)));
+    const responses = await Promise.all(
+      requests.map((r, i) => post(targets[i % targets.length], "/public/v1/submit/create_api_keys", r.body, r.headers)),
+    );
     expect(responses.filter((r) => r.status === 200)).toHaveLength(1);
-    expect(responses.filter((r) => r.status === 409).every((r) => r.json.details[0].turnkeyErrorCode === "API_KEY_ALREADY_EXISTS")).toBe(true);
+    expect(responses.filter((r) => r.status === 409).every((r) => r.json.details[0].turnkeyErrorCode === "API_KEY_ALREADY_EXISTS")).toBe(
+      true,
+    );
     expect(responses.filter((r) => r.status === 409)).toHaveLength(5);
   });
 });
@@ -117,7 +127,10 @@ describe("root quorum lock-out protection", () => {
     const other = await h.organization("Rotation");
     const client = h.sdk(other, other.key);
     const next = newKeyPair();
-    await client.createApiKeys({ userId: other.userId, apiKeys: [{ apiKeyName: "next", publicKey: next.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    await client.createApiKeys({
+      userId: other.userId,
+      apiKeys: [{ apiKeyName: "next", publicKey: next.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
     const deleted = await client.deleteApiKeys({ userId: other.userId, apiKeyIds: [other.apiKeyId] });
     expect(deleted.apiKeyIds).toEqual([other.apiKeyId]);
     const rotated = h.sdk(other, next);
@@ -128,7 +141,10 @@ describe("root quorum lock-out protection", () => {
     const other = await h.organization("Expiring");
     const client = h.sdk(other, other.key);
     const temp = newKeyPair();
-    await client.createApiKeys({ userId: other.userId, apiKeys: [{ apiKeyName: "temp", publicKey: temp.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "600" }] });
+    await client.createApiKeys({
+      userId: other.userId,
+      apiKeys: [{ apiKeyName: "temp", publicKey: temp.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "600" }],
+    });
     await expect(client.deleteApiKeys({ userId: other.userId, apiKeyIds: [other.apiKeyId] })).rejects.toMatchObject({
       code: 9,
       details: [expect.objectContaining({ turnkeyErrorCode: "ROOT_QUORUM_UNREACHABLE" })],
@@ -144,7 +160,9 @@ describe("API key signature schemes", () => {
   it("accepts secp256k1 API keys (ECDSA over SHA-256, DER)", async () => {
     const priv = secp256k1.utils.randomSecretKey();
     const pub = Buffer.from(secp256k1.getPublicKey(priv, true)).toString("hex");
-    await h.sdk(org, org.key).createApiKeys({ userId: org.userId, apiKeys: [{ apiKeyName: "k1", publicKey: pub, curveType: "API_KEY_CURVE_SECP256K1" }] });
+    await h
+      .sdk(org, org.key)
+      .createApiKeys({ userId: org.userId, apiKeys: [{ apiKeyName: "k1", publicKey: pub, curveType: "API_KEY_CURVE_SECP256K1" }] });
     const body = JSON.stringify({ organizationId: org.organizationId });
     const sig = Buffer.from(secp256k1.sign(Buffer.from(body), priv, { format: "der" })).toString("hex");
     const ok = await h.post("/public/v1/query/whoami", body, { "X-Stamp": stampWith("SIGNATURE_SCHEME_TK_API_SECP256K1", pub, sig) });
@@ -154,7 +172,9 @@ describe("API key signature schemes", () => {
     // The EIP-191 scheme of Ethereum wallets (@turnkey/wallet-stamper) signs the personal-message hash.
     const prefixed = Buffer.concat([Buffer.from(`\x19Ethereum Signed Message:\n${Buffer.byteLength(body)}`), Buffer.from(body)]);
     const eipSig = Buffer.from(secp256k1.sign(keccak_256(prefixed), priv, { format: "der", prehash: false })).toString("hex");
-    const eip = await h.post("/public/v1/query/whoami", body, { "X-Stamp": stampWith("SIGNATURE_SCHEME_TK_API_SECP256K1_EIP191", pub, eipSig) });
+    const eip = await h.post("/public/v1/query/whoami", body, {
+      "X-Stamp": stampWith("SIGNATURE_SCHEME_TK_API_SECP256K1_EIP191", pub, eipSig),
+    });
     expect(eip.status).toBe(200);
 
     // A P-256 scheme claimed for a secp256k1 key is refused.
@@ -165,12 +185,16 @@ describe("API key signature schemes", () => {
   it("accepts ed25519 API keys", async () => {
     const { publicKey, privateKey } = crypto.generateKeyPairSync("ed25519");
     const pub = Buffer.from(publicKey.export({ format: "jwk" }).x!, "base64url").toString("hex");
-    await h.sdk(org, org.key).createApiKeys({ userId: org.userId, apiKeys: [{ apiKeyName: "ed", publicKey: pub, curveType: "API_KEY_CURVE_ED25519" }] });
+    await h
+      .sdk(org, org.key)
+      .createApiKeys({ userId: org.userId, apiKeys: [{ apiKeyName: "ed", publicKey: pub, curveType: "API_KEY_CURVE_ED25519" }] });
     const body = JSON.stringify({ organizationId: org.organizationId });
     const sig = crypto.sign(null, Buffer.from(body), privateKey).toString("hex");
     const ok = await h.post("/public/v1/query/whoami", body, { "X-Stamp": stampWith("SIGNATURE_SCHEME_TK_API_ED25519", pub, sig) });
     expect(ok.status).toBe(200);
-    const tampered = await h.post("/public/v1/query/whoami", body.replace("}", " }"), { "X-Stamp": stampWith("SIGNATURE_SCHEME_TK_API_ED25519", pub, sig) });
+    const tampered = await h.post("/public/v1/query/whoami", body.replace("}", " }"), {
+      "X-Stamp": stampWith("SIGNATURE_SCHEME_TK_API_ED25519", pub, sig),
+    });
     expect(tampered.status).toBe(401);
   });
 });
@@ -178,7 +202,17 @@ describe("API key signature schemes", () => {
 describe("idempotency across users", () => {
   it("refuses another user's exact body instead of answering with that user's activity", async () => {
     const key = newKeyPair();
-    await h.sdk(org, org.key).createUsers({ users: [{ userName: "replayer", apiKeys: [{ apiKeyName: "r", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }] });
+    await h.sdk(org, org.key).createUsers({
+      users: [
+        {
+          userName: "replayer",
+          apiKeys: [{ apiKeyName: "r", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+          userTags: [],
+        },
+      ],
+    });
     const body = JSON.stringify(tagBody("root only"));
     const first = await h.post("/public/v1/submit/create_user_tag", body, signedRequest(body, org.key).headers);
     expect(first.status).toBe(200);
@@ -196,7 +230,10 @@ describe("credential re-check under the organization lock", () => {
     const { confirmCredential } = await import("../src/auth/authenticate.js");
     const key = newKeyPair();
     const client = h.sdk(org, org.key);
-    const { apiKeyIds } = await client.createApiKeys({ userId: org.userId, apiKeys: [{ apiKeyName: "soon gone", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    const { apiKeyIds } = await client.createApiKeys({
+      userId: org.userId,
+      apiKeys: [{ apiKeyName: "soon gone", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
     const principal = {
       organizationId: org.organizationId,
       userId: org.userId,
@@ -211,7 +248,9 @@ describe("credential re-check under the organization lock", () => {
     const db = h.server.store.db;
     await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).resolves.toBeUndefined();
     await client.deleteApiKeys({ userId: org.userId, apiKeyIds });
-    await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).rejects.toMatchObject({ turnkeyErrorCode: "PUBLIC_KEY_NOT_FOUND" });
+    await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).rejects.toMatchObject({
+      turnkeyErrorCode: "PUBLIC_KEY_NOT_FOUND",
+    });
   });
 });
 
@@ -220,9 +259,17 @@ describe("retries after rotating the stamping key", () => {
     const other = await h.organization("Rotating");
     const client = h.sdk(other, other.key);
     const next = newKeyPair();
-    await client.createApiKeys({ userId: other.userId, apiKeys: [{ apiKeyName: "next", publicKey: next.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    await client.createApiKeys({
+      userId: other.userId,
+      apiKeys: [{ apiKeyName: "next", publicKey: next.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
     const request = signedRequest(
-      { type: "ACTIVITY_TYPE_DELETE_API_KEYS", timestampMs: String(Date.now()), organizationId: other.organizationId, parameters: { userId: other.userId, apiKeyIds: [other.apiKeyId] } },
+      {
+        type: "ACTIVITY_TYPE_DELETE_API_KEYS",
+        timestampMs: String(Date.now()),
+        organizationId: other.organizationId,
+        parameters: { userId: other.userId, apiKeyIds: [other.apiKeyId] },
+      },
       other.key,
     );
     const first = await h.post("/public/v1/submit/delete_api_keys", request.body, request.headers);

@@ -20,7 +20,6 @@ const COMPLETED = "ACTIVITY_STATUS_COMPLETED";
 
 type Client = ReturnType<Harness["sdk"]>;
 
-
 let h: Harness;
 beforeAll(async () => {
   h = await startHarness();
@@ -29,9 +28,14 @@ afterAll(() => h?.close());
 
 /** @turnkey/sdk-server's API client for `key`, pointed at the server at `url`. */
 function clientAt(url: string, org: { organizationId: string }, key: ApiKeyPair): Client {
-  return new Turnkey({ apiBaseUrl: url, apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey, defaultOrganizationId: org.organizationId, ...fastPoller }).apiClient();
+  return new Turnkey({
+    apiBaseUrl: url,
+    apiPublicKey: key.publicKey,
+    apiPrivateKey: key.privateKey,
+    defaultOrganizationId: org.organizationId,
+    ...fastPoller,
+  }).apiClient();
 }
-
 
 /**
  * An organization where creating users needs `needed` approvals from users tagged "approvers"
@@ -41,7 +45,10 @@ function clientAt(url: string, org: { organizationId: string }, key: ApiKeyPair)
 async function pendingCreateUsers(needed = 2) {
   const setup = await organizationWith(h, ["ann", "ben", "cat", "outsider"]);
   const { root, members } = setup;
-  const { userTagId } = await root.createUserTag({ userTagName: "approvers", userIds: [members.ann!.userId, members.ben!.userId, members.cat!.userId] });
+  const { userTagId } = await root.createUserTag({
+    userTagName: "approvers",
+    userIds: [members.ann!.userId, members.ben!.userId, members.cat!.userId],
+  });
   await root.createPolicy({
     policyName: `${needed} approvers create users`,
     effect: "EFFECT_ALLOW",
@@ -120,34 +127,81 @@ describe("create_policy", () => {
   beforeAll(async () => ({ org, root } = await organizationWith(h, [])));
 
   const policy = (parameters: Record<string, unknown>) => ({ policyName: "p", effect: "EFFECT_ALLOW", notes: "", ...parameters });
-  const rawCreatePolicy = (parameters: Record<string, unknown>) => ({ type: CREATE_POLICY_V3, timestampMs: String(Date.now()), organizationId: org.organizationId, parameters });
+  const rawCreatePolicy = (parameters: Record<string, unknown>) => ({
+    type: CREATE_POLICY_V3,
+    timestampMs: String(Date.now()),
+    organizationId: org.organizationId,
+    parameters,
+  });
 
   it("refuses a policy without policyName (schema), and nothing changes", async () => {
     const { policyName: _, ...withoutName } = policy({});
-    await expectRawRefusedUnchanged("/public/v1/submit/create_policy", rawCreatePolicy(withoutName), org.key, 400, 'missing required field "parameters.policyName"');
+    await expectRawRefusedUnchanged(
+      "/public/v1/submit/create_policy",
+      rawCreatePolicy(withoutName),
+      org.key,
+      400,
+      'missing required field "parameters.policyName"',
+    );
   });
 
   it("refuses an effect that is not EFFECT_ALLOW or EFFECT_DENY (schema), and nothing changes", async () => {
-    await expectRawRefusedUnchanged("/public/v1/submit/create_policy", rawCreatePolicy(policy({ effect: "EFFECT_MAYBE" })), org.key, 400, 'field "parameters.effect" must be one of: EFFECT_ALLOW, EFFECT_DENY');
+    await expectRawRefusedUnchanged(
+      "/public/v1/submit/create_policy",
+      rawCreatePolicy(policy({ effect: "EFFECT_MAYBE" })),
+      org.key,
+      400,
+      'field "parameters.effect" must be one of: EFFECT_ALLOW, EFFECT_DENY',
+    );
   });
 
   it("refuses an unknown field in parameters, by name, and nothing changes", async () => {
-    await expectRawRefusedUnchanged("/public/v1/submit/create_policy", rawCreatePolicy(policy({ priority: 1 })), org.key, 400, 'unknown field "parameters.priority"');
+    await expectRawRefusedUnchanged(
+      "/public/v1/submit/create_policy",
+      rawCreatePolicy(policy({ priority: 1 })),
+      org.key,
+      400,
+      'unknown field "parameters.priority"',
+    );
   });
 
   it.each(["", "   "])("refuses the policyName %j", async (policyName) => {
-    await expectActivityRefused(CREATE_POLICY_V3, () => root.createPolicy({ policyName, effect: "EFFECT_ALLOW", notes: "" }), 3, "REQUEST_INVALID", "policyName must not be empty");
+    await expectActivityRefused(
+      CREATE_POLICY_V3,
+      () => root.createPolicy({ policyName, effect: "EFFECT_ALLOW", notes: "" }),
+      3,
+      "REQUEST_INVALID",
+      "policyName must not be empty",
+    );
   });
 
   it.each([
-    ["condition", "activity.kind == 'X' &&", "condition is not a valid policy expression: line 1, column 24: expected a value but found end of input"],
+    [
+      "condition",
+      "activity.kind == 'X' &&",
+      "condition is not a valid policy expression: line 1, column 24: expected a value but found end of input",
+    ],
     ["condition", "activity.kind == 5", "condition is not a valid policy expression: line 1, column 15: cannot compare string with int"],
-    ["consensus", "approvers.any(u, u.id == 1)", "consensus is not a valid policy expression: line 1, column 23: cannot compare string with int"],
-    ["consensus", "approvers.count()", "consensus is not a valid policy expression: line 1, column 1: a consensus must be a bool expression"],
+    [
+      "consensus",
+      "approvers.any(u, u.id == 1)",
+      "consensus is not a valid policy expression: line 1, column 23: cannot compare string with int",
+    ],
+    [
+      "consensus",
+      "approvers.count()",
+      "consensus is not a valid policy expression: line 1, column 1: a consensus must be a bool expression",
+    ],
     ["time", "time.now > ", "time is not a valid policy expression: line 1, column 12: expected a value but found end of input"],
     ["time", "time.now > 5", "time is not a valid policy expression: line 1, column 10:"],
   ])("refuses a %s that does not parse or type-check: %j", async (field, expression, message) => {
-    await expectActivityRefused(CREATE_POLICY_V3, () => root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", notes: "", [field]: expression }), 3, "POLICY_INVALID", message);
+    await expectActivityRefused(
+      CREATE_POLICY_V3,
+      () => root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", notes: "", [field]: expression }),
+      3,
+      "POLICY_INVALID",
+      message,
+    );
   });
 
   it("refuses an expression longer than 16384 characters; 16384 is accepted", async () => {
@@ -161,7 +215,12 @@ describe("create_policy", () => {
       "POLICY_INVALID",
       "condition is not a valid policy expression: line 1, column 16385: the expression is longer than 16384 characters",
     );
-    const { policyId } = await root.createPolicy({ policyName: "just fits", effect: "EFFECT_ALLOW", condition: ofLength(16384), notes: "" });
+    const { policyId } = await root.createPolicy({
+      policyName: "just fits",
+      effect: "EFFECT_ALLOW",
+      condition: ofLength(16384),
+      notes: "",
+    });
     expect((await root.getPolicy({ policyId })).policy.condition).toHaveLength(16384);
   });
 });
@@ -171,14 +230,27 @@ describe("create_policies", () => {
   beforeAll(async () => ({ root } = await organizationWith(h, [])));
 
   it("refuses an empty list", async () => {
-    await expectActivityRefused(CREATE_POLICIES, () => root.createPolicies({ policies: [] }), 3, "REQUEST_INVALID", "policies must not be empty");
+    await expectActivityRefused(
+      CREATE_POLICIES,
+      () => root.createPolicies({ policies: [] }),
+      3,
+      "REQUEST_INVALID",
+      "policies must not be empty",
+    );
   });
 
   it("refuses the whole list when one policy is invalid, storing none of the valid ones", async () => {
     const valid = { policyName: "fine", effect: "EFFECT_DENY" as const, condition: "activity.action == 'DELETE'", notes: "" };
     await expectActivityRefused(
       CREATE_POLICIES,
-      () => root.createPolicies({ policies: [valid, { ...valid, policyName: "broken", consensus: "approvers.count() >= 'two'" }, { ...valid, policyName: "also fine" }] }),
+      () =>
+        root.createPolicies({
+          policies: [
+            valid,
+            { ...valid, policyName: "broken", consensus: "approvers.count() >= 'two'" },
+            { ...valid, policyName: "also fine" },
+          ],
+        }),
       3,
       "POLICY_INVALID",
       "policies[1].consensus is not a valid policy expression: line 1, column 19",
@@ -192,12 +264,23 @@ describe("update_policy", () => {
   let policyId: string;
   beforeAll(async () => {
     ({ root } = await organizationWith(h, []));
-    ({ policyId } = await root.createPolicy({ policyName: "original", effect: "EFFECT_ALLOW", condition: "activity.kind == 'CREATE_USER_TAG'", notes: "kept" }));
+    ({ policyId } = await root.createPolicy({
+      policyName: "original",
+      effect: "EFFECT_ALLOW",
+      condition: "activity.kind == 'CREATE_USER_TAG'",
+      notes: "kept",
+    }));
   });
 
   it("refuses an unknown policyId (NotFound)", async () => {
     const missing = unknownId();
-    await expectActivityRefused(UPDATE_POLICY_V2, () => root.updatePolicy({ policyId: missing, policyName: "renamed" }), 5, "POLICY_NOT_FOUND", `policy ${missing} not found`);
+    await expectActivityRefused(
+      UPDATE_POLICY_V2,
+      () => root.updatePolicy({ policyId: missing, policyName: "renamed" }),
+      5,
+      "POLICY_NOT_FOUND",
+      `policy ${missing} not found`,
+    );
   });
 
   it("refuses a new condition that does not parse, and the stored policy keeps its old one", async () => {
@@ -213,7 +296,13 @@ describe("update_policy", () => {
   });
 
   it("refuses an empty policyName", async () => {
-    await expectActivityRefused(UPDATE_POLICY_V2, () => root.updatePolicy({ policyId, policyName: "" }), 3, "REQUEST_INVALID", "policyName must not be empty");
+    await expectActivityRefused(
+      UPDATE_POLICY_V2,
+      () => root.updatePolicy({ policyId, policyName: "" }),
+      3,
+      "REQUEST_INVALID",
+      "policyName must not be empty",
+    );
   });
 });
 
@@ -222,33 +311,68 @@ describe("delete_policy and delete_policies", () => {
   let known: string[];
   beforeAll(async () => {
     ({ root } = await organizationWith(h, []));
-    const policies = ["one", "two"].map((policyName) => ({ policyName, effect: "EFFECT_DENY" as const, condition: "activity.action == 'DELETE'", notes: "" }));
+    const policies = ["one", "two"].map((policyName) => ({
+      policyName,
+      effect: "EFFECT_DENY" as const,
+      condition: "activity.action == 'DELETE'",
+      notes: "",
+    }));
     ({ policyIds: known } = await root.createPolicies({ policies }));
   });
 
   it("delete_policy refuses an unknown id (NotFound)", async () => {
     const missing = unknownId();
-    await expectActivityRefused(DELETE_POLICY, () => root.deletePolicy({ policyId: missing }), 5, "POLICY_NOT_FOUND", `policy ${missing} not found`);
+    await expectActivityRefused(
+      DELETE_POLICY,
+      () => root.deletePolicy({ policyId: missing }),
+      5,
+      "POLICY_NOT_FOUND",
+      `policy ${missing} not found`,
+    );
   });
 
   it("delete_policy treats another organization's policy as unknown, and leaves it alone", async () => {
     const other = await organizationWith(h, []);
     const { policyId } = await other.root.createPolicy({ policyName: "theirs", effect: "EFFECT_DENY", condition: "true", notes: "" });
-    await expectActivityRefused(DELETE_POLICY, () => root.deletePolicy({ policyId }), 5, "POLICY_NOT_FOUND", `policy ${policyId} not found`);
+    await expectActivityRefused(
+      DELETE_POLICY,
+      () => root.deletePolicy({ policyId }),
+      5,
+      "POLICY_NOT_FOUND",
+      `policy ${policyId} not found`,
+    );
     expect((await other.root.getPolicy({ policyId })).policy.policyName).toBe("theirs");
   });
 
   it("delete_policies refuses a list naming the same id twice", async () => {
-    await expectActivityRefused(DELETE_POLICIES, () => root.deletePolicies({ policyIds: [known[0]!, known[1]!, known[0]!] }), 3, "REQUEST_INVALID", `policyIds lists ${known[0]} more than once`);
+    await expectActivityRefused(
+      DELETE_POLICIES,
+      () => root.deletePolicies({ policyIds: [known[0]!, known[1]!, known[0]!] }),
+      3,
+      "REQUEST_INVALID",
+      `policyIds lists ${known[0]} more than once`,
+    );
   });
 
   it("delete_policies refuses an empty list", async () => {
-    await expectActivityRefused(DELETE_POLICIES, () => root.deletePolicies({ policyIds: [] }), 3, "REQUEST_INVALID", "policyIds must not be empty");
+    await expectActivityRefused(
+      DELETE_POLICIES,
+      () => root.deletePolicies({ policyIds: [] }),
+      3,
+      "REQUEST_INVALID",
+      "policyIds must not be empty",
+    );
   });
 
   it("delete_policies with one unknown id among known ones deletes none (NotFound)", async () => {
     const missing = unknownId();
-    await expectActivityRefused(DELETE_POLICIES, () => root.deletePolicies({ policyIds: [known[0]!, missing, known[1]!] }), 5, "POLICY_NOT_FOUND", `policy ${missing} not found`);
+    await expectActivityRefused(
+      DELETE_POLICIES,
+      () => root.deletePolicies({ policyIds: [known[0]!, missing, known[1]!] }),
+      5,
+      "POLICY_NOT_FOUND",
+      `policy ${missing} not found`,
+    );
     expect((await root.getPolicies({})).policies.map((p) => p.policyId)).toEqual(known);
   });
 });
@@ -266,24 +390,52 @@ describe("update_root_quorum", () => {
   });
 
   /** Refused; and (besides everything expectActivityRefused checks) the quorum is still the root user alone. */
-  async function expectQuorumRefused(params: { threshold: number; userIds: string[] }, code: number, turnkeyErrorCode: string, fragment: string) {
+  async function expectQuorumRefused(
+    params: { threshold: number; userIds: string[] },
+    code: number,
+    turnkeyErrorCode: string,
+    fragment: string,
+  ) {
     await expectActivityRefused(UPDATE_ROOT_QUORUM, () => root.updateRootQuorum(params), code, turnkeyErrorCode, fragment);
-    const quorum = await h.server.store.db.selectFrom("root_quorum_members").select("user_id").where("organization_id", "=", org.organizationId).execute();
+    const quorum = await h.server.store.db
+      .selectFrom("root_quorum_members")
+      .select("user_id")
+      .where("organization_id", "=", org.organizationId)
+      .execute();
     expect(quorum.map((m) => m.user_id)).toEqual([org.userId]);
-    const { root_quorum_threshold } = await h.server.store.db.selectFrom("organizations").select("root_quorum_threshold").where("id", "=", org.organizationId).executeTakeFirstOrThrow();
+    const { root_quorum_threshold } = await h.server.store.db
+      .selectFrom("organizations")
+      .select("root_quorum_threshold")
+      .where("id", "=", org.organizationId)
+      .executeTakeFirstOrThrow();
     expect(Number(root_quorum_threshold)).toBe(1);
   }
 
   it("refuses threshold 0", async () => {
-    await expectQuorumRefused({ threshold: 0, userIds: [org.userId, x.userId] }, 3, "REQUEST_INVALID", "threshold must be between 1 and the number of users (2), got 0");
+    await expectQuorumRefused(
+      { threshold: 0, userIds: [org.userId, x.userId] },
+      3,
+      "REQUEST_INVALID",
+      "threshold must be between 1 and the number of users (2), got 0",
+    );
   });
 
   it("refuses a threshold larger than the number of users", async () => {
-    await expectQuorumRefused({ threshold: 3, userIds: [org.userId, x.userId] }, 3, "REQUEST_INVALID", "threshold must be between 1 and the number of users (2), got 3");
+    await expectQuorumRefused(
+      { threshold: 3, userIds: [org.userId, x.userId] },
+      3,
+      "REQUEST_INVALID",
+      "threshold must be between 1 and the number of users (2), got 3",
+    );
   });
 
   it("refuses userIds naming a user twice", async () => {
-    await expectQuorumRefused({ threshold: 1, userIds: [org.userId, x.userId, x.userId] }, 3, "REQUEST_INVALID", `userIds lists ${x.userId} more than once`);
+    await expectQuorumRefused(
+      { threshold: 1, userIds: [org.userId, x.userId, x.userId] },
+      3,
+      "REQUEST_INVALID",
+      `userIds lists ${x.userId} more than once`,
+    );
   });
 
   it("refuses an unknown user (NotFound)", async () => {
@@ -297,7 +449,18 @@ describe("update_root_quorum", () => {
 
   it("refuses a quorum whose users only hold expiring API keys (ROOT_QUORUM_UNREACHABLE)", async () => {
     const { userIds } = await root.createUsers({
-      users: ["temp 1", "temp 2"].map((userName) => ({ userName, apiKeys: [{ apiKeyName: "expiring", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" as const, expirationSeconds: "3600" }], ...noCredentials })),
+      users: ["temp 1", "temp 2"].map((userName) => ({
+        userName,
+        apiKeys: [
+          {
+            apiKeyName: "expiring",
+            publicKey: newKeyPair().publicKey,
+            curveType: "API_KEY_CURVE_P256" as const,
+            expirationSeconds: "3600",
+          },
+        ],
+        ...noCredentials,
+      })),
     });
     await expectQuorumRefused({ threshold: 1, userIds }, 9, "ROOT_QUORUM_UNREACHABLE", "locked out");
   });
@@ -319,7 +482,12 @@ describe("approve_activity and reject_activity refusals change nothing", () => {
     const theirs = await pendingCreateUsers();
     const ours = await organizationWith(h, []);
     // Even the root quorum, who may vote on anything of its own organization.
-    await expectRefusedUnchanged(() => vote(ours.root, kind, theirs.pending.fingerprint), 5, "ACTIVITY_NOT_FOUND", theirs.pending.fingerprint);
+    await expectRefusedUnchanged(
+      () => vote(ours.root, kind, theirs.pending.fingerprint),
+      5,
+      "ACTIVITY_NOT_FOUND",
+      theirs.pending.fingerprint,
+    );
     const { activity } = await theirs.root.getActivity({ activityId: theirs.pending.id });
     expect(activity.status).toBe(PENDING);
     expect(activity.votes.map((v) => v.userId)).toEqual([theirs.members.ann!.userId]);
@@ -338,14 +506,24 @@ describe("approve_activity and reject_activity refusals change nothing", () => {
     const { root, members } = await organizationWith(h, ["alice"]);
     const done = await root.createUserTag({ userTagName: "done", userIds: [] });
     expect(done.activity.status).toBe(COMPLETED);
-    await expectRefusedUnchanged(() => members.alice!.client.approveActivity({ fingerprint: done.activity.fingerprint }), 9, "ACTIVITY_NOT_PENDING", "ACTIVITY_STATUS_COMPLETED");
+    await expectRefusedUnchanged(
+      () => members.alice!.client.approveActivity({ fingerprint: done.activity.fingerprint }),
+      9,
+      "ACTIVITY_NOT_PENDING",
+      "ACTIVITY_STATUS_COMPLETED",
+    );
   });
 
   it("a user who approved cannot then reject (VOTE_ALREADY_CAST)", async () => {
     const { members, pending } = await pendingCreateUsers(3);
     const approved = await members.ben!.client.approveActivity({ fingerprint: pending.fingerprint });
     expect(approved.activity.status).toBe(PENDING);
-    await expectRefusedUnchanged(() => members.ben!.client.rejectActivity({ fingerprint: pending.fingerprint }), 9, "VOTE_ALREADY_CAST", "a vote cannot be changed");
+    await expectRefusedUnchanged(
+      () => members.ben!.client.rejectActivity({ fingerprint: pending.fingerprint }),
+      9,
+      "VOTE_ALREADY_CAST",
+      "a vote cannot be changed",
+    );
   });
 
   it.each(votes)("%s: a user neither root nor named by a consensus may not vote (PermissionDenied)", async (kind) => {
@@ -362,7 +540,9 @@ describe("concurrent approvals", () => {
     const { org, root, members, pending } = await pendingCreateUsers(2);
     const usersBefore = (await root.getUsers({})).users.length;
     const approvers = [members.ben!, members.cat!];
-    const results = await Promise.allSettled(approvers.map((m, i) => clientAt(urls[i]!, org, m.key).approveActivity({ fingerprint: pending.fingerprint })));
+    const results = await Promise.allSettled(
+      approvers.map((m, i) => clientAt(urls[i]!, org, m.key).approveActivity({ fingerprint: pending.fingerprint })),
+    );
 
     const won = results.filter((r) => r.status === "fulfilled");
     const lost = results.filter((r) => r.status === "rejected");
@@ -375,7 +555,11 @@ describe("concurrent approvals", () => {
 
     // The operation ran once; the activity holds Ann's approval and the winner's, nothing from the loser.
     expect((await root.getUsers({})).users.length).toBe(usersBefore + 1);
-    const row = await h.server.store.db.selectFrom("activities").select(["status", "votes"]).where("id", "=", pending.id).executeTakeFirstOrThrow();
+    const row = await h.server.store.db
+      .selectFrom("activities")
+      .select(["status", "votes"])
+      .where("id", "=", pending.id)
+      .executeTakeFirstOrThrow();
     expect(row.status).toBe(COMPLETED);
     const stored = (JSON.parse(row.votes) as Array<{ userId: string; selection: string }>).map((v) => [v.userId, v.selection]);
     const winnerId = approvers[results.indexOf(won[0]!)]!.userId;
@@ -414,9 +598,25 @@ describe("a passkey-only user approves through @turnkey/sdk-server with Webauthn
     const passkey = new SoftwarePasskey();
     const registration = passkey.register();
     const { userIds } = await setup.root.createUsers({
-      users: [{ userName: "pk", apiKeys: [], oauthProviders: [], userTags: [], authenticators: [{ authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation as any }] }],
+      users: [
+        {
+          userName: "pk",
+          apiKeys: [],
+          oauthProviders: [],
+          userTags: [],
+          authenticators: [
+            { authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation as any },
+          ],
+        },
+      ],
     });
-    const { policyId } = await setup.root.createPolicy({ policyName: "tags need a passkey", effect: "EFFECT_ALLOW", condition: "activity.kind == 'CREATE_USER_TAG'", consensus: PASSKEY_CONSENSUS, notes: "" });
+    const { policyId } = await setup.root.createPolicy({
+      policyName: "tags need a passkey",
+      effect: "EFFECT_ALLOW",
+      condition: "activity.kind == 'CREATE_USER_TAG'",
+      consensus: PASSKEY_CONSENSUS,
+      notes: "",
+    });
     return { ...setup, passkey, passkeyUserId: userIds[0]!, policyId };
   }
 
@@ -424,7 +624,11 @@ describe("a passkey-only user approves through @turnkey/sdk-server with Webauthn
   async function approveWithPasskey(passkey: SoftwarePasskey, org: TestOrganization, fingerprint: string) {
     const restore = passkey.installAsNavigator();
     try {
-      const client = new TurnkeyServerClient({ apiBaseUrl: h.url, organizationId: org.organizationId, stamper: new WebauthnStamper({ rpId: passkey.rpId }) });
+      const client = new TurnkeyServerClient({
+        apiBaseUrl: h.url,
+        organizationId: org.organizationId,
+        stamper: new WebauthnStamper({ rpId: passkey.rpId }),
+      });
       return await client.approveActivity({ fingerprint });
     } finally {
       restore();
@@ -439,7 +643,11 @@ describe("a passkey-only user approves through @turnkey/sdk-server with Webauthn
     const approved = await approveWithPasskey(passkey, org, pending.activity.fingerprint);
     expect(approved.activity).toMatchObject({ id: pending.activity.id, status: COMPLETED });
     expect((approved as any).createUserTagResult.userTagId).toEqual(expect.any(String));
-    expect(approved.activity.votes[1]).toMatchObject({ userId: passkeyUserId, selection: "VOTE_SELECTION_APPROVED", scheme: "SIGNATURE_SCHEME_TK_WEBAUTHN" });
+    expect(approved.activity.votes[1]).toMatchObject({
+      userId: passkeyUserId,
+      selection: "VOTE_SELECTION_APPROVED",
+      scheme: "SIGNATURE_SCHEME_TK_WEBAUTHN",
+    });
 
     const { policyEvaluations } = await root.getPolicyEvaluations({ activityId: pending.activity.id });
     expect(policyEvaluations.map((e: any) => [e.outcome, e.policyEvaluations])).toEqual([

@@ -6,11 +6,12 @@ import { TurnkeyActivityError, createActivityPoller } from "@turnkey/http";
 import { startHarness, newKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { noCredentials, organizationWith, type Member } from "./helpers/organizations.js";
 
-
-
-
 async function activityCount(h: Harness, org: TestOrganization) {
-  const row = await h.server.store.db.selectFrom("activities").select((eb) => eb.fn.countAll<number>().as("n")).where("organization_id", "=", org.organizationId).executeTakeFirstOrThrow();
+  const row = await h.server.store.db
+    .selectFrom("activities")
+    .select((eb) => eb.fn.countAll<number>().as("n"))
+    .where("organization_id", "=", org.organizationId)
+    .executeTakeFirstOrThrow();
   return Number(row.n);
 }
 
@@ -23,10 +24,23 @@ afterAll(() => h.close());
 describe("policies as resources", () => {
   it("creates (every version), reads, lists, updates and deletes policies", async () => {
     const { root } = await organizationWith(h, []);
-    const v3 = await root.createPolicy({ policyName: "allow tag creation", effect: "EFFECT_ALLOW", condition: "activity.resource == 'USER'", consensus: "approvers.count() >= 1", notes: "n" });
+    const v3 = await root.createPolicy({
+      policyName: "allow tag creation",
+      effect: "EFFECT_ALLOW",
+      condition: "activity.resource == 'USER'",
+      consensus: "approvers.count() >= 1",
+      notes: "n",
+    });
     expect(v3.activity.type).toBe("ACTIVITY_TYPE_CREATE_POLICY_V3");
     const { policy } = await root.getPolicy({ policyId: v3.policyId });
-    expect(policy).toMatchObject({ policyId: v3.policyId, policyName: "allow tag creation", effect: "EFFECT_ALLOW", condition: "activity.resource == 'USER'", consensus: "approvers.count() >= 1", notes: "n" });
+    expect(policy).toMatchObject({
+      policyId: v3.policyId,
+      policyName: "allow tag creation",
+      effect: "EFFECT_ALLOW",
+      condition: "activity.resource == 'USER'",
+      consensus: "approvers.count() >= 1",
+      notes: "n",
+    });
     expect(policy.createdAt.seconds).toMatch(/^\d+$/);
 
     const many = await root.createPolicies({
@@ -37,9 +51,17 @@ describe("policies as resources", () => {
     });
     expect(many.policyIds).toHaveLength(2);
 
-    const updated = await root.updatePolicy({ policyId: many.policyIds[0]!, policyName: "a2", policyCondition: "activity.action == 'UPDATE'" });
+    const updated = await root.updatePolicy({
+      policyId: many.policyIds[0]!,
+      policyName: "a2",
+      policyCondition: "activity.action == 'UPDATE'",
+    });
     expect(updated.activity.type).toBe("ACTIVITY_TYPE_UPDATE_POLICY_V2");
-    expect((await root.getPolicy({ policyId: many.policyIds[0]! })).policy).toMatchObject({ policyName: "a2", effect: "EFFECT_DENY", condition: "activity.action == 'UPDATE'" });
+    expect((await root.getPolicy({ policyId: many.policyIds[0]! })).policy).toMatchObject({
+      policyName: "a2",
+      effect: "EFFECT_DENY",
+      condition: "activity.action == 'UPDATE'",
+    });
 
     const { policies } = await root.getPolicies({});
     expect(policies.map((p) => p.policyName)).toEqual(["allow tag creation", "a2", "b"]);
@@ -54,17 +76,27 @@ describe("policies as resources", () => {
   it("refuses a policy that does not parse or type-check, naming the field, position and problem, and stores nothing", async () => {
     const { org, root } = await organizationWith(h, []);
     const before = await h.snapshot();
-    await expect(root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", condition: "activity.type == ", notes: "" })).rejects.toMatchObject({
+    await expect(
+      root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", condition: "activity.type == ", notes: "" }),
+    ).rejects.toMatchObject({
       code: 3,
-      message: expect.stringMatching(/condition is not a valid policy expression: line 1, column 18: expected a value but found end of input/),
+      message: expect.stringMatching(
+        /condition is not a valid policy expression: line 1, column 18: expected a value but found end of input/,
+      ),
     });
-    await expect(root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", consensus: "approvers.count() >= 'two'", notes: "" })).rejects.toMatchObject({
+    await expect(
+      root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", consensus: "approvers.count() >= 'two'", notes: "" }),
+    ).rejects.toMatchObject({
       message: expect.stringMatching(/consensus .*column 19: .*compares two numbers/),
     });
-    await expect(root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", condition: "approvers.count() > 1", notes: "" })).rejects.toMatchObject({
+    await expect(
+      root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", condition: "approvers.count() > 1", notes: "" }),
+    ).rejects.toMatchObject({
       message: expect.stringMatching(/unknown keyword "approvers" in a condition/),
     });
-    await expect(root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", time: "CronSpan('*/5 * * * *', '1h', 'UTC')", notes: "" })).rejects.toMatchObject({
+    await expect(
+      root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", time: "CronSpan('*/5 * * * *', '1h', 'UTC')", notes: "" }),
+    ).rejects.toMatchObject({
       message: expect.stringMatching(/step values/),
     });
     // Nothing stored but the failed activities themselves (the audit log keeps refused attempts).
@@ -77,7 +109,12 @@ describe("policies as resources", () => {
 
   it("accepts UPDATE_POLICY (V1) through @turnkey/http, with the result under updatePolicyResult", async () => {
     const { org, root } = await organizationWith(h, []);
-    const { policyId } = await root.createPolicy({ policyName: "v1 target", effect: "EFFECT_ALLOW", condition: "activity.kind == 'CREATE_USERS'", notes: "" });
+    const { policyId } = await root.createPolicy({
+      policyName: "v1 target",
+      effect: "EFFECT_ALLOW",
+      condition: "activity.kind == 'CREATE_USERS'",
+      notes: "",
+    });
     const client = h.http(org.key);
     const response = await client.updatePolicy({
       type: "ACTIVITY_TYPE_UPDATE_POLICY",
@@ -88,7 +125,12 @@ describe("policies as resources", () => {
     expect(response.activity).toMatchObject({ type: "ACTIVITY_TYPE_UPDATE_POLICY", status: "ACTIVITY_STATUS_COMPLETED" });
     expect((response.activity.result as any).updatePolicyResult).toEqual({ policyId });
     const { policy } = await root.getPolicy({ policyId });
-    expect(policy).toMatchObject({ policyName: "v1 target", effect: "EFFECT_DENY", condition: "activity.kind == 'CREATE_USERS'", consensus: "approvers.count() >= 1" });
+    expect(policy).toMatchObject({
+      policyName: "v1 target",
+      effect: "EFFECT_DENY",
+      condition: "activity.kind == 'CREATE_USERS'",
+      consensus: "approvers.count() >= 1",
+    });
   });
 
   it("stores the product's documented transaction policies (eth.tx, eth.eip_712, solana.tx) as written", async () => {
@@ -99,11 +141,19 @@ describe("policies as resources", () => {
       "eth.eip_712.domain.name == 'Permit2' && eth.eip_712.message['permitted'][0]['token'] == '0xa0b86991c6218b36c1d19d4a2e9eb0ce3606eb48' && activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2'",
       "solana.tx.spl_transfers.all(transfer, transfer.signers.any(s, s == 'SIGNER'))",
     ];
-    const { policyIds } = await root.createPolicies({ policies: conditions.map((condition, i) => ({ policyName: `chain ${i}`, effect: "EFFECT_DENY" as const, condition, notes: "" })) });
+    const { policyIds } = await root.createPolicies({
+      policies: conditions.map((condition, i) => ({ policyName: `chain ${i}`, effect: "EFFECT_DENY" as const, condition, notes: "" })),
+    });
     const { policies } = await root.getPolicies({});
     expect(policies.filter((p) => policyIds.includes(p.policyId)).map((p) => p.condition)).toEqual(conditions);
     // On an activity that signs nothing they fail to evaluate (OUTCOME_ERROR), and so deny nothing.
-    await root.createPolicy({ policyName: "worker tags", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.worker!.userId}')`, condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    await root.createPolicy({
+      policyName: "worker tags",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${members.worker!.userId}')`,
+      condition: "activity.kind == 'CREATE_USER_TAG'",
+      notes: "",
+    });
     const done = await members.worker!.client.createUserTag({ userTagName: "unaffected", userIds: [] });
     expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
     const { policyEvaluations } = await root.getPolicyEvaluations({ activityId: done.activity.id });
@@ -118,7 +168,12 @@ describe("policies as resources", () => {
       type: "ACTIVITY_TYPE_CREATE_POLICY_V2",
       organizationId: org.organizationId,
       timestampMs: String(Date.now()),
-      parameters: { policyName: "legacy", effect: "EFFECT_ALLOW", notes: "", selectors: [{ subject: "activity.type", operator: "OPERATOR_IN", targets: ["ACTIVITY_TYPE_CREATE_USERS_V4"] }] } as any,
+      parameters: {
+        policyName: "legacy",
+        effect: "EFFECT_ALLOW",
+        notes: "",
+        selectors: [{ subject: "activity.type", operator: "OPERATOR_IN", targets: ["ACTIVITY_TYPE_CREATE_USERS_V4"] }],
+      } as any,
     } as any);
     const policyId = (response.activity.result as any).createPolicyResult.policyId;
     const { policy } = await client.getPolicy({ organizationId: org.organizationId, policyId });
@@ -138,7 +193,12 @@ describe("evaluation", () => {
     expect(failed).toMatchObject({ type: "ACTIVITY_TYPE_CREATE_USER_TAG", status: "ACTIVITY_STATUS_FAILED" });
     const evaluations = await root.getPolicyEvaluations({ activityId: failed!.id });
     expect(evaluations.policyEvaluations).toHaveLength(1);
-    expect(evaluations.policyEvaluations[0]).toMatchObject({ activityId: failed!.id, organizationId: org.organizationId, voteId: failed!.votes[0]!.id, policyEvaluations: [] });
+    expect(evaluations.policyEvaluations[0]).toMatchObject({
+      activityId: failed!.id,
+      organizationId: org.organizationId,
+      voteId: failed!.votes[0]!.id,
+      policyEvaluations: [],
+    });
 
     const { policyId } = await root.createPolicy({
       policyName: "alice manages tags",
@@ -156,9 +216,23 @@ describe("evaluation", () => {
   it("an explicit deny beats an allow, and the message says so", async () => {
     const { root, members } = await organizationWith(h, ["bob"]);
     const bob = members.bob!;
-    await root.createPolicy({ policyName: "bob may create tags", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${bob.userId}')`, condition: "activity.action == 'CREATE'", notes: "" });
-    const deny = await root.createPolicy({ policyName: "no tags named secret", effect: "EFFECT_DENY", condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
-    await expect(bob.client.createUserTag({ userTagName: "x", userIds: [] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining(`OUTCOME_DENY_EXPLICIT (explicitly denied by policy ${deny.policyId})`) });
+    await root.createPolicy({
+      policyName: "bob may create tags",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${bob.userId}')`,
+      condition: "activity.action == 'CREATE'",
+      notes: "",
+    });
+    const deny = await root.createPolicy({
+      policyName: "no tags named secret",
+      effect: "EFFECT_DENY",
+      condition: "activity.kind == 'CREATE_USER_TAG'",
+      notes: "",
+    });
+    await expect(bob.client.createUserTag({ userTagName: "x", userIds: [] })).rejects.toMatchObject({
+      code: 7,
+      message: expect.stringContaining(`OUTCOME_DENY_EXPLICIT (explicitly denied by policy ${deny.policyId})`),
+    });
     await root.deletePolicy({ policyId: deny.policyId });
     expect((await bob.client.createUserTag({ userTagName: "x", userIds: [] })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
   });
@@ -168,24 +242,56 @@ describe("evaluation", () => {
     const { userTagId } = await root.createUserTag({ userTagName: "ops", userIds: [members.op!.userId] });
     await root.createPolicies({
       policies: [
-        { policyName: "Ops manage users", effect: "EFFECT_ALLOW", consensus: `approvers.any(user, user.tags.contains('${userTagId}'))`, condition: "activity.resource == 'USER'", notes: "" },
-        { policyName: "But never delete more than one user at once", effect: "EFFECT_DENY", condition: "activity.kind == 'DELETE_USERS' && activity.params.user_ids.count() > 1", notes: "" },
+        {
+          policyName: "Ops manage users",
+          effect: "EFFECT_ALLOW",
+          consensus: `approvers.any(user, user.tags.contains('${userTagId}'))`,
+          condition: "activity.resource == 'USER'",
+          notes: "",
+        },
+        {
+          policyName: "But never delete more than one user at once",
+          effect: "EFFECT_DENY",
+          condition: "activity.kind == 'DELETE_USERS' && activity.params.user_ids.count() > 1",
+          notes: "",
+        },
       ],
     });
     const op = members.op!.client;
-    await expect(op.deleteUsers({ userIds: [members.u1!.userId, members.u2!.userId] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("OUTCOME_DENY_EXPLICIT (explicitly denied by policy") });
+    await expect(op.deleteUsers({ userIds: [members.u1!.userId, members.u2!.userId] })).rejects.toMatchObject({
+      code: 7,
+      message: expect.stringContaining("OUTCOME_DENY_EXPLICIT (explicitly denied by policy"),
+    });
     expect((await op.deleteUsers({ userIds: [members.u1!.userId] })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
-    expect((await root.deleteUsers({ userIds: [members.u3!.userId, members.u4!.userId] })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await root.deleteUsers({ userIds: [members.u3!.userId, members.u4!.userId] })).activity.status).toBe(
+      "ACTIVITY_STATUS_COMPLETED",
+    );
   });
 
   it("a user changes its own credentials without a policy, unless a policy explicitly denies it; not another user's", async () => {
     const { root, members } = await organizationWith(h, ["carol", "dave"]);
     const carol = members.carol!;
-    const own = await carol.client.createApiKeys({ userId: carol.userId, apiKeys: [{ apiKeyName: "second", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    const own = await carol.client.createApiKeys({
+      userId: carol.userId,
+      apiKeys: [{ apiKeyName: "second", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
     expect(own.apiKeyIds).toHaveLength(1);
-    await expect(carol.client.createApiKeys({ userId: members.dave!.userId, apiKeys: [{ apiKeyName: "x", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }] })).rejects.toMatchObject({ code: 7 });
-    await root.createPolicy({ policyName: "no new keys", effect: "EFFECT_DENY", condition: "activity.resource == 'CREDENTIAL' && activity.params.user_id != ''", notes: "" });
-    await expect(carol.client.deleteApiKeys({ userId: carol.userId, apiKeyIds: own.apiKeyIds })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("OUTCOME_DENY_EXPLICIT") });
+    await expect(
+      carol.client.createApiKeys({
+        userId: members.dave!.userId,
+        apiKeys: [{ apiKeyName: "x", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }],
+      }),
+    ).rejects.toMatchObject({ code: 7 });
+    await root.createPolicy({
+      policyName: "no new keys",
+      effect: "EFFECT_DENY",
+      condition: "activity.resource == 'CREDENTIAL' && activity.params.user_id != ''",
+      notes: "",
+    });
+    await expect(carol.client.deleteApiKeys({ userId: carol.userId, apiKeyIds: own.apiKeyIds })).rejects.toMatchObject({
+      code: 7,
+      message: expect.stringContaining("OUTCOME_DENY_EXPLICIT"),
+    });
   });
 
   it("exposes activity.params: a user may delete only itself (the docs' example)", async () => {
@@ -205,12 +311,19 @@ describe("evaluation", () => {
   it("a policy whose condition reads a keyword this activity lacks is OUTCOME_ERROR and allows nothing", async () => {
     const { root, members } = await organizationWith(h, ["gina"]);
     const gina = members.gina!;
-    const { policyId } = await root.createPolicy({ policyName: "wallet scoped", effect: "EFFECT_ALLOW", condition: "wallet.id == 'w' || activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    const { policyId } = await root.createPolicy({
+      policyName: "wallet scoped",
+      effect: "EFFECT_ALLOW",
+      condition: "wallet.id == 'w' || activity.kind == 'CREATE_USER_TAG'",
+      notes: "",
+    });
     const attempt = gina.client.createUserTag({ userTagName: "t", userIds: [] });
     await expect(attempt).rejects.toMatchObject({ code: 7 });
     const [failed] = (await root.getActivities({ filterByStatus: ["ACTIVITY_STATUS_FAILED"] })).activities;
     const evaluation = await root.getPolicyEvaluations({ activityId: failed!.id });
-    expect(evaluation.policyEvaluations[0]!.policyEvaluations).toEqual([{ policyId, outcome: "OUTCOME_ERROR", error: expect.stringContaining("wallet") }]);
+    expect(evaluation.policyEvaluations[0]!.policyEvaluations).toEqual([
+      { policyId, outcome: "OUTCOME_ERROR", error: expect.stringContaining("wallet") },
+    ]);
   });
 });
 
@@ -218,7 +331,10 @@ describe("consensus", () => {
   async function twoOfThree() {
     const setup = await organizationWith(h, ["ann", "ben", "cat", "outsider"]);
     const { root, members } = setup;
-    const { userTagId } = await root.createUserTag({ userTagName: "approvers", userIds: [members.ann!.userId, members.ben!.userId, members.cat!.userId] });
+    const { userTagId } = await root.createUserTag({
+      userTagName: "approvers",
+      userIds: [members.ann!.userId, members.ben!.userId, members.cat!.userId],
+    });
     await root.createPolicy({
       policyName: "two approvers create users",
       effect: "EFFECT_ALLOW",
@@ -241,10 +357,15 @@ describe("consensus", () => {
     expect(await seenBy(members.ben!)).toMatchObject({ canApprove: true, canReject: true });
     expect(await seenBy(members.ann!)).toMatchObject({ canApprove: false, canReject: false });
     expect(await seenBy(members.outsider!)).toMatchObject({ canApprove: false, canReject: false });
-    expect((await members.ben!.client.getActivities({ filterByStatus: ["ACTIVITY_STATUS_CONSENSUS_NEEDED"] })).activities[0]).toMatchObject({ id: pending.activity.id, canApprove: true });
+    expect((await members.ben!.client.getActivities({ filterByStatus: ["ACTIVITY_STATUS_CONSENSUS_NEEDED"] })).activities[0]).toMatchObject(
+      { id: pending.activity.id, canApprove: true },
+    );
 
     // Someone the consensus does not name may not vote.
-    await expect(members.outsider!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("may not vote") });
+    await expect(members.outsider!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({
+      code: 7,
+      message: expect.stringContaining("may not vote"),
+    });
 
     const approved = await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint });
     expect(approved.activity).toMatchObject({ id: pending.activity.id, status: "ACTIVITY_STATUS_COMPLETED" });
@@ -258,10 +379,15 @@ describe("consensus", () => {
 
     // A third approval finds it no longer pending and changes nothing; the same approval again is a retry.
     await expect(members.cat!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 9 });
-    expect((await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe(
+      "ACTIVITY_STATUS_COMPLETED",
+    );
     expect((await root.getUsers({})).users.length).toBe(usersBefore + 1);
     const evaluations = await root.getPolicyEvaluations({ activityId: pending.activity.id });
-    expect(evaluations.policyEvaluations.map((e: any) => e.policyEvaluations[0].outcome)).toEqual(["OUTCOME_REQUIRES_CONSENSUS", "OUTCOME_ALLOW"]);
+    expect(evaluations.policyEvaluations.map((e: any) => e.policyEvaluations[0].outcome)).toEqual([
+      "OUTCOME_REQUIRES_CONSENSUS",
+      "OUTCOME_ALLOW",
+    ]);
     expect(org).toBeDefined();
   });
 
@@ -271,7 +397,12 @@ describe("consensus", () => {
     const poll = createActivityPoller({ client, requestFn: client.createUsers });
     let error: unknown;
     try {
-      await poll({ type: "ACTIVITY_TYPE_CREATE_USERS_V4", organizationId: org.organizationId, timestampMs: String(Date.now()), parameters: { users: [{ userName: "via http", apiKeys: [], ...noCredentials }] } } as any);
+      await poll({
+        type: "ACTIVITY_TYPE_CREATE_USERS_V4",
+        organizationId: org.organizationId,
+        timestampMs: String(Date.now()),
+        parameters: { users: [{ userName: "via http", apiKeys: [], ...noCredentials }] },
+      } as any);
     } catch (e) {
       error = e;
     }
@@ -281,7 +412,12 @@ describe("consensus", () => {
     const { activity } = await client.getActivity({ organizationId: org.organizationId, activityId: activityId! });
     const approver = h.http(members.ann!.key);
     const approve = createActivityPoller({ client: approver, requestFn: approver.approveActivity });
-    const done = await approve({ type: "ACTIVITY_TYPE_APPROVE_ACTIVITY", organizationId: org.organizationId, timestampMs: String(Date.now()), parameters: { fingerprint: activity.fingerprint } });
+    const done = await approve({
+      type: "ACTIVITY_TYPE_APPROVE_ACTIVITY",
+      organizationId: org.organizationId,
+      timestampMs: String(Date.now()),
+      parameters: { fingerprint: activity.fingerprint },
+    });
     expect(done).toMatchObject({ id: activityId, status: "ACTIVITY_STATUS_COMPLETED" });
   });
 
@@ -294,7 +430,10 @@ describe("consensus", () => {
     const twoNo = await members.cat!.client.rejectActivity({ fingerprint: pending.activity.fingerprint });
     expect(twoNo.activity.status).toBe("ACTIVITY_STATUS_REJECTED");
     // Nothing can revive it, not even the root quorum; nothing ran.
-    await expect(root.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 9, message: expect.stringContaining("ACTIVITY_STATUS_REJECTED") });
+    await expect(root.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({
+      code: 9,
+      message: expect.stringContaining("ACTIVITY_STATUS_REJECTED"),
+    });
     expect((await root.getUsers({})).users.length).toBe(usersBefore);
     const evaluations = await root.getPolicyEvaluations({ activityId: pending.activity.id });
     expect(evaluations.policyEvaluations.at(-1)).toMatchObject({ outcome: "OUTCOME_REJECTED" });
@@ -307,8 +446,16 @@ describe("root quorum", () => {
     const r2 = members.r2!;
     const r3 = members.r3!;
     // A non-root user can never change the root quorum, whatever the policies say.
-    await root.createPolicy({ policyName: "plain may do anything", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.plain!.userId}')`, notes: "" });
-    await expect(members.plain!.client.updateRootQuorum({ threshold: 1, userIds: [members.plain!.userId] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("only be approved by the root quorum") });
+    await root.createPolicy({
+      policyName: "plain may do anything",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${members.plain!.userId}')`,
+      notes: "",
+    });
+    await expect(members.plain!.client.updateRootQuorum({ threshold: 1, userIds: [members.plain!.userId] })).rejects.toMatchObject({
+      code: 7,
+      message: expect.stringContaining("only be approved by the root quorum"),
+    });
 
     await root.updateRootQuorum({ threshold: 2, userIds: [org.userId, r2.userId, r3.userId] });
     const pending = await root.createUserTag({ userTagName: "needs two", userIds: [] });
@@ -328,9 +475,18 @@ describe("root quorum", () => {
   it("a policy that locks everyone out is undone by the root quorum", async () => {
     const { root, members } = await organizationWith(h, ["ops"]);
     const ops = members.ops!;
-    await root.createPolicy({ policyName: "ops may create tags", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${ops.userId}')`, condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    await root.createPolicy({
+      policyName: "ops may create tags",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${ops.userId}')`,
+      condition: "activity.kind == 'CREATE_USER_TAG'",
+      notes: "",
+    });
     const lockout = await root.createPolicy({ policyName: "deny everything", effect: "EFFECT_DENY", condition: "true", notes: "" });
-    await expect(ops.client.createUserTag({ userTagName: "a", userIds: [] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("OUTCOME_DENY_EXPLICIT") });
+    await expect(ops.client.createUserTag({ userTagName: "a", userIds: [] })).rejects.toMatchObject({
+      code: 7,
+      message: expect.stringContaining("OUTCOME_DENY_EXPLICIT"),
+    });
     await expect(ops.client.deletePolicy({ policyId: lockout.policyId })).rejects.toMatchObject({ code: 7 });
     // The root quorum bypasses policies.
     await root.deletePolicy({ policyId: lockout.policyId });
@@ -340,7 +496,10 @@ describe("root quorum", () => {
   it("refuses a root quorum that could never act, and changes nothing", async () => {
     const { org, root, members } = await organizationWith(h, ["x"]);
     const before = await h.snapshot();
-    await expect(root.updateRootQuorum({ threshold: 3, userIds: [org.userId, members.x!.userId] })).rejects.toMatchObject({ code: 3, message: expect.stringContaining("threshold") });
+    await expect(root.updateRootQuorum({ threshold: 3, userIds: [org.userId, members.x!.userId] })).rejects.toMatchObject({
+      code: 3,
+      message: expect.stringContaining("threshold"),
+    });
     await expect(root.updateRootQuorum({ threshold: 1, userIds: ["not-a-user"] })).rejects.toMatchObject({ code: 5 });
     const after = JSON.parse(await h.snapshot());
     const was = JSON.parse(before);
@@ -356,13 +515,21 @@ describe("time", () => {
     try {
       const { root, members } = await organizationWith(clocked, ["shift"]);
       const shift = members.shift!;
-      const { policyId } = await root.createPolicy(
-        { policyName: "business hours", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${shift.userId}')`, condition: "activity.kind == 'CREATE_USER_TAG'", time: "CronSpan('0 9 * * 1-5', '8h', 'America/New_York')", notes: "" },
-      );
+      const { policyId } = await root.createPolicy({
+        policyName: "business hours",
+        effect: "EFFECT_ALLOW",
+        consensus: `approvers.any(u, u.id == '${shift.userId}')`,
+        condition: "activity.kind == 'CREATE_USER_TAG'",
+        time: "CronSpan('0 9 * * 1-5', '8h', 'America/New_York')",
+        notes: "",
+      });
       const inside = await shift.client.createUserTag({ userTagName: "in", userIds: [] });
       expect(inside.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
       now = Date.parse("2026-03-07T15:00:00Z"); // Saturday
-      await expect(shift.client.createUserTag({ userTagName: "out", userIds: [] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("OUTCOME_DENY_IMPLICIT") });
+      await expect(shift.client.createUserTag({ userTagName: "out", userIds: [] })).rejects.toMatchObject({
+        code: 7,
+        message: expect.stringContaining("OUTCOME_DENY_IMPLICIT"),
+      });
       const [failed] = (await root.getActivities({ filterByStatus: ["ACTIVITY_STATUS_FAILED"] })).activities;
       const evaluation = await root.getPolicyEvaluations({ activityId: failed!.id });
       expect(evaluation.policyEvaluations[0]!.policyEvaluations).toEqual([{ policyId, outcome: "OUTCOME_TIME_INACTIVE" }]);
@@ -375,7 +542,10 @@ describe("time", () => {
 describe("hardening (review findings)", () => {
   async function tagged(names: string[]) {
     const setup = await organizationWith(h, names);
-    const { userTagId } = await setup.root.createUserTag({ userTagName: "approvers", userIds: names.slice(0, 3).map((n) => setup.members[n]!.userId) });
+    const { userTagId } = await setup.root.createUserTag({
+      userTagName: "approvers",
+      userIds: names.slice(0, 3).map((n) => setup.members[n]!.userId),
+    });
     await setup.root.createPolicy({
       policyName: "two approvers create tags",
       effect: "EFFECT_ALLOW",
@@ -388,14 +558,25 @@ describe("hardening (review findings)", () => {
 
   it("an explicit deny on approving beats being named by a consensus; canApprove and canReject follow it separately", async () => {
     const { root, members } = await tagged(["ann", "ben", "cat"]);
-    await root.createPolicy({ policyName: "ben never approves", effect: "EFFECT_DENY", consensus: `approvers.any(u, u.id == '${members.ben!.userId}')`, condition: "activity.kind == 'APPROVE_ACTIVITY'", notes: "" });
+    await root.createPolicy({
+      policyName: "ben never approves",
+      effect: "EFFECT_DENY",
+      consensus: `approvers.any(u, u.id == '${members.ben!.userId}')`,
+      condition: "activity.kind == 'APPROVE_ACTIVITY'",
+      notes: "",
+    });
     const pending = await members.ann!.client.createUserTag({ userTagName: "t", userIds: [] });
     const seen = (await members.ben!.client.getActivity({ activityId: pending.activity.id })).activity;
     expect(seen).toMatchObject({ canApprove: false, canReject: true });
     const before = await h.snapshot();
-    await expect(members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("may not vote") });
+    await expect(members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({
+      code: 7,
+      message: expect.stringContaining("may not vote"),
+    });
     expect(await h.snapshot()).toBe(before);
-    expect((await members.cat!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await members.cat!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe(
+      "ACTIVITY_STATUS_COMPLETED",
+    );
   });
 
   it("an approval whose key was deleted since no longer counts", async () => {
@@ -403,12 +584,19 @@ describe("hardening (review findings)", () => {
     const pending = await members.ann!.client.createUserTag({ userTagName: "t", userIds: [] });
     // ann rotates: a new key, then the old one (the one that signed her approval) goes.
     const fresh = newKeyPair();
-    await members.ann!.client.createApiKeys({ userId: members.ann!.userId, apiKeys: [{ apiKeyName: "new", publicKey: fresh.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    await members.ann!.client.createApiKeys({
+      userId: members.ann!.userId,
+      apiKeys: [{ apiKeyName: "new", publicKey: fresh.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
     const { user } = await root.getUser({ userId: members.ann!.userId });
     const old = user.apiKeys.find((k) => k.credential.publicKey === members.ann!.key.publicKey)!;
     await root.deleteApiKeys({ userId: members.ann!.userId, apiKeyIds: [old.apiKeyId] });
-    expect((await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
-    expect((await members.cat!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe(
+      "ACTIVITY_STATUS_CONSENSUS_NEEDED",
+    );
+    expect((await members.cat!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe(
+      "ACTIVITY_STATUS_COMPLETED",
+    );
   });
 
   it("a user given the approvers' tag while an activity waits may then vote, and the approval counts", async () => {
@@ -423,9 +611,17 @@ describe("hardening (review findings)", () => {
   it("a pending activity whose approvals were satisfied by a tag change runs when an approver repeats the approval", async () => {
     const { root, members, userTagId } = await tagged(["ann", "ben", "cat", "eve"]);
     // eve is not in the approvers tag; a second policy lets eve vote on tag creation.
-    await root.createPolicy({ policyName: "eve votes", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.eve!.userId}') && approvers.count() >= 3`, condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    await root.createPolicy({
+      policyName: "eve votes",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${members.eve!.userId}') && approvers.count() >= 3`,
+      condition: "activity.kind == 'CREATE_USER_TAG'",
+      notes: "",
+    });
     const pending = await members.ann!.client.createUserTag({ userTagName: "t", userIds: [] });
-    expect((await members.eve!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    expect((await members.eve!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe(
+      "ACTIVITY_STATUS_CONSENSUS_NEEDED",
+    );
     await root.updateUserTag({ userTagId, addUserIds: [members.eve!.userId], removeUserIds: [] });
     const again = await members.eve!.client.approveActivity({ fingerprint: pending.activity.fingerprint });
     expect(again.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
@@ -434,10 +630,19 @@ describe("hardening (review findings)", () => {
 
   it("deleting a root user needs the root quorum, whatever the policies allow", async () => {
     const { org, root, members } = await organizationWith(h, ["admin", "second"]);
-    await root.createPolicy({ policyName: "admin deletes users", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.admin!.userId}')`, condition: "activity.kind == 'DELETE_USERS'", notes: "" });
+    await root.createPolicy({
+      policyName: "admin deletes users",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${members.admin!.userId}')`,
+      condition: "activity.kind == 'DELETE_USERS'",
+      notes: "",
+    });
     await root.updateRootQuorum({ threshold: 1, userIds: [org.userId, members.second!.userId] });
     const before = await h.snapshot();
-    await expect(members.admin!.client.deleteUsers({ userIds: [members.second!.userId] })).rejects.toMatchObject({ code: 7, message: expect.stringContaining("changes the root quorum") });
+    await expect(members.admin!.client.deleteUsers({ userIds: [members.second!.userId] })).rejects.toMatchObject({
+      code: 7,
+      message: expect.stringContaining("changes the root quorum"),
+    });
     expect(JSON.parse(await h.snapshot()).root_quorum_members).toEqual(JSON.parse(before).root_quorum_members);
   });
 
@@ -449,7 +654,11 @@ describe("hardening (review findings)", () => {
         type: "ACTIVITY_TYPE_CREATE_POLICY",
         organizationId: org.organizationId,
         timestampMs: String(Date.now()),
-        parameters: { policyName: "sneaky", effect: "EFFECT_ALLOW", selectors: [{ subject: "activity.type == 'X' || true || activity.type", operator: "OPERATOR_EQUAL", target: "Y" }] },
+        parameters: {
+          policyName: "sneaky",
+          effect: "EFFECT_ALLOW",
+          selectors: [{ subject: "activity.type == 'X' || true || activity.type", operator: "OPERATOR_EQUAL", target: "Y" }],
+        },
       } as any),
     ).rejects.toMatchObject({ code: 3, message: expect.stringContaining("must be a keyword path") });
     expect(JSON.parse(await h.snapshot()).policies).toEqual(before);
@@ -457,22 +666,53 @@ describe("hardening (review findings)", () => {
 
   it("a stored policy that no longer compiles is judged OUTCOME_ERROR, not a server error", async () => {
     const { org, root, members } = await organizationWith(h, ["fay"]);
-    await root.createPolicy({ policyName: "fay tags", effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${members.fay!.userId}')`, condition: "activity.kind == 'CREATE_USER_TAG'", notes: "" });
+    await root.createPolicy({
+      policyName: "fay tags",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${members.fay!.userId}')`,
+      condition: "activity.kind == 'CREATE_USER_TAG'",
+      notes: "",
+    });
     // As if written by an older version whose language accepted it.
     const id = crypto.randomUUID();
-    await h.server.store.db.insertInto("policies").values({ id, organization_id: org.organizationId, name: "legacy", effect: "EFFECT_DENY", condition: "activity.constructor == activity.constructor", consensus: null, time: null, notes: "", created_at: Date.now(), updated_at: Date.now() }).execute();
+    await h.server.store.db
+      .insertInto("policies")
+      .values({
+        id,
+        organization_id: org.organizationId,
+        name: "legacy",
+        effect: "EFFECT_DENY",
+        condition: "activity.constructor == activity.constructor",
+        consensus: null,
+        time: null,
+        notes: "",
+        created_at: Date.now(),
+        updated_at: Date.now(),
+      })
+      .execute();
     const done = await members.fay!.client.createUserTag({ userTagName: "still works", userIds: [] });
     const evaluation = await root.getPolicyEvaluations({ activityId: done.activity.id });
-    expect(evaluation.policyEvaluations[0]!.policyEvaluations).toContainEqual({ policyId: id, outcome: "OUTCOME_ERROR", error: expect.stringContaining("does not compile") });
+    expect(evaluation.policyEvaluations[0]!.policyEvaluations).toContainEqual({
+      policyId: id,
+      outcome: "OUTCOME_ERROR",
+      error: expect.stringContaining("does not compile"),
+    });
   });
 
   it("a policy that would take hours to evaluate is stopped by the step budget (OUTCOME_ERROR) and the request is answered", async () => {
     const { root, members } = await organizationWith(h, ["gus"]);
     const big = `[${Array.from({ length: 300 }, (_, i) => i).join(",")}]`;
-    const { policyId } = await root.createPolicy({ policyName: "heavy", effect: "EFFECT_ALLOW", condition: `${big}.all(a, ${big}.all(b, ${big}.all(c, ${big}.all(d, true))))`, notes: "" });
+    const { policyId } = await root.createPolicy({
+      policyName: "heavy",
+      effect: "EFFECT_ALLOW",
+      condition: `${big}.all(a, ${big}.all(b, ${big}.all(c, ${big}.all(d, true))))`,
+      notes: "",
+    });
     await expect(members.gus!.client.createUserTag({ userTagName: "x", userIds: [] })).rejects.toMatchObject({ code: 7 });
     const [failed] = (await root.getActivities({ filterByStatus: ["ACTIVITY_STATUS_FAILED"] })).activities;
     const evaluation = await root.getPolicyEvaluations({ activityId: failed!.id });
-    expect(evaluation.policyEvaluations[0]!.policyEvaluations).toEqual([{ policyId, outcome: "OUTCOME_ERROR", error: expect.stringContaining("budget") }]);
+    expect(evaluation.policyEvaluations[0]!.policyEvaluations).toEqual([
+      { policyId, outcome: "OUTCOME_ERROR", error: expect.stringContaining("budget") },
+    ]);
   });
 });

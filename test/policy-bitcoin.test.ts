@@ -32,7 +32,14 @@ afterAll(() => h.close());
 async function accountOf(root: Client, addressFormat: string, path = "m/84'/1'/0'/0/0") {
   const { walletId, addresses } = await root.createWallet({
     walletName: addressFormat,
-    accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path, addressFormat: addressFormat as "ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH" }],
+    accounts: [
+      {
+        curve: "CURVE_SECP256K1",
+        pathFormat: "PATH_FORMAT_BIP32",
+        path,
+        addressFormat: addressFormat as "ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH",
+      },
+    ],
   });
   const address = addresses[0]!;
   const { account } = await root.getWalletAccount({ walletId, address });
@@ -108,7 +115,13 @@ async function expectInvalid(attempt: () => Promise<unknown>, message: string) {
 
 async function allowFor(root: Client, member: Member, condition: string) {
   const consensus = `approvers.any(u, u.id == '${member.userId}')`;
-  const { policyId } = await root.createPolicy({ policyName: `allow: ${condition}`.slice(0, 256), effect: "EFFECT_ALLOW", consensus, condition, notes: "" });
+  const { policyId } = await root.createPolicy({
+    policyName: `allow: ${condition}`.slice(0, 256),
+    effect: "EFFECT_ALLOW",
+    consensus,
+    condition,
+    notes: "",
+  });
   return policyId;
 }
 
@@ -143,7 +156,10 @@ describe("policies naming bitcoin.tx are type-checked when stored", () => {
   });
 
   it.each([
-    ["bitcoin.tx.outputs.all(o, o.amount < 5)", 'BitcoinTxOutput has no field "amount" (fields: value, script_pubkey, address, address_type)'],
+    [
+      "bitcoin.tx.outputs.all(o, o.amount < 5)",
+      'BitcoinTxOutput has no field "amount" (fields: value, script_pubkey, address, address_type)',
+    ],
     ["bitcoin.tx.inputs.all(i, i.txid == 'x')", 'BitcoinTxInput has no field "txid"'],
     ["bitcoin.tx.fees > 1", 'BitcoinTransaction has no field "fees"'],
     ["bitcoin.tx.fee > '1'", '">" compares two numbers or two timestamps, not int and string'],
@@ -167,11 +183,17 @@ describe("an allow on the payee and a ceiling on the value", () => {
     await signsPsbt(spender, account, paying(account, [PAYEE.address!, 40_000n]));
     // The ceiling is inclusive, and exact: one satoshi over is over.
     await signsPsbt(spender, account, paying(account, [PAYEE.address!, 50_000n]));
-    const overId = await expectDenied(() => sign(spender, account.address, paying(account, [PAYEE.address!, 50_001n])), "OUTCOME_DENY_IMPLICIT");
+    const overId = await expectDenied(
+      () => sign(spender, account.address, paying(account, [PAYEE.address!, 50_001n])),
+      "OUTCOME_DENY_IMPLICIT",
+    );
     const { policyEvaluations } = await root.getPolicyEvaluations({ activityId: overId });
     expect(policyEvaluations[0]!.policyEvaluations).toEqual([{ policyId, outcome: "OUTCOME_DENY_IMPLICIT" }]);
     await expectDenied(() => sign(spender, account.address, paying(account, [STRANGER.address!, 1_000n])), "OUTCOME_DENY_IMPLICIT");
-    await expectDenied(() => sign(spender, account.address, paying(account, [PAYEE.address!, 1_000n], [STRANGER.address!, 1n])), "OUTCOME_DENY_IMPLICIT");
+    await expectDenied(
+      () => sign(spender, account.address, paying(account, [PAYEE.address!, 1_000n], [STRANGER.address!, 1n])),
+      "OUTCOME_DENY_IMPLICIT",
+    );
     // An output with no address (OP_RETURN data) is not the payee either.
     await expectDenied(() => sign(spender, account.address, paying(account, [OP_RETURN, 0n])), "OUTCOME_DENY_IMPLICIT");
   });
@@ -180,7 +202,12 @@ describe("an allow on the payee and a ceiling on the value", () => {
     const { spender, account } = await spenderWith(condition);
     const payload = Buffer.alloc(32, 1).toString("hex");
     const signDigest = () =>
-      spender.client.signRawPayload({ signWith: account.address, payload, encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" });
+      spender.client.signRawPayload({
+        signWith: account.address,
+        payload,
+        encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+        hashFunction: "HASH_FUNCTION_NO_OP",
+      });
     await expectDenied(signDigest, "OUTCOME_DENY_IMPLICIT");
   });
 });
@@ -189,12 +216,24 @@ describe("an explicit deny on an address", () => {
   it("holds beside an allow on every signature, wherever the denied output sits", async () => {
     const { root, spender, account } = await spenderWith(SIGN);
     const condition = `bitcoin.tx.outputs.any(o, o.address == '${STRANGER.address}')`;
-    const { policyId: denyId } = await root.createPolicy({ policyName: "never pay the stranger", effect: "EFFECT_DENY", condition, notes: "" });
+    const { policyId: denyId } = await root.createPolicy({
+      policyName: "never pay the stranger",
+      effect: "EFFECT_DENY",
+      condition,
+      notes: "",
+    });
     await signsPsbt(spender, account, paying(account, [PAYEE.address!, 90_000n]));
     const denied: [string | Uint8Array, bigint][][] = [
       [[STRANGER.address!, 90_000n]],
-      [[PAYEE.address!, 50_000n], [STRANGER.address!, 1n]],
-      [[OP_RETURN, 0n], [STRANGER.address!, 546n], [PAYEE.address!, 1n]],
+      [
+        [PAYEE.address!, 50_000n],
+        [STRANGER.address!, 1n],
+      ],
+      [
+        [OP_RETURN, 0n],
+        [STRANGER.address!, 546n],
+        [PAYEE.address!, 1n],
+      ],
       // Built from the script rather than the address: the same output, denied the same.
       [[STRANGER.script, 5_000n]],
     ];
@@ -210,7 +249,10 @@ describe("an explicit deny on an address", () => {
     await root.createPolicy({ policyName: "fee cap", effect: "EFFECT_DENY", condition: "bitcoin.tx.fee > 50000", notes: "" });
     // 100 000 in: 50 000 out is a fee of exactly 50 000 (allowed), 49 999 out one satoshi more.
     await signsPsbt(spender, account, paying(account, [PAYEE.address!, 30_000n], [account.address, 20_000n]));
-    await expectDenied(() => sign(spender, account.address, paying(account, [PAYEE.address!, 29_999n], [account.address, 20_000n])), "OUTCOME_DENY_EXPLICIT");
+    await expectDenied(
+      () => sign(spender, account.address, paying(account, [PAYEE.address!, 29_999n], [account.address, 20_000n])),
+      "OUTCOME_DENY_EXPLICIT",
+    );
   });
 });
 
@@ -226,7 +268,9 @@ describe("what the product's BitcoinTransaction names is what policies read", ()
     previous.addOutput({ script: account.script, amount: 70_000n });
     const raw = previous.unsignedTx;
     // A txid is the double SHA-256 of the transaction, shown byte-reversed.
-    const txId = Buffer.from(sha256(sha256(raw))).reverse().toString("hex");
+    const txId = Buffer.from(sha256(sha256(raw)))
+      .reverse()
+      .toString("hex");
     const taprootPayee = btc.p2tr(keyOf(0x33).subarray(1), undefined, btc.TEST_NETWORK);
     const spend = (vout: number, lockTime: number) => {
       const tx = new btc.Transaction({ lockTime, allowUnknownOutputs: true });
@@ -277,7 +321,11 @@ describe("output addresses are written for the network of the signing address", 
       REGTEST: await accountOf(root, "ADDRESS_FORMAT_BITCOIN_REGTEST_P2WPKH"),
     };
     const payee = (network: Network) => btc.p2tr(keyOf(0x33).subarray(1), undefined, network).address!;
-    expect([payee(btc.NETWORK), payee(btc.TEST_NETWORK), payee(REGTEST)].map((a) => a.slice(0, a.indexOf("1") + 2))).toEqual(["bc1p", "tb1p", "bcrt1p"]);
+    expect([payee(btc.NETWORK), payee(btc.TEST_NETWORK), payee(REGTEST)].map((a) => a.slice(0, a.indexOf("1") + 2))).toEqual([
+      "bc1p",
+      "tb1p",
+      "bcrt1p",
+    ]);
     for (const [name, network] of Object.entries(NETWORKS)) {
       const policyId = await allowFor(root, spender, `bitcoin.tx.outputs.all(o, o.address == '${payee(network)}')`);
       for (const [other, account] of Object.entries(accounts)) {
@@ -293,9 +341,15 @@ describe("output addresses are written for the network of the signing address", 
     const { root, members } = await organizationWith(h, ["spender"]);
     const spender = members.spender!;
     await allowFor(root, spender, `bitcoin.tx.outputs.all(o, o.address == '${PAYEE.address}')`);
-    type Formats = ("ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH" | "ADDRESS_FORMAT_BITCOIN_SIGNET_P2TR" | "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH")[];
+    type Formats = (
+      | "ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH"
+      | "ADDRESS_FORMAT_BITCOIN_SIGNET_P2TR"
+      | "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH"
+    )[];
     const keyWith = async (privateKeyName: string, addressFormats: Formats) => {
-      const { privateKeys } = await root.createPrivateKeys({ privateKeys: [{ privateKeyName, curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats }] });
+      const { privateKeys } = await root.createPrivateKeys({
+        privateKeys: [{ privateKeyName, curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats }],
+      });
       const { privateKeyId, addresses } = privateKeys[0]! as { privateKeyId: string; addresses: { address: string; format: string }[] };
       const testnet = addresses.find((a) => a.format === "ADDRESS_FORMAT_BITCOIN_TESTNET_P2WPKH")!.address;
       const script = btc.OutScript.encode(btc.Address(btc.TEST_NETWORK).decode(testnet));
@@ -322,7 +376,12 @@ describe("a PSBT whose contents policies cannot be shown is refused, not signed"
     await expectInvalid(() => sign(spender, account.address, unknownInput), "input 1 states neither its previous output");
     // SIGHASH_NONE would sign no output at all, whatever policies were shown.
     await expectInvalid(
-      () => sign(spender, account.address, psbtFrom(account.script, payment, (tx) => tx.updateInput(0, { sighashType: btc.SigHash.NONE }))),
+      () =>
+        sign(
+          spender,
+          account.address,
+          psbtFrom(account.script, payment, (tx) => tx.updateInput(0, { sighashType: btc.SigHash.NONE })),
+        ),
       "input 0 cannot be signed: Input with not allowed sigHash",
     );
     // A previous transaction that does not hash to the input's txid: the amount it states proves

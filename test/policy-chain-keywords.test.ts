@@ -44,7 +44,20 @@ const EIP712 = {
 const SOLANA = {
   account_keys: ["A", "B"],
   program_keys: ["11111111111111111111111111111111"],
-  instructions: [{ program_key: "11111111111111111111111111111111", accounts: [{ account_key: "A", signer: true, writable: true }], instruction_data_hex: "0200", address_table_lookups: [], parsed_instruction_data: { instruction_name: "transfer", discriminator: "02", named_account: { from: "A" }, program_call_args: { lamports: 5000n } } }],
+  instructions: [
+    {
+      program_key: "11111111111111111111111111111111",
+      accounts: [{ account_key: "A", signer: true, writable: true }],
+      instruction_data_hex: "0200",
+      address_table_lookups: [],
+      parsed_instruction_data: {
+        instruction_name: "transfer",
+        discriminator: "02",
+        named_account: { from: "A" },
+        program_call_args: { lamports: 5000n },
+      },
+    },
+  ],
   transfers: [{ from: "A", to: "B", amount: 5000n }],
   recent_blockhash: "hash",
   spl_transfers: [],
@@ -67,9 +80,17 @@ const BITCOIN = {
   fee: 2_500n,
 } satisfies Record<string, Value>;
 
-function evaluate(source: string, values: Record<string, unknown> = { "eth.tx": TX, "eth.eip_712": EIP712, "solana.tx": SOLANA, "bitcoin.tx": BITCOIN }) {
+function evaluate(
+  source: string,
+  values: Record<string, unknown> = { "eth.tx": TX, "eth.eip_712": EIP712, "solana.tx": SOLANA, "bitcoin.tx": BITCOIN },
+) {
   const run = compileExpression(source, "condition");
-  return run({ roots: rootValues({ ...values, "time.now": PolicyTimestamp.fromMillis(NOW) }), nowMs: NOW, locals: [], budget: { steps: STEP_BUDGET } });
+  return run({
+    roots: rootValues({ ...values, "time.now": PolicyTimestamp.fromMillis(NOW) }),
+    nowMs: NOW,
+    locals: [],
+    budget: { steps: STEP_BUDGET },
+  });
 }
 
 describe("the product's documented transaction policies", () => {

@@ -27,14 +27,29 @@ const WIDE_PARAMETER = "😀".repeat(300_000);
 
 function input(params: Record<string, unknown> = {}): EvaluationInput {
   return {
-    condition: { activity: { type: "ACTIVITY_TYPE_CREATE_USER_TAG", kind: "CREATE_USER_TAG", resource: "USER_TAG", action: "CREATE", organization_id: "o", params } },
+    condition: {
+      activity: {
+        type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+        kind: "CREATE_USER_TAG",
+        resource: "USER_TAG",
+        action: "CREATE",
+        organization_id: "o",
+        params,
+      },
+    },
     approvers: [],
     credentials: [],
     nowMs: Date.UTC(2026, 0, 5, 12),
   };
 }
 
-const policy = (id: string, effect: PolicySource["effect"], condition: string | null): PolicySource => ({ id, effect, condition, consensus: null, time: null });
+const policy = (id: string, effect: PolicySource["effect"], condition: string | null): PolicySource => ({
+  id,
+  effect,
+  condition,
+  consensus: null,
+  time: null,
+});
 
 /** Refused when stored (with a message naming the position), or its evaluation ends on the budget. */
 function refusedOrStopped(condition: string, params: Record<string, unknown>): "refused" | "stopped" | string {
@@ -46,7 +61,13 @@ function refusedOrStopped(condition: string, params: Record<string, unknown>): "
   }
   const result = evaluatePolicies([policy("p", "EFFECT_ALLOW", condition)], input(params));
   const [verdict] = result.verdicts;
-  if (verdict?.outcome === "OUTCOME_ERROR" && verdict.error?.includes(`budget of ${STEP_BUDGET} steps`) && result.budgetExceeded && result.outcome === "OUTCOME_DENY_IMPLICIT") return "stopped";
+  if (
+    verdict?.outcome === "OUTCOME_ERROR" &&
+    verdict.error?.includes(`budget of ${STEP_BUDGET} steps`) &&
+    result.budgetExceeded &&
+    result.outcome === "OUTCOME_DENY_IMPLICIT"
+  )
+    return "stopped";
   return `${verdict?.outcome}: ${verdict?.error ?? ""}`;
 }
 
@@ -97,7 +118,7 @@ function expensiveInner(r: Random): string {
 function expensiveCondition(r: Random): string {
   // One level cannot multiply enough within the list limit; the language allows four.
   const depth = 2 + r.below(3);
-  const size = Math.ceil(Math.pow((4 * STEP_BUDGET) / 10, 1 / depth)) + r.below(8);
+  const size = Math.ceil(((4 * STEP_BUDGET) / 10) ** (1 / depth)) + r.below(8);
   const lambda = r.pick(["all", "any", "filter"]);
   let text = expensiveInner(r);
   for (let d = depth - 1; d >= 0; d--) {
@@ -108,7 +129,11 @@ function expensiveCondition(r: Random): string {
 }
 
 describe("the cost of one condition", () => {
-  const params = { user_id: LONG_PARAMETER, sign_with: WIDE_PARAMETER, user_ids: Array.from({ length: 2_000 }, (_, i) => `user-${i}`.padEnd(64, "-")) };
+  const params = {
+    user_id: LONG_PARAMETER,
+    sign_with: WIDE_PARAMETER,
+    user_ids: Array.from({ length: 2_000 }, (_, i) => `user-${i}`.padEnd(64, "-")),
+  };
 
   it("the reported condition is refused when stored: its string literal is too long", () => {
     expect(() => validatePolicy({ condition: REPORTED, consensus: null, time: null })).toThrow(
@@ -134,7 +159,9 @@ describe("the cost of one condition", () => {
       }
     })();
     expect(error).toBeInstanceOf(PolicySyntaxError);
-    expect((error as Error).message).toBe(`line 1, column 6: a list literal may hold at most ${MAX_LIST_LITERAL_ITEMS} items, this one has ${MAX_LIST_LITERAL_ITEMS + 1}`);
+    expect((error as Error).message).toBe(
+      `line 1, column 6: a list literal may hold at most ${MAX_LIST_LITERAL_ITEMS} items, this one has ${MAX_LIST_LITERAL_ITEMS + 1}`,
+    );
     expect(() => compileExpression(`3 in ${list(MAX_LIST_LITERAL_ITEMS)}`, "condition")).not.toThrow();
   });
 
@@ -146,7 +173,8 @@ describe("the cost of one condition", () => {
       const condition = expensiveCondition(r);
       const outcome = refusedOrStopped(condition, params);
       if (outcome === "refused" || outcome === "stopped") outcomes[outcome] += 1;
-      else unclear.push({ condition: condition.length > 200 ? `… ${condition.slice(-200)} (${condition.length} chars)` : condition, outcome });
+      else
+        unclear.push({ condition: condition.length > 200 ? `… ${condition.slice(-200)} (${condition.length} chars)` : condition, outcome });
     }
     expect(unclear.slice(0, 3)).toEqual([]);
     // Both ways out are exercised.
@@ -172,7 +200,10 @@ describe("a decision that runs out of steps", () => {
     // The deny reads a list the request fills: 120 000 ids as long as the victim's make it too costly.
     const victim = "victim-0001";
     const padded = Array.from({ length: 120_000 }, (_, i) => String(i).padStart(victim.length, "0"));
-    const policies = [policy("allow tags", "EFFECT_ALLOW", "activity.kind == 'CREATE_USER_TAG'"), policy("protect victim", "EFFECT_DENY", `activity.params.user_ids.contains('${victim}')`)];
+    const policies = [
+      policy("allow tags", "EFFECT_ALLOW", "activity.kind == 'CREATE_USER_TAG'"),
+      policy("protect victim", "EFFECT_DENY", `activity.params.user_ids.contains('${victim}')`),
+    ];
     const result = evaluatePolicies(policies, input({ user_ids: padded }));
     expect(result.verdicts).toEqual([
       { policyId: "allow tags", outcome: "OUTCOME_ALLOW" },
@@ -201,7 +232,9 @@ describe("through the server", () => {
     const before = JSON.parse(await h.snapshot());
     await expect(root.createPolicy({ policyName: "stall", effect: "EFFECT_ALLOW", condition: REPORTED, notes: "" })).rejects.toMatchObject({
       code: 3,
-      message: expect.stringContaining(`condition is not a valid policy expression: line 1, column ${REPORTED.indexOf("'") + 1}: a string literal may be at most ${MAX_STRING_LITERAL_LENGTH} characters`),
+      message: expect.stringContaining(
+        `condition is not a valid policy expression: line 1, column ${REPORTED.indexOf("'") + 1}: a string literal may be at most ${MAX_STRING_LITERAL_LENGTH} characters`,
+      ),
       details: [expect.objectContaining({ turnkeyErrorCode: "POLICY_INVALID" })],
     });
     const after = JSON.parse(await h.snapshot());
@@ -260,7 +293,13 @@ describe("turns on the event loop", () => {
   it("while a page of pending activities runs a costly policy for each voting right, another organization's whoami is answered again and again", async () => {
     const a = await organizationWith(h, ["eve", "fay"]);
     const b = await organizationWith(h, []);
-    await a.root.createPolicy({ policyName: "two approve tags", effect: "EFFECT_ALLOW", condition: "activity.kind == 'CREATE_USER_TAG'", consensus: "approvers.count() >= 2", notes: "" });
+    await a.root.createPolicy({
+      policyName: "two approve tags",
+      effect: "EFFECT_ALLOW",
+      condition: "activity.kind == 'CREATE_USER_TAG'",
+      consensus: "approvers.count() >= 2",
+      notes: "",
+    });
     for (let i = 0; i < 10; i++) {
       const { activity } = await a.members.eve!.client.createUserTag({ userTagName: `t${i}`, userIds: [] });
       expect(activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
@@ -268,7 +307,9 @@ describe("turns on the event loop", () => {
     // Added afterwards: each of fay's voting rights (canApprove, canReject) on each activity now runs it.
     await a.root.createPolicy({ policyName: "costly", effect: "EFFECT_ALLOW", condition: LONGEST_ACCEPTED, notes: "" });
     let listed = false;
-    const page = a.members.fay!.client.getActivities({ filterByStatus: ["ACTIVITY_STATUS_CONSENSUS_NEEDED"] }).finally(() => (listed = true));
+    const page = a.members
+      .fay!.client.getActivities({ filterByStatus: ["ACTIVITY_STATUS_CONSENSUS_NEEDED"] })
+      .finally(() => (listed = true));
     let answeredMeanwhile = 0;
     while (!listed) {
       const who = await b.root.getWhoami({ organizationId: b.org.organizationId });

@@ -50,7 +50,20 @@ const FULL: Record<PolicyField, Record<string, unknown>> = {
       kind: "SIGN_TRANSACTION",
       resource: "PRIVATE_KEY",
       action: "SIGN",
-      params: { user_ids: ["u1"], user_id: "u1", api_key_ids: [], hash_function: "HASH_FUNCTION_SHA256", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", type: "TRANSACTION_TYPE_ETHEREUM", target_public_key: "04", wallet_id: "w1", otp_length: 6n, session_profile_id: "s", endpoint_id: "e", sign_with: "0x1" },
+      params: {
+        user_ids: ["u1"],
+        user_id: "u1",
+        api_key_ids: [],
+        hash_function: "HASH_FUNCTION_SHA256",
+        encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+        type: "TRANSACTION_TYPE_ETHEREUM",
+        target_public_key: "04",
+        wallet_id: "w1",
+        otp_length: 6n,
+        session_profile_id: "s",
+        endpoint_id: "e",
+        sign_with: "0x1",
+      },
     },
     wallet: WALLET,
     wallets: [WALLET, { ...WALLET, id: "w2" }],
@@ -87,7 +100,8 @@ interface Problem {
   what: string;
 }
 
-const shown = (source: string) => (source.length > 120 ? `${JSON.stringify(source.slice(0, 100))}… (${source.length} chars)` : JSON.stringify(source));
+const shown = (source: string) =>
+  source.length > 120 ? `${JSON.stringify(source.slice(0, 100))}… (${source.length} chars)` : JSON.stringify(source);
 
 /** Compiles `source` in every field and evaluates what compiles; returns what went wrong. */
 function problemsWith(source: string): Problem[] {
@@ -98,15 +112,18 @@ function problemsWith(source: string): Problem[] {
       run = compileExpression(source, field);
     } catch (error) {
       if (!(error instanceof PolicySyntaxError)) problems.push({ source: shown(source), field, stage: "compile", what: String(error) });
-      else if (!/^line \d+, column \d+: ./.test(error.message)) problems.push({ source: shown(source), field, stage: "compile", what: `message without a position: ${error.message}` });
+      else if (!/^line \d+, column \d+: ./.test(error.message))
+        problems.push({ source: shown(source), field, stage: "compile", what: `message without a position: ${error.message}` });
       continue;
     }
     for (const values of [FULL[field], SPARSE[field]]) {
       try {
         const result = run(environment(values));
-        if (typeof result !== "boolean") problems.push({ source: shown(source), field, stage: "evaluate", what: `returned ${typeof result}` });
+        if (typeof result !== "boolean")
+          problems.push({ source: shown(source), field, stage: "evaluate", what: `returned ${typeof result}` });
       } catch (error) {
-        if (!(error instanceof PolicyEvaluationError)) problems.push({ source: shown(source), field, stage: "evaluate", what: String(error) });
+        if (!(error instanceof PolicyEvaluationError))
+          problems.push({ source: shown(source), field, stage: "evaluate", what: String(error) });
       }
     }
   }
@@ -138,16 +155,71 @@ function expectNoProblems(sources: Iterable<string>): number {
 const ALPHABET = Array.from("abcdefgilmnorstuvwxyz_ACST0123456789 \t\n()[],.!=<>&|'\"\\-+*#:/@é😀");
 
 const IDENTIFIERS = [
-  "activity", "wallet", "wallets", "private_key", "wallet_account", "approvers", "credentials", "time", "now",
-  "id", "tags", "type", "kind", "action", "params", "user_ids", "otp_length", "label", "imported", "address", "email", "alias", "user_id",
-  "x", "y", "u", "t", "in", "true", "false", "Timestamp", "CronSpan", "all", "any", "contains", "count", "filter", "length",
-  "constructor", "__proto__", "toString",
+  "activity",
+  "wallet",
+  "wallets",
+  "private_key",
+  "wallet_account",
+  "approvers",
+  "credentials",
+  "time",
+  "now",
+  "id",
+  "tags",
+  "type",
+  "kind",
+  "action",
+  "params",
+  "user_ids",
+  "otp_length",
+  "label",
+  "imported",
+  "address",
+  "email",
+  "alias",
+  "user_id",
+  "x",
+  "y",
+  "u",
+  "t",
+  "in",
+  "true",
+  "false",
+  "Timestamp",
+  "CronSpan",
+  "all",
+  "any",
+  "contains",
+  "count",
+  "filter",
+  "length",
+  "constructor",
+  "__proto__",
+  "toString",
 ];
 const LITERALS = [
-  "0", "1", "2", "007", "-1",
-  (2n ** 127n - 1n).toString(), (2n ** 127n).toString(), (2n ** 256n - 1n).toString(), (2n ** 256n).toString(),
-  "'a'", "''", "'é😀'", String.raw`'it\'s'`, "'2025-01-01T00:00:00Z'", "'2025-02-30T00:00:00Z'", "'2025-01-01T00:00:00+01:00'",
-  "'0 9 * * 1-5'", "'*/5 * * * *'", "'8h'", "'0m'", "'America/New_York'", "'UTC'",
+  "0",
+  "1",
+  "2",
+  "007",
+  "-1",
+  (2n ** 127n - 1n).toString(),
+  (2n ** 127n).toString(),
+  (2n ** 256n - 1n).toString(),
+  (2n ** 256n).toString(),
+  "'a'",
+  "''",
+  "'é😀'",
+  String.raw`'it\'s'`,
+  "'2025-01-01T00:00:00Z'",
+  "'2025-02-30T00:00:00Z'",
+  "'2025-01-01T00:00:00+01:00'",
+  "'0 9 * * 1-5'",
+  "'*/5 * * * *'",
+  "'8h'",
+  "'0m'",
+  "'America/New_York'",
+  "'UTC'",
 ];
 const OPERATORS = ["&&", "||", "!", "==", "!=", "<", ">", "<=", ">=", "(", ")", "[", "]", ",", ".", "..", "-", "="];
 const TOKENS = [...IDENTIFIERS, ...LITERALS, ...OPERATORS];
@@ -370,7 +442,8 @@ function scoped(random: Random, naming: Naming, depth: number, scope: Variable[]
     const operand = () => (scope.length > 0 && random.chance(0.8) ? random.pick(scope).name : String(random.below(3)));
     return `${operand()} ${random.pick(["==", "!=", "<", ">="])} ${operand()}`;
   }
-  if (random.chance(0.2)) return `(${scoped(random, naming, depth - 1, scope)} ${random.pick(["&&", "||"])} ${scoped(random, naming, depth - 1, scope)})`;
+  if (random.chance(0.2))
+    return `(${scoped(random, naming, depth - 1, scope)} ${random.pick(["&&", "||"])} ${scoped(random, naming, depth - 1, scope)})`;
   const list = `[${Array.from({ length: 1 + random.below(3) }, () => random.below(3)).join(", ")}]`;
   const [inner, name] = bind(random, naming, scope, "int");
   const body = scoped(random, naming, depth - 1, inner);
@@ -403,7 +476,16 @@ function* extremes(): Generator<string> {
     yield "'".repeat(depth);
   }
   const chains = [10, 100, 1_000, 1_500, 2_000, 2_046, 2_047, 2_048, 3_000];
-  const links = ["true && ", "false || ", "true == ", "1 == 1 && ", "!true || ", "wallet.exported && ", "approvers.count() > 0 && ", "[1][0] == 1 || "];
+  const links = [
+    "true && ",
+    "false || ",
+    "true == ",
+    "1 == 1 && ",
+    "!true || ",
+    "wallet.exported && ",
+    "approvers.count() > 0 && ",
+    "[1][0] == 1 || ",
+  ];
   for (const n of chains) {
     for (const link of links) yield link.repeat(n) + "true";
     yield "'a'" + "[0]".repeat(n) + " == 'a'";
@@ -439,7 +521,10 @@ describe("policy language fuzz", () => {
   it("mutations of valid expressions", () => {
     // the seeds themselves compile in some field, and evaluate to bools there
     for (const seed of SEEDS) {
-      expect(FIELDS.some((field) => compiles(seed, field)), seed).toBe(true);
+      expect(
+        FIELDS.some((field) => compiles(seed, field)),
+        seed,
+      ).toBe(true);
       expect(problemsWith(seed)).toEqual([]);
     }
     const random = new Random(0x5eed_0003);
@@ -449,7 +534,9 @@ describe("policy language fuzz", () => {
 
   it("random well-typed expressions, evaluated", () => {
     const random = new Random(0x5eed_0004);
-    const inputs = Array.from({ length: 3_000 }, (_, i) => typed(random, { unique: false, count: 0 }, FIELDS[i % 3]!, "bool", 1 + random.below(6), []));
+    const inputs = Array.from({ length: 3_000 }, (_, i) =>
+      typed(random, { unique: false, count: 0 }, FIELDS[i % 3]!, "bool", 1 + random.below(6), []),
+    );
     expect(expectNoProblems(inputs)).toBe(3_000);
     // the generator is worth its name: nearly all of them compile in their own field
     const compiled = inputs.filter((source, i) => compiles(source, FIELDS[i % 3]!)).length;
@@ -468,7 +555,11 @@ describe("policy language fuzz", () => {
         return String(compileExpression(source, field)(environment(FULL[field])));
       } catch (error) {
         // positions move when names grow, so only the kind of error is compared
-        return error instanceof PolicyEvaluationError ? "evaluation error" : error instanceof PolicySyntaxError ? "syntax error" : `${error}`;
+        return error instanceof PolicyEvaluationError
+          ? "evaluation error"
+          : error instanceof PolicySyntaxError
+            ? "syntax error"
+            : `${error}`;
       }
     };
     const differences: { shadowing: string; unique: string; values: [string, string] }[] = [];
@@ -481,7 +572,10 @@ describe("policy language fuzz", () => {
       const [a, b] =
         i % 2 === 0
           ? [scoped(shadowing, { unique: false, count: 0 }, depth, []), scoped(unique, { unique: true, count: 0 }, depth, [])]
-          : [typed(shadowing, { unique: false, count: 0 }, field, "bool", depth, []), typed(unique, { unique: true, count: 0 }, field, "bool", depth, [])];
+          : [
+              typed(shadowing, { unique: false, count: 0 }, field, "bool", depth, []),
+              typed(unique, { unique: true, count: 0 }, field, "bool", depth, []),
+            ];
       if (a === b) continue; // no lambda
       if (/\(([xyz]), [^]*\(\1, /.test(a)) withShadowing += 1;
       const values: [string, string] = [outcome(a, field), outcome(b, field)];

@@ -3,7 +3,15 @@
 // windows open and close, and how the engine combines policies and decides who may vote.
 import { describe, expect, it } from "vitest";
 import { PolicyEvaluationError, compileExpression, type Environment, STEP_BUDGET } from "../src/policy/compile.js";
-import { InvalidPolicyError, evaluatePolicies, namesVoter, validatePolicy, type EvaluationInput, type Outcome, type PolicySource } from "../src/policy/engine.js";
+import {
+  InvalidPolicyError,
+  evaluatePolicies,
+  namesVoter,
+  validatePolicy,
+  type EvaluationInput,
+  type Outcome,
+  type PolicySource,
+} from "../src/policy/engine.js";
 import { rootValues, type PolicyField } from "../src/policy/keywords.js";
 import { PolicySyntaxError } from "../src/policy/lexer.js";
 import { PolicyTimestamp, type Value } from "../src/policy/types.js";
@@ -55,7 +63,13 @@ const CONDITION = {
 const ALICE = { id: "A", tags: ["admin"], email: "alice@example.com", alias: "alice" };
 const BOB = { id: "B", tags: ["ops", "admin"], email: "bob@example.com", alias: "bob" };
 const CAROL = { id: "C", tags: [], email: "carol@example.com", alias: "carol" };
-const credential = (id: string, userId: string) => ({ id, user_id: userId, type: "CREDENTIAL_TYPE_API_KEY_P256", credential_id: `cid-${id}`, public_key: `02${id}` });
+const credential = (id: string, userId: string) => ({
+  id,
+  user_id: userId,
+  type: "CREDENTIAL_TYPE_API_KEY_P256",
+  credential_id: `cid-${id}`,
+  public_key: `02${id}`,
+});
 const CREDENTIAL_A = credential("c1", "A");
 const CREDENTIAL_B = credential("c2", "B");
 const CONSENSUS = { approvers: [ALICE, BOB], credentials: [CREDENTIAL_A] };
@@ -65,7 +79,12 @@ const VALUES: Record<PolicyField, Record<string, unknown>> = { condition: CONDIT
 // ---- Helpers ----
 
 function environment(values: Record<string, unknown>, nowMs: number): Environment {
-  return { roots: rootValues({ ...values, "time.now": PolicyTimestamp.fromMillis(nowMs) }), nowMs, locals: [], budget: { steps: STEP_BUDGET } };
+  return {
+    roots: rootValues({ ...values, "time.now": PolicyTimestamp.fromMillis(nowMs) }),
+    nowMs,
+    locals: [],
+    budget: { steps: STEP_BUDGET },
+  };
 }
 
 function evaluate(source: string, field: PolicyField = "condition", values = VALUES[field], nowMs = NOW): Value {
@@ -501,7 +520,13 @@ describe("expressions refused at compile time", () => {
     column: number;
     fragment: string;
   }
-  const refusal = (source: string, column: number, fragment: string, field: PolicyField = "condition", line = 1): Refusal => ({ source, column, fragment, field, line });
+  const refusal = (source: string, column: number, fragment: string, field: PolicyField = "condition", line = 1): Refusal => ({
+    source,
+    column,
+    fragment,
+    field,
+    line,
+  });
 
   const TYPE_ERRORS: Refusal[] = [
     // keywords
@@ -648,7 +673,8 @@ describe("expressions refused at compile time", () => {
   };
 
   describe("type errors", () => {
-    for (const row of TYPE_ERRORS) it(`${row.field}: ${short(JSON.stringify(row.source))} → column ${row.column}: ${row.fragment}`, () => check(row));
+    for (const row of TYPE_ERRORS)
+      it(`${row.field}: ${short(JSON.stringify(row.source))} → column ${row.column}: ${row.fragment}`, () => check(row));
   });
 
   describe("parse errors", () => {
@@ -670,7 +696,12 @@ describe("evaluation errors (and no short-circuit)", () => {
     values?: Record<string, unknown>;
     fragment: string;
   }
-  const failure = (source: string, fragment: string, values?: Record<string, unknown>, field: PolicyField = "condition"): Failure => ({ field, source, values, fragment });
+  const failure = (source: string, fragment: string, values?: Record<string, unknown>, field: PolicyField = "condition"): Failure => ({
+    field,
+    source,
+    values,
+    fragment,
+  });
   const NO_WALLET = { activity: ACTIVITY };
 
   const FAILURES: Failure[] = [
@@ -691,7 +722,9 @@ describe("evaluation errors (and no short-circuit)", () => {
     failure("wallet.id == 'w1'", "wallet is not available for this activity", NO_WALLET),
     failure("wallets.count() == 0", "wallets is not available", NO_WALLET),
     failure("activity.params.otp_length == 6", "activity.params.otp_length is not available", { activity: { ...ACTIVITY, params: {} } }),
-    failure("activity.params.user_ids.count() == 0", "activity.params.user_ids is not available", { activity: { ...ACTIVITY, params: {} } }),
+    failure("activity.params.user_ids.count() == 0", "activity.params.user_ids is not available", {
+      activity: { ...ACTIVITY, params: {} },
+    }),
     failure("credentials.count() == 0", "credentials is not available", { approvers: [ALICE] }, "consensus"),
     // no short-circuit: both sides run, so an error on either side is an error
     failure("wallet.id == 'x' || true", "wallet is not available", NO_WALLET),
@@ -722,7 +755,10 @@ describe("evaluation errors (and no short-circuit)", () => {
 
 describe("engine", () => {
   let ids = 0;
-  const policy = (effect: PolicySource["effect"], fields: Partial<Pick<PolicySource, "condition" | "consensus" | "time">>): PolicySource => ({
+  const policy = (
+    effect: PolicySource["effect"],
+    fields: Partial<Pick<PolicySource, "condition" | "consensus" | "time">>,
+  ): PolicySource => ({
     id: `p${++ids}`,
     effect,
     condition: null,
@@ -733,7 +769,13 @@ describe("engine", () => {
   const allow = (fields: Partial<Pick<PolicySource, "condition" | "consensus" | "time">> = {}) => policy("EFFECT_ALLOW", fields);
   const deny = (fields: Partial<Pick<PolicySource, "condition" | "consensus" | "time">> = {}) => policy("EFFECT_DENY", fields);
 
-  const input = (overrides: Partial<EvaluationInput> = {}): EvaluationInput => ({ condition: CONDITION, approvers: [ALICE], credentials: [CREDENTIAL_A], nowMs: NOW, ...overrides });
+  const input = (overrides: Partial<EvaluationInput> = {}): EvaluationInput => ({
+    condition: CONDITION,
+    approvers: [ALICE],
+    credentials: [CREDENTIAL_A],
+    nowMs: NOW,
+    ...overrides,
+  });
 
   const SIGNING = "activity.action == 'SIGN'";
   const NOT_SIGNING = "activity.action == 'CREATE'";
@@ -752,32 +794,164 @@ describe("engine", () => {
   }
   const CASES: Case[] = [
     { name: "no policies: implicit deny", policies: [], outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [] },
-    { name: "an allow whose condition holds allows", policies: [allow({ condition: SIGNING })], outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_ALLOW"] },
-    { name: "an allow whose condition fails does not apply", policies: [allow({ condition: NOT_SIGNING })], outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_DENY_IMPLICIT"] },
-    { name: "absent and blank fields hold", policies: [allow({ condition: "  ", consensus: "", time: null })], outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_ALLOW"] },
-    { name: "explicit deny beats allow", policies: [allow({ condition: SIGNING }), deny({ condition: SIGNING })], outcome: "OUTCOME_DENY_EXPLICIT", verdicts: ["OUTCOME_ALLOW", "OUTCOME_DENY_EXPLICIT"] },
-    { name: "explicit deny beats allow, whatever the order", policies: [deny({ condition: "wallet.exported" }), allow()], outcome: "OUTCOME_DENY_EXPLICIT", verdicts: ["OUTCOME_DENY_EXPLICIT", "OUTCOME_ALLOW"] },
-    { name: "a deny whose condition fails does not deny", policies: [allow({ condition: SIGNING }), deny({ condition: NOT_SIGNING })], outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_ALLOW", "OUTCOME_DENY_IMPLICIT"] },
-    { name: "an allow with unmet consensus requires consensus", policies: [allow({ condition: SIGNING, consensus: TWO_APPROVERS })], outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: ["OUTCOME_REQUIRES_CONSENSUS"] },
-    { name: "an allow with met consensus allows", policies: [allow({ condition: SIGNING, consensus: TWO_APPROVERS })], input: { approvers: [ALICE, BOB] }, outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_ALLOW"] },
-    { name: "a met allow beats one waiting for consensus", policies: [allow({ consensus: TWO_APPROVERS }), allow({ condition: SIGNING })], outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_REQUIRES_CONSENSUS", "OUTCOME_ALLOW"] },
-    { name: "explicit deny beats an allow waiting for consensus", policies: [allow({ consensus: TWO_APPROVERS }), deny({ condition: SIGNING })], outcome: "OUTCOME_DENY_EXPLICIT", verdicts: ["OUTCOME_REQUIRES_CONSENSUS", "OUTCOME_DENY_EXPLICIT"] },
-    { name: "a deny whose consensus is unmet does not deny", policies: [deny({ consensus: "approvers.any(u, u.id == 'Z')" }), allow()], outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_DENY_IMPLICIT", "OUTCOME_ALLOW"] },
-    { name: "a deny whose consensus is met denies", policies: [deny({ consensus: "approvers.any(u, u.id == 'A')" }), allow()], outcome: "OUTCOME_DENY_EXPLICIT", verdicts: ["OUTCOME_DENY_EXPLICIT", "OUTCOME_ALLOW"] },
-    { name: "an allow out of its time is time-inactive", policies: [allow({ time: SATURDAYS })], outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_TIME_INACTIVE"] },
-    { name: "an allow in its time allows", policies: [allow({ time: WEEKDAYS, condition: SIGNING })], outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_ALLOW"] },
-    { name: "a deny out of its time does not deny", policies: [deny({ time: SATURDAYS }), allow()], outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_TIME_INACTIVE", "OUTCOME_ALLOW"] },
-    { name: "time is checked before consensus", policies: [allow({ time: SATURDAYS, consensus: TWO_APPROVERS })], outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_TIME_INACTIVE"] },
-    { name: "time.now in the time field", policies: [allow({ time: "time.now < Timestamp('2025-01-01T00:00:00Z')" })], outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_TIME_INACTIVE"] },
-    { name: "an allow whose condition errors is an error and does not allow", policies: [allow({ condition: BROKEN })], input: { condition: NO_PARAMS }, outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
-    { name: "an erroring condition joined with || true is still an error", policies: [allow({ condition: `${BROKEN} || true` })], input: { condition: NO_PARAMS }, outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
-    { name: "an erroring allow beside a working allow", policies: [allow({ condition: BROKEN }), allow({ condition: SIGNING })], input: { condition: NO_PARAMS }, outcome: "OUTCOME_ALLOW", verdicts: ["OUTCOME_ERROR", "OUTCOME_ALLOW"] },
-    { name: "an erroring condition does not turn into a consensus request", policies: [allow({ condition: BROKEN, consensus: TWO_APPROVERS })], input: { condition: NO_PARAMS }, outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
+    {
+      name: "an allow whose condition holds allows",
+      policies: [allow({ condition: SIGNING })],
+      outcome: "OUTCOME_ALLOW",
+      verdicts: ["OUTCOME_ALLOW"],
+    },
+    {
+      name: "an allow whose condition fails does not apply",
+      policies: [allow({ condition: NOT_SIGNING })],
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_DENY_IMPLICIT"],
+    },
+    {
+      name: "absent and blank fields hold",
+      policies: [allow({ condition: "  ", consensus: "", time: null })],
+      outcome: "OUTCOME_ALLOW",
+      verdicts: ["OUTCOME_ALLOW"],
+    },
+    {
+      name: "explicit deny beats allow",
+      policies: [allow({ condition: SIGNING }), deny({ condition: SIGNING })],
+      outcome: "OUTCOME_DENY_EXPLICIT",
+      verdicts: ["OUTCOME_ALLOW", "OUTCOME_DENY_EXPLICIT"],
+    },
+    {
+      name: "explicit deny beats allow, whatever the order",
+      policies: [deny({ condition: "wallet.exported" }), allow()],
+      outcome: "OUTCOME_DENY_EXPLICIT",
+      verdicts: ["OUTCOME_DENY_EXPLICIT", "OUTCOME_ALLOW"],
+    },
+    {
+      name: "a deny whose condition fails does not deny",
+      policies: [allow({ condition: SIGNING }), deny({ condition: NOT_SIGNING })],
+      outcome: "OUTCOME_ALLOW",
+      verdicts: ["OUTCOME_ALLOW", "OUTCOME_DENY_IMPLICIT"],
+    },
+    {
+      name: "an allow with unmet consensus requires consensus",
+      policies: [allow({ condition: SIGNING, consensus: TWO_APPROVERS })],
+      outcome: "OUTCOME_REQUIRES_CONSENSUS",
+      verdicts: ["OUTCOME_REQUIRES_CONSENSUS"],
+    },
+    {
+      name: "an allow with met consensus allows",
+      policies: [allow({ condition: SIGNING, consensus: TWO_APPROVERS })],
+      input: { approvers: [ALICE, BOB] },
+      outcome: "OUTCOME_ALLOW",
+      verdicts: ["OUTCOME_ALLOW"],
+    },
+    {
+      name: "a met allow beats one waiting for consensus",
+      policies: [allow({ consensus: TWO_APPROVERS }), allow({ condition: SIGNING })],
+      outcome: "OUTCOME_ALLOW",
+      verdicts: ["OUTCOME_REQUIRES_CONSENSUS", "OUTCOME_ALLOW"],
+    },
+    {
+      name: "explicit deny beats an allow waiting for consensus",
+      policies: [allow({ consensus: TWO_APPROVERS }), deny({ condition: SIGNING })],
+      outcome: "OUTCOME_DENY_EXPLICIT",
+      verdicts: ["OUTCOME_REQUIRES_CONSENSUS", "OUTCOME_DENY_EXPLICIT"],
+    },
+    {
+      name: "a deny whose consensus is unmet does not deny",
+      policies: [deny({ consensus: "approvers.any(u, u.id == 'Z')" }), allow()],
+      outcome: "OUTCOME_ALLOW",
+      verdicts: ["OUTCOME_DENY_IMPLICIT", "OUTCOME_ALLOW"],
+    },
+    {
+      name: "a deny whose consensus is met denies",
+      policies: [deny({ consensus: "approvers.any(u, u.id == 'A')" }), allow()],
+      outcome: "OUTCOME_DENY_EXPLICIT",
+      verdicts: ["OUTCOME_DENY_EXPLICIT", "OUTCOME_ALLOW"],
+    },
+    {
+      name: "an allow out of its time is time-inactive",
+      policies: [allow({ time: SATURDAYS })],
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_TIME_INACTIVE"],
+    },
+    {
+      name: "an allow in its time allows",
+      policies: [allow({ time: WEEKDAYS, condition: SIGNING })],
+      outcome: "OUTCOME_ALLOW",
+      verdicts: ["OUTCOME_ALLOW"],
+    },
+    {
+      name: "a deny out of its time does not deny",
+      policies: [deny({ time: SATURDAYS }), allow()],
+      outcome: "OUTCOME_ALLOW",
+      verdicts: ["OUTCOME_TIME_INACTIVE", "OUTCOME_ALLOW"],
+    },
+    {
+      name: "time is checked before consensus",
+      policies: [allow({ time: SATURDAYS, consensus: TWO_APPROVERS })],
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_TIME_INACTIVE"],
+    },
+    {
+      name: "time.now in the time field",
+      policies: [allow({ time: "time.now < Timestamp('2025-01-01T00:00:00Z')" })],
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_TIME_INACTIVE"],
+    },
+    {
+      name: "an allow whose condition errors is an error and does not allow",
+      policies: [allow({ condition: BROKEN })],
+      input: { condition: NO_PARAMS },
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_ERROR"],
+    },
+    {
+      name: "an erroring condition joined with || true is still an error",
+      policies: [allow({ condition: `${BROKEN} || true` })],
+      input: { condition: NO_PARAMS },
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_ERROR"],
+    },
+    {
+      name: "an erroring allow beside a working allow",
+      policies: [allow({ condition: BROKEN }), allow({ condition: SIGNING })],
+      input: { condition: NO_PARAMS },
+      outcome: "OUTCOME_ALLOW",
+      verdicts: ["OUTCOME_ERROR", "OUTCOME_ALLOW"],
+    },
+    {
+      name: "an erroring condition does not turn into a consensus request",
+      policies: [allow({ condition: BROKEN, consensus: TWO_APPROVERS })],
+      input: { condition: NO_PARAMS },
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_ERROR"],
+    },
     // An allow policy in force whose consensus fails on missing approvals waits for more of them.
-    { name: "an allow policy's erroring consensus waits for approvals", policies: [allow({ consensus: "approvers[3].id == 'A'" })], outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: ["OUTCOME_REQUIRES_CONSENSUS"] },
-    { name: "a deny policy's erroring consensus is an error", policies: [deny({ consensus: "approvers[3].id == 'A'" })], outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
-    { name: "an erroring deny is an error verdict", policies: [deny({ condition: BROKEN })], input: { condition: NO_PARAMS }, outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
-    { name: "a condition naming a keyword the activity lacks is an error", policies: [allow({ condition: "wallet.id == 'w1'" })], input: { condition: { activity: ACTIVITY } }, outcome: "OUTCOME_DENY_IMPLICIT", verdicts: ["OUTCOME_ERROR"] },
+    {
+      name: "an allow policy's erroring consensus waits for approvals",
+      policies: [allow({ consensus: "approvers[3].id == 'A'" })],
+      outcome: "OUTCOME_REQUIRES_CONSENSUS",
+      verdicts: ["OUTCOME_REQUIRES_CONSENSUS"],
+    },
+    {
+      name: "a deny policy's erroring consensus is an error",
+      policies: [deny({ consensus: "approvers[3].id == 'A'" })],
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_ERROR"],
+    },
+    {
+      name: "an erroring deny is an error verdict",
+      policies: [deny({ condition: BROKEN })],
+      input: { condition: NO_PARAMS },
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_ERROR"],
+    },
+    {
+      name: "a condition naming a keyword the activity lacks is an error",
+      policies: [allow({ condition: "wallet.id == 'w1'" })],
+      input: { condition: { activity: ACTIVITY } },
+      outcome: "OUTCOME_DENY_IMPLICIT",
+      verdicts: ["OUTCOME_ERROR"],
+    },
   ];
 
   for (const c of CASES) {
@@ -797,7 +971,10 @@ describe("engine", () => {
   it("a stored policy that no longer compiles is OUTCOME_ERROR, never an exception", () => {
     const result = evaluatePolicies([allow({ condition: "approvers.count() > 1" }), allow({})], input());
     expect(result.outcome).toBe("OUTCOME_ALLOW");
-    expect(result.verdicts[0]).toMatchObject({ outcome: "OUTCOME_ERROR", error: expect.stringContaining("the stored policy does not compile") });
+    expect(result.verdicts[0]).toMatchObject({
+      outcome: "OUTCOME_ERROR",
+      error: expect.stringContaining("the stored policy does not compile"),
+    });
   });
 
   it("a policy that multiplies work past the step budget is OUTCOME_ERROR (64 million steps are never taken)", () => {

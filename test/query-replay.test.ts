@@ -54,7 +54,10 @@ describe("with SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS", () => {
     offset = HOUR + 1000;
     const old = h.sdk(org, org.key, fastPoller);
     const fresh = newKeyPair();
-    await old.createApiKeys({ userId: org.userId, apiKeys: [{ apiKeyName: "rotated", publicKey: fresh.publicKey, curveType: "API_KEY_CURVE_P256" }] });
+    await old.createApiKeys({
+      userId: org.userId,
+      apiKeys: [{ apiKeyName: "rotated", publicKey: fresh.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
     expect((await h.sdk(org, fresh, fastPoller).getWhoami({})).userId).toBe(org.userId);
     // A session key is an API key too: young when the login makes it, old an hour later.
     const sessionKey = newKeyPair();
@@ -69,12 +72,17 @@ describe("with SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS", () => {
     offset = 0;
     const reader = await h.organization("Reader");
     const { session } = await h.sdk(reader, reader.key, fastPoller).createReadOnlySession({});
-    const whoami = () => new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: session, organizationId: reader.organizationId }).getWhoami({ organizationId: reader.organizationId });
+    const whoami = () =>
+      new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: session, organizationId: reader.organizationId }).getWhoami({
+        organizationId: reader.organizationId,
+      });
     expect((await whoami()).userId).toBe(reader.userId);
     offset = HOUR + 1000;
     const before = await h.snapshot();
     expect(await errorOf(whoami())).toContain("CREDENTIAL_TOO_OLD_FOR_QUERIES");
-    const raw = await h.post("/public/v1/query/whoami", JSON.stringify({ organizationId: reader.organizationId }), { "X-Session": session });
+    const raw = await h.post("/public/v1/query/whoami", JSON.stringify({ organizationId: reader.organizationId }), {
+      "X-Session": session,
+    });
     expect(raw.status).toBe(401);
     expect(raw.json.details[0].turnkeyErrorCode).toBe("CREDENTIAL_TOO_OLD_FOR_QUERIES");
     expect(raw.json.message).toContain("the read-only session is more than 3600 s old");
@@ -87,7 +95,17 @@ describe("with SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS", () => {
     const passkey = new SoftwarePasskey();
     const registration = passkey.register();
     await h.sdk(holder, holder.key, fastPoller).createUsers({
-      users: [{ userName: "passkey user", apiKeys: [], oauthProviders: [], userTags: [], authenticators: [{ authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation as any }] }],
+      users: [
+        {
+          userName: "passkey user",
+          apiKeys: [],
+          oauthProviders: [],
+          userTags: [],
+          authenticators: [
+            { authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation as any },
+          ],
+        },
+      ],
     });
     offset = 10 * HOUR;
     const body = JSON.stringify({ organizationId: holder.organizationId });

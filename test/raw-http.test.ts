@@ -40,12 +40,34 @@ interface Envelope {
 async function send(path: string, body: object | string, key: ApiKeyPair = org.key) {
   const { body: text, headers } = signedRequest(body, key);
   const response = await h.post(path, text, headers);
-  return { ...response, text, stamp: JSON.parse(Buffer.from(headers["X-Stamp"], "base64url").toString("utf8")) as { publicKey: string; scheme: string; signature: string } };
+  return {
+    ...response,
+    text,
+    stamp: JSON.parse(Buffer.from(headers["X-Stamp"], "base64url").toString("utf8")) as {
+      publicKey: string;
+      scheme: string;
+      signature: string;
+    },
+  };
 }
 const submit = (operation: string, body: object | string, key?: ApiKeyPair) => send(`/public/v1/submit/${operation}`, body, key);
 const query = (operation: string, body: object, key?: ApiKeyPair) => send(`/public/v1/query/${operation}`, body, key);
 
-const ACTIVITY_FIELDS = ["canApprove", "canReject", "createdAt", "fingerprint", "id", "intent", "organizationId", "result", "status", "timestampMs", "type", "updatedAt", "votes"];
+const ACTIVITY_FIELDS = [
+  "canApprove",
+  "canReject",
+  "createdAt",
+  "fingerprint",
+  "id",
+  "intent",
+  "organizationId",
+  "result",
+  "status",
+  "timestampMs",
+  "type",
+  "updatedAt",
+  "votes",
+];
 
 /**
  * A 200 submit response for `body` (sent as `sent`), checked in both shapes. Returns the activity.
@@ -80,7 +102,16 @@ function expectCompletedActivity(
     {
       id: expect.stringMatching(UUID),
       userId: org.userId,
-      user: { userId: org.userId, userName: "root", authenticators: [], apiKeys: [], userTags: [], oauthProviders: [], createdAt: activity.createdAt, updatedAt: activity.createdAt },
+      user: {
+        userId: org.userId,
+        userName: "root",
+        authenticators: [],
+        apiKeys: [],
+        userTags: [],
+        oauthProviders: [],
+        createdAt: activity.createdAt,
+        updatedAt: activity.createdAt,
+      },
       activityId: activity.id,
       selection: "VOTE_SELECTION_APPROVED",
       // The signed body, unless the intent could not keep it whole (an identity token recorded as its claims).
@@ -175,8 +206,23 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
     // The spec names createUsersIntent for V3; the swagger's createUsersIntentV3 is served beside it, second.
     // The audit log keeps the identity token's claims in place of the token.
     const sentUser = (body.parameters as { users: Record<string, unknown>[] }).users[0]!;
-    const recorded = { ...body, parameters: { users: [{ ...sentUser, oauthProviders: [{ providerName: "Google", oidcClaims: { iss: oidc.issuer, sub: "alice-123", aud: "my-client" } }] }] } };
-    const activity = expectCompletedActivity(response, recorded, { intentKeys: ["createUsersIntent", "createUsersIntentV3"], resultKey: "createUsersResult", result: { userIds }, bodyKept: false });
+    const recorded = {
+      ...body,
+      parameters: {
+        users: [
+          {
+            ...sentUser,
+            oauthProviders: [{ providerName: "Google", oidcClaims: { iss: oidc.issuer, sub: "alice-123", aud: "my-client" } }],
+          },
+        ],
+      },
+    };
+    const activity = expectCompletedActivity(response, recorded, {
+      intentKeys: ["createUsersIntent", "createUsersIntentV3"],
+      resultKey: "createUsersResult",
+      result: { userIds },
+      bodyKept: false,
+    });
     expect(activity.intent.createUsersIntent).toEqual(activity.intent.createUsersIntentV3);
 
     // query/get_user: the User resource field by field, at the top level and in the spec's envelope.
@@ -213,7 +259,15 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
       ],
       userTags: [],
       oauthProviders: [
-        { providerId: expect.stringMatching(UUID), providerName: "Google", issuer: oidc.issuer, audience: "my-client", subject: "alice-123", createdAt: at, updatedAt: at },
+        {
+          providerId: expect.stringMatching(UUID),
+          providerName: "Google",
+          issuer: oidc.issuer,
+          audience: "my-client",
+          subject: "alice-123",
+          createdAt: at,
+          updatedAt: at,
+        },
       ],
       createdAt: at,
       updatedAt: at,
@@ -233,7 +287,15 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
       userId: org.userId,
       userName: "root",
       authenticators: [],
-      apiKeys: [{ apiKeyId: org.apiKeyId, apiKeyName: "root key", credential: { publicKey: org.key.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" }, createdAt: timestamp, updatedAt: timestamp }],
+      apiKeys: [
+        {
+          apiKeyId: org.apiKeyId,
+          apiKeyName: "root key",
+          credential: { publicKey: org.key.publicKey, type: "CREDENTIAL_TYPE_API_KEY_P256" },
+          createdAt: timestamp,
+          updatedAt: timestamp,
+        },
+      ],
       userTags: [],
       oauthProviders: [],
       createdAt: timestamp,
@@ -242,7 +304,10 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
     const fromGetUser = expectQueryEnvelope(await query("get_user", { organizationId: org.organizationId, userId: alice.userId }), "user");
     expect(users[1]).toEqual(fromGetUser);
 
-    const apiKey = expectQueryEnvelope(await query("get_api_key", { organizationId: org.organizationId, apiKeyId: alice.apiKeyId }), "apiKey");
+    const apiKey = expectQueryEnvelope(
+      await query("get_api_key", { organizationId: org.organizationId, apiKeyId: alice.apiKeyId }),
+      "apiKey",
+    );
     expect(apiKey).toEqual({
       apiKeyId: alice.apiKeyId,
       apiKeyName: "alice key",
@@ -264,7 +329,11 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
     const pretty = JSON.stringify(body, null, 2) + "\n";
     const response = await submit("create_user_tag", pretty);
     const userTagId = response.json.activity?.result?.createUserTagResult?.userTagId;
-    const activity = expectCompletedActivity(response, body, { intentKeys: ["createUserTagIntent"], resultKey: "createUserTagResult", result: { userTagId, userIds: [] } });
+    const activity = expectCompletedActivity(response, body, {
+      intentKeys: ["createUserTagIntent"],
+      resultKey: "createUserTagResult",
+      result: { userTagId, userIds: [] },
+    });
     expect(response.text).toBe(pretty);
     expect(activity.fingerprint).toBe(sha256hex(pretty));
     expect(activity.fingerprint).not.toBe(sha256hex(JSON.stringify(body)));
@@ -276,14 +345,30 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
       type: "ACTIVITY_TYPE_CREATE_USERS_V3",
       timestampMs: String(Date.now()),
       organizationId: org.organizationId,
-      parameters: { users: [{ userName: "idempotent", userEmail: "idem@example.com", userPhoneNumber: "+14155550100", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] },
+      parameters: {
+        users: [
+          {
+            userName: "idempotent",
+            userEmail: "idem@example.com",
+            userPhoneNumber: "+14155550100",
+            apiKeys: [],
+            authenticators: [],
+            oauthProviders: [],
+            userTags: [],
+          },
+        ],
+      },
     };
     const text = JSON.stringify(body);
     const before = (await listUsers()).length;
 
     const first = await submit("create_users", text);
     const userIds = first.json.activity?.result?.createUsersResult?.userIds;
-    expectCompletedActivity(first, body, { intentKeys: ["createUsersIntent", "createUsersIntentV3"], resultKey: "createUsersResult", result: { userIds } });
+    expectCompletedActivity(first, body, {
+      intentKeys: ["createUsersIntent", "createUsersIntentV3"],
+      resultKey: "createUsersResult",
+      result: { userIds },
+    });
     const second = await submit("create_users", text);
     // Stamped afresh (ECDSA signatures differ), yet the same body: the same activity, unchanged.
     expect(second.stamp.signature).not.toBe(first.stamp.signature);
@@ -296,14 +381,22 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
     expect(afterTwo).toHaveLength(before + 1);
     expect(afterTwo.filter((u) => u.userName === "idempotent").map((u) => u.userId)).toEqual(userIds);
 
-    const activities = await query("list_activities", { organizationId: org.organizationId, filterByType: ["ACTIVITY_TYPE_CREATE_USERS_V3"], paginationOptions: { limit: "100" } });
+    const activities = await query("list_activities", {
+      organizationId: org.organizationId,
+      filterByType: ["ACTIVITY_TYPE_CREATE_USERS_V3"],
+      paginationOptions: { limit: "100" },
+    });
     expect(activities.status).toBe(200);
     expect(activities.json.activities.filter((a: { id: string }) => a.id === first.json.activity.id)).toHaveLength(1);
 
     const later: Envelope = { ...body, timestampMs: String(Number(body.timestampMs) + 1) };
     const third = await submit("create_users", later);
     const thirdIds = third.json.activity?.result?.createUsersResult?.userIds;
-    expectCompletedActivity(third, later, { intentKeys: ["createUsersIntent", "createUsersIntentV3"], resultKey: "createUsersResult", result: { userIds: thirdIds } });
+    expectCompletedActivity(third, later, {
+      intentKeys: ["createUsersIntent", "createUsersIntentV3"],
+      resultKey: "createUsersResult",
+      result: { userIds: thirdIds },
+    });
     expect(third.json.activity.id).not.toBe(first.json.activity.id);
     expect(third.json.activity.fingerprint).not.toBe(first.json.activity.fingerprint);
     expect(thirdIds).not.toEqual(userIds);
@@ -322,7 +415,11 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
     };
     const added = await submit("create_api_keys", addKey);
     const spareIds = added.json.activity?.result?.createApiKeysResult?.apiKeyIds;
-    expectCompletedActivity(added, addKey, { intentKeys: ["createApiKeysIntentV2"], resultKey: "createApiKeysResult", result: { apiKeyIds: spareIds } });
+    expectCompletedActivity(added, addKey, {
+      intentKeys: ["createApiKeysIntentV2"],
+      resultKey: "createApiKeysResult",
+      result: { apiKeyIds: spareIds },
+    });
 
     const body: Envelope = {
       type: "ACTIVITY_TYPE_DELETE_API_KEYS",
@@ -331,11 +428,19 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
       parameters: { userId: alice.userId, apiKeyIds: [alice.apiKeyId] },
     };
     const response = await submit("delete_api_keys", body);
-    expectCompletedActivity(response, body, { intentKeys: ["deleteApiKeysIntent"], resultKey: "deleteApiKeysResult", result: { apiKeyIds: [alice.apiKeyId] } });
+    expectCompletedActivity(response, body, {
+      intentKeys: ["deleteApiKeysIntent"],
+      resultKey: "deleteApiKeysResult",
+      result: { apiKeyIds: [alice.apiKeyId] },
+    });
 
     const gone = await query("get_api_key", { organizationId: org.organizationId, apiKeyId: alice.apiKeyId });
     expect(gone.status).toBe(404);
-    expect(gone.json).toEqual({ code: 5, message: expect.stringContaining(alice.apiKeyId), details: [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "API_KEY_NOT_FOUND" }] });
+    expect(gone.json).toEqual({
+      code: 5,
+      message: expect.stringContaining(alice.apiKeyId),
+      details: [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "API_KEY_NOT_FOUND" }],
+    });
     const stale = await query("whoami", { organizationId: org.organizationId }, alice.key);
     expect(stale.status).toBe(401);
     expect(stale.json).toMatchObject({ code: 16, details: [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "PUBLIC_KEY_NOT_FOUND" }] });
@@ -354,8 +459,14 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
     const created = await submit("create_user_tag", create);
     const userTagId = created.json.activity?.result?.createUserTagResult?.userTagId;
     expect(userTagId).toMatch(UUID);
-    expectCompletedActivity(created, create, { intentKeys: ["createUserTagIntent"], resultKey: "createUserTagResult", result: { userTagId, userIds: [alice.userId] } });
-    expect(expectQueryEnvelope(await query("get_user", { organizationId: org.organizationId, userId: alice.userId }), "user").userTags).toEqual([userTagId]);
+    expectCompletedActivity(created, create, {
+      intentKeys: ["createUserTagIntent"],
+      resultKey: "createUserTagResult",
+      result: { userTagId, userIds: [alice.userId] },
+    });
+    expect(
+      expectQueryEnvelope(await query("get_user", { organizationId: org.organizationId, userId: alice.userId }), "user").userTags,
+    ).toEqual([userTagId]);
 
     const update: Envelope = {
       type: "ACTIVITY_TYPE_UPDATE_USER_TAG",
@@ -364,13 +475,25 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
       parameters: { userTagId, newUserTagName: "signers", addUserIds: [org.userId], removeUserIds: [alice.userId] },
     };
     const updated = await submit("update_user_tag", update);
-    expectCompletedActivity(updated, update, { intentKeys: ["updateUserTagIntent"], resultKey: "updateUserTagResult", result: { userTagId } });
-    expect(expectQueryEnvelope(await query("get_user", { organizationId: org.organizationId, userId: alice.userId }), "user").userTags).toEqual([]);
-    expect(expectQueryEnvelope(await query("get_user", { organizationId: org.organizationId, userId: org.userId }), "user").userTags).toEqual([userTagId]);
+    expectCompletedActivity(updated, update, {
+      intentKeys: ["updateUserTagIntent"],
+      resultKey: "updateUserTagResult",
+      result: { userTagId },
+    });
+    expect(
+      expectQueryEnvelope(await query("get_user", { organizationId: org.organizationId, userId: alice.userId }), "user").userTags,
+    ).toEqual([]);
+    expect(
+      expectQueryEnvelope(await query("get_user", { organizationId: org.organizationId, userId: org.userId }), "user").userTags,
+    ).toEqual([userTagId]);
 
     const tags = await query("list_user_tags", { organizationId: org.organizationId });
     expect(tags.status).toBe(200);
-    expect(tags.json.userTags.find((t: { tagId: string }) => t.tagId === userTagId)).toMatchObject({ tagId: userTagId, tagName: "signers", tagType: "TAG_TYPE_USER" });
+    expect(tags.json.userTags.find((t: { tagId: string }) => t.tagId === userTagId)).toMatchObject({
+      tagId: userTagId,
+      tagName: "signers",
+      tagType: "TAG_TYPE_USER",
+    });
   });
 
   it("query/get_activity returns the stored activity in both shapes, timestampMs included", async () => {
@@ -381,7 +504,11 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
       parameters: { userId: alice.userId, userName: "Alice" },
     };
     const submitted = await submit("update_user_name", body);
-    const activity = expectCompletedActivity(submitted, body, { intentKeys: ["updateUserNameIntent"], resultKey: "updateUserNameResult", result: { userId: alice.userId } });
+    const activity = expectCompletedActivity(submitted, body, {
+      intentKeys: ["updateUserNameIntent"],
+      resultKey: "updateUserNameResult",
+      result: { userId: alice.userId },
+    });
     const fetched = await query("get_activity", { organizationId: org.organizationId, activityId: activity.id });
     expect(fetched.status).toBe(200);
     expect(fetched.json).toEqual({ activity });

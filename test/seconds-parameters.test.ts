@@ -106,7 +106,8 @@ async function refused(lifetime: Lifetime, value: string, code: string, message:
 
 describe.each(lifetimes)("expirationSeconds of $what", (lifetime) => {
   it("refuses anything but a whole number of seconds from 1 to the maximum, naming field, bounds and value", async () => {
-    const rule = (value: string) => `${lifetime.field} must be a whole number of seconds from 1 to ${lifetime.max}${lifetime.of}, got "${value}"`;
+    const rule = (value: string) =>
+      `${lifetime.field} must be a whole number of seconds from 1 to ${lifetime.max}${lifetime.of}, got "${value}"`;
     for (const value of ["0", "-5", "1.5", "soon", " 60", "1e3"]) await refused(lifetime, value, lifetime.code, rule(value));
     const over = String(lifetime.max + 1);
     if (lifetime.tooLong) await refused(lifetime, over, lifetime.tooLong.code, lifetime.tooLong.message(over));

@@ -28,7 +28,11 @@ describe("keyring", () => {
     expect(sealed.startsWith(`v1.${keyIdOf(key)}.`)).toBe(true);
     expect(sealed.includes("a secret")).toBe(false);
     expect(keyring.open(sealed, identity).toString()).toBe("a secret");
-    for (const other of [{ ...identity, organizationId: "org-2" }, { ...identity, resourceId: "key-2" }, { ...identity, kind: "wallet.mnemonic" }]) {
+    for (const other of [
+      { ...identity, organizationId: "org-2" },
+      { ...identity, resourceId: "key-2" },
+      { ...identity, kind: "wallet.mnemonic" },
+    ]) {
       expect(() => keyring.open(sealed, other)).toThrow(/does not open/);
     }
   });
@@ -88,7 +92,9 @@ describe("where the master key comes from", () => {
     const key = crypto.randomBytes(32);
     const fromEnv = loadKeyring(loadConfig({ SIGIL_MASTER_KEY: key.toString("hex") }, { dataDir: tempDir() }).masterKey);
     expect(fromEnv.keyring.currentKeyId).toBe(keyIdOf(key));
-    expect(() => loadKeyring(loadConfig({ SIGIL_MASTER_KEY_FILE: "/nonexistent/master.key" }, { dataDir: tempDir() }).masterKey)).toThrow(/does not exist/);
+    expect(() => loadKeyring(loadConfig({ SIGIL_MASTER_KEY_FILE: "/nonexistent/master.key" }, { dataDir: tempDir() }).masterKey)).toThrow(
+      /does not exist/,
+    );
   });
 });
 
@@ -102,7 +108,9 @@ describe("sigil rotate-master-key", () => {
   it("a server refuses to start with a master key that cannot open the stored secrets, and leaves no new key behind", async () => {
     const org = await h.organization();
     await h.sdk(org, org.key).createWallet({ walletName: "guarded", accounts: [] });
-    await expect(assertKeyringOpensStore(h.server.store.db, new Keyring(crypto.randomBytes(32)))).rejects.toThrow(/sealed under master key/);
+    await expect(assertKeyringOpensStore(h.server.store.db, new Keyring(crypto.randomBytes(32)))).rejects.toThrow(
+      /sealed under master key/,
+    );
     await assertKeyringOpensStore(h.server.store.db, loadKeyring(h.config.masterKey).keyring);
 
     // The CLI, started on the same database with the key file gone (a wrong directory, a lost volume).
@@ -130,7 +138,9 @@ describe("sigil rotate-master-key", () => {
     const org = await h.organization();
     const client = h.sdk(org, org.key);
     const { walletId } = await client.createWallet({ walletName: "rotated", accounts: [] });
-    const { privateKeys } = await client.createPrivateKeys({ privateKeys: [{ privateKeyName: "rotated key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: [] }] });
+    const { privateKeys } = await client.createPrivateKeys({
+      privateKeys: [{ privateKeyName: "rotated key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: [] }],
+    });
     const db = h.server.store.db;
     const read = async () => ({
       wallet: await db.selectFrom("wallets").selectAll().where("id", "=", walletId).executeTakeFirstOrThrow(),

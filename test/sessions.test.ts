@@ -18,20 +18,26 @@ let sdk: ReturnType<Harness["sdk"]>;
 let offset = 0;
 
 beforeAll(async () => {
-  h = await startHarness({ SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400", SIGIL_SESSION_MAX_SECONDS: "86400" }, { clock: () => Date.now() + offset });
+  h = await startHarness(
+    { SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400", SIGIL_SESSION_MAX_SECONDS: "86400" },
+    { clock: () => Date.now() + offset },
+  );
   org = await h.organization("Sessions");
   sdk = h.sdk(org, org.key, fastPoller);
 });
 afterAll(() => h.close());
-
-
 
 describe("stamp_login", () => {
   it("returns a signed session JWT the clients parse; its key then stamps requests as the user", async () => {
     const sessionKey = newKeyPair();
     const { session } = await sdk.stampLogin({ publicKey: sessionKey.publicKey });
     const parsed = coreParseSession(session);
-    expect(parsed).toMatchObject({ sessionType: "SESSION_TYPE_READ_WRITE", userId: org.userId, organizationId: org.organizationId, publicKey: sessionKey.publicKey });
+    expect(parsed).toMatchObject({
+      sessionType: "SESSION_TYPE_READ_WRITE",
+      userId: org.userId,
+      organizationId: org.organizationId,
+      publicKey: sessionKey.publicKey,
+    });
     const lifetime = parsed.expiry - Date.now() / 1000;
     expect(lifetime).toBeGreaterThan(14 * 60);
     expect(lifetime).toBeLessThanOrEqual(15 * 60 + 1);
@@ -88,7 +94,15 @@ describe("stamp_login", () => {
 
   it("a passkey-less API user of another organization cannot log in here", async () => {
     const other = await h.organization("Other");
-    const request = signedRequest({ type: "ACTIVITY_TYPE_STAMP_LOGIN", timestampMs: String(Date.now()), organizationId: org.organizationId, parameters: { publicKey: newKeyPair().publicKey } }, other.key);
+    const request = signedRequest(
+      {
+        type: "ACTIVITY_TYPE_STAMP_LOGIN",
+        timestampMs: String(Date.now()),
+        organizationId: org.organizationId,
+        parameters: { publicKey: newKeyPair().publicKey },
+      },
+      other.key,
+    );
     const response = await h.post("/public/v1/submit/stamp_login", request.body, request.headers);
     expect(response.status).toBe(403);
     expect(JSON.stringify(response.json)).toContain("ORGANIZATION_MISMATCH");
@@ -98,14 +112,21 @@ describe("stamp_login", () => {
     const cases: Array<[string, Record<string, unknown>, string]> = [
       ["a public key that is not a P-256 point", { publicKey: "02" + "ff".repeat(32) }, "INVALID_PUBLIC_KEY"],
       ["a public key that is not hex", { publicKey: "not a key" }, "INVALID_PUBLIC_KEY"],
-      ["a session longer than the server grants", { publicKey: newKeyPair().publicKey, expirationSeconds: "86401" }, "SESSION_EXPIRATION_TOO_LONG"],
+      [
+        "a session longer than the server grants",
+        { publicKey: newKeyPair().publicKey, expirationSeconds: "86401" },
+        "SESSION_EXPIRATION_TOO_LONG",
+      ],
       ["an expiration that is not a number", { publicKey: newKeyPair().publicKey, expirationSeconds: "soon" }, "INVALID_EXPIRATION"],
       ["the key the caller already stamps with", { publicKey: "" }, "API_KEY_ALREADY_EXISTS"],
     ];
     it.each(cases)("%s", async (_name, parameters, code) => {
       const params = parameters.publicKey === "" ? { publicKey: org.key.publicKey } : parameters;
       const before = await h.snapshot();
-      const request = signedRequest({ type: "ACTIVITY_TYPE_STAMP_LOGIN", timestampMs: String(Date.now()), organizationId: org.organizationId, parameters: params }, org.key);
+      const request = signedRequest(
+        { type: "ACTIVITY_TYPE_STAMP_LOGIN", timestampMs: String(Date.now()), organizationId: org.organizationId, parameters: params },
+        org.key,
+      );
       const response = await h.post("/public/v1/submit/stamp_login", request.body, request.headers);
       expect(response.status).toBeGreaterThanOrEqual(400);
       expect(JSON.stringify(response.json)).toContain(code);
@@ -122,7 +143,12 @@ describe("create_read_write_session", () => {
   it("seals a new session key to targetPublicKey; decryptCredentialBundle opens it and the key stamps", async () => {
     const target = generateP256KeyPair();
     const result = await sdk.createReadWriteSession({ targetPublicKey: target.publicKeyUncompressed, apiKeyName: "browser tab" });
-    expect(result).toMatchObject({ organizationId: org.organizationId, organizationName: "Sessions", userId: org.userId, username: "root" });
+    expect(result).toMatchObject({
+      organizationId: org.organizationId,
+      organizationName: "Sessions",
+      userId: org.userId,
+      username: "root",
+    });
     const key = keyFromBundle(result.credentialBundle, target);
     const client = h.sdk(org, key, fastPoller);
     expect((await client.getWhoami({})).userId).toBe(org.userId);
@@ -134,7 +160,15 @@ describe("create_read_write_session", () => {
     const { org: team, root, members } = await organizationWith(h, ["ada"]);
     await root.updateUser({ userId: members.ada!.userId, userEmail: "ada@example.com" });
     const target = generateP256KeyPair();
-    const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_CREATE_READ_WRITE_SESSION", timestampMs: String(Date.now()), organizationId: team.organizationId, parameters: { targetPublicKey: target.publicKeyUncompressed, email: "ada@example.com" } }, team.key);
+    const { body, headers } = signedRequest(
+      {
+        type: "ACTIVITY_TYPE_CREATE_READ_WRITE_SESSION",
+        timestampMs: String(Date.now()),
+        organizationId: team.organizationId,
+        parameters: { targetPublicKey: target.publicKeyUncompressed, email: "ada@example.com" },
+      },
+      team.key,
+    );
     const response = await h.post("/public/v1/submit/create_read_write_session", body, headers);
     expect(response.status).toBe(200);
     const result = response.json.activity.result.createReadWriteSessionResult;
@@ -147,7 +181,11 @@ describe("create_read_write_session", () => {
     const { org: team, root, members } = await organizationWith(h, ["alice", "bob"]);
     const target = generateP256KeyPair();
     // Alice (no policy) may not impersonate Bob...
-    expect(await errorOf(members.alice!.client.createReadWriteSession({ targetPublicKey: target.publicKeyUncompressed, userId: members.bob!.userId }))).toContain("POLICY_DENIED");
+    expect(
+      await errorOf(
+        members.alice!.client.createReadWriteSession({ targetPublicKey: target.publicKeyUncompressed, userId: members.bob!.userId }),
+      ),
+    ).toContain("POLICY_DENIED");
     // ...but may open a session of her own, and the root may open one for Bob.
     await members.alice!.client.createReadWriteSession({ targetPublicKey: target.publicKeyUncompressed });
     const forBob = await root.createReadWriteSession({ targetPublicKey: target.publicKeyUncompressed, userId: members.bob!.userId });
@@ -172,9 +210,19 @@ describe("read-only sessions", () => {
     // The token reads for an hour: only this response carries it; the audit log keeps it redacted.
     const { activities } = await sdk.getActivities({ filterByType: ["ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION"] });
     expect(activities[0]!.result.createReadOnlySessionResult).toMatchObject({ session: "<redacted>", userId: org.userId });
-    expect(JSON.stringify(await h.server.store.db.selectFrom("activities").select(["result", "intent", "votes"]).execute())).not.toContain(result.session);
+    expect(JSON.stringify(await h.server.store.db.selectFrom("activities").select(["result", "intent", "votes"]).execute())).not.toContain(
+      result.session,
+    );
     // A retry cannot be answered with it: the first response was the only one.
-    const { body, headers } = signedRequest({ type: "ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION", timestampMs: String(Date.now()), organizationId: org.organizationId, parameters: {} }, org.key);
+    const { body, headers } = signedRequest(
+      {
+        type: "ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION",
+        timestampMs: String(Date.now()),
+        organizationId: org.organizationId,
+        parameters: {},
+      },
+      org.key,
+    );
     expect((await h.post("/public/v1/submit/create_read_only_session", body, headers)).status).toBe(200);
     const retry = await h.post("/public/v1/submit/create_read_only_session", body, headers);
     expect(JSON.stringify(retry.json)).toContain("RESULT_NOT_REPEATABLE");
@@ -186,12 +234,17 @@ describe("read-only sessions", () => {
     expect((await reader.getWhoami({ organizationId: org.organizationId })).userId).toBe(org.userId);
     expect(Array.isArray((await reader.getWallets({ organizationId: org.organizationId })).wallets)).toBe(true);
     const before = await h.snapshot();
-    expect(await errorOf(reader.createWallet({ organizationId: org.organizationId, walletName: "not from a read-only session", accounts: [] }))).toContain("READ_ONLY_SESSION");
+    expect(
+      await errorOf(reader.createWallet({ organizationId: org.organizationId, walletName: "not from a read-only session", accounts: [] })),
+    ).toContain("READ_ONLY_SESSION");
     expect(await h.snapshot()).toBe(before);
   });
 
   it("refuses a read-write session JWT, an altered one, an expired one, and one whose credential was deleted", async () => {
-    const whoami = (token: string) => new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: token, organizationId: org.organizationId }).getWhoami({ organizationId: org.organizationId });
+    const whoami = (token: string) =>
+      new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: token, organizationId: org.organizationId }).getWhoami({
+        organizationId: org.organizationId,
+      });
     // A stamp_login JWT names a key; it is not a bearer credential.
     const { session: readWrite } = await sdk.stampLogin({ publicKey: newKeyPair().publicKey });
     expect(await errorOf(whoami(readWrite))).toContain("SESSION_INVALID");
@@ -209,7 +262,8 @@ describe("read-only sessions", () => {
     // A member's session ends with the key that opened it.
     const { members, root } = await organizationWith(h, ["reader"]);
     const { session: memberSession, organizationId } = await members.reader!.client.createReadOnlySession({});
-    const asMember = () => new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: memberSession, organizationId }).getWhoami({ organizationId });
+    const asMember = () =>
+      new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: memberSession, organizationId }).getWhoami({ organizationId });
     expect((await asMember()).userId).toBe(members.reader!.userId);
     const { apiKeys } = await root.getApiKeys({ userId: members.reader!.userId });
     await root.deleteApiKeys({ userId: members.reader!.userId, apiKeyIds: apiKeys.map((k) => k.apiKeyId) });

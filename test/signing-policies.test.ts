@@ -4,22 +4,29 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createAccount } from "@turnkey/viem";
 import { TurnkeySigner as SolanaSigner } from "@turnkey/solana";
-import { createWalletClient, http as viemHttp, keccak256, parseEther, recoverAddress, recoverTransactionAddress, toHex, verifyTypedData, type Hex } from "viem";
+import {
+  createWalletClient,
+  http as viemHttp,
+  keccak256,
+  parseEther,
+  recoverAddress,
+  recoverTransactionAddress,
+  toHex,
+  verifyTypedData,
+  type Hex,
+} from "viem";
 import { mainnet } from "viem/chains";
 import { Keypair, PublicKey, SystemProgram, Transaction, TransactionInstruction } from "@solana/web3.js";
 import { ETHER_MAIL as MAIL, organizationWith, type Member } from "./helpers/organizations.js";
 import { startHarness, type Harness } from "./helpers/harness.js";
 
-
 type Client = ReturnType<Harness["sdk"]>;
-
 
 let h: Harness;
 beforeAll(async () => {
   h = await startHarness();
 });
 afterAll(() => h.close());
-
 
 /** A wallet (made by the root user) with one Ethereum and one Solana account. */
 async function walletOf(root: Client, walletName: string) {
@@ -36,7 +43,13 @@ async function walletOf(root: Client, walletName: string) {
 
 /** An allow policy whose consensus is the one user (its own request is its approval). */
 async function allowFor(root: Client, member: Member, condition: string) {
-  const { policyId } = await root.createPolicy({ policyName: `allow: ${condition}`, effect: "EFFECT_ALLOW", consensus: `approvers.any(u, u.id == '${member.userId}')`, condition, notes: "" });
+  const { policyId } = await root.createPolicy({
+    policyName: `allow: ${condition}`,
+    effect: "EFFECT_ALLOW",
+    consensus: `approvers.any(u, u.id == '${member.userId}')`,
+    condition,
+    notes: "",
+  });
   return policyId;
 }
 
@@ -71,7 +84,11 @@ async function refusedLeavingOnlyItsActivity(attempt: () => Promise<unknown>, re
  */
 async function expectDenied(attempt: () => Promise<unknown>, outcome: "OUTCOME_DENY_IMPLICIT" | "OUTCOME_DENY_EXPLICIT"): Promise<string> {
   const { id, failure } = await refusedLeavingOnlyItsActivity(attempt, { message: expect.stringContaining(outcome) });
-  expect(failure).toMatchObject({ code: 7, message: expect.stringContaining(outcome), details: [expect.objectContaining({ turnkeyErrorCode: "POLICY_DENIED" })] });
+  expect(failure).toMatchObject({
+    code: 7,
+    message: expect.stringContaining(outcome),
+    details: [expect.objectContaining({ turnkeyErrorCode: "POLICY_DENIED" })],
+  });
   return id;
 }
 
@@ -84,13 +101,26 @@ async function verdicts(root: Client, activityId: string) {
 /** A KECCAK256 raw-payload signature, checked against the address it should recover to. */
 async function signsAs(client: Client, signWith: string, address: string) {
   const payload = Buffer.from(`signed by ${signWith}`).toString("hex");
-  const signature = await client.signRawPayload({ signWith, payload, encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_KECCAK256" });
+  const signature = await client.signRawPayload({
+    signWith,
+    payload,
+    encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+    hashFunction: "HASH_FUNCTION_KECCAK256",
+  });
   expect(signature.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
-  const recovered = await recoverAddress({ hash: keccak256(`0x${payload}`), signature: { r: `0x${signature.r}`, s: `0x${signature.s}`, yParity: Number(signature.v) } as any });
+  const recovered = await recoverAddress({
+    hash: keccak256(`0x${payload}`),
+    signature: { r: `0x${signature.r}`, s: `0x${signature.s}`, yParity: Number(signature.v) } as any,
+  });
   expect(recovered).toBe(address);
 }
 
-const keccakPayload = (signWith: string) => ({ signWith, payload: "abcd", encoding: "PAYLOAD_ENCODING_HEXADECIMAL" as const, hashFunction: "HASH_FUNCTION_KECCAK256" as const });
+const keccakPayload = (signWith: string) => ({
+  signWith,
+  payload: "abcd",
+  encoding: "PAYLOAD_ENCODING_HEXADECIMAL" as const,
+  hashFunction: "HASH_FUNCTION_KECCAK256" as const,
+});
 
 describe("wallet keyword", () => {
   it("a non-root user is implicitly denied signing; an allow on wallet.id lets it sign with that wallet only", async () => {
@@ -129,7 +159,11 @@ describe("eth.tx through @turnkey/viem", () => {
     const { org, root, members } = await organizationWith(h, ["trader"]);
     const trader = members.trader!;
     const { ethAddress } = await walletOf(root, "hot");
-    const allowId = await allowFor(root, trader, `eth.tx.to == '${RECIPIENT.toLowerCase()}' && eth.tx.value <= 1000000000000000000 && eth.tx.chain_id == 1`);
+    const allowId = await allowFor(
+      root,
+      trader,
+      `eth.tx.to == '${RECIPIENT.toLowerCase()}' && eth.tx.value <= 1000000000000000000 && eth.tx.chain_id == 1`,
+    );
     const account = await createAccount({ client: trader.client as any, organizationId: org.organizationId, signWith: ethAddress });
     return { root, ethAddress, account, allowId };
   }
@@ -142,7 +176,9 @@ describe("eth.tx through @turnkey/viem", () => {
     await expectDenied(() => account.signTransaction(tx({ to: "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC" })), "OUTCOME_DENY_IMPLICIT");
     await expectDenied(() => account.signTransaction(tx({ value: parseEther("1.5") })), "OUTCOME_DENY_IMPLICIT");
     // The limit is inclusive.
-    expect(await recoverTransactionAddress({ serializedTransaction: (await account.signTransaction(tx({ value: parseEther("1") }))) as any })).toBe(ethAddress);
+    expect(
+      await recoverTransactionAddress({ serializedTransaction: (await account.signTransaction(tx({ value: parseEther("1") }))) as any }),
+    ).toBe(ethAddress);
   });
 
   it("an explicit deny on value beats the allow, and the evaluation records both verdicts", async () => {
@@ -162,7 +198,6 @@ describe("eth.tx through @turnkey/viem", () => {
 });
 
 describe("eth.eip_712 through a viem wallet client", () => {
-
   it("allows typed data only for the named domain and primary type", async () => {
     const { org, root, members } = await organizationWith(h, ["dapp"]);
     const dapp = members.dapp!;
@@ -180,7 +215,8 @@ describe("eth.eip_712 through a viem wallet client", () => {
 });
 
 describe("activity.params", () => {
-  const DOCS_DENY = "activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2' && activity.params.hash_function == 'HASH_FUNCTION_NO_OP' && activity.params.encoding != 'PAYLOAD_ENCODING_EIP712'";
+  const DOCS_DENY =
+    "activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2' && activity.params.hash_function == 'HASH_FUNCTION_NO_OP' && activity.params.encoding != 'PAYLOAD_ENCODING_EIP712'";
 
   async function noOpDenied() {
     const { org, root, members } = await organizationWith(h, ["ops"]);
@@ -195,7 +231,13 @@ describe("activity.params", () => {
     const { root, ops, ethAddress, denyId } = await noOpDenied();
     const digest = keccak256(toHex("already hashed")).slice(2);
     const deniedId = await expectDenied(
-      () => ops.client.signRawPayload({ signWith: ethAddress, payload: digest, encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" }),
+      () =>
+        ops.client.signRawPayload({
+          signWith: ethAddress,
+          payload: digest,
+          encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+          hashFunction: "HASH_FUNCTION_NO_OP",
+        }),
       "OUTCOME_DENY_EXPLICIT",
     );
     expect(await verdicts(root, deniedId)).toContainEqual({ policyId: denyId, outcome: "OUTCOME_DENY_EXPLICIT" });
@@ -207,7 +249,12 @@ describe("activity.params", () => {
     const account = await createAccount({ client: ops.client as any, organizationId: org.organizationId, signWith: ethAddress });
     // Through a wallet client: it sends the EIP712Domain type, without which viem's serializer drops the domain.
     const walletClient = createWalletClient({ account, chain: mainnet, transport: viemHttp("http://127.0.0.1:1") });
-    const typed = { domain: { name: "Allowed", version: "1", chainId: 1 }, types: { Note: [{ name: "text", type: "string" }] }, primaryType: "Note", message: { text: "hi" } } as const;
+    const typed = {
+      domain: { name: "Allowed", version: "1", chainId: 1 },
+      types: { Note: [{ name: "text", type: "string" }] },
+      primaryType: "Note",
+      message: { text: "hi" },
+    } as const;
     const signature = await walletClient.signTypedData(typed);
     expect(await verifyTypedData({ ...typed, address: ethAddress, signature })).toBe(true);
   });
@@ -217,7 +264,11 @@ describe("activity.params", () => {
     await allowFor(root, ops, "activity.kind == 'CREATE_USER_TAG'");
     const done = await ops.client.createUserTag({ userTagName: "unaffected", userIds: [] });
     expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
-    expect(await verdicts(root, done.activity.id)).toContainEqual({ policyId: denyId, outcome: "OUTCOME_ERROR", error: expect.any(String) });
+    expect(await verdicts(root, done.activity.id)).toContainEqual({
+      policyId: denyId,
+      outcome: "OUTCOME_ERROR",
+      error: expect.any(String),
+    });
   });
 });
 
@@ -234,7 +285,10 @@ describe("solana.tx through @turnkey/solana", () => {
     const signer = new SolanaSigner({ client: payer.client as any, organizationId: org.organizationId });
     const from = new PublicKey(solAddress);
     const transfer = (to: PublicKey, ...extra: TransactionInstruction[]) =>
-      new Transaction({ recentBlockhash: blockhash, feePayer: from }).add(SystemProgram.transfer({ fromPubkey: from, toPubkey: to, lamports: 5000 }), ...extra);
+      new Transaction({ recentBlockhash: blockhash, feePayer: from }).add(
+        SystemProgram.transfer({ fromPubkey: from, toPubkey: to, lamports: 5000 }),
+        ...extra,
+      );
     return { signer, solAddress, recipient, transfer };
   }
 
@@ -251,7 +305,9 @@ describe("solana.tx through @turnkey/solana", () => {
   });
 
   it("program_keys.all(p, p == system program): a plain transfer is signed, one calling another program is denied", async () => {
-    const { signer, solAddress, recipient, transfer } = await solanaSetup(() => "solana.tx.program_keys.all(p, p == '11111111111111111111111111111111')");
+    const { signer, solAddress, recipient, transfer } = await solanaSetup(
+      () => "solana.tx.program_keys.all(p, p == '11111111111111111111111111111111')",
+    );
     const signed = (await signer.signTransaction(transfer(recipient), solAddress)) as Transaction;
     expect(signed.verifySignatures()).toBe(true);
 
@@ -267,7 +323,12 @@ describe("private_key keyword", () => {
     const { privateKeyTagId } = await root.createPrivateKeyTag({ privateKeyTagName: "hot keys", privateKeyIds: [] });
     const { privateKeys } = await root.createPrivateKeys({
       privateKeys: [
-        { privateKeyName: "tagged", curve: "CURVE_SECP256K1", privateKeyTags: [privateKeyTagId], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] },
+        {
+          privateKeyName: "tagged",
+          curve: "CURVE_SECP256K1",
+          privateKeyTags: [privateKeyTagId],
+          addressFormats: ["ADDRESS_FORMAT_ETHEREUM"],
+        },
         { privateKeyName: "untagged", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] },
       ],
     });
@@ -285,11 +346,24 @@ describe("eth.tx.from with a private key", () => {
   it("is the key's Ethereum address whether @turnkey/viem names the key by address or by id", async () => {
     const { org, root, members } = await organizationWith(h, ["sender"]);
     const sender = members.sender!;
-    const { privateKeys } = await root.createPrivateKeys({ privateKeys: [{ privateKeyName: "sender key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }] });
+    const { privateKeys } = await root.createPrivateKeys({
+      privateKeys: [
+        { privateKeyName: "sender key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] },
+      ],
+    });
     const privateKeyId = privateKeys[0]!.privateKeyId!;
     const address = privateKeys[0]!.addresses![0]!.address! as Hex;
     await allowFor(root, sender, `eth.tx.from == '${address.toLowerCase()}'`);
-    const tx = { type: "eip1559" as const, to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8" as Hex, value: 1n, nonce: 0, gas: 21000n, chainId: 1, maxFeePerGas: 2n, maxPriorityFeePerGas: 1n };
+    const tx = {
+      type: "eip1559" as const,
+      to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8" as Hex,
+      value: 1n,
+      nonce: 0,
+      gas: 21000n,
+      chainId: 1,
+      maxFeePerGas: 2n,
+      maxPriorityFeePerGas: 1n,
+    };
     for (const signWith of [address, privateKeyId]) {
       const account = await createAccount({ client: sender.client as any, organizationId: org.organizationId, signWith });
       const signed = await account.signTransaction(tx);
@@ -305,24 +379,41 @@ describe("consensus on signing", () => {
     const approver = members.approver!;
     const { ethAddress } = await walletOf(root, "treasury");
     const { userTagId } = await root.createUserTag({ userTagName: "signers", userIds: [requester.userId, approver.userId] });
-    await root.createPolicy({ policyName: "two signers", effect: "EFFECT_ALLOW", consensus: `approvers.filter(u, u.tags.contains('${userTagId}')).count() >= 2`, condition: SIGN, notes: "" });
+    await root.createPolicy({
+      policyName: "two signers",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.filter(u, u.tags.contains('${userTagId}')).count() >= 2`,
+      condition: SIGN,
+      notes: "",
+    });
 
     const payload = Buffer.from("treasury transfer").toString("hex");
-    const pending = await requester.client.signRawPayload({ signWith: ethAddress, payload, encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_KECCAK256" });
+    const pending = await requester.client.signRawPayload({
+      signWith: ethAddress,
+      payload,
+      encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+      hashFunction: "HASH_FUNCTION_KECCAK256",
+    });
     expect(pending.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
     expect(pending.r).toBeUndefined();
 
     const approved = await approver.client.approveActivity({ fingerprint: pending.activity.fingerprint });
     expect(approved.activity).toMatchObject({ id: pending.activity.id, status: "ACTIVITY_STATUS_COMPLETED" });
     const { r, s, v } = (approved as any).signRawPayloadResult;
-    const recovered = await recoverAddress({ hash: keccak256(`0x${payload}`), signature: { r: `0x${r}`, s: `0x${s}`, yParity: Number(v) } as any });
+    const recovered = await recoverAddress({
+      hash: keccak256(`0x${payload}`),
+      signature: { r: `0x${r}`, s: `0x${s}`, yParity: Number(v) } as any,
+    });
     expect(recovered).toBe(ethAddress);
   });
 });
 
 /** Expects the request to be refused as malformed (InvalidArgument, never an internal error), changing nothing else. */
 async function expectInvalid(attempt: () => Promise<unknown>, message: string | RegExp): Promise<void> {
-  const { failure } = await refusedLeavingOnlyItsActivity(attempt, { code: 3, message: typeof message === "string" ? expect.stringContaining(message) : expect.stringMatching(message) });
+  const { failure } = await refusedLeavingOnlyItsActivity(attempt, {
+    code: 3,
+    message: typeof message === "string" ? expect.stringContaining(message) : expect.stringMatching(message),
+  });
   expect(failure).toMatchObject({ code: 3 });
 }
 
@@ -339,7 +430,12 @@ describe("what policies see is what is signed", () => {
     await allowFor(root, delegator, SIGN);
     const denyId = await denyAll(root, deny);
     const sign = (payload: unknown, encoding: "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION" | "PAYLOAD_ENCODING_EIP712") =>
-      delegator.client.signRawPayload({ signWith: ethAddress, payload: typeof payload === "string" ? payload : JSON.stringify(payload), encoding, hashFunction: "HASH_FUNCTION_NO_OP" });
+      delegator.client.signRawPayload({
+        signWith: ethAddress,
+        payload: typeof payload === "string" ? payload : JSON.stringify(payload),
+        encoding,
+        hashFunction: "HASH_FUNCTION_NO_OP",
+      });
     return { root, ethAddress, denyId, sign };
   }
 
@@ -362,29 +458,48 @@ describe("what policies see is what is signed", () => {
     const letter = DENIED.search(/[A-F]/);
     const badChecksum = `${DENIED.slice(0, letter)}${DENIED[letter]!.toLowerCase()}${DENIED.slice(letter + 1)}`;
     await expectInvalid(() => authorize({ address: badChecksum, chainId: 1, nonce: 0 }), "EIP-55 checksum");
-    await expectInvalid(() => authorize({ address: DENIED, contractAddress: ALLOWED, chainId: 1, nonce: 0 }), "both address and contractAddress");
-    await expectInvalid(() => authorize({ address: ALLOWED, chainId: 1, nonce: 0, yParity: 1 }), "fields an authorization does not sign: yParity");
+    await expectInvalid(
+      () => authorize({ address: DENIED, contractAddress: ALLOWED, chainId: 1, nonce: 0 }),
+      "both address and contractAddress",
+    );
+    await expectInvalid(
+      () => authorize({ address: ALLOWED, chainId: 1, nonce: 0, yParity: 1 }),
+      "fields an authorization does not sign: yParity",
+    );
 
     // Another address signs, over the authorization for exactly that address.
     const { hashAuthorization } = await import("viem/utils");
-    for (const [chainId, nonce] of [[1, 7], ["0x1", "7"], [0, "0x0"]] as const) {
+    for (const [chainId, nonce] of [
+      [1, 7],
+      ["0x1", "7"],
+      [0, "0x0"],
+    ] as const) {
       const signature = await authorize({ address: ALLOWED.toLowerCase(), chainId, nonce });
       const hash = hashAuthorization({ contractAddress: ALLOWED, chainId: Number(chainId), nonce: Number(nonce) });
-      expect(await recoverAddress({ hash, signature: { r: `0x${signature.r}`, s: `0x${signature.s}`, yParity: Number(signature.v) } as any })).toBe(ethAddress);
+      expect(
+        await recoverAddress({ hash, signature: { r: `0x${signature.r}`, s: `0x${signature.s}`, yParity: Number(signature.v) } as any }),
+      ).toBe(ethAddress);
     }
   });
 
   it("EIP-7702: malformed numbers are refused as invalid arguments, never internal errors", async () => {
     const { sign } = await delegatorSetup("false");
-    const authorize = (fields: Record<string, unknown>) => sign({ address: ALLOWED, chainId: 1, nonce: 0, ...fields }, "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION");
+    const authorize = (fields: Record<string, unknown>) =>
+      sign({ address: ALLOWED, chainId: 1, nonce: 0, ...fields }, "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION");
     for (const nonce of [1.5, -1, "1e3", "-1", "01", " 1", "0xzz", "18446744073709551616", true, null, [], {}]) {
-      await expectInvalid(() => authorize({ nonce }), /nonce (must be an integer|is out of range for uint64)|needs address, chainId and nonce/);
+      await expectInvalid(
+        () => authorize({ nonce }),
+        /nonce (must be an integer|is out of range for uint64)|needs address, chainId and nonce/,
+      );
     }
     for (const chainId of ["abc", 2 ** 60, "1.0", `0x1${"0".repeat(64)}`]) {
       await expectInvalid(() => authorize({ chainId }), /chainId (must be an integer|is out of range for uint256)/);
     }
     // Numbers JSON cannot hold exactly (1e400 parses to Infinity).
-    await expectInvalid(() => sign(`{"address":"${ALLOWED}","chainId":1e400,"nonce":0}`, "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION"), "chainId must be an integer");
+    await expectInvalid(
+      () => sign(`{"address":"${ALLOWED}","chainId":1e400,"nonce":0}`, "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION"),
+      "chainId must be an integer",
+    );
     await expectInvalid(() => sign("not json", "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION"), "as JSON");
     await expectInvalid(() => sign("[1,2]", "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION"), "as a JSON object");
   });
@@ -416,15 +531,25 @@ describe("what policies see is what is signed", () => {
       await expectDenied(() => signTyped(permit({ verifyingContract: address }, {})), "OUTCOME_DENY_EXPLICIT");
       await expectDenied(() => signTyped(permit({}, { spender: address })), "OUTCOME_DENY_EXPLICIT");
     }
-    for (const value of [1001, "1001", "0x3e9", `0x${"f".repeat(64)}`]) await expectDenied(() => signTyped(permit({}, { value })), "OUTCOME_DENY_EXPLICIT");
+    for (const value of [1001, "1001", "0x3e9", `0x${"f".repeat(64)}`])
+      await expectDenied(() => signTyped(permit({}, { value })), "OUTCOME_DENY_EXPLICIT");
     // The same typed data as hex (how @turnkey/viem sends it) is judged the same.
-    await expectDenied(() => signTyped(Buffer.from(JSON.stringify(permit({}, { value: "0x3e9" }))).toString("hex")), "OUTCOME_DENY_EXPLICIT");
+    await expectDenied(
+      () => signTyped(Buffer.from(JSON.stringify(permit({}, { value: "0x3e9" }))).toString("hex")),
+      "OUTCOME_DENY_EXPLICIT",
+    );
 
     // Within the limits, any spelling of a number signs the canonical value.
     for (const value of [1000, "1000", "0x3e8"]) {
       const signature = await signTyped(permit({ chainId: "0x1" }, { value }));
       const typed = permit({}, { value: 1000n }) as any;
-      expect(await verifyTypedData({ ...typed, address: ethAddress, signature: `0x${signature.r}${signature.s}${Number(signature.v) ? "1c" : "1b"}` })).toBe(true);
+      expect(
+        await verifyTypedData({
+          ...typed,
+          address: ethAddress,
+          signature: `0x${signature.r}${signature.s}${Number(signature.v) ? "1c" : "1b"}`,
+        }),
+      ).toBe(true);
     }
   });
 
@@ -442,23 +567,87 @@ describe("what policies see is what is signed", () => {
       [permit({}, { deadline: "18446744073709551616" }), "message.deadline is out of range for uint64"],
       [permit({}, { deadline: undefined }), "message.deadline is missing"],
       [{ ...permit({}, {}), primaryType: "Nothing" }, "primaryType Nothing is not one of the struct types"],
-      [{ ...permit({}, {}), types: { ...permit({}, {}).types, Permit: [{ name: "value", type: "uint7" }] } }, "neither an EIP-712 type nor a struct"],
-      [{ ...permit({}, {}), types: { ...permit({}, {}).types, EIP712Domain: [{ name: "chainId", type: "string" }] } }, "not an EIP-712 domain field"],
-      [{ ...permit({}, {}), types: { Permit: permit({}, {}).types.Permit }, domain: { name: "Token", evil: "x" } }, "domain.evil is not an EIP-712 domain field"],
       [
-        { types: { EIP712Domain: [], Data: [{ name: "blob", type: "bytes32" }, { name: "flag", type: "bool" }] }, primaryType: "Data", domain: {}, message: { blob: "0x12", flag: true } },
+        { ...permit({}, {}), types: { ...permit({}, {}).types, Permit: [{ name: "value", type: "uint7" }] } },
+        "neither an EIP-712 type nor a struct",
+      ],
+      [
+        { ...permit({}, {}), types: { ...permit({}, {}).types, EIP712Domain: [{ name: "chainId", type: "string" }] } },
+        "not an EIP-712 domain field",
+      ],
+      [
+        { ...permit({}, {}), types: { Permit: permit({}, {}).types.Permit }, domain: { name: "Token", evil: "x" } },
+        "domain.evil is not an EIP-712 domain field",
+      ],
+      [
+        {
+          types: {
+            EIP712Domain: [],
+            Data: [
+              { name: "blob", type: "bytes32" },
+              { name: "flag", type: "bool" },
+            ],
+          },
+          primaryType: "Data",
+          domain: {},
+          message: { blob: "0x12", flag: true },
+        },
         "message.blob must be exactly 32 bytes",
       ],
-      [{ types: { EIP712Domain: [], Data: [{ name: "flag", type: "bool" }] }, primaryType: "Data", domain: {}, message: { flag: "false" } }, "message.flag must be true or false"],
-      [{ types: { EIP712Domain: [], Data: [{ name: "list", type: "uint8[2]" }] }, primaryType: "Data", domain: {}, message: { list: [1] } }, "message.list must hold exactly 2 items"],
-      [{ types: { EIP712Domain: [], Data: [{ name: "list", type: "uint8[]" }] }, primaryType: "Data", domain: {}, message: { list: [1, 256] } }, "message.list[1] is out of range for uint8"],
+      [
+        {
+          types: { EIP712Domain: [], Data: [{ name: "flag", type: "bool" }] },
+          primaryType: "Data",
+          domain: {},
+          message: { flag: "false" },
+        },
+        "message.flag must be true or false",
+      ],
+      [
+        {
+          types: { EIP712Domain: [], Data: [{ name: "list", type: "uint8[2]" }] },
+          primaryType: "Data",
+          domain: {},
+          message: { list: [1] },
+        },
+        "message.list must hold exactly 2 items",
+      ],
+      [
+        {
+          types: { EIP712Domain: [], Data: [{ name: "list", type: "uint8[]" }] },
+          primaryType: "Data",
+          domain: {},
+          message: { list: [1, 256] },
+        },
+        "message.list[1] is out of range for uint8",
+      ],
       // Names Object.prototype has: only what the caller declared counts as a type or a field.
-      [{ types: { M: [] }, primaryType: "constructor", domain: { name: "X" }, message: {} }, "primaryType constructor is not one of the struct types"],
-      [{ types: { EIP712Domain: [], M: [{ name: "f", type: "toString" }] }, primaryType: "M", domain: {}, message: { f: {} } }, "neither an EIP-712 type nor a struct"],
-      [{ types: { EIP712Domain: [], M: [{ name: "constructor", type: "string" }] }, primaryType: "M", domain: {}, message: {} }, "message.constructor is missing"],
+      [
+        { types: { M: [] }, primaryType: "constructor", domain: { name: "X" }, message: {} },
+        "primaryType constructor is not one of the struct types",
+      ],
+      [
+        { types: { EIP712Domain: [], M: [{ name: "f", type: "toString" }] }, primaryType: "M", domain: {}, message: { f: {} } },
+        "neither an EIP-712 type nor a struct",
+      ],
+      [
+        { types: { EIP712Domain: [], M: [{ name: "constructor", type: "string" }] }, primaryType: "M", domain: {}, message: {} },
+        "message.constructor is missing",
+      ],
       // viem would hash an unpaired surrogate as U+FFFD, the same as a real U+FFFD policies see differently.
-      [`{"types":{"EIP712Domain":[],"M":[{"name":"s","type":"string"}]},"primaryType":"M","domain":{},"message":{"s":"\\ud800"}}`, "unpaired UTF-16 surrogate"],
-      [{ types: { EIP712Domain: [], M: [{ name: "a,uint256 b", type: "string" }] }, primaryType: "M", domain: {}, message: { "a,uint256 b": "x" } }, "name must be an identifier"],
+      [
+        `{"types":{"EIP712Domain":[],"M":[{"name":"s","type":"string"}]},"primaryType":"M","domain":{},"message":{"s":"\\ud800"}}`,
+        "unpaired UTF-16 surrogate",
+      ],
+      [
+        {
+          types: { EIP712Domain: [], M: [{ name: "a,uint256 b", type: "string" }] },
+          primaryType: "M",
+          domain: {},
+          message: { "a,uint256 b": "x" },
+        },
+        "name must be an identifier",
+      ],
     ];
     for (const [typed, message] of refused) await expectInvalid(() => signTyped(typed), message);
   });
@@ -475,7 +664,8 @@ describe("solana.tx shows the whole signed message", () => {
       SystemProgram.transfer({ fromPubkey: from, toPubkey: Keypair.generate().publicKey, lamports: 5000 }),
     );
     const wire = transaction.serialize({ requireAllSignatures: false, verifySignatures: false });
-    const sign = (bytes: Buffer) => payer.client.signTransaction({ signWith: solAddress, unsignedTransaction: bytes.toString("hex"), type: "TRANSACTION_TYPE_SOLANA" });
+    const sign = (bytes: Buffer) =>
+      payer.client.signTransaction({ signWith: solAddress, unsignedTransaction: bytes.toString("hex"), type: "TRANSACTION_TYPE_SOLANA" });
     expect((await sign(Buffer.from(wire))).signedTransaction).toMatch(/^[0-9a-f]+$/);
     await expectInvalid(() => sign(Buffer.concat([wire, Buffer.from([2, 0, 0, 0])])), "4 bytes after its last instruction");
   });

@@ -4,7 +4,19 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createAccount } from "@turnkey/viem";
 import { TurnkeySigner as EthersSigner } from "@turnkey/ethers";
 import { TurnkeySigner as SolanaSigner } from "@turnkey/solana";
-import { createWalletClient, http as viemHttp, parseEther, parseTransaction, recoverAddress, recoverMessageAddress, recoverTransactionAddress, verifyTypedData, keccak256, serializeTransaction, type Hex } from "viem";
+import {
+  createWalletClient,
+  http as viemHttp,
+  parseEther,
+  parseTransaction,
+  recoverAddress,
+  recoverMessageAddress,
+  recoverTransactionAddress,
+  verifyTypedData,
+  keccak256,
+  serializeTransaction,
+  type Hex,
+} from "viem";
 import { mainnet } from "viem/chains";
 import { ethers } from "ethers";
 import { Keypair, PublicKey, SystemProgram, Transaction, TransactionMessage, VersionedTransaction } from "@solana/web3.js";
@@ -20,7 +32,6 @@ let solAddress: string;
 let privateKeyId: string;
 let privateKeyAddress: string;
 
-
 beforeAll(async () => {
   h = await startHarness();
   org = await h.organization("Signers");
@@ -33,7 +44,9 @@ beforeAll(async () => {
     ],
   });
   [ethAddress, solAddress] = wallet.addresses as [string, string];
-  const keys = await client.createPrivateKeys({ privateKeys: [{ privateKeyName: "eth key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }] });
+  const keys = await client.createPrivateKeys({
+    privateKeys: [{ privateKeyName: "eth key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }],
+  });
   privateKeyId = keys.privateKeys[0]!.privateKeyId!;
   privateKeyAddress = keys.privateKeys[0]!.addresses![0]!.address!;
 });
@@ -54,18 +67,33 @@ describe("@turnkey/viem", () => {
       const typedSignature = await walletClient.signTypedData(TYPED as any);
       expect(await verifyTypedData({ ...(TYPED as any), address: ethAddress as Hex, signature: typedSignature })).toBe(true);
 
-      const base = { to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8" as Hex, value: parseEther("0.01"), nonce: 3, gas: 21000n, chainId: 1 };
+      const base = {
+        to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8" as Hex,
+        value: parseEther("0.01"),
+        nonce: 3,
+        gas: 21000n,
+        chainId: 1,
+      };
       const transactions = [
         { ...base, type: "legacy" as const, gasPrice: 10n ** 9n },
         { ...base, type: "eip2930" as const, gasPrice: 10n ** 9n, accessList: [] },
         { ...base, type: "eip1559" as const, maxFeePerGas: 2n * 10n ** 9n, maxPriorityFeePerGas: 10n ** 9n },
-        { ...base, type: "eip4844" as const, maxFeePerGas: 2n, maxPriorityFeePerGas: 1n, maxFeePerBlobGas: 1n, blobVersionedHashes: [`0x01${"00".repeat(31)}` as Hex] },
+        {
+          ...base,
+          type: "eip4844" as const,
+          maxFeePerGas: 2n,
+          maxPriorityFeePerGas: 1n,
+          maxFeePerBlobGas: 1n,
+          blobVersionedHashes: [`0x01${"00".repeat(31)}` as Hex],
+        },
         {
           ...base,
           type: "eip7702" as const,
           maxFeePerGas: 2n,
           maxPriorityFeePerGas: 1n,
-          authorizationList: [await account.signAuthorization!({ address: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 4 } as any)],
+          authorizationList: [
+            await account.signAuthorization!({ address: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 4 } as any),
+          ],
         },
       ];
       for (const transaction of transactions) {
@@ -78,10 +106,16 @@ describe("@turnkey/viem", () => {
 
   it("signs an EIP-7702 authorization whose signer recovers to the account", async () => {
     const account = await createAccount({ client: client as any, organizationId: org.organizationId, signWith: ethAddress });
-    const authorization = await account.signAuthorization!({ address: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 0 } as any);
+    const authorization = await account.signAuthorization!({
+      address: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+      chainId: 1,
+      nonce: 0,
+    } as any);
     const { hashAuthorization } = await import("viem/utils");
     const hash = hashAuthorization({ contractAddress: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 0 });
-    expect(await recoverAddress({ hash, signature: { r: authorization.r, s: authorization.s, yParity: authorization.yParity! } as any })).toBe(ethAddress);
+    expect(
+      await recoverAddress({ hash, signature: { r: authorization.r, s: authorization.s, yParity: authorization.yParity! } as any }),
+    ).toBe(ethAddress);
   });
 
   it("signs with a private key named by its id (the client looks the address up)", async () => {
@@ -105,9 +139,24 @@ describe("@turnkey/ethers", () => {
     expect(await signer.getAddress()).toBe(ethAddress);
     const signature = await signer.signMessage("hello ethers");
     expect(ethers.verifyMessage("hello ethers", signature)).toBe(ethAddress);
-    const typedSignature = await signer.signTypedData(TYPED.domain, { Person: [...TYPED.types.Person], Mail: [...TYPED.types.Mail] }, TYPED.message);
-    expect(ethers.verifyTypedData(TYPED.domain, { Person: [...TYPED.types.Person], Mail: [...TYPED.types.Mail] }, TYPED.message, typedSignature)).toBe(ethAddress);
-    const signed = await signer.signTransaction({ to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", value: 1n, nonce: 0, gasLimit: 21000n, chainId: 1n, maxFeePerGas: 2n, maxPriorityFeePerGas: 1n, type: 2 });
+    const typedSignature = await signer.signTypedData(
+      TYPED.domain,
+      { Person: [...TYPED.types.Person], Mail: [...TYPED.types.Mail] },
+      TYPED.message,
+    );
+    expect(
+      ethers.verifyTypedData(TYPED.domain, { Person: [...TYPED.types.Person], Mail: [...TYPED.types.Mail] }, TYPED.message, typedSignature),
+    ).toBe(ethAddress);
+    const signed = await signer.signTransaction({
+      to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+      value: 1n,
+      nonce: 0,
+      gasLimit: 21000n,
+      chainId: 1n,
+      maxFeePerGas: 2n,
+      maxPriorityFeePerGas: 1n,
+      type: 2,
+    });
     expect(ethers.Transaction.from(signed).from).toBe(ethAddress);
   });
 });
@@ -119,7 +168,9 @@ describe("@turnkey/solana", () => {
     const from = new PublicKey(solAddress);
     const to = Keypair.generate().publicKey;
 
-    const legacy = new Transaction({ recentBlockhash: blockhash, feePayer: from }).add(SystemProgram.transfer({ fromPubkey: from, toPubkey: to, lamports: 5000 }));
+    const legacy = new Transaction({ recentBlockhash: blockhash, feePayer: from }).add(
+      SystemProgram.transfer({ fromPubkey: from, toPubkey: to, lamports: 5000 }),
+    );
     const signedLegacy = (await signer.signTransaction(legacy, solAddress)) as Transaction;
     expect(signedLegacy.verifySignatures()).toBe(true);
 
@@ -127,7 +178,10 @@ describe("@turnkey/solana", () => {
     const message = new TransactionMessage({
       payerKey: from,
       recentBlockhash: blockhash,
-      instructions: [SystemProgram.transfer({ fromPubkey: from, toPubkey: to, lamports: 1 }), SystemProgram.transfer({ fromPubkey: coSigner.publicKey, toPubkey: to, lamports: 1 })],
+      instructions: [
+        SystemProgram.transfer({ fromPubkey: from, toPubkey: to, lamports: 1 }),
+        SystemProgram.transfer({ fromPubkey: coSigner.publicKey, toPubkey: to, lamports: 1 }),
+      ],
     }).compileToV0Message();
     const v0 = new VersionedTransaction(message);
     v0.sign([coSigner]);
@@ -149,8 +203,18 @@ describe("bitcoin", () => {
     const { walletId } = await client.createWallet({
       walletName: "bitcoin",
       accounts: [
-        { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/84'/0'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH" },
-        { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/86'/0'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR" },
+        {
+          curve: "CURVE_SECP256K1",
+          pathFormat: "PATH_FORMAT_BIP32",
+          path: "m/84'/0'/0'/0/0",
+          addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH",
+        },
+        {
+          curve: "CURVE_SECP256K1",
+          pathFormat: "PATH_FORMAT_BIP32",
+          path: "m/86'/0'/0'/0/0",
+          addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2TR",
+        },
       ],
     });
     const { accounts } = await client.getWalletAccounts({ walletId });
@@ -160,9 +224,18 @@ describe("bitcoin", () => {
       const payment = taproot ? btc.p2tr(publicKey.subarray(1)) : btc.p2wpkh(publicKey);
       expect(payment.address).toBe(account.address);
       const tx = new btc.Transaction();
-      tx.addInput({ txid: Buffer.alloc(32, 1), index: 0, witnessUtxo: { script: payment.script, amount: 100_000n }, ...(taproot ? { tapInternalKey: publicKey.subarray(1) } : {}) });
+      tx.addInput({
+        txid: Buffer.alloc(32, 1),
+        index: 0,
+        witnessUtxo: { script: payment.script, amount: 100_000n },
+        ...(taproot ? { tapInternalKey: publicKey.subarray(1) } : {}),
+      });
       tx.addOutputAddress("bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu", 90_000n);
-      const { signedTransaction } = await client.signTransaction({ signWith: account.address, unsignedTransaction: Buffer.from(tx.toPSBT()).toString("hex"), type: "TRANSACTION_TYPE_BITCOIN" });
+      const { signedTransaction } = await client.signTransaction({
+        signWith: account.address,
+        unsignedTransaction: Buffer.from(tx.toPSBT()).toString("hex"),
+        type: "TRANSACTION_TYPE_BITCOIN",
+      });
       const signed = btc.Transaction.fromPSBT(Buffer.from(signedTransaction, "hex"));
       const input = signed.getInput(0);
       if (taproot) {
@@ -182,16 +255,35 @@ describe("bitcoin", () => {
 
   it("signs only the inputs of the address it is named by, not other scripts of the same key", async () => {
     const btc = await import("@scure/btc-signer");
-    const { addresses, walletId } = await client.createWallet({ walletName: "bitcoin narrow", accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/84'/0'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH" }] });
+    const { addresses, walletId } = await client.createWallet({
+      walletName: "bitcoin narrow",
+      accounts: [
+        {
+          curve: "CURVE_SECP256K1",
+          pathFormat: "PATH_FORMAT_BIP32",
+          path: "m/84'/0'/0'/0/0",
+          addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH",
+        },
+      ],
+    });
     const { account } = await client.getWalletAccount({ walletId, address: addresses[0]! });
     const publicKey = Buffer.from(account.publicKey!, "hex");
     const tx = new btc.Transaction();
     tx.addInput({ txid: Buffer.alloc(32, 3), index: 0, witnessUtxo: { script: btc.p2wpkh(publicKey).script, amount: 1000n } });
     // The same key's P2SH-P2WPKH output: the key could sign it, but the request named the P2WPKH address.
     const nested = btc.p2sh(btc.p2wpkh(publicKey));
-    tx.addInput({ txid: Buffer.alloc(32, 4), index: 0, witnessUtxo: { script: nested.script, amount: 1000n }, redeemScript: nested.redeemScript });
+    tx.addInput({
+      txid: Buffer.alloc(32, 4),
+      index: 0,
+      witnessUtxo: { script: nested.script, amount: 1000n },
+      redeemScript: nested.redeemScript,
+    });
     tx.addOutputAddress("bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu", 1500n);
-    const { signedTransaction } = await client.signTransaction({ signWith: addresses[0]!, unsignedTransaction: Buffer.from(tx.toPSBT()).toString("hex"), type: "TRANSACTION_TYPE_BITCOIN" });
+    const { signedTransaction } = await client.signTransaction({
+      signWith: addresses[0]!,
+      unsignedTransaction: Buffer.from(tx.toPSBT()).toString("hex"),
+      type: "TRANSACTION_TYPE_BITCOIN",
+    });
     const signed = btc.Transaction.fromPSBT(Buffer.from(signedTransaction, "hex"));
     expect(signed.getInput(0).partialSig).toHaveLength(1);
     expect(signed.getInput(1).partialSig ?? []).toHaveLength(0);
@@ -204,8 +296,22 @@ describe("bitcoin", () => {
     const tx = new btc.Transaction();
     tx.addInput({ txid: Buffer.alloc(32, 2), index: 0, witnessUtxo: { script: stranger.script, amount: 1000n } });
     tx.addOutputAddress("bc1qcr8te4kr609gcawutmrza0j4xv80jy8z306fyu", 500n);
-    const { addresses } = await client.createWallet({ walletName: "bitcoin stranger", accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/84'/0'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH" }] });
-    const attempt = client.signTransaction({ signWith: addresses[0]!, unsignedTransaction: Buffer.from(tx.toPSBT()).toString("hex"), type: "TRANSACTION_TYPE_BITCOIN" });
+    const { addresses } = await client.createWallet({
+      walletName: "bitcoin stranger",
+      accounts: [
+        {
+          curve: "CURVE_SECP256K1",
+          pathFormat: "PATH_FORMAT_BIP32",
+          path: "m/84'/0'/0'/0/0",
+          addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH",
+        },
+      ],
+    });
+    const attempt = client.signTransaction({
+      signWith: addresses[0]!,
+      unsignedTransaction: Buffer.from(tx.toPSBT()).toString("hex"),
+      type: "TRANSACTION_TYPE_BITCOIN",
+    });
     await expect(attempt).rejects.toMatchObject({ code: 3, message: expect.stringContaining("no input of the PSBT is spendable") });
   });
 });
@@ -213,25 +319,61 @@ describe("bitcoin", () => {
 describe("raw payloads", () => {
   it("signs hex, text and pre-hashed payloads with each hash function; many at once", async () => {
     const payload = Buffer.from("sigil").toString("hex");
-    const keccak = await client.signRawPayload({ signWith: ethAddress, payload, encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_KECCAK256" });
+    const keccak = await client.signRawPayload({
+      signWith: ethAddress,
+      payload,
+      encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+      hashFunction: "HASH_FUNCTION_KECCAK256",
+    });
     expect(keccak.r).toMatch(/^[0-9a-f]{64}$/);
     expect(keccak.v).toMatch(/^0[01]$/);
-    const recovered = await recoverAddress({ hash: keccak256(`0x${payload}`), signature: { r: `0x${keccak.r}`, s: `0x${keccak.s}`, yParity: Number(keccak.v) } as any });
+    const recovered = await recoverAddress({
+      hash: keccak256(`0x${payload}`),
+      signature: { r: `0x${keccak.r}`, s: `0x${keccak.s}`, yParity: Number(keccak.v) } as any,
+    });
     expect(recovered).toBe(ethAddress);
 
-    const text = await client.signRawPayload({ signWith: ethAddress, payload: "sigil", encoding: "PAYLOAD_ENCODING_TEXT_UTF8", hashFunction: "HASH_FUNCTION_KECCAK256" });
+    const text = await client.signRawPayload({
+      signWith: ethAddress,
+      payload: "sigil",
+      encoding: "PAYLOAD_ENCODING_TEXT_UTF8",
+      hashFunction: "HASH_FUNCTION_KECCAK256",
+    });
     expect(text.r).toBe(keccak.r);
 
-    const many = await client.signRawPayloads({ signWith: solAddress, payloads: ["00", "0x0102"], encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NOT_APPLICABLE" });
+    const many = await client.signRawPayloads({
+      signWith: solAddress,
+      payloads: ["00", "0x0102"],
+      encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+      hashFunction: "HASH_FUNCTION_NOT_APPLICABLE",
+    });
     expect(many.signatures).toHaveLength(2);
-    expect(ed25519.verify(Buffer.from(many.signatures![1]!.r + many.signatures![1]!.s, "hex"), Buffer.from("0102", "hex"), new PublicKey(solAddress).toBytes())).toBe(true);
+    expect(
+      ed25519.verify(
+        Buffer.from(many.signatures![1]!.r + many.signatures![1]!.s, "hex"),
+        Buffer.from("0102", "hex"),
+        new PublicKey(solAddress).toBytes(),
+      ),
+    ).toBe(true);
     expect(many.signatures![0]!.v).toBe("00");
   });
 
   it("records sign_transaction V2's intent under both keys: the spec's (privateKeyId) and the swagger's (signWith)", async () => {
-    const unsignedTransaction = serializeTransaction({ to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 9, gas: 21000n, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n, type: "eip1559" }).slice(2);
+    const unsignedTransaction = serializeTransaction({
+      to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+      chainId: 1,
+      nonce: 9,
+      gas: 21000n,
+      maxFeePerGas: 1n,
+      maxPriorityFeePerGas: 1n,
+      type: "eip1559",
+    }).slice(2);
     const { activity } = await client.signTransaction({ signWith: ethAddress, unsignedTransaction, type: "TRANSACTION_TYPE_ETHEREUM" });
-    expect((activity.intent as any).signTransactionIntent).toMatchObject({ privateKeyId: ethAddress, unsignedTransaction, type: "TRANSACTION_TYPE_ETHEREUM" });
+    expect((activity.intent as any).signTransactionIntent).toMatchObject({
+      privateKeyId: ethAddress,
+      unsignedTransaction,
+      type: "TRANSACTION_TYPE_ETHEREUM",
+    });
     expect((activity.intent as any).signTransactionIntentV2).toMatchObject({ signWith: ethAddress, unsignedTransaction });
   });
 
@@ -239,12 +381,67 @@ describe("raw payloads", () => {
     const before = JSON.parse(await h.snapshot());
     // Thunks, sent one at a time: a rejected promise nobody awaits yet is an unhandled rejection.
     const refusals: [() => Promise<unknown>, RegExp][] = [
-      [() => client.signRawPayload({ signWith: ethAddress, payload: "abcd", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" }), /32-byte digest/],
-      [() => client.signRawPayload({ signWith: solAddress, payload: "abcd", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /HASH_FUNCTION_NOT_APPLICABLE/],
-      [() => client.signRawPayload({ signWith: ethAddress, payload: "xyz", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /not hexadecimal/],
-      [() => client.signRawPayload({ signWith: "0x0000000000000000000000000000000000000001", payload: "00", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" }), /neither a wallet account address/],
-      [() => client.signTransaction({ signWith: ethAddress, unsignedTransaction: "deadbeef", type: "TRANSACTION_TYPE_ETHEREUM" }), /not an Ethereum transaction/],
-      [() => client.signTransaction({ signWith: solAddress, unsignedTransaction: serializeTransaction({ to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8", chainId: 1, nonce: 0, gas: 21000n, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n, type: "eip1559" }).slice(2), type: "TRANSACTION_TYPE_ETHEREUM" }), /secp256k1/],
+      [
+        () =>
+          client.signRawPayload({
+            signWith: ethAddress,
+            payload: "abcd",
+            encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+            hashFunction: "HASH_FUNCTION_NO_OP",
+          }),
+        /32-byte digest/,
+      ],
+      [
+        () =>
+          client.signRawPayload({
+            signWith: solAddress,
+            payload: "abcd",
+            encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+            hashFunction: "HASH_FUNCTION_SHA256",
+          }),
+        /HASH_FUNCTION_NOT_APPLICABLE/,
+      ],
+      [
+        () =>
+          client.signRawPayload({
+            signWith: ethAddress,
+            payload: "xyz",
+            encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+            hashFunction: "HASH_FUNCTION_SHA256",
+          }),
+        /not hexadecimal/,
+      ],
+      [
+        () =>
+          client.signRawPayload({
+            signWith: "0x0000000000000000000000000000000000000001",
+            payload: "00",
+            encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+            hashFunction: "HASH_FUNCTION_SHA256",
+          }),
+        /neither a wallet account address/,
+      ],
+      [
+        () => client.signTransaction({ signWith: ethAddress, unsignedTransaction: "deadbeef", type: "TRANSACTION_TYPE_ETHEREUM" }),
+        /not an Ethereum transaction/,
+      ],
+      [
+        () =>
+          client.signTransaction({
+            signWith: solAddress,
+            unsignedTransaction: serializeTransaction({
+              to: "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+              chainId: 1,
+              nonce: 0,
+              gas: 21000n,
+              maxFeePerGas: 1n,
+              maxPriorityFeePerGas: 1n,
+              type: "eip1559",
+            }).slice(2),
+            type: "TRANSACTION_TYPE_ETHEREUM",
+          }),
+        /secp256k1/,
+      ],
       [() => client.signTransaction({ signWith: ethAddress, unsignedTransaction: "00", type: "TRANSACTION_TYPE_TRON" }), /not supported/],
     ];
     for (const [attempt, message] of refusals) await expect(attempt()).rejects.toMatchObject({ message: expect.stringMatching(message) });
@@ -257,15 +454,47 @@ describe("raw payloads", () => {
 
   it("review hardening: batch typed data, oversized batches, and messages policies cannot read are refused", async () => {
     const before = JSON.parse(await h.snapshot());
-    await expect(client.signRawPayloads({ signWith: ethAddress, payloads: [JSON.stringify({ ...TYPED, types: { ...TYPED.types } })], encoding: "PAYLOAD_ENCODING_EIP712", hashFunction: "HASH_FUNCTION_NO_OP" })).rejects.toMatchObject({ code: 3, message: expect.stringContaining("one at a time") });
-    await expect(client.signRawPayloads({ signWith: solAddress, payloads: Array.from({ length: 101 }, () => "00"), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NOT_APPLICABLE" })).rejects.toMatchObject({ code: 3, details: [expect.objectContaining({ turnkeyErrorCode: "TOO_MANY_ITEMS" })] });
-    await expect(client.createWallet({ walletName: "too many", accounts: Array.from({ length: 101 }, (_, i) => ({ curve: "CURVE_SECP256K1" as const, pathFormat: "PATH_FORMAT_BIP32" as const, path: `m/44'/60'/0'/0/${i}`, addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const })) })).rejects.toMatchObject({ code: 3, message: expect.stringContaining("at most 100") });
+    await expect(
+      client.signRawPayloads({
+        signWith: ethAddress,
+        payloads: [JSON.stringify({ ...TYPED, types: { ...TYPED.types } })],
+        encoding: "PAYLOAD_ENCODING_EIP712",
+        hashFunction: "HASH_FUNCTION_NO_OP",
+      }),
+    ).rejects.toMatchObject({ code: 3, message: expect.stringContaining("one at a time") });
+    await expect(
+      client.signRawPayloads({
+        signWith: solAddress,
+        payloads: Array.from({ length: 101 }, () => "00"),
+        encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+        hashFunction: "HASH_FUNCTION_NOT_APPLICABLE",
+      }),
+    ).rejects.toMatchObject({ code: 3, details: [expect.objectContaining({ turnkeyErrorCode: "TOO_MANY_ITEMS" })] });
+    await expect(
+      client.createWallet({
+        walletName: "too many",
+        accounts: Array.from({ length: 101 }, (_, i) => ({
+          curve: "CURVE_SECP256K1" as const,
+          pathFormat: "PATH_FORMAT_BIP32" as const,
+          path: `m/44'/60'/0'/0/${i}`,
+          addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const,
+        })),
+      }),
+    ).rejects.toMatchObject({ code: 3, message: expect.stringContaining("at most 100") });
     // A Solana message of a version the policy context cannot read is not signed either.
     const from = new PublicKey(solAddress);
-    const v0 = new VersionedTransaction(new TransactionMessage({ payerKey: from, recentBlockhash: new PublicKey(Buffer.alloc(32, 7)).toBase58(), instructions: [SystemProgram.transfer({ fromPubkey: from, toPubkey: from, lamports: 1 })] }).compileToV0Message());
+    const v0 = new VersionedTransaction(
+      new TransactionMessage({
+        payerKey: from,
+        recentBlockhash: new PublicKey(Buffer.alloc(32, 7)).toBase58(),
+        instructions: [SystemProgram.transfer({ fromPubkey: from, toPubkey: from, lamports: 1 })],
+      }).compileToV0Message(),
+    );
     const wire = Buffer.from(v0.serialize());
     wire[65] = 0x81; // the version byte after one empty signature slot: "v1"
-    await expect(client.signTransaction({ signWith: solAddress, unsignedTransaction: wire.toString("hex"), type: "TRANSACTION_TYPE_SOLANA" })).rejects.toMatchObject({ code: 3 });
+    await expect(
+      client.signTransaction({ signWith: solAddress, unsignedTransaction: wire.toString("hex"), type: "TRANSACTION_TYPE_SOLANA" }),
+    ).rejects.toMatchObject({ code: 3 });
     const after = JSON.parse(await h.snapshot());
     for (const table of ["wallets", "wallet_accounts", "private_keys"]) expect(after[table], table).toEqual(before[table]);
   });
@@ -273,7 +502,21 @@ describe("raw payloads", () => {
   it("another organization cannot sign with this organization's keys", async () => {
     const other = await h.organization("Thief");
     const thief = h.sdk(other, other.key);
-    await expect(thief.signRawPayload({ signWith: ethAddress, payload: "00", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" })).rejects.toMatchObject({ code: 5 });
-    await expect(thief.signRawPayload({ signWith: privateKeyId, payload: "00", encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_SHA256" })).rejects.toMatchObject({ code: 5 });
+    await expect(
+      thief.signRawPayload({
+        signWith: ethAddress,
+        payload: "00",
+        encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+        hashFunction: "HASH_FUNCTION_SHA256",
+      }),
+    ).rejects.toMatchObject({ code: 5 });
+    await expect(
+      thief.signRawPayload({
+        signWith: privateKeyId,
+        payload: "00",
+        encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+        hashFunction: "HASH_FUNCTION_SHA256",
+      }),
+    ).rejects.toMatchObject({ code: 5 });
   });
 });

@@ -25,14 +25,26 @@ describe("migrations", () => {
     try {
       const startAt = Date.now() + 1500;
       const results = await Promise.allSettled(
-        Array.from({ length: 6 }, () => run(process.execPath, ["--input-type=module", "-e", OPEN_AT, database.dataDir, database.databaseUrl ?? "", String(startAt)])),
+        Array.from({ length: 6 }, () =>
+          run(process.execPath, ["--input-type=module", "-e", OPEN_AT, database.dataDir, database.databaseUrl ?? "", String(startAt)]),
+        ),
       );
-      expect(results.map((r) => (r.status === "rejected" ? String((r.reason as { stderr?: string }).stderr ?? r.reason) : "ok"))).toEqual(Array(6).fill("ok"));
+      expect(results.map((r) => (r.status === "rejected" ? String((r.reason as { stderr?: string }).stderr ?? r.reason) : "ok"))).toEqual(
+        Array(6).fill("ok"),
+      );
       const store = await openStore(database);
       try {
-        const applied = await store.db.selectFrom("sigil_migrations" as any).select("name" as any).orderBy("name" as any).execute();
+        const applied = await store.db
+          .selectFrom("sigil_migrations" as any)
+          .select("name" as any)
+          .orderBy("name" as any)
+          .execute();
         // Each migration applied exactly once, whichever process won the race.
-        expect(applied).toEqual(Object.keys(migrations).sort().map((name) => ({ name })));
+        expect(applied).toEqual(
+          Object.keys(migrations)
+            .sort()
+            .map((name) => ({ name })),
+        );
       } finally {
         await store.close();
       }

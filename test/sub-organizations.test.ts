@@ -11,7 +11,12 @@ let h: Harness;
 let parent: TestOrganization;
 let parentSdk: ReturnType<Harness["sdk"]>;
 
-const ethAccount = { curve: "CURVE_SECP256K1" as const, pathFormat: "PATH_FORMAT_BIP32" as const, path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const };
+const ethAccount = {
+  curve: "CURVE_SECP256K1" as const,
+  pathFormat: "PATH_FORMAT_BIP32" as const,
+  path: "m/44'/60'/0'/0/0",
+  addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const,
+};
 
 let oidc: TestIssuer;
 
@@ -29,7 +34,10 @@ afterAll(async () => {
 /** An identity token of the test's issuer for `sub`. */
 const oidcToken = (sub: string) => oidc.token({ sub });
 
-async function subOrganization(name: string, options: { email?: string; key?: ApiKeyPair; extraRootUsers?: any[]; wallet?: boolean; oauthSubject?: string } = {}) {
+async function subOrganization(
+  name: string,
+  options: { email?: string; key?: ApiKeyPair; extraRootUsers?: any[]; wallet?: boolean; oauthSubject?: string } = {},
+) {
   const key = options.key ?? newKeyPair();
   const result = await parentSdk.createSubOrganization({
     subOrganizationName: name,
@@ -56,15 +64,31 @@ describe("create_sub_organization", () => {
     expect(sub.rootUserIds).toHaveLength(1);
     expect(sub.wallet?.addresses[0]).toMatch(/^0x[0-9a-fA-F]{40}$/);
     const whoami = await sub.sdk.getWhoami({ organizationId: sub.subOrganizationId });
-    expect(whoami).toMatchObject({ organizationId: sub.subOrganizationId, organizationName: "Alice", userId: sub.rootUserIds![0], username: "Alice owner" });
+    expect(whoami).toMatchObject({
+      organizationId: sub.subOrganizationId,
+      organizationName: "Alice",
+      userId: sub.rootUserIds![0],
+      username: "Alice owner",
+    });
     const wallets = await sub.sdk.getWallets({ organizationId: sub.subOrganizationId });
     expect(wallets.wallets.map((w) => w.walletId)).toEqual([sub.wallet!.walletId]);
     // The sub-organization's own key signs with its wallet.
-    const signed = await sub.sdk.signRawPayload({ organizationId: sub.subOrganizationId, signWith: sub.wallet!.addresses[0]!, payload: "00".repeat(32), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" });
+    const signed = await sub.sdk.signRawPayload({
+      organizationId: sub.subOrganizationId,
+      signWith: sub.wallet!.addresses[0]!,
+      payload: "00".repeat(32),
+      encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+      hashFunction: "HASH_FUNCTION_NO_OP",
+    });
     expect(signed.r).toMatch(/^[0-9a-f]{64}$/);
     const configs = await sub.sdk.getOrganizationConfigs({ organizationId: sub.subOrganizationId });
     expect(configs.configs.quorum).toEqual({ threshold: 1, userIds: sub.rootUserIds });
-    expect(configs.configs.features?.map((f) => f.name).sort()).toEqual(["FEATURE_NAME_EMAIL_AUTH", "FEATURE_NAME_EMAIL_RECOVERY", "FEATURE_NAME_OTP_EMAIL_AUTH", "FEATURE_NAME_SMS_AUTH"]);
+    expect(configs.configs.features?.map((f) => f.name).sort()).toEqual([
+      "FEATURE_NAME_EMAIL_AUTH",
+      "FEATURE_NAME_EMAIL_RECOVERY",
+      "FEATURE_NAME_OTP_EMAIL_AUTH",
+      "FEATURE_NAME_SMS_AUTH",
+    ]);
   });
 
   it("accepts every version of the activity, each answered under its own result key", async () => {
@@ -74,16 +98,75 @@ describe("create_sub_organization", () => {
     const passkey = new SoftwarePasskey();
     const registration = passkey.register();
     const versions: Array<[string, Record<string, unknown>, string]> = [
-      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION", { name: "v1", rootAuthenticator: { authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation } }, "createSubOrganizationResult"],
-      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V2", { subOrganizationName: "v2", rootUsers: [rootUser], rootQuorumThreshold: 1 }, "createSubOrganizationResult"],
-      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V3", { subOrganizationName: "v3", rootUsers: [rootUser], rootQuorumThreshold: 1, privateKeys: [{ privateKeyName: "k", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }] }, "createSubOrganizationResultV3"],
-      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V4", { subOrganizationName: "v4", rootUsers: [rootUser], rootQuorumThreshold: 1, wallet: { walletName: "w", accounts: [ethAccount] } }, "createSubOrganizationResultV4"],
-      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V5", { subOrganizationName: "v5", rootUsers: [{ ...rootUser, oauthProviders: [] }], rootQuorumThreshold: 1 }, "createSubOrganizationResultV5"],
-      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V6", { subOrganizationName: "v6", rootUsers: [{ ...rootUser, apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], oauthProviders: [] }], rootQuorumThreshold: 1 }, "createSubOrganizationResultV6"],
-      ["ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V7", { subOrganizationName: "v7", rootUsers: [{ ...rootUser, userPhoneNumber: "+14155550100", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], oauthProviders: [] }], rootQuorumThreshold: 1, disableEmailAuth: true }, "createSubOrganizationResultV7"],
+      [
+        "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION",
+        {
+          name: "v1",
+          rootAuthenticator: { authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation },
+        },
+        "createSubOrganizationResult",
+      ],
+      [
+        "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V2",
+        { subOrganizationName: "v2", rootUsers: [rootUser], rootQuorumThreshold: 1 },
+        "createSubOrganizationResult",
+      ],
+      [
+        "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V3",
+        {
+          subOrganizationName: "v3",
+          rootUsers: [rootUser],
+          rootQuorumThreshold: 1,
+          privateKeys: [{ privateKeyName: "k", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }],
+        },
+        "createSubOrganizationResultV3",
+      ],
+      [
+        "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V4",
+        { subOrganizationName: "v4", rootUsers: [rootUser], rootQuorumThreshold: 1, wallet: { walletName: "w", accounts: [ethAccount] } },
+        "createSubOrganizationResultV4",
+      ],
+      [
+        "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V5",
+        { subOrganizationName: "v5", rootUsers: [{ ...rootUser, oauthProviders: [] }], rootQuorumThreshold: 1 },
+        "createSubOrganizationResultV5",
+      ],
+      [
+        "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V6",
+        {
+          subOrganizationName: "v6",
+          rootUsers: [
+            { ...rootUser, apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], oauthProviders: [] },
+          ],
+          rootQuorumThreshold: 1,
+        },
+        "createSubOrganizationResultV6",
+      ],
+      [
+        "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V7",
+        {
+          subOrganizationName: "v7",
+          rootUsers: [
+            {
+              ...rootUser,
+              userPhoneNumber: "+14155550100",
+              apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+              oauthProviders: [],
+            },
+          ],
+          rootQuorumThreshold: 1,
+          disableEmailAuth: true,
+        },
+        "createSubOrganizationResultV7",
+      ],
     ];
     for (const [type, parameters, resultKey] of versions) {
-      const { activity } = await client.createSubOrganization({ type, organizationId: parent.organizationId, timestampMs: String(Date.now()), parameters } as any);
+      const { activity } = await client.createSubOrganization({
+        type,
+        organizationId: parent.organizationId,
+        timestampMs: String(Date.now()),
+        parameters,
+      } as any);
       expect(activity.status, type).toBe("ACTIVITY_STATUS_COMPLETED");
       const result = (activity.result as any)[resultKey];
       expect(result.subOrganizationId, type).toMatch(/^[0-9a-f-]{36}$/);
@@ -102,24 +185,87 @@ describe("create_sub_organization", () => {
   it("refuses bad requests with their own errors, and creates nothing", async () => {
     const before = await h.snapshot();
     const key = newKeyPair();
-    const owner = { userName: "owner", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" as const }], authenticators: [], oauthProviders: [] };
+    const owner = {
+      userName: "owner",
+      apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" as const }],
+      authenticators: [],
+      oauthProviders: [],
+    };
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 2 }, "ROOT_QUORUM_THRESHOLD_INVALID"],
       [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 0 }, "ROOT_QUORUM_THRESHOLD_INVALID"],
       [{ subOrganizationName: "t", rootUsers: [], rootQuorumThreshold: 1 }, "REQUEST_INVALID"],
       [{ subOrganizationName: " ", rootUsers: [owner], rootQuorumThreshold: 1 }, "REQUEST_INVALID"],
       [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [] }], rootQuorumThreshold: 1 }, "ROOT_USER_WITHOUT_CREDENTIAL"],
-      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userEmail: "a@example.com" }], rootQuorumThreshold: 1, disableEmailAuth: true, disableOtpEmailAuth: true }, "ROOT_USER_WITHOUT_CREDENTIAL"],
+      [
+        {
+          subOrganizationName: "t",
+          rootUsers: [{ ...owner, apiKeys: [], userEmail: "a@example.com" }],
+          rootQuorumThreshold: 1,
+          disableEmailAuth: true,
+          disableOtpEmailAuth: true,
+        },
+        "ROOT_USER_WITHOUT_CREDENTIAL",
+      ],
       [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 1, verificationToken: "token" }, "VERIFICATION_TOKEN_INVALID"],
       // Known by email alone with email codes turned off: nobody could ever act in it.
-      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userEmail: "only@example.com" }], rootQuorumThreshold: 1, disableOtpEmailAuth: true }, "ROOT_QUORUM_UNREACHABLE"],
-      [{ subOrganizationName: "t", rootUsers: [owner, { ...owner, userName: "by email", apiKeys: [], userEmail: "only@example.com" }], rootQuorumThreshold: 2, disableOtpEmailAuth: true }, "ROOT_QUORUM_UNREACHABLE"],
-      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [], userPhoneNumber: "+15550001111" }], rootQuorumThreshold: 1, disableSmsAuth: true, disableEmailAuth: true, disableOtpEmailAuth: true }, "ROOT_USER_WITHOUT_CREDENTIAL"],
-      [{ subOrganizationName: "t", rootUsers: [{ ...owner, apiKeys: [{ apiKeyName: "k", publicKey: "02ff", curveType: "API_KEY_CURVE_P256" }] }], rootQuorumThreshold: 1 }, "INVALID_PUBLIC_KEY"],
-      [{ subOrganizationName: "t", rootUsers: [owner], rootQuorumThreshold: 1, wallet: { walletName: "w", accounts: [{ ...ethAccount, path: "not a path" }] } }, "INVALID_DERIVATION_PATH"],
+      [
+        {
+          subOrganizationName: "t",
+          rootUsers: [{ ...owner, apiKeys: [], userEmail: "only@example.com" }],
+          rootQuorumThreshold: 1,
+          disableOtpEmailAuth: true,
+        },
+        "ROOT_QUORUM_UNREACHABLE",
+      ],
+      [
+        {
+          subOrganizationName: "t",
+          rootUsers: [owner, { ...owner, userName: "by email", apiKeys: [], userEmail: "only@example.com" }],
+          rootQuorumThreshold: 2,
+          disableOtpEmailAuth: true,
+        },
+        "ROOT_QUORUM_UNREACHABLE",
+      ],
+      [
+        {
+          subOrganizationName: "t",
+          rootUsers: [{ ...owner, apiKeys: [], userPhoneNumber: "+15550001111" }],
+          rootQuorumThreshold: 1,
+          disableSmsAuth: true,
+          disableEmailAuth: true,
+          disableOtpEmailAuth: true,
+        },
+        "ROOT_USER_WITHOUT_CREDENTIAL",
+      ],
+      [
+        {
+          subOrganizationName: "t",
+          rootUsers: [{ ...owner, apiKeys: [{ apiKeyName: "k", publicKey: "02ff", curveType: "API_KEY_CURVE_P256" }] }],
+          rootQuorumThreshold: 1,
+        },
+        "INVALID_PUBLIC_KEY",
+      ],
+      [
+        {
+          subOrganizationName: "t",
+          rootUsers: [owner],
+          rootQuorumThreshold: 1,
+          wallet: { walletName: "w", accounts: [{ ...ethAccount, path: "not a path" }] },
+        },
+        "INVALID_DERIVATION_PATH",
+      ],
     ];
     for (const [parameters, code] of cases) {
-      const request = signedRequest({ type: "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V7", organizationId: parent.organizationId, timestampMs: String(Date.now()), parameters }, parent.key);
+      const request = signedRequest(
+        {
+          type: "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V7",
+          organizationId: parent.organizationId,
+          timestampMs: String(Date.now()),
+          parameters,
+        },
+        parent.key,
+      );
       const res = await h.post("/public/v1/submit/create_sub_organization", request.body, request.headers);
       expect(res.status, code).toBeGreaterThanOrEqual(400);
       expect(res.json.details[0].turnkeyErrorCode, JSON.stringify(parameters)).toBe(code);
@@ -127,14 +273,27 @@ describe("create_sub_organization", () => {
     const after = JSON.parse(await h.snapshot());
     const previous = JSON.parse(before);
     // Only the refused activities were recorded.
-    for (const table of Object.keys(previous)) if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(previous[table]);
+    for (const table of Object.keys(previous))
+      if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(previous[table]);
   });
 
   it("does not let a sub-organization create its own", async () => {
     const sub = await subOrganization("Nested parent");
     const key = newKeyPair();
     await expect(
-      sub.sdk.createSubOrganization({ organizationId: sub.subOrganizationId, subOrganizationName: "grandchild", rootQuorumThreshold: 1, rootUsers: [{ userName: "u", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] }),
+      sub.sdk.createSubOrganization({
+        organizationId: sub.subOrganizationId,
+        subOrganizationName: "grandchild",
+        rootQuorumThreshold: 1,
+        rootUsers: [
+          {
+            userName: "u",
+            apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+            authenticators: [],
+            oauthProviders: [],
+          },
+        ],
+      }),
     ).rejects.toThrow(/NESTED_SUB_ORGANIZATION|cannot have their own/);
   });
 });
@@ -150,7 +309,15 @@ describe("the parent and its sub-organizations", () => {
     expect(Array.isArray(activities.activities)).toBe(true);
 
     const before = await h.snapshot();
-    const request = signedRequest({ type: "ACTIVITY_TYPE_CREATE_WALLET", organizationId: sub.subOrganizationId, timestampMs: String(Date.now()), parameters: { walletName: "intruder", accounts: [ethAccount] } }, parent.key);
+    const request = signedRequest(
+      {
+        type: "ACTIVITY_TYPE_CREATE_WALLET",
+        organizationId: sub.subOrganizationId,
+        timestampMs: String(Date.now()),
+        parameters: { walletName: "intruder", accounts: [ethAccount] },
+      },
+      parent.key,
+    );
     const res = await h.post("/public/v1/submit/create_wallet", request.body, request.headers);
     expect(res.status).toBe(403);
     expect(res.json.details[0].turnkeyErrorCode).toBe("PARENT_ORGANIZATION_READ_ONLY");
@@ -169,8 +336,13 @@ describe("the parent and its sub-organizations", () => {
     const victim = await subOrganization("Victim");
     const attacker = await subOrganization("Attacker");
     // The attacker registers the victim's public key in its own sub-organization.
-    await attacker.sdk.createApiKeys({ userId: attacker.rootUserIds![0]!, apiKeys: [{ apiKeyName: "copied", publicKey: victim.key.publicKey, curveType: "API_KEY_CURVE_P256" }] });
-    await expect(victim.sdk.getWhoami({ organizationId: parent.organizationId })).rejects.toThrow(/AMBIGUOUS_SUB_ORGANIZATION|name the sub-organization/);
+    await attacker.sdk.createApiKeys({
+      userId: attacker.rootUserIds![0]!,
+      apiKeys: [{ apiKeyName: "copied", publicKey: victim.key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
+    await expect(victim.sdk.getWhoami({ organizationId: parent.organizationId })).rejects.toThrow(
+      /AMBIGUOUS_SUB_ORGANIZATION|name the sub-organization/,
+    );
     // Naming the sub-organization still works.
     expect((await victim.sdk.getWhoami({ organizationId: victim.subOrganizationId })).organizationId).toBe(victim.subOrganizationId);
   });
@@ -178,7 +350,11 @@ describe("the parent and its sub-organizations", () => {
   it("answers whoami with the caller's sub-organization when the request names the parent", async () => {
     const sub = await subOrganization("Found through parent");
     const whoami = await sub.sdk.getWhoami({ organizationId: parent.organizationId });
-    expect(whoami).toMatchObject({ organizationId: sub.subOrganizationId, organizationName: "Found through parent", userId: sub.rootUserIds![0] });
+    expect(whoami).toMatchObject({
+      organizationId: sub.subOrganizationId,
+      organizationName: "Found through parent",
+      userId: sub.rootUserIds![0],
+    });
     // The parent's own credential is answered as itself.
     expect((await parentSdk.getWhoami({ organizationId: sub.subOrganizationId })).organizationId).toBe(parent.organizationId);
   });
@@ -190,8 +366,18 @@ describe("the parent and its sub-organizations", () => {
       subOrganizationName: "Delegated",
       rootQuorumThreshold: 1,
       rootUsers: [
-        { userName: "Delegated Account", apiKeys: [{ apiKeyName: "backend", publicKey: parent.key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] },
-        { userName: "End user", apiKeys: [{ apiKeyName: "device", publicKey: endUser.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] },
+        {
+          userName: "Delegated Account",
+          apiKeys: [{ apiKeyName: "backend", publicKey: parent.key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+        {
+          userName: "End user",
+          apiKeys: [{ apiKeyName: "device", publicKey: endUser.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
       ],
       wallet: { walletName: "main", accounts: [ethAccount] },
     });
@@ -207,7 +393,12 @@ describe("the parent and its sub-organizations", () => {
     });
     await delegated.updateRootQuorum({ threshold: 1, userIds: [endUserId!] });
     // No longer root: it signs because a policy says so, and may do nothing else.
-    const signed = await delegated.signRawPayload({ signWith: sub.wallet!.addresses[0]!, payload: "11".repeat(32), encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_NO_OP" });
+    const signed = await delegated.signRawPayload({
+      signWith: sub.wallet!.addresses[0]!,
+      payload: "11".repeat(32),
+      encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+      hashFunction: "HASH_FUNCTION_NO_OP",
+    });
     expect(signed.s).toMatch(/^[0-9a-f]{64}$/);
     await expect(delegated.createWallet({ walletName: "not allowed", accounts: [ethAccount] })).rejects.toThrow(/POLICY_DENIED|denied/i);
   });
@@ -218,7 +409,8 @@ describe("list_suborgs and list_verified_suborgs", () => {
     const key = newKeyPair();
     const found = await subOrganization("Filterable", { email: "Filter.Me@example.com", key, wallet: true, oauthSubject: "subject-123" });
     await subOrganization("Other");
-    const ids = async (filterType?: string, filterValue?: string) => (await parentSdk.getSubOrgIds(filterType ? { filterType, filterValue } : {})).organizationIds;
+    const ids = async (filterType?: string, filterValue?: string) =>
+      (await parentSdk.getSubOrgIds(filterType ? { filterType, filterValue } : {})).organizationIds;
     expect(await ids("NAME", "Filterable")).toEqual([found.subOrganizationId]);
     expect(await ids("USERNAME", "Filterable owner")).toEqual([found.subOrganizationId]);
     expect(await ids("EMAIL", "filter.me@example.com")).toEqual([found.subOrganizationId]);
@@ -238,32 +430,51 @@ describe("list_suborgs and list_verified_suborgs", () => {
   });
 
   it("refuses an unknown filter type and a filter without a value", async () => {
-    await expect(parentSdk.getSubOrgIds({ filterType: "FAVOURITE_COLOUR", filterValue: "blue" })).rejects.toThrow(/FILTER_TYPE_INVALID|filterType must be one of/);
+    await expect(parentSdk.getSubOrgIds({ filterType: "FAVOURITE_COLOUR", filterValue: "blue" })).rejects.toThrow(
+      /FILTER_TYPE_INVALID|filterType must be one of/,
+    );
     await expect(parentSdk.getSubOrgIds({ filterType: "EMAIL" })).rejects.toThrow(/filterValue is needed/);
-    await expect(parentSdk.getVerifiedSubOrgIds({ filterType: "USERNAME", filterValue: "x" })).rejects.toThrow(/filterType must be one of EMAIL, PHONE_NUMBER/);
+    await expect(parentSdk.getVerifiedSubOrgIds({ filterType: "USERNAME", filterValue: "x" })).rejects.toThrow(
+      /filterType must be one of EMAIL, PHONE_NUMBER/,
+    );
   });
 
   it("lists as verified only sub-organizations whose contact was proven", async () => {
     const sub = await subOrganization("Verified", { email: "verified@example.com" });
-    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: "verified@example.com" })).organizationIds).toEqual([]);
+    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: "verified@example.com" })).organizationIds).toEqual(
+      [],
+    );
     // What a successful one-time-password verification records for the user.
     await h.server.store.db.updateTable("users").set({ email_verified_at: Date.now() }).where("id", "=", sub.rootUserIds![0]!).execute();
-    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: "verified@example.com" })).organizationIds).toEqual([sub.subOrganizationId]);
+    expect((await parentSdk.getVerifiedSubOrgIds({ filterType: "EMAIL", filterValue: "verified@example.com" })).organizationIds).toEqual([
+      sub.subOrganizationId,
+    ]);
   });
 });
 
 describe("delete_sub_organization", () => {
   it("is refused to the parent, and while a wallet was never exported; then deletes everything but the audit log", async () => {
     const sub = await subOrganization("Doomed", { wallet: true });
-    const parentAttempt = signedRequest({ type: "ACTIVITY_TYPE_DELETE_SUB_ORGANIZATION", organizationId: sub.subOrganizationId, timestampMs: String(Date.now()), parameters: { deleteWithoutExport: true } }, parent.key);
+    const parentAttempt = signedRequest(
+      {
+        type: "ACTIVITY_TYPE_DELETE_SUB_ORGANIZATION",
+        organizationId: sub.subOrganizationId,
+        timestampMs: String(Date.now()),
+        parameters: { deleteWithoutExport: true },
+      },
+      parent.key,
+    );
     const refused = await h.post("/public/v1/submit/delete_sub_organization", parentAttempt.body, parentAttempt.headers);
     expect(refused.status).toBe(403);
     expect(refused.json.details[0].turnkeyErrorCode).toBe("PARENT_ORGANIZATION_READ_ONLY");
 
     const before = await h.snapshot();
-    await expect(sub.sdk.deleteSubOrganization({ organizationId: sub.subOrganizationId })).rejects.toThrow(/WALLET_NOT_EXPORTED|never exported/);
+    await expect(sub.sdk.deleteSubOrganization({ organizationId: sub.subOrganizationId })).rejects.toThrow(
+      /WALLET_NOT_EXPORTED|never exported/,
+    );
     const unchanged = JSON.parse(await h.snapshot());
-    for (const [table, rows] of Object.entries(JSON.parse(before))) if (table !== "activities" && table !== "policy_evaluations") expect(unchanged[table], table).toEqual(rows);
+    for (const [table, rows] of Object.entries(JSON.parse(before)))
+      if (table !== "activities" && table !== "policy_evaluations") expect(unchanged[table], table).toEqual(rows);
 
     const deleted = await sub.sdk.deleteSubOrganization({ organizationId: sub.subOrganizationId, deleteWithoutExport: true });
     expect(deleted.subOrganizationUuid).toBe(sub.subOrganizationId);
@@ -273,15 +484,23 @@ describe("delete_sub_organization", () => {
     const db = h.server.store.db;
     expect(await db.selectFrom("wallets").select("id").where("organization_id", "=", sub.subOrganizationId).execute()).toEqual([]);
     expect(await db.selectFrom("wallet_accounts").select("id").where("organization_id", "=", sub.subOrganizationId).execute()).toEqual([]);
-    expect((await db.selectFrom("activities").select("id").where("organization_id", "=", sub.subOrganizationId).execute()).length).toBeGreaterThan(0);
+    expect(
+      (await db.selectFrom("activities").select("id").where("organization_id", "=", sub.subOrganizationId).execute()).length,
+    ).toBeGreaterThan(0);
   });
 });
 
 describe("organization features", () => {
   it("are set and removed by the root quorum, and read with the organization's configuration", async () => {
     const sub = await subOrganization("Features");
-    const set = await sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://app.example.com, https://admin.example.com" });
-    expect(set.features).toContainEqual({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://app.example.com,https://admin.example.com" });
+    const set = await sub.sdk.setOrganizationFeature({
+      name: "FEATURE_NAME_WEBAUTHN_ORIGINS",
+      value: "https://app.example.com, https://admin.example.com",
+    });
+    expect(set.features).toContainEqual({
+      name: "FEATURE_NAME_WEBAUTHN_ORIGINS",
+      value: "https://app.example.com,https://admin.example.com",
+    });
     const removed = await sub.sdk.removeOrganizationFeature({ name: "FEATURE_NAME_EMAIL_AUTH" });
     expect(removed.features.map((f) => f.name)).not.toContain("FEATURE_NAME_EMAIL_AUTH");
     const configs = await parentSdk.getOrganizationConfigs({ organizationId: sub.subOrganizationId });
@@ -291,18 +510,41 @@ describe("organization features", () => {
   it("refuses malformed values, unknown features, and a non-root user even with a policy allowing it", async () => {
     const sub = await subOrganization("Feature rules");
     const before = await h.snapshot();
-    await expect(sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://app.example.com/path" })).rejects.toThrow(/not an origin/);
-    await expect(sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBHOOK", value: "https://user:secret@hooks.example.com/" })).rejects.toThrow(/credentials/);
+    await expect(
+      sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://app.example.com/path" }),
+    ).rejects.toThrow(/not an origin/);
+    await expect(
+      sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBHOOK", value: "https://user:secret@hooks.example.com/" }),
+    ).rejects.toThrow(/credentials/);
     await expect(sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_TELEPORT" as any, value: "" })).rejects.toThrow();
     await expect(sub.sdk.removeOrganizationFeature({ name: "FEATURE_NAME_WEBHOOK" })).rejects.toThrow(/FEATURE_NOT_FOUND|not set/);
     const after = JSON.parse(await h.snapshot());
-    for (const [table, rows] of Object.entries(JSON.parse(before))) if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(rows);
+    for (const [table, rows] of Object.entries(JSON.parse(before)))
+      if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(rows);
 
     const member = newKeyPair();
-    const created = await sub.sdk.createUsers({ users: [{ userName: "member", apiKeys: [{ apiKeyName: "m", publicKey: member.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [], userTags: [] }] });
-    await sub.sdk.createPolicy({ policyName: "allow everything", effect: "EFFECT_ALLOW", condition: "true", consensus: `approvers.any(user, user.id == '${created.userIds[0]}')`, notes: "" });
+    const created = await sub.sdk.createUsers({
+      users: [
+        {
+          userName: "member",
+          apiKeys: [{ apiKeyName: "m", publicKey: member.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+          userTags: [],
+        },
+      ],
+    });
+    await sub.sdk.createPolicy({
+      policyName: "allow everything",
+      effect: "EFFECT_ALLOW",
+      condition: "true",
+      consensus: `approvers.any(user, user.id == '${created.userIds[0]}')`,
+      notes: "",
+    });
     const memberSdk = h.sdk({ organizationId: sub.subOrganizationId }, member, fastPoller);
-    await expect(memberSdk.setOrganizationFeature({ name: "FEATURE_NAME_SMS_AUTH", value: "" })).rejects.toThrow(/root quorum|POLICY_DENIED|denied/i);
+    await expect(memberSdk.setOrganizationFeature({ name: "FEATURE_NAME_SMS_AUTH", value: "" })).rejects.toThrow(
+      /root quorum|POLICY_DENIED|denied/i,
+    );
   });
 
   it("narrows, never widens, the operator's WebAuthn origins", async () => {
@@ -313,8 +555,21 @@ describe("organization features", () => {
       const passkey = new SoftwarePasskey(undefined, "https://evil.example.com");
       const registration = new SoftwarePasskey(undefined, "https://wallet.example.com");
       const reg = registration.register();
-      await organizationSdk.createUsers({ users: [{ userName: "p", apiKeys: [], authenticators: [{ authenticatorName: "phone", challenge: reg.challenge, attestation: reg.attestation as any }], oauthProviders: [], userTags: [] }] });
-      await organizationSdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://evil.example.com,https://wallet.example.com" });
+      await organizationSdk.createUsers({
+        users: [
+          {
+            userName: "p",
+            apiKeys: [],
+            authenticators: [{ authenticatorName: "phone", challenge: reg.challenge, attestation: reg.attestation as any }],
+            oauthProviders: [],
+            userTags: [],
+          },
+        ],
+      });
+      await organizationSdk.setOrganizationFeature({
+        name: "FEATURE_NAME_WEBAUTHN_ORIGINS",
+        value: "https://evil.example.com,https://wallet.example.com",
+      });
       const body = JSON.stringify({ organizationId: organization.organizationId });
       // Same credential, asserted from an origin the organization lists but the operator does not.
       Object.assign(passkey, { credentialId: registration.credentialId, keyPair: (registration as any).keyPair });
@@ -329,7 +584,17 @@ describe("organization features", () => {
     const sub = await subOrganization("Origins");
     const passkey = new SoftwarePasskey(undefined, "https://wallet.example.com");
     const registration = passkey.register();
-    await sub.sdk.createUsers({ users: [{ userName: "passkey user", apiKeys: [], authenticators: [{ authenticatorName: "phone", challenge: registration.challenge, attestation: registration.attestation as any }], oauthProviders: [], userTags: [] }] });
+    await sub.sdk.createUsers({
+      users: [
+        {
+          userName: "passkey user",
+          apiKeys: [],
+          authenticators: [{ authenticatorName: "phone", challenge: registration.challenge, attestation: registration.attestation as any }],
+          oauthProviders: [],
+          userTags: [],
+        },
+      ],
+    });
     const whoami = async () => {
       const body = JSON.stringify({ organizationId: sub.subOrganizationId });
       return h.post("/public/v1/query/whoami", body, { "X-Stamp-Webauthn": passkey.stamp(body) });
@@ -338,7 +603,10 @@ describe("organization features", () => {
     await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://other.example.com" });
     try {
       expect((await whoami()).status).toBe(401);
-      await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS", value: "https://other.example.com,https://wallet.example.com" });
+      await parentSdk.setOrganizationFeature({
+        name: "FEATURE_NAME_WEBAUTHN_ORIGINS",
+        value: "https://other.example.com,https://wallet.example.com",
+      });
       expect((await whoami()).status).toBe(200);
     } finally {
       await parentSdk.removeOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS" });

@@ -13,9 +13,24 @@ let h: Harness;
 let org: TestOrganization;
 let client: ReturnType<Harness["sdk"]>;
 
-const ETH = { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" } as const;
-const SOL = { curve: "CURVE_ED25519", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/501'/0'/0'", addressFormat: "ADDRESS_FORMAT_SOLANA" } as const;
-const BTC = { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/84'/0'/0'/0/0", addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH" } as const;
+const ETH = {
+  curve: "CURVE_SECP256K1",
+  pathFormat: "PATH_FORMAT_BIP32",
+  path: "m/44'/60'/0'/0/0",
+  addressFormat: "ADDRESS_FORMAT_ETHEREUM",
+} as const;
+const SOL = {
+  curve: "CURVE_ED25519",
+  pathFormat: "PATH_FORMAT_BIP32",
+  path: "m/44'/501'/0'/0'",
+  addressFormat: "ADDRESS_FORMAT_SOLANA",
+} as const;
+const BTC = {
+  curve: "CURVE_SECP256K1",
+  pathFormat: "PATH_FORMAT_BIP32",
+  path: "m/84'/0'/0'/0/0",
+  addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH",
+} as const;
 const ethAt = (i: number) => ({ ...ETH, path: `m/44'/60'/0'/0/${i}` });
 
 /** The server's own keyring, read from its data directory, to look at what it stored. */
@@ -53,7 +68,10 @@ describe("wallets", () => {
   it("mnemonicLength picks the number of words; anything but 12, 15, 18, 21, 24 is refused", async () => {
     const created = await client.createWallet({ walletName: "long", accounts: [], mnemonicLength: 24 });
     expect((await storedMnemonic(created.walletId)).split(" ")).toHaveLength(24);
-    await expect(client.createWallet({ walletName: "odd", accounts: [], mnemonicLength: 13 })).rejects.toMatchObject({ code: 3, message: expect.stringContaining("mnemonicLength") });
+    await expect(client.createWallet({ walletName: "odd", accounts: [], mnemonicLength: 13 })).rejects.toMatchObject({
+      code: 3,
+      message: expect.stringContaining("mnemonicLength"),
+    });
   });
 
   it("derives more accounts; the same path again returns the same account, persist: false stores nothing", async () => {
@@ -81,7 +99,12 @@ describe("wallets", () => {
 
     const byPath = await client.getWalletAccount({ walletId, path: ethAt(3).path });
     const byAddress = await client.getWalletAccount({ walletId, address: byPath.account.address });
-    expect(byAddress.account).toMatchObject({ walletAccountId: byPath.account.walletAccountId, curve: "CURVE_SECP256K1", addressFormat: "ADDRESS_FORMAT_ETHEREUM", pathFormat: "PATH_FORMAT_BIP32" });
+    expect(byAddress.account).toMatchObject({
+      walletAccountId: byPath.account.walletAccountId,
+      curve: "CURVE_SECP256K1",
+      addressFormat: "ADDRESS_FORMAT_ETHEREUM",
+      pathFormat: "PATH_FORMAT_BIP32",
+    });
     expect(byAddress.account.publicKey).toMatch(/^0[23][0-9a-f]{64}$/);
     const withDetails = await client.getWalletAccounts({ walletId, includeWalletDetails: true, paginationOptions: { limit: "1" } });
     expect(withDetails.accounts[0]!.walletDetails).toMatchObject({ walletId, walletName: "pages" });
@@ -97,7 +120,10 @@ describe("wallets", () => {
   it("refuses to delete a wallet never exported unless deleteWithoutExport, then deletes it and its accounts", async () => {
     const { walletId } = await client.createWallet({ walletName: "doomed", accounts: [ETH] });
     const before = JSON.parse(await h.snapshot());
-    await expect(client.deleteWallets({ walletIds: [walletId] })).rejects.toMatchObject({ code: 9, message: expect.stringContaining("never been exported") });
+    await expect(client.deleteWallets({ walletIds: [walletId] })).rejects.toMatchObject({
+      code: 9,
+      message: expect.stringContaining("never been exported"),
+    });
     const after = JSON.parse(await h.snapshot());
     expect(after.wallets).toEqual(before.wallets);
     expect(after.wallet_accounts).toEqual(before.wallet_accounts);
@@ -108,9 +134,17 @@ describe("wallets", () => {
 
   it("refuses an address format the curve cannot have, a malformed path, and a non-hardened ed25519 path; nothing is stored", async () => {
     const before = JSON.parse(await h.snapshot());
-    await expect(client.createWallet({ walletName: "bad1", accounts: [{ ...ETH, curve: "CURVE_ED25519", path: "m/44'/60'/0'/0'/0'" }] })).rejects.toMatchObject({ code: 3, details: [expect.objectContaining({ turnkeyErrorCode: "UNSUPPORTED_ADDRESS_FORMAT" })] });
-    await expect(client.createWallet({ walletName: "bad2", accounts: [{ ...ETH, path: "44/60/0" }] })).rejects.toMatchObject({ code: 3, details: [expect.objectContaining({ turnkeyErrorCode: "INVALID_DERIVATION_PATH" })] });
-    await expect(client.createWallet({ walletName: "bad3", accounts: [{ ...SOL, path: "m/44'/501'/0'/0" }] })).rejects.toMatchObject({ code: 3, message: expect.stringContaining("hardened") });
+    await expect(
+      client.createWallet({ walletName: "bad1", accounts: [{ ...ETH, curve: "CURVE_ED25519", path: "m/44'/60'/0'/0'/0'" }] }),
+    ).rejects.toMatchObject({ code: 3, details: [expect.objectContaining({ turnkeyErrorCode: "UNSUPPORTED_ADDRESS_FORMAT" })] });
+    await expect(client.createWallet({ walletName: "bad2", accounts: [{ ...ETH, path: "44/60/0" }] })).rejects.toMatchObject({
+      code: 3,
+      details: [expect.objectContaining({ turnkeyErrorCode: "INVALID_DERIVATION_PATH" })],
+    });
+    await expect(client.createWallet({ walletName: "bad3", accounts: [{ ...SOL, path: "m/44'/501'/0'/0" }] })).rejects.toMatchObject({
+      code: 3,
+      message: expect.stringContaining("hardened"),
+    });
     const after = JSON.parse(await h.snapshot());
     for (const table of ["wallets", "wallet_accounts"]) expect(after[table], table).toEqual(before[table]);
   });
@@ -129,28 +163,54 @@ describe("wallets", () => {
 describe("private keys", () => {
   it("creates keys (V2 answers with addresses), reads and lists them; the Ethereum address is the key's", async () => {
     const created = await client.createPrivateKeys({
-      privateKeys: [{ privateKeyName: "hot key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM", "ADDRESS_FORMAT_COMPRESSED"] }],
+      privateKeys: [
+        {
+          privateKeyName: "hot key",
+          curve: "CURVE_SECP256K1",
+          privateKeyTags: [],
+          addressFormats: ["ADDRESS_FORMAT_ETHEREUM", "ADDRESS_FORMAT_COMPRESSED"],
+        },
+      ],
     });
     expect(created.activity.type).toBe("ACTIVITY_TYPE_CREATE_PRIVATE_KEYS_V2");
     const [key] = created.privateKeys;
     expect(key!.addresses!.map((a) => a.format)).toEqual(["ADDRESS_FORMAT_ETHEREUM", "ADDRESS_FORMAT_COMPRESSED"]);
-    const row = await h.server.store.db.selectFrom("private_keys").selectAll().where("id", "=", key!.privateKeyId!).executeTakeFirstOrThrow();
+    const row = await h.server.store.db
+      .selectFrom("private_keys")
+      .selectAll()
+      .where("id", "=", key!.privateKeyId!)
+      .executeTakeFirstOrThrow();
     const secret = keyring().open(row.sealed_private_key, privateKeyIdentity(row));
     expect(key!.addresses![0]!.address).toBe(privateKeyToAddress(`0x${secret.toString("hex")}`));
 
     const { privateKey } = await client.getPrivateKey({ privateKeyId: key!.privateKeyId! });
-    expect(privateKey).toMatchObject({ privateKeyName: "hot key", curve: "CURVE_SECP256K1", exported: false, imported: false, privateKeyTags: [] });
+    expect(privateKey).toMatchObject({
+      privateKeyName: "hot key",
+      curve: "CURVE_SECP256K1",
+      exported: false,
+      imported: false,
+      privateKeyTags: [],
+    });
     expect(privateKey.publicKey).toBe(key!.addresses![1]!.address);
     expect((await client.getPrivateKeys({})).privateKeys.map((k) => k.privateKeyName)).toContain("hot key");
   });
 
   it("tags private keys, and deletes keys only when exported or forced", async () => {
-    const created = await client.createPrivateKeys({ privateKeys: [{ privateKeyName: "tagged", curve: "CURVE_ED25519", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_SOLANA"] }] });
+    const created = await client.createPrivateKeys({
+      privateKeys: [{ privateKeyName: "tagged", curve: "CURVE_ED25519", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_SOLANA"] }],
+    });
     const id = created.privateKeys[0]!.privateKeyId!;
     const { privateKeyTagId } = await client.createPrivateKeyTag({ privateKeyTagName: "signers", privateKeyIds: [id] });
     expect((await client.getPrivateKey({ privateKeyId: id })).privateKey.privateKeyTags).toEqual([privateKeyTagId]);
-    expect((await client.listPrivateKeyTags({})).privateKeyTags).toEqual([expect.objectContaining({ tagId: privateKeyTagId, tagName: "signers", tagType: "TAG_TYPE_PRIVATE_KEY" })]);
-    await client.updatePrivateKeyTag({ privateKeyTagId, newPrivateKeyTagName: "cold signers", addPrivateKeyIds: [], removePrivateKeyIds: [id] });
+    expect((await client.listPrivateKeyTags({})).privateKeyTags).toEqual([
+      expect.objectContaining({ tagId: privateKeyTagId, tagName: "signers", tagType: "TAG_TYPE_PRIVATE_KEY" }),
+    ]);
+    await client.updatePrivateKeyTag({
+      privateKeyTagId,
+      newPrivateKeyTagName: "cold signers",
+      addPrivateKeyIds: [],
+      removePrivateKeyIds: [id],
+    });
     expect((await client.getPrivateKey({ privateKeyId: id })).privateKey.privateKeyTags).toEqual([]);
     const deletedTags = await client.deletePrivateKeyTags({ privateKeyTagIds: [privateKeyTagId] });
     expect(deletedTags.privateKeyTagIds).toEqual([privateKeyTagId]);
@@ -162,7 +222,13 @@ describe("private keys", () => {
 
   it("refuses an address format the curve cannot have and a duplicate name, storing nothing", async () => {
     const before = JSON.parse(await h.snapshot());
-    await expect(client.createPrivateKeys({ privateKeys: [{ privateKeyName: "eth on ed", curve: "CURVE_ED25519", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] }] })).rejects.toMatchObject({ code: 3 });
+    await expect(
+      client.createPrivateKeys({
+        privateKeys: [
+          { privateKeyName: "eth on ed", curve: "CURVE_ED25519", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] },
+        ],
+      }),
+    ).rejects.toMatchObject({ code: 3 });
     await expect(
       client.createPrivateKeys({
         privateKeys: [
@@ -178,9 +244,15 @@ describe("private keys", () => {
 describe("secrets at rest", () => {
   it("no mnemonic or private key appears in the database files or the server's log", async () => {
     const { walletId } = await client.createWallet({ walletName: "secret keeper", accounts: [ETH] });
-    const created = await client.createPrivateKeys({ privateKeys: [{ privateKeyName: "secret key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: [] }] });
+    const created = await client.createPrivateKeys({
+      privateKeys: [{ privateKeyName: "secret key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: [] }],
+    });
     const mnemonic = await storedMnemonic(walletId);
-    const row = await h.server.store.db.selectFrom("private_keys").selectAll().where("id", "=", created.privateKeys[0]!.privateKeyId!).executeTakeFirstOrThrow();
+    const row = await h.server.store.db
+      .selectFrom("private_keys")
+      .selectAll()
+      .where("id", "=", created.privateKeys[0]!.privateKeyId!)
+      .executeTakeFirstOrThrow();
     const secret = keyring().open(row.sealed_private_key, privateKeyIdentity(row));
     const needles = [mnemonic, mnemonic.split(" ").slice(0, 4).join(" "), secret.toString("hex"), secret.toString("base64")];
     const haystacks = [h.logLines.join("\n"), await h.snapshot()];

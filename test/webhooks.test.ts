@@ -3,7 +3,7 @@
 // delivers after restart; two server processes deliver each event once.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import http from "node:http";
-import net from "node:net";
+import type net from "node:net";
 import path from "node:path";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
@@ -15,7 +15,12 @@ import { checkDestination, forbiddenAddress } from "../src/operations/webhooks.j
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");
-const FAST = { SIGIL_WEBHOOK_ALLOW_LOOPBACK: "true", SIGIL_WEBHOOK_RETRY_BASE_MS: "30", SIGIL_WEBHOOK_POLL_MS: "50", SIGIL_WEBHOOK_TIMEOUT_MS: "500" };
+const FAST = {
+  SIGIL_WEBHOOK_ALLOW_LOOPBACK: "true",
+  SIGIL_WEBHOOK_RETRY_BASE_MS: "30",
+  SIGIL_WEBHOOK_POLL_MS: "50",
+  SIGIL_WEBHOOK_TIMEOUT_MS: "500",
+};
 
 interface Received {
   headers: http.IncomingHttpHeaders;
@@ -47,7 +52,11 @@ async function receiver(port = 0) {
     answers,
     hangForever: () => (hang = true),
     activities: () => received.map((r) => JSON.parse(r.body.toString("utf8"))),
-    close: () => new Promise<void>((resolve) => { server.closeAllConnections(); server.close(() => resolve()); }),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
   };
 }
 
@@ -62,7 +71,9 @@ async function until<T>(what: string, probe: () => T | undefined | Promise<T | u
 }
 
 async function verificationKeys(baseUrl: string) {
-  const document = (await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as { webhookVerificationKeys: { keyId: string; publicKey: string }[] };
+  const document = (await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as {
+    webhookVerificationKeys: { keyId: string; publicKey: string }[];
+  };
   return document.webhookVerificationKeys.map((k) => ({ keyId: k.keyId, publicKey: k.publicKey }));
 }
 
@@ -84,12 +95,24 @@ describe("webhook endpoints", () => {
     const hook = await receiver();
     try {
       const created = await sdk.createWebhookEndpoint({ url: hook.url, name: "main", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
-      expect(created.webhookEndpoint).toMatchObject({ endpointId: created.endpointId, organizationId: org.organizationId, url: hook.url, name: "main", isActive: true, subscriptions: [{ eventType: "ACTIVITY_UPDATES", isActive: true }] });
+      expect(created.webhookEndpoint).toMatchObject({
+        endpointId: created.endpointId,
+        organizationId: org.organizationId,
+        url: hook.url,
+        name: "main",
+        isActive: true,
+        subscriptions: [{ eventType: "ACTIVITY_UPDATES", isActive: true }],
+      });
       const tagged = await tag(sdk, "hooked");
       await until("two deliveries", () => hook.received.length >= 2);
       const keys = await verificationKeys(h.url);
       for (const delivery of hook.received) {
-        const verdict = verifyTurnkeyWebhookSignature({ headers: delivery.headers as Record<string, string>, body: delivery.body, verificationKeys: keys, maxTimestampAgeMs: 60_000 });
+        const verdict = verifyTurnkeyWebhookSignature({
+          headers: delivery.headers as Record<string, string>,
+          body: delivery.body,
+          verificationKeys: keys,
+          maxTimestampAgeMs: 60_000,
+        });
         expect(verdict.ok, JSON.stringify(verdict)).toBe(true);
         expect(delivery.headers["x-turnkey-organization-id"]).toBe(org.organizationId);
         expect(delivery.headers["x-turnkey-event-type"]).toBe("ACTIVITY_UPDATES");
@@ -99,7 +122,12 @@ describe("webhook endpoints", () => {
       expect(activities[1]).toMatchObject({ organizationId: org.organizationId, status: "ACTIVITY_STATUS_COMPLETED" });
       expect(activities[1].result.createUserTagResult.userTagId).toBe(tagged.userTagId);
       // A tampered body does not verify.
-      const tampered = verifyTurnkeyWebhookSignature({ headers: hook.received[1]!.headers as Record<string, string>, body: Buffer.from(hook.received[1]!.body.toString().replace("hooked", "hacked")), verificationKeys: keys, maxTimestampAgeMs: 60_000 });
+      const tampered = verifyTurnkeyWebhookSignature({
+        headers: hook.received[1]!.headers as Record<string, string>,
+        body: Buffer.from(hook.received[1]!.body.toString().replace("hooked", "hacked")),
+        verificationKeys: keys,
+        maxTimestampAgeMs: 60_000,
+      });
       expect(tampered.ok).toBe(false);
 
       const listed = await sdk.listWebhookEndpoints({});
@@ -123,9 +151,22 @@ describe("webhook endpoints", () => {
     try {
       await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBHOOK", value: hook.url });
       const key = newKeyPair();
-      const sub = await parentSdk.createSubOrganization({ subOrganizationName: "child", rootQuorumThreshold: 1, rootUsers: [{ userName: "u", apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }], authenticators: [], oauthProviders: [] }] });
+      const sub = await parentSdk.createSubOrganization({
+        subOrganizationName: "child",
+        rootQuorumThreshold: 1,
+        rootUsers: [
+          {
+            userName: "u",
+            apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+            authenticators: [],
+            oauthProviders: [],
+          },
+        ],
+      });
       await tag(h.sdk({ organizationId: sub.subOrganizationId }, key, fastPoller), "in the child");
-      const delivered = await until("the child's activity", () => hook.received.find((r) => JSON.parse(r.body.toString()).organizationId === sub.subOrganizationId));
+      const delivered = await until("the child's activity", () =>
+        hook.received.find((r) => JSON.parse(r.body.toString()).organizationId === sub.subOrganizationId),
+      );
       expect(delivered.headers["x-turnkey-organization-id"]).toBe(parent.organizationId);
       expect(JSON.parse(delivered.body.toString()).type).toBe("ACTIVITY_TYPE_CREATE_USER_TAG");
     } finally {
@@ -136,7 +177,11 @@ describe("webhook endpoints", () => {
   it("retries a receiver that fails three times, with the same event id, until it takes the event once", async () => {
     const hook = await receiver();
     try {
-      const endpoint = await sdk.createWebhookEndpoint({ url: hook.url, name: "flaky", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
+      const endpoint = await sdk.createWebhookEndpoint({
+        url: hook.url,
+        name: "flaky",
+        subscriptions: [{ eventType: "ACTIVITY_UPDATES" }],
+      });
       await until("the endpoint's own event", () => hook.received.length >= 1);
       hook.answers.push(500, 502, 503);
       const tagged = await tag(sdk, "flaky");
@@ -145,11 +190,25 @@ describe("webhook endpoints", () => {
         return mine.length >= 4 ? mine : undefined;
       });
       await new Promise((r) => setTimeout(r, 200));
-      expect(hook.received.filter((r) => JSON.parse(r.body.toString()).result?.createUserTagResult?.userTagId === tagged.userTagId)).toHaveLength(4);
+      expect(
+        hook.received.filter((r) => JSON.parse(r.body.toString()).result?.createUserTagResult?.userTagId === tagged.userTagId),
+      ).toHaveLength(4);
       expect(new Set(attempts.map((a) => a.headers["x-turnkey-event-id"])).size).toBe(1);
       const keys = await verificationKeys(h.url);
-      for (const a of attempts) expect(verifyTurnkeyWebhookSignature({ headers: a.headers as Record<string, string>, body: a.body, verificationKeys: keys, maxTimestampAgeMs: 60_000 }).ok).toBe(true);
-      const row = await h.server.store.db.selectFrom("webhook_deliveries").selectAll().where("id", "=", String(attempts[0]!.headers["x-turnkey-event-id"])).executeTakeFirstOrThrow();
+      for (const a of attempts)
+        expect(
+          verifyTurnkeyWebhookSignature({
+            headers: a.headers as Record<string, string>,
+            body: a.body,
+            verificationKeys: keys,
+            maxTimestampAgeMs: 60_000,
+          }).ok,
+        ).toBe(true);
+      const row = await h.server.store.db
+        .selectFrom("webhook_deliveries")
+        .selectAll()
+        .where("id", "=", String(attempts[0]!.headers["x-turnkey-event-id"]))
+        .executeTakeFirstOrThrow();
       expect(row).toMatchObject({ status: "delivered", attempts: 4, last_status_code: 200 });
       await sdk.deleteWebhookEndpoint({ endpointId: endpoint.endpointId });
     } finally {
@@ -160,17 +219,31 @@ describe("webhook endpoints", () => {
   it("ends a delivery at a 4xx or a redirect (not followed), and keeps later events in order behind a retry", async () => {
     const hook = await receiver();
     try {
-      const endpoint = await sdk.createWebhookEndpoint({ url: hook.url, name: "strict", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
+      const endpoint = await sdk.createWebhookEndpoint({
+        url: hook.url,
+        name: "strict",
+        subscriptions: [{ eventType: "ACTIVITY_UPDATES" }],
+      });
       await until("the endpoint's own event", () => hook.received.length >= 1);
       hook.answers.push(404, 302, 500);
       await tag(sdk, "refused");
       await tag(sdk, "redirected");
       await tag(sdk, "retried");
       await tag(sdk, "after the retry");
-      const names = () => hook.activities().map((a) => a.intent?.createUserTagIntent?.userTagName).filter(Boolean);
+      const names = () =>
+        hook
+          .activities()
+          .map((a) => a.intent?.createUserTagIntent?.userTagName)
+          .filter(Boolean);
       await until("five attempts", () => names().length >= 5);
       expect(names()).toEqual(["refused", "redirected", "retried", "retried", "after the retry"]);
-      const rows = await h.server.store.db.selectFrom("webhook_deliveries").select(["status", "last_status_code", "attempts"]).where("endpoint_id", "=", endpoint.endpointId).orderBy("created_at").orderBy("id").execute();
+      const rows = await h.server.store.db
+        .selectFrom("webhook_deliveries")
+        .select(["status", "last_status_code", "attempts"])
+        .where("endpoint_id", "=", endpoint.endpointId)
+        .orderBy("created_at")
+        .orderBy("id")
+        .execute();
       expect(rows.slice(1, 3)).toEqual([
         { status: "failed", last_status_code: 404, attempts: 1 },
         { status: "failed", last_status_code: 302, attempts: 1 },
@@ -185,10 +258,19 @@ describe("webhook endpoints", () => {
     const hook = await receiver();
     hook.hangForever();
     try {
-      const endpoint = await sdk.createWebhookEndpoint({ url: hook.url, name: "silent", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
+      const endpoint = await sdk.createWebhookEndpoint({
+        url: hook.url,
+        name: "silent",
+        subscriptions: [{ eventType: "ACTIVITY_UPDATES" }],
+      });
       for (let i = 0; i < 5; i++) await tag(sdk, `while hanging ${i}`);
       await until("a second attempt after the timeout", () => hook.received.length >= 2, 10_000);
-      const row = await h.server.store.db.selectFrom("webhook_deliveries").selectAll().where("endpoint_id", "=", endpoint.endpointId).orderBy("created_at").executeTakeFirstOrThrow();
+      const row = await h.server.store.db
+        .selectFrom("webhook_deliveries")
+        .selectAll()
+        .where("endpoint_id", "=", endpoint.endpointId)
+        .orderBy("created_at")
+        .executeTakeFirstOrThrow();
       expect(row.status).toBe("pending");
       expect(row.last_error).toMatch(/no answer within 500 ms|socket hang up/);
       await sdk.deleteWebhookEndpoint({ endpointId: endpoint.endpointId });
@@ -201,7 +283,11 @@ describe("webhook endpoints", () => {
     const first = await receiver();
     const second = await receiver();
     try {
-      const endpoint = await sdk.createWebhookEndpoint({ url: first.url, name: "moving", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
+      const endpoint = await sdk.createWebhookEndpoint({
+        url: first.url,
+        name: "moving",
+        subscriptions: [{ eventType: "ACTIVITY_UPDATES" }],
+      });
       await until("the endpoint's own event", () => first.received.length >= 1);
       first.answers.push(500, 500, 500, 500, 500, 500);
       await tag(sdk, "to be moved");
@@ -239,7 +325,16 @@ describe("webhook endpoints", () => {
     const url = `http://127.0.0.1:${(trickler.address() as net.AddressInfo).port}/hook`;
     try {
       const endpoint = await sdk.createWebhookEndpoint({ url, name: "trickle", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
-      await until("the delivery recorded", async () => (await h.server.store.db.selectFrom("webhook_deliveries").select("status").where("endpoint_id", "=", endpoint.endpointId).where("status", "=", "delivered").executeTakeFirst()) !== undefined);
+      await until(
+        "the delivery recorded",
+        async () =>
+          (await h.server.store.db
+            .selectFrom("webhook_deliveries")
+            .select("status")
+            .where("endpoint_id", "=", endpoint.endpointId)
+            .where("status", "=", "delivered")
+            .executeTakeFirst()) !== undefined,
+      );
       await new Promise((r) => setTimeout(r, 1500));
       expect(requests).toBe(1);
       await sdk.deleteWebhookEndpoint({ endpointId: endpoint.endpointId });
@@ -259,26 +354,67 @@ describe("webhook endpoints", () => {
       ["http://[fd00::1]/hook", "WEBHOOK_DESTINATION_FORBIDDEN"],
     ];
     for (const [url, code] of attempts) {
-      const request = signedRequest({ type: "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT", organizationId: org.organizationId, timestampMs: String(Date.now()), parameters: { url, name: "bad", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] } }, org.key);
+      const request = signedRequest(
+        {
+          type: "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT",
+          organizationId: org.organizationId,
+          timestampMs: String(Date.now()),
+          parameters: { url, name: "bad", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] },
+        },
+        org.key,
+      );
       const res = await h.post("/public/v1/submit/create_webhook_endpoint", request.body, request.headers);
       expect(res.status, url).toBe(400);
       expect(res.json.details[0].turnkeyErrorCode, url).toBe(code);
     }
     // A host that does not resolve is refused before the transaction, and recorded as the activity's failure.
-    const unresolvable = signedRequest({ type: "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT", organizationId: org.organizationId, timestampMs: String(Date.now()), parameters: { url: "https://no-such-host.invalid/hook", name: "x", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] } }, org.key);
+    const unresolvable = signedRequest(
+      {
+        type: "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT",
+        organizationId: org.organizationId,
+        timestampMs: String(Date.now()),
+        parameters: { url: "https://no-such-host.invalid/hook", name: "x", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] },
+      },
+      org.key,
+    );
     const refused = await h.post("/public/v1/submit/create_webhook_endpoint", unresolvable.body, unresolvable.headers);
     expect(refused.json.details[0].turnkeyErrorCode).toBe("WEBHOOK_URL_INVALID");
-    const noSubscriptions = signedRequest({ type: "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT", organizationId: org.organizationId, timestampMs: String(Date.now()), parameters: { url: "http://127.0.0.1:9/", name: "x" } }, org.key);
-    expect((await h.post("/public/v1/submit/create_webhook_endpoint", noSubscriptions.body, noSubscriptions.headers)).json.details[0].turnkeyErrorCode).toBe("WEBHOOK_SUBSCRIPTIONS_MISSING");
+    const noSubscriptions = signedRequest(
+      {
+        type: "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT",
+        organizationId: org.organizationId,
+        timestampMs: String(Date.now()),
+        parameters: { url: "http://127.0.0.1:9/", name: "x" },
+      },
+      org.key,
+    );
+    expect(
+      (await h.post("/public/v1/submit/create_webhook_endpoint", noSubscriptions.body, noSubscriptions.headers)).json.details[0]
+        .turnkeyErrorCode,
+    ).toBe("WEBHOOK_SUBSCRIPTIONS_MISSING");
     const after = JSON.parse(await h.snapshot());
-    for (const [table, rows] of Object.entries(JSON.parse(before))) if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(rows);
+    for (const [table, rows] of Object.entries(JSON.parse(before)))
+      if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(rows);
   });
 
   it("classifies destinations: loopback and private only when allowed, link-local and metadata never", async () => {
     const none = { allowLoopback: false, allowPrivate: false };
     expect(forbiddenAddress("93.184.216.34", none)).toBeUndefined();
     expect(forbiddenAddress("2606:2800:220:1:248:1893:25c8:1946", none)).toBeUndefined();
-    for (const address of ["127.0.0.1", "::1", "::ffff:127.0.0.1", "10.0.0.1", "192.168.1.1", "172.16.0.1", "100.64.0.1", "fd12::1", "169.254.169.254", "fe80::1", "0.0.0.0", "224.0.0.1"]) {
+    for (const address of [
+      "127.0.0.1",
+      "::1",
+      "::ffff:127.0.0.1",
+      "10.0.0.1",
+      "192.168.1.1",
+      "172.16.0.1",
+      "100.64.0.1",
+      "fd12::1",
+      "169.254.169.254",
+      "fe80::1",
+      "0.0.0.0",
+      "224.0.0.1",
+    ]) {
       expect(forbiddenAddress(address, none), address).toBeDefined();
     }
     expect(forbiddenAddress("127.0.0.1", { allowLoopback: true, allowPrivate: false })).toBeUndefined();
@@ -290,19 +426,35 @@ describe("webhook endpoints", () => {
     expect(forbiddenAddress("fd00:ec2::254", { allowLoopback: true, allowPrivate: true })).toMatch(/metadata/);
     expect(forbiddenAddress("::7f00:1", none)).toBeDefined();
     expect(forbiddenAddress("::127.0.0.1", none)).toBeDefined();
-    await expect(checkDestination("http://localhost:8080/hook", none, "url")).rejects.toMatchObject({ turnkeyErrorCode: "WEBHOOK_DESTINATION_FORBIDDEN" });
-    await expect(checkDestination("http://localhost:8080/hook", { allowLoopback: true, allowPrivate: false }, "url")).resolves.toBe("http://localhost:8080/hook");
+    await expect(checkDestination("http://localhost:8080/hook", none, "url")).rejects.toMatchObject({
+      turnkeyErrorCode: "WEBHOOK_DESTINATION_FORBIDDEN",
+    });
+    await expect(checkDestination("http://localhost:8080/hook", { allowLoopback: true, allowPrivate: false }, "url")).resolves.toBe(
+      "http://localhost:8080/hook",
+    );
   });
 });
 
 describe("webhook deliveries across server processes", () => {
-
   async function processes(count: number) {
     const deployment = await cliDeployment(FAST);
     for (let i = 0; i < count; i++) await deployment.start();
-    const post = async (baseUrl: string, operation: string, type: string, parameters: Record<string, unknown>, signer: ApiKeyPair = deployment.key) => {
-      const request = signedRequest({ type, organizationId: deployment.organizationId, timestampMs: String(Date.now()), parameters }, signer);
-      const res = await fetch(`${baseUrl}/public/v1/submit/${operation}`, { method: "POST", headers: { "content-type": "application/json", ...request.headers }, body: request.body });
+    const post = async (
+      baseUrl: string,
+      operation: string,
+      type: string,
+      parameters: Record<string, unknown>,
+      signer: ApiKeyPair = deployment.key,
+    ) => {
+      const request = signedRequest(
+        { type, organizationId: deployment.organizationId, timestampMs: String(Date.now()), parameters },
+        signer,
+      );
+      const res = await fetch(`${baseUrl}/public/v1/submit/${operation}`, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...request.headers },
+        body: request.body,
+      });
       return (await res.json()) as any;
     };
     return { ...deployment, post };
@@ -313,8 +465,15 @@ describe("webhook deliveries across server processes", () => {
     const cluster = await processes(1);
     try {
       const target = `http://127.0.0.1:${port}/hook`;
-      await cluster.post(cluster.servers[0]!.url, "create_webhook_endpoint", "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT", { url: target, name: "down", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
-      const tagged = await cluster.post(cluster.servers[0]!.url, "create_user_tag", "ACTIVITY_TYPE_CREATE_USER_TAG", { userTagName: "before the crash", userIds: [] });
+      await cluster.post(cluster.servers[0]!.url, "create_webhook_endpoint", "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT", {
+        url: target,
+        name: "down",
+        subscriptions: [{ eventType: "ACTIVITY_UPDATES" }],
+      });
+      const tagged = await cluster.post(cluster.servers[0]!.url, "create_user_tag", "ACTIVITY_TYPE_CREATE_USER_TAG", {
+        userTagName: "before the crash",
+        userIds: [],
+      });
       expect(tagged.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
       // Nothing listens yet: every attempt so far failed. Kill the server without warning.
       cluster.servers[0]!.child.kill("SIGKILL");
@@ -323,8 +482,13 @@ describe("webhook deliveries across server processes", () => {
       try {
         await cluster.start();
         await until("the activity, delivered by the restarted server", () => hook.activities().find((a) => a.id === tagged.activity.id));
-        const { stdout } = await run(process.execPath, [CLI, "webhooks", "--data-dir", cluster.database.dataDir, "--status", "delivered"], { env: cluster.env });
-        const log = stdout.trim().split("\n").map((line) => JSON.parse(line));
+        const { stdout } = await run(process.execPath, [CLI, "webhooks", "--data-dir", cluster.database.dataDir, "--status", "delivered"], {
+          env: cluster.env,
+        });
+        const log = stdout
+          .trim()
+          .split("\n")
+          .map((line) => JSON.parse(line));
         expect(log.find((entry) => entry.activityId === tagged.activity.id)).toMatchObject({ status: "delivered", url: target });
         expect(log[0]).not.toHaveProperty("body");
       } finally {
@@ -340,11 +504,18 @@ describe("webhook deliveries across server processes", () => {
     const cluster = await processes(2);
     try {
       const [a, b] = cluster.servers;
-      await cluster.post(a!.url, "create_webhook_endpoint", "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT", { url: hook.url, name: "shared", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
+      await cluster.post(a!.url, "create_webhook_endpoint", "ACTIVITY_TYPE_CREATE_WEBHOOK_ENDPOINT", {
+        url: hook.url,
+        name: "shared",
+        subscriptions: [{ eventType: "ACTIVITY_UPDATES" }],
+      });
       const ids: string[] = [];
       await Promise.all(
         Array.from({ length: 20 }, async (_, i) => {
-          const response = await cluster.post((i % 2 ? a : b)!.url, "create_user_tag", "ACTIVITY_TYPE_CREATE_USER_TAG", { userTagName: `tag ${i}`, userIds: [] });
+          const response = await cluster.post((i % 2 ? a : b)!.url, "create_user_tag", "ACTIVITY_TYPE_CREATE_USER_TAG", {
+            userTagName: `tag ${i}`,
+            userIds: [],
+          });
           ids.push(response.activity.id);
         }),
       );

@@ -12,7 +12,17 @@ import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.j
 import type { ActivityOperation } from "../operations/registry.js";
 import { activityKind } from "../operations/registry.js";
 import { serviceError } from "../errors.js";
-import { evaluatePolicies, namesVoter, approvalStillPossible, newBudget, type EvaluationInput, type Outcome, type PolicySource, type PolicyVerdict, type Effect } from "../policy/engine.js";
+import {
+  evaluatePolicies,
+  namesVoter,
+  approvalStillPossible,
+  newBudget,
+  type EvaluationInput,
+  type Outcome,
+  type PolicySource,
+  type PolicyVerdict,
+  type Effect,
+} from "../policy/engine.js";
 import { evaluationTurn } from "../policy/turns.js";
 import type { Value } from "../policy/types.js";
 import { STEP_BUDGET } from "../policy/compile.js";
@@ -61,7 +71,13 @@ async function rootQuorum(trx: Tx | Db, organizationId: string): Promise<RootQuo
 }
 
 async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<PolicySource[]> {
-  const rows = await trx.selectFrom("policies").select(["id", "effect", "condition", "consensus", "time"]).where("organization_id", "=", organizationId).orderBy("created_at").orderBy("id").execute();
+  const rows = await trx
+    .selectFrom("policies")
+    .select(["id", "effect", "condition", "consensus", "time"])
+    .where("organization_id", "=", organizationId)
+    .orderBy("created_at")
+    .orderBy("id")
+    .execute();
   return rows.map((r) => ({ ...r, effect: r.effect as Effect }));
 }
 
@@ -72,33 +88,71 @@ async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<Polic
 async function withLiveVotes(trx: Tx | Db, subject: ActivitySubject): Promise<ActivitySubject> {
   const confirmed = new Set(subject.confirmed ?? []);
   const unconfirmed = subject.votes.filter((v) => !confirmed.has(v.credentialId));
-  const passkeyIds = [...new Set(unconfirmed.filter((v) => v.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId))];
-  const keyIds = [...new Set(unconfirmed.filter((v) => v.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId))];
+  const passkeyIds = [
+    ...new Set(unconfirmed.filter((v) => v.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId)),
+  ];
+  const keyIds = [
+    ...new Set(unconfirmed.filter((v) => v.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId)),
+  ];
   const keys = keyIds.length ? await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "in", keyIds).execute() : [];
   const passkeys = passkeyIds.length ? await trx.selectFrom("authenticators").select("id").where("id", "in", passkeyIds).execute() : [];
-  const live = new Set([...confirmed, ...keys.filter((k) => k.expires_at === null || k.expires_at > subject.now).map((k) => k.id), ...passkeys.map((p) => p.id)]);
+  const live = new Set([
+    ...confirmed,
+    ...keys.filter((k) => k.expires_at === null || k.expires_at > subject.now).map((k) => k.id),
+    ...passkeys.map((p) => p.id),
+  ]);
   return { ...subject, votes: subject.votes.filter((v) => live.has(v.credentialId)) };
 }
 
-const approvedBy = (votes: StoredVote[]) => [...new Set(votes.filter((v) => v.selection === "VOTE_SELECTION_APPROVED").map((v) => v.userId))];
+const approvedBy = (votes: StoredVote[]) => [
+  ...new Set(votes.filter((v) => v.selection === "VOTE_SELECTION_APPROVED").map((v) => v.userId)),
+];
 
 /** `approvers` and `credentials` values for the given users and votes, read from current records. */
-async function consensusValues(trx: Tx | Db, organizationId: string, userIds: string[], votes: StoredVote[]): Promise<{ users: Map<string, Value>; credentials: Value[] }> {
+async function consensusValues(
+  trx: Tx | Db,
+  organizationId: string,
+  userIds: string[],
+  votes: StoredVote[],
+): Promise<{ users: Map<string, Value>; credentials: Value[] }> {
   const users = new Map<string, Value>();
   if (userIds.length) {
-    const rows = await trx.selectFrom("users").select(["id", "name", "email"]).where("organization_id", "=", organizationId).where("id", "in", userIds).execute();
-    const tags = await trx.selectFrom("user_tag_members").select(["user_id", "tag_id"]).where("user_id", "in", userIds).orderBy("tag_id").execute();
+    const rows = await trx
+      .selectFrom("users")
+      .select(["id", "name", "email"])
+      .where("organization_id", "=", organizationId)
+      .where("id", "in", userIds)
+      .execute();
+    const tags = await trx
+      .selectFrom("user_tag_members")
+      .select(["user_id", "tag_id"])
+      .where("user_id", "in", userIds)
+      .orderBy("tag_id")
+      .execute();
     // A deleted user's approval no longer counts: it is absent from `approvers`.
     for (const row of rows) {
-      users.set(row.id, { id: row.id, tags: tags.filter((t) => t.user_id === row.id).map((t) => t.tag_id), email: row.email ?? "", alias: row.name });
+      users.set(row.id, {
+        id: row.id,
+        tags: tags.filter((t) => t.user_id === row.id).map((t) => t.tag_id),
+        email: row.email ?? "",
+        alias: row.name,
+      });
     }
   }
   const credentials = votes.filter((v) => v.selection === "VOTE_SELECTION_APPROVED" && users.has(v.userId)).map(credentialValue);
   return { users, credentials };
 }
 
-function credentialValue(vote: Pick<StoredVote, "userId" | "credentialId" | "credentialType" | "webauthnCredentialId" | "publicKey">): Value {
-  return { id: vote.credentialId, user_id: vote.userId, type: vote.credentialType, credential_id: vote.webauthnCredentialId ?? "", public_key: vote.publicKey };
+function credentialValue(
+  vote: Pick<StoredVote, "userId" | "credentialId" | "credentialType" | "webauthnCredentialId" | "publicKey">,
+): Value {
+  return {
+    id: vote.credentialId,
+    user_id: vote.userId,
+    type: vote.credentialType,
+    credential_id: vote.webauthnCredentialId ?? "",
+    public_key: vote.publicKey,
+  };
 }
 
 async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverIds: string[]): Promise<EvaluationInput> {
@@ -131,8 +185,11 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
   const rootPending = rootApprovals > 0;
   const quorumText = `${rootApprovals} of the ${quorum.threshold} root approval(s) needed`;
 
-  if (rootApprovals >= quorum.threshold) return { outcome: "OUTCOME_ALLOW", verdicts: [], reason: `approved by the root quorum (${quorumText})` };
-  const rootOnlyBecause = subject.operation.rootOnly ? `${subject.type} can only be approved by the root quorum; no policy can allow it` : await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters);
+  if (rootApprovals >= quorum.threshold)
+    return { outcome: "OUTCOME_ALLOW", verdicts: [], reason: `approved by the root quorum (${quorumText})` };
+  const rootOnlyBecause = subject.operation.rootOnly
+    ? `${subject.type} can only be approved by the root quorum; no policy can allow it`
+    : await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters);
   if (rootOnlyBecause) {
     return rootPending
       ? { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: [], reason: `waiting for the root quorum (${quorumText})` }
@@ -144,31 +201,45 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
   // Evaluation is synchronous from here: it waits for its turn on the event loop (policy/turns.ts).
   await evaluationTurn(authorityOf(subject));
   const { outcome, verdicts, budgetExceeded } = evaluatePolicies(policies, input);
-  const deciding = (o: Outcome) => verdicts.filter((v) => v.outcome === o).map((v) => v.policyId).join(", ");
+  const deciding = (o: Outcome) =>
+    verdicts
+      .filter((v) => v.outcome === o)
+      .map((v) => v.policyId)
+      .join(", ");
 
   if (outcome === "OUTCOME_DENY_EXPLICIT") {
-    if (rootPending) return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `denied by policy ${deciding(outcome)} unless the root quorum approves (${quorumText})` };
+    if (rootPending)
+      return {
+        outcome: "OUTCOME_REQUIRES_CONSENSUS",
+        verdicts,
+        reason: `denied by policy ${deciding(outcome)} unless the root quorum approves (${quorumText})`,
+      };
     return { outcome, verdicts, reason: `explicitly denied by policy ${deciding(outcome)}` };
   }
   if (outcome === "OUTCOME_ALLOW") return { outcome, verdicts, reason: `allowed by policy ${deciding(outcome)}` };
   if (budgetExceeded) {
     const first = verdicts.find((v) => v.outcome === "OUTCOME_ERROR" && v.error?.includes("budget"));
     const reason = `evaluating the policies exceeded the budget of one decision (${STEP_BUDGET} steps) at policy ${first?.policyId ?? "?"}, so nothing can be allowed: simplify that policy, or send shorter parameters`;
-    if (rootPending) return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `${reason}; waiting for the root quorum (${quorumText})` };
+    if (rootPending)
+      return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `${reason}; waiting for the root quorum (${quorumText})` };
     return { outcome: "OUTCOME_DENY_IMPLICIT", verdicts, reason };
   }
   const owner = subject.operation.credentialOwner?.(subject.parameters, { userId: subject.requesterId } as Principal);
   if (owner !== undefined && owner === subject.requesterId) {
     return { outcome: "OUTCOME_ALLOW", verdicts, reason: "a user may change its own credentials unless a policy denies it" };
   }
-  if (outcome === "OUTCOME_REQUIRES_CONSENSUS") return { outcome, verdicts, reason: `waiting for the approvals policy ${deciding(outcome)} requires` };
+  if (outcome === "OUTCOME_REQUIRES_CONSENSUS")
+    return { outcome, verdicts, reason: `waiting for the approvals policy ${deciding(outcome)} requires` };
   if (rootPending) return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `waiting for the root quorum (${quorumText})` };
   return { outcome: "OUTCOME_DENY_IMPLICIT", verdicts, reason: "no policy allows it" };
 }
 
 /** The words a caller sees when an activity is refused. */
 export function denialError(subject: Pick<ActivitySubject, "type" | "requesterId">, decision: Decision) {
-  return serviceError("POLICY_DENIED", `${subject.type} by user ${subject.requesterId} is not allowed: ${decision.outcome} (${decision.reason})`);
+  return serviceError(
+    "POLICY_DENIED",
+    `${subject.type} by user ${subject.requesterId} is not allowed: ${decision.outcome} (${decision.reason})`,
+  );
 }
 
 /**
@@ -192,7 +263,16 @@ export async function mayVote(
   // A vote is judged as an activity of its own first: a policy that explicitly denies this user
   // approving (or rejecting) wins over being named by a consensus.
   const voteInput: EvaluationInput = {
-    condition: { activity: { type: voteType, kind: activityKind(voteType), resource: "ACTIVITY", action: voteType === "ACTIVITY_TYPE_REJECT_ACTIVITY" ? "REJECT" : "APPROVE", params: {}, organization_id: subject.organizationId } },
+    condition: {
+      activity: {
+        type: voteType,
+        kind: activityKind(voteType),
+        resource: "ACTIVITY",
+        action: voteType === "ACTIVITY_TYPE_REJECT_ACTIVITY" ? "REJECT" : "APPROVE",
+        params: {},
+        organization_id: subject.organizationId,
+      },
+    },
     approvers: [voterValue],
     credentials: [credentialValue(voter)],
     nowMs: subject.now,
@@ -218,22 +298,51 @@ export async function stillApprovable(trx: Tx, asSubmitted: ActivitySubject): Pr
   const subject = await withLiveVotes(trx, asSubmitted);
   const rejected = new Set(subject.votes.filter((v) => v.selection === "VOTE_SELECTION_REJECTED").map((v) => v.userId));
   const quorum = await rootQuorum(trx, subject.organizationId);
-  const rootOnly = subject.operation.rootOnly || (await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters)) !== undefined;
+  const rootOnly =
+    subject.operation.rootOnly || (await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters)) !== undefined;
   const waitsForRoot = rootOnly || approvedBy(subject.votes).some((id) => quorum.members.has(id));
   if (waitsForRoot && [...quorum.members].filter((id) => !rejected.has(id)).length >= quorum.threshold) return true;
   if (rootOnly) return false;
-  const everyone = await trx.selectFrom("users").select("id").where("organization_id", "=", subject.organizationId).orderBy("created_at").execute();
+  const everyone = await trx
+    .selectFrom("users")
+    .select("id")
+    .where("organization_id", "=", subject.organizationId)
+    .orderBy("created_at")
+    .execute();
   const potential = [...new Set([...approvedBy(subject.votes), ...everyone.map((u) => u.id).filter((id) => !rejected.has(id))])];
   const input = await evaluationInput(trx, subject, potential);
   // Every credential of every potential approver could be the one they approve with.
-  const apiKeys = await trx.selectFrom("api_keys").select(["id", "user_id", "public_key", "curve"]).where("organization_id", "=", subject.organizationId).execute();
-  const passkeys = await trx.selectFrom("authenticators").select(["id", "user_id", "public_key", "credential_id"]).where("organization_id", "=", subject.organizationId).execute();
+  const apiKeys = await trx
+    .selectFrom("api_keys")
+    .select(["id", "user_id", "public_key", "curve"])
+    .where("organization_id", "=", subject.organizationId)
+    .execute();
+  const passkeys = await trx
+    .selectFrom("authenticators")
+    .select(["id", "user_id", "public_key", "credential_id"])
+    .where("organization_id", "=", subject.organizationId)
+    .execute();
   const credentials: Value[] = [
-    ...apiKeys.filter((k) => !rejected.has(k.user_id)).map((k) => ({ id: k.id, user_id: k.user_id, type: API_KEY_CREDENTIAL_TYPES[k.curve] ?? k.curve, credential_id: "", public_key: k.public_key })),
-    ...passkeys.filter((k) => !rejected.has(k.user_id)).map((k) => ({ id: k.id, user_id: k.user_id, type: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR", credential_id: k.credential_id, public_key: k.public_key })),
+    ...apiKeys
+      .filter((k) => !rejected.has(k.user_id))
+      .map((k) => ({
+        id: k.id,
+        user_id: k.user_id,
+        type: API_KEY_CREDENTIAL_TYPES[k.curve] ?? k.curve,
+        credential_id: "",
+        public_key: k.public_key,
+      })),
+    ...passkeys
+      .filter((k) => !rejected.has(k.user_id))
+      .map((k) => ({
+        id: k.id,
+        user_id: k.user_id,
+        type: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR",
+        credential_id: k.credential_id,
+        public_key: k.public_key,
+      })),
   ];
   const policies = await loadPolicies(trx, subject.organizationId);
   await evaluationTurn(subject.organizationId);
   return approvalStillPossible(policies, { ...input, credentials });
 }
-

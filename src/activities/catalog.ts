@@ -48,4 +48,6 @@ export const activityOperations = operations.filter((op): op is SubmitOperation 
 export const queryOperations = operations.filter((op): op is QueryOperation => op.kind === "query");
 
 /** Activity type -> the operation that accepts it, so a type sent to the wrong path gets a useful error. */
-export const operationByActivityType = new Map<string, SubmitOperation>(activityOperations.flatMap((op) => op.types.map((t) => [t, op] as const)));
+export const operationByActivityType = new Map<string, SubmitOperation>(
+  activityOperations.flatMap((op) => op.types.map((t) => [t, op] as const)),
+);

@@ -14,7 +14,14 @@ import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
 import { readStamp, type Stamp } from "../auth/stamps.js";
-import { authenticate, authenticateReadOnlySession, confirmCredential, readOnlySessionHeader, stampVerifiesWith, type Principal } from "../auth/authenticate.js";
+import {
+  authenticate,
+  authenticateReadOnlySession,
+  confirmCredential,
+  readOnlySessionHeader,
+  stampVerifiesWith,
+  type Principal,
+} from "../auth/authenticate.js";
 import { sha256 } from "../crypto/keys.js";
 import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../operations/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
@@ -117,7 +124,8 @@ export class Pipeline {
   }
 
   private checkLiveness(timestampMs: string, now: number): void {
-    if (!/^\d{1,16}$/.test(timestampMs)) throw serviceError("TIMESTAMP_INVALID", `timestampMs must be milliseconds since the epoch as a string, got "${timestampMs}"`);
+    if (!/^\d{1,16}$/.test(timestampMs))
+      throw serviceError("TIMESTAMP_INVALID", `timestampMs must be milliseconds since the epoch as a string, got "${timestampMs}"`);
     const skew = Number(timestampMs) - now;
     if (Math.abs(skew) > this.options.timestampWindowMs) {
       const window = this.options.timestampWindowMs / 1000;
@@ -130,16 +138,25 @@ export class Pipeline {
 
   async submit(operation: SubmitOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
     const { store, env } = this.options;
-    if (readOnlySessionHeader(headers) !== undefined) throw serviceError("READ_ONLY_SESSION", "a read-only session (X-Session) may only query: stamp activities with a key");
+    if (readOnlySessionHeader(headers) !== undefined)
+      throw serviceError("READ_ONLY_SESSION", "a read-only session (X-Session) may only query: stamp activities with a key");
     const stamp = readStamp(headers);
     const body = parseBody(raw);
     const type = (body as { type?: unknown })?.type;
     if (typeof type !== "string") throw serviceError("REQUEST_INVALID", 'missing required field "type"');
     if (!operation.types.includes(type)) {
       const owner = operationByActivityType.get(type);
-      if (owner) throw serviceError("ACTIVITY_TYPE_MISMATCH", `${type} is not accepted by /public/v1/submit/${operation.name}; send it to /public/v1/submit/${owner.name}`);
-      if (swagger.activityTypes[type]) throw serviceError("ACTIVITY_TYPE_UNSUPPORTED", `activity type ${type} is not supported by this server`);
-      throw serviceError("ACTIVITY_TYPE_UNKNOWN", `unknown activity type ${type}; /public/v1/submit/${operation.name} accepts ${operation.types.join(", ")}`);
+      if (owner)
+        throw serviceError(
+          "ACTIVITY_TYPE_MISMATCH",
+          `${type} is not accepted by /public/v1/submit/${operation.name}; send it to /public/v1/submit/${owner.name}`,
+        );
+      if (swagger.activityTypes[type])
+        throw serviceError("ACTIVITY_TYPE_UNSUPPORTED", `activity type ${type} is not supported by this server`);
+      throw serviceError(
+        "ACTIVITY_TYPE_UNKNOWN",
+        `unknown activity type ${type}; /public/v1/submit/${operation.name} accepts ${operation.types.join(", ")}`,
+      );
     }
     validateActivityRequest(type, body);
     const envelope = body as Envelope;
@@ -156,12 +173,18 @@ export class Pipeline {
       // original request, even if that request removed the key (rotating one's own key is common).
       // Only then is the log consulted: a retry by a key that still works is found on insert (below).
       const earlier = await store.reader.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
-      if (earlier && stampVerifiesWith(stamp, raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn)) return this.respond(earlier);
+      if (earlier && stampVerifiesWith(stamp, raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn))
+        return this.respond(earlier);
       throw error;
     }
     refuseParentWrites(principal, envelope.organizationId, operation);
     refuseReadOnlySessions(principal);
-    const precheckFailure: unknown = operation.precheck ? await operation.precheck(envelope.parameters, env, type).then(() => undefined, (error: unknown) => error ?? new Error("precheck failed")) : undefined;
+    const precheckFailure: unknown = operation.precheck
+      ? await operation.precheck(envelope.parameters, env, type).then(
+          () => undefined,
+          (error: unknown) => error ?? new Error("precheck failed"),
+        )
+      : undefined;
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
@@ -170,7 +193,9 @@ export class Pipeline {
         const intent = removeSecrets(operation.intentOf?.(envelope.parameters, type) ?? envelope.parameters, operation.secretParameters);
         // The vote keeps the signed body only when it holds nothing the intent had to leave out
         // (a secret parameter, or an identity token recorded as its claims).
-        const bodyIsRecordable = !carriesSecrets(operation, envelope.parameters) && (!operation.intentOf || JSON.stringify(intent) === JSON.stringify(envelope.parameters));
+        const bodyIsRecordable =
+          !carriesSecrets(operation, envelope.parameters) &&
+          (!operation.intentOf || JSON.stringify(intent) === JSON.stringify(envelope.parameters));
         const vote = this.castBy(principal, activityId, "VOTE_SELECTION_APPROVED", bodyIsRecordable ? raw.toString("utf8") : "", now);
         const row: ActivitiesTable = {
           id: activityId,
@@ -187,7 +212,16 @@ export class Pipeline {
           created_at: now,
           updated_at: now,
         };
-        const subject: ActivitySubject = { organizationId: envelope.organizationId, type, operation, parameters: envelope.parameters, requesterId: principal.userId, votes: [vote], now, confirmed: [principal.credentialId] };
+        const subject: ActivitySubject = {
+          organizationId: envelope.organizationId,
+          type,
+          operation,
+          parameters: envelope.parameters,
+          requesterId: principal.userId,
+          votes: [vote],
+          now,
+          confirmed: [principal.credentialId],
+        };
         // A parent's backend logging in a sub-organization's user is governed by the parent's root
         // quorum and policies: the requester is one of the parent's users.
         if (principal.organizationId !== envelope.organizationId) subject.authorityOrganizationId = principal.organizationId;
@@ -196,7 +230,18 @@ export class Pipeline {
         await insertActivity(trx, row);
         await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
         const queued = await enqueueActivityEvent(trx, row, () => renderActivity(row), now);
-        this.options.logger.info({ activityId, organizationId: row.organization_id, type, status: row.status, userId: principal.userId, outcome: decision.outcome, ...failureOf(row) }, "activity");
+        this.options.logger.info(
+          {
+            activityId,
+            organizationId: row.organization_id,
+            type,
+            status: row.status,
+            userId: principal.userId,
+            outcome: decision.outcome,
+            ...failureOf(row),
+          },
+          "activity",
+        );
         return () => {
           if (queued) this.options.onWebhookEventsQueued?.();
           if (operation.queuesMessages && row.status === "ACTIVITY_STATUS_COMPLETED") this.options.onMessagesQueued?.();
@@ -209,15 +254,23 @@ export class Pipeline {
       // fails on insert, is rolled back whole, and is answered with the activity already recorded.
       if (!isDuplicateFingerprint(error)) throw error;
       // Read inside a write transaction: on SQLite the first may still be in the batch being committed.
-      const existing = await store.transact("shared", (trx) => trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirstOrThrow());
+      const existing = await store.transact("shared", (trx) =>
+        trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirstOrThrow(),
+      );
       // A result that is a credential was shown once, to the first response; a retry cannot repeat it.
       if (operation.kind === "activity" && operation.secretResults?.length && existing.status === "ACTIVITY_STATUS_COMPLETED") {
-        throw serviceError("RESULT_NOT_REPEATABLE", `activity ${existing.id} already completed; its result is a credential shown only in the first response: send a new request (a new timestampMs) for another`);
+        throw serviceError(
+          "RESULT_NOT_REPEATABLE",
+          `activity ${existing.id} already completed; its result is a credential shown only in the first response: send a new request (a new timestampMs) for another`,
+        );
       }
       // The same bytes stamped by someone else are not a retry of theirs: say so rather than answer
       // with another user's activity as if it were the caller's success.
       if (existing.user_id !== principal.userId) {
-        throw serviceError("DUPLICATE_REQUEST", `an identical request body was already submitted by another user (activity ${existing.id}); change timestampMs to submit it yourself`);
+        throw serviceError(
+          "DUPLICATE_REQUEST",
+          `an identical request body was already submitted by another user (activity ${existing.id}); change timestampMs to submit it yourself`,
+        );
       }
       return this.respond(existing);
     }
@@ -227,7 +280,11 @@ export class Pipeline {
    * so an organization's activities are timestamped in the order they are applied (those holding it
    * shared — signatures — run side by side and may commit in another order among themselves).
    * `work` returns the response to send once the transaction has committed. */
-  private async inOrganization(organizationId: string, lock: "exclusive" | "shared", work: (trx: OpenTx, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>): Promise<PipelineResponse> {
+  private async inOrganization(
+    organizationId: string,
+    lock: "exclusive" | "shared",
+    work: (trx: OpenTx, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>,
+  ): Promise<PipelineResponse> {
     const { store } = this.options;
     try {
       const outcome = await store.transact(lock, async (trx) => {
@@ -236,7 +293,8 @@ export class Pipeline {
       });
       return typeof outcome === "function" ? outcome() : outcome;
     } catch (error) {
-      if (error instanceof BatchRolledBack) throw serviceError("TRANSACTION_ROLLED_BACK", `${error.message}; nothing of this request was kept: send it again`);
+      if (error instanceof BatchRolledBack)
+        throw serviceError("TRANSACTION_ROLLED_BACK", `${error.message}; nothing of this request was kept: send it again`);
       throw error;
     }
   }
@@ -262,25 +320,53 @@ export class Pipeline {
 
   /** Carries out a decision on the activity row: run it, keep it waiting for votes, or refuse it. */
   /** Returns the result as the requester may see it, when it differs from the one recorded. */
-  private async apply(trx: OpenTx, decision: Decision, subject: ActivitySubject, row: ActivitiesTable, requester: Principal, precheckFailure?: unknown): Promise<string | void> {
+  private async apply(
+    trx: OpenTx,
+    decision: Decision,
+    subject: ActivitySubject,
+    row: ActivitiesTable,
+    requester: Principal,
+    precheckFailure?: unknown,
+  ): Promise<string | void> {
     const { store, env } = this.options;
     const fail = (error: ServiceError) => {
       row.status = "ACTIVITY_STATUS_FAILED";
       row.failure = JSON.stringify(error.toBody());
     };
-    if (decision.outcome === "OUTCOME_DENY_EXPLICIT" || decision.outcome === "OUTCOME_DENY_IMPLICIT") return fail(denialError(subject, decision));
+    if (decision.outcome === "OUTCOME_DENY_EXPLICIT" || decision.outcome === "OUTCOME_DENY_IMPLICIT")
+      return fail(denialError(subject, decision));
     if (decision.outcome === "OUTCOME_REQUIRES_CONSENSUS") {
       // Its secret parameters are not stored, so it could not run later: it must be allowed now.
-      if (carriesSecrets(subject.operation, subject.parameters)) return fail(serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`));
+      if (carriesSecrets(subject.operation, subject.parameters))
+        return fail(
+          serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`),
+        );
       // Its result would be a credential nobody receives (the approval's response is another's).
-      if (subject.operation.secretResults?.length) return fail(serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} returns a credential and cannot wait for approvals: ${decision.reason}`));
+      if (subject.operation.secretResults?.length)
+        return fail(
+          serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} returns a credential and cannot wait for approvals: ${decision.reason}`),
+        );
       // Votes are cast in the activity's organization, where a parent's users cannot vote.
-      if (subject.authorityOrganizationId) return fail(serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} requested by the parent organization cannot wait for approvals: ${decision.reason}`));
+      if (subject.authorityOrganizationId)
+        return fail(
+          serviceError(
+            "CONSENSUS_NOT_SUPPORTED",
+            `${subject.type} requested by the parent organization cannot wait for approvals: ${decision.reason}`,
+          ),
+        );
       row.status = "ACTIVITY_STATUS_CONSENSUS_NEEDED";
       return;
     }
     if (precheckFailure) return fail(precheckFailure instanceof ServiceError ? precheckFailure : this.internal(precheckFailure, row.id));
-    const ctx = { trx, dialect: store.dialect, organizationId: subject.organizationId, activityId: row.id, principal: requester, now: subject.now, env };
+    const ctx = {
+      trx,
+      dialect: store.dialect,
+      organizationId: subject.organizationId,
+      activityId: row.id,
+      principal: requester,
+      now: subject.now,
+      env,
+    };
     // An operation that writes nothing has nothing to undo: it runs without a savepoint (two round
     // trips fewer on PostgreSQL for every signature).
     const undoable = !subject.operation.leavesOrganizationUnchanged;
@@ -293,7 +379,9 @@ export class Pipeline {
       // A result that is itself a credential (a read-only session, a verification token) goes to the
       // requester in this response only: the audit log, other readers and webhooks get it redacted.
       const secrets = subject.operation.secretResults ?? [];
-      row.result = JSON.stringify(secrets.length ? Object.fromEntries(Object.entries(result).map(([k, v]) => [k, secrets.includes(k) ? "<redacted>" : v])) : result);
+      row.result = JSON.stringify(
+        secrets.length ? Object.fromEntries(Object.entries(result).map(([k, v]) => [k, secrets.includes(k) ? "<redacted>" : v])) : result,
+      );
       if (secrets.length) return JSON.stringify(result);
     } catch (error) {
       await savepoint?.rollbackToSavepoint("operation").execute();
@@ -315,25 +403,49 @@ export class Pipeline {
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
     return this.inOrganization(envelope.organizationId, "exclusive", async (trx, now) => {
       await confirmCredential(trx, principal, now);
-      const row = await trx.selectFrom("activities").selectAll().where("organization_id", "=", envelope.organizationId).where("fingerprint", "=", fingerprint).executeTakeFirst();
-      if (!row) throw serviceError("ACTIVITY_NOT_FOUND", `no activity of organization ${envelope.organizationId} has fingerprint ${fingerprint}`);
+      const row = await trx
+        .selectFrom("activities")
+        .selectAll()
+        .where("organization_id", "=", envelope.organizationId)
+        .where("fingerprint", "=", fingerprint)
+        .executeTakeFirst();
+      if (!row)
+        throw serviceError("ACTIVITY_NOT_FOUND", `no activity of organization ${envelope.organizationId} has fingerprint ${fingerprint}`);
       const votes = JSON.parse(row.votes) as StoredVote[];
       const mine = votes.find((v) => v.userId === principal.userId);
       const pending = row.status === "ACTIVITY_STATUS_CONSENSUS_NEEDED";
-      if (mine && mine.selection !== operation.selection) throw serviceError("VOTE_ALREADY_CAST", `user ${principal.userId} already voted ${mine.selection} on activity ${row.id}; a vote cannot be changed`);
+      if (mine && mine.selection !== operation.selection)
+        throw serviceError(
+          "VOTE_ALREADY_CAST",
+          `user ${principal.userId} already voted ${mine.selection} on activity ${row.id}; a vote cannot be changed`,
+        );
       // Voting again the same way is a retry, answered with the activity as it stands.
-      if (mine && !(pending && mine.selection === "VOTE_SELECTION_APPROVED")) return { status: 200, body: { activity: renderActivity(row) } };
-      if (!pending) throw serviceError("ACTIVITY_NOT_PENDING", `activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`);
+      if (mine && !(pending && mine.selection === "VOTE_SELECTION_APPROVED"))
+        return { status: 200, body: { activity: renderActivity(row) } };
+      if (!pending)
+        throw serviceError("ACTIVITY_NOT_PENDING", `activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`);
       const target = operationByActivityType.get(row.type);
       if (target?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
-      const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation: target, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now, confirmed: [principal.credentialId] };
+      const subject: ActivitySubject = {
+        organizationId: row.organization_id,
+        type: row.type,
+        operation: target,
+        parameters: JSON.parse(row.intent),
+        requesterId: row.user_id ?? "",
+        votes,
+        now,
+        confirmed: [principal.credentialId],
+      };
 
       // Repeating an approval decides the activity again without a new vote: what it waits for may
       // have been met by something other than a vote (a tag given to an approver, a new policy).
       const vote = mine ?? this.castBy(principal, row.id, operation.selection, raw.toString("utf8"), now);
       if (!mine) {
         if (!(await mayVote(trx, subject, vote, envelope.type))) {
-          throw serviceError("VOTE_NOT_ALLOWED", `user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`);
+          throw serviceError(
+            "VOTE_NOT_ALLOWED",
+            `user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`,
+          );
         }
         subject.votes = [...votes, vote];
       }
@@ -351,11 +463,27 @@ export class Pipeline {
         row.status = "ACTIVITY_STATUS_REJECTED";
         outcome = "OUTCOME_REJECTED";
       }
-      await trx.updateTable("activities").set({ status: row.status, result: row.result, failure: row.failure, votes: row.votes, updated_at: row.updated_at }).where("id", "=", row.id).execute();
+      await trx
+        .updateTable("activities")
+        .set({ status: row.status, result: row.result, failure: row.failure, votes: row.votes, updated_at: row.updated_at })
+        .where("id", "=", row.id)
+        .execute();
       await recordEvaluation(trx, row, vote, outcome, verdicts, now);
       // Receivers hear of every change of an activity's status, not of votes that change nothing.
-      const queued = row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? await enqueueActivityEvent(trx, row, () => renderActivity(row), now) : 0;
-      this.options.logger.info({ activityId: row.id, organizationId: row.organization_id, type: row.type, status: row.status, userId: principal.userId, vote: operation.selection, ...failureOf(row) }, "vote");
+      const queued =
+        row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? await enqueueActivityEvent(trx, row, () => renderActivity(row), now) : 0;
+      this.options.logger.info(
+        {
+          activityId: row.id,
+          organizationId: row.organization_id,
+          type: row.type,
+          status: row.status,
+          userId: principal.userId,
+          vote: operation.selection,
+          ...failureOf(row),
+        },
+        "vote",
+      );
       return () => {
         if (queued) this.options.onWebhookEventsQueued?.();
         return { status: 200, body: { activity: renderActivity(row) } };
@@ -389,8 +517,21 @@ export class Pipeline {
     const operation = operationByActivityType.get(row.type);
     if (votes.some((v) => v.userId === principal.userId) || operation?.kind !== "activity") return none;
     const db = this.options.store.reader;
-    const subject: ActivitySubject = { organizationId: row.organization_id, type: row.type, operation, parameters: JSON.parse(row.intent), requesterId: row.user_id ?? "", votes, now };
-    const voter = { userId: principal.userId, credentialId: principal.credentialId, credentialType: principal.credentialType, publicKey: principal.publicKey };
+    const subject: ActivitySubject = {
+      organizationId: row.organization_id,
+      type: row.type,
+      operation,
+      parameters: JSON.parse(row.intent),
+      requesterId: row.user_id ?? "",
+      votes,
+      now,
+    };
+    const voter = {
+      userId: principal.userId,
+      credentialId: principal.credentialId,
+      credentialType: principal.credentialType,
+      publicKey: principal.publicKey,
+    };
     return {
       canApprove: await mayVote(db, subject, voter, "ACTIVITY_TYPE_APPROVE_ACTIVITY"),
       canReject: await mayVote(db, subject, voter, "ACTIVITY_TYPE_REJECT_ACTIVITY"),
@@ -419,7 +560,14 @@ export class Pipeline {
     const result = await operation.run({ db: store.reader, readSnapshot, organizationId, principal, now, votingRights }, body);
     if ("activity" in result) return { status: 200, body: result };
     // The spec's query envelope, served beside the top-level keys the clients read.
-    const activity = { id: newId(), status: "ACTIVITY_STATUS_COMPLETED", type: "ACTIVITY_TYPE_UNKNOWN_V1", organizationId, timestampMs: String(now), result };
+    const activity = {
+      id: newId(),
+      status: "ACTIVITY_STATUS_COMPLETED",
+      type: "ACTIVITY_TYPE_UNKNOWN_V1",
+      organizationId,
+      timestampMs: String(now),
+      result,
+    };
     return { status: 200, body: { ...result, activity } };
   }
 }

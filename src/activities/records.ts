@@ -36,7 +36,6 @@ export interface StoredVote {
   webauthnCredentialId?: string;
 }
 
-
 function keyed(keys: string[], value: unknown): Record<string, unknown> {
   return Object.fromEntries(keys.map((k) => [k, value]));
 }
@@ -45,7 +44,15 @@ function renderVote(vote: StoredVote) {
   return {
     id: vote.id,
     userId: vote.userId,
-    user: { ...vote.user, authenticators: [], apiKeys: [], userTags: [], oauthProviders: [], createdAt: timestamp(vote.createdAt), updatedAt: timestamp(vote.createdAt) },
+    user: {
+      ...vote.user,
+      authenticators: [],
+      apiKeys: [],
+      userTags: [],
+      oauthProviders: [],
+      createdAt: timestamp(vote.createdAt),
+      updatedAt: timestamp(vote.createdAt),
+    },
     activityId: vote.activityId,
     selection: vote.selection,
     message: vote.message,
@@ -101,10 +108,25 @@ export function requesterOf(firstVote: StoredVote, organizationId: string): Prin
 }
 
 /** One row per vote: how the organization's policies judged the activity at that vote. */
-export async function recordEvaluation(trx: Tx, activity: ActivitiesTable, vote: StoredVote, outcome: string, verdicts: PolicyVerdict[], now: number): Promise<void> {
+export async function recordEvaluation(
+  trx: Tx,
+  activity: ActivitiesTable,
+  vote: StoredVote,
+  outcome: string,
+  verdicts: PolicyVerdict[],
+  now: number,
+): Promise<void> {
   await trx
     .insertInto("policy_evaluations")
-    .values({ id: newId(), organization_id: activity.organization_id, activity_id: activity.id, vote_id: vote.id, outcome, evaluations: JSON.stringify(verdicts), created_at: now })
+    .values({
+      id: newId(),
+      organization_id: activity.organization_id,
+      activity_id: activity.id,
+      vote_id: vote.id,
+      outcome,
+      evaluations: JSON.stringify(verdicts),
+      created_at: now,
+    })
     .execute();
 }
 

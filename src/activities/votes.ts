@@ -3,6 +3,14 @@
 import { defineVote } from "../operations/registry.js";
 
 export const voteOperations = [
-  defineVote({ name: "approve_activity", summary: "Approve a pending activity, named by its fingerprint; it runs once the approvals satisfy a policy or the root quorum.", selection: "VOTE_SELECTION_APPROVED" }),
-  defineVote({ name: "reject_activity", summary: "Reject a pending activity, named by its fingerprint; it is rejected once approval has become impossible.", selection: "VOTE_SELECTION_REJECTED" }),
+  defineVote({
+    name: "approve_activity",
+    summary: "Approve a pending activity, named by its fingerprint; it runs once the approvals satisfy a policy or the root quorum.",
+    selection: "VOTE_SELECTION_APPROVED",
+  }),
+  defineVote({
+    name: "reject_activity",
+    summary: "Reject a pending activity, named by its fingerprint; it is rejected once approval has become impossible.",
+    selection: "VOTE_SELECTION_REJECTED",
+  }),
 ];

@@ -8,7 +8,11 @@ export interface Principal {
   /** The organization the credential belongs to. */
   organizationId: string;
   userId: string;
-  credentialType: "CREDENTIAL_TYPE_API_KEY_P256" | "CREDENTIAL_TYPE_API_KEY_SECP256K1" | "CREDENTIAL_TYPE_API_KEY_ED25519" | "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR";
+  credentialType:
+    | "CREDENTIAL_TYPE_API_KEY_P256"
+    | "CREDENTIAL_TYPE_API_KEY_SECP256K1"
+    | "CREDENTIAL_TYPE_API_KEY_ED25519"
+    | "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR";
   /** The API key id or authenticator id. */
   credentialId: string;
   publicKey: string;
@@ -41,8 +45,12 @@ export const WEBAUTHN_ORIGINS = "FEATURE_NAME_WEBAUTHN_ORIGINS";
 async function webauthnOriginsFor(db: Db, organizationId: string): Promise<string[] | null> {
   const row = await db
     .selectFrom("organizations as o")
-    .leftJoin("organization_features as own", (join) => join.onRef("own.organization_id", "=", "o.id").on("own.name", "=", WEBAUTHN_ORIGINS))
-    .leftJoin("organization_features as inherited", (join) => join.onRef("inherited.organization_id", "=", "o.parent_organization_id").on("inherited.name", "=", WEBAUTHN_ORIGINS))
+    .leftJoin("organization_features as own", (join) =>
+      join.onRef("own.organization_id", "=", "o.id").on("own.name", "=", WEBAUTHN_ORIGINS),
+    )
+    .leftJoin("organization_features as inherited", (join) =>
+      join.onRef("inherited.organization_id", "=", "o.parent_organization_id").on("inherited.name", "=", WEBAUTHN_ORIGINS),
+    )
     .select(["own.value as own", "inherited.value as inherited"])
     .where("o.id", "=", organizationId)
     .executeTakeFirst();
@@ -77,10 +85,21 @@ type Candidate = { organization_id: string; organization_parent: string | null }
  * one of its parent (which reads its sub-organizations), else — when the scope allows — one of a
  * sub-organization of it; or explains why none.
  */
-async function chooseForOrganization<T extends Candidate>(db: Db, candidates: T[], organizationId: string, what: string, scope: CredentialScope): Promise<T> {
+async function chooseForOrganization<T extends Candidate>(
+  db: Db,
+  candidates: T[],
+  organizationId: string,
+  what: string,
+  scope: CredentialScope,
+): Promise<T> {
   const match = candidates.find((c) => c.organization_id === organizationId);
   if (match) return match;
-  const organization = await db.selectFrom("organizations").select(["id", "parent_organization_id"]).where("id", "=", organizationId).where("deleted_at", "is", null).executeTakeFirst();
+  const organization = await db
+    .selectFrom("organizations")
+    .select(["id", "parent_organization_id"])
+    .where("id", "=", organizationId)
+    .where("deleted_at", "is", null)
+    .executeTakeFirst();
   if (!organization) throw serviceError("ORGANIZATION_NOT_FOUND", `organization ${organizationId} not found`);
   const parent = organization.parent_organization_id && candidates.find((c) => c.organization_id === organization.parent_organization_id);
   if (parent) return parent;
@@ -89,7 +108,10 @@ async function chooseForOrganization<T extends Candidate>(db: Db, candidates: T[
     // Public keys are public: anyone may register someone else's in their own sub-organization. A
     // key found in several sub-organizations therefore names none of them for certain.
     if (children.length > 1) {
-      throw serviceError("AMBIGUOUS_SUB_ORGANIZATION", `${what} is a credential in ${children.length} sub-organizations of ${organizationId}: name the sub-organization in organizationId`);
+      throw serviceError(
+        "AMBIGUOUS_SUB_ORGANIZATION",
+        `${what} is a credential in ${children.length} sub-organizations of ${organizationId}: name the sub-organization in organizationId`,
+      );
     }
     if (children[0]) return children[0];
   }
@@ -101,7 +123,15 @@ async function chooseForOrganization<T extends Candidate>(db: Db, candidates: T[
  * of its parent, or, as `scope` allows, of a sub-organization of it). `principal.organizationId` is
  * the credential's own organization, which may differ from the one named.
  */
-export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organizationId: string, now: number, webauthn: WebauthnPolicy, scope: CredentialScope = {}): Promise<Principal> {
+export async function authenticate(
+  db: Db,
+  stamp: Stamp,
+  body: Uint8Array,
+  organizationId: string,
+  now: number,
+  webauthn: WebauthnPolicy,
+  scope: CredentialScope = {},
+): Promise<Principal> {
   if (stamp.kind === "API_KEY") {
     if (!verifyApiKeyStamp(stamp, body)) throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
     const candidates = await db
@@ -118,7 +148,8 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
       throw serviceError("SIGNATURE_INVALID", `stamp scheme ${stamp.scheme} does not match the key's curve ${key.curve}`);
     }
     if (key.expires_at !== null && key.expires_at <= now) throw serviceError("API_KEY_EXPIRED", `API key ${key.id} has expired`);
-    if (scope.apiKeyMaxAgeMs && key.created_at + scope.apiKeyMaxAgeMs <= now) throw credentialTooOld(`API key ${key.id}`, scope.apiKeyMaxAgeMs);
+    if (scope.apiKeyMaxAgeMs && key.created_at + scope.apiKeyMaxAgeMs <= now)
+      throw credentialTooOld(`API key ${key.id}`, scope.apiKeyMaxAgeMs);
     return {
       organizationId: key.organization_id,
       userId: key.user_id,
@@ -153,9 +184,14 @@ export async function authenticate(db: Db, stamp: Stamp, body: Uint8Array, organ
   const organizationOrigins = await webauthnOriginsFor(db, authenticator.organization_id);
   // An organization's list narrows the operator's (SIGIL_WEBAUTHN_ORIGINS), never widens it; a list
   // that leaves nothing refuses every origin.
-  const origins = organizationOrigins && webauthn.origins.length ? organizationOrigins.filter((o) => webauthn.origins.includes(o)) : organizationOrigins;
+  const origins =
+    organizationOrigins && webauthn.origins.length ? organizationOrigins.filter((o) => webauthn.origins.includes(o)) : organizationOrigins;
   try {
-    if (origins && origins.length === 0) throw serviceError("SIGNATURE_INVALID", "no WebAuthn origin is allowed for this organization: its FEATURE_NAME_WEBAUTHN_ORIGINS and the server's SIGIL_WEBAUTHN_ORIGINS have none in common");
+    if (origins && origins.length === 0)
+      throw serviceError(
+        "SIGNATURE_INVALID",
+        "no WebAuthn origin is allowed for this organization: its FEATURE_NAME_WEBAUTHN_ORIGINS and the server's SIGIL_WEBAUTHN_ORIGINS have none in common",
+      );
     verifyWebauthnStamp(stamp, body, authenticator.public_key, origins ? { ...webauthn, origins } : webauthn);
   } catch (error) {
     if (error instanceof ServiceError) throw error;
@@ -198,19 +234,44 @@ export async function authenticateReadOnlySession(
   maxAgeMs: number | null = null,
 ): Promise<Principal> {
   const claims = verify(token.trim());
-  if (!claims || claims.session_type !== "SESSION_TYPE_READ_ONLY" || typeof claims.user_id !== "string" || typeof claims.organization_id !== "string" || typeof claims.credential_id !== "string") {
+  if (
+    !claims ||
+    claims.session_type !== "SESSION_TYPE_READ_ONLY" ||
+    typeof claims.user_id !== "string" ||
+    typeof claims.organization_id !== "string" ||
+    typeof claims.credential_id !== "string"
+  ) {
     throw serviceError("SESSION_INVALID", "X-Session is not a read-only session of this server");
   }
-  if (typeof claims.exp !== "number" || claims.exp * 1000 <= now) throw serviceError("SESSION_EXPIRED", "the read-only session has expired: create a new one");
+  if (typeof claims.exp !== "number" || claims.exp * 1000 <= now)
+    throw serviceError("SESSION_EXPIRED", "the read-only session has expired: create a new one");
   // The token is a bearer credential, replayable as a whole until it expires or gets too old.
-  if (maxAgeMs && (typeof claims.iat !== "number" || claims.iat * 1000 + maxAgeMs <= now)) throw credentialTooOld("the read-only session", maxAgeMs);
+  if (maxAgeMs && (typeof claims.iat !== "number" || claims.iat * 1000 + maxAgeMs <= now))
+    throw credentialTooOld("the read-only session", maxAgeMs);
   if (claims.organization_id !== organizationId) {
-    const organization = await db.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId).where("deleted_at", "is", null).executeTakeFirst();
-    if (organization?.parent_organization_id !== claims.organization_id) throw serviceError("ORGANIZATION_MISMATCH", `the read-only session belongs to organization ${claims.organization_id}`);
+    const organization = await db
+      .selectFrom("organizations")
+      .select("parent_organization_id")
+      .where("id", "=", organizationId)
+      .where("deleted_at", "is", null)
+      .executeTakeFirst();
+    if (organization?.parent_organization_id !== claims.organization_id)
+      throw serviceError("ORGANIZATION_MISMATCH", `the read-only session belongs to organization ${claims.organization_id}`);
   }
-  const user = await db.selectFrom("users").select(["id", "name", "email"]).where("id", "=", claims.user_id).where("organization_id", "=", claims.organization_id).executeTakeFirst();
-  const key = await db.selectFrom("api_keys").select(["id", "curve", "expires_at"]).where("id", "=", claims.credential_id).executeTakeFirst();
-  const passkey = key ? undefined : await db.selectFrom("authenticators").select("id").where("id", "=", claims.credential_id).executeTakeFirst();
+  const user = await db
+    .selectFrom("users")
+    .select(["id", "name", "email"])
+    .where("id", "=", claims.user_id)
+    .where("organization_id", "=", claims.organization_id)
+    .executeTakeFirst();
+  const key = await db
+    .selectFrom("api_keys")
+    .select(["id", "curve", "expires_at"])
+    .where("id", "=", claims.credential_id)
+    .executeTakeFirst();
+  const passkey = key
+    ? undefined
+    : await db.selectFrom("authenticators").select("id").where("id", "=", claims.credential_id).executeTakeFirst();
   if (!user || (!key && !passkey) || (key && key.expires_at !== null && key.expires_at <= now)) {
     throw serviceError("SESSION_INVALID", "the credential that opened this read-only session no longer exists");
   }
@@ -230,7 +291,8 @@ export async function authenticateReadOnlySession(
 
 /** Whether the credential a principal authenticated with still exists (and has not expired). */
 export async function confirmCredential(trx: Tx, principal: Principal, now: number): Promise<void> {
-  const gone = () => serviceError("PUBLIC_KEY_NOT_FOUND", `the credential ${principal.credentialId} that stamped this request no longer exists`);
+  const gone = () =>
+    serviceError("PUBLIC_KEY_NOT_FOUND", `the credential ${principal.credentialId} that stamped this request no longer exists`);
   if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
     const row = await trx.selectFrom("authenticators").select("id").where("id", "=", principal.credentialId).executeTakeFirst();
     if (!row) throw gone();

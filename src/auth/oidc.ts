@@ -25,7 +25,8 @@ export interface OidcVerifier {
 export function oidcJwt(raw: unknown): string {
   const text = String(raw ?? "").trim();
   const jwt = text.split(".").length === 3 ? text : Buffer.from(text, "base64").toString("utf8").trim();
-  if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(jwt)) throw serviceError("OIDC_TOKEN_INVALID", "oidcToken is not a JWT (or base64 of one)", "InvalidArgument");
+  if (!/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/.test(jwt))
+    throw serviceError("OIDC_TOKEN_INVALID", "oidcToken is not a JWT (or base64 of one)", "InvalidArgument");
   return jwt;
 }
 
@@ -42,7 +43,10 @@ export function unverifiedOidcClaims(raw: unknown): { iss: string; sub: string; 
 
 const ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"];
 
-export function oidcVerifier(allowedIssuers: string[], options: { timeoutMs?: number; clockToleranceSeconds?: number; clock?: () => number } = {}): OidcVerifier {
+export function oidcVerifier(
+  allowedIssuers: string[],
+  options: { timeoutMs?: number; clockToleranceSeconds?: number; clock?: () => number } = {},
+): OidcVerifier {
   const allowed = new Set(allowedIssuers);
   const keySets = new Map<string, Promise<ReturnType<typeof createRemoteJWKSet>>>();
   const timeoutMs = options.timeoutMs ?? 5_000;
@@ -58,9 +62,16 @@ export function oidcVerifier(allowedIssuers: string[], options: { timeoutMs?: nu
       throw serviceError("OIDC_DISCOVERY_FAILED", `could not read the discovery document of issuer ${issuer}: ${(error as Error).message}`);
     }
     if (document.issuer !== issuer || typeof document.jwks_uri !== "string") {
-      throw serviceError("OIDC_DISCOVERY_FAILED", `the discovery document of ${issuer} names issuer ${String(document.issuer)} / jwks_uri ${String(document.jwks_uri)}`);
+      throw serviceError(
+        "OIDC_DISCOVERY_FAILED",
+        `the discovery document of ${issuer} names issuer ${String(document.issuer)} / jwks_uri ${String(document.jwks_uri)}`,
+      );
     }
-    return createRemoteJWKSet(new URL(document.jwks_uri), { timeoutDuration: timeoutMs, cooldownDuration: 30_000, cacheMaxAge: 10 * 60_000 });
+    return createRemoteJWKSet(new URL(document.jwks_uri), {
+      timeoutDuration: timeoutMs,
+      cooldownDuration: 30_000,
+      cacheMaxAge: 10 * 60_000,
+    });
   }
 
   function keySetOf(issuer: string) {
@@ -84,21 +95,37 @@ export function oidcVerifier(allowedIssuers: string[], options: { timeoutMs?: nu
         throw serviceError("OIDC_TOKEN_INVALID", "oidcToken is not a JWT", "InvalidArgument");
       }
       if (!allowed.has(issuer)) {
-        throw serviceError("OIDC_ISSUER_NOT_ALLOWED", `tokens of issuer "${issuer}" are not accepted: the operator lists the accepted issuers in SIGIL_OIDC_ALLOWED_ISSUERS`);
+        throw serviceError(
+          "OIDC_ISSUER_NOT_ALLOWED",
+          `tokens of issuer "${issuer}" are not accepted: the operator lists the accepted issuers in SIGIL_OIDC_ALLOWED_ISSUERS`,
+        );
       }
       const keySet = await keySetOf(issuer);
       try {
         const now = options.clock ? Math.floor(options.clock() / 1000) : undefined;
         // exp and sub are required: jose checks exp only when present, and a token that never expires
         // would be a lasting credential.
-        const { payload } = await jwtVerify(token, keySet, { issuer, algorithms: ALGORITHMS, requiredClaims: ["exp", "sub"], clockTolerance: options.clockToleranceSeconds ?? 30, ...(now !== undefined ? { currentDate: new Date(now * 1000) } : {}) });
+        const { payload } = await jwtVerify(token, keySet, {
+          issuer,
+          algorithms: ALGORITHMS,
+          requiredClaims: ["exp", "sub"],
+          clockTolerance: options.clockToleranceSeconds ?? 30,
+          ...(now !== undefined ? { currentDate: new Date(now * 1000) } : {}),
+        });
         if (!payload.sub) throw serviceError("OIDC_TOKEN_INVALID", "the OIDC token has no subject (sub)", "Unauthenticated");
         const audiences = Array.isArray(payload.aud) ? payload.aud : payload.aud ? [payload.aud] : [];
-        return { issuer, subject: payload.sub, audiences, nonce: typeof payload.nonce === "string" ? payload.nonce : undefined, claims: payload };
+        return {
+          issuer,
+          subject: payload.sub,
+          audiences,
+          nonce: typeof payload.nonce === "string" ? payload.nonce : undefined,
+          claims: payload,
+        };
       } catch (error) {
         if (error instanceof ServiceError) throw error;
         if (error instanceof joseErrors.JWTExpired) throw serviceError("OIDC_TOKEN_EXPIRED", "the OIDC token has expired");
-        if (error instanceof joseErrors.JWTClaimValidationFailed && (error.claim === "exp" || error.claim === "sub")) throw serviceError("OIDC_TOKEN_INVALID", `the OIDC token has no ${error.claim} claim`, "Unauthenticated");
+        if (error instanceof joseErrors.JWTClaimValidationFailed && (error.claim === "exp" || error.claim === "sub"))
+          throw serviceError("OIDC_TOKEN_INVALID", `the OIDC token has no ${error.claim} claim`, "Unauthenticated");
         if (error instanceof joseErrors.JWSSignatureVerificationFailed || error instanceof joseErrors.JWKSNoMatchingKey) {
           throw serviceError("OIDC_SIGNATURE_INVALID", `the OIDC token's signature does not verify with the keys of ${issuer}`);
         }

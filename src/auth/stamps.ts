@@ -53,7 +53,7 @@ export function readStamp(headers: Record<string, string | string[] | undefined>
   // Repeated header lines arrive as arrays (the HTTP layer passes them distinct); a proxy may instead
   // have joined them with ", ", which base64url never contains.
   const repeated = (value: string | string[] | undefined) => Array.isArray(value) && value.length > 1;
-  if (repeated(apiKey) || repeated(webauthn) || (typeof apiKey === "string" ? apiKey : apiKey?.[0] ?? "").includes(",")) {
+  if (repeated(apiKey) || repeated(webauthn) || (typeof apiKey === "string" ? apiKey : (apiKey?.[0] ?? "")).includes(",")) {
     throw serviceError("MULTIPLE_STAMPS", "the stamp header appears more than once: send exactly one");
   }
   const single = (value: string | string[]) => (Array.isArray(value) ? value[0] : value);
@@ -92,7 +92,10 @@ export function parseApiKeyStamp(header: string): ApiKeyStamp {
 export function parseWebauthnStamp(header: string): WebauthnStamp {
   const obj = parseJsonObject(header, "X-Stamp-Webauthn");
   const fields = ["authenticatorData", "clientDataJson", "credentialId", "signature"] as const;
-  const values = Object.fromEntries(fields.map((f) => [f, stringField(obj, f, "X-Stamp-Webauthn")])) as Record<(typeof fields)[number], string>;
+  const values = Object.fromEntries(fields.map((f) => [f, stringField(obj, f, "X-Stamp-Webauthn")])) as Record<
+    (typeof fields)[number],
+    string
+  >;
   for (const f of fields) if (!BASE64URL.test(values[f])) throw malformed(`X-Stamp-Webauthn ${f} is not base64url`);
   return { kind: "WEBAUTHN", ...values };
 }

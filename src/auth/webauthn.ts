@@ -107,7 +107,12 @@ const stampInvalid = (why: string) => serviceError("SIGNATURE_INVALID", `passkey
  * Checks a passkey assertion over a request body: the challenge must be the lowercase hex SHA-256 of
  * the body, the user must have been present, and the signature must verify with the stored key.
  */
-export function verifyWebauthnStamp(stamp: WebauthnStamp, body: Uint8Array, publicKeyHex: string, policy: WebauthnPolicy): { signCount: number } {
+export function verifyWebauthnStamp(
+  stamp: WebauthnStamp,
+  body: Uint8Array,
+  publicKeyHex: string,
+  policy: WebauthnPolicy,
+): { signCount: number } {
   const clientDataBytes = Buffer.from(stamp.clientDataJson, "base64url");
   let clientData: { type?: unknown; challenge?: unknown; origin?: unknown };
   try {

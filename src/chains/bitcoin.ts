@@ -14,7 +14,12 @@ export class BitcoinError extends Error {
 type Network = typeof NETWORK;
 
 const MAX_INPUTS = 256;
-const NETWORKS: Record<string, Network> = { MAINNET: NETWORK, TESTNET: TEST_NETWORK, SIGNET: TEST_NETWORK, REGTEST: { ...TEST_NETWORK, bech32: "bcrt" } };
+const NETWORKS: Record<string, Network> = {
+  MAINNET: NETWORK,
+  TESTNET: TEST_NETWORK,
+  SIGNET: TEST_NETWORK,
+  REGTEST: { ...TEST_NETWORK, bech32: "bcrt" },
+};
 const FORMAT = /^ADDRESS_FORMAT_BITCOIN_(MAINNET|TESTNET|SIGNET|REGTEST)_/;
 /** A locktime below this is a block height, from it on a Unix time (BIP-65, Bitcoin Core's LOCKTIME_THRESHOLD). */
 const LOCKTIME_THRESHOLD = 500_000_000;
@@ -58,7 +63,8 @@ export function parsePsbt(unsignedHex: string, addresses: { format: string; addr
   const hex = unsignedHex.startsWith("0x") ? unsignedHex.slice(2) : unsignedHex;
   if (!/^([0-9a-fA-F]{2})+$/.test(hex)) throw new BitcoinError("unsignedTransaction must be the hex of a PSBT");
   const bitcoin = addresses.filter(({ format }) => FORMAT.test(format));
-  if (bitcoin.length === 0) throw new BitcoinError(`${signerName} has no Bitcoin address: name the key by the Bitcoin address whose inputs it signs`);
+  if (bitcoin.length === 0)
+    throw new BitcoinError(`${signerName} has no Bitcoin address: name the key by the Bitcoin address whose inputs it signs`);
   const networks = new Map<Network, string>();
   for (const { format } of bitcoin) {
     const name = FORMAT.exec(format)![1]!;
@@ -77,7 +83,8 @@ export function parsePsbt(unsignedHex: string, addresses: { format: string; addr
   } catch (error) {
     throw new BitcoinError(`unsignedTransaction is not a PSBT: ${(error as Error).message}`);
   }
-  if (transaction.inputsLength > MAX_INPUTS) throw new BitcoinError(`the PSBT has ${transaction.inputsLength} inputs; at most ${MAX_INPUTS} are signed per request`);
+  if (transaction.inputsLength > MAX_INPUTS)
+    throw new BitcoinError(`the PSBT has ${transaction.inputsLength} inputs; at most ${MAX_INPUTS} are signed per request`);
   const scripts = bitcoin.map(({ format, address }) => bitcoinScript(format, address)!);
   return { transaction, scripts, keyword: transactionKeyword(transaction, network!) };
 }
@@ -150,7 +157,8 @@ export function signPsbt(parsed: ParsedPsbt, privateKey: Uint8Array, signerName:
     const previous = previousOutput(input)?.script;
     if (!previous || !scripts.some((script) => same(script, previous))) continue;
     // Key-path only: a taproot input naming script leaves or a merkle root commits to more than the key.
-    if (input.tapLeafScript?.length || input.tapMerkleRoot?.length) throw new BitcoinError(`input ${i} spends a taproot output through a script path, which this server does not sign`);
+    if (input.tapLeafScript?.length || input.tapMerkleRoot?.length)
+      throw new BitcoinError(`input ${i} spends a taproot output through a script path, which this server does not sign`);
     try {
       // Only each input type's default sighash (ALL; Taproot's DEFAULT) is signed, so the signature
       // commits to every input and output policies were shown; a PSBT asking another is refused.
@@ -159,6 +167,9 @@ export function signPsbt(parsed: ParsedPsbt, privateKey: Uint8Array, signerName:
       throw new BitcoinError(`input ${i} cannot be signed: ${(error as Error).message}`);
     }
   }
-  if (signed === 0) throw new BitcoinError(`no input of the PSBT is spendable by ${signerName}: each input needs its witness or previous transaction, and the script of that address`);
+  if (signed === 0)
+    throw new BitcoinError(
+      `no input of the PSBT is spendable by ${signerName}: each input needs its witness or previous transaction, and the script of that address`,
+    );
   return Buffer.from(transaction.toPSBT()).toString("hex");
 }

@@ -1,7 +1,16 @@
 // Ethereum: unsigned transactions in (RLP hex; legacy, EIP-2930, EIP-1559, EIP-4844, EIP-7702),
 // signed ones out, EIP-712 typed data and EIP-7702 authorizations hashed — all by viem. Also what
 // policies see of them (`eth.tx`, `eth.eip_712`), with the product's field names.
-import { checksumAddress, hashTypedData, hexToBytes, keccak256, parseTransaction, serializeTransaction, type Hex, type TransactionSerializable } from "viem";
+import {
+  checksumAddress,
+  hashTypedData,
+  hexToBytes,
+  keccak256,
+  parseTransaction,
+  serializeTransaction,
+  type Hex,
+  type TransactionSerializable,
+} from "viem";
 import { hashAuthorization } from "viem/utils";
 
 export class EthereumError extends Error {
@@ -17,12 +26,15 @@ export interface ParsedEthereumTransaction {
 }
 
 export function parseUnsignedTransaction(unsigned: string): ParsedEthereumTransaction {
-  if (!/^(0x)?([0-9a-fA-F]{2})+$/.test(unsigned)) throw new EthereumError("unsignedTransaction must be the hex of an RLP-encoded Ethereum transaction");
+  if (!/^(0x)?([0-9a-fA-F]{2})+$/.test(unsigned))
+    throw new EthereumError("unsignedTransaction must be the hex of an RLP-encoded Ethereum transaction");
   let transaction: TransactionSerializable;
   try {
     transaction = parseTransaction(hexOf(unsigned)) as TransactionSerializable;
   } catch (error) {
-    throw new EthereumError(`unsignedTransaction is not an Ethereum transaction viem can parse: ${(error as Error).message.split("\n")[0]}`);
+    throw new EthereumError(
+      `unsignedTransaction is not an Ethereum transaction viem can parse: ${(error as Error).message.split("\n")[0]}`,
+    );
   }
   if ("r" in transaction && transaction.r) throw new EthereumError("unsignedTransaction is already signed");
   // An EIP-4844 transaction may come in its network wrapper (blobs, commitments, proofs): the
@@ -39,7 +51,12 @@ export function serializeSigned(transaction: TransactionSerializable, signature:
     s: `0x${signature.s}`,
     yParity: signature.recovery,
     ...(transaction.type === "legacy" || transaction.type === undefined
-      ? { v: transaction.chainId !== undefined ? BigInt(transaction.chainId) * 2n + 35n + BigInt(signature.recovery) : 27n + BigInt(signature.recovery) }
+      ? {
+          v:
+            transaction.chainId !== undefined
+              ? BigInt(transaction.chainId) * 2n + 35n + BigInt(signature.recovery)
+              : 27n + BigInt(signature.recovery),
+        }
       : {}),
   });
   return signed.slice(2);
@@ -81,10 +98,14 @@ const MAX_INTEGER_DIGITS = 80;
 /** An address: 0x and 40 hex digits; mixed case must be a valid EIP-55 checksum (as ethers and viem
  * require; all lower or all upper case carries no checksum). Lower case out. */
 function addressOf(value: unknown, where: string): Hex {
-  if (typeof value !== "string" || !ADDRESS.test(value)) throw new EthereumError(`${where} must be an address: 0x followed by 40 hex digits`);
+  if (typeof value !== "string" || !ADDRESS.test(value))
+    throw new EthereumError(`${where} must be an address: 0x followed by 40 hex digits`);
   const digits = value.slice(2);
   const mixedCase = digits !== digits.toLowerCase() && digits !== digits.toUpperCase();
-  if (mixedCase && checksumAddress(value as Hex) !== value) throw new EthereumError(`${where} has mixed-case hex digits that are not its EIP-55 checksum (${value}): check the address, or send it in lower case`);
+  if (mixedCase && checksumAddress(value as Hex) !== value)
+    throw new EthereumError(
+      `${where} has mixed-case hex digits that are not its EIP-55 checksum (${value}): check the address, or send it in lower case`,
+    );
   return value.toLowerCase() as Hex;
 }
 
@@ -96,7 +117,8 @@ function addressOf(value: unknown, where: string): Hex {
 function integerOf(value: unknown, where: string, bits: number, signed: boolean): bigint {
   let n: bigint;
   if (typeof value === "number") {
-    if (!Number.isSafeInteger(value)) throw new EthereumError(`${where} must be an integer; send integers beyond 2^53 as decimal or 0x-hex strings`);
+    if (!Number.isSafeInteger(value))
+      throw new EthereumError(`${where} must be an integer; send integers beyond 2^53 as decimal or 0x-hex strings`);
     n = BigInt(value);
   } else if (typeof value === "string" && value.length <= MAX_INTEGER_DIGITS && /^-?(0|[1-9][0-9]*)$/.test(value) && value !== "-0") {
     n = BigInt(value);
@@ -113,8 +135,10 @@ function integerOf(value: unknown, where: string, bits: number, signed: boolean)
 
 /** Hex bytes (0x and pairs of hex digits), of exactly `size` bytes when given. Lower case out. */
 function bytesOf(value: unknown, where: string, size?: number): Hex {
-  if (typeof value !== "string" || !/^0x([0-9a-fA-F]{2})*$/.test(value)) throw new EthereumError(`${where} must be bytes: 0x followed by pairs of hex digits`);
-  if (size !== undefined && value.length !== 2 + 2 * size) throw new EthereumError(`${where} must be exactly ${size} bytes, got ${(value.length - 2) / 2}`);
+  if (typeof value !== "string" || !/^0x([0-9a-fA-F]{2})*$/.test(value))
+    throw new EthereumError(`${where} must be bytes: 0x followed by pairs of hex digits`);
+  if (size !== undefined && value.length !== 2 + 2 * size)
+    throw new EthereumError(`${where} must be exactly ${size} bytes, got ${(value.length - 2) / 2}`);
   return value.toLowerCase() as Hex;
 }
 
@@ -130,7 +154,8 @@ function parseJson(payload: string, what: string): unknown {
   return value;
 }
 
-const isPlainObject = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value);
+const isPlainObject = (value: unknown): value is Record<string, unknown> =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
 
 /** A field the caller sent, never one inherited from Object.prototype (`constructor`, `toString`). */
 const ownField = (object: Record<string, unknown>, name: string): unknown => (Object.hasOwn(object, name) ? object[name] : undefined);
@@ -160,18 +185,22 @@ const DOMAIN_FIELDS: Field[] = [
 ];
 
 const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
-const INTEGER_TYPE = /^(u?)int(8|16|24|32|40|48|56|64|72|80|88|96|104|112|120|128|136|144|152|160|168|176|184|192|200|208|216|224|232|240|248|256)$/;
+const INTEGER_TYPE =
+  /^(u?)int(8|16|24|32|40|48|56|64|72|80|88|96|104|112|120|128|136|144|152|160|168|176|184|192|200|208|216|224|232|240|248|256)$/;
 const FIXED_BYTES_TYPE = /^bytes([1-9]|[12][0-9]|3[0-2])$/;
 const ARRAY_TYPE = /^(.+)\[([1-9][0-9]{0,3})?\]$/;
-const isElementary = (type: string) => type === "address" || type === "bool" || type === "string" || type === "bytes" || INTEGER_TYPE.test(type) || FIXED_BYTES_TYPE.test(type);
+const isElementary = (type: string) =>
+  type === "address" || type === "bool" || type === "string" || type === "bytes" || INTEGER_TYPE.test(type) || FIXED_BYTES_TYPE.test(type);
 
 function fieldsOf(value: unknown, where: string): Field[] {
   if (!Array.isArray(value)) throw new EthereumError(`${where} must be a list of {name, type}`);
   const names = new Set<string>();
   return value.map((field, i) => {
-    if (!isPlainObject(field) || typeof field.name !== "string" || typeof field.type !== "string") throw new EthereumError(`${where}[${i}] must be {name, type}`);
+    if (!isPlainObject(field) || typeof field.name !== "string" || typeof field.type !== "string")
+      throw new EthereumError(`${where}[${i}] must be {name, type}`);
     // An identifier, as in Solidity: anything else ("a,uint256 b") would make encodeType ambiguous.
-    if (!IDENTIFIER.test(field.name)) throw new EthereumError(`${where}[${i}].name must be an identifier (letters, digits, _ and $, not starting with a digit)`);
+    if (!IDENTIFIER.test(field.name))
+      throw new EthereumError(`${where}[${i}].name must be an identifier (letters, digits, _ and $, not starting with a digit)`);
     if (names.has(field.name)) throw new EthereumError(`${where} declares ${field.name} twice`);
     names.add(field.name);
     return { name: field.name, type: field.type };
@@ -196,21 +225,27 @@ export function parseTypedData(payload: string): TypedData {
   if (types.EIP712Domain) {
     for (const field of types.EIP712Domain) {
       const standard = DOMAIN_FIELDS.find((f) => f.name === field.name);
-      if (!standard || standard.type !== field.type) throw new EthereumError(`types.EIP712Domain: ${field.name} ${field.type} is not an EIP-712 domain field (${DOMAIN_FIELDS.map((f) => `${f.name} ${f.type}`).join(", ")})`);
+      if (!standard || standard.type !== field.type)
+        throw new EthereumError(
+          `types.EIP712Domain: ${field.name} ${field.type} is not an EIP-712 domain field (${DOMAIN_FIELDS.map((f) => `${f.name} ${f.type}`).join(", ")})`,
+        );
     }
   } else {
     for (const key of Object.keys(domainIn)) {
-      if (!DOMAIN_FIELDS.some((f) => f.name === key)) throw new EthereumError(`domain.${key} is not an EIP-712 domain field (${DOMAIN_FIELDS.map((f) => f.name).join(", ")})`);
+      if (!DOMAIN_FIELDS.some((f) => f.name === key))
+        throw new EthereumError(`domain.${key} is not an EIP-712 domain field (${DOMAIN_FIELDS.map((f) => f.name).join(", ")})`);
     }
     types.EIP712Domain = DOMAIN_FIELDS.filter((f) => ownField(domainIn, f.name) !== undefined);
   }
-  if (data.primaryType === "EIP712Domain" || !Object.hasOwn(types, data.primaryType)) throw new EthereumError(`primaryType ${data.primaryType} is not one of the struct types declared in types`);
+  if (data.primaryType === "EIP712Domain" || !Object.hasOwn(types, data.primaryType))
+    throw new EthereumError(`primaryType ${data.primaryType} is not one of the struct types declared in types`);
 
   const canonical = (value: unknown, type: string, where: string): unknown => {
     const array = ARRAY_TYPE.exec(type);
     if (array) {
       if (!Array.isArray(value)) throw new EthereumError(`${where} must be a list (${type})`);
-      if (array[2] !== undefined && value.length !== Number(array[2])) throw new EthereumError(`${where} must hold exactly ${array[2]} items (${type})`);
+      if (array[2] !== undefined && value.length !== Number(array[2]))
+        throw new EthereumError(`${where} must hold exactly ${array[2]} items (${type})`);
       return value.map((item, i) => canonical(item, array[1]!, `${where}[${i}]`));
     }
     const integer = INTEGER_TYPE.exec(type);
@@ -285,10 +320,15 @@ export interface Authorization {
 export function parseAuthorization(payload: string): Authorization {
   const auth = parseJson(payload, "an EIP-7702 authorization {address, chainId, nonce}") as Record<string, unknown>;
   const unknown = Object.keys(auth).filter((k) => !["address", "contractAddress", "chainId", "nonce"].includes(k));
-  if (unknown.length) throw new EthereumError(`EIP-7702 payload has fields an authorization does not sign: ${unknown.join(", ")} (send address, chainId and nonce)`);
-  if (auth.address !== undefined && auth.contractAddress !== undefined) throw new EthereumError("EIP-7702 payload names both address and contractAddress: send one");
+  if (unknown.length)
+    throw new EthereumError(
+      `EIP-7702 payload has fields an authorization does not sign: ${unknown.join(", ")} (send address, chainId and nonce)`,
+    );
+  if (auth.address !== undefined && auth.contractAddress !== undefined)
+    throw new EthereumError("EIP-7702 payload names both address and contractAddress: send one");
   const address = auth.address ?? auth.contractAddress;
-  if (address === undefined || auth.chainId === undefined || auth.nonce === undefined) throw new EthereumError("EIP-7702 payload needs address, chainId and nonce");
+  if (address === undefined || auth.chainId === undefined || auth.nonce === undefined)
+    throw new EthereumError("EIP-7702 payload needs address, chainId and nonce");
   return {
     address: addressOf(address, "address"),
     // EIP-7702: chain_id is a uint256 (0 = valid on every chain), nonce a uint64.
@@ -299,8 +339,14 @@ export function parseAuthorization(payload: string): Authorization {
 
 /** keccak256(0x05 ‖ rlp([chain_id, address, nonce])), by viem, from the parsed values. */
 export function authorizationDigest(auth: Authorization): Uint8Array {
-  return hexToBytes(hashAuthorization({ address: auth.address, chainId: auth.chainId as unknown as number, nonce: auth.nonce as unknown as number }));
+  return hexToBytes(
+    hashAuthorization({ address: auth.address, chainId: auth.chainId as unknown as number, nonce: auth.nonce as unknown as number }),
+  );
 }
 
 /** `eth.eip_7702_authorization`, from the parsed values. */
-export const authorizationKeyword = (auth: Authorization): Record<string, unknown> => ({ address: auth.address, chain_id: auth.chainId, nonce: auth.nonce });
+export const authorizationKeyword = (auth: Authorization): Record<string, unknown> => ({
+  address: auth.address,
+  chain_id: auth.chainId,
+  nonce: auth.nonce,
+});

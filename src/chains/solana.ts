@@ -1,7 +1,14 @@
 // Solana: a wire transaction in (hex; legacy or v0 message, empty signature slots), the signer's slot
 // filled, the same transaction out — decoded and re-encoded by @solana/kit, so other signatures and
 // every byte of the message are kept. Also `solana.tx` for policies, with the product's field names.
-import { getBase58Decoder, getCompiledTransactionMessageDecoder, getTransactionDecoder, getTransactionEncoder, type SignatureBytes, type Transaction } from "@solana/kit";
+import {
+  getBase58Decoder,
+  getCompiledTransactionMessageDecoder,
+  getTransactionDecoder,
+  getTransactionEncoder,
+  type SignatureBytes,
+  type Transaction,
+} from "@solana/kit";
 import type { RawSignature } from "../crypto/sign.js";
 
 export class SolanaError extends Error {
@@ -24,11 +31,17 @@ function decode(unsignedHex: string): Transaction {
 }
 
 /** Fills the signature slot of `publicKeyHex` (the ed25519 key) and returns the transaction as hex. */
-export async function signSolanaTransaction(unsignedHex: string, publicKeyHex: string, sign: (message: Uint8Array) => Promise<RawSignature>): Promise<string> {
+export async function signSolanaTransaction(
+  unsignedHex: string,
+  publicKeyHex: string,
+  sign: (message: Uint8Array) => Promise<RawSignature>,
+): Promise<string> {
   const transaction = decode(unsignedHex);
   const address = getBase58Decoder().decode(Buffer.from(publicKeyHex, "hex"));
   if (!(address in transaction.signatures)) {
-    throw new SolanaError(`the transaction asks no signature of ${address} (its signers: ${Object.keys(transaction.signatures).join(", ")})`);
+    throw new SolanaError(
+      `the transaction asks no signature of ${address} (its signers: ${Object.keys(transaction.signatures).join(", ")})`,
+    );
   }
   const { r, s } = await sign(new Uint8Array(transaction.messageBytes));
   const signature = Buffer.from(r + s, "hex") as unknown as SignatureBytes;
@@ -46,18 +59,21 @@ export function solanaKeyword(unsignedHex: string): Record<string, unknown> {
     let end: number;
     [decoded, end] = getCompiledTransactionMessageDecoder().read(messageBytes, 0);
     // The signature covers every message byte: bytes policies were not shown must not ride along.
-    if (end !== messageBytes.length) throw new SolanaError(`the transaction's message has ${messageBytes.length - end} bytes after its last instruction`);
+    if (end !== messageBytes.length)
+      throw new SolanaError(`the transaction's message has ${messageBytes.length - end} bytes after its last instruction`);
   } catch (error) {
     if (error instanceof SolanaError) throw error;
     throw new SolanaError(`the transaction's message cannot be read: ${(error as Error).message}`);
   }
-  if (!("instructions" in decoded)) throw new SolanaError(`Solana message version ${String(decoded.version)} is not supported: legacy and v0 messages are`);
+  if (!("instructions" in decoded))
+    throw new SolanaError(`Solana message version ${String(decoded.version)} is not supported: legacy and v0 messages are`);
   const message = decoded;
   const accounts = message.staticAccounts as string[];
   const { numSignerAccounts, numReadonlySignerAccounts, numReadonlyNonSignerAccounts } = message.header;
   const keyAt = (i: number) => accounts[i] ?? LOOKUP_PLACEHOLDER;
   const isSigner = (i: number) => i < numSignerAccounts;
-  const isWritable = (i: number) => (i < numSignerAccounts ? i < numSignerAccounts - numReadonlySignerAccounts : i < accounts.length - numReadonlyNonSignerAccounts);
+  const isWritable = (i: number) =>
+    i < numSignerAccounts ? i < numSignerAccounts - numReadonlySignerAccounts : i < accounts.length - numReadonlyNonSignerAccounts;
   const lookups = ("addressTableLookups" in message ? (message.addressTableLookups ?? []) : []).map((l) => ({
     address_table_key: l.lookupTableAddress as string,
     writable_indexes: l.writableIndexes.map(BigInt),
@@ -74,10 +90,24 @@ export function solanaKeyword(unsignedHex: string): Record<string, unknown> {
       transfers.push({ from: keyAt(indices[0]!), to: keyAt(indices[1]!), amount: u64(data, 4) });
     }
     if (TOKEN_PROGRAMS.has(program) && data[0] === 3 && data.length >= 9 && indices.length >= 3) {
-      splTransfers.push({ from: keyAt(indices[0]!), to: keyAt(indices[1]!), amount: u64(data, 1), owner: keyAt(indices[2]!), signers: indices.slice(3).map(keyAt), token_mint: "" });
+      splTransfers.push({
+        from: keyAt(indices[0]!),
+        to: keyAt(indices[1]!),
+        amount: u64(data, 1),
+        owner: keyAt(indices[2]!),
+        signers: indices.slice(3).map(keyAt),
+        token_mint: "",
+      });
     }
     if (TOKEN_PROGRAMS.has(program) && data[0] === 12 && data.length >= 10 && indices.length >= 4) {
-      splTransfers.push({ from: keyAt(indices[0]!), to: keyAt(indices[2]!), amount: u64(data, 1), owner: keyAt(indices[3]!), signers: indices.slice(4).map(keyAt), token_mint: keyAt(indices[1]!) });
+      splTransfers.push({
+        from: keyAt(indices[0]!),
+        to: keyAt(indices[2]!),
+        amount: u64(data, 1),
+        owner: keyAt(indices[3]!),
+        signers: indices.slice(4).map(keyAt),
+        token_mint: keyAt(indices[1]!),
+      });
     }
     return {
       program_key: program,

@@ -46,7 +46,8 @@ const dataDirOption: OptionSpec = {
   value: "D",
   summary: "directory of the SQLite database (sigil.db) and the master key file (default: SIGIL_DATA_DIR, else ./data)",
 };
-const databaseNote = "With SIGIL_DATABASE_URL=postgres://… set, the database is that PostgreSQL database; --data-dir then only locates the master key.";
+const databaseNote =
+  "With SIGIL_DATABASE_URL=postgres://… set, the database is that PostgreSQL database; --data-dir then only locates the master key.";
 const readOnlyNote =
   "It only reads: it never creates, migrates or changes a database, and fails (naming the file or URL) where there is no Sigil database.";
 
@@ -55,7 +56,8 @@ const text = (values: Values, name: string) => values[name] as string | undefine
 const commands: Record<string, CommandSpec> = {
   serve: {
     summary: "runs the server; creates the database and the master key on first start",
-    description: "Runs the server until SIGINT or SIGTERM. The first start makes the data directory, the database (or Sigil's tables in the " +
+    description:
+      "Runs the server until SIGINT or SIGTERM. The first start makes the data directory, the database (or Sigil's tables in the " +
       "PostgreSQL database, which must exist) and the master key; later starts bring the schema up to date.",
     options: {
       host: { value: "H", summary: "address to listen on (default: SIGIL_HOST, else 127.0.0.1)" },
@@ -66,7 +68,8 @@ const commands: Record<string, CommandSpec> = {
   },
   keygen: {
     summary: "makes a P-256 API key pair: written to a new file (mode 0600), or printed",
-    description: 'Makes a P-256 API key pair, {"publicKey":"02…","privateKey":"…"} (hex). With --out the pair is written to a new file ' +
+    description:
+      'Makes a P-256 API key pair, {"publicKey":"02…","privateKey":"…"} (hex). With --out the pair is written to a new file ' +
       'readable by its owner only (mode 0600) and {"publicKey","file"} is printed; an existing file is never overwritten. ' +
       "Without --out the pair is printed as one JSON line.",
     options: { out: { value: "FILE", summary: "write the key pair to FILE, which must not exist yet" } },
@@ -74,13 +77,18 @@ const commands: Record<string, CommandSpec> = {
   },
   bootstrap: {
     summary: "creates an organization whose root user holds the given API key",
-    description: "Creates an organization with one root user (root quorum threshold 1) holding the API public key, and prints " +
+    description:
+      "Creates an organization with one root user (root quorum threshold 1) holding the API public key, and prints " +
       '{"organizationId","userId","apiKeyId","database"}. It may run while servers use the same database. Where there is no Sigil ' +
       "database yet it refuses, creating nothing, unless --create is given.",
     options: {
       "org-name": { value: "N", summary: "the organization's name", required: true },
       "user-name": { value: "U", summary: "the root user's name", required: true },
-      "api-public-key": { value: "K", summary: "the root user's API public key: compressed P-256, hex (from `sigil keygen`)", required: true },
+      "api-public-key": {
+        value: "K",
+        summary: "the root user's API public key: compressed P-256, hex (from `sigil keygen`)",
+        required: true,
+      },
       "user-email": { value: "E", summary: "the root user's email" },
       "api-key-name": { value: "X", summary: 'the API key\'s name (default "bootstrap")' },
       "data-dir": dataDirOption,
@@ -90,7 +98,8 @@ const commands: Record<string, CommandSpec> = {
   },
   "rotate-master-key": {
     summary: "re-seals every stored secret under a new master key (see docs/secrets.md)",
-    description: "Re-seals every stored secret under a new master key, in one transaction. With the default key file the new key is made " +
+    description:
+      "Re-seals every stored secret under a new master key, in one transaction. With the default key file the new key is made " +
       "into master.key.next, and becomes master.key afterwards (the old one is kept as master.key.previous-<key id>). With " +
       "SIGIL_MASTER_KEY set, the new key is read from --new-key-file. Refuses, creating nothing, where there is no database or no master key.",
     options: {
@@ -101,15 +110,19 @@ const commands: Record<string, CommandSpec> = {
   },
   info: {
     summary: "prints the deployment's public keys as one JSON line",
-    description: "Prints the database's location and the deployment's public keys as one JSON line: signerPublicKey (what clients " +
-      "pass as dangerouslyOverrideSignerPublicKey), the webhook signing key and the session signing key. " + readOnlyNote,
+    description:
+      "Prints the database's location and the deployment's public keys as one JSON line: signerPublicKey (what clients " +
+      "pass as dangerouslyOverrideSignerPublicKey), the webhook signing key and the session signing key. " +
+      readOnlyNote,
     options: { "data-dir": dataDirOption },
     run: info,
   },
   outbox: {
     summary: "prints the emails and SMS waiting in the local outbox",
-    description: "Prints the emails and SMS kept in the local outbox (no SIGIL_SMTP_URL / SIGIL_SMS_URL) whose codes are still valid, " +
-      "oldest first, one JSON line each. They are sealed: the master key the servers use must be at hand. " + readOnlyNote,
+    description:
+      "Prints the emails and SMS kept in the local outbox (no SIGIL_SMTP_URL / SIGIL_SMS_URL) whose codes are still valid, " +
+      "oldest first, one JSON line each. They are sealed: the master key the servers use must be at hand. " +
+      readOnlyNote,
     options: {
       organization: { value: "ID", summary: "only this organization's messages" },
       "data-dir": dataDirOption,
@@ -118,8 +131,10 @@ const commands: Record<string, CommandSpec> = {
   },
   webhooks: {
     summary: "prints the webhook delivery log, newest first",
-    description: "Prints the webhook delivery log, newest first, one JSON line per delivery (event id, activity, URL, status, attempts, " +
-      "last HTTP status or error; never the body). " + readOnlyNote,
+    description:
+      "Prints the webhook delivery log, newest first, one JSON line per delivery (event id, activity, URL, status, attempts, " +
+      "last HTTP status or error; never the body). " +
+      readOnlyNote,
     options: {
       status: { value: "S", summary: "only deliveries in this state", choices: ["pending", "delivered", "failed", "cancelled"] },
       organization: { value: "ID", summary: "only deliveries of this organization (as subscriber or as the activity's organization)" },
@@ -197,8 +212,16 @@ const shortUsage = (name: string) => `usage: ${usageLine(name)}\n(\`sigil ${name
 function parseCommandLine(name: string, args: string[]): Values | "help" {
   const spec = commands[name]!;
   const refuse = (message: string) => new UsageError(`sigil ${name}: ${message}`, shortUsage(name));
-  const declared = Object.fromEntries(Object.entries(spec.options).map(([option, o]) => [option, { type: o.value ? "string" : "boolean" } as const]));
-  const { tokens } = parseArgs({ args, options: { ...declared, help: { type: "boolean", short: "h" } }, strict: false, allowPositionals: true, tokens: true });
+  const declared = Object.fromEntries(
+    Object.entries(spec.options).map(([option, o]) => [option, { type: o.value ? "string" : "boolean" } as const]),
+  );
+  const { tokens } = parseArgs({
+    args,
+    options: { ...declared, help: { type: "boolean", short: "h" } },
+    strict: false,
+    allowPositionals: true,
+    tokens: true,
+  });
   const values: Values = {};
   let help = false;
   for (const token of tokens) {
@@ -234,7 +257,9 @@ function parseCommandLine(name: string, args: string[]): Values | "help" {
     }
   }
   if (help) return "help";
-  const missing = Object.entries(spec.options).filter(([option, o]) => o.required && values[option] === undefined).map(([option]) => `--${option}`);
+  const missing = Object.entries(spec.options)
+    .filter(([option, o]) => o.required && values[option] === undefined)
+    .map(([option]) => `--${option}`);
   if (missing.length > 0) throw refuse(`${missing.join(", ")} ${missing.length === 1 ? "is" : "are"} required`);
   return values;
 }
@@ -289,11 +314,16 @@ async function openDatabase(config: Config, mode: OpenMode, advice: string): Pro
   }
 }
 
-const readOnlyAdvice = "Check --data-dir / SIGIL_DATA_DIR (SQLite) or SIGIL_DATABASE_URL; the database is made when `sigil serve` first starts.";
+const readOnlyAdvice =
+  "Check --data-dir / SIGIL_DATA_DIR (SQLite) or SIGIL_DATABASE_URL; the database is made when `sigil serve` first starts.";
 
 async function serve(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const config = loadConfig(process.env, { host: text(values, "host"), port: values.port as number | undefined, dataDir: text(values, "data-dir") });
+  const config = loadConfig(process.env, {
+    host: text(values, "host"),
+    port: values.port as number | undefined,
+    dataDir: text(values, "data-dir"),
+  });
   const { startServer } = await import("../http/server.js");
   const server = await startServer(config);
   const stop = async (signal: string) => {
@@ -316,7 +346,8 @@ async function keygen(values: Values) {
     // "wx": never replace a file (it may hold a key pair still in use), nor follow a link planted there.
     fd = fs.openSync(file, "wx", 0o600);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === "EEXIST") throw new Error(`${file} already exists: keygen never overwrites a file; choose another name`);
+    if ((error as NodeJS.ErrnoException).code === "EEXIST")
+      throw new Error(`${file} already exists: keygen never overwrites a file; choose another name`);
     throw new Error(`cannot create ${file}: ${(error as Error).message}`);
   }
   try {
@@ -370,7 +401,10 @@ async function rotateMasterKey(values: Values) {
   const newKeyFile = text(values, "new-key-file");
   const fileBased = !config.masterKey.key;
   if (!fileBased && !newKeyFile) {
-    throw new UsageError("sigil rotate-master-key: SIGIL_MASTER_KEY is set: give the new key with --new-key-file F", shortUsage("rotate-master-key"));
+    throw new UsageError(
+      "sigil rotate-master-key: SIGIL_MASTER_KEY is set: give the new key with --new-key-file F",
+      shortUsage("rotate-master-key"),
+    );
   }
   // Loading the keyring would make a fresh default key file: a rotation starts from the existing one.
   if (fileBased && !fs.existsSync(config.masterKey.file)) {
@@ -414,10 +448,13 @@ async function rotateMasterKey(values: Values) {
     fs.renameSync(nextKeyFile(file), file);
     syncDirectory(path.dirname(file));
   }
-  process.stdout.write(JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: report.to }) + "\n");
-  const after = fileBased && !newKeyFile
-    ? `The new key is ${config.masterKey.file}; the old one was kept as ${config.masterKey.file}.previous-${from.currentKeyId}. Restart every server.`
-    : `Now set SIGIL_MASTER_KEY (or the key file) to the new key and keep the old one in SIGIL_MASTER_KEY_PREVIOUS until every server has restarted.`;
+  process.stdout.write(
+    JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: report.to }) + "\n",
+  );
+  const after =
+    fileBased && !newKeyFile
+      ? `The new key is ${config.masterKey.file}; the old one was kept as ${config.masterKey.file}.previous-${from.currentKeyId}. Restart every server.`
+      : `Now set SIGIL_MASTER_KEY (or the key file) to the new key and keep the old one in SIGIL_MASTER_KEY_PREVIOUS until every server has restarted.`;
   process.stderr.write(after + "\n");
 }
 
@@ -454,8 +491,13 @@ async function webhooks(values: Values) {
   try {
     let query = store.reader.selectFrom("webhook_deliveries").selectAll();
     if (status) query = query.where("status", "=", status);
-    if (organization) query = query.where((eb) => eb.or([eb("organization_id", "=", organization), eb("event_organization_id", "=", organization)]));
-    const rows = await query.orderBy("created_at", "desc").orderBy("id", "desc").limit((values.limit as number | undefined) ?? 50).execute();
+    if (organization)
+      query = query.where((eb) => eb.or([eb("organization_id", "=", organization), eb("event_organization_id", "=", organization)]));
+    const rows = await query
+      .orderBy("created_at", "desc")
+      .orderBy("id", "desc")
+      .limit((values.limit as number | undefined) ?? 50)
+      .execute();
     for (const row of rows) process.stdout.write(JSON.stringify(renderDelivery(row)) + "\n");
   } finally {
     await store.close();
@@ -474,7 +516,9 @@ async function outbox(values: Values) {
   try {
     // Loading the keyring would make a fresh default key file, which opens nothing: the servers' key is needed.
     if (!config.masterKey.key && !fs.existsSync(config.masterKey.file)) {
-      throw new Error(`no master key at ${config.masterKey.file}: the outbox is sealed under the servers' key (SIGIL_MASTER_KEY or SIGIL_MASTER_KEY_FILE)`);
+      throw new Error(
+        `no master key at ${config.masterKey.file}: the outbox is sealed under the servers' key (SIGIL_MASTER_KEY or SIGIL_MASTER_KEY_FILE)`,
+      );
     }
     const { keyring } = loadKeyring(config.masterKey);
     const messages = await readOutbox(store, keyring, Date.now());
@@ -482,7 +526,8 @@ async function outbox(values: Values) {
       if (organization && message.organizationId !== organization) continue;
       process.stdout.write(JSON.stringify(message) + "\n");
     }
-    if (messages.length === 0) process.stderr.write("the outbox is empty (messages go out through SIGIL_SMTP_URL / SIGIL_SMS_URL when set)\n");
+    if (messages.length === 0)
+      process.stderr.write("the outbox is empty (messages go out through SIGIL_SMTP_URL / SIGIL_SMS_URL when set)\n");
   } finally {
     await store.close();
   }

@@ -122,8 +122,7 @@ function stellarAddress(key: Key): string {
 }
 
 // Tron: base58check(0x41 ‖ last 20 bytes of keccak256(x ‖ y)), the Ethereum account hash.
-const tronAddress = (key: Key) =>
-  base58check.encode(concat(Uint8Array.of(0x41), keccak_256(key.uncompressed.subarray(1)).subarray(12)));
+const tronAddress = (key: Key) => base58check.encode(concat(Uint8Array.of(0x41), keccak_256(key.uncompressed.subarray(1)).subarray(12)));
 
 // Sui: 0x ‖ hex(blake2b-256(scheme flag ‖ public key)), flag 0x00 ed25519, 0x01 secp256k1 (compressed).
 const suiAddress = (flag: number, pub: Uint8Array) => `0x${hex.encode(blake2b(concat(Uint8Array.of(flag), pub), { dkLen: 32 }))}`;

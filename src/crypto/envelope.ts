@@ -64,7 +64,9 @@ export class Keyring {
     try {
       return Buffer.concat([decipher.update(bytes.subarray(IV_BYTES, bytes.length - TAG_BYTES)), decipher.final()]);
     } catch {
-      throw new SecretError(`sealed secret of ${identity.kind} ${identity.resourceId} does not open: tampered with, or copied from another record`);
+      throw new SecretError(
+        `sealed secret of ${identity.kind} ${identity.resourceId} does not open: tampered with, or copied from another record`,
+      );
     }
   }
 

@@ -112,8 +112,7 @@ function mnemonicProblem(mnemonic: string, language?: MnemonicLanguage): string 
   return `mnemonic is not made of words from ${where}`;
 }
 
-const languageName = (language: MnemonicLanguage) =>
-  language.replace("MNEMONIC_LANGUAGE_", "").toLowerCase().replace("_", " ");
+const languageName = (language: MnemonicLanguage) => language.replace("MNEMONIC_LANGUAGE_", "").toLowerCase().replace("_", " ");
 
 /** True when the phrase is a valid BIP-39 mnemonic (word list and checksum) in `language`, or in
  * any supported language when it is omitted; use detectMnemonicLanguage to learn which. */
@@ -169,8 +168,7 @@ export function parsePath(path: string): number[] {
   });
 }
 
-const formatPath = (indexes: number[]) =>
-  ["m", ...indexes.map((i) => (i >= HARDENED ? `${i - HARDENED}'` : String(i)))].join("/");
+const formatPath = (indexes: number[]) => ["m", ...indexes.map((i) => (i >= HARDENED ? `${i - HARDENED}'` : String(i)))].join("/");
 
 export function deriveKeyPair(seed: Uint8Array, curve: Curve, path: string): KeyPair {
   if (!(seed instanceof Uint8Array) || seed.length < 16 || seed.length > 64) {

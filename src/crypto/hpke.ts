@@ -15,7 +15,8 @@ export class HpkeError extends Error {
 /** A P-256 public key as 65 uncompressed bytes, from compressed or uncompressed hex. */
 export function uncompressedP256(publicKeyHex: string, field: string): Uint8Array {
   const hex = publicKeyHex.startsWith("0x") ? publicKeyHex.slice(2) : publicKeyHex;
-  if (!/^(0[23][0-9a-fA-F]{64}|04[0-9a-fA-F]{128})$/.test(hex)) throw new HpkeError(`${field} must be a P-256 public key in hex (65 bytes uncompressed, 04…, or 33 bytes compressed)`);
+  if (!/^(0[23][0-9a-fA-F]{64}|04[0-9a-fA-F]{128})$/.test(hex))
+    throw new HpkeError(`${field} must be a P-256 public key in hex (65 bytes uncompressed, 04…, or 33 bytes compressed)`);
   try {
     return p256.Point.fromHex(hex.toLowerCase()).toBytes(false);
   } catch {

@@ -22,7 +22,12 @@ export function verifyEs256Jwt(publicKey: crypto.KeyObject, token: string): Reco
   try {
     const header = JSON.parse(Buffer.from(parts[0]!, "base64url").toString("utf8")) as { alg?: unknown };
     if (header.alg !== "ES256") return null;
-    const ok = crypto.verify("sha256", Buffer.from(`${parts[0]}.${parts[1]}`), { key: publicKey, dsaEncoding: "ieee-p1363" }, Buffer.from(parts[2]!, "base64url"));
+    const ok = crypto.verify(
+      "sha256",
+      Buffer.from(`${parts[0]}.${parts[1]}`),
+      { key: publicKey, dsaEncoding: "ieee-p1363" },
+      Buffer.from(parts[2]!, "base64url"),
+    );
     if (!ok) return null;
     const claims = JSON.parse(Buffer.from(parts[1]!, "base64url").toString("utf8")) as unknown;
     return claims && typeof claims === "object" && !Array.isArray(claims) ? (claims as Record<string, unknown>) : null;

@@ -24,7 +24,8 @@ export function parseMasterKey(text: string, where: string): Buffer {
   const bytes = hex ? Buffer.from(trimmed, "hex") : Buffer.from(trimmed, "base64");
   // Buffer.from(…, "base64") skips what is not base64: re-encoding shows whether the text was.
   const canonical = hex || bytes.toString("base64").replace(/=+$/, "") === trimmed.replace(/=+$/, "");
-  if (bytes.length !== MASTER_KEY_BYTES || !canonical) throw new SecretError(`${where} must hold a ${MASTER_KEY_BYTES}-byte key as 64 hex digits or base64`);
+  if (bytes.length !== MASTER_KEY_BYTES || !canonical)
+    throw new SecretError(`${where} must hold a ${MASTER_KEY_BYTES}-byte key as 64 hex digits or base64`);
   return bytes;
 }
 
@@ -33,7 +34,12 @@ export const nextKeyFile = (file: string) => `${file}.next`;
 const previousKeyFiles = (file: string) => {
   const dir = path.dirname(file);
   const prefix = `${path.basename(file)}.previous-`;
-  return fs.existsSync(dir) ? fs.readdirSync(dir).filter((f) => f.startsWith(prefix)).map((f) => path.join(dir, f)) : [];
+  return fs.existsSync(dir)
+    ? fs
+        .readdirSync(dir)
+        .filter((f) => f.startsWith(prefix))
+        .map((f) => path.join(dir, f))
+    : [];
 };
 
 /** Makes a rename or a new file in `dir` survive a power loss (the directory entry is on disk). */
@@ -83,6 +89,8 @@ export function loadKeyring(config: MasterKeyConfig): LoadedKeyring {
     }
   }
   const key = parseMasterKey(fs.readFileSync(config.file, "utf8"), config.file);
-  const others = [nextKeyFile(config.file), ...previousKeyFiles(config.file)].filter((f) => fs.existsSync(f)).map((f) => parseMasterKey(fs.readFileSync(f, "utf8"), f));
+  const others = [nextKeyFile(config.file), ...previousKeyFiles(config.file)]
+    .filter((f) => fs.existsSync(f))
+    .map((f) => parseMasterKey(fs.readFileSync(f, "utf8"), f));
   return { keyring: new Keyring(key, [...others, ...previous]), source: `${config.file} (key id ${keyIdOf(key)})`, created };
 }

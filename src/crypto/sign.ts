@@ -21,7 +21,10 @@ export class SigningError extends Error {
 
 /** Signs a 32-byte digest (secp256k1 with low S, as Ethereum and Bitcoin require; or P-256). */
 export function signDigest(curve: Exclude<Curve, "CURVE_ED25519">, privateKey: Uint8Array, digest: Uint8Array): RawSignature {
-  if (digest.length !== 32) throw new SigningError(`a ${curve} signature is over a 32-byte digest, got ${digest.length} bytes: hash the payload (hashFunction) or send its 32-byte hash`);
+  if (digest.length !== 32)
+    throw new SigningError(
+      `a ${curve} signature is over a 32-byte digest, got ${digest.length} bytes: hash the payload (hashFunction) or send its 32-byte hash`,
+    );
   const recovered = (curve === "CURVE_SECP256K1" ? secp256k1 : p256).sign(digest, privateKey, { prehash: false, format: "recovered" });
   return { r: hex(recovered.subarray(1, 33)), s: hex(recovered.subarray(33, 65)), v: recovered[0]!.toString(16).padStart(2, "0") };
 }
@@ -41,7 +44,9 @@ export function signEd25519(privateKey: Uint8Array, message: Uint8Array): RawSig
  */
 export function signTaprootKeyPath(internalPrivateKey: Uint8Array, digest: Uint8Array): RawSignature {
   if (digest.length !== 32) {
-    throw new SigningError(`a Taproot (BIP-340) signature is over a 32-byte sighash, got ${digest.length} bytes: send the sighash with HASH_FUNCTION_NO_OP`);
+    throw new SigningError(
+      `a Taproot (BIP-340) signature is over a 32-byte sighash, got ${digest.length} bytes: send the sighash with HASH_FUNCTION_NO_OP`,
+    );
   }
   const outputPrivateKey = taprootTweakPrivKey(internalPrivateKey);
   try {

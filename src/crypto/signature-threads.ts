@@ -43,7 +43,10 @@ class SignatureThread {
   private start(): Worker {
     // Under the test runner this module is TypeScript source; the worker then loads it through tsx.
     const worker = import.meta.url.endsWith(".ts")
-      ? new Worker(`import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./signature-worker.ts", import.meta.url).href)}); });`, { eval: true })
+      ? new Worker(
+          `import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./signature-worker.ts", import.meta.url).href)}); });`,
+          { eval: true },
+        )
       : new Worker(new URL("./signature-worker.js", import.meta.url));
     worker.on("message", (answer: SignatureAnswer) => {
       const task = this.pending.get(answer.id);
@@ -72,7 +75,13 @@ class SignatureThread {
       // An idle thread does not keep the process alive; one with work does, until it answers.
       worker.ref();
       // The copy crosses to the thread, which wipes it; the caller's key stays the caller's to drop.
-      const task: SignatureTask = { id, curve, ...(scheme ? { scheme } : {}), privateKey: Uint8Array.from(privateKey), message: Uint8Array.from(message) };
+      const task: SignatureTask = {
+        id,
+        curve,
+        ...(scheme ? { scheme } : {}),
+        privateKey: Uint8Array.from(privateKey),
+        message: Uint8Array.from(message),
+      };
       worker.postMessage(task, [task.privateKey.buffer as ArrayBuffer, task.message.buffer as ArrayBuffer]);
     });
   }

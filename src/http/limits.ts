@@ -5,7 +5,7 @@ import type { Socket } from "node:net";
 import ipaddr from "ipaddr.js";
 import type pino from "pino";
 import type { HttpLimits } from "../config.js";
-import { ServiceError, serviceError } from "../errors.js";
+import { type ServiceError, serviceError } from "../errors.js";
 
 /** The parts of Fastify's options that carry the timeouts. */
 export function timeoutOptions(limits: HttpLimits) {
@@ -67,7 +67,10 @@ export function clientOf(address: string): string {
   if (!ipaddr.isValid(address)) return address;
   const parsed = ipaddr.process(address); // IPv4-mapped IPv6 becomes IPv4
   if (parsed.kind() === "ipv4") return parsed.toString();
-  return `${(parsed as ipaddr.IPv6).parts.slice(0, 4).map((part) => part.toString(16)).join(":")}::/64`;
+  return `${(parsed as ipaddr.IPv6).parts
+    .slice(0, 4)
+    .map((part) => part.toString(16))
+    .join(":")}::/64`;
 }
 
 /**
@@ -83,8 +86,10 @@ export function limitConnections(server: Server, limits: HttpLimits, logger: pin
   let flush: NodeJS.Timeout | undefined;
   const report = () => {
     flush = undefined;
-    logger.warn({ refused, lastRemoteAddress, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress },
-      "connections refused: too many open (SIGIL_MAX_CONNECTIONS, SIGIL_MAX_CONNECTIONS_PER_ADDRESS)");
+    logger.warn(
+      { refused, lastRemoteAddress, maxConnections: limits.maxConnections, maxConnectionsPerAddress: limits.maxConnectionsPerAddress },
+      "connections refused: too many open (SIGIL_MAX_CONNECTIONS, SIGIL_MAX_CONNECTIONS_PER_ADDRESS)",
+    );
     refused = { overall: 0, perAddress: 0 };
   };
   // The first refusal is logged at once; those that follow within the interval are counted and

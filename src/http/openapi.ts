@@ -9,7 +9,10 @@ const errorBody = {
   properties: {
     code: { type: "integer", description: "gRPC status code" },
     message: { type: "string" },
-    details: { type: "array", items: { type: "object", properties: { "@type": { type: "string" }, turnkeyErrorCode: { type: "string" } } } },
+    details: {
+      type: "array",
+      items: { type: "object", properties: { "@type": { type: "string" }, turnkeyErrorCode: { type: "string" } } },
+    },
   },
 };
 
@@ -22,7 +25,10 @@ function rewriteRefs(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(rewriteRefs);
   if (value && typeof value === "object") {
     return Object.fromEntries(
-      Object.entries(value).map(([k, v]) => [k, k === "$ref" && typeof v === "string" ? v.replace("#/definitions/", "#/components/schemas/") : rewriteRefs(v)]),
+      Object.entries(value).map(([k, v]) => [
+        k,
+        k === "$ref" && typeof v === "string" ? v.replace("#/definitions/", "#/components/schemas/") : rewriteRefs(v),
+      ]),
     );
   }
   return value;
@@ -31,7 +37,9 @@ function rewriteRefs(value: unknown): unknown {
 export function buildOpenApiDocument(version: string) {
   const paths: Record<string, unknown> = {};
   for (const op of activityOperations) {
-    const envelopes = op.types.map((type) => activityEnvelopeSchema(type, (definition) => ({ $ref: `#/components/schemas/${definition}` })));
+    const envelopes = op.types.map((type) =>
+      activityEnvelopeSchema(type, (definition) => ({ $ref: `#/components/schemas/${definition}` })),
+    );
     paths[`/public/v1/submit/${op.name}`] = {
       post: {
         operationId: op.name,
@@ -39,7 +47,13 @@ export function buildOpenApiDocument(version: string) {
         tags: ["activities"],
         ...(op.kind === "activity" ? { "x-policy-resource": op.resource, "x-policy-action": op.action } : { "x-vote": op.selection }),
         requestBody: { required: true, content: { "application/json": { schema: { oneOf: envelopes } } } },
-        responses: { "200": { description: "The activity", content: { "application/json": { schema: { $ref: "#/components/schemas/ActivityResponse" } } } }, ...errors },
+        responses: {
+          "200": {
+            description: "The activity",
+            content: { "application/json": { schema: { $ref: "#/components/schemas/ActivityResponse" } } },
+          },
+          ...errors,
+        },
       },
     };
   }
@@ -49,14 +63,21 @@ export function buildOpenApiDocument(version: string) {
         operationId: op.name,
         summary: op.summary,
         tags: ["queries"],
-        requestBody: { required: true, content: { "application/json": { schema: { $ref: `#/components/schemas/${swagger.queries[op.name].request}` } } } },
+        requestBody: {
+          required: true,
+          content: { "application/json": { schema: { $ref: `#/components/schemas/${swagger.queries[op.name].request}` } } },
+        },
         responses: { "200": { description: "The result" }, ...errors },
       },
     };
   }
   return {
     openapi: "3.1.0",
-    info: { title: "Sigil", version, description: "Activity-based organization API. Every request is authenticated by an X-Stamp or X-Stamp-Webauthn header." },
+    info: {
+      title: "Sigil",
+      version,
+      description: "Activity-based organization API. Every request is authenticated by an X-Stamp or X-Stamp-Webauthn header.",
+    },
     paths,
     components: {
       schemas: {

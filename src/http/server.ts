@@ -11,7 +11,15 @@ import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
 import type { OperationEnvironment } from "../operations/registry.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
-import { bundleSigner, otpCodeHasher, serviceSigningKey, sessionSigner, type BundleSigner, type ServiceSigningKey, type SessionSigner } from "../operations/service-keys.js";
+import {
+  bundleSigner,
+  otpCodeHasher,
+  serviceSigningKey,
+  sessionSigner,
+  type BundleSigner,
+  type ServiceSigningKey,
+  type SessionSigner,
+} from "../operations/service-keys.js";
 import { WebhookDispatcher } from "../webhooks/dispatcher.js";
 import { MessageCourier } from "../messages/courier.js";
 import { oidcVerifier } from "../auth/oidc.js";
@@ -79,20 +87,42 @@ export interface ServerParts {
   onMessagesQueued?: () => void;
 }
 
-export function buildApp(config: Config, { store, keyring, signatures, webhookKey, bundles, sessions, otpCodeHash, onWebhookEventsQueued, onMessagesQueued }: ServerParts, logger: pino.Logger, options: ServerOptions = {}): FastifyInstance {
-  const app = Fastify({ loggerInstance: logger as unknown as FastifyBaseLogger, bodyLimit: config.bodyLimitBytes,
+export function buildApp(
+  config: Config,
+  { store, keyring, signatures, webhookKey, bundles, sessions, otpCodeHash, onWebhookEventsQueued, onMessagesQueued }: ServerParts,
+  logger: pino.Logger,
+  options: ServerOptions = {},
+): FastifyInstance {
+  const app = Fastify({
+    loggerInstance: logger as unknown as FastifyBaseLogger,
+    bodyLimit: config.bodyLimitBytes,
     ...timeoutOptions(config.http),
     clientErrorHandler: clientErrorHandler(config.http),
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
   });
   limitConnections(app.server, config.http, logger);
-  const env: OperationEnvironment = { webauthn: config.webauthn, keyring, signatures, webhooks: config.webhooks, bundles, importTargetTtlMs: config.importTargetTtlMs, sessions: { ...config.sessions, signer: sessions },
+  const env: OperationEnvironment = {
+    webauthn: config.webauthn,
+    keyring,
+    signatures,
+    webhooks: config.webhooks,
+    bundles,
+    importTargetTtlMs: config.importTargetTtlMs,
+    sessions: { ...config.sessions, signer: sessions },
     otp: { ...config.otp, codeHash: otpCodeHash, messaging: config.messages },
     oidc: oidcVerifier(config.oidcAllowedIssuers, { clock: options.clock }),
   };
-  const pipeline = new Pipeline({ store, timestampWindowMs: config.timestampWindowMs, queryCredentialMaxAgeMs: config.queryCredentialMaxAgeMs,
-    env, logger, clock: options.clock, onWebhookEventsQueued, onMessagesQueued });
+  const pipeline = new Pipeline({
+    store,
+    timestampWindowMs: config.timestampWindowMs,
+    queryCredentialMaxAgeMs: config.queryCredentialMaxAgeMs,
+    env,
+    logger,
+    clock: options.clock,
+    onWebhookEventsQueued,
+    onMessagesQueued,
+  });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
   app.removeAllContentTypeParsers();
@@ -104,7 +134,14 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
   // never carry secrets.
   const refuse = (request: FastifyRequest, reply: FastifyReply, error: ServiceError) => {
     const body = error.toBody();
-    const fields = { method: request.method, url: request.url, ip: request.ip, status: error.httpStatus, errorCode: error.turnkeyErrorCode, error: error.message };
+    const fields = {
+      method: request.method,
+      url: request.url,
+      ip: request.ip,
+      status: error.httpStatus,
+      errorCode: error.turnkeyErrorCode,
+      error: error.message,
+    };
     if (error.httpStatus < 500 || error.httpStatus === 501) request.log.info(fields, "request refused");
     else request.log.warn(fields, "request failed");
     const retryAfter = retryAfterOf(error.httpStatus, body);
@@ -125,7 +162,9 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
     return reply.status(500).send(serviceError("INTERNAL", "internal error").toBody());
   });
 
-  app.setNotFoundHandler((request, reply) => refuse(request, reply, serviceError("ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${request.url}`)));
+  app.setNotFoundHandler((request, reply) =>
+    refuse(request, reply, serviceError("ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${request.url}`)),
+  );
 
   app.addHook("onResponse", (request, reply, done) => {
     request.log.debug({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, "request");
@@ -149,7 +188,11 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
   // sessionJwks: the keys session JWTs and verification tokens are signed with (ES256), also at
   // /.well-known/jwks.json for libraries that want a JWKS URL.
   const sessionJwks = { keys: [sessions.jwk] };
-  app.get("/.well-known/sigil.json", async () => ({ signerPublicKey: bundles.publicKey, webhookVerificationKeys: [webhookVerificationKey], sessionJwks }));
+  app.get("/.well-known/sigil.json", async () => ({
+    signerPublicKey: bundles.publicKey,
+    webhookVerificationKeys: [webhookVerificationKey],
+    sessionJwks,
+  }));
   app.get("/.well-known/jwks.json", async (_request, reply) => {
     reply.header("cache-control", "public, max-age=3600");
     return sessionJwks;
@@ -158,7 +201,18 @@ export function buildApp(config: Config, { store, keyring, signatures, webhookKe
   app.get("/public/v1/discovery/webhooks/jwks", async (_request, reply) => {
     reply.header("cache-control", "public, max-age=3600");
     return {
-      keys: [{ kid: webhookKey.keyId, kty: "OKP", crv: "Ed25519", alg: "EdDSA", use: "sig", x: Buffer.from(webhookKey.publicKey, "hex").toString("base64url"), turnkey_signature_algorithm: "ed25519", turnkey_signature_version: "v1" }],
+      keys: [
+        {
+          kid: webhookKey.keyId,
+          kty: "OKP",
+          crv: "Ed25519",
+          alg: "EdDSA",
+          use: "sig",
+          x: Buffer.from(webhookKey.publicKey, "hex").toString("base64url"),
+          turnkey_signature_algorithm: "ed25519",
+          turnkey_signature_version: "v1",
+        },
+      ],
     };
   });
   const openApi = buildOpenApiDocument(packageJson.version);
@@ -197,7 +251,10 @@ export async function startServer(config: Config, logger = createLogger(config),
   const forgetNewKey = () => created && fs.rmSync(config.masterKey.file, { force: true });
   let store: Store;
   try {
-    store = await openStore({ ...config, onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect") });
+    store = await openStore({
+      ...config,
+      onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect"),
+    });
   } catch (error) {
     forgetNewKey();
     throw error;
@@ -224,7 +281,22 @@ export async function startServer(config: Config, logger = createLogger(config),
     await store.transact("exclusive", (trx) => purgeExpiredImportTargets(trx, (options.clock ?? Date.now)()));
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
     courier = new MessageCourier(store, keyring, config.messages, logger, options.clock);
-    app = buildApp(config, { store, keyring, signatures, webhookKey, bundles, sessions, otpCodeHash, onWebhookEventsQueued: () => dispatcher.notify(), onMessagesQueued: () => courier.notify() }, logger, options);
+    app = buildApp(
+      config,
+      {
+        store,
+        keyring,
+        signatures,
+        webhookKey,
+        bundles,
+        sessions,
+        otpCodeHash,
+        onWebhookEventsQueued: () => dispatcher.notify(),
+        onMessagesQueued: () => courier.notify(),
+      },
+      logger,
+      options,
+    );
     await app.listen({ host: config.host, port: config.port });
   } catch (error) {
     await store.close();

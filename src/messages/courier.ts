@@ -25,7 +25,11 @@ export interface MessageContent {
   replyTo?: string;
 }
 
-export const messageIdentity = (row: Pick<OutboundMessagesTable, "id" | "organization_id">) => ({ organizationId: row.organization_id, kind: "outbound_message", resourceId: row.id });
+export const messageIdentity = (row: Pick<OutboundMessagesTable, "id" | "organization_id">) => ({
+  organizationId: row.organization_id,
+  kind: "outbound_message",
+  resourceId: row.id,
+});
 
 /** Whether a channel has somewhere to go; if not, its messages stay in the local outbox. */
 export const hasTransport = (config: MessagingConfig, channel: Channel) => (channel === "email" ? !!config.smtpUrl : !!config.smsUrl);
@@ -56,7 +60,9 @@ export class MessageCourier extends OutboxWorker<ClaimedMessage> {
     // nodemailer's own timeouts run to minutes; an attempt must end within its lease, or another
     // process would take the message over and send it twice.
     const limits = { connectionTimeout: config.timeoutMs, greetingTimeout: config.timeoutMs, socketTimeout: config.timeoutMs };
-    this.mailer = config.smtpUrl ? nodemailer.createTransport({ url: config.smtpUrl, ...limits } as Parameters<typeof nodemailer.createTransport>[0]) : null;
+    this.mailer = config.smtpUrl
+      ? nodemailer.createTransport({ url: config.smtpUrl, ...limits } as Parameters<typeof nodemailer.createTransport>[0])
+      : null;
   }
 
   override async close(): Promise<void> {
@@ -83,10 +89,21 @@ export class MessageCourier extends OutboxWorker<ClaimedMessage> {
     // Outbox copies and undelivered messages whose code has expired are of no use: erase their text.
     // Their rows (recipient, status) stay a week for the operator, as do expired verification tokens.
     await this.store.transact("exclusive", async (trx) => {
-      await trx.updateTable("outbound_messages").set({ sealed_message: null, status: "expired" }).where("status", "in", ["pending", "outbox"]).where("expires_at", "<=", now).execute();
-      await trx.deleteFrom("outbound_messages").where("expires_at", "<=", now - RETENTION_MS).execute();
+      await trx
+        .updateTable("outbound_messages")
+        .set({ sealed_message: null, status: "expired" })
+        .where("status", "in", ["pending", "outbox"])
+        .where("expires_at", "<=", now)
+        .execute();
+      await trx
+        .deleteFrom("outbound_messages")
+        .where("expires_at", "<=", now - RETENTION_MS)
+        .execute();
       // Kept past expiry a while, so a late login hears VERIFICATION_TOKEN_EXPIRED, not "unknown".
-      await trx.deleteFrom("verification_tokens").where("expires_at", "<=", now - RETENTION_MS).execute();
+      await trx
+        .deleteFrom("verification_tokens")
+        .where("expires_at", "<=", now - RETENTION_MS)
+        .execute();
     });
     const due = await this.store.db
       .selectFrom("outbound_messages")
@@ -127,9 +144,12 @@ export class MessageCourier extends OutboxWorker<ClaimedMessage> {
 
   protected override async record({ row, leaseUntil }: ClaimedMessage, result: AttemptResult): Promise<void> {
     const { attempt: attempts, status, gaveUp, error, now, retryInMs } = result;
-    const fenced = (trx: Parameters<Parameters<Store["transact"]>[1]>[0]) => trx.updateTable("outbound_messages").where("id", "=", row.id).where("lease_until", "=", leaseUntil);
+    const fenced = (trx: Parameters<Parameters<Store["transact"]>[1]>[0]) =>
+      trx.updateTable("outbound_messages").where("id", "=", row.id).where("lease_until", "=", leaseUntil);
     if (status === "delivered") {
-      await this.store.transact("exclusive", (trx) => fenced(trx).set({ status: "sent", sealed_message: null, attempts, sent_at: now, lease_until: null, last_error: null }).execute());
+      await this.store.transact("exclusive", (trx) =>
+        fenced(trx).set({ status: "sent", sealed_message: null, attempts, sent_at: now, lease_until: null, last_error: null }).execute(),
+      );
       this.logger.info({ messageId: row.id, organizationId: row.organization_id, channel: row.channel, attempts }, "message sent");
       return;
     }
@@ -143,12 +163,22 @@ export class MessageCourier extends OutboxWorker<ClaimedMessage> {
         .execute(),
     );
     // The error names the transport's complaint, never the message (it carries a code).
-    this.logger.warn({ messageId: row.id, organizationId: row.organization_id, channel: row.channel, attempts, error, gaveUp }, "message not sent");
+    this.logger.warn(
+      { messageId: row.id, organizationId: row.organization_id, channel: row.channel, attempts, error, gaveUp },
+      "message not sent",
+    );
   }
 
   private async sendEmail(to: string, content: MessageContent): Promise<void> {
     if (!this.mailer) throw new Error("no SMTP relay configured (SIGIL_SMTP_URL)");
-    await this.mailer.sendMail({ from: content.from ?? this.config.smtpFrom, to, replyTo: content.replyTo, subject: content.subject, text: content.text, html: content.html });
+    await this.mailer.sendMail({
+      from: content.from ?? this.config.smtpFrom,
+      to,
+      replyTo: content.replyTo,
+      subject: content.subject,
+      text: content.text,
+      html: content.html,
+    });
   }
 
   private async sendSms(to: string, content: MessageContent): Promise<void> {
@@ -165,8 +195,28 @@ export class MessageCourier extends OutboxWorker<ClaimedMessage> {
 }
 
 /** The messages kept in the local outbox (no transport configured), opened for the operator. */
-export async function readOutbox(store: Store, keyring: Keyring, now: number): Promise<Array<{ id: string; organizationId: string; channel: string; recipient: string; createdAt: string; expiresAt: string; content: MessageContent }>> {
-  const rows = await store.db.selectFrom("outbound_messages").selectAll().where("status", "=", "outbox").where("expires_at", ">", now).orderBy("created_at").execute();
+export async function readOutbox(
+  store: Store,
+  keyring: Keyring,
+  now: number,
+): Promise<
+  Array<{
+    id: string;
+    organizationId: string;
+    channel: string;
+    recipient: string;
+    createdAt: string;
+    expiresAt: string;
+    content: MessageContent;
+  }>
+> {
+  const rows = await store.db
+    .selectFrom("outbound_messages")
+    .selectAll()
+    .where("status", "=", "outbox")
+    .where("expires_at", ">", now)
+    .orderBy("created_at")
+    .execute();
   return rows.map((row) => ({
     id: row.id,
     organizationId: row.organization_id,

@@ -92,15 +92,28 @@ interface Budget {
   spent: string;
   limit: number;
   windowMs: number;
-  where: { contact_key?: string; root_organization_id?: string; requester_organization_id?: string; from_sub_organization?: number; credential_id?: string };
+  where: {
+    contact_key?: string;
+    root_organization_id?: string;
+    requester_organization_id?: string;
+    from_sub_organization?: number;
+    credential_id?: string;
+  };
 }
 
 /** Milliseconds until the budget frees a slot, or 0 when it has one: the send that would have to
  * leave the window is the limit-th newest inside it. */
 async function msUntilFree(ctx: ActivityContext, budget: Budget): Promise<number> {
-  let query = ctx.trx.selectFrom("otp_sends").select("created_at").where("created_at", ">", ctx.now - budget.windowMs);
+  let query = ctx.trx
+    .selectFrom("otp_sends")
+    .select("created_at")
+    .where("created_at", ">", ctx.now - budget.windowMs);
   for (const [column, value] of Object.entries(budget.where)) query = query.where(column as keyof Budget["where"], "=", value as never);
-  const blocking = await query.orderBy("created_at", "desc").limit(1).offset(budget.limit - 1).executeTakeFirst();
+  const blocking = await query
+    .orderBy("created_at", "desc")
+    .limit(1)
+    .offset(budget.limit - 1)
+    .executeTakeFirst();
   return blocking ? blocking.created_at + budget.windowMs - ctx.now : 0;
 }
 
@@ -142,8 +155,9 @@ export async function recordSend(
       where: { contact_key: key, requester_organization_id: requester },
     },
     {
-      spent: `organization ${root}'s budget of ${settings.perOrganizationLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_ORGANIZATION_LIMIT), `
-        + "which its sub-organizations share",
+      spent:
+        `organization ${root}'s budget of ${settings.perOrganizationLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_ORGANIZATION_LIMIT), ` +
+        "which its sub-organizations share",
       limit: settings.perOrganizationLimit,
       windowMs,
       where: { root_organization_id: root },
@@ -152,16 +166,18 @@ export async function recordSend(
   if (fromSub) {
     budgets.push(
       {
-        spent: `this contact's budget of ${settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE} codes per 10 minutes `
-          + "(twice SIGIL_OTP_PER_CONTACT_LIMIT) "
-          + "that all sub-organizations' own credentials share",
+        spent:
+          `this contact's budget of ${settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE} codes per 10 minutes ` +
+          "(twice SIGIL_OTP_PER_CONTACT_LIMIT) " +
+          "that all sub-organizations' own credentials share",
         limit: settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE,
         windowMs: CONTACT_WINDOW_MS,
         where: { contact_key: key, from_sub_organization: 1 },
       },
       {
-        spent: `the budget of ${settings.perEndUserLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_END_USER_LIMIT) `
-          + `the credentials of sub-organization ${requester} share`,
+        spent:
+          `the budget of ${settings.perEndUserLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_END_USER_LIMIT) ` +
+          `the credentials of sub-organization ${requester} share`,
         limit: settings.perEndUserLimit,
         windowMs,
         where: { requester_organization_id: requester },
@@ -190,6 +206,13 @@ export async function recordSend(
   await ctx.trx.deleteFrom("otp_sends").where("root_organization_id", "=", root).where("created_at", "<=", outOfEveryWindow).execute();
   await ctx.trx
     .insertInto("otp_sends")
-    .values({ contact_key: key, requester_organization_id: requester, root_organization_id: root, from_sub_organization: fromSub, credential_id: ctx.principal.credentialId, created_at: ctx.now })
+    .values({
+      contact_key: key,
+      requester_organization_id: requester,
+      root_organization_id: root,
+      from_sub_organization: fromSub,
+      credential_id: ctx.principal.credentialId,
+      created_at: ctx.now,
+    })
     .execute();
 }

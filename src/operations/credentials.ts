@@ -60,7 +60,11 @@ export async function addApiKeys(ctx: ActivityContext, userId: string, keys: Api
       .where("public_key", "=", publicKey)
       .executeTakeFirst();
     if (existing || seen.has(publicKey)) {
-      throw serviceError("API_KEY_ALREADY_EXISTS", `an API key with public key ${publicKey} already exists in this organization`, "AlreadyExists");
+      throw serviceError(
+        "API_KEY_ALREADY_EXISTS",
+        `an API key with public key ${publicKey} already exists in this organization`,
+        "AlreadyExists",
+      );
     }
     seen.add(publicKey);
     const id = newId();
@@ -84,15 +88,30 @@ export async function addApiKeys(ctx: ActivityContext, userId: string, keys: Api
   return ids;
 }
 
-export async function addAuthenticators(ctx: ActivityContext, userId: string, authenticators: AuthenticatorParams[], field = "authenticators"): Promise<string[]> {
+export async function addAuthenticators(
+  ctx: ActivityContext,
+  userId: string,
+  authenticators: AuthenticatorParams[],
+  field = "authenticators",
+): Promise<string[]> {
   const ids: string[] = [];
   for (const [i, params] of authenticators.entries()) {
     const name = requireName(params.authenticatorName, `${field}[${i}].authenticatorName`);
     const a = params.attestation;
     const registration =
       "credentialId" in a
-        ? { credentialId: a.credentialId, clientDataJson: a.clientDataJson, attestationObject: a.attestationObject, transports: a.transports }
-        : { credentialId: a.rawId || a.id, clientDataJson: a.response.clientDataJson, attestationObject: a.response.attestationObject, transports: a.response.transports ?? [] };
+        ? {
+            credentialId: a.credentialId,
+            clientDataJson: a.clientDataJson,
+            attestationObject: a.attestationObject,
+            transports: a.transports,
+          }
+        : {
+            credentialId: a.rawId || a.id,
+            clientDataJson: a.response.clientDataJson,
+            attestationObject: a.response.attestationObject,
+            transports: a.response.transports ?? [],
+          };
     const passkey = await verifyPasskeyRegistration({ ...registration, challenge: params.challenge }, ctx.env.webauthn);
     const existing = await ctx.trx
       .selectFrom("authenticators")
@@ -100,7 +119,11 @@ export async function addAuthenticators(ctx: ActivityContext, userId: string, au
       .where("organization_id", "=", ctx.organizationId)
       .where("credential_id", "=", passkey.credentialId)
       .executeTakeFirst();
-    if (existing) throw serviceError("AUTHENTICATOR_ALREADY_EXISTS", `an authenticator with credential id ${passkey.credentialId} already exists in this organization`);
+    if (existing)
+      throw serviceError(
+        "AUTHENTICATOR_ALREADY_EXISTS",
+        `an authenticator with credential id ${passkey.credentialId} already exists in this organization`,
+      );
     const id = newId();
     await ctx.trx
       .insertInto("authenticators")
@@ -126,7 +149,13 @@ export async function addAuthenticators(ctx: ActivityContext, userId: string, au
 }
 
 /** Deletes credentials of one user; every id must be one of that user's, or nothing is deleted. */
-async function deleteUserCredentials(ctx: ActivityContext, table: "api_keys" | "authenticators", userId: string, requested: string[], field: string): Promise<string[]> {
+async function deleteUserCredentials(
+  ctx: ActivityContext,
+  table: "api_keys" | "authenticators",
+  userId: string,
+  requested: string[],
+  field: string,
+): Promise<string[]> {
   const what = table === "api_keys" ? "API key" : "authenticator";
   await requireUser(ctx.trx, ctx.organizationId, userId);
   const ids = distinct(requested, field);
@@ -134,7 +163,10 @@ async function deleteUserCredentials(ctx: ActivityContext, table: "api_keys" | "
   const found = await ctx.trx.selectFrom(table).select("id").where("user_id", "=", userId).where("id", "in", ids).execute();
   const missing = ids.find((id) => !found.some((row) => row.id === id));
   if (missing !== undefined) {
-    throw serviceError(table === "api_keys" ? "API_KEY_NOT_FOUND" : "AUTHENTICATOR_NOT_FOUND", `${what} ${missing} not found for user ${userId}`);
+    throw serviceError(
+      table === "api_keys" ? "API_KEY_NOT_FOUND" : "AUTHENTICATOR_NOT_FOUND",
+      `${what} ${missing} not found for user ${userId}`,
+    );
   }
   await ctx.trx.deleteFrom(table).where("id", "in", ids).execute();
   return ids;
@@ -197,7 +229,12 @@ export const credentialOperations = [
     name: "get_api_key",
     summary: "One API key.",
     async run(ctx, body) {
-      const row = await ctx.db.selectFrom("api_keys").selectAll().where("organization_id", "=", ctx.organizationId).where("id", "=", body.apiKeyId).executeTakeFirst();
+      const row = await ctx.db
+        .selectFrom("api_keys")
+        .selectAll()
+        .where("organization_id", "=", ctx.organizationId)
+        .where("id", "=", body.apiKeyId)
+        .executeTakeFirst();
       if (!row) throw serviceError("API_KEY_NOT_FOUND", `API key ${body.apiKeyId} not found`);
       return { apiKey: renderApiKey(row) };
     },
@@ -209,7 +246,13 @@ export const credentialOperations = [
     async run(ctx, body) {
       const userId = body.userId ?? ctx.principal.userId;
       await requireUser(ctx.db, ctx.organizationId, userId);
-      const rows = await ctx.db.selectFrom("api_keys").selectAll().where("user_id", "=", userId).orderBy("created_at").orderBy("id").execute();
+      const rows = await ctx.db
+        .selectFrom("api_keys")
+        .selectAll()
+        .where("user_id", "=", userId)
+        .orderBy("created_at")
+        .orderBy("id")
+        .execute();
       return { apiKeys: rows.map(renderApiKey) };
     },
   }),
@@ -234,7 +277,13 @@ export const credentialOperations = [
     summary: "The passkeys of a user.",
     async run(ctx, body) {
       await requireUser(ctx.db, ctx.organizationId, body.userId);
-      const rows = await ctx.db.selectFrom("authenticators").selectAll().where("user_id", "=", body.userId).orderBy("created_at").orderBy("id").execute();
+      const rows = await ctx.db
+        .selectFrom("authenticators")
+        .selectAll()
+        .where("user_id", "=", body.userId)
+        .orderBy("created_at")
+        .orderBy("id")
+        .execute();
       return { authenticators: rows.map(renderAuthenticator) };
     },
   }),

@@ -13,7 +13,12 @@ import { findSigner, openSigner, signerKeywords } from "./signers.js";
 /** The signed bundle: `data` is the hex of the JSON that carries the sealed secret. */
 export async function signedBundle(signer: BundleSigner, fields: Record<string, string>): Promise<string> {
   const data = Buffer.from(JSON.stringify(fields), "utf8");
-  return JSON.stringify({ version: "v1.0.0", data: data.toString("hex"), dataSignature: signer.sign(data).toString("hex"), enclaveQuorumPublic: signer.publicKey });
+  return JSON.stringify({
+    version: "v1.0.0",
+    data: data.toString("hex"),
+    dataSignature: signer.sign(data).toString("hex"),
+    enclaveQuorumPublic: signer.publicKey,
+  });
 }
 
 /** Seals `secret` to `targetPublicKey` and wraps it in a signed export bundle; wipes `secret`. */
@@ -59,7 +64,10 @@ export const exportOperations = [
       const wallet = await requireWallet(ctx.trx, ctx.organizationId, p.walletId);
       // The same entropy spelled in another word list is another mnemonic, with other keys.
       if (p.language !== undefined && p.language !== wallet.mnemonic_language) {
-        throw serviceError("MNEMONIC_LANGUAGE_MISMATCH", `wallet ${wallet.id}'s mnemonic is in ${wallet.mnemonic_language}; spelling its entropy in ${p.language} would give a mnemonic that derives other keys`);
+        throw serviceError(
+          "MNEMONIC_LANGUAGE_MISMATCH",
+          `wallet ${wallet.id}'s mnemonic is in ${wallet.mnemonic_language}; spelling its entropy in ${p.language} would give a mnemonic that derives other keys`,
+        );
       }
       const bundle = await exportBundle(ctx, p.targetPublicKey, ctx.env.keyring.open(wallet.sealed_mnemonic, mnemonicIdentity(wallet)));
       await ctx.trx.updateTable("wallets").set({ exported: 1, updated_at: ctx.now }).where("id", "=", wallet.id).execute();
@@ -74,7 +82,12 @@ export const exportOperations = [
     action: "EXPORT",
     policyParameters: (p) => ({ target_public_key: policyTargetKey(p.targetPublicKey) }),
     async policyContext(trx, organizationId, p) {
-      const row = await trx.selectFrom("private_keys").selectAll().where("organization_id", "=", organizationId).where("id", "=", p.privateKeyId).executeTakeFirst();
+      const row = await trx
+        .selectFrom("private_keys")
+        .selectAll()
+        .where("organization_id", "=", organizationId)
+        .where("id", "=", p.privateKeyId)
+        .executeTakeFirst();
       return row ? { private_key: privateKeyKeyword(row, (await tagsOf(trx, [row.id])).get(row.id) ?? []) } : {};
     },
     async execute(ctx, p) {
@@ -103,7 +116,11 @@ export const exportOperations = [
     async execute(ctx, p) {
       targetKey(p.targetPublicKey);
       const signer = await findSigner(ctx.trx, ctx.organizationId, p.address);
-      if (signer.kind !== "wallet_account") throw serviceError("WALLET_ACCOUNT_NOT_FOUND", `${p.address} is a private key's address, not a wallet account's: export it with export_private_key`);
+      if (signer.kind !== "wallet_account")
+        throw serviceError(
+          "WALLET_ACCOUNT_NOT_FOUND",
+          `${p.address} is a private key's address, not a wallet account's: export it with export_private_key`,
+        );
       // Only this account's key leaves, not the mnemonic: the wallet is not marked exported.
       const bundle = await exportBundle(ctx, p.targetPublicKey, openSigner(ctx.env.keyring, signer) as Buffer);
       return { address: signer.address, exportBundle: bundle };

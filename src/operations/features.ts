@@ -17,7 +17,12 @@ export interface Feature {
 }
 
 export async function featuresOf(db: Db | Tx, organizationId: string): Promise<Feature[]> {
-  const rows = await db.selectFrom("organization_features").select(["name", "value"]).where("organization_id", "=", organizationId).orderBy("name").execute();
+  const rows = await db
+    .selectFrom("organization_features")
+    .select(["name", "value"])
+    .where("organization_id", "=", organizationId)
+    .orderBy("name")
+    .execute();
   return rows.map((r) => ({ name: r.name, value: r.value }));
 }
 
@@ -25,14 +30,24 @@ export async function featuresOf(db: Db | Tx, organizationId: string): Promise<F
 export async function setFeatures(trx: Tx, organizationId: string, features: Feature[], now: number): Promise<void> {
   for (const feature of features) {
     await trx.deleteFrom("organization_features").where("organization_id", "=", organizationId).where("name", "=", feature.name).execute();
-    await trx.insertInto("organization_features").values({ organization_id: organizationId, name: feature.name, value: feature.value, created_at: now, updated_at: now }).execute();
+    await trx
+      .insertInto("organization_features")
+      .values({ organization_id: organizationId, name: feature.name, value: feature.value, created_at: now, updated_at: now })
+      .execute();
   }
 }
 
 /** The origins of a FEATURE_NAME_WEBAUTHN_ORIGINS value: comma-separated, each exactly an origin. */
 export function parseOrigins(value: string): string[] {
-  const origins = value.split(",").map((o) => o.trim()).filter(Boolean);
-  if (origins.length === 0) throw serviceError("REQUEST_INVALID", `${WEBAUTHN_ORIGINS} needs at least one origin, e.g. "https://app.example.com" (several: comma-separated)`);
+  const origins = value
+    .split(",")
+    .map((o) => o.trim())
+    .filter(Boolean);
+  if (origins.length === 0)
+    throw serviceError(
+      "REQUEST_INVALID",
+      `${WEBAUTHN_ORIGINS} needs at least one origin, e.g. "https://app.example.com" (several: comma-separated)`,
+    );
   for (const origin of origins) {
     let parsed: URL;
     try {
@@ -41,7 +56,10 @@ export function parseOrigins(value: string): string[] {
       throw serviceError("REQUEST_INVALID", `${WEBAUTHN_ORIGINS}: "${origin}" is not an origin such as https://app.example.com`);
     }
     if (parsed.origin !== origin || !["https:", "http:"].includes(parsed.protocol)) {
-      throw serviceError("REQUEST_INVALID", `${WEBAUTHN_ORIGINS}: "${origin}" is not an origin (scheme, host and port only, no path or trailing slash), e.g. ${parsed.origin}`);
+      throw serviceError(
+        "REQUEST_INVALID",
+        `${WEBAUTHN_ORIGINS}: "${origin}" is not an origin (scheme, host and port only, no path or trailing slash), e.g. ${parsed.origin}`,
+      );
     }
   }
   return origins;
@@ -76,10 +94,20 @@ export const featureOperations = [
     action: "UPDATE",
     rootOnly: true,
     async execute(ctx, p) {
-      const removed = await ctx.trx.deleteFrom("organization_features").where("organization_id", "=", ctx.organizationId).where("name", "=", p.name).executeTakeFirst();
-      if (Number(removed.numDeletedRows) === 0) throw serviceError("FEATURE_NOT_FOUND", `feature ${p.name} is not set in this organization`);
+      const removed = await ctx.trx
+        .deleteFrom("organization_features")
+        .where("organization_id", "=", ctx.organizationId)
+        .where("name", "=", p.name)
+        .executeTakeFirst();
+      if (Number(removed.numDeletedRows) === 0)
+        throw serviceError("FEATURE_NOT_FOUND", `feature ${p.name} is not set in this organization`);
       if (p.name === WEBHOOK) {
-        await ctx.trx.updateTable("webhook_deliveries").set({ status: "cancelled", last_error: "the organization's webhook URL was removed", updated_at: ctx.now }).where("destination", "=", `feature:${ctx.organizationId}`).where("status", "=", "pending").execute();
+        await ctx.trx
+          .updateTable("webhook_deliveries")
+          .set({ status: "cancelled", last_error: "the organization's webhook URL was removed", updated_at: ctx.now })
+          .where("destination", "=", `feature:${ctx.organizationId}`)
+          .where("status", "=", "pending")
+          .execute();
       }
       return { features: await featuresOf(ctx.trx, ctx.organizationId) };
     },
@@ -89,7 +117,11 @@ export const featureOperations = [
     name: "get_organization_configs",
     summary: "The organization's features and root quorum.",
     async run(ctx) {
-      const organization = await ctx.db.selectFrom("organizations").select("root_quorum_threshold").where("id", "=", ctx.organizationId).executeTakeFirstOrThrow();
+      const organization = await ctx.db
+        .selectFrom("organizations")
+        .select("root_quorum_threshold")
+        .where("id", "=", ctx.organizationId)
+        .executeTakeFirstOrThrow();
       return {
         configs: {
           features: await featuresOf(ctx.db, ctx.organizationId),

@@ -17,7 +17,11 @@ import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 
 type TargetKind = "wallet" | "private_key";
 
-const identity = (row: { id: string; organization_id: string }) => ({ organizationId: row.organization_id, kind: "import_target", resourceId: row.id });
+const identity = (row: { id: string; organization_id: string }) => ({
+  organizationId: row.organization_id,
+  kind: "import_target",
+  resourceId: row.id,
+});
 
 function requireOwnUser(ctx: ActivityContext, userId: string): void {
   if (userId !== ctx.principal.userId) {
@@ -28,7 +32,12 @@ function requireOwnUser(ctx: ActivityContext, userId: string): void {
 /** The requester's target of `kind` is used up by a failed import too (one attempt per target). */
 async function discardTarget(ctx: ActivityContext, userId: string, kind: TargetKind): Promise<void> {
   if (userId !== ctx.principal.userId) return;
-  await ctx.trx.deleteFrom("import_targets").where("organization_id", "=", ctx.organizationId).where("user_id", "=", userId).where("kind", "=", kind).execute();
+  await ctx.trx
+    .deleteFrom("import_targets")
+    .where("organization_id", "=", ctx.organizationId)
+    .where("user_id", "=", userId)
+    .where("kind", "=", kind)
+    .execute();
 }
 
 /** Expired targets serve nobody: each init clears them away (the server does at start too). */
@@ -43,10 +52,24 @@ async function initImport(ctx: ActivityContext, userId: string, kind: TargetKind
   const secret = p256.utils.randomSecretKey();
   const publicKey = Buffer.from(p256.getPublicKey(secret, false)).toString("hex");
   const id = newId();
-  await ctx.trx.deleteFrom("import_targets").where("organization_id", "=", ctx.organizationId).where("user_id", "=", userId).where("kind", "=", kind).execute();
+  await ctx.trx
+    .deleteFrom("import_targets")
+    .where("organization_id", "=", ctx.organizationId)
+    .where("user_id", "=", userId)
+    .where("kind", "=", kind)
+    .execute();
   await ctx.trx
     .insertInto("import_targets")
-    .values({ id, organization_id: ctx.organizationId, user_id: userId, kind, public_key: publicKey, sealed_private_key: ctx.env.keyring.seal(secret, identity({ id, organization_id: ctx.organizationId })), expires_at: ctx.now + ctx.env.importTargetTtlMs, created_at: ctx.now })
+    .values({
+      id,
+      organization_id: ctx.organizationId,
+      user_id: userId,
+      kind,
+      public_key: publicKey,
+      sealed_private_key: ctx.env.keyring.seal(secret, identity({ id, organization_id: ctx.organizationId })),
+      expires_at: ctx.now + ctx.env.importTargetTtlMs,
+      created_at: ctx.now,
+    })
     .execute();
   secret.fill(0);
   return signedBundle(ctx.env.bundles, { organizationId: ctx.organizationId, userId, targetPublic: publicKey });
@@ -57,10 +80,14 @@ function parseEncryptedBundle(raw: string): Sealed {
   try {
     parsed = JSON.parse(raw);
   } catch {
-    throw serviceError("INVALID_IMPORT_BUNDLE", "encryptedBundle must be the JSON {encappedPublic, ciphertext} that encryptWalletToBundle / encryptPrivateKeyToBundle return");
+    throw serviceError(
+      "INVALID_IMPORT_BUNDLE",
+      "encryptedBundle must be the JSON {encappedPublic, ciphertext} that encryptWalletToBundle / encryptPrivateKeyToBundle return",
+    );
   }
   const { encappedPublic, ciphertext } = (parsed ?? {}) as Record<string, unknown>;
-  if (typeof encappedPublic !== "string" || typeof ciphertext !== "string") throw serviceError("INVALID_IMPORT_BUNDLE", "encryptedBundle lacks encappedPublic or ciphertext");
+  if (typeof encappedPublic !== "string" || typeof ciphertext !== "string")
+    throw serviceError("INVALID_IMPORT_BUNDLE", "encryptedBundle lacks encappedPublic or ciphertext");
   return { encappedPublic, ciphertext };
 }
 
@@ -69,10 +96,21 @@ async function openImport(ctx: ActivityContext, userId: string, kind: TargetKind
   const trx = ctx.trx;
   requireOwnUser(ctx, userId);
   const sealed = parseEncryptedBundle(encryptedBundle);
-  const target = await trx.selectFrom("import_targets").selectAll().where("organization_id", "=", ctx.organizationId).where("user_id", "=", userId).where("kind", "=", kind).executeTakeFirst();
+  const target = await trx
+    .selectFrom("import_targets")
+    .selectAll()
+    .where("organization_id", "=", ctx.organizationId)
+    .where("user_id", "=", userId)
+    .where("kind", "=", kind)
+    .executeTakeFirst();
   const init = kind === "wallet" ? "init_import_wallet" : "init_import_private_key";
-  if (!target) throw serviceError("IMPORT_TARGET_NOT_FOUND", `no import target for user ${userId}: call ${init} first (a target serves one import)`);
-  if (target.expires_at <= ctx.now) throw serviceError("IMPORT_TARGET_EXPIRED", `the import target from ${init} expired at ${new Date(target.expires_at).toISOString()}: call ${init} again`);
+  if (!target)
+    throw serviceError("IMPORT_TARGET_NOT_FOUND", `no import target for user ${userId}: call ${init} first (a target serves one import)`);
+  if (target.expires_at <= ctx.now)
+    throw serviceError(
+      "IMPORT_TARGET_EXPIRED",
+      `the import target from ${init} expired at ${new Date(target.expires_at).toISOString()}: call ${init} again`,
+    );
   const secret = ctx.env.keyring.open(target.sealed_private_key, identity(target));
   try {
     const plaintext = await openWith(secret, Buffer.from(target.public_key, "hex"), sealed);
@@ -90,11 +128,19 @@ async function openImport(ctx: ActivityContext, userId: string, kind: TargetKind
 function importedMnemonic(plaintext: Buffer) {
   const text = plaintext.toString("utf8");
   plaintext.fill(0);
-  if (text.includes("\n--PASS--\n")) throw serviceError("MNEMONIC_PASSPHRASE_UNSUPPORTED", "mnemonics with a BIP-39 passphrase cannot be imported yet: import the mnemonic alone");
+  if (text.includes("\n--PASS--\n"))
+    throw serviceError(
+      "MNEMONIC_PASSPHRASE_UNSUPPORTED",
+      "mnemonics with a BIP-39 passphrase cannot be imported yet: import the mnemonic alone",
+    );
   const mnemonic = text.trim().normalize("NFKD").split(/\s+/u).join(" ");
   const language = detectMnemonicLanguage(mnemonic);
   // The message names no word: the mnemonic is the secret.
-  if (!language) throw serviceError("INVALID_MNEMONIC", "the imported mnemonic is not a valid BIP-39 phrase (a word outside the word lists, or a failed checksum)");
+  if (!language)
+    throw serviceError(
+      "INVALID_MNEMONIC",
+      "the imported mnemonic is not a valid BIP-39 phrase (a word outside the word lists, or a failed checksum)",
+    );
   return { mnemonic, language };
 }
 
@@ -153,9 +199,26 @@ export const importOperations = [
       } finally {
         plaintext.fill(0);
       }
-      const taken = await ctx.trx.selectFrom("private_keys").select("id").where("organization_id", "=", ctx.organizationId).where("curve", "=", p.curve).where("public_key", "=", Buffer.from(pair.publicKey).toString("hex")).executeTakeFirst();
+      const taken = await ctx.trx
+        .selectFrom("private_keys")
+        .select("id")
+        .where("organization_id", "=", ctx.organizationId)
+        .where("curve", "=", p.curve)
+        .where("public_key", "=", Buffer.from(pair.publicKey).toString("hex"))
+        .executeTakeFirst();
       if (taken) throw serviceError("PRIVATE_KEY_ALREADY_EXISTS", `this key is already private key ${taken.id} of the organization`);
-      const [created] = await createPrivateKeys(ctx, [{ privateKeyName: p.privateKeyName, curve: p.curve, privateKeyTags: [], addressFormats: (p.addressFormats ?? []) as PrivateKeyParams["addressFormats"] }], pair);
+      const [created] = await createPrivateKeys(
+        ctx,
+        [
+          {
+            privateKeyName: p.privateKeyName,
+            curve: p.curve,
+            privateKeyTags: [],
+            addressFormats: (p.addressFormats ?? []) as PrivateKeyParams["addressFormats"],
+          },
+        ],
+        pair,
+      );
       return { privateKeyId: created!.privateKeyId, addresses: created!.addresses };
     },
   }),

@@ -3,7 +3,7 @@
 // OPERATION_NOT_SERVED saying so, not a 404 that reads like a typo or like a feature still to come.
 // Operations Sigil will serve later do not belong here: until they are built they answer 404 like any
 // unknown path. The routes (http/server.ts) and docs/operations.md derive from this table.
-import { ServiceError, serviceError } from "../errors.js";
+import { type ServiceError, serviceError } from "../errors.js";
 import { swagger } from "./registry.js";
 
 export interface NotServedOperation {
@@ -21,11 +21,25 @@ const HOSTED_ONLY: Array<{ service: string; paths: string[] }> = [
   {
     service: "TVC, its verifiable cloud: apps, deployments and their quorum keys run in the product's enclave cluster",
     paths: [
-      query("get_app_status"), query("get_tvc_app"), query("get_tvc_deployment"), query("get_tvc_deployment_debug_logs"),
-      query("get_tvc_deployment_provisioning_details"), query("get_tvc_qos_versions"), query("list_tvc_app_deployments"), query("list_tvc_apps"),
-      query("validate_tvc_image"), submit("create_tvc_app"), submit("create_tvc_deployment"), submit("create_tvc_manifest_approvals"),
-      submit("create_tvc_operator"), submit("create_tvc_quorum_key"), submit("delete_tvc_app_and_deployments"), submit("delete_tvc_deployment"),
-      submit("post_tvc_quorum_key_share"), submit("re_encrypt_tvc_quorum_key_share"), submit("restore_tvc_deployment"),
+      query("get_app_status"),
+      query("get_tvc_app"),
+      query("get_tvc_deployment"),
+      query("get_tvc_deployment_debug_logs"),
+      query("get_tvc_deployment_provisioning_details"),
+      query("get_tvc_qos_versions"),
+      query("list_tvc_app_deployments"),
+      query("list_tvc_apps"),
+      query("validate_tvc_image"),
+      submit("create_tvc_app"),
+      submit("create_tvc_deployment"),
+      submit("create_tvc_manifest_approvals"),
+      submit("create_tvc_operator"),
+      submit("create_tvc_quorum_key"),
+      submit("delete_tvc_app_and_deployments"),
+      submit("delete_tvc_deployment"),
+      submit("post_tvc_quorum_key_share"),
+      submit("re_encrypt_tvc_quorum_key_share"),
+      submit("restore_tvc_deployment"),
       submit("set_tvc_app_live_deployment"),
     ],
   },
@@ -36,25 +50,49 @@ const HOSTED_ONLY: Array<{ service: string; paths: string[] }> = [
   {
     service: "Earn, yield vaults it runs with its DeFi partners",
     paths: [
-      query("get_claim_earn_fees_status"), query("get_earn_deploy_status"), query("get_earn_deposit_status"), query("get_earn_withdraw_status"),
-      query("list_earn_enabled_vaults"), query("list_earn_positions"), query("list_earn_vaults"), submit("claim_earn_fees"),
-      submit("earn_deploy_wrapper"), submit("earn_deposit"), submit("earn_set_wrapper_state"), submit("earn_withdraw"),
+      query("get_claim_earn_fees_status"),
+      query("get_earn_deploy_status"),
+      query("get_earn_deposit_status"),
+      query("get_earn_withdraw_status"),
+      query("list_earn_enabled_vaults"),
+      query("list_earn_positions"),
+      query("list_earn_vaults"),
+      submit("claim_earn_fees"),
+      submit("earn_deploy_wrapper"),
+      submit("earn_deposit"),
+      submit("earn_set_wrapper_state"),
+      submit("earn_withdraw"),
     ],
   },
   {
     service: "token swaps, quoted and executed through its swap providers",
-    paths: [query("get_swap_status"), submit("claim_swap_fees"), submit("create_swap_quote"), submit("execute_swap"), submit("upsert_swap_config")],
+    paths: [
+      query("get_swap_status"),
+      submit("claim_swap_fees"),
+      submit("create_swap_quote"),
+      submit("execute_swap"),
+      submit("upsert_swap_config"),
+    ],
   },
   {
     service: "fiat on-ramp providers it has agreements with",
     paths: [
-      query("get_onramp_transaction_status"), query("list_fiat_on_ramp_credentials"), submit("create_fiat_on_ramp_credential"),
-      submit("update_fiat_on_ramp_credential"), submit("delete_fiat_on_ramp_credential"), submit("init_fiat_on_ramp"),
+      query("get_onramp_transaction_status"),
+      query("list_fiat_on_ramp_credentials"),
+      submit("create_fiat_on_ramp_credential"),
+      submit("update_fiat_on_ramp_credential"),
+      submit("delete_fiat_on_ramp_credential"),
+      submit("init_fiat_on_ramp"),
     ],
   },
   {
     service: "Spark, its link to the Spark Bitcoin layer-2 network's operators",
-    paths: [submit("spark_claim_transfer"), submit("spark_prepare_lightning_receive"), submit("spark_prepare_transfer"), submit("spark_sign_frost")],
+    paths: [
+      submit("spark_claim_transfer"),
+      submit("spark_prepare_lightning_receive"),
+      submit("spark_prepare_transfer"),
+      submit("spark_sign_frost"),
+    ],
   },
   {
     service: "gas sponsorship: network fees it pays for its customers' transactions and bills in US dollars",
@@ -74,7 +112,9 @@ export function inProductApi(path: string): boolean {
   return swagger.otherPaths.includes(path);
 }
 
-export const notServedOperations: NotServedOperation[] = HOSTED_ONLY.flatMap(({ service, paths }) => paths.map((path) => ({ path, service })));
+export const notServedOperations: NotServedOperation[] = HOSTED_ONLY.flatMap(({ service, paths }) =>
+  paths.map((path) => ({ path, service })),
+);
 
 // A path the product does not have is an unknown path (404), never "not served".
 for (const { path } of notServedOperations) {
@@ -84,6 +124,8 @@ for (const { path } of notServedOperations) {
 /** The answer to every request for `operation`: given before the stamp is checked, since it tells
  * nothing the product's public API description does not already say. */
 export function notServedError(operation: NotServedOperation): ServiceError {
-  return serviceError("OPERATION_NOT_SERVED",
-    `${operation.path} is a hosted-only service of the product (${operation.service}); a self-hosted Sigil does not provide it`);
+  return serviceError(
+    "OPERATION_NOT_SERVED",
+    `${operation.path} is a hosted-only service of the product (${operation.service}); a self-hosted Sigil does not provide it`,
+  );
 }

@@ -13,13 +13,17 @@ import { distinct, renderOauthProvider, requireAtMost, requireUser } from "./res
 import { addOauthProviders, oauthProviderAsRecorded, warmOidcKeys, type OauthProviderParams } from "./users.js";
 import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 
-
-const nonceOf = (publicKey: string) => crypto.createHash("sha256").update(String(publicKey ?? ""), "utf8").digest("hex");
+const nonceOf = (publicKey: string) =>
+  crypto
+    .createHash("sha256")
+    .update(String(publicKey ?? ""), "utf8")
+    .digest("hex");
 
 /** The verified token's user: the organization's user with an OAuth provider for (issuer, one of the
  * token's audiences, subject). */
 async function userOfToken(ctx: ActivityContext, identity: OidcIdentity): Promise<string> {
-  if (identity.audiences.length === 0) throw serviceError("OIDC_AUDIENCE_MISMATCH", "the OIDC token names no audience (aud)", "PermissionDenied");
+  if (identity.audiences.length === 0)
+    throw serviceError("OIDC_AUDIENCE_MISMATCH", "the OIDC token names no audience (aud)", "PermissionDenied");
   const providers = await ctx.trx
     .selectFrom("oauth_providers")
     .select(["user_id", "audience"])
@@ -27,16 +31,28 @@ async function userOfToken(ctx: ActivityContext, identity: OidcIdentity): Promis
     .where("issuer", "=", identity.issuer)
     .where("subject", "=", identity.subject)
     .execute();
-  if (providers.length === 0) throw serviceError("OAUTH_PROVIDER_NOT_FOUND", `no user of organization ${ctx.organizationId} has an OAuth provider for ${identity.issuer} subject ${identity.subject}`);
+  if (providers.length === 0)
+    throw serviceError(
+      "OAUTH_PROVIDER_NOT_FOUND",
+      `no user of organization ${ctx.organizationId} has an OAuth provider for ${identity.issuer} subject ${identity.subject}`,
+    );
   const match = providers.find((p) => identity.audiences.includes(p.audience));
-  if (!match) throw serviceError("OIDC_AUDIENCE_MISMATCH", `the OIDC token's audience (${identity.audiences.join(", ")}) is not the one this user's provider was registered for`, "PermissionDenied");
+  if (!match)
+    throw serviceError(
+      "OIDC_AUDIENCE_MISMATCH",
+      `the OIDC token's audience (${identity.audiences.join(", ")}) is not the one this user's provider was registered for`,
+      "PermissionDenied",
+    );
   return match.user_id;
 }
 
 async function verifiedUser(ctx: ActivityContext, oidcToken: string, publicKey: string): Promise<string> {
   const identity = await ctx.env.oidc.verify(oidcToken);
   if (identity.nonce !== nonceOf(publicKey)) {
-    throw serviceError("OIDC_NONCE_MISMATCH", "the OIDC token's nonce is not sha256(public key) of this login: the token was issued for another key");
+    throw serviceError(
+      "OIDC_NONCE_MISMATCH",
+      "the OIDC token's nonce is not sha256(public key) of this login: the token was issued for another key",
+    );
   }
   return userOfToken(ctx, identity);
 }
@@ -48,7 +64,13 @@ const warmUp = async (p: { oidcToken: string }, env: OperationEnvironment) => {
 };
 
 export const oauthOperations = [
-  defineActivity<{ oidcToken: string; targetPublicKey: string; apiKeyName?: string; expirationSeconds?: string; invalidateExisting?: boolean }>({
+  defineActivity<{
+    oidcToken: string;
+    targetPublicKey: string;
+    apiKeyName?: string;
+    expirationSeconds?: string;
+    invalidateExisting?: boolean;
+  }>({
     name: "oauth",
     summary: "Log in with an OIDC identity token: a session key sealed to targetPublicKey (credential bundle). BETA in the product.",
     resource: "AUTH",
@@ -56,17 +78,33 @@ export const oauthOperations = [
     parentMayRequest: true,
     secretParameters: ["oidcToken"],
     intentOf: (p) => oauthProviderAsRecorded(p),
-    policyParameters: (p) => ({ target_public_key: p.targetPublicKey, expiration_seconds: p.expirationSeconds ?? "", oidc_issuer: unverifiedOidcClaims(p.oidcToken)?.iss ?? "" }),
+    policyParameters: (p) => ({
+      target_public_key: p.targetPublicKey,
+      expiration_seconds: p.expirationSeconds ?? "",
+      oidc_issuer: unverifiedOidcClaims(p.oidcToken)?.iss ?? "",
+    }),
     precheck: warmUp,
     async execute(ctx, p) {
       const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
       const userId = await verifiedUser(ctx, p.oidcToken, p.targetPublicKey);
-      const bundle = await issueCredentialBundle(ctx, p.targetPublicKey, { userId, kind: "OAUTH", name: defaultKeyName("Oauth", ctx.now, p.apiKeyName), seconds, invalidateExisting: p.invalidateExisting });
+      const bundle = await issueCredentialBundle(ctx, p.targetPublicKey, {
+        userId,
+        kind: "OAUTH",
+        name: defaultKeyName("Oauth", ctx.now, p.apiKeyName),
+        seconds,
+        invalidateExisting: p.invalidateExisting,
+      });
       return { userId, ...bundle };
     },
   }),
 
-  defineActivity<{ oidcToken: string; publicKey: string; expirationSeconds?: string; invalidateExisting?: boolean; sessionProfileId?: string }>({
+  defineActivity<{
+    oidcToken: string;
+    publicKey: string;
+    expirationSeconds?: string;
+    invalidateExisting?: boolean;
+    sessionProfileId?: string;
+  }>({
     name: "oauth_login",
     summary: "Log in with an OIDC identity token: publicKey becomes a session key; returns the session JWT.",
     resource: "AUTH",
@@ -74,13 +112,24 @@ export const oauthOperations = [
     parentMayRequest: true,
     secretParameters: ["oidcToken"],
     intentOf: (p) => oauthProviderAsRecorded(p),
-    policyParameters: (p) => ({ public_key: p.publicKey, expiration_seconds: p.expirationSeconds ?? "", oidc_issuer: unverifiedOidcClaims(p.oidcToken)?.iss ?? "" }),
+    policyParameters: (p) => ({
+      public_key: p.publicKey,
+      expiration_seconds: p.expirationSeconds ?? "",
+      oidc_issuer: unverifiedOidcClaims(p.oidcToken)?.iss ?? "",
+    }),
     precheck: warmUp,
     async execute(ctx, p) {
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
       const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
       const userId = await verifiedUser(ctx, p.oidcToken, p.publicKey);
-      const session = await issueSession(ctx, { userId, publicKey, kind: "LOGIN", name: defaultKeyName("OAuth Login", ctx.now), seconds, invalidateExisting: p.invalidateExisting });
+      const session = await issueSession(ctx, {
+        userId,
+        publicKey,
+        kind: "LOGIN",
+        name: defaultKeyName("OAuth Login", ctx.now),
+        seconds,
+        invalidateExisting: p.invalidateExisting,
+      });
       return { session };
     },
   }),
@@ -115,7 +164,12 @@ export const oauthOperations = [
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       const ids = distinct(p.providerIds ?? [], "providerIds");
       if (ids.length === 0) throw serviceError("REQUEST_INVALID", "providerIds must list at least one provider");
-      const found = await ctx.trx.selectFrom("oauth_providers").select("id").where("user_id", "=", p.userId).where("id", "in", ids).execute();
+      const found = await ctx.trx
+        .selectFrom("oauth_providers")
+        .select("id")
+        .where("user_id", "=", p.userId)
+        .where("id", "in", ids)
+        .execute();
       const missing = ids.filter((id) => !found.some((f) => f.id === id));
       if (missing.length) throw serviceError("OAUTH_PROVIDER_NOT_FOUND", `user ${p.userId} has no OAuth provider ${missing.join(", ")}`);
       await ctx.trx.deleteFrom("oauth_providers").where("id", "in", ids).execute();
@@ -129,7 +183,13 @@ export const oauthOperations = [
     async run(ctx, body) {
       const userId = body.userId ?? ctx.principal.userId;
       await requireUser(ctx.db, ctx.organizationId, userId);
-      const rows = await ctx.db.selectFrom("oauth_providers").selectAll().where("user_id", "=", userId).orderBy("created_at").orderBy("id").execute();
+      const rows = await ctx.db
+        .selectFrom("oauth_providers")
+        .selectAll()
+        .where("user_id", "=", userId)
+        .orderBy("created_at")
+        .orderBy("id")
+        .execute();
       return { oauthProviders: rows.map(renderOauthProvider) };
     },
   }),

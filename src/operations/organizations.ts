@@ -25,10 +25,28 @@ export async function createOrganization(db: Db, input: NewOrganization, now = D
   const userId = newId();
   const apiKeyId = newId();
   await db.transaction().execute(async (trx) => {
-    await trx.insertInto("organizations").values({ id: organizationId, name: input.organizationName.trim(), parent_organization_id: null, root_quorum_threshold: 1, created_at: now, updated_at: now }).execute();
+    await trx
+      .insertInto("organizations")
+      .values({
+        id: organizationId,
+        name: input.organizationName.trim(),
+        parent_organization_id: null,
+        root_quorum_threshold: 1,
+        created_at: now,
+        updated_at: now,
+      })
+      .execute();
     await trx
       .insertInto("users")
-      .values({ id: userId, organization_id: organizationId, name: input.userName.trim(), email: input.userEmail ?? null, phone_number: null, created_at: now, updated_at: now })
+      .values({
+        id: userId,
+        organization_id: organizationId,
+        name: input.userName.trim(),
+        email: input.userEmail ?? null,
+        phone_number: null,
+        created_at: now,
+        updated_at: now,
+      })
       .execute();
     await trx.insertInto("root_quorum_members").values({ organization_id: organizationId, user_id: userId }).execute();
     await trx
@@ -74,7 +92,9 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
         .where("m.organization_id", "=", organizationId)
         .where((w) =>
           w.or([
-            w.exists(w.selectFrom("api_keys as k").select("k.id").whereRef("k.user_id", "=", "m.user_id").where("k.expires_at", "is", null)),
+            w.exists(
+              w.selectFrom("api_keys as k").select("k.id").whereRef("k.user_id", "=", "m.user_id").where("k.expires_at", "is", null),
+            ),
             w.exists(w.selectFrom("authenticators as a").select("a.id").whereRef("a.user_id", "=", "m.user_id")),
             w.exists(w.selectFrom("oauth_providers as o").select("o.id").whereRef("o.user_id", "=", "m.user_id")),
             // In a sub-organization, the parent's backend can log a root user in by a one-time
@@ -87,7 +107,12 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
                 .select("u.id")
                 .whereRef("u.id", "=", "m.user_id")
                 .where("uo.parent_organization_id", "is not", null)
-                .where((c) => c.or([c.and([c("u.email", "is not", null), c("f.name", "=", "FEATURE_NAME_OTP_EMAIL_AUTH")]), c.and([c("u.phone_number", "is not", null), c("f.name", "=", "FEATURE_NAME_SMS_AUTH")])])),
+                .where((c) =>
+                  c.or([
+                    c.and([c("u.email", "is not", null), c("f.name", "=", "FEATURE_NAME_OTP_EMAIL_AUTH")]),
+                    c.and([c("u.phone_number", "is not", null), c("f.name", "=", "FEATURE_NAME_SMS_AUTH")]),
+                  ]),
+                ),
             ),
           ]),
         )
@@ -118,24 +143,37 @@ export const organizationOperations = [
       const userIds = distinct(p.userIds, "userIds");
       if (userIds.length === 0) throw serviceError("REQUEST_INVALID", "userIds must name at least one user");
       if (!Number.isInteger(p.threshold) || p.threshold < 1 || p.threshold > userIds.length) {
-        throw serviceError("REQUEST_INVALID", `threshold must be between 1 and the number of users (${userIds.length}), got ${p.threshold}`);
+        throw serviceError(
+          "REQUEST_INVALID",
+          `threshold must be between 1 and the number of users (${userIds.length}), got ${p.threshold}`,
+        );
       }
       await requireUsers(ctx.trx, ctx.organizationId, userIds);
       await ctx.trx.deleteFrom("root_quorum_members").where("organization_id", "=", ctx.organizationId).execute();
-      await ctx.trx.insertInto("root_quorum_members").values(userIds.map((user_id) => ({ organization_id: ctx.organizationId, user_id }))).execute();
-      await ctx.trx.updateTable("organizations").set({ root_quorum_threshold: p.threshold, updated_at: ctx.now }).where("id", "=", ctx.organizationId).execute();
+      await ctx.trx
+        .insertInto("root_quorum_members")
+        .values(userIds.map((user_id) => ({ organization_id: ctx.organizationId, user_id })))
+        .execute();
+      await ctx.trx
+        .updateTable("organizations")
+        .set({ root_quorum_threshold: p.threshold, updated_at: ctx.now })
+        .where("id", "=", ctx.organizationId)
+        .execute();
       // Whether the new quorum can still act is checked for every activity (assertRootQuorumReachable).
       return {};
     },
   }),
-
 
   defineQuery<{ organizationId: string }>({
     name: "whoami",
     summary: "The caller's user and organization (the caller's own sub-organization when the request names its parent).",
     resolvesSubOrganizations: true,
     async run(ctx) {
-      const organization = await ctx.db.selectFrom("organizations").select(["id", "name"]).where("id", "=", ctx.principal.organizationId).executeTakeFirst();
+      const organization = await ctx.db
+        .selectFrom("organizations")
+        .select(["id", "name"])
+        .where("id", "=", ctx.principal.organizationId)
+        .executeTakeFirst();
       const user = await ctx.db.selectFrom("users").select(["id", "name"]).where("id", "=", ctx.principal.userId).executeTakeFirst();
       if (!organization || !user) throw serviceError("USER_NOT_FOUND", "the caller's user no longer exists");
       return { organizationId: organization.id, organizationName: organization.name, userId: user.id, username: user.name };

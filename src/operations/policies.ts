@@ -45,7 +45,13 @@ export function renderPolicy(row: PoliciesTable) {
 
 /** Every policy of the organization, oldest first. */
 export async function listPolicies(db: Db | Tx, organizationId: string) {
-  const rows = await db.selectFrom("policies").selectAll().where("organization_id", "=", organizationId).orderBy("created_at").orderBy("id").execute();
+  const rows = await db
+    .selectFrom("policies")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .orderBy("created_at")
+    .orderBy("id")
+    .execute();
   return rows.map(renderPolicy);
 }
 
@@ -63,7 +69,8 @@ export function selectorsToExpressions(selectors: Selector[]): { condition?: str
   for (const [i, s] of selectors.entries()) {
     if (!s.subject || !s.operator) throw serviceError("REQUEST_INVALID", `selectors[${i}] needs a subject and an operator`);
     // The subject is pasted into the expression, so it must be a keyword path and nothing more.
-    if (!/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$/.test(s.subject)) throw serviceError("POLICY_INVALID", `selectors[${i}].subject must be a keyword path such as activity.type, got "${s.subject}"`);
+    if (!/^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$/.test(s.subject))
+      throw serviceError("POLICY_INVALID", `selectors[${i}].subject must be a keyword path such as activity.type, got "${s.subject}"`);
     const targets = s.targets ?? (s.target !== undefined ? [s.target] : []);
     const one = () => {
       if (targets.length !== 1) throw serviceError("REQUEST_INVALID", `selectors[${i}]: ${s.operator} takes exactly one target`);
@@ -99,7 +106,8 @@ function checkExpressions(policy: { condition?: string | null; consensus?: strin
   try {
     validatePolicy({ condition: policy.condition ?? null, consensus: policy.consensus ?? null, time: policy.time ?? null });
   } catch (error) {
-    if (error instanceof InvalidPolicyError) throw serviceError("POLICY_INVALID", `${where}${error.field} is not a valid policy expression: ${error.problem.message}`);
+    if (error instanceof InvalidPolicyError)
+      throw serviceError("POLICY_INVALID", `${where}${error.field} is not a valid policy expression: ${error.problem.message}`);
     throw error;
   }
 }
@@ -129,7 +137,12 @@ async function insertPolicy(ctx: ActivityContext, policy: NewPolicy, where: stri
 }
 
 async function requirePolicy(trx: Tx, organizationId: string, policyId: string): Promise<PoliciesTable> {
-  const row = await trx.selectFrom("policies").selectAll().where("organization_id", "=", organizationId).where("id", "=", policyId).executeTakeFirst();
+  const row = await trx
+    .selectFrom("policies")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .where("id", "=", policyId)
+    .executeTakeFirst();
   if (!row) throw serviceError("POLICY_NOT_FOUND", `policy ${policyId} not found`);
   return row;
 }
@@ -177,7 +190,8 @@ export const policyOperations = [
 
   defineActivity<PolicyUpdate>({
     name: "update_policy",
-    summary: "Change a policy's name, effect, condition, consensus, time or notes; omitted fields keep their value, an empty expression removes it.",
+    summary:
+      "Change a policy's name, effect, condition, consensus, time or notes; omitted fields keep their value, an empty expression removes it.",
     resource: "POLICY",
     action: "UPDATE",
     async execute(ctx, p) {
@@ -191,7 +205,11 @@ export const policyOperations = [
         notes: p.policyNotes ?? row.notes,
       };
       checkExpressions(next, "");
-      await ctx.trx.updateTable("policies").set({ ...next, updated_at: ctx.now }).where("id", "=", row.id).execute();
+      await ctx.trx
+        .updateTable("policies")
+        .set({ ...next, updated_at: ctx.now })
+        .where("id", "=", row.id)
+        .execute();
       return { policyId: row.id };
     },
   }),
@@ -224,7 +242,12 @@ export const policyOperations = [
     name: "get_policy",
     summary: "One policy.",
     async run(ctx, body) {
-      const row = await ctx.db.selectFrom("policies").selectAll().where("organization_id", "=", ctx.organizationId).where("id", "=", body.policyId).executeTakeFirst();
+      const row = await ctx.db
+        .selectFrom("policies")
+        .selectAll()
+        .where("organization_id", "=", ctx.organizationId)
+        .where("id", "=", body.policyId)
+        .executeTakeFirst();
       if (!row) throw serviceError("POLICY_NOT_FOUND", `policy ${body.policyId} not found`);
       return { policy: renderPolicy(row) };
     },

@@ -22,12 +22,21 @@ interface StoredAddress {
   address: string;
 }
 
-export const privateKeyIdentity = (row: Pick<PrivateKeysTable, "organization_id" | "id">): SecretIdentity => ({ organizationId: row.organization_id, kind: "private_key", resourceId: row.id });
+export const privateKeyIdentity = (row: Pick<PrivateKeysTable, "organization_id" | "id">): SecretIdentity => ({
+  organizationId: row.organization_id,
+  kind: "private_key",
+  resourceId: row.id,
+});
 
 export async function tagsOf(db: Db | Tx, ids: string[]): Promise<Map<string, string[]>> {
   const byKey = new Map<string, string[]>();
   if (ids.length === 0) return byKey;
-  const rows = await db.selectFrom("private_key_tag_members").select(["private_key_id", "tag_id"]).where("private_key_id", "in", ids).orderBy("tag_id").execute();
+  const rows = await db
+    .selectFrom("private_key_tag_members")
+    .select(["private_key_id", "tag_id"])
+    .where("private_key_id", "in", ids)
+    .orderBy("tag_id")
+    .execute();
   for (const r of rows) byKey.set(r.private_key_id, [...(byKey.get(r.private_key_id) ?? []), r.tag_id]);
   return byKey;
 }
@@ -49,16 +58,36 @@ export function renderPrivateKey(row: PrivateKeysTable, tags: string[]) {
 
 /** Every private key of the organization, oldest first: public halves, addresses and tags. */
 export async function listPrivateKeys(db: Db | Tx, organizationId: string) {
-  const rows = await db.selectFrom("private_keys").selectAll().where("organization_id", "=", organizationId).orderBy("created_at").orderBy("id").execute();
-  const tags = await tagsOf(db, rows.map((r) => r.id));
+  const rows = await db
+    .selectFrom("private_keys")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .orderBy("created_at")
+    .orderBy("id")
+    .execute();
+  const tags = await tagsOf(
+    db,
+    rows.map((r) => r.id),
+  );
   return rows.map((r) => renderPrivateKey(r, tags.get(r.id) ?? []));
 }
 
 /** `private_key` of the policy language. */
-export const privateKeyKeyword = (row: PrivateKeysTable, tags: string[]) => ({ id: row.id, tags, imported: row.imported === 1, exported: row.exported === 1, label: row.name });
+export const privateKeyKeyword = (row: PrivateKeysTable, tags: string[]) => ({
+  id: row.id,
+  tags,
+  imported: row.imported === 1,
+  exported: row.exported === 1,
+  label: row.name,
+});
 
 export async function requirePrivateKey(db: Db | Tx, organizationId: string, privateKeyId: string): Promise<PrivateKeysTable> {
-  const row = await db.selectFrom("private_keys").selectAll().where("organization_id", "=", organizationId).where("id", "=", privateKeyId).executeTakeFirst();
+  const row = await db
+    .selectFrom("private_keys")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .where("id", "=", privateKeyId)
+    .executeTakeFirst();
   if (!row) throw serviceError("PRIVATE_KEY_NOT_FOUND", `private key ${privateKeyId} not found`);
   return row;
 }
@@ -72,15 +101,30 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
   for (const [i, key] of keys.entries()) {
     const where = `privateKeys[${i}]`;
     const name = requireName(key.privateKeyName, `${where}.privateKeyName`);
-    if (names.has(name) || (await ctx.trx.selectFrom("private_keys").select("id").where("organization_id", "=", ctx.organizationId).where("name", "=", name).executeTakeFirst())) {
+    if (
+      names.has(name) ||
+      (await ctx.trx
+        .selectFrom("private_keys")
+        .select("id")
+        .where("organization_id", "=", ctx.organizationId)
+        .where("name", "=", name)
+        .executeTakeFirst())
+    ) {
       throw serviceError("PRIVATE_KEY_ALREADY_EXISTS", `a private key named "${name}" already exists`);
     }
     names.add(name);
     const tagIds = distinct(key.privateKeyTags, `${where}.privateKeyTags`);
     if (tagIds.length) {
-      const found = await ctx.trx.selectFrom("tags").select("id").where("organization_id", "=", ctx.organizationId).where("tag_type", "=", "TAG_TYPE_PRIVATE_KEY").where("id", "in", tagIds).execute();
+      const found = await ctx.trx
+        .selectFrom("tags")
+        .select("id")
+        .where("organization_id", "=", ctx.organizationId)
+        .where("tag_type", "=", "TAG_TYPE_PRIVATE_KEY")
+        .where("id", "in", tagIds)
+        .execute();
       const missing = tagIds.find((id) => !found.some((f) => f.id === id));
-      if (missing !== undefined) throw serviceError("PRIVATE_KEY_TAG_NOT_FOUND", `${where}.privateKeyTags: private key tag ${missing} not found`);
+      if (missing !== undefined)
+        throw serviceError("PRIVATE_KEY_TAG_NOT_FOUND", `${where}.privateKeyTags: private key tag ${missing} not found`);
     }
     const formats = distinct(key.addressFormats, `${where}.addressFormats`) as AddressFormat[];
     const pair = supplied ?? generateKeyPair(key.curve);
@@ -88,7 +132,8 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
       try {
         return { format, address: address(key.curve, format, pair.publicKey) };
       } catch (error) {
-        if (error instanceof UnsupportedAddressError) throw serviceError("UNSUPPORTED_ADDRESS_FORMAT", `${where}.addressFormats: ${error.message}`);
+        if (error instanceof UnsupportedAddressError)
+          throw serviceError("UNSUPPORTED_ADDRESS_FORMAT", `${where}.addressFormats: ${error.message}`);
         throw error;
       }
     });
@@ -101,7 +146,11 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
         name,
         curve: key.curve,
         public_key: Buffer.from(pair.publicKey).toString("hex"),
-        sealed_private_key: ctx.env.keyring.seal(pair.privateKey, { organizationId: ctx.organizationId, kind: "private_key", resourceId: id }),
+        sealed_private_key: ctx.env.keyring.seal(pair.privateKey, {
+          organizationId: ctx.organizationId,
+          kind: "private_key",
+          resourceId: id,
+        }),
         addresses: JSON.stringify(addresses),
         imported: supplied ? 1 : 0,
         exported: 0,
@@ -110,9 +159,16 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
       })
       .execute();
     if (addresses.length) {
-      await ctx.trx.insertInto("private_key_addresses").values(addresses.map((a) => ({ private_key_id: id, organization_id: ctx.organizationId, format: a.format, address: a.address }))).execute();
+      await ctx.trx
+        .insertInto("private_key_addresses")
+        .values(addresses.map((a) => ({ private_key_id: id, organization_id: ctx.organizationId, format: a.format, address: a.address })))
+        .execute();
     }
-    if (tagIds.length) await ctx.trx.insertInto("private_key_tag_members").values(tagIds.map((tag_id) => ({ tag_id, private_key_id: id }))).execute();
+    if (tagIds.length)
+      await ctx.trx
+        .insertInto("private_key_tag_members")
+        .values(tagIds.map((tag_id) => ({ tag_id, private_key_id: id })))
+        .execute();
     created.push({ privateKeyId: id, addresses });
   }
   return created;
@@ -127,7 +183,9 @@ export const privateKeyOperations = [
     async execute(ctx, p, type) {
       const created = await createPrivateKeys(ctx, p.privateKeys);
       // The first version answered with ids only; V2 with each key's addresses.
-      return type === "ACTIVITY_TYPE_CREATE_PRIVATE_KEYS" ? { privateKeyIds: created.map((c) => c.privateKeyId) } : { privateKeys: created };
+      return type === "ACTIVITY_TYPE_CREATE_PRIVATE_KEYS"
+        ? { privateKeyIds: created.map((c) => c.privateKeyId) }
+        : { privateKeys: created };
     },
   }),
 
@@ -142,7 +200,10 @@ export const privateKeyOperations = [
       for (const id of ids) {
         const row = await requirePrivateKey(ctx.trx, ctx.organizationId, id);
         if (row.exported !== 1 && p.deleteWithoutExport !== true) {
-          throw serviceError("PRIVATE_KEY_NOT_EXPORTED", `private key ${id} has never been exported: deleting it loses it for good. Export it first, or pass deleteWithoutExport: true`);
+          throw serviceError(
+            "PRIVATE_KEY_NOT_EXPORTED",
+            `private key ${id} has never been exported: deleting it loses it for good. Export it first, or pass deleteWithoutExport: true`,
+          );
         }
       }
       await ctx.trx.deleteFrom("private_key_tag_members").where("private_key_id", "in", ids).execute();

@@ -140,9 +140,31 @@ export interface VotingRights {
 /** `activity.resource` / `activity.action` of the policy language, with the values the product's
  * policy docs list (tkhq/docs features/policies/language.mdx, "Activity resources and actions"). */
 export type PolicyResource =
-  | "AUTH" | "AUTH_PROXY" | "CONFIG" | "CREDENTIAL" | "FIAT_TRANSACTION" | "INVITATION" | "MFA_POLICY" | "ON_RAMP_CREDENTIALS"
-  | "ORGANIZATION" | "OTP" | "PAYMENT_METHOD" | "POLICY" | "PRIVATE_KEY" | "RECOVERY" | "SESSION_PROFILE" | "SMART_CONTRACT_INTERFACE"
-  | "SPONSORSHIP" | "SUBSCRIPTION" | "TVC_APP" | "TVC_DEPLOYMENT" | "TVC_OPERATOR" | "TVC_QUORUM_KEY" | "USER" | "WALLET" | "WEBHOOK_ENDPOINT";
+  | "AUTH"
+  | "AUTH_PROXY"
+  | "CONFIG"
+  | "CREDENTIAL"
+  | "FIAT_TRANSACTION"
+  | "INVITATION"
+  | "MFA_POLICY"
+  | "ON_RAMP_CREDENTIALS"
+  | "ORGANIZATION"
+  | "OTP"
+  | "PAYMENT_METHOD"
+  | "POLICY"
+  | "PRIVATE_KEY"
+  | "RECOVERY"
+  | "SESSION_PROFILE"
+  | "SMART_CONTRACT_INTERFACE"
+  | "SPONSORSHIP"
+  | "SUBSCRIPTION"
+  | "TVC_APP"
+  | "TVC_DEPLOYMENT"
+  | "TVC_OPERATOR"
+  | "TVC_QUORUM_KEY"
+  | "USER"
+  | "WALLET"
+  | "WEBHOOK_ENDPOINT";
 export type PolicyAction = "CREATE" | "UPDATE" | "DELETE" | "SIGN" | "EXPORT" | "IMPORT" | "VERIFY" | "ENCRYPT";
 
 /** `activity.kind`: the version-agnostic name of an activity type (ACTIVITY_TYPE_X_V2 -> X). */

@@ -80,7 +80,10 @@ export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: s
     }
     return map;
   };
-  const keysBy = byUser(apiKeys), authsBy = byUser(authenticators), providersBy = byUser(providers), tagsBy = byUser(tags);
+  const keysBy = byUser(apiKeys),
+    authsBy = byUser(authenticators),
+    providersBy = byUser(providers),
+    tagsBy = byUser(tags);
   return users.map((user: Selectable<UsersTable>) => ({
     userId: user.id,
     userName: user.name,
@@ -96,7 +99,12 @@ export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: s
 }
 
 export async function requireUser(db: Db | Tx, organizationId: string, userId: string): Promise<Selectable<UsersTable>> {
-  const user = await db.selectFrom("users").selectAll().where("organization_id", "=", organizationId).where("id", "=", userId).executeTakeFirst();
+  const user = await db
+    .selectFrom("users")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .where("id", "=", userId)
+    .executeTakeFirst();
   if (!user) throw serviceError("USER_NOT_FOUND", `user ${userId} not found in organization ${organizationId}`);
   return user;
 }
@@ -104,7 +112,12 @@ export async function requireUser(db: Db | Tx, organizationId: string, userId: s
 /** Throws NotFound naming the first id that is not a user of the organization. */
 export async function requireUsers(db: Db | Tx, organizationId: string, userIds: string[]): Promise<void> {
   if (userIds.length === 0) return;
-  const found = await db.selectFrom("users").select("id").where("organization_id", "=", organizationId).where("id", "in", userIds).execute();
+  const found = await db
+    .selectFrom("users")
+    .select("id")
+    .where("organization_id", "=", organizationId)
+    .where("id", "in", userIds)
+    .execute();
   const known = new Set(found.map((u) => u.id));
   const missing = userIds.find((id) => !known.has(id));
   // Compared with undefined: an empty id is missing too, and a truthiness test let it through to
@@ -147,7 +160,8 @@ export interface Pagination {
 export function pageSize(limit: string | undefined): number {
   if (limit === undefined || limit === "") return 10;
   const n = Number(limit);
-  if (!/^\d+$/.test(limit) || n < 1 || n > 100) throw serviceError("REQUEST_INVALID", `paginationOptions.limit must be between 1 and 100, got "${limit}"`);
+  if (!/^\d+$/.test(limit) || n < 1 || n > 100)
+    throw serviceError("REQUEST_INVALID", `paginationOptions.limit must be between 1 and 100, got "${limit}"`);
   return n;
 }
 
@@ -174,7 +188,10 @@ export function secondsParameter(value: string | undefined, rule: SecondsRule): 
   const seconds = /^\d+$/.test(value) ? Number(value) : 0;
   if (seconds >= 1 && seconds <= rule.max) return seconds;
   if (seconds > rule.max && rule.tooLong) throw rule.tooLong(value);
-  throw serviceError(rule.code, `${rule.field} must be a whole number of seconds from 1 to ${rule.max}${rule.of ? ` for ${rule.of}` : ""}, got "${value}"`);
+  throw serviceError(
+    rule.code,
+    `${rule.field} must be a whole number of seconds from 1 to ${rule.max}${rule.of ? ` for ${rule.of}` : ""}, got "${value}"`,
+  );
 }
 
 /**
@@ -184,7 +201,8 @@ export function secondsParameter(value: string | undefined, rule: SecondsRule): 
 export const MAX_ITEMS_PER_REQUEST = 100;
 
 export function requireAtMost(items: unknown[], field: string, max = MAX_ITEMS_PER_REQUEST): void {
-  if (items.length > max) throw serviceError("TOO_MANY_ITEMS", `${field} lists ${items.length} items; at most ${max} per request: send several requests`);
+  if (items.length > max)
+    throw serviceError("TOO_MANY_ITEMS", `${field} lists ${items.length} items; at most ${max} per request: send several requests`);
 }
 
 /**
@@ -197,7 +215,10 @@ function keysetPage(cursor: { created_at: number; id: string } | undefined, side
   const descending = newestFirst === forward;
   const op = descending ? "<" : ">";
   return {
-    filter: cursor ? (eb: ExpressionBuilder<any, any>) => eb.or([eb("created_at", op, cursor.created_at), eb.and([eb("created_at", "=", cursor.created_at), eb("id", op, cursor.id)])]) : undefined,
+    filter: cursor
+      ? (eb: ExpressionBuilder<any, any>) =>
+          eb.or([eb("created_at", op, cursor.created_at), eb.and([eb("created_at", "=", cursor.created_at), eb("id", op, cursor.id)])])
+      : undefined,
     direction: (descending ? "desc" : "asc") as "desc" | "asc",
     reverse: !forward,
   };
@@ -219,13 +240,23 @@ export interface PagedList {
  * or `after`, not both; "" is absent, as for the limit), the cursor looked up among the list's rows,
  * and the page read in the list's order whichever way it pages.
  */
-export async function readPage<Row>(db: Db, query: SelectQueryBuilder<any, any, Row>, pagination: Pagination | undefined, list: PagedList): Promise<Row[]> {
+export async function readPage<Row>(
+  db: Db,
+  query: SelectQueryBuilder<any, any, Row>,
+  pagination: Pagination | undefined,
+  list: PagedList,
+): Promise<Row[]> {
   const { limit, before, after } = pagination ?? {};
   if (before && after) throw serviceError("REQUEST_INVALID", "paginationOptions takes before or after, not both");
   const size = pageSize(limit);
   const cursorId = before || after;
   const cursor = cursorId
-    ? await db.selectFrom(list.table).select(["created_at", "id"]).where(sql.ref(list.scope), "=", list.owner).where("id", "=", cursorId).executeTakeFirst()
+    ? await db
+        .selectFrom(list.table)
+        .select(["created_at", "id"])
+        .where(sql.ref(list.scope), "=", list.owner)
+        .where("id", "=", cursorId)
+        .executeTakeFirst()
     : undefined;
   if (cursorId && !cursor) throw serviceError("REQUEST_INVALID", `pagination cursor ${cursorId} is not ${list.cursorIs}`);
   const page = keysetPage(cursor, before ? "before" : "after", list.newestFirst);

@@ -37,13 +37,21 @@ export async function resealAll(db: Db, from: Keyring, to: Keyring): Promise<Rot
   await db.transaction().execute(async (trx) => {
     const dynamic = trx as unknown as Kysely<any>;
     for (const { table, column, kind } of SECRET_COLUMNS) {
-      const rows: { id: string; organization_id: string; sealed: string }[] = await dynamic.selectFrom(table).select(["id", "organization_id", `${column} as sealed`]).where(column, "is not", null).execute();
+      const rows: { id: string; organization_id: string; sealed: string }[] = await dynamic
+        .selectFrom(table)
+        .select(["id", "organization_id", `${column} as sealed`])
+        .where(column, "is not", null)
+        .execute();
       for (const row of rows) {
         const keyId = Keyring.keyIdOf(row.sealed) ?? "unknown";
         report.before[keyId] = (report.before[keyId] ?? 0) + 1;
         const identity: SecretIdentity = { organizationId: row.organization_id, kind, resourceId: row.id };
         const resealed = to.seal(from.open(row.sealed, identity), identity);
-        await dynamic.updateTable(table).set({ [column]: resealed }).where("id", "=", row.id).execute();
+        await dynamic
+          .updateTable(table)
+          .set({ [column]: resealed })
+          .where("id", "=", row.id)
+          .execute();
         report.resealed += 1;
       }
     }
@@ -56,7 +64,12 @@ export async function keyIdsInUse(db: Db): Promise<string[]> {
   const dynamic = db as unknown as Kysely<any>;
   const ids = new Set<string>();
   for (const { table, column } of SECRET_COLUMNS) {
-    const rows: { keyId: string }[] = await dynamic.selectFrom(table).select(sql<string>`substr(${sql.ref(column)}, 4, 16)`.as("keyId")).where(column, "is not", null).distinct().execute();
+    const rows: { keyId: string }[] = await dynamic
+      .selectFrom(table)
+      .select(sql<string>`substr(${sql.ref(column)}, 4, 16)`.as("keyId"))
+      .where(column, "is not", null)
+      .distinct()
+      .execute();
     for (const row of rows) ids.add(row.keyId);
   }
   return [...ids];

@@ -21,7 +21,11 @@ export interface ServiceSigningKey {
   sign(message: Uint8Array): Buffer;
 }
 
-const identity = (row: Pick<ServiceKeysTable, "id" | "organization_id">) => ({ organizationId: row.organization_id, kind: "service_key", resourceId: row.id });
+const identity = (row: Pick<ServiceKeysTable, "id" | "organization_id">) => ({
+  organizationId: row.organization_id,
+  kind: "service_key",
+  resourceId: row.id,
+});
 
 /** The stored key for `purpose`, made (and stored sealed) with `generate` if this deployment has none
  * yet; with its private half opened. Several processes starting at once end up with the same key. */
@@ -30,7 +34,14 @@ async function serviceKey(store: Store, keyring: Keyring, purpose: string, gener
   if (!row) {
     const { secret, publicKey } = generate();
     const id = newId();
-    const fresh: ServiceKeysTable = { id, purpose, organization_id: "", public_key: publicKey, sealed_private_key: keyring.seal(secret, identity({ id, organization_id: "" })), created_at: Date.now() };
+    const fresh: ServiceKeysTable = {
+      id,
+      purpose,
+      organization_id: "",
+      public_key: publicKey,
+      sealed_private_key: keyring.seal(secret, identity({ id, organization_id: "" })),
+      created_at: Date.now(),
+    };
     secret.fill(0);
     try {
       await store.transact("exclusive", (trx) => trx.insertInto("service_keys").values(fresh).execute());
@@ -51,7 +62,10 @@ export async function serviceSigningKey(store: Store, keyring: Keyring): Promise
     return { secret: seed, publicKey: Buffer.from(ed25519.getPublicKey(seed)).toString("hex") };
   });
   const publicKey = Buffer.from(row.public_key, "hex");
-  const privateKey = crypto.createPrivateKey({ key: { kty: "OKP", crv: "Ed25519", d: secret.toString("base64url"), x: publicKey.toString("base64url") }, format: "jwk" });
+  const privateKey = crypto.createPrivateKey({
+    key: { kty: "OKP", crv: "Ed25519", d: secret.toString("base64url"), x: publicKey.toString("base64url") },
+    format: "jwk",
+  });
   secret.fill(0);
   return {
     keyId: `whk_${crypto.createHash("sha256").update(publicKey).digest("hex").slice(0, 16)}`,

@@ -40,8 +40,14 @@ const base58check = createBase58check(sha256Hash);
 /** A session's validity in seconds: the request's, within the configured maximum, or the default. */
 export function sessionSeconds(settings: SessionSettings, requested: string | undefined, field = "expirationSeconds"): number {
   const tooLong = (value: string) =>
-    serviceError("SESSION_EXPIRATION_TOO_LONG", `${field} ${value} exceeds the longest session this server grants (${settings.maxSeconds} seconds, SIGIL_SESSION_MAX_SECONDS)`);
-  return secondsParameter(requested, { field, max: settings.maxSeconds, of: "a session", code: "INVALID_EXPIRATION", tooLong }) ?? settings.defaultSeconds;
+    serviceError(
+      "SESSION_EXPIRATION_TOO_LONG",
+      `${field} ${value} exceeds the longest session this server grants (${settings.maxSeconds} seconds, SIGIL_SESSION_MAX_SECONDS)`,
+    );
+  return (
+    secondsParameter(requested, { field, max: settings.maxSeconds, of: "a session", code: "INVALID_EXPIRATION", tooLong }) ??
+    settings.defaultSeconds
+  );
 }
 
 /** A client's P-256 public key as stored for API keys (compressed, lowercase hex). */
@@ -72,14 +78,28 @@ export interface SessionKeyRequest {
  */
 export async function createSessionKey(ctx: ActivityContext, request: SessionKeyRequest): Promise<{ apiKeyId: string; expiresAt: number }> {
   const { trx, organizationId, now } = ctx;
-  await trx.deleteFrom("api_keys").where("user_id", "=", request.userId).where("session_kind", "is not", null).where("expires_at", "<=", now - EXPIRED_KEY_GRACE_MS).execute();
+  await trx
+    .deleteFrom("api_keys")
+    .where("user_id", "=", request.userId)
+    .where("session_kind", "is not", null)
+    .where("expires_at", "<=", now - EXPIRED_KEY_GRACE_MS)
+    .execute();
   if (request.invalidateExisting) {
     await trx.deleteFrom("api_keys").where("user_id", "=", request.userId).where("session_kind", "=", request.kind).execute();
   }
-  const existing = await trx.selectFrom("api_keys").select(["id", "user_id", "session_kind"]).where("organization_id", "=", organizationId).where("public_key", "=", request.publicKey).executeTakeFirst();
+  const existing = await trx
+    .selectFrom("api_keys")
+    .select(["id", "user_id", "session_kind"])
+    .where("organization_id", "=", organizationId)
+    .where("public_key", "=", request.publicKey)
+    .executeTakeFirst();
   if (existing) {
     if (existing.user_id !== request.userId || existing.session_kind === null) {
-      throw serviceError("API_KEY_ALREADY_EXISTS", `public key ${request.publicKey} is already an API key of this organization; a session needs a fresh key pair`, "FailedPrecondition");
+      throw serviceError(
+        "API_KEY_ALREADY_EXISTS",
+        `public key ${request.publicKey} is already an API key of this organization; a session needs a fresh key pair`,
+        "FailedPrecondition",
+      );
     }
     await trx.deleteFrom("api_keys").where("id", "=", existing.id).execute();
   }
@@ -106,7 +126,10 @@ export async function createSessionKey(ctx: ActivityContext, request: SessionKey
 }
 
 /** The session JWT the clients decode: expiry, the session key, its type, the user and organization. */
-export function sessionJwt(ctx: ActivityContext, claims: { userId: string; publicKey: string; type: SessionType; expiresAt: number; credentialId?: string }): string {
+export function sessionJwt(
+  ctx: ActivityContext,
+  claims: { userId: string; publicKey: string; type: SessionType; expiresAt: number; credentialId?: string },
+): string {
   return ctx.env.sessions.signer.sign({
     ...(claims.credentialId ? { credential_id: claims.credentialId, jti: newId() } : {}),
     exp: Math.floor(claims.expiresAt / 1000),
@@ -119,14 +142,21 @@ export function sessionJwt(ctx: ActivityContext, claims: { userId: string; publi
 }
 
 /** A session for a key the client holds: the key becomes the user's until expiry; returns the JWT. */
-export async function issueSession(ctx: ActivityContext, request: Omit<SessionKeyRequest, "type"> & { type?: SessionType }): Promise<string> {
+export async function issueSession(
+  ctx: ActivityContext,
+  request: Omit<SessionKeyRequest, "type"> & { type?: SessionType },
+): Promise<string> {
   const type = request.type ?? "SESSION_TYPE_READ_WRITE";
   const { expiresAt } = await createSessionKey(ctx, { ...request, type });
   return sessionJwt(ctx, { userId: request.userId, publicKey: request.publicKey, type, expiresAt });
 }
 
 /** A session key made here, its private half sealed to `targetPublicKey` as a credential bundle. */
-export async function issueCredentialBundle(ctx: ActivityContext, targetPublicKey: string, request: Omit<SessionKeyRequest, "publicKey" | "type">): Promise<{ apiKeyId: string; credentialBundle: string }> {
+export async function issueCredentialBundle(
+  ctx: ActivityContext,
+  targetPublicKey: string,
+  request: Omit<SessionKeyRequest, "publicKey" | "type">,
+): Promise<{ apiKeyId: string; credentialBundle: string }> {
   let receiver: Uint8Array;
   try {
     receiver = uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
@@ -148,11 +178,16 @@ export async function issueCredentialBundle(ctx: ActivityContext, targetPublicKe
 }
 
 /** "<prefix> - <timestamp>", the product's default key names (e.g. "Oauth - 2026-11-22T07:00:00.000Z"). */
-export const defaultKeyName = (prefix: string, now: number, requested?: string) => (requested?.trim() ? requested.trim() : `${prefix} - ${new Date(now).toISOString()}`);
+export const defaultKeyName = (prefix: string, now: number, requested?: string) =>
+  requested?.trim() ? requested.trim() : `${prefix} - ${new Date(now).toISOString()}`;
 
 async function organizationAndUser(ctx: ActivityContext, userId: string) {
   const user = await requireUser(ctx.trx, ctx.organizationId, userId);
-  const organization = await ctx.trx.selectFrom("organizations").select("name").where("id", "=", ctx.organizationId).executeTakeFirstOrThrow();
+  const organization = await ctx.trx
+    .selectFrom("organizations")
+    .select("name")
+    .where("id", "=", ctx.organizationId)
+    .executeTakeFirstOrThrow();
   return { organizationId: ctx.organizationId, organizationName: organization.name, userId: user.id, username: user.name };
 }
 
@@ -167,7 +202,11 @@ export const sessionOperations = [
     resource: "AUTH",
     action: "CREATE",
     credentialOwner: (_p, principal) => principal.userId,
-    policyParameters: (p) => ({ public_key: p.publicKey, expiration_seconds: p.expirationSeconds ?? "", invalidate_existing: p.invalidateExisting ?? false }),
+    policyParameters: (p) => ({
+      public_key: p.publicKey,
+      expiration_seconds: p.expirationSeconds ?? "",
+      invalidate_existing: p.invalidateExisting ?? false,
+    }),
     async execute(ctx, p) {
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
       const session = await issueSession(ctx, {
@@ -182,19 +221,37 @@ export const sessionOperations = [
     },
   }),
 
-  defineActivity<{ targetPublicKey: string; userId?: string; email?: string; apiKeyName?: string; expirationSeconds?: string; invalidateExisting?: boolean }>({
+  defineActivity<{
+    targetPublicKey: string;
+    userId?: string;
+    email?: string;
+    apiKeyName?: string;
+    expirationSeconds?: string;
+    invalidateExisting?: boolean;
+  }>({
     name: "create_read_write_session",
     summary: "A read-write session key for a user (the caller by default), sealed to targetPublicKey as a credential bundle.",
     resource: "AUTH",
     action: "CREATE",
     // V1 names the user by email; its result is resolved in execute. Without either, the caller.
     credentialOwner: (p, principal) => (p.email ? undefined : ownUser(p.userId, principal)),
-    policyParameters: (p) => ({ user_id: p.userId ?? "", email: p.email ?? "", target_public_key: p.targetPublicKey, expiration_seconds: p.expirationSeconds ?? "" }),
+    policyParameters: (p) => ({
+      user_id: p.userId ?? "",
+      email: p.email ?? "",
+      target_public_key: p.targetPublicKey,
+      expiration_seconds: p.expirationSeconds ?? "",
+    }),
     async execute(ctx, p) {
       let userId = ownUser(p.userId, ctx.principal);
       if (p.email !== undefined) {
-        const matches = await ctx.trx.selectFrom("users").select("id").where("organization_id", "=", ctx.organizationId).where("email", "=", p.email).execute();
-        if (matches.length !== 1) throw serviceError("USER_NOT_FOUND", `no single user of organization ${ctx.organizationId} has email ${p.email}`);
+        const matches = await ctx.trx
+          .selectFrom("users")
+          .select("id")
+          .where("organization_id", "=", ctx.organizationId)
+          .where("email", "=", p.email)
+          .execute();
+        if (matches.length !== 1)
+          throw serviceError("USER_NOT_FOUND", `no single user of organization ${ctx.organizationId} has email ${p.email}`);
         userId = matches[0]!.id;
       }
       const names = await organizationAndUser(ctx, userId);
@@ -223,7 +280,13 @@ export const sessionOperations = [
       // The session is a token the client sends back as X-Session (sdk-browser's readOnlySession):
       // no key is created; it reads as the stamping credential until expiry, or until that credential
       // is deleted. It is a JWT (session_type SESSION_TYPE_READ_ONLY) signed by the session signer.
-      const session = sessionJwt(ctx, { userId: ctx.principal.userId, publicKey: ctx.principal.publicKey, type: "SESSION_TYPE_READ_ONLY", expiresAt, credentialId: ctx.principal.credentialId });
+      const session = sessionJwt(ctx, {
+        userId: ctx.principal.userId,
+        publicKey: ctx.principal.publicKey,
+        type: "SESSION_TYPE_READ_ONLY",
+        expiresAt,
+        credentialId: ctx.principal.credentialId,
+      });
       return { ...names, session, sessionExpiry: String(Math.floor(expiresAt / 1000)) };
     },
   }),

@@ -12,7 +12,15 @@ import { privateKeyIdentity, privateKeyKeyword } from "./private-keys.js";
 
 export type FoundSigner =
   | { kind: "wallet_account"; curve: Curve; publicKey: string; address: string; account: WalletAccountsTable; wallet: SignerWallet }
-  | { kind: "private_key"; curve: Curve; publicKey: string; address?: string; addressFormat?: string; privateKey: PrivateKeysTable; tags: string[] };
+  | {
+      kind: "private_key";
+      curve: Curve;
+      publicKey: string;
+      address?: string;
+      addressFormat?: string;
+      privateKey: PrivateKeysTable;
+      tags: string[];
+    };
 
 /** Ethereum addresses match whatever their letter case: the account is stored checksummed (EIP-55). */
 const normalized = (signWith: string) => (isAddress(signWith, { strict: false }) ? getAddress(signWith) : signWith);
@@ -21,7 +29,8 @@ const normalized = (signWith: string) => (isAddress(signWith, { strict: false })
 export type SignerWallet = Pick<WalletsTable, "id" | "name" | "imported" | "exported">;
 
 export async function findSigner(db: Db | Tx, organizationId: string, signWith: string): Promise<FoundSigner> {
-  if (typeof signWith !== "string" || signWith.trim() === "") throw serviceError("REQUEST_INVALID", "signWith must name a wallet account address, a private key id or a private key address");
+  if (typeof signWith !== "string" || signWith.trim() === "")
+    throw serviceError("REQUEST_INVALID", "signWith must name a wallet account address, a private key id or a private key address");
   const wanted = normalized(signWith.trim());
   // The account with its wallet in one query: signing is the hot path, a round trip costs.
   const found = await db
@@ -36,22 +45,55 @@ export async function findSigner(db: Db | Tx, organizationId: string, signWith: 
   if (found) {
     const { wallet_name, wallet_imported, wallet_exported, ...account } = found;
     const wallet = { id: account.wallet_id, name: wallet_name, imported: wallet_imported, exported: wallet_exported };
-    return { kind: "wallet_account", curve: account.curve as Curve, publicKey: account.public_key, address: account.address, account, wallet };
+    return {
+      kind: "wallet_account",
+      curve: account.curve as Curve,
+      publicKey: account.public_key,
+      address: account.address,
+      account,
+      wallet,
+    };
   }
-  let privateKey = await db.selectFrom("private_keys").selectAll().where("organization_id", "=", organizationId).where("id", "=", wanted).executeTakeFirst();
+  let privateKey = await db
+    .selectFrom("private_keys")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .where("id", "=", wanted)
+    .executeTakeFirst();
   let address: string | undefined;
   let addressFormat: string | undefined;
   if (!privateKey) {
-    const byAddress = await db.selectFrom("private_key_addresses").select(["private_key_id", "address", "format"]).where("organization_id", "=", organizationId).where("address", "=", wanted).executeTakeFirst();
+    const byAddress = await db
+      .selectFrom("private_key_addresses")
+      .select(["private_key_id", "address", "format"])
+      .where("organization_id", "=", organizationId)
+      .where("address", "=", wanted)
+      .executeTakeFirst();
     if (byAddress) {
       privateKey = await db.selectFrom("private_keys").selectAll().where("id", "=", byAddress.private_key_id).executeTakeFirst();
       address = byAddress.address;
       addressFormat = byAddress.format;
     }
   }
-  if (!privateKey) throw serviceError("SIGNER_NOT_FOUND", `signWith ${signWith} is neither a wallet account address, a private key id nor a private key address of this organization`);
-  const tags = await db.selectFrom("private_key_tag_members").select("tag_id").where("private_key_id", "=", privateKey.id).orderBy("tag_id").execute();
-  return { kind: "private_key", curve: privateKey.curve as Curve, publicKey: privateKey.public_key, ...(address ? { address, addressFormat } : {}), privateKey, tags: tags.map((t) => t.tag_id) };
+  if (!privateKey)
+    throw serviceError(
+      "SIGNER_NOT_FOUND",
+      `signWith ${signWith} is neither a wallet account address, a private key id nor a private key address of this organization`,
+    );
+  const tags = await db
+    .selectFrom("private_key_tag_members")
+    .select("tag_id")
+    .where("private_key_id", "=", privateKey.id)
+    .orderBy("tag_id")
+    .execute();
+  return {
+    kind: "private_key",
+    curve: privateKey.curve as Curve,
+    publicKey: privateKey.public_key,
+    ...(address ? { address, addressFormat } : {}),
+    privateKey,
+    tags: tags.map((t) => t.tag_id),
+  };
 }
 
 /** `wallet`, `wallet_account` or `private_key` of the policy language, for the key a request names. */

@@ -26,7 +26,11 @@ import { requireAtMost } from "./resources.js";
 import { findSigner, openSigner, signerAddresses, signerKeywords, type FoundSigner } from "./signers.js";
 import "./transaction-keywords.js";
 
-type Encoding = "PAYLOAD_ENCODING_HEXADECIMAL" | "PAYLOAD_ENCODING_TEXT_UTF8" | "PAYLOAD_ENCODING_EIP712" | "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION";
+type Encoding =
+  | "PAYLOAD_ENCODING_HEXADECIMAL"
+  | "PAYLOAD_ENCODING_TEXT_UTF8"
+  | "PAYLOAD_ENCODING_EIP712"
+  | "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION";
 type HashFunction = "HASH_FUNCTION_NO_OP" | "HASH_FUNCTION_SHA256" | "HASH_FUNCTION_KECCAK256" | "HASH_FUNCTION_NOT_APPLICABLE";
 
 interface RawPayloadParams {
@@ -49,12 +53,18 @@ interface TransactionParams {
   signWith?: string;
   privateKeyId?: string;
   unsignedTransaction: string;
-  type: "TRANSACTION_TYPE_ETHEREUM" | "TRANSACTION_TYPE_SOLANA" | "TRANSACTION_TYPE_TRON" | "TRANSACTION_TYPE_BITCOIN" | "TRANSACTION_TYPE_TEMPO";
+  type:
+    | "TRANSACTION_TYPE_ETHEREUM"
+    | "TRANSACTION_TYPE_SOLANA"
+    | "TRANSACTION_TYPE_TRON"
+    | "TRANSACTION_TYPE_BITCOIN"
+    | "TRANSACTION_TYPE_TEMPO";
 }
 
 const signWithOf = (p: { signWith?: string; privateKeyId?: string }) => p.signWith ?? p.privateKeyId ?? "";
 
-const isCallerError = (error: unknown): error is Error => error instanceof EthereumError || error instanceof SolanaError || error instanceof BitcoinError || error instanceof SigningError;
+const isCallerError = (error: unknown): error is Error =>
+  error instanceof EthereumError || error instanceof SolanaError || error instanceof BitcoinError || error instanceof SigningError;
 
 /** Chain and payload errors are the caller's to fix: InvalidArgument with the library's words. */
 function callerError<T>(where: string, f: () => T): T {
@@ -79,7 +89,11 @@ async function callerErrorLater<T>(where: string, work: Promise<T>): Promise<T> 
 function bytesOf(payload: string, encoding: Encoding, where: string): Uint8Array {
   if (encoding === "PAYLOAD_ENCODING_TEXT_UTF8") return Buffer.from(payload, "utf8");
   const hex = payload.startsWith("0x") ? payload.slice(2) : payload;
-  if (!/^([0-9a-fA-F]{2})*$/.test(hex)) throw serviceError("REQUEST_INVALID", `${where} is not hexadecimal (PAYLOAD_ENCODING_HEXADECIMAL): send an even number of hex digits, with or without 0x`);
+  if (!/^([0-9a-fA-F]{2})*$/.test(hex))
+    throw serviceError(
+      "REQUEST_INVALID",
+      `${where} is not hexadecimal (PAYLOAD_ENCODING_HEXADECIMAL): send an even number of hex digits, with or without 0x`,
+    );
   return Buffer.from(hex, "hex");
 }
 
@@ -98,21 +112,44 @@ function structuredPayload(payload: string, encoding: "PAYLOAD_ENCODING_EIP712" 
 }
 
 /** What one payload's signature is over, per the curve's rules, and the signature. */
-async function signPayload(signatures: SignatureThreads, signer: FoundSigner, privateKey: Uint8Array, payload: string, encoding: Encoding, hashFunction: HashFunction, where: string): Promise<RawSignature> {
+async function signPayload(
+  signatures: SignatureThreads,
+  signer: FoundSigner,
+  privateKey: Uint8Array,
+  payload: string,
+  encoding: Encoding,
+  hashFunction: HashFunction,
+  where: string,
+): Promise<RawSignature> {
   if (signer.curve === "CURVE_ED25519") {
-    if (hashFunction !== "HASH_FUNCTION_NOT_APPLICABLE") throw serviceError("REQUEST_INVALID", `ed25519 hashes inside the signature: hashFunction must be HASH_FUNCTION_NOT_APPLICABLE, got ${hashFunction}`);
-    if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") throw serviceError("REQUEST_INVALID", `${encoding} is signed with secp256k1 keys, and ${signer.kind === "wallet_account" ? signer.address : signer.privateKey.id} is ed25519`);
+    if (hashFunction !== "HASH_FUNCTION_NOT_APPLICABLE")
+      throw serviceError(
+        "REQUEST_INVALID",
+        `ed25519 hashes inside the signature: hashFunction must be HASH_FUNCTION_NOT_APPLICABLE, got ${hashFunction}`,
+      );
+    if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION")
+      throw serviceError(
+        "REQUEST_INVALID",
+        `${encoding} is signed with secp256k1 keys, and ${signer.kind === "wallet_account" ? signer.address : signer.privateKey.id} is ed25519`,
+      );
     return signatures.signEd25519(privateKey, bytesOf(payload, encoding, where));
   }
-  if (hashFunction === "HASH_FUNCTION_NOT_APPLICABLE") throw serviceError("REQUEST_INVALID", `HASH_FUNCTION_NOT_APPLICABLE is for ed25519 keys; a ${signer.curve} key signs a 32-byte digest: use HASH_FUNCTION_NO_OP, _SHA256 or _KECCAK256`);
+  if (hashFunction === "HASH_FUNCTION_NOT_APPLICABLE")
+    throw serviceError(
+      "REQUEST_INVALID",
+      `HASH_FUNCTION_NOT_APPLICABLE is for ed25519 keys; a ${signer.curve} key signs a 32-byte digest: use HASH_FUNCTION_NO_OP, _SHA256 or _KECCAK256`,
+    );
   let digest: Uint8Array;
   if (encoding === "PAYLOAD_ENCODING_EIP712" || encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") {
-    if (signer.curve !== "CURVE_SECP256K1") throw serviceError("REQUEST_INVALID", `${encoding} is signed with secp256k1 keys, not ${signer.curve}`);
-    if (hashFunction !== "HASH_FUNCTION_NO_OP" && hashFunction !== "HASH_FUNCTION_KECCAK256") throw serviceError("REQUEST_INVALID", `${encoding} is hashed by its own rules: hashFunction must be HASH_FUNCTION_NO_OP`);
+    if (signer.curve !== "CURVE_SECP256K1")
+      throw serviceError("REQUEST_INVALID", `${encoding} is signed with secp256k1 keys, not ${signer.curve}`);
+    if (hashFunction !== "HASH_FUNCTION_NO_OP" && hashFunction !== "HASH_FUNCTION_KECCAK256")
+      throw serviceError("REQUEST_INVALID", `${encoding} is hashed by its own rules: hashFunction must be HASH_FUNCTION_NO_OP`);
     digest = callerError(where, () => structuredPayload(payload, encoding).digest);
   } else {
     const bytes = bytesOf(payload, encoding, where);
-    digest = hashFunction === "HASH_FUNCTION_SHA256" ? sha256(bytes) : hashFunction === "HASH_FUNCTION_KECCAK256" ? keccak_256(bytes) : bytes;
+    digest =
+      hashFunction === "HASH_FUNCTION_SHA256" ? sha256(bytes) : hashFunction === "HASH_FUNCTION_KECCAK256" ? keccak_256(bytes) : bytes;
   }
   // The product signs for a P2TR address with Schnorr by its Taproot output key; an ECDSA signature
   // there would be accepted by nobody and say nothing. A key named by its id implies no address.
@@ -123,11 +160,18 @@ async function signPayload(signatures: SignatureThreads, signer: FoundSigner, pr
 }
 
 /** The address format signWith named: the account's, or that of the private key address it gave. */
-const signerAddressFormat = (signer: FoundSigner) => (signer.kind === "wallet_account" ? signer.account.address_format : signer.addressFormat);
+const signerAddressFormat = (signer: FoundSigner) =>
+  signer.kind === "wallet_account" ? signer.account.address_format : signer.addressFormat;
 
 /** The signer's keywords, and what the payload says to policies; a malformed request shows nothing
  * here and is refused by the activity itself, so the audit log records the refusal. */
-async function payloadContext(trx: Tx, organizationId: string, signWith: string, payload: string | undefined, encoding: Encoding): Promise<Record<string, unknown>> {
+async function payloadContext(
+  trx: Tx,
+  organizationId: string,
+  signWith: string,
+  payload: string | undefined,
+  encoding: Encoding,
+): Promise<Record<string, unknown>> {
   const context: Record<string, unknown> = {};
   try {
     Object.assign(context, signerKeywords(await findSigner(trx, organizationId, signWith)));
@@ -178,10 +222,19 @@ export const signingOperations = [
       requireAtMost(p.payloads, "payloads");
       // Policies judge one activity; typed data and authorizations must each be seen by them.
       if (p.encoding === "PAYLOAD_ENCODING_EIP712" || p.encoding === "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION") {
-        throw serviceError("REQUEST_INVALID", `${p.encoding} payloads are signed one at a time with sign_raw_payload, so that policies see each one`);
+        throw serviceError(
+          "REQUEST_INVALID",
+          `${p.encoding} payloads are signed one at a time with sign_raw_payload, so that policies see each one`,
+        );
       }
       const { signer, privateKey } = await signerFor(ctx, p.signWith);
-      return { signatures: await Promise.all(p.payloads.map((payload, i) => signPayload(ctx.env.signatures, signer, privateKey, payload, p.encoding, p.hashFunction, `payloads[${i}]`))) };
+      return {
+        signatures: await Promise.all(
+          p.payloads.map((payload, i) =>
+            signPayload(ctx.env.signatures, signer, privateKey, payload, p.encoding, p.hashFunction, `payloads[${i}]`),
+          ),
+        ),
+      };
     },
   }),
 
@@ -200,8 +253,12 @@ export const signingOperations = [
       try {
         const signer = await findSigner(trx, organizationId, signWithOf(p));
         // The address the signature will recover to, however the key was named (address or id).
-        const from = signer.curve === "CURVE_SECP256K1" ? address("CURVE_SECP256K1", "ADDRESS_FORMAT_ETHEREUM", Buffer.from(signer.publicKey, "hex")) : "";
-        if (p.type === "TRANSACTION_TYPE_ETHEREUM") context["eth.tx"] = transactionKeyword(parseUnsignedTransaction(p.unsignedTransaction).transaction, from);
+        const from =
+          signer.curve === "CURVE_SECP256K1"
+            ? address("CURVE_SECP256K1", "ADDRESS_FORMAT_ETHEREUM", Buffer.from(signer.publicKey, "hex"))
+            : "";
+        if (p.type === "TRANSACTION_TYPE_ETHEREUM")
+          context["eth.tx"] = transactionKeyword(parseUnsignedTransaction(p.unsignedTransaction).transaction, from);
         if (p.type === "TRANSACTION_TYPE_SOLANA") context["solana.tx"] = solanaKeyword(p.unsignedTransaction);
         if (p.type === "TRANSACTION_TYPE_BITCOIN") {
           context["bitcoin.tx"] = parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)).keyword;
@@ -214,26 +271,48 @@ export const signingOperations = [
     async execute(ctx, p) {
       const { signer, privateKey } = await signerFor(ctx, signWithOf(p));
       if (p.type === "TRANSACTION_TYPE_ETHEREUM") {
-        if (signer.curve !== "CURVE_SECP256K1") throw serviceError("REQUEST_INVALID", `Ethereum transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        if (signer.curve !== "CURVE_SECP256K1")
+          throw serviceError(
+            "REQUEST_INVALID",
+            `Ethereum transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`,
+          );
         const { transaction, digest } = callerError("unsignedTransaction", () => parseUnsignedTransaction(p.unsignedTransaction));
         const signature = await ctx.env.signatures.signDigest("CURVE_SECP256K1", privateKey, digest);
-        return { signedTransaction: serializeSigned(transaction, { r: signature.r, s: signature.s, recovery: Number.parseInt(signature.v, 16) }) };
+        return {
+          signedTransaction: serializeSigned(transaction, { r: signature.r, s: signature.s, recovery: Number.parseInt(signature.v, 16) }),
+        };
       }
       if (p.type === "TRANSACTION_TYPE_SOLANA") {
-        if (signer.curve !== "CURVE_ED25519") throw serviceError("REQUEST_INVALID", `Solana transactions are signed with ed25519 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        if (signer.curve !== "CURVE_ED25519")
+          throw serviceError(
+            "REQUEST_INVALID",
+            `Solana transactions are signed with ed25519 keys, and ${signWithOf(p)} is ${signer.curve}`,
+          );
         // What policies were shown must be what is signed: a message they could not read is refused.
         callerError("unsignedTransaction", () => solanaKeyword(p.unsignedTransaction));
-        return { signedTransaction: await callerErrorLater("unsignedTransaction", signSolanaTransaction(p.unsignedTransaction, signer.publicKey, (message) => ctx.env.signatures.signEd25519(privateKey, message))) };
+        return {
+          signedTransaction: await callerErrorLater(
+            "unsignedTransaction",
+            signSolanaTransaction(p.unsignedTransaction, signer.publicKey, (message) =>
+              ctx.env.signatures.signEd25519(privateKey, message),
+            ),
+          ),
+        };
       }
       if (p.type === "TRANSACTION_TYPE_BITCOIN") {
-        if (signer.curve !== "CURVE_SECP256K1") throw serviceError("REQUEST_INVALID", `Bitcoin transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`);
+        if (signer.curve !== "CURVE_SECP256K1")
+          throw serviceError(
+            "REQUEST_INVALID",
+            `Bitcoin transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`,
+          );
         // Parsed by the function that built bitcoin.tx for the policies, and signed from that parse.
-        const parsed = callerError("unsignedTransaction", () =>
-          parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)),
-        );
+        const parsed = callerError("unsignedTransaction", () => parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)));
         return { signedTransaction: callerError("unsignedTransaction", () => signPsbt(parsed, privateKey, signWithOf(p))) };
       }
-      throw serviceError("TRANSACTION_TYPE_UNSUPPORTED", `${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA, TRANSACTION_TYPE_BITCOIN)`);
+      throw serviceError(
+        "TRANSACTION_TYPE_UNSUPPORTED",
+        `${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA, TRANSACTION_TYPE_BITCOIN)`,
+      );
     },
   }),
 ];

@@ -17,7 +17,10 @@ interface TagKind {
   /** Words for messages. */
   noun: "user" | "private key";
   /** The error codes (of the catalog) for a tag of this kind that exists already, or not at all. */
-  errors: { exists: "USER_TAG_ALREADY_EXISTS" | "PRIVATE_KEY_TAG_ALREADY_EXISTS"; notFound: "USER_TAG_NOT_FOUND" | "PRIVATE_KEY_TAG_NOT_FOUND" };
+  errors: {
+    exists: "USER_TAG_ALREADY_EXISTS" | "PRIVATE_KEY_TAG_ALREADY_EXISTS";
+    notFound: "USER_TAG_NOT_FOUND" | "PRIVATE_KEY_TAG_NOT_FOUND";
+  };
   resource: PolicyResource;
   members: { table: "user_tag_members"; column: "user_id" } | { table: "private_key_tag_members"; column: "private_key_id" };
   requireMembers(db: Db | Tx, organizationId: string, ids: string[]): Promise<void>;
@@ -28,14 +31,25 @@ export async function listTags(db: Db | Tx, organizationId: string, tagType?: Ta
   let query = db.selectFrom("tags").selectAll().where("organization_id", "=", organizationId);
   if (tagType) query = query.where("tag_type", "=", tagType);
   const rows = await query.orderBy("created_at").orderBy("id").execute();
-  return rows.map((t) => ({ tagId: t.id, tagName: t.name, tagType: t.tag_type, createdAt: timestamp(t.created_at), updatedAt: timestamp(t.updated_at) }));
+  return rows.map((t) => ({
+    tagId: t.id,
+    tagName: t.name,
+    tagType: t.tag_type,
+    createdAt: timestamp(t.created_at),
+    updatedAt: timestamp(t.updated_at),
+  }));
 }
 
 const capitalized = (s: string) => s[0]!.toUpperCase() + s.slice(1);
 
 export async function requirePrivateKeys(db: Db | Tx, organizationId: string, ids: string[]): Promise<void> {
   if (ids.length === 0) return;
-  const found = await db.selectFrom("private_keys").select("id").where("organization_id", "=", organizationId).where("id", "in", ids).execute();
+  const found = await db
+    .selectFrom("private_keys")
+    .select("id")
+    .where("organization_id", "=", organizationId)
+    .where("id", "in", ids)
+    .execute();
   const missing = ids.find((id) => !found.some((f) => f.id === id));
   if (missing !== undefined) throw serviceError("PRIVATE_KEY_NOT_FOUND", `private key ${missing} not found`);
 }
@@ -48,13 +62,24 @@ function tagOperationsFor(kind: TagKind) {
   const memberRows = (tagId: string, ids: string[]) => ids.map((id) => ({ tag_id: tagId, [column]: id }));
 
   async function requireUniqueName(ctx: ActivityContext, name: string, exceptId?: string) {
-    let query = ctx.trx.selectFrom("tags").select("id").where("organization_id", "=", ctx.organizationId).where("tag_type", "=", kind.tagType).where("name", "=", name);
+    let query = ctx.trx
+      .selectFrom("tags")
+      .select("id")
+      .where("organization_id", "=", ctx.organizationId)
+      .where("tag_type", "=", kind.tagType)
+      .where("name", "=", name);
     if (exceptId) query = query.where("id", "!=", exceptId);
     if (await query.executeTakeFirst()) throw serviceError(kind.errors.exists, `a ${kind.noun} tag named "${name}" already exists`);
   }
 
   async function requireTag(ctx: ActivityContext, tagId: string) {
-    const tag = await ctx.trx.selectFrom("tags").selectAll().where("organization_id", "=", ctx.organizationId).where("tag_type", "=", kind.tagType).where("id", "=", tagId).executeTakeFirst();
+    const tag = await ctx.trx
+      .selectFrom("tags")
+      .selectAll()
+      .where("organization_id", "=", ctx.organizationId)
+      .where("tag_type", "=", kind.tagType)
+      .where("id", "=", tagId)
+      .executeTakeFirst();
     if (!tag) throw serviceError(kind.errors.notFound, `${kind.noun} tag ${tagId} not found`);
     return tag;
   }
@@ -71,7 +96,10 @@ function tagOperationsFor(kind: TagKind) {
         await requireUniqueName(ctx, name);
         await kind.requireMembers(ctx.trx, ctx.organizationId, ids);
         const id = newId();
-        await ctx.trx.insertInto("tags").values({ id, organization_id: ctx.organizationId, name, tag_type: kind.tagType, created_at: ctx.now, updated_at: ctx.now }).execute();
+        await ctx.trx
+          .insertInto("tags")
+          .values({ id, organization_id: ctx.organizationId, name, tag_type: kind.tagType, created_at: ctx.now, updated_at: ctx.now })
+          .execute();
         if (ids.length) await members(ctx.trx).insertInto(table).values(memberRows(id, ids)).execute();
         return { [`${kind.field}TagId`]: id, [`${kind.field}Ids`]: ids };
       },
@@ -99,7 +127,12 @@ function tagOperationsFor(kind: TagKind) {
         const trx = members(ctx.trx);
         if (remove.length) await trx.deleteFrom(table).where("tag_id", "=", tagId).where(column, "in", remove).execute();
         if (add.length) {
-          const present: Record<string, string>[] = await trx.selectFrom(table).select(column).where("tag_id", "=", tagId).where(column, "in", add).execute();
+          const present: Record<string, string>[] = await trx
+            .selectFrom(table)
+            .select(column)
+            .where("tag_id", "=", tagId)
+            .where(column, "in", add)
+            .execute();
           const missing = add.filter((id) => !present.some((m) => m[column] === id));
           if (missing.length) await trx.insertInto(table).values(memberRows(tagId, missing)).execute();
         }
@@ -118,7 +151,13 @@ function tagOperationsFor(kind: TagKind) {
         if (ids.length === 0) throw serviceError("REQUEST_INVALID", `${kind.field}TagIds must list at least one tag`);
         for (const id of ids) await requireTag(ctx, id);
         const trx = members(ctx.trx);
-        const tagged: Record<string, string>[] = await trx.selectFrom(table).select(column).distinct().where("tag_id", "in", ids).orderBy(column).execute();
+        const tagged: Record<string, string>[] = await trx
+          .selectFrom(table)
+          .select(column)
+          .distinct()
+          .where("tag_id", "in", ids)
+          .orderBy(column)
+          .execute();
         await trx.deleteFrom(table).where("tag_id", "in", ids).execute();
         await ctx.trx.deleteFrom("tags").where("id", "in", ids).execute();
         return { [`${kind.field}TagIds`]: ids, [`${kind.field}Ids`]: tagged.map((m) => m[column]) };

@@ -5,7 +5,11 @@
 import { defineKeyword } from "../policy/keywords.js";
 import { T } from "../policy/types.js";
 
-const ADDRESS_TABLE_LOOKUP = T.struct("AddressTableLookup", { address_table_key: T.string, writable_indexes: T.list(T.int), readonly_indexes: T.list(T.int) });
+const ADDRESS_TABLE_LOOKUP = T.struct("AddressTableLookup", {
+  address_table_key: T.string,
+  writable_indexes: T.list(T.int),
+  readonly_indexes: T.list(T.int),
+});
 
 defineKeyword({
   path: "eth.tx",
@@ -72,7 +76,16 @@ defineKeyword({
     ),
     transfers: T.list(T.struct("Transfer", { from: T.string, to: T.string, amount: T.int })),
     recent_blockhash: T.string,
-    spl_transfers: T.list(T.struct("SPLTransfer", { from: T.string, to: T.string, amount: T.int, owner: T.string, signers: T.list(T.string), token_mint: T.string })),
+    spl_transfers: T.list(
+      T.struct("SPLTransfer", {
+        from: T.string,
+        to: T.string,
+        amount: T.int,
+        owner: T.string,
+        signers: T.list(T.string),
+        token_mint: T.string,
+      }),
+    ),
     address_table_lookups: T.list(ADDRESS_TABLE_LOOKUP),
   }),
 });

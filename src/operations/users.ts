@@ -48,7 +48,8 @@ function normalizeEmail(value: string | undefined, field: string): string | null
 
 function normalizePhone(value: string | undefined, field: string): string | null {
   if (value === undefined || value === "") return null;
-  if (!E164.test(value)) throw serviceError("REQUEST_INVALID", `${field} must be a phone number in E.164 format (e.g. +13214567890), got "${value}"`);
+  if (!E164.test(value))
+    throw serviceError("REQUEST_INVALID", `${field} must be a phone number in E.164 format (e.g. +13214567890), got "${value}"`);
   return value;
 }
 
@@ -63,24 +64,42 @@ export type ClaimsVouched = "by-parent" | "by-organization";
  * someone trusted vouches for them; inside a sub-organization its own users could otherwise claim a
  * stranger's identity, and a backend looking the stranger up by token would log them in there.
  */
-async function oidcIdentity(ctx: ActivityContext, p: OauthProviderParams, field: string, vouched: ClaimsVouched | null): Promise<{ issuer: string; subject: string; audience: string }> {
+async function oidcIdentity(
+  ctx: ActivityContext,
+  p: OauthProviderParams,
+  field: string,
+  vouched: ClaimsVouched | null,
+): Promise<{ issuer: string; subject: string; audience: string }> {
   if (p.oidcToken !== undefined && p.oidcToken !== "") {
     const verified = await ctx.env.oidc.verify(p.oidcToken);
-    if (verified.audiences.length !== 1) throw serviceError("OIDC_AUDIENCE_MISMATCH", `${field}.oidcToken names ${verified.audiences.length} audiences: link one with oidcClaims`, "InvalidArgument");
+    if (verified.audiences.length !== 1)
+      throw serviceError(
+        "OIDC_AUDIENCE_MISMATCH",
+        `${field}.oidcToken names ${verified.audiences.length} audiences: link one with oidcClaims`,
+        "InvalidArgument",
+      );
     return { issuer: verified.issuer, subject: verified.subject, audience: verified.audiences[0]! };
   }
   if (!p.oidcClaims) throw serviceError("INVALID_OIDC_TOKEN", `${field} needs an oidcToken or oidcClaims`);
   const { iss, sub, aud } = p.oidcClaims;
-  if (!iss?.trim() || !sub?.trim() || !aud?.trim()) throw serviceError("INVALID_OIDC_TOKEN", `${field}.oidcClaims needs non-empty iss, sub and aud`);
+  if (!iss?.trim() || !sub?.trim() || !aud?.trim())
+    throw serviceError("INVALID_OIDC_TOKEN", `${field}.oidcClaims needs non-empty iss, sub and aud`);
   if (!vouched) {
-    throw serviceError("OIDC_CLAIMS_NOT_ALLOWED", `${field}.oidcClaims: in a sub-organization an identity is linked with a token its issuer signed (oidcToken); bare claims are accepted from the parent creating it, or in a top-level organization`);
+    throw serviceError(
+      "OIDC_CLAIMS_NOT_ALLOWED",
+      `${field}.oidcClaims: in a sub-organization an identity is linked with a token its issuer signed (oidcToken); bare claims are accepted from the parent creating it, or in a top-level organization`,
+    );
   }
   return { issuer: iss, subject: sub, audience: aud };
 }
 
 /** Whether bare claims are vouched for in `ctx`'s organization (top-level: its own root or policy). */
 export async function claimsVouchedIn(ctx: ActivityContext): Promise<ClaimsVouched | null> {
-  const organization = await ctx.trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", ctx.organizationId).executeTakeFirstOrThrow();
+  const organization = await ctx.trx
+    .selectFrom("organizations")
+    .select("parent_organization_id")
+    .where("id", "=", ctx.organizationId)
+    .executeTakeFirstOrThrow();
   return organization.parent_organization_id ? null : "by-organization";
 }
 
@@ -99,7 +118,13 @@ export function oauthProviderAsRecorded<T extends { oidcToken?: string }>(provid
   return claims ? { ...rest, oidcClaims: claims } : rest;
 }
 
-export async function addOauthProviders(ctx: ActivityContext, userId: string, providers: OauthProviderParams[], field: string, vouched?: ClaimsVouched | null): Promise<string[]> {
+export async function addOauthProviders(
+  ctx: ActivityContext,
+  userId: string,
+  providers: OauthProviderParams[],
+  field: string,
+  vouched?: ClaimsVouched | null,
+): Promise<string[]> {
   const ids: string[] = [];
   if (providers.length === 0) return ids;
   const vouchedHere = vouched !== undefined ? vouched : await claimsVouchedIn(ctx);
@@ -113,7 +138,11 @@ export async function addOauthProviders(ctx: ActivityContext, userId: string, pr
       .where("issuer", "=", identity.issuer)
       .where("subject", "=", identity.subject)
       .executeTakeFirst();
-    if (taken) throw serviceError("OAUTH_PROVIDER_ALREADY_EXISTS", `the OIDC identity ${identity.issuer} / ${identity.subject} is already linked to a user of this organization`);
+    if (taken)
+      throw serviceError(
+        "OAUTH_PROVIDER_ALREADY_EXISTS",
+        `the OIDC identity ${identity.issuer} / ${identity.subject} is already linked to a user of this organization`,
+      );
     const id = newId();
     await ctx.trx
       .insertInto("oauth_providers")
@@ -124,13 +153,24 @@ export async function addOauthProviders(ctx: ActivityContext, userId: string, pr
   return ids;
 }
 
-type ContactChanges = { name?: string; email?: string | null; phone_number?: string | null; email_verified_at?: number | null; phone_verified_at?: number | null };
+type ContactChanges = {
+  name?: string;
+  email?: string | null;
+  phone_number?: string | null;
+  email_verified_at?: number | null;
+  phone_verified_at?: number | null;
+};
 
 /**
  * A changed email or phone number is no longer verified; a verification token (verify_otp) for the new
  * value proves it, and is used up. A token for another contact is refused.
  */
-async function withContactProof(ctx: ActivityContext, userId: string, changes: ContactChanges, verificationToken?: string): Promise<ContactChanges> {
+async function withContactProof(
+  ctx: ActivityContext,
+  userId: string,
+  changes: ContactChanges,
+  verificationToken?: string,
+): Promise<ContactChanges> {
   const current = await ctx.trx.selectFrom("users").select(["email", "phone_number"]).where("id", "=", userId).executeTakeFirstOrThrow();
   const out = { ...changes };
   const email = "email" in changes ? (changes.email ?? null) : current.email;
@@ -142,11 +182,18 @@ async function withContactProof(ctx: ActivityContext, userId: string, changes: C
     // A token bound to a key (verify_otp with the client's key) proves the contact only to a request
     // stamped by that key: someone who merely captured the token cannot use it.
     if (claims.public_key && sessionPublicKey(claims.public_key, "the token's public_key") !== ctx.principal.publicKey) {
-      throw serviceError("VERIFICATION_TOKEN_KEY_MISMATCH", "this verification token is bound to a key: send the request stamped by that key (the session key that verified the code)");
+      throw serviceError(
+        "VERIFICATION_TOKEN_KEY_MISMATCH",
+        "this verification token is bound to a key: send the request stamped by that key (the session key that verified the code)",
+      );
     }
     const byEmail = claims.verification_type === "OTP_TYPE_EMAIL";
     const proven = byEmail ? email !== null && foldEmail(email) === foldEmail(claims.contact) : phone !== null && phone === claims.contact;
-    if (!proven) throw serviceError("VERIFICATION_TOKEN_CONTACT_MISMATCH", `the verification token proves ${claims.contact}, not this user's ${byEmail ? "email" : "phone number"}`);
+    if (!proven)
+      throw serviceError(
+        "VERIFICATION_TOKEN_CONTACT_MISMATCH",
+        `the verification token proves ${claims.contact}, not this user's ${byEmail ? "email" : "phone number"}`,
+      );
     if (byEmail) out.email_verified_at = ctx.now;
     else out.phone_verified_at = ctx.now;
   }
@@ -154,7 +201,12 @@ async function withContactProof(ctx: ActivityContext, userId: string, changes: C
 }
 
 /** A user of `ctx.organizationId` with its credentials (API keys, passkeys, OAuth identities). */
-export async function createUser(ctx: ActivityContext, user: NewUserParams, field: string, vouched?: ClaimsVouched | null): Promise<string> {
+export async function createUser(
+  ctx: ActivityContext,
+  user: NewUserParams,
+  field: string,
+  vouched?: ClaimsVouched | null,
+): Promise<string> {
   const id = newId();
   await ctx.trx
     .insertInto("users")
@@ -175,7 +227,11 @@ export async function createUser(ctx: ActivityContext, user: NewUserParams, fiel
 }
 
 /** Users with their credentials and tags (create_users, create_api_only_users); `field` names the list in errors. */
-async function createTaggedUsers(ctx: ActivityContext, users: Array<NewUserParams & { userTags: string[] }>, field: string): Promise<string[]> {
+async function createTaggedUsers(
+  ctx: ActivityContext,
+  users: Array<NewUserParams & { userTags: string[] }>,
+  field: string,
+): Promise<string[]> {
   if (users.length === 0) throw serviceError("REQUEST_INVALID", `${field} must list at least one user`);
   const userIds: string[] = [];
   for (const [i, user] of users.entries()) {
@@ -191,11 +247,19 @@ async function createTaggedUsers(ctx: ActivityContext, users: Array<NewUserParam
 
 async function setUserTags(ctx: ActivityContext, userId: string, tagIds: string[]): Promise<void> {
   await ctx.trx.deleteFrom("user_tag_members").where("user_id", "=", userId).execute();
-  if (tagIds.length) await ctx.trx.insertInto("user_tag_members").values(tagIds.map((tag_id) => ({ tag_id, user_id: userId }))).execute();
+  if (tagIds.length)
+    await ctx.trx
+      .insertInto("user_tag_members")
+      .values(tagIds.map((tag_id) => ({ tag_id, user_id: userId })))
+      .execute();
 }
 
 async function touchUser(ctx: ActivityContext, userId: string, changes: ContactChanges) {
-  await ctx.trx.updateTable("users").set({ ...changes, updated_at: ctx.now }).where("id", "=", userId).execute();
+  await ctx.trx
+    .updateTable("users")
+    .set({ ...changes, updated_at: ctx.now })
+    .where("id", "=", userId)
+    .execute();
 }
 
 export const userOperations = [
@@ -204,8 +268,15 @@ export const userOperations = [
     summary: "Create users with their API keys, passkeys, OAuth identities and tags.",
     resource: "USER",
     action: "CREATE",
-    intentOf: (p) => ({ ...p, users: (p.users ?? []).map((u) => (u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u)) }),
-    precheck: (p, env) => warmOidcKeys((p.users ?? []).flatMap((u) => u.oauthProviders ?? []), env),
+    intentOf: (p) => ({
+      ...p,
+      users: (p.users ?? []).map((u) => (u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u)),
+    }),
+    precheck: (p, env) =>
+      warmOidcKeys(
+        (p.users ?? []).flatMap((u) => u.oauthProviders ?? []),
+        env,
+      ),
     async execute(ctx, p) {
       return { userIds: await createTaggedUsers(ctx, p.users, "users") };
     },
@@ -233,15 +304,30 @@ export const userOperations = [
     async rootOnlyWhen(trx, organizationId, p) {
       const ids = Array.isArray(p.userIds) ? p.userIds : [];
       if (ids.length === 0) return undefined;
-      const root = await trx.selectFrom("root_quorum_members").select("user_id").where("organization_id", "=", organizationId).where("user_id", "in", ids).execute();
-      return root.length ? `deleting root user ${root.map((r) => r.user_id).join(", ")} changes the root quorum, which only the root quorum can approve` : undefined;
+      const root = await trx
+        .selectFrom("root_quorum_members")
+        .select("user_id")
+        .where("organization_id", "=", organizationId)
+        .where("user_id", "in", ids)
+        .execute();
+      return root.length
+        ? `deleting root user ${root.map((r) => r.user_id).join(", ")} changes the root quorum, which only the root quorum can approve`
+        : undefined;
     },
     async execute(ctx, p) {
       const ids = distinct(p.userIds, "userIds");
       if (ids.length === 0) throw serviceError("REQUEST_INVALID", "userIds must list at least one user");
       await requireUsers(ctx.trx, ctx.organizationId, ids);
       // Their unused import targets go too: nobody may use them any more.
-      for (const table of ["api_keys", "authenticators", "oauth_providers", "user_tag_members", "root_quorum_members", "import_targets", "otps"] as const) {
+      for (const table of [
+        "api_keys",
+        "authenticators",
+        "oauth_providers",
+        "user_tag_members",
+        "root_quorum_members",
+        "import_targets",
+        "otps",
+      ] as const) {
         await ctx.trx.deleteFrom(table).where("user_id", "in", ids).execute();
       }
       await ctx.trx.deleteFrom("users").where("id", "in", ids).execute();
@@ -293,7 +379,11 @@ export const userOperations = [
     policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      await touchUser(ctx, p.userId, await withContactProof(ctx, p.userId, { email: normalizeEmail(p.userEmail, "userEmail") }, p.verificationToken));
+      await touchUser(
+        ctx,
+        p.userId,
+        await withContactProof(ctx, p.userId, { email: normalizeEmail(p.userEmail, "userEmail") }, p.verificationToken),
+      );
       return { userId: p.userId };
     },
   }),
@@ -307,7 +397,11 @@ export const userOperations = [
     policyParameters: (p) => ({ user_id: p.userId }),
     async execute(ctx, p) {
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
-      await touchUser(ctx, p.userId, await withContactProof(ctx, p.userId, { phone_number: normalizePhone(p.userPhoneNumber, "userPhoneNumber") }, p.verificationToken));
+      await touchUser(
+        ctx,
+        p.userId,
+        await withContactProof(ctx, p.userId, { phone_number: normalizePhone(p.userPhoneNumber, "userPhoneNumber") }, p.verificationToken),
+      );
       return { userId: p.userId };
     },
   }),

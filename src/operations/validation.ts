@@ -51,7 +51,10 @@ const ref = (definition: string) => ({ $ref: `swagger#/definitions/${definition}
 
 /** "/parameters/users/0/apiKeys" -> "parameters.users[0].apiKeys" */
 function fieldPath(instancePath: string, child?: string): string {
-  const parts = instancePath.split("/").slice(1).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
+  const parts = instancePath
+    .split("/")
+    .slice(1)
+    .map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
   if (child !== undefined) parts.push(child);
   return parts.reduce((acc, part) => (/^\d+$/.test(part) ? `${acc}[${part}]` : acc ? `${acc}.${part}` : part), "");
 }
@@ -84,11 +87,17 @@ function check(validators: Validators, value: unknown): void {
 
 /** The envelope of a submit request for one activity type version. */
 export function validateActivityRequest(type: string, body: unknown): void {
-  check(compiled(`activity:${type}`, () => activityEnvelopeSchema(type, ref)), body);
+  check(
+    compiled(`activity:${type}`, () => activityEnvelopeSchema(type, ref)),
+    body,
+  );
 }
 
 export function validateQueryRequest(operation: string, body: unknown): void {
-  check(compiled(`query:${operation}`, () => ref(swagger.queries[operation].request)), body);
+  check(
+    compiled(`query:${operation}`, () => ref(swagger.queries[operation].request)),
+    body,
+  );
 }
 
 /** How deeply objects and arrays may nest in a request body. The deepest request the API describes
@@ -136,7 +145,10 @@ export function checkRequestText(body: unknown): void {
     }
     if (typeof value !== "object" || value === null) continue;
     if (depth + 1 > MAX_BODY_DEPTH) {
-      throw serviceError("REQUEST_TOO_DEEP", `${named(path)} nests objects and arrays more than ${MAX_BODY_DEPTH} levels deep; no request needs that many`);
+      throw serviceError(
+        "REQUEST_TOO_DEEP",
+        `${named(path)} nests objects and arrays more than ${MAX_BODY_DEPTH} levels deep; no request needs that many`,
+      );
     }
     const children: Array<{ value: unknown; path: string; depth: number }> = [];
     if (Array.isArray(value)) {

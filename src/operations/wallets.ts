@@ -25,15 +25,32 @@ export const accountKeyIdentity = (account: Pick<WalletAccountsTable, "organizat
   resourceId: account.id,
 });
 
-export const mnemonicIdentity = (wallet: Pick<WalletsTable, "organization_id" | "id">): SecretIdentity => ({ organizationId: wallet.organization_id, kind: "wallet.mnemonic", resourceId: wallet.id });
+export const mnemonicIdentity = (wallet: Pick<WalletsTable, "organization_id" | "id">): SecretIdentity => ({
+  organizationId: wallet.organization_id,
+  kind: "wallet.mnemonic",
+  resourceId: wallet.id,
+});
 
 export function renderWallet(row: WalletsTable) {
-  return { walletId: row.id, walletName: row.name, createdAt: timestamp(row.created_at), updatedAt: timestamp(row.updated_at), exported: row.exported === 1, imported: row.imported === 1 };
+  return {
+    walletId: row.id,
+    walletName: row.name,
+    createdAt: timestamp(row.created_at),
+    updatedAt: timestamp(row.updated_at),
+    exported: row.exported === 1,
+    imported: row.imported === 1,
+  };
 }
 
 /** Every wallet of the organization, oldest first (names and flags; no secret, no account). */
 export async function listWallets(db: Db | Tx, organizationId: string) {
-  const rows = await db.selectFrom("wallets").selectAll().where("organization_id", "=", organizationId).orderBy("created_at").orderBy("id").execute();
+  const rows = await db
+    .selectFrom("wallets")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .orderBy("created_at")
+    .orderBy("id")
+    .execute();
   return rows.map(renderWallet);
 }
 
@@ -56,15 +73,30 @@ export function renderWalletAccount(row: WalletAccountsTable, wallet?: WalletsTa
 }
 
 /** `wallet` / `wallets` of the policy language. */
-export const walletKeyword = (row: Pick<WalletsTable, "id" | "imported" | "exported" | "name">) => ({ id: row.id, imported: row.imported === 1, exported: row.exported === 1, label: row.name });
+export const walletKeyword = (row: Pick<WalletsTable, "id" | "imported" | "exported" | "name">) => ({
+  id: row.id,
+  imported: row.imported === 1,
+  exported: row.exported === 1,
+  label: row.name,
+});
 
 export async function walletContext(trx: Db | Tx, organizationId: string, walletId: string): Promise<Record<string, unknown>> {
-  const row = await trx.selectFrom("wallets").selectAll().where("organization_id", "=", organizationId).where("id", "=", walletId).executeTakeFirst();
+  const row = await trx
+    .selectFrom("wallets")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .where("id", "=", walletId)
+    .executeTakeFirst();
   return row ? { wallet: walletKeyword(row) } : {};
 }
 
 export async function requireWallet(db: Db | Tx, organizationId: string, walletId: string): Promise<WalletsTable> {
-  const row = await db.selectFrom("wallets").selectAll().where("organization_id", "=", organizationId).where("id", "=", walletId).executeTakeFirst();
+  const row = await db
+    .selectFrom("wallets")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .where("id", "=", walletId)
+    .executeTakeFirst();
   if (!row) throw serviceError("WALLET_NOT_FOUND", `wallet ${walletId} not found`);
   return row;
 }
@@ -80,7 +112,11 @@ function asInvalidArgument<T>(where: string, f: () => T): T {
   try {
     return f();
   } catch (error) {
-    if (error instanceof DerivationError || error instanceof UnsupportedAddressError) throw serviceError(error instanceof DerivationError ? "INVALID_DERIVATION_PATH" : "UNSUPPORTED_ADDRESS_FORMAT", `${where}: ${error.message}`);
+    if (error instanceof DerivationError || error instanceof UnsupportedAddressError)
+      throw serviceError(
+        error instanceof DerivationError ? "INVALID_DERIVATION_PATH" : "UNSUPPORTED_ADDRESS_FORMAT",
+        `${where}: ${error.message}`,
+      );
     throw error;
   }
 }
@@ -89,7 +125,13 @@ function asInvalidArgument<T>(where: string, f: () => T): T {
  * Derives the accounts and, unless `persist` is false, stores those not stored yet. An account the
  * wallet already has (same curve, path and format) is returned as it is: derivation is deterministic.
  */
-async function deriveAccounts(ctx: ActivityContext, wallet: WalletsTable, seed: Uint8Array, accounts: WalletAccountParams[], persist: boolean): Promise<string[]> {
+async function deriveAccounts(
+  ctx: ActivityContext,
+  wallet: WalletsTable,
+  seed: Uint8Array,
+  accounts: WalletAccountParams[],
+  persist: boolean,
+): Promise<string[]> {
   const addresses: string[] = [];
   for (const [i, account] of accounts.entries()) {
     const where = `accounts[${i}]`;
@@ -139,10 +181,12 @@ const MNEMONIC_LENGTHS = [12, 15, 18, 21, 24];
 /** A wallet whose keys would be lost for good must have been exported, unless the caller says otherwise. */
 function requireExportedOrForced(wallet: WalletsTable, force: boolean | undefined, what: string) {
   if (wallet.exported !== 1 && force !== true) {
-    throw serviceError("WALLET_NOT_EXPORTED", `${what} of wallet ${wallet.id}, which has never been exported: its keys would be lost for good. Export it first, or pass deleteWithoutExport: true`);
+    throw serviceError(
+      "WALLET_NOT_EXPORTED",
+      `${what} of wallet ${wallet.id}, which has never been exported: its keys would be lost for good. Export it first, or pass deleteWithoutExport: true`,
+    );
   }
 }
-
 
 export interface NewWalletParams {
   walletName: string;
@@ -151,11 +195,17 @@ export interface NewWalletParams {
 }
 
 /** A new HD wallet of `ctx.organizationId` (a fresh mnemonic, sealed) with its first accounts. */
-export async function createWallet(ctx: ActivityContext, p: NewWalletParams, field = "", imported?: { mnemonic: string; language: MnemonicLanguage }): Promise<{ walletId: string; addresses: string[] }> {
+export async function createWallet(
+  ctx: ActivityContext,
+  p: NewWalletParams,
+  field = "",
+  imported?: { mnemonic: string; language: MnemonicLanguage },
+): Promise<{ walletId: string; addresses: string[] }> {
   const name = requireName(p.walletName, `${field}walletName`);
   requireAtMost(p.accounts, `${field}accounts`);
   const words = p.mnemonicLength ?? 12;
-  if (!imported && !MNEMONIC_LENGTHS.includes(words)) throw serviceError("REQUEST_INVALID", `${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
+  if (!imported && !MNEMONIC_LENGTHS.includes(words))
+    throw serviceError("REQUEST_INVALID", `${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
   await requireUniqueWalletName(ctx, name);
   const language: MnemonicLanguage = imported?.language ?? "MNEMONIC_LANGUAGE_ENGLISH";
   const mnemonic = imported?.mnemonic ?? generateMnemonic(words as 12, language);
@@ -226,13 +276,16 @@ export const walletOperations = [
     action: "DELETE",
     async policyContext(trx, organizationId, p) {
       const ids = Array.isArray(p.walletIds) ? p.walletIds : [];
-      const rows = ids.length ? await trx.selectFrom("wallets").selectAll().where("organization_id", "=", organizationId).where("id", "in", ids).execute() : [];
+      const rows = ids.length
+        ? await trx.selectFrom("wallets").selectAll().where("organization_id", "=", organizationId).where("id", "in", ids).execute()
+        : [];
       return { wallets: rows.map(walletKeyword) };
     },
     async execute(ctx, p) {
       const ids = distinct(p.walletIds, "walletIds");
       if (ids.length === 0) throw serviceError("REQUEST_INVALID", "walletIds must list at least one wallet");
-      for (const id of ids) requireExportedOrForced(await requireWallet(ctx.trx, ctx.organizationId, id), p.deleteWithoutExport, "deletion");
+      for (const id of ids)
+        requireExportedOrForced(await requireWallet(ctx.trx, ctx.organizationId, id), p.deleteWithoutExport, "deletion");
       await ctx.trx.deleteFrom("wallet_accounts").where("wallet_id", "in", ids).execute();
       await ctx.trx.deleteFrom("wallets").where("id", "in", ids).execute();
       return { walletIds: ids };
@@ -247,7 +300,12 @@ export const walletOperations = [
     async execute(ctx, p) {
       const ids = distinct(p.walletAccountIds, "walletAccountIds");
       if (ids.length === 0) throw serviceError("REQUEST_INVALID", "walletAccountIds must list at least one account");
-      const rows = await ctx.trx.selectFrom("wallet_accounts").select(["id", "wallet_id"]).where("organization_id", "=", ctx.organizationId).where("id", "in", ids).execute();
+      const rows = await ctx.trx
+        .selectFrom("wallet_accounts")
+        .select(["id", "wallet_id"])
+        .where("organization_id", "=", ctx.organizationId)
+        .where("id", "in", ids)
+        .execute();
       const missing = ids.find((id) => !rows.some((r) => r.id === id));
       if (missing !== undefined) throw serviceError("WALLET_ACCOUNT_NOT_FOUND", `wallet account ${missing} not found`);
       for (const walletId of new Set(rows.map((r) => r.wallet_id))) {
@@ -279,11 +337,16 @@ export const walletOperations = [
     summary: "One account of a wallet, by address or by path.",
     async run(ctx, body) {
       await requireWallet(ctx.db, ctx.organizationId, body.walletId);
-      if (!body.address === !body.path) throw serviceError("REQUEST_INVALID", "get_wallet_account takes an address or a path (one of them)");
+      if (!body.address === !body.path)
+        throw serviceError("REQUEST_INVALID", "get_wallet_account takes an address or a path (one of them)");
       let query = ctx.db.selectFrom("wallet_accounts").selectAll().where("wallet_id", "=", body.walletId);
       query = body.address ? query.where("address", "=", body.address) : query.where("path", "=", body.path!);
       const row = await query.orderBy("created_at").orderBy("id").executeTakeFirst();
-      if (!row) throw serviceError("WALLET_ACCOUNT_NOT_FOUND", `wallet ${body.walletId} has no account with ${body.address ? `address ${body.address}` : `path ${body.path}`}`);
+      if (!row)
+        throw serviceError(
+          "WALLET_ACCOUNT_NOT_FOUND",
+          `wallet ${body.walletId} has no account with ${body.address ? `address ${body.address}` : `path ${body.path}`}`,
+        );
       return { account: renderWalletAccount(row) };
     },
   }),
@@ -300,12 +363,19 @@ export const walletOperations = [
         : ctx.db.selectFrom("wallet_accounts").selectAll().where("organization_id", "=", ctx.organizationId);
       const rows = await readPage(ctx.db, query, body.paginationOptions, {
         newestFirst: false,
-        table: "wallet_accounts", scope: "organization_id", owner: ctx.organizationId,
+        table: "wallet_accounts",
+        scope: "organization_id",
+        owner: ctx.organizationId,
         cursorIs: "a wallet account of this organization",
       });
       const wallets = new Map<string, WalletsTable>();
       if (body.includeWalletDetails && rows.length) {
-        for (const w of await ctx.db.selectFrom("wallets").selectAll().where("id", "in", [...new Set(rows.map((r) => r.wallet_id))]).execute()) wallets.set(w.id, w);
+        for (const w of await ctx.db
+          .selectFrom("wallets")
+          .selectAll()
+          .where("id", "in", [...new Set(rows.map((r) => r.wallet_id))])
+          .execute())
+          wallets.set(w.id, w);
       }
       return { accounts: rows.map((r) => renderWalletAccount(r, wallets.get(r.wallet_id))) };
     },

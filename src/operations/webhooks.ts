@@ -33,13 +33,17 @@ export function forbiddenAddress(address: string, policy: DestinationPolicy): st
     // IPv4-mapped (::ffff:a.b.c.d) and the deprecated IPv4-compatible (::a.b.c.d) forms are judged
     // as the IPv4 address they carry.
     if (v6.isIPv4MappedAddress()) parsed = v6.toIPv4Address();
-    else if (v6.parts.slice(0, 6).every((part) => part === 0) && (v6.parts[6] !== 0 || v6.parts[7]! > 1)) parsed = ipaddr.fromByteArray(v6.toByteArray().slice(12));
+    else if (v6.parts.slice(0, 6).every((part) => part === 0) && (v6.parts[6] !== 0 || v6.parts[7]! > 1))
+      parsed = ipaddr.fromByteArray(v6.toByteArray().slice(12));
   }
-  if (METADATA_ADDRESSES.has(parsed.toNormalizedString()) || METADATA_ADDRESSES.has(parsed.toString())) return `${address} is a cloud metadata address, which webhooks never reach`;
+  if (METADATA_ADDRESSES.has(parsed.toNormalizedString()) || METADATA_ADDRESSES.has(parsed.toString()))
+    return `${address} is a cloud metadata address, which webhooks never reach`;
   const range = parsed.range();
   if (range === "unicast") return undefined;
-  if (range === "loopback") return policy.allowLoopback ? undefined : `${address} is a loopback address (allow with SIGIL_WEBHOOK_ALLOW_LOOPBACK=true)`;
-  if (["private", "uniqueLocal", "carrierGradeNat"].includes(range)) return policy.allowPrivate ? undefined : `${address} is a private address (allow with SIGIL_WEBHOOK_ALLOW_PRIVATE=true)`;
+  if (range === "loopback")
+    return policy.allowLoopback ? undefined : `${address} is a loopback address (allow with SIGIL_WEBHOOK_ALLOW_LOOPBACK=true)`;
+  if (["private", "uniqueLocal", "carrierGradeNat"].includes(range))
+    return policy.allowPrivate ? undefined : `${address} is a private address (allow with SIGIL_WEBHOOK_ALLOW_PRIVATE=true)`;
   // Link-local (cloud metadata services live there), unspecified, multicast, broadcast, reserved…
   return `${address} is a ${range} address, which webhooks never reach`;
 }
@@ -53,7 +57,8 @@ export function webhookUrl(raw: string, policy: DestinationPolicy, field: string
   } catch {
     throw serviceError("WEBHOOK_URL_INVALID", `${field} must be an http or https URL, got "${raw}"`);
   }
-  if (url.protocol !== "https:" && url.protocol !== "http:") throw serviceError("WEBHOOK_URL_INVALID", `${field} must be an http or https URL, got ${url.protocol}`);
+  if (url.protocol !== "https:" && url.protocol !== "http:")
+    throw serviceError("WEBHOOK_URL_INVALID", `${field} must be an http or https URL, got ${url.protocol}`);
   if (url.username || url.password) throw serviceError("WEBHOOK_URL_INVALID", `${field} must not carry credentials (user:password@)`);
   const host = url.hostname.replace(/^\[|\]$/g, "");
   if (net.isIP(host)) {
@@ -103,11 +108,16 @@ interface SubscriptionParams {
 }
 
 function checkedSubscriptions(subscriptions: SubscriptionParams[] | undefined): SubscriptionParams[] {
-  if (!subscriptions?.length) throw serviceError("WEBHOOK_SUBSCRIPTIONS_MISSING", `subscriptions must list at least one event type (${ACTIVITY_UPDATES})`);
+  if (!subscriptions?.length)
+    throw serviceError("WEBHOOK_SUBSCRIPTIONS_MISSING", `subscriptions must list at least one event type (${ACTIVITY_UPDATES})`);
   requireAtMost(subscriptions, "subscriptions");
   const seen = new Set<string>();
   for (const [i, s] of subscriptions.entries()) {
-    if (s.eventType !== ACTIVITY_UPDATES) throw serviceError("WEBHOOK_EVENT_TYPE_UNSUPPORTED", `subscriptions[${i}].eventType: only ${ACTIVITY_UPDATES} is delivered by this server, got "${s.eventType}"`);
+    if (s.eventType !== ACTIVITY_UPDATES)
+      throw serviceError(
+        "WEBHOOK_EVENT_TYPE_UNSUPPORTED",
+        `subscriptions[${i}].eventType: only ${ACTIVITY_UPDATES} is delivered by this server, got "${s.eventType}"`,
+      );
     if (seen.has(s.eventType)) throw serviceError("REQUEST_INVALID", `subscriptions[${i}]: ${s.eventType} is listed twice`);
     seen.add(s.eventType);
     if (s.filtersJson) {
@@ -122,7 +132,12 @@ function checkedSubscriptions(subscriptions: SubscriptionParams[] | undefined): 
 }
 
 async function renderEndpoint(db: Db | Tx, row: WebhookEndpointsTable) {
-  const subscriptions = await db.selectFrom("webhook_subscriptions").selectAll().where("endpoint_id", "=", row.id).orderBy("event_type").execute();
+  const subscriptions = await db
+    .selectFrom("webhook_subscriptions")
+    .selectAll()
+    .where("endpoint_id", "=", row.id)
+    .orderBy("event_type")
+    .execute();
   return {
     endpointId: row.id,
     organizationId: row.organization_id,
@@ -134,7 +149,12 @@ async function renderEndpoint(db: Db | Tx, row: WebhookEndpointsTable) {
 }
 
 async function requireEndpoint(db: Db | Tx, organizationId: string, endpointId: string): Promise<WebhookEndpointsTable> {
-  const row = await db.selectFrom("webhook_endpoints").selectAll().where("organization_id", "=", organizationId).where("id", "=", endpointId).executeTakeFirst();
+  const row = await db
+    .selectFrom("webhook_endpoints")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .where("id", "=", endpointId)
+    .executeTakeFirst();
   if (!row) throw serviceError("WEBHOOK_ENDPOINT_NOT_FOUND", `webhook endpoint ${endpointId} not found in this organization`);
   return row;
 }
@@ -147,7 +167,8 @@ async function requireEndpoint(db: Db | Tx, organizationId: string, endpointId: 
 export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, render: () => unknown, now: number): Promise<number> {
   const organizationId = activity.organization_id;
   const parent = trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId);
-  const owners = (column: "e.organization_id" | "f.organization_id") => (eb: any) => eb.or([eb(column, "=", organizationId), eb(column, "in", parent)]);
+  const owners = (column: "e.organization_id" | "f.organization_id") => (eb: any) =>
+    eb.or([eb(column, "=", organizationId), eb(column, "in", parent)]);
   const destinations = await trx
     .selectFrom("webhook_endpoints as e")
     .innerJoin("webhook_subscriptions as s", "s.endpoint_id", "e.id")
@@ -198,7 +219,8 @@ export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, r
 export const webhookOperations = [
   defineActivity<{ url: string; name: string; subscriptions?: SubscriptionParams[] }>({
     name: "create_webhook_endpoint",
-    summary: "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations) are delivered to its URL, signed.",
+    summary:
+      "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations) are delivered to its URL, signed.",
     resource: "WEBHOOK_ENDPOINT",
     action: "CREATE",
     precheck: async (p, env) => void (await checkDestination(String(p.url ?? ""), env.webhooks, "url")),
@@ -207,11 +229,26 @@ export const webhookOperations = [
       const subscriptions = checkedSubscriptions(p.subscriptions);
       const url = webhookUrl(p.url, ctx.env.webhooks, "url");
       const id = newId();
-      const row: WebhookEndpointsTable = { id, organization_id: ctx.organizationId, name, url, is_active: 1, created_at: ctx.now, updated_at: ctx.now };
+      const row: WebhookEndpointsTable = {
+        id,
+        organization_id: ctx.organizationId,
+        name,
+        url,
+        is_active: 1,
+        created_at: ctx.now,
+        updated_at: ctx.now,
+      };
       await ctx.trx.insertInto("webhook_endpoints").values(row).execute();
       await ctx.trx
         .insertInto("webhook_subscriptions")
-        .values(subscriptions.map((s) => ({ endpoint_id: id, event_type: s.eventType, filters_json: s.filtersJson ?? "", is_active: s.isActive === false ? 0 : 1 })))
+        .values(
+          subscriptions.map((s) => ({
+            endpoint_id: id,
+            event_type: s.eventType,
+            filters_json: s.filtersJson ?? "",
+            is_active: s.isActive === false ? 0 : 1,
+          })),
+        )
         .execute();
       return { endpointId: id, webhookEndpoint: await renderEndpoint(ctx.trx, row) };
     },
@@ -230,7 +267,11 @@ export const webhookOperations = [
       if (p.name !== undefined) row.name = requireName(p.name, "name");
       if (p.isActive !== undefined) row.is_active = p.isActive ? 1 : 0;
       row.updated_at = ctx.now;
-      await ctx.trx.updateTable("webhook_endpoints").set({ url: row.url, name: row.name, is_active: row.is_active, updated_at: row.updated_at }).where("id", "=", row.id).execute();
+      await ctx.trx
+        .updateTable("webhook_endpoints")
+        .set({ url: row.url, name: row.name, is_active: row.is_active, updated_at: row.updated_at })
+        .where("id", "=", row.id)
+        .execute();
       return { endpointId: row.id, webhookEndpoint: await renderEndpoint(ctx.trx, row) };
     },
   }),
@@ -245,7 +286,12 @@ export const webhookOperations = [
       const row = await requireEndpoint(ctx.trx, ctx.organizationId, p.endpointId);
       await ctx.trx.deleteFrom("webhook_subscriptions").where("endpoint_id", "=", row.id).execute();
       await ctx.trx.deleteFrom("webhook_endpoints").where("id", "=", row.id).execute();
-      await ctx.trx.updateTable("webhook_deliveries").set({ status: "cancelled", last_error: "the endpoint was deleted", updated_at: ctx.now }).where("endpoint_id", "=", row.id).where("status", "=", "pending").execute();
+      await ctx.trx
+        .updateTable("webhook_deliveries")
+        .set({ status: "cancelled", last_error: "the endpoint was deleted", updated_at: ctx.now })
+        .where("endpoint_id", "=", row.id)
+        .where("status", "=", "pending")
+        .execute();
       return { endpointId: row.id };
     },
   }),
@@ -254,14 +300,34 @@ export const webhookOperations = [
     name: "list_webhook_endpoints",
     summary: "The organization's webhook endpoints with their subscriptions.",
     async run(ctx) {
-      const rows = await ctx.db.selectFrom("webhook_endpoints").selectAll().where("organization_id", "=", ctx.organizationId).orderBy("created_at").execute();
+      const rows = await ctx.db
+        .selectFrom("webhook_endpoints")
+        .selectAll()
+        .where("organization_id", "=", ctx.organizationId)
+        .orderBy("created_at")
+        .execute();
       return { webhookEndpoints: await Promise.all(rows.map((row) => renderEndpoint(ctx.db, row))) };
     },
   }),
 ];
 
 /** A webhook delivery as the operator's log shows it (without the body). */
-export function renderDelivery(row: { id: string; organization_id: string; event_organization_id: string; activity_id: string; url: string; endpoint_id: string | null; event_type: string; status: string; attempts: number; next_attempt_at: number; last_status_code: number | null; last_error: string | null; created_at: number; delivered_at: number | null }) {
+export function renderDelivery(row: {
+  id: string;
+  organization_id: string;
+  event_organization_id: string;
+  activity_id: string;
+  url: string;
+  endpoint_id: string | null;
+  event_type: string;
+  status: string;
+  attempts: number;
+  next_attempt_at: number;
+  last_status_code: number | null;
+  last_error: string | null;
+  created_at: number;
+  delivered_at: number | null;
+}) {
   return {
     eventId: row.id,
     organizationId: row.organization_id,
@@ -279,4 +345,3 @@ export function renderDelivery(row: { id: string; organization_id: string; event
     deliveredAt: row.delivered_at === null ? null : new Date(row.delivered_at).toISOString(),
   };
 }
-

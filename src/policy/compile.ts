@@ -9,7 +9,20 @@ import { PolicySyntaxError } from "./lexer.js";
 import { parse, type Node } from "./parser.js";
 import { keywordTypes, type PolicyField } from "./keywords.js";
 import { compileCronSpan, inCronSpan, parseTimestamp } from "./time.js";
-import { I128_MAX, I128_MIN, PolicyTimestamp, T, U256_MAX, compatible, describeType, isDynamic, isNumeric, unify, type Type, type Value } from "./types.js";
+import {
+  I128_MAX,
+  I128_MIN,
+  PolicyTimestamp,
+  T,
+  U256_MAX,
+  compatible,
+  describeType,
+  isDynamic,
+  isNumeric,
+  unify,
+  type Type,
+  type Value,
+} from "./types.js";
 
 /** Something the expression needed that this activity does not have. */
 export class PolicyEvaluationError extends Error {
@@ -56,7 +69,8 @@ export class BudgetExceededError extends PolicyEvaluationError {
 
 export function spend(env: Environment, steps: number): void {
   env.budget.steps -= steps;
-  if (env.budget.steps < 0) throw new BudgetExceededError(`evaluation exceeded its budget of ${STEP_BUDGET} steps: simplify the policy or the request`);
+  if (env.budget.steps < 0)
+    throw new BudgetExceededError(`evaluation exceeded its budget of ${STEP_BUDGET} steps: simplify the policy or the request`);
 }
 
 const stringSteps = (text: string) => Math.ceil(text.length / STRING_CHARS_PER_STEP);
@@ -76,7 +90,8 @@ interface Scope {
 
 // ---- Values of dynamic type are checked where they are used. ----
 
-const isMap = (v: Value): v is { [key: string]: Value } => typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PolicyTimestamp);
+const isMap = (v: Value): v is { [key: string]: Value } =>
+  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PolicyTimestamp);
 
 function kindOf(v: Value): string {
   if (typeof v === "boolean") return "bool";
@@ -108,7 +123,8 @@ export const MAX_EXPRESSION_LENGTH = 16_384;
 
 /** Parses, checks and compiles an expression that must be a bool. Throws PolicySyntaxError. */
 export function compileExpression(source: string, field: PolicyField): Evaluator {
-  if (source.length > MAX_EXPRESSION_LENGTH) throw new PolicySyntaxError(source, MAX_EXPRESSION_LENGTH, `the expression is longer than ${MAX_EXPRESSION_LENGTH} characters`);
+  if (source.length > MAX_EXPRESSION_LENGTH)
+    throw new PolicySyntaxError(source, MAX_EXPRESSION_LENGTH, `the expression is longer than ${MAX_EXPRESSION_LENGTH} characters`);
   let compiled: Compiled;
   try {
     compiled = check(parse(source), { field, locals: new Map(), depth: 0 }, source);
@@ -117,7 +133,8 @@ export function compileExpression(source: string, field: PolicyField): Evaluator
     if (error instanceof RangeError) throw new PolicySyntaxError(source, 0, "the expression is too deeply nested");
     throw error;
   }
-  if (!isBoolish(compiled.type)) throw new PolicySyntaxError(source, 0, `a ${field} must be a bool expression, but this one is ${describeType(compiled.type)}`);
+  if (!isBoolish(compiled.type))
+    throw new PolicySyntaxError(source, 0, `a ${field} must be a bool expression, but this one is ${describeType(compiled.type)}`);
   return asBool(compiled);
 }
 
@@ -171,15 +188,21 @@ function checkNode(node: Node, scope: Scope, source: string): Compiled {
     }
     case "string": {
       const value = node.value;
-      if (value.length > MAX_STRING_LITERAL_LENGTH) fail(node, `a string literal may be at most ${MAX_STRING_LITERAL_LENGTH} characters, this one has ${value.length}`);
+      if (value.length > MAX_STRING_LITERAL_LENGTH)
+        fail(node, `a string literal may be at most ${MAX_STRING_LITERAL_LENGTH} characters, this one has ${value.length}`);
       return { type: T.string, run: () => value };
     }
     case "list": {
-      if (node.items.length > MAX_LIST_LITERAL_ITEMS) fail(node, `a list literal may hold at most ${MAX_LIST_LITERAL_ITEMS} items, this one has ${node.items.length}`);
+      if (node.items.length > MAX_LIST_LITERAL_ITEMS)
+        fail(node, `a list literal may hold at most ${MAX_LIST_LITERAL_ITEMS} items, this one has ${node.items.length}`);
       const items = node.items.map((item) => sub(item));
       let element: Type = T.never;
       for (const [i, item] of items.entries()) {
-        if (!compatible(element, item.type)) fail(node.items[i]!, `a list holds one type: this item is ${describeType(item.type)}, earlier items are ${describeType(element)}`);
+        if (!compatible(element, item.type))
+          fail(
+            node.items[i]!,
+            `a list holds one type: this item is ${describeType(item.type)}, earlier items are ${describeType(element)}`,
+          );
         element = unify(element, item.type);
       }
       const runs = items.map((i) => i.run);
@@ -258,15 +281,18 @@ function checkNode(node: Node, scope: Scope, source: string): Compiled {
         if (typeof key !== "bigint") throw new PolicyEvaluationError(`an index must be a number or a string, found a ${kindOf(key)}`);
         if (typeof container === "string") return characterAt(env, container, key);
         const all = expectList(container);
-        if (key < 0n || key >= BigInt(all.length)) throw new PolicyEvaluationError(`index ${key} is out of range for a length of ${all.length}`);
+        if (key < 0n || key >= BigInt(all.length))
+          throw new PolicyEvaluationError(`index ${key} is out of range for a length of ${all.length}`);
         return all[Number(key)]!;
       };
       if (object.type.kind === "map") {
-        if (index.type.kind !== "string" && !isDynamic(index.type)) fail(node.index, `a map is indexed by a string key, not ${describeType(index.type)}`);
+        if (index.type.kind !== "string" && !isDynamic(index.type))
+          fail(node.index, `a map is indexed by a string key, not ${describeType(index.type)}`);
         return { type: object.type.value, run: (env) => byKey(env, runObject(env), runIndex(env)) };
       }
       if (isDynamic(object.type)) {
-        if (!isNumeric(index.type) && index.type.kind !== "string" && !isDynamic(index.type)) fail(node.index, `an index must be a number or a string key, not ${describeType(index.type)}`);
+        if (!isNumeric(index.type) && index.type.kind !== "string" && !isDynamic(index.type))
+          fail(node.index, `an index must be a number or a string key, not ${describeType(index.type)}`);
         return { type: T.dynamic, run: (env) => byKey(env, runObject(env), runIndex(env)) };
       }
       if (!isNumeric(index.type)) fail(node.index, `an index must be a number, not ${describeType(index.type)}`);
@@ -278,7 +304,8 @@ function checkNode(node: Node, scope: Scope, source: string): Compiled {
           const i = runIndex(env) as bigint;
           if (typeof container === "string") return characterAt(env, container, i);
           const all = expectList(container);
-          if (i < 0n || i >= BigInt(all.length)) throw new PolicyEvaluationError(`index ${i} is out of range for a length of ${all.length}`);
+          if (i < 0n || i >= BigInt(all.length))
+            throw new PolicyEvaluationError(`index ${i} is out of range for a length of ${all.length}`);
           return all[Number(i)]!;
         },
       };
@@ -287,7 +314,10 @@ function checkNode(node: Node, scope: Scope, source: string): Compiled {
       const object = sub(node.object);
       const from = node.from ? sub(node.from) : null;
       const to = node.to ? sub(node.to) : null;
-      for (const [bound, n] of [[from, node.from], [to, node.to]] as const) {
+      for (const [bound, n] of [
+        [from, node.from],
+        [to, node.to],
+      ] as const) {
         if (bound && !isNumeric(bound.type)) fail(n!, `a slice bound must be a number, not ${describeType(bound.type)}`);
       }
       indexable(object.type, node, fail);
@@ -301,7 +331,8 @@ function checkNode(node: Node, scope: Scope, source: string): Compiled {
           if (typeof whole === "string") return sliceOfString(env, whole, start, end);
           const all = expectList(whole);
           const last = end ?? BigInt(all.length);
-          if (start < 0n || last > BigInt(all.length) || start > last) throw new PolicyEvaluationError(`slice ${start}..${last} is out of range for a length of ${all.length}`);
+          if (start < 0n || last > BigInt(all.length) || start > last)
+            throw new PolicyEvaluationError(`slice ${start}..${last} is out of range for a length of ${all.length}`);
           spend(env, Number(last - start));
           return all.slice(Number(start), Number(last));
         },
@@ -413,7 +444,8 @@ function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: s
   const l = left.run;
   const r = right.run;
   if (op === "in") {
-    if (right.type.kind !== "list" && !isDynamic(right.type)) fail(node, `the right side of "in" must be a list, not ${describeType(right.type)}`);
+    if (right.type.kind !== "list" && !isDynamic(right.type))
+      fail(node, `the right side of "in" must be a list, not ${describeType(right.type)}`);
     const element = right.type.kind === "list" ? right.type.element : T.dynamic;
     if (!compatible(left.type, element)) fail(node, `cannot look for ${describeType(left.type)} in ${describeType(right.type)}`);
     return {
@@ -427,14 +459,22 @@ function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: s
     };
   }
   if (op === "==" || op === "!=") {
-    if (!compatible(left.type, right.type)) fail(node, `cannot compare ${describeType(left.type)} with ${describeType(right.type)} using "${op}"`);
+    if (!compatible(left.type, right.type))
+      fail(node, `cannot compare ${describeType(left.type)} with ${describeType(right.type)} using "${op}"`);
     return op === "=="
       ? { type: T.bool, run: (env) => equal(l(env), r(env), env) }
       : { type: T.bool, run: (env) => !equal(l(env), r(env), env) };
   }
   const orderable = (t: Type) => isNumeric(t) || t.kind === "timestamp" || isDynamic(t);
-  const ordered = orderable(left.type) && orderable(right.type) && (isDynamic(left.type) || isDynamic(right.type) || (isNumeric(left.type) && isNumeric(right.type)) || left.type.kind === right.type.kind);
-  if (!ordered) fail(node, `"${op}" compares two numbers or two timestamps, not ${describeType(left.type)} and ${describeType(right.type)}`);
+  const ordered =
+    orderable(left.type) &&
+    orderable(right.type) &&
+    (isDynamic(left.type) ||
+      isDynamic(right.type) ||
+      (isNumeric(left.type) && isNumeric(right.type)) ||
+      left.type.kind === right.type.kind);
+  if (!ordered)
+    fail(node, `"${op}" compares two numbers or two timestamps, not ${describeType(left.type)} and ${describeType(right.type)}`);
   // Numbers compare as bigints, timestamps by their nanoseconds; a dynamic value must turn out to be
   // of the same kind as the other side.
   const key = (v: Value, other: Value): bigint => {
@@ -449,13 +489,37 @@ function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: s
   };
   switch (op) {
     case "<":
-      return { type: T.bool, run: (env) => { const [a, b] = compare(env); return a < b; } };
+      return {
+        type: T.bool,
+        run: (env) => {
+          const [a, b] = compare(env);
+          return a < b;
+        },
+      };
     case ">":
-      return { type: T.bool, run: (env) => { const [a, b] = compare(env); return a > b; } };
+      return {
+        type: T.bool,
+        run: (env) => {
+          const [a, b] = compare(env);
+          return a > b;
+        },
+      };
     case "<=":
-      return { type: T.bool, run: (env) => { const [a, b] = compare(env); return a <= b; } };
+      return {
+        type: T.bool,
+        run: (env) => {
+          const [a, b] = compare(env);
+          return a <= b;
+        },
+      };
     default:
-      return { type: T.bool, run: (env) => { const [a, b] = compare(env); return a >= b; } };
+      return {
+        type: T.bool,
+        run: (env) => {
+          const [a, b] = compare(env);
+          return a >= b;
+        },
+      };
   }
 }
 
@@ -504,10 +568,20 @@ export function equal(a: Value, b: Value, env: Environment): boolean {
   if (a === b) return true;
   if (a instanceof PolicyTimestamp && b instanceof PolicyTimestamp) return a.epochNanos === b.epochNanos;
   if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((item, i) => equal(item, b[i]!, env));
-  if (typeof a === "object" && typeof b === "object" && !Array.isArray(a) && !Array.isArray(b) && !(a instanceof PolicyTimestamp) && !(b instanceof PolicyTimestamp)) {
+  if (
+    typeof a === "object" &&
+    typeof b === "object" &&
+    !Array.isArray(a) &&
+    !Array.isArray(b) &&
+    !(a instanceof PolicyTimestamp) &&
+    !(b instanceof PolicyTimestamp)
+  ) {
     const keys = Object.keys(a);
     spend(env, keys.length);
-    return keys.length === Object.keys(b).length && keys.every((k) => (spend(env, stringSteps(k)), Object.hasOwn(b, k)) && equal(a[k]!, b[k]!, env));
+    return (
+      keys.length === Object.keys(b).length &&
+      keys.every((k) => (spend(env, stringSteps(k)), Object.hasOwn(b, k)) && equal(a[k]!, b[k]!, env))
+    );
   }
   return false;
 }
@@ -518,7 +592,8 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
   const object = check(node.object, scope, source);
   const known = ["all", "any", "filter", "contains", "count"];
   if (!known.includes(node.method)) fail(node, `unknown function "${node.method}" (functions: ${known.map((k) => `${k}()`).join(", ")})`);
-  if (object.type.kind !== "list" && !isDynamic(object.type)) fail(node, `${node.method}() applies to a list, not ${describeType(object.type)}`);
+  if (object.type.kind !== "list" && !isDynamic(object.type))
+    fail(node, `${node.method}() applies to a list, not ${describeType(object.type)}`);
   const element = object.type.kind === "list" ? object.type.element : T.dynamic;
   const runObject = object.run;
   const runList = isDynamic(object.type) ? (env: Environment) => expectList(runObject(env)) : runObject;
@@ -540,7 +615,8 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
   if (node.method === "contains") {
     if (node.args.length !== 1) fail(node, `contains() takes one argument`);
     const needle = check(node.args[0]!, scope, source);
-    if (!compatible(needle.type, element)) fail(node.args[0]!, `cannot look for ${describeType(needle.type)} in ${describeType(object.type)}`);
+    if (!compatible(needle.type, element))
+      fail(node.args[0]!, `cannot look for ${describeType(needle.type)} in ${describeType(object.type)}`);
     return {
       type: T.bool,
       run: (env) => {
@@ -557,13 +633,15 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
   const variable = node.args[0]!;
   if (variable.kind !== "name") fail(variable, `the first argument of ${node.method}() must be a variable name`);
   const name = (variable as Extract<Node, { kind: "name" }>).name;
-  if (keywordTypes(scope.field).has(name) || name === "true" || name === "false") fail(variable, `"${name}" is a keyword and cannot name a variable`);
+  if (keywordTypes(scope.field).has(name) || name === "true" || name === "false")
+    fail(variable, `"${name}" is a keyword and cannot name a variable`);
   if (scope.depth >= MAX_LAMBDA_DEPTH) fail(node, `${node.method}() nests more than ${MAX_LAMBDA_DEPTH} predicates deep`);
   const slot = scope.depth;
   const locals = new Map(scope.locals);
   locals.set(name, { slot, type: element });
   const predicate = check(node.args[1]!, { ...scope, locals, depth: scope.depth + 1 }, source);
-  if (!isBoolish(predicate.type)) fail(node.args[1]!, `the predicate of ${node.method}() must be a bool, not ${describeType(predicate.type)}`);
+  if (!isBoolish(predicate.type))
+    fail(node.args[1]!, `the predicate of ${node.method}() must be a bool, not ${describeType(predicate.type)}`);
   const test = asBool(predicate);
   // Every item is tested (no short-circuit), so an error for any item is an error.
   const results = (env: Environment, items: Value[]): boolean[] => {
@@ -593,7 +671,8 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
 }
 
 function literalArguments(node: Extract<Node, { kind: "call" }>, count: number, fail: Fail): string[] {
-  if (node.args.length !== count) fail(node, `${node.callee}() takes ${count} string argument${count > 1 ? "s" : ""}, got ${node.args.length}`);
+  if (node.args.length !== count)
+    fail(node, `${node.callee}() takes ${count} string argument${count > 1 ? "s" : ""}, got ${node.args.length}`);
   return node.args.map((arg) => {
     if (arg.kind !== "string") fail(startOf(arg), `the arguments of ${node.callee}() must be string literals in single quotes`);
     return (arg as Extract<Node, { kind: "string" }>).value;

@@ -169,7 +169,8 @@ class Evaluation {
     if (!("run" in policy)) return { policyId: policy.source.id, outcome: "OUTCOME_ERROR", error: policy.error };
     try {
       if (policy.run.time && !this.run(policy.run.time, "time")) return { policyId: policy.id, outcome: "OUTCOME_TIME_INACTIVE" };
-      if (policy.run.condition && !this.run(policy.run.condition, "condition")) return { policyId: policy.id, outcome: "OUTCOME_DENY_IMPLICIT" };
+      if (policy.run.condition && !this.run(policy.run.condition, "condition"))
+        return { policyId: policy.id, outcome: "OUTCOME_DENY_IMPLICIT" };
       return null;
     } catch (error) {
       return errorVerdict(policy, error);
@@ -240,8 +241,17 @@ export function evaluatePolicies(policies: PolicySource[], input: EvaluationInpu
  * names X, `approvers.filter(u, u.tags.contains('T')).count() >= 2` names every user tagged T, and
  * `approvers.count() >= 2` names everyone.
  */
-export function namesVoter(policies: PolicySource[], input: EvaluationInput, voter: Value, voterCredentials: Value[], budget?: Budget): boolean {
-  const withVoter = new Evaluation({ ...input, approvers: [...input.approvers, voter], credentials: [...input.credentials, ...voterCredentials] }, budget);
+export function namesVoter(
+  policies: PolicySource[],
+  input: EvaluationInput,
+  voter: Value,
+  voterCredentials: Value[],
+  budget?: Budget,
+): boolean {
+  const withVoter = new Evaluation(
+    { ...input, approvers: [...input.approvers, voter], credentials: [...input.credentials, ...voterCredentials] },
+    budget,
+  );
   try {
     for (const source of policies) {
       if (source.effect !== "EFFECT_ALLOW") continue;

@@ -72,7 +72,13 @@ export function rootValues(values: Record<string, unknown>): Record<string, unkn
 // ---- The keywords every activity has. Chain and wallet modules add theirs beside their code. ----
 
 export const USER_TYPE = T.struct("User", { id: T.string, tags: T.list(T.string), email: T.string, alias: T.string });
-export const CREDENTIAL_TYPE = T.struct("Credential", { id: T.string, user_id: T.string, type: T.string, credential_id: T.string, public_key: T.string });
+export const CREDENTIAL_TYPE = T.struct("Credential", {
+  id: T.string,
+  user_id: T.string,
+  type: T.string,
+  credential_id: T.string,
+  public_key: T.string,
+});
 
 /** `activity.params`: the request fields the product's policy docs expose, by their snake_case
  * names. Each operation supplies the ones it has; reading one an activity lacks is an evaluation
@@ -92,12 +98,40 @@ export const ACTIVITY_PARAMS_TYPE = T.struct("ActivityParams", {
   sign_with: T.string,
 });
 
-export const ACTIVITY_TYPE = T.struct("Activity", { type: T.string, kind: T.string, resource: T.string, action: T.string, params: ACTIVITY_PARAMS_TYPE, organization_id: T.string });
+export const ACTIVITY_TYPE = T.struct("Activity", {
+  type: T.string,
+  kind: T.string,
+  resource: T.string,
+  action: T.string,
+  params: ACTIVITY_PARAMS_TYPE,
+  organization_id: T.string,
+});
 
-defineKeyword({ path: "activity", fields: ["condition"], type: ACTIVITY_TYPE, description: "The activity: type, kind, resource, action, params, and the organization it runs in (organization_id: a sub-organization's, when a parent's backend runs a login there)." });
-defineKeyword({ path: "approvers", fields: ["consensus"], type: T.list(USER_TYPE), description: "The users who have approved the activity so far (the requester first)." });
-defineKeyword({ path: "credentials", fields: ["consensus"], type: T.list(CREDENTIAL_TYPE), description: "The credentials those approvals were signed with." });
-defineKeyword({ path: "time.now", fields: ["condition", "consensus", "time"], type: T.timestamp, description: "The server's time when the activity is evaluated; one value per evaluation." });
+defineKeyword({
+  path: "activity",
+  fields: ["condition"],
+  type: ACTIVITY_TYPE,
+  description:
+    "The activity: type, kind, resource, action, params, and the organization it runs in (organization_id: a sub-organization's, when a parent's backend runs a login there).",
+});
+defineKeyword({
+  path: "approvers",
+  fields: ["consensus"],
+  type: T.list(USER_TYPE),
+  description: "The users who have approved the activity so far (the requester first).",
+});
+defineKeyword({
+  path: "credentials",
+  fields: ["consensus"],
+  type: T.list(CREDENTIAL_TYPE),
+  description: "The credentials those approvals were signed with.",
+});
+defineKeyword({
+  path: "time.now",
+  fields: ["condition", "consensus", "time"],
+  type: T.timestamp,
+  description: "The server's time when the activity is evaluated; one value per evaluation.",
+});
 defineKeyword({
   path: "wallet",
   fields: ["condition"],
@@ -116,4 +150,9 @@ defineKeyword({
   type: T.struct("PrivateKey", { id: T.string, tags: T.list(T.string), imported: T.bool, exported: T.bool, label: T.string }),
   description: "The private key a signing or export request targets.",
 });
-defineKeyword({ path: "wallet_account", fields: ["condition"], type: T.struct("WalletAccount", { address: T.string }), description: "The wallet account a signing or export request targets." });
+defineKeyword({
+  path: "wallet_account",
+  fields: ["condition"],
+  type: T.struct("WalletAccount", { address: T.string }),
+  description: "The wallet account a signing or export request targets.",
+});

@@ -60,9 +60,11 @@ export function tokenize(source: string): Token[] {
     }
     if (/[0-9]/.test(ch)) {
       while (i < source.length && /[0-9]/.test(source[i]!)) i += 1;
-      if (i < source.length && /[A-Za-z_]/.test(source[i]!)) throw new PolicySyntaxError(source, i, `unexpected "${source[i]}" after the number ${source.slice(start, i)}`);
+      if (i < source.length && /[A-Za-z_]/.test(source[i]!))
+        throw new PolicySyntaxError(source, i, `unexpected "${source[i]}" after the number ${source.slice(start, i)}`);
       // "1.5" is not a number of this language; "1..3" is a range and must stay two numbers.
-      if (source[i] === "." && /[0-9]/.test(source[i + 1] ?? "")) throw new PolicySyntaxError(source, start, "numbers are whole: fractions are not supported");
+      if (source[i] === "." && /[0-9]/.test(source[i + 1] ?? ""))
+        throw new PolicySyntaxError(source, start, "numbers are whole: fractions are not supported");
       tokens.push({ kind: "number", text: source.slice(start, i), start, end: i });
       continue;
     }
@@ -75,7 +77,8 @@ export function tokenize(source: string): Token[] {
         if (c === "'") break;
         if (c === "\\") {
           const escaped = ESCAPES[source[i + 1] ?? ""];
-          if (escaped === undefined) throw new PolicySyntaxError(source, i, `unknown escape "\\${source[i + 1] ?? ""}" in string (known: \\' \\\\ \\n \\t \\r)`);
+          if (escaped === undefined)
+            throw new PolicySyntaxError(source, i, `unknown escape "\\${source[i + 1] ?? ""}" in string (known: \\' \\\\ \\n \\t \\r)`);
           value += escaped;
           i += 2;
           continue;
@@ -94,7 +97,7 @@ export function tokenize(source: string): Token[] {
       tokens.push({ kind: "operator", text: operator, start, end: i });
       continue;
     }
-    if (ch === "=" ) throw new PolicySyntaxError(source, start, 'unexpected "=": compare with "=="');
+    if (ch === "=") throw new PolicySyntaxError(source, start, 'unexpected "=": compare with "=="');
     if (ch === "&" || ch === "|") throw new PolicySyntaxError(source, start, `unexpected "${ch}": use "${ch}${ch}"`);
     const shown = String.fromCodePoint(source.codePointAt(i)!);
     throw new PolicySyntaxError(source, start, `unexpected character "${shown}"`);

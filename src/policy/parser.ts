@@ -104,7 +104,13 @@ export function parse(source: string): Node {
         if (isOp("(")) {
           next();
           const object = node;
-          node = nested(name, () => ({ kind: "method", object, method: name.text, args: argumentsUntilClose(`to close the arguments of ${name.text}(`), start: name.start }));
+          node = nested(name, () => ({
+            kind: "method",
+            object,
+            method: name.text,
+            args: argumentsUntilClose(`to close the arguments of ${name.text}(`),
+            start: name.start,
+          }));
         } else {
           node = { kind: "field", object: node, field: name.text, start: name.start };
         }
@@ -158,7 +164,12 @@ export function parse(source: string): Node {
         if (t.text === "in") return fail(t, 'expected a value but found "in"');
         if (isOp("(")) {
           next();
-          return nested(t, () => ({ kind: "call", callee: t.text, args: argumentsUntilClose(`to close the arguments of ${t.text}(`), start: t.start }));
+          return nested(t, () => ({
+            kind: "call",
+            callee: t.text,
+            args: argumentsUntilClose(`to close the arguments of ${t.text}(`),
+            start: t.start,
+          }));
         }
         return { kind: "name", name: t.text, start: t.start };
       case "operator":

@@ -20,7 +20,14 @@ export function parseTimestamp(text: string): PolicyTimestamp | string {
   check.setUTCHours(hour, minute, second, 0);
   const ms = check.getTime();
   // Date.UTC rolls 2025-02-30 over to March; a timestamp naming a day that does not exist is refused.
-  if (check.getUTCFullYear() !== year || check.getUTCMonth() !== month - 1 || check.getUTCDate() !== day || hour > 23 || minute > 59 || second > 59) {
+  if (
+    check.getUTCFullYear() !== year ||
+    check.getUTCMonth() !== month - 1 ||
+    check.getUTCDate() !== day ||
+    hour > 23 ||
+    minute > 59 ||
+    second > 59
+  ) {
     return `timestamp '${text}' names a date or time that does not exist`;
   }
   const fraction = BigInt((m[7] ?? "").padEnd(9, "0") || "0");
@@ -84,7 +91,8 @@ const SEVEN_DAYS_MS = 7 * 24 * 60 * 60 * 1000;
 export function compileCronSpan(cron: string, duration: string, zone: string): CronSpan | string {
   if (cron.trim().startsWith("@")) return `cron macros such as "${cron.trim()}" are not supported: write the 5 fields`;
   const parts = cron.trim().split(/\s+/);
-  if (parts.length !== 5) return `cron expression '${cron}' must have 5 fields (minute hour day-of-month month day-of-week), found ${parts.length}`;
+  if (parts.length !== 5)
+    return `cron expression '${cron}' must have 5 fields (minute hour day-of-month month day-of-week), found ${parts.length}`;
   const parsed = [];
   for (let i = 0; i < 5; i++) {
     const field = parseCronField(parts[i]!, FIELDS[i]!);
@@ -96,7 +104,13 @@ export function compileCronSpan(cron: string, duration: string, zone: string): C
   const durationMs = ((Number(d[1] ?? 0) * 24 + Number(d[2] ?? 0)) * 60 + Number(d[3] ?? 0)) * 60_000;
   if (durationMs <= 0 || durationMs > SEVEN_DAYS_MS) return `duration '${duration}' must be more than zero and at most 7 days`;
   if (!IANAZone.isValidZone(zone)) return `'${zone}' is not an IANA time zone name such as 'America/New_York'`;
-  const [minutes, hours, dom, months, dow] = parsed as [typeof parsed[0], typeof parsed[0], typeof parsed[0], typeof parsed[0], typeof parsed[0]];
+  const [minutes, hours, dom, months, dow] = parsed as [
+    (typeof parsed)[0],
+    (typeof parsed)[0],
+    (typeof parsed)[0],
+    (typeof parsed)[0],
+    (typeof parsed)[0],
+  ];
   return {
     minutes: [...minutes.values].sort((a, b) => b - a),
     hours: [...hours.values].sort((a, b) => b - a),

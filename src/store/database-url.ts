@@ -44,7 +44,7 @@ function target(raw: string) {
   };
 }
 
-const shellWord = (word: string) => (/^[A-Za-z0-9_.\/:@-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`);
+const shellWord = (word: string) => (/^[A-Za-z0-9_./:@-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`);
 
 /** The name of the database the URL names, and the two usual ways to create it (with no password). */
 export function missingDatabaseAdvice(raw: string): { database: string; advice: string } {

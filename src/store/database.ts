@@ -248,7 +248,10 @@ function openPostgres(url: string, onConnectionError: (error: Error) => void): O
         await trx.commit().execute();
         return value;
       } catch (error) {
-        await trx.rollback().execute().catch(() => undefined);
+        await trx
+          .rollback()
+          .execute()
+          .catch(() => undefined);
         throw error;
       }
     },
@@ -308,7 +311,10 @@ async function prepareOrClose(store: Pick<Store, "db" | "close" | "location">, m
 
 /** A read-only opening does not migrate: it refuses a schema this version would change, or does not know. */
 async function assertSchemaIsCurrent(db: Db, location: string): Promise<void> {
-  const rows = await db.selectFrom(MIGRATION_TABLE as any).select("name" as any).execute();
+  const rows = await db
+    .selectFrom(MIGRATION_TABLE as any)
+    .select("name" as any)
+    .execute();
   const applied = new Set(rows.map((row) => (row as { name: string }).name));
   const known = Object.keys(migrations);
   const unknown = [...applied].filter((name) => !known.includes(name));
@@ -325,7 +331,12 @@ async function assertSchemaIsCurrent(db: Db, location: string): Promise<void> {
 }
 
 export async function migrate(db: Db): Promise<void> {
-  const migrator = new Migrator({ db, provider: migrationProvider, migrationTableName: MIGRATION_TABLE, migrationLockTableName: "sigil_migrations_lock" });
+  const migrator = new Migrator({
+    db,
+    provider: migrationProvider,
+    migrationTableName: MIGRATION_TABLE,
+    migrationLockTableName: "sigil_migrations_lock",
+  });
   const { error, results } = await migrator.migrateToLatest();
   if (error) {
     const failed = results?.find((r) => r.status === "Error");
@@ -341,7 +352,12 @@ export async function migrate(db: Db): Promise<void> {
  * holder waits for them all). SQLite already admits one writer at a time (BEGIN IMMEDIATE).
  * Returns whether the organization exists.
  */
-export async function lockOrganization(trx: Tx, dialect: Dialect, organizationId: string, mode: "exclusive" | "shared" = "exclusive"): Promise<boolean> {
+export async function lockOrganization(
+  trx: Tx,
+  dialect: Dialect,
+  organizationId: string,
+  mode: "exclusive" | "shared" = "exclusive",
+): Promise<boolean> {
   let query = trx.selectFrom("organizations").select("id").where("id", "=", organizationId);
   if (dialect === "postgres") query = mode === "shared" ? query.forShare() : query.forUpdate();
   return (await query.executeTakeFirst()) !== undefined;

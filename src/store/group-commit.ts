@@ -163,7 +163,10 @@ export class GroupCommit {
     try {
       return await work(batch.trx.withPlugin(tracker));
     } catch (error) {
-      if (tracker.wrote) batch.poisoned ??= new BatchRolledBack(`a write transaction shared by several activities was rolled back because one of them failed after writing: ${error instanceof Error ? error.message : String(error)}`);
+      if (tracker.wrote)
+        batch.poisoned ??= new BatchRolledBack(
+          `a write transaction shared by several activities was rolled back because one of them failed after writing: ${error instanceof Error ? error.message : String(error)}`,
+        );
       throw error;
     }
   }
@@ -226,8 +229,13 @@ export class GroupCommit {
         batch.settle();
       }
     } catch (error) {
-      await batch.trx.rollback().execute().catch(() => undefined);
-      batch.settle(new BatchRolledBack(`the write transaction could not be committed: ${error instanceof Error ? error.message : String(error)}`));
+      await batch.trx
+        .rollback()
+        .execute()
+        .catch(() => undefined);
+      batch.settle(
+        new BatchRolledBack(`the write transaction could not be committed: ${error instanceof Error ? error.message : String(error)}`),
+      );
     } finally {
       if (this.batch === batch) this.batch = null;
     }

@@ -191,10 +191,19 @@ const wallets: Migration = {
       .addColumn("updated_at", "bigint", (c) => c.notNull())
       .execute();
     // One account per (wallet, curve, path, format): asking again for it returns the same account.
-    await db.schema.createIndex("wallet_accounts_unique").on("wallet_accounts").columns(["wallet_id", "curve", "path", "address_format"]).unique().execute();
+    await db.schema
+      .createIndex("wallet_accounts_unique")
+      .on("wallet_accounts")
+      .columns(["wallet_id", "curve", "path", "address_format"])
+      .unique()
+      .execute();
     // Listing pages by (created_at, id) and signing finds an account by its address.
     await db.schema.createIndex("wallet_accounts_by_wallet").on("wallet_accounts").columns(["wallet_id", "created_at", "id"]).execute();
-    await db.schema.createIndex("wallet_accounts_by_organization").on("wallet_accounts").columns(["organization_id", "created_at", "id"]).execute();
+    await db.schema
+      .createIndex("wallet_accounts_by_organization")
+      .on("wallet_accounts")
+      .columns(["organization_id", "created_at", "id"])
+      .execute();
     await db.schema.createIndex("wallet_accounts_by_address").on("wallet_accounts").columns(["organization_id", "address"]).execute();
 
     await db.schema
@@ -222,7 +231,11 @@ const wallets: Migration = {
       .addColumn("address", "text", (c) => c.notNull())
       .addPrimaryKeyConstraint("private_key_addresses_pk", ["private_key_id", "format"])
       .execute();
-    await db.schema.createIndex("private_key_addresses_by_address").on("private_key_addresses").columns(["organization_id", "address"]).execute();
+    await db.schema
+      .createIndex("private_key_addresses_by_address")
+      .on("private_key_addresses")
+      .columns(["organization_id", "address"])
+      .execute();
 
     await db.schema
       .createTable("private_key_tag_members")
@@ -239,7 +252,11 @@ const subOrganizations: Migration = {
   async up(db: Kysely<any>) {
     // A deleted sub-organization keeps its row (and its audit log); everything else of it goes.
     await db.schema.alterTable("organizations").addColumn("deleted_at", "bigint").execute();
-    await db.schema.createIndex("organizations_by_parent").on("organizations").columns(["parent_organization_id", "created_at", "id"]).execute();
+    await db.schema
+      .createIndex("organizations_by_parent")
+      .on("organizations")
+      .columns(["parent_organization_id", "created_at", "id"])
+      .execute();
     // When a contact was proven by a one-time password (list_verified_suborgs reads it).
     await db.schema.alterTable("users").addColumn("email_verified_at", "bigint").execute();
     await db.schema.alterTable("users").addColumn("phone_verified_at", "bigint").execute();
@@ -278,7 +295,11 @@ const webhooks: Migration = {
       .addColumn("created_at", "bigint", (c) => c.notNull())
       .addColumn("updated_at", "bigint", (c) => c.notNull())
       .execute();
-    await db.schema.createIndex("webhook_endpoints_by_organization").on("webhook_endpoints").columns(["organization_id", "created_at"]).execute();
+    await db.schema
+      .createIndex("webhook_endpoints_by_organization")
+      .on("webhook_endpoints")
+      .columns(["organization_id", "created_at"])
+      .execute();
     await db.schema
       .createTable("webhook_subscriptions")
       .addColumn("endpoint_id", "text", (c) => c.notNull().references("webhook_endpoints.id"))
@@ -312,8 +333,16 @@ const webhooks: Migration = {
       .addColumn("delivered_at", "bigint")
       .execute();
     await db.schema.createIndex("webhook_deliveries_due").on("webhook_deliveries").columns(["status", "next_attempt_at"]).execute();
-    await db.schema.createIndex("webhook_deliveries_in_order").on("webhook_deliveries").columns(["destination", "event_organization_id", "status", "created_at", "id"]).execute();
-    await db.schema.createIndex("webhook_deliveries_by_organization").on("webhook_deliveries").columns(["organization_id", "created_at", "id"]).execute();
+    await db.schema
+      .createIndex("webhook_deliveries_in_order")
+      .on("webhook_deliveries")
+      .columns(["destination", "event_organization_id", "status", "created_at", "id"])
+      .execute();
+    await db.schema
+      .createIndex("webhook_deliveries_by_organization")
+      .on("webhook_deliveries")
+      .columns(["organization_id", "created_at", "id"])
+      .execute();
     await db.schema.createIndex("webhook_deliveries_by_endpoint").on("webhook_deliveries").columns(["endpoint_id", "status"]).execute();
   },
 };

@@ -27,7 +27,12 @@ import { forbiddenAddress, redactedUrl, type DestinationPolicy } from "../operat
 const MAX_BACKOFF_MS = 60 * 60 * 1000;
 
 /** The headers of one signed attempt. */
-export function signedHeaders(key: ServiceSigningKey, delivery: Pick<WebhookDeliveriesTable, "id" | "organization_id" | "event_type">, body: Buffer, timestampMs: number): Record<string, string> {
+export function signedHeaders(
+  key: ServiceSigningKey,
+  delivery: Pick<WebhookDeliveriesTable, "id" | "organization_id" | "event_type">,
+  body: Buffer,
+  timestampMs: number,
+): Record<string, string> {
   const prefix = Buffer.from(`v1.ed25519.${key.keyId}.${timestampMs}.${delivery.id}.`, "utf8");
   return {
     "content-type": "application/json",
@@ -85,7 +90,13 @@ export class WebhookDispatcher extends OutboxWorker<WebhookDeliveriesTable> {
   protected override async claim(limit: number): Promise<WebhookDeliveriesTable[]> {
     const now = this.clock();
     // Idle servers look first, without taking the write lock.
-    const due = await this.store.reader.selectFrom("webhook_deliveries").select("id").where("status", "=", "pending").where("next_attempt_at", "<=", now).limit(1).executeTakeFirst();
+    const due = await this.store.reader
+      .selectFrom("webhook_deliveries")
+      .select("id")
+      .where("status", "=", "pending")
+      .where("next_attempt_at", "<=", now)
+      .limit(1)
+      .executeTakeFirst();
     if (!due) return [];
     // Longer than an attempt can last (its deadline is timeoutMs), so a lease never lapses mid-send.
     const leaseUntil = now + this.config.timeoutMs * 2 + 5_000;
@@ -107,22 +118,42 @@ export class WebhookDispatcher extends OutboxWorker<WebhookDeliveriesTable> {
           ${skipLocked}
         )
         returning *`.execute(trx);
-      const claimed = result.rows.map((row) => ({ ...row, created_at: Number(row.created_at), next_attempt_at: Number(row.next_attempt_at), attempts: Number(row.attempts), lease_until: leaseUntil }));
+      const claimed = result.rows.map((row) => ({
+        ...row,
+        created_at: Number(row.created_at),
+        next_attempt_at: Number(row.next_attempt_at),
+        attempts: Number(row.attempts),
+        lease_until: leaseUntil,
+      }));
       if (claimed.length === 0) return claimed;
       // Send to where the destination points now (an endpoint's URL may have changed since).
       const endpointIds = claimed.flatMap((d) => (d.endpoint_id ? [d.endpoint_id] : []));
       const featureOwners = claimed.flatMap((d) => (d.endpoint_id ? [] : [d.organization_id]));
-      const endpoints = endpointIds.length ? await trx.selectFrom("webhook_endpoints").select(["id", "url"]).where("id", "in", endpointIds).execute() : [];
-      const features = featureOwners.length ? await trx.selectFrom("organization_features").select(["organization_id", "value"]).where("name", "=", "FEATURE_NAME_WEBHOOK").where("organization_id", "in", featureOwners).execute() : [];
+      const endpoints = endpointIds.length
+        ? await trx.selectFrom("webhook_endpoints").select(["id", "url"]).where("id", "in", endpointIds).execute()
+        : [];
+      const features = featureOwners.length
+        ? await trx
+            .selectFrom("organization_features")
+            .select(["organization_id", "value"])
+            .where("name", "=", "FEATURE_NAME_WEBHOOK")
+            .where("organization_id", "in", featureOwners)
+            .execute()
+        : [];
       for (const delivery of claimed) {
-        const current = delivery.endpoint_id ? endpoints.find((e) => e.id === delivery.endpoint_id)?.url : features.find((f) => f.organization_id === delivery.organization_id)?.value;
+        const current = delivery.endpoint_id
+          ? endpoints.find((e) => e.id === delivery.endpoint_id)?.url
+          : features.find((f) => f.organization_id === delivery.organization_id)?.value;
         if (current) delivery.url = current;
       }
       return claimed;
     });
   }
 
-  protected override async record(delivery: WebhookDeliveriesTable, { outcome, status, gaveUp, error, now, retryInMs }: AttemptResult): Promise<void> {
+  protected override async record(
+    delivery: WebhookDeliveriesTable,
+    { outcome, status, gaveUp, error, now, retryInMs }: AttemptResult,
+  ): Promise<void> {
     await this.store.transact("exclusive", (trx) =>
       trx
         .updateTable("webhook_deliveries")
@@ -142,7 +173,13 @@ export class WebhookDispatcher extends OutboxWorker<WebhookDeliveriesTable> {
         .where("attempts", "=", delivery.attempts)
         .execute(),
     );
-    const log = { eventId: delivery.id, activityId: delivery.activity_id, url: redactedUrl(delivery.url), attempt: delivery.attempts, status: outcome.status };
+    const log = {
+      eventId: delivery.id,
+      activityId: delivery.activity_id,
+      url: redactedUrl(delivery.url),
+      attempt: delivery.attempts,
+      status: outcome.status,
+    };
     if (status === "delivered") this.logger.info(log, "webhook delivered");
     else if (status === "failed") this.logger.warn({ ...log, error }, "webhook delivery failed for good");
     else this.logger.info({ ...log, error, retryInMs }, "webhook delivery will be retried");
@@ -173,7 +210,9 @@ export class WebhookDispatcher extends OutboxWorker<WebhookDeliveriesTable> {
         request?.destroy();
         resolve(outcome);
       };
-      signal.addEventListener("abort", () => settle({ kind: "retry", status: null, error: "the attempt's deadline passed" }), { once: true });
+      signal.addEventListener("abort", () => settle({ kind: "retry", status: null, error: "the attempt's deadline passed" }), {
+        once: true,
+      });
       let request: http.ClientRequest | undefined;
       try {
         request = transport.request(url, { method: "POST", headers, lookup: guardedLookup(this.config), agent: false }, (response) => {
@@ -181,7 +220,12 @@ export class WebhookDispatcher extends OutboxWorker<WebhookDeliveriesTable> {
           const status = response.statusCode ?? 0;
           if (status >= 200 && status < 300) settle({ kind: "delivered", status });
           else if (status >= 500) settle({ kind: "retry", status, error: `the receiver answered ${status}` });
-          else settle({ kind: "failed", status, error: `the receiver answered ${status}${status >= 300 && status < 400 ? " (redirects are not followed)" : ""}` });
+          else
+            settle({
+              kind: "failed",
+              status,
+              error: `the receiver answered ${status}${status >= 300 && status < 400 ? " (redirects are not followed)" : ""}`,
+            });
         });
         request.on("error", (error: NodeJS.ErrnoException) => {
           if (error.code === "EDESTINATION") settle({ kind: "failed", status: null, error: error.message });
@@ -189,7 +233,11 @@ export class WebhookDispatcher extends OutboxWorker<WebhookDeliveriesTable> {
         });
         request.end(body);
       } catch (error) {
-        settle({ kind: "failed", status: null, error: `the request could not be made: ${error instanceof Error ? error.message : String(error)}` });
+        settle({
+          kind: "failed",
+          status: null,
+          error: `the request could not be made: ${error instanceof Error ? error.message : String(error)}`,
+        });
       }
     });
   }

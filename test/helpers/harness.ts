@@ -33,7 +33,11 @@ export interface Harness {
   /** A new organization with a root user holding a fresh P-256 API key (what `sigil bootstrap` does). */
   organization(name?: string): Promise<TestOrganization>;
   /** @turnkey/sdk-server's API client, as a user's backend builds it. */
-  sdk(org: { organizationId: string }, key: ApiKeyPair, options?: { activityPoller?: { intervalMs: number; numRetries: number } }): ReturnType<Turnkey["apiClient"]>;
+  sdk(
+    org: { organizationId: string },
+    key: ApiKeyPair,
+    options?: { activityPoller?: { intervalMs: number; numRetries: number } },
+  ): ReturnType<Turnkey["apiClient"]>;
   /** @turnkey/http's TurnkeyClient with an ApiKeyStamper. */
   http(key: ApiKeyPair): TurnkeyClient;
   /** A POST with a body sent byte for byte, stamped (or not) as the caller says. */
@@ -88,17 +92,32 @@ export async function startHarness(env: Record<string, string> = {}, options: { 
     },
     async organization(name = "Test Org") {
       const key = newKeyPair();
-      const created = await createOrganization(server.store.db, { organizationName: name, userName: "root", apiPublicKey: key.publicKey, apiKeyName: "root key" });
+      const created = await createOrganization(server.store.db, {
+        organizationName: name,
+        userName: "root",
+        apiPublicKey: key.publicKey,
+        apiKeyName: "root key",
+      });
       return { ...created, key };
     },
     sdk(org, key, options = {}) {
-      return new Turnkey({ apiBaseUrl: url, apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey, defaultOrganizationId: org.organizationId, ...options }).apiClient();
+      return new Turnkey({
+        apiBaseUrl: url,
+        apiPublicKey: key.publicKey,
+        apiPrivateKey: key.privateKey,
+        defaultOrganizationId: org.organizationId,
+        ...options,
+      }).apiClient();
     },
     http(key) {
       return new TurnkeyClient({ baseUrl: url }, new ApiKeyStamper({ apiPublicKey: key.publicKey, apiPrivateKey: key.privateKey }));
     },
     async post(path, body, headers = {}) {
-      const response = await fetch(url + path, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: typeof body === "string" ? body : new Uint8Array(body) });
+      const response = await fetch(url + path, {
+        method: "POST",
+        headers: { "content-type": "application/json", ...headers },
+        body: typeof body === "string" ? body : new Uint8Array(body),
+      });
       const text = await response.text();
       let json: unknown;
       try {
@@ -112,10 +131,16 @@ export async function startHarness(env: Record<string, string> = {}, options: { 
       const db = server.store.db;
       // Every table the migrations made (not Kysely's own bookkeeping), so a table added later is
       // covered without anyone remembering to list it.
-      const tables = (await db.introspection.getTables()).map((t) => t.name).filter((name) => !name.startsWith("kysely_")).sort();
+      const tables = (await db.introspection.getTables())
+        .map((t) => t.name)
+        .filter((name) => !name.startsWith("kysely_"))
+        .sort();
       const out: Record<string, unknown[]> = {};
       for (const table of tables) {
-        const rows = await db.selectFrom(table as "users").selectAll().execute();
+        const rows = await db
+          .selectFrom(table as "users")
+          .selectAll()
+          .execute();
         out[table] = rows.map((r) => JSON.stringify(r)).sort();
       }
       return JSON.stringify(out);

@@ -25,7 +25,9 @@ export async function startOidcIssuer(): Promise<TestIssuer> {
   const server = http.createServer((request, response) => {
     requests.push(request.url ?? "");
     if (request.url === "/.well-known/openid-configuration") {
-      response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks`, id_token_signing_alg_values_supported: ["RS256"] }));
+      response
+        .writeHead(200, { "content-type": "application/json" })
+        .end(JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks`, id_token_signing_alg_values_supported: ["RS256"] }));
     } else if (request.url === "/jwks") {
       response.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ keys: [jwk] }));
     } else response.writeHead(404).end();

@@ -20,7 +20,11 @@ export async function organizationWith(h: Harness, names: string[], keyOptions: 
   if (names.length === 0) return { org, root, members };
   const keys = names.map(() => newKeyPair());
   const { userIds } = await root.createUsers({
-    users: names.map((userName, i) => ({ userName, apiKeys: [{ apiKeyName: `${userName} key`, publicKey: keys[i]!.publicKey, curveType: "API_KEY_CURVE_P256" as const, ...keyOptions }], ...noCredentials })),
+    users: names.map((userName, i) => ({
+      userName,
+      apiKeys: [{ apiKeyName: `${userName} key`, publicKey: keys[i]!.publicKey, curveType: "API_KEY_CURVE_P256" as const, ...keyOptions }],
+      ...noCredentials,
+    })),
   });
   names.forEach((name, i) => (members[name] = { userId: userIds[i]!, key: keys[i]!, client: h.sdk(org, keys[i]!, fastPoller) }));
   return { org, root, members };

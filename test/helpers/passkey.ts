@@ -63,7 +63,15 @@ export class SoftwarePasskey {
       this.credentialId,
       Buffer.from(this.coseKey()),
     ]);
-    const attestationObject = Buffer.from(isoCBOR.encode(new Map<string, unknown>([["fmt", "none"], ["attStmt", new Map()], ["authData", authData]]) as any));
+    const attestationObject = Buffer.from(
+      isoCBOR.encode(
+        new Map<string, unknown>([
+          ["fmt", "none"],
+          ["attStmt", new Map()],
+          ["authData", authData],
+        ]) as any,
+      ),
+    );
     return {
       challenge,
       attestation: {
@@ -78,7 +86,9 @@ export class SoftwarePasskey {
   /** Raw assertion parts over a challenge given as bytes (what navigator.credentials.get receives). */
   assert(challengeBytes: Uint8Array, options: AssertionOptions = {}) {
     const challenge = options.challengeOverride ?? Buffer.from(challengeBytes).toString("base64url");
-    const clientDataJSON = Buffer.from(JSON.stringify({ type: "webauthn.get", challenge, origin: options.origin ?? this.origin, crossOrigin: false }));
+    const clientDataJSON = Buffer.from(
+      JSON.stringify({ type: "webauthn.get", challenge, origin: options.origin ?? this.origin, crossOrigin: false }),
+    );
     this.counter += 1;
     const counter = Buffer.alloc(4);
     counter.writeUInt32BE(this.counter);

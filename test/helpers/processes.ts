@@ -22,7 +22,13 @@ export async function freePort(): Promise<number> {
 /** Resolves once `GET <url>/health` answers 200; throws after ten seconds. */
 export async function waitForHealth(url: string): Promise<void> {
   for (let i = 0; i < 100; i++) {
-    if (await fetch(`${url}/health`).then((r) => r.ok, () => false)) return;
+    if (
+      await fetch(`${url}/health`).then(
+        (r) => r.ok,
+        () => false,
+      )
+    )
+      return;
     await new Promise((r) => setTimeout(r, 100));
   }
   throw new Error(`${url} did not answer /health`);
@@ -36,7 +42,23 @@ export async function cliDeployment(extraEnv: Record<string, string> = {}) {
   delete env.SIGIL_MASTER_KEY;
   if (database.databaseUrl) env.SIGIL_DATABASE_URL = database.databaseUrl;
   const key = newKeyPair();
-  const { stdout } = await run(process.execPath, [CLI, "bootstrap", "--create", "--data-dir", database.dataDir, "--org-name", "deployment", "--user-name", "root", "--api-public-key", key.publicKey], { env });
+  const { stdout } = await run(
+    process.execPath,
+    [
+      CLI,
+      "bootstrap",
+      "--create",
+      "--data-dir",
+      database.dataDir,
+      "--org-name",
+      "deployment",
+      "--user-name",
+      "root",
+      "--api-public-key",
+      key.publicKey,
+    ],
+    { env },
+  );
   const { organizationId } = JSON.parse(stdout) as { organizationId: string };
   const servers: { child: ChildProcess; url: string; exited: Promise<unknown> }[] = [];
   return {
@@ -48,7 +70,10 @@ export async function cliDeployment(extraEnv: Record<string, string> = {}) {
     /** Starts one more server process and waits until it answers. */
     async start() {
       const port = await freePort();
-      const child = spawn(process.execPath, [CLI, "serve", "--port", String(port), "--data-dir", database.dataDir], { env, stdio: "ignore" });
+      const child = spawn(process.execPath, [CLI, "serve", "--port", String(port), "--data-dir", database.dataDir], {
+        env,
+        stdio: "ignore",
+      });
       const server = { child, url: `http://127.0.0.1:${port}`, exited: new Promise((resolve) => child.once("exit", resolve)) };
       servers.push(server);
       await waitForHealth(server.url);
