@@ -86,8 +86,8 @@ export interface OtpConfig {
   maxAttempts: number;
   /** A verification token's validity when verify_otp names none (seconds). */
   verificationTokenSeconds: number;
-  /** Codes one contact may be sent in ten minutes by one requesting organization (sub-organizations'
-   * own requests together: twice that). */
+  /** Codes one contact may be sent in ten minutes by one requesting organization (the own requests
+   * of one top-level organization's sub-organizations together: twice that). */
   perContactLimit: number;
   /** Codes a top-level organization and all its sub-organizations together may have sent per window. */
   perOrganizationLimit: number;
@@ -606,8 +606,8 @@ export const settings = {
     kind: integer(1),
     default: 5,
     meaning:
-      "codes one requesting organization may send one email address or phone number in ten minutes (sub-organizations' own " +
-      "credentials together: twice that); every spelling of an inbox counts as one",
+      "codes one requesting organization may send one email address or phone number in ten minutes (the own credentials of " +
+      "one top-level organization's sub-organizations together: twice that); every spelling of an inbox counts as one",
   }),
   otpPerOrganizationLimit: setting({
     variable: "SIGIL_OTP_PER_ORGANIZATION_LIMIT",

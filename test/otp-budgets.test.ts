@@ -216,6 +216,25 @@ describe("an end user's credentials", () => {
   });
 });
 
+describe("one contact's share for end users", () => {
+  it("is per top-level organization: one app's end users spend their own app's share, never another app's", async () => {
+    const contact = "shared.inbox@example.net";
+    const spender = await app("Spender");
+    // Two end users of one app send the contact twice the per-contact budget (3 each): their app's share.
+    for (const user of [await spender.endUser(), await spender.endUser()]) {
+      for (let i = 0; i < 3; i++) expect((await start(h.url, user.key, user.subOrganizationId, "init_otp", contact)).status).toBe(200);
+    }
+    const third = await spender.endUser();
+    const refused = await refusedUnchanged(() => start(h.url, third.key, third.subOrganizationId, "init_otp", contact));
+    expect(refused.message).toContain(`organization ${spender.org.organizationId}'s sub-organizations share`);
+
+    // Another app's end user still reaches that contact.
+    const other = await app("Bystander");
+    const user = await other.endUser();
+    expect((await start(h.url, user.key, user.subOrganizationId, "init_otp", contact)).status).toBe(200);
+  });
+});
+
 describe("one credential of a top-level organization", () => {
   it("spends at most its own budget; the organization's other keys keep theirs", async () => {
     // A server of its own: here one key's budget (2) is below the organization's (8).

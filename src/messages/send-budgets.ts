@@ -3,8 +3,9 @@
 // deployment mail or text any number of strangers at the operator's expense and reputation. Every
 // message-sending activity (init_otp, init_otp_auth) records one row in `otp_sends` and must fit
 // every budget below, counted over a sliding window:
-//   - per contact, per requesting organization (SIGIL_OTP_PER_CONTACT_LIMIT per 10 minutes), and
-//     sub-organizations' own requests together at most twice that: nobody floods one inbox or phone;
+//   - per contact, per requesting organization (SIGIL_OTP_PER_CONTACT_LIMIT per 10 minutes), and the
+//     own requests of one top-level organization's sub-organizations together at most twice that:
+//     nobody floods one inbox or phone, and one tenant's end users cannot spend another tenant's share;
 //   - per top-level organization, its sub-organizations counting toward it
 //     (SIGIL_OTP_PER_ORGANIZATION_LIMIT per SIGIL_OTP_SEND_WINDOW_SECONDS): creating sub-organizations
 //     does not multiply what an app may send;
@@ -169,10 +170,11 @@ export async function recordSend(
         spent:
           `this contact's budget of ${settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE} codes per 10 minutes ` +
           "(twice SIGIL_OTP_PER_CONTACT_LIMIT) " +
-          "that all sub-organizations' own credentials share",
+          `that the own credentials of organization ${root}'s sub-organizations share`,
         limit: settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE,
         windowMs: CONTACT_WINDOW_MS,
-        where: { contact_key: key, from_sub_organization: 1 },
+        // Per top-level organization: one tenant's end users must not spend another tenant's share.
+        where: { contact_key: key, from_sub_organization: 1, root_organization_id: root },
       },
       {
         spent:
