@@ -154,6 +154,38 @@ describe("sign_raw_payload for Bitcoin addresses", () => {
 });
 
 describe("sign_raw_payload for a P2TR address: refusals", () => {
+  it("an EIP-712 or EIP-7702 payload (an Ethereum ECDSA signature) is refused for a Taproot address, and nothing but the failed activity is stored", async () => {
+    const typedData = JSON.stringify({
+      types: { Mail: [{ name: "contents", type: "string" }] },
+      primaryType: "Mail",
+      domain: { name: "Sigil", version: "1", chainId: 1 },
+      message: { contents: "hello" },
+    });
+    const authorization = JSON.stringify({ address: "0x000000000000000000000000000000000000dEaD", chainId: "1", nonce: "0" });
+    for (const [encoding, payload] of [
+      ["PAYLOAD_ENCODING_EIP712", typedData],
+      ["PAYLOAD_ENCODING_EIP7702_AUTHORIZATION", authorization],
+    ] as const) {
+      const before = JSON.parse(await h.snapshot());
+      const attempt = client.signRawPayload({ signWith: taprootAddress, payload, encoding, hashFunction: "HASH_FUNCTION_NO_OP" });
+      await expect(attempt, encoding).rejects.toMatchObject({ code: 3, message: expect.stringContaining("is a Taproot (P2TR) address") });
+      const after = JSON.parse(await h.snapshot());
+      for (const table of Object.keys(before)) {
+        if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(before[table]);
+      }
+      const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
+      expect(added).toMatchObject([{ status: "ACTIVITY_STATUS_FAILED" }]);
+    }
+    // Named by its id, the same key signs typed data as an Ethereum key does (ECDSA with a recovery id).
+    const signed = await client.signRawPayload({
+      signWith: privateKeyId,
+      payload: typedData,
+      encoding: "PAYLOAD_ENCODING_EIP712",
+      hashFunction: "HASH_FUNCTION_NO_OP",
+    });
+    expect(signed.v).toMatch(/^0[01]$/);
+  });
+
   it("a payload that is not a 32-byte sighash is refused as InvalidArgument, and nothing but the failed activity is stored", async () => {
     const before = JSON.parse(await h.snapshot());
     const attempt = client.signRawPayload(sighashPayload(taprootAddress, new Uint8Array(20).fill(0xab)));

@@ -145,6 +145,14 @@ async function signPayload(
       throw serviceError("REQUEST_INVALID", `${encoding} is signed with secp256k1 keys, not ${signer.curve}`);
     if (hashFunction !== "HASH_FUNCTION_NO_OP" && hashFunction !== "HASH_FUNCTION_KECCAK256")
       throw serviceError("REQUEST_INVALID", `${encoding} is hashed by its own rules: hashFunction must be HASH_FUNCTION_NO_OP`);
+    // An Ethereum signature is ECDSA with a recovery id; a Taproot address signs BIP-340 Schnorr, which
+    // no Ethereum verifier accepts. Refused rather than answered with a signature nobody can use.
+    if (isTaprootFormat(signerAddressFormat(signer)))
+      throw serviceError(
+        "REQUEST_INVALID",
+        `${encoding} is signed for Ethereum (ECDSA), and ${signer.kind === "wallet_account" ? signer.address : "that address"} is a ` +
+          "Taproot (P2TR) address, which signs BIP-340 Schnorr: name the key by its id or by an Ethereum address",
+      );
     digest = callerError(where, () => structuredPayload(payload, encoding).digest);
   } else {
     const bytes = bytesOf(payload, encoding, where);
