@@ -5,6 +5,7 @@
 // are left alone: a co-signer cannot slip them in. Also `bitcoin.tx` for policies, with the
 // product's field names, read from the very Transaction object that is then signed.
 // @scure/btc-signer does the work.
+import { schnorr } from "@noble/curves/secp256k1.js";
 import { Address, DEFAULT_SEQUENCE, NETWORK, OutScript, TEST_NETWORK, Transaction } from "@scure/btc-signer";
 
 export class BitcoinError extends Error {
@@ -159,6 +160,11 @@ export function signPsbt(parsed: ParsedPsbt, privateKey: Uint8Array, signerName:
     // Key-path only: a taproot input naming script leaves or a merkle root commits to more than the key.
     if (input.tapLeafScript?.length || input.tapMerkleRoot?.length)
       throw new BitcoinError(`input ${i} spends a taproot output through a script path, which this server does not sign`);
+    // A key-path input of our own P2TR address needs no tapInternalKey from its builder: the address
+    // is the BIP-86 output key of this key (no script tree), so the internal key is this key's own.
+    if (!input.tapInternalKey && OutScript.decode(previous).type === "tr") {
+      transaction.updateInput(i, { tapInternalKey: schnorr.getPublicKey(privateKey) }, true);
+    }
     try {
       // Only each input type's default sighash (ALL; Taproot's DEFAULT) is signed, so the signature
       // commits to every input and output policies were shown; a PSBT asking another is refused.
