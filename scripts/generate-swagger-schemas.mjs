@@ -3,7 +3,7 @@
 // description (shared/reference/public_api.swagger.json), so that every field the official clients
 // may send is known, and nothing else is accepted. Run after the swagger changes:
 //   node scripts/generate-swagger-schemas.mjs [path/to/public_api.swagger.json]
-// Output: src/operations/swagger-schemas.json (committed; the server never reads the swagger itself).
+// Output: src/registry/swagger-schemas.json (committed; the server never reads the swagger itself).
 import { readFileSync, writeFileSync } from "node:fs";
 
 const swaggerPath = process.argv[2] ?? new URL("../../shared/reference/public_api.swagger.json", import.meta.url);
@@ -101,7 +101,7 @@ for (const t of Object.values(activityTypes)) visit(t.parameters);
 for (const q of Object.values(queries)) visit(q.request);
 for (const s of Object.values(submits)) visit(s.request);
 
-const target = new URL("../src/operations/swagger-schemas.json", import.meta.url);
+const target = new URL("../src/registry/swagger-schemas.json", import.meta.url);
 writeFileSync(target, JSON.stringify({ activityTypes, submits, queries, otherPaths, definitions: out }) + "\n");
 if (unmatched.length) console.log(`no intent key for: ${unmatched.join(", ")}`);
 console.log(`wrote ${Object.keys(activityTypes).length} activity types, ${Object.keys(out).length} definitions`);

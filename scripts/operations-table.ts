@@ -1,7 +1,7 @@
 // Renders docs/operations.md from the operation registry, so the docs cannot drift from the code.
 // `npm run docs` rewrites the file; a test fails when the committed file is stale.
-import { activityOperations, queryOperations } from "../src/activities/catalog.js";
-import { keysOf } from "../src/operations/registry.js";
+import { activityOperations, queryOperations } from "../src/operations/catalog.js";
+import { keysOf } from "../src/registry/registry.js";
 import { notServedOperations } from "../src/operations/not-served.js";
 
 export function renderOperationsTable(): string {

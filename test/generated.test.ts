@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { API_TYPES_FILE, renderApiTypes } from "../scripts/api-types.js";
 import { ActivityTypes } from "../src/api/types.js";
-import { activityOperations, queryOperations } from "../src/activities/catalog.js";
+import { activityOperations, queryOperations } from "../src/operations/catalog.js";
 
 describe("src/api/types.ts", () => {
   it("is what scripts/api-types.ts renders from the API description (run `npm run generate:types` after it changes)", async () => {

@@ -1,4 +1,4 @@
-// The courier's retries (an outbox worker, src/outbox/worker.ts): a failed send is tried again with
+// The courier's retries (an outbox worker, src/services/outbox-worker.ts): a failed send is tried again with
 // backoff, a sent message's text is erased, and once the attempts run out the message fails for good,
 // its text erased too. The SMS provider is an HTTP server the test runs, answering as the test says.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TurnkeyRequestError } from "@turnkey/http";
 import { signedRequest, startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { inProductApi, notServedOperations } from "../src/operations/not-served.js";
-import { activityOperations, queryOperations } from "../src/activities/catalog.js";
-import { swagger } from "../src/operations/registry.js";
+import { activityOperations, queryOperations } from "../src/operations/catalog.js";
+import { swagger } from "../src/registry/registry.js";
 
 let h: Harness;
 let org: TestOrganization;

@@ -1,5 +1,5 @@
 // GET /openapi.json publishes the submit envelope the server enforces (one declaration,
-// activityEnvelopeSchema in src/operations/registry.ts): a body the published schema refuses is refused
+// activityEnvelopeSchema in src/registry/registry.ts): a body the published schema refuses is refused
 // by the server (400 REQUEST_INVALID, nothing stored), and one it accepts is served.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ajv } from "ajv";

@@ -11,7 +11,7 @@ import { fastPoller } from "./helpers/organizations.js";
 import { cliDeployment } from "./helpers/processes.js";
 import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
-import { contactKey } from "../src/messages/send-budgets.js";
+import { contactKey } from "../src/services/send-budgets.js";
 
 const LIMITS = { SIGIL_OTP_PER_ORGANIZATION_LIMIT: "8", SIGIL_OTP_PER_END_USER_LIMIT: "3", SIGIL_OTP_PER_CONTACT_LIMIT: "3" };
 const HOUR = 3600;

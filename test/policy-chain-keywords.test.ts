@@ -1,7 +1,7 @@
 // The transaction keywords (eth.tx, eth.eip_712, solana.tx, bitcoin.tx) and the map / dynamic types they need:
 // the product's documented example policies compile, and dynamic values are checked when they run.
 import { describe, expect, it } from "vitest";
-import "../src/operations/transaction-keywords.js";
+import "../src/operations/wallets/transaction-keywords.js";
 import { PolicyEvaluationError, STEP_BUDGET, compileExpression } from "../src/policy/compile.js";
 import { PolicySyntaxError } from "../src/policy/lexer.js";
 import { rootValues } from "../src/policy/keywords.js";

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PolicySyntaxError } from "../src/policy/lexer.js";
 import { MAX_LIST_LITERAL_ITEMS, MAX_STRING_LITERAL_LENGTH, STEP_BUDGET, compileExpression } from "../src/policy/compile.js";
 import { InvalidPolicyError, evaluatePolicies, validatePolicy, type EvaluationInput, type PolicySource } from "../src/policy/engine.js";
-import "../src/operations/transaction-keywords.js";
+import "../src/operations/wallets/transaction-keywords.js";
 import { startHarness, type Harness } from "./helpers/harness.js";
 import { organizationWith } from "./helpers/organizations.js";
 

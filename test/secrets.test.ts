@@ -11,9 +11,9 @@ import { Keyring, SecretError, keyIdOf } from "../src/crypto/envelope.js";
 import { loadKeyring, parseMasterKey } from "../src/crypto/master-key.js";
 import { loadConfig } from "../src/config.js";
 import { startHarness, type Harness } from "./helpers/harness.js";
-import { mnemonicIdentity } from "../src/operations/wallets.js";
-import { privateKeyIdentity } from "../src/operations/private-keys.js";
-import { assertKeyringOpensStore } from "../src/operations/secrets.js";
+import { mnemonicIdentity } from "../src/operations/wallets/wallets.js";
+import { privateKeyIdentity } from "../src/operations/wallets/private-keys.js";
+import { assertKeyringOpensStore } from "../src/services/sealed-secrets.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");

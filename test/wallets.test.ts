@@ -6,8 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mnemonicToAccount, privateKeyToAddress } from "viem/accounts";
 import { startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
-import { mnemonicIdentity } from "../src/operations/wallets.js";
-import { privateKeyIdentity } from "../src/operations/private-keys.js";
+import { mnemonicIdentity } from "../src/operations/wallets/wallets.js";
+import { privateKeyIdentity } from "../src/operations/wallets/private-keys.js";
 
 let h: Harness;
 let org: TestOrganization;

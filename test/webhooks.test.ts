@@ -11,7 +11,7 @@ import { verifyTurnkeyWebhookSignature } from "@turnkey/crypto";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
 import { cliDeployment, freePort } from "./helpers/processes.js";
 import { fastPoller } from "./helpers/organizations.js";
-import { checkDestination, forbiddenAddress } from "../src/operations/webhooks.js";
+import { checkDestination, forbiddenAddress } from "../src/services/webhook-destinations.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");

@@ -9,8 +9,8 @@
 // quorum can always undo policies that lock everyone out.
 import type { Db, Tx } from "../store/database.js";
 import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.js";
-import type { ActivityOperation } from "../operations/registry.js";
-import { activityKind } from "../operations/registry.js";
+import type { ActivityOperation } from "../registry/registry.js";
+import { activityKind } from "../registry/registry.js";
 import { serviceError } from "../errors.js";
 import {
   evaluatePolicies,
@@ -26,7 +26,7 @@ import {
 import { evaluationTurn } from "../policy/turns.js";
 import type { Value } from "../policy/types.js";
 import { STEP_BUDGET } from "../policy/compile.js";
-import type { StoredVote } from "./records.js";
+import type { StoredVote } from "../operations/activities/records.js";
 
 export interface Decision {
   outcome: "OUTCOME_ALLOW" | "OUTCOME_DENY_EXPLICIT" | "OUTCOME_DENY_IMPLICIT" | "OUTCOME_REQUIRES_CONSENSUS";

@@ -23,17 +23,17 @@ import {
   type Principal,
 } from "../auth/authenticate.js";
 import { sha256 } from "../crypto/keys.js";
-import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../operations/registry.js";
+import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../registry/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
-import { swagger } from "../operations/registry.js";
-import { checkRequestText, validateActivityRequest, validateQueryRequest } from "../operations/validation.js";
-import { assertRootQuorumReachable } from "../operations/organizations.js";
+import { swagger } from "../registry/registry.js";
+import { checkRequestText, validateActivityRequest, validateQueryRequest } from "../registry/validation.js";
+import { assertRootQuorumReachable } from "../operations/organizations/organizations.js";
 import { newId } from "../operations/resources.js";
 import { decideActivity, denialError, mayVote, stillApprovable, type ActivitySubject, type Decision } from "./authorization.js";
-import { operationByActivityType } from "./catalog.js";
-import { insertActivity, recordEvaluation, renderActivity, requesterOf, type StoredVote } from "./records.js";
+import { operationByActivityType } from "../operations/catalog.js";
+import { insertActivity, recordEvaluation, renderActivity, requesterOf, type StoredVote } from "../operations/activities/records.js";
 import type { ActivitiesTable } from "../store/schema.js";
-import { enqueueActivityEvent } from "../operations/webhooks.js";
+import { enqueueActivityEvent } from "../operations/webhooks/webhooks.js";
 
 export interface PipelineOptions {
   store: Store;

@@ -364,7 +364,7 @@ async function keygen(values: Values) {
 
 async function bootstrap(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const { createOrganization } = await import("../operations/organizations.js");
+  const { createOrganization } = await import("../operations/organizations/organizations.js");
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
   const store = await openDatabase(
     config,
@@ -394,7 +394,7 @@ async function bootstrap(values: Values) {
  */
 async function rotateMasterKey(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const { resealAll } = await import("../operations/secrets.js");
+  const { resealAll } = await import("../services/sealed-secrets.js");
   const { Keyring, MASTER_KEY_BYTES } = await import("../crypto/envelope.js");
   const { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } = await import("../crypto/master-key.js");
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
@@ -461,7 +461,7 @@ async function rotateMasterKey(values: Values) {
 /** The deployment's public keys (made by the first `sigil serve`), as /.well-known/sigil.json shows them. */
 async function info(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const { BUNDLE_SIGNER, SESSION_SIGNER, WEBHOOK_SIGNING } = await import("../operations/service-keys.js");
+  const { BUNDLE_SIGNER, SESSION_SIGNER, WEBHOOK_SIGNING } = await import("../services/service-keys.js");
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
   const store = await openDatabase(config, "read-only", readOnlyAdvice);
   try {
@@ -483,7 +483,7 @@ async function info(values: Values) {
 /** The webhook delivery log, newest first, one JSON line per delivery (bodies are not printed). */
 async function webhooks(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const { renderDelivery } = await import("../operations/webhooks.js");
+  const { renderDelivery } = await import("../operations/webhooks/webhooks.js");
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
   const status = text(values, "status");
   const organization = text(values, "organization");
@@ -508,7 +508,7 @@ async function webhooks(values: Values) {
  * still valid, oldest first, one JSON line each: what the operator hands to the user. */
 async function outbox(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const { readOutbox } = await import("../messages/courier.js");
+  const { readOutbox } = await import("../services/message-courier.js");
   const { loadKeyring } = await import("../crypto/master-key.js");
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
   const organization = text(values, "organization");

@@ -250,5 +250,5 @@ export function generatePrivateKey(curve: Curve): KeyPair {
   }
 }
 
-/** Same as generatePrivateKey; the name src/operations/private-keys.ts imports. */
+/** Same as generatePrivateKey; the name src/operations/wallets/private-keys.ts imports. */
 export const generateKeyPair = generatePrivateKey;

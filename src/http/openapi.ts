@@ -1,7 +1,7 @@
 // An OpenAPI 3.1 description of exactly the operations this server registers, derived from the
 // registry and the swagger-derived request schemas (served at GET /openapi.json).
-import { activityOperations, queryOperations } from "../activities/catalog.js";
-import { activityEnvelopeSchema, swagger } from "../operations/registry.js";
+import { activityOperations, queryOperations } from "../operations/catalog.js";
+import { activityEnvelopeSchema, swagger } from "../registry/registry.js";
 
 const errorBody = {
   type: "object",

@@ -5,11 +5,11 @@ import pino from "pino";
 import { sql } from "kysely";
 import type { Config } from "../config.js";
 import { ServiceError, serviceError } from "../errors.js";
-import { RETRY_INFO_TYPE } from "../messages/send-budgets.js";
+import { RETRY_INFO_TYPE } from "../services/send-budgets.js";
 import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
-import type { OperationEnvironment } from "../operations/registry.js";
+import type { OperationEnvironment } from "../registry/registry.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
 import {
   bundleSigner,
@@ -19,15 +19,15 @@ import {
   type BundleSigner,
   type ServiceSigningKey,
   type SessionSigner,
-} from "../operations/service-keys.js";
-import { WebhookDispatcher } from "../webhooks/dispatcher.js";
-import { MessageCourier } from "../messages/courier.js";
+} from "../services/service-keys.js";
+import { WebhookDispatcher } from "../services/webhook-dispatcher.js";
+import { MessageCourier } from "../services/message-courier.js";
 import { oidcVerifier } from "../auth/oidc.js";
-import { purgeExpiredImportTargets } from "../operations/imports.js";
+import { purgeExpiredImportTargets } from "../operations/wallets/imports.js";
 import { loadKeyring } from "../crypto/master-key.js";
-import { assertKeyringOpensStore } from "../operations/secrets.js";
+import { assertKeyringOpensStore } from "../services/sealed-secrets.js";
 import fs from "node:fs";
-import { activityOperations, queryOperations } from "../activities/catalog.js";
+import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { notServedError, notServedOperations } from "../operations/not-served.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.js";

@@ -4,7 +4,7 @@
 // Operations Sigil will serve later do not belong here: until they are built they answer 404 like any
 // unknown path. The routes (http/server.ts) and docs/operations.md derive from this table.
 import { type ServiceError, serviceError } from "../errors.js";
-import { swagger } from "./registry.js";
+import { swagger } from "../registry/registry.js";
 
 export interface NotServedOperation {
   /** The full path, e.g. /public/v1/submit/earn_deposit */

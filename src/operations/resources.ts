@@ -1,5 +1,4 @@
 // Stored rows rendered as the API's resource objects, and the look-ups operations share.
-import { v7 as uuidv7 } from "uuid";
 import { sql, type ExpressionBuilder, type SelectQueryBuilder } from "kysely";
 import type { Db, Tx } from "../store/database.js";
 import type { Selectable } from "kysely";
@@ -7,8 +6,8 @@ import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable
 import { serviceError, type ServiceError } from "../errors.js";
 import { API_KEY_CREDENTIAL_TYPES } from "../auth/authenticate.js";
 
-/** Time-ordered (UUIDv7) so that records made in the same millisecond still list in creation order. */
-export const newId = () => uuidv7();
+// Operations take ids from here with the rest of what they share; store/ids.ts declares them.
+export { newId } from "../store/ids.js";
 
 export interface Timestamp {
   seconds: string;

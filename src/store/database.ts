@@ -13,20 +13,16 @@ import {
   SqliteAdapter,
   SqliteDialect,
   SqliteDriver,
-  type ControlledTransaction,
   type DatabaseConnection,
-  type Transaction,
 } from "kysely";
 import type { Database } from "./schema.js";
 import { migrationProvider, migrations } from "./migrations.js";
 import { GroupCommit, type LockMode } from "./group-commit.js";
 import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
+import type { Db, Dialect, OpenTx, Tx } from "./handles.js";
 
-export type Dialect = "sqlite" | "postgres";
-export type Tx = Transaction<Database>;
-/** A transaction the pipeline commits itself, with savepoints around each operation. */
-export type OpenTx = ControlledTransaction<Database>;
-export type Db = Kysely<Database>;
+// The handles every module above names, imported from here with the rest of the store.
+export type { Db, Dialect, OpenTx, Tx };
 
 export interface Store {
   /** Migrations, administration and tests; the pipeline writes through `transact`. */

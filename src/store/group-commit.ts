@@ -16,7 +16,7 @@
 // A batch closes when no member is running or waiting, or when it is old or large enough; members
 // arriving meanwhile wait for the next one.
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from "kysely";
-import type { Db, OpenTx } from "./database.js";
+import type { Db, OpenTx } from "./handles.js";
 
 export type LockMode = "shared" | "exclusive";
 

@@ -118,7 +118,7 @@ export interface OtpsTable {
   created_at: number;
 }
 
-/** One code sent (init_otp_auth, init_otp): what the send budgets count (messages/send-budgets.ts). */
+/** One code sent (init_otp_auth, init_otp): what the send budgets count (services/send-budgets.ts). */
 export interface OtpSendsTable {
   /** The contact in one spelling (emails: ASCII lower case, no +tag, no trailing dot; Gmail's without
    * dots, googlemail.com as gmail.com; phones: + and digits). */

@@ -6,7 +6,7 @@ import { TurnkeyClient } from "@turnkey/http";
 import { ApiKeyStamper } from "@turnkey/api-key-stamper";
 import { loadConfig, type Config } from "../../src/config.js";
 import { startServer, type RunningServer } from "../../src/http/server.js";
-import { createOrganization } from "../../src/operations/organizations.js";
+import { createOrganization } from "../../src/operations/organizations/organizations.js";
 import { decompressP256, generateP256KeyPair } from "../../src/crypto/keys.js";
 import { createTestDatabase, type TestDatabase } from "./backend.js";
 

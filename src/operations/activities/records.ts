@@ -1,0 +1,143 @@
+// The activity record: stored once per accepted submit request and kept for ever as the audit log.
+// Rendered in both envelopes the clients and the spec read (shared/reference/compatibility.md).
+import type { ActivitiesTable, PolicyEvaluationsTable } from "../../store/schema.js";
+import type { Tx } from "../../store/database.js";
+import { keysOf, type VotingRights } from "../../registry/registry.js";
+import { newId, timestamp } from "../resources.js";
+import type { Principal } from "../../auth/authenticate.js";
+import type { PolicyVerdict } from "../../policy/engine.js";
+import type { ErrorBody } from "../../errors.js";
+
+export type ActivityStatus =
+  | "ACTIVITY_STATUS_CREATED"
+  | "ACTIVITY_STATUS_PENDING"
+  | "ACTIVITY_STATUS_COMPLETED"
+  | "ACTIVITY_STATUS_FAILED"
+  | "ACTIVITY_STATUS_CONSENSUS_NEEDED"
+  | "ACTIVITY_STATUS_REJECTED"
+  | "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED";
+
+export interface StoredVote {
+  id: string;
+  userId: string;
+  /** Who the voter was when voting; the user may be deleted later, the audit log stays readable. */
+  user: { userId: string; userName: string; userEmail?: string };
+  activityId: string;
+  selection: "VOTE_SELECTION_APPROVED" | "VOTE_SELECTION_REJECTED";
+  message: string;
+  publicKey: string;
+  signature: string;
+  scheme: string;
+  createdAt: number;
+  /** The API key or authenticator id that signed the vote, and its type (policies' `credentials`). */
+  credentialId: string;
+  credentialType: string;
+  /** A passkey's WebAuthn credential id. */
+  webauthnCredentialId?: string;
+}
+
+function keyed(keys: string[], value: unknown): Record<string, unknown> {
+  return Object.fromEntries(keys.map((k) => [k, value]));
+}
+
+function renderVote(vote: StoredVote) {
+  return {
+    id: vote.id,
+    userId: vote.userId,
+    user: {
+      ...vote.user,
+      authenticators: [],
+      apiKeys: [],
+      userTags: [],
+      oauthProviders: [],
+      createdAt: timestamp(vote.createdAt),
+      updatedAt: timestamp(vote.createdAt),
+    },
+    activityId: vote.activityId,
+    selection: vote.selection,
+    message: vote.message,
+    publicKey: vote.publicKey,
+    signature: vote.signature,
+    scheme: vote.scheme,
+    createdAt: timestamp(vote.createdAt),
+  };
+}
+
+/** The activity object of the API, with the spec's nested `result.activity` beside the result key. */
+export function renderActivity(row: ActivitiesTable, rights: VotingRights = { canApprove: false, canReject: false }) {
+  const keys = keysOf(row.type);
+  const intent = keyed(keys.intentKeys, JSON.parse(row.intent));
+  const resultBody = row.status === "ACTIVITY_STATUS_COMPLETED" ? keyed(keys.resultKeys, JSON.parse(row.result)) : {};
+  const failure = row.failure ? (JSON.parse(row.failure) as ErrorBody) : undefined;
+  return {
+    id: row.id,
+    organizationId: row.organization_id,
+    status: row.status,
+    type: row.type,
+    intent,
+    result: { ...resultBody, activity: { type: row.type, intent, result: resultBody } },
+    votes: (JSON.parse(row.votes) as StoredVote[]).map(renderVote),
+    fingerprint: row.fingerprint,
+    canApprove: rights.canApprove,
+    canReject: rights.canReject,
+    createdAt: timestamp(row.created_at),
+    updatedAt: timestamp(row.updated_at),
+    timestampMs: row.timestamp_ms,
+    ...(failure ? { failure } : {}),
+  };
+}
+
+export async function insertActivity(trx: Tx, row: ActivitiesTable): Promise<void> {
+  await trx.insertInto("activities").values(row).execute();
+}
+
+/** The requester of an activity as the operation sees it when the activity runs after approvals. */
+export function requesterOf(firstVote: StoredVote, organizationId: string): Principal {
+  return {
+    organizationId,
+    userId: firstVote.userId,
+    credentialType: firstVote.credentialType as Principal["credentialType"],
+    credentialId: firstVote.credentialId,
+    publicKey: firstVote.publicKey,
+    scheme: firstVote.scheme,
+    signature: firstVote.signature,
+    userName: firstVote.user.userName,
+    userEmail: firstVote.user.userEmail ?? null,
+    ...(firstVote.webauthnCredentialId ? { webauthnCredentialId: firstVote.webauthnCredentialId } : {}),
+  };
+}
+
+/** One row per vote: how the organization's policies judged the activity at that vote. */
+export async function recordEvaluation(
+  trx: Tx,
+  activity: ActivitiesTable,
+  vote: StoredVote,
+  outcome: string,
+  verdicts: PolicyVerdict[],
+  now: number,
+): Promise<void> {
+  await trx
+    .insertInto("policy_evaluations")
+    .values({
+      id: newId(),
+      organization_id: activity.organization_id,
+      activity_id: activity.id,
+      vote_id: vote.id,
+      outcome,
+      evaluations: JSON.stringify(verdicts),
+      created_at: now,
+    })
+    .execute();
+}
+
+export function renderPolicyEvaluation(row: PolicyEvaluationsTable) {
+  return {
+    id: row.id,
+    activityId: row.activity_id,
+    organizationId: row.organization_id,
+    voteId: row.vote_id,
+    outcome: row.outcome,
+    policyEvaluations: JSON.parse(row.evaluations) as PolicyVerdict[],
+    createdAt: timestamp(row.created_at),
+  };
+}

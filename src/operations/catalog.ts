@@ -1,0 +1,53 @@
+// Every operation the service offers. The HTTP routes, request validation, policy metadata and the
+// operations table in docs/ are all derived from this list.
+import type { Operation, QueryOperation, SubmitOperation } from "../registry/registry.js";
+import { userOperations } from "./identity/users.js";
+import { credentialOperations } from "./identity/credentials.js";
+import { tagOperations } from "./identity/tags.js";
+import { organizationOperations } from "./organizations/organizations.js";
+import { organizationDataOperations } from "./organizations/organization-data.js";
+import { policyOperations } from "./policies/policies.js";
+import { walletOperations } from "./wallets/wallets.js";
+import { privateKeyOperations } from "./wallets/private-keys.js";
+import { signingOperations } from "./wallets/signing.js";
+import { subOrganizationOperations } from "./organizations/sub-organizations.js";
+import { featureOperations } from "./organizations/features.js";
+import { webhookOperations } from "./webhooks/webhooks.js";
+import { exportOperations } from "./wallets/exports.js";
+import { importOperations } from "./wallets/imports.js";
+import { sessionOperations } from "./logins/sessions.js";
+import { otpOperations } from "./logins/otp.js";
+import { oauthOperations } from "./logins/oauth.js";
+import { activityQueries } from "./activities/queries.js";
+import { voteOperations } from "./activities/votes.js";
+
+export const operations: Operation[] = [
+  ...userOperations,
+  ...credentialOperations,
+  ...tagOperations,
+  ...policyOperations,
+  ...walletOperations,
+  ...privateKeyOperations,
+  ...signingOperations,
+  ...exportOperations,
+  ...importOperations,
+  ...sessionOperations,
+  ...otpOperations,
+  ...oauthOperations,
+  ...organizationOperations,
+  ...organizationDataOperations,
+  ...subOrganizationOperations,
+  ...featureOperations,
+  ...webhookOperations,
+  ...voteOperations,
+  ...activityQueries,
+];
+
+/** Everything served under /public/v1/submit/: activities and votes on them. */
+export const activityOperations = operations.filter((op): op is SubmitOperation => op.kind !== "query");
+export const queryOperations = operations.filter((op): op is QueryOperation => op.kind === "query");
+
+/** Activity type -> the operation that accepts it, so a type sent to the wrong path gets a useful error. */
+export const operationByActivityType = new Map<string, SubmitOperation>(
+  activityOperations.flatMap((op) => op.types.map((t) => [t, op] as const)),
+);

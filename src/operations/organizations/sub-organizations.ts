@@ -1,0 +1,440 @@
+// Sub-organizations: organizations a top-level organization creates for its end users, each with
+// its own root users, policies, wallets and audit log. The parent reads them (authentication accepts
+// a parent's credential for queries) but cannot write in them; a sub-organization sees neither its
+// parent nor its siblings. A sub-organization cannot have sub-organizations of its own.
+import { sql } from "kysely";
+import { decodeJwt } from "jose";
+import { serviceError } from "../../errors.js";
+import type { Db } from "../../store/database.js";
+import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
+import { newId, readPage, type Pagination, requireAtMost } from "../resources.js";
+import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams } from "../identity/users.js";
+import { createWallet, type NewWalletParams } from "../wallets/wallets.js";
+import { createPrivateKeys, type PrivateKeyParams } from "../wallets/private-keys.js";
+import { setFeatures, type Feature } from "./features.js";
+import { checkClientSignature, foldEmail, spendVerificationToken, type ClientSignature } from "../logins/otp.js";
+import { assertRootQuorumReachable } from "./organizations.js";
+import type { AuthenticatorParams } from "../identity/credentials.js";
+
+interface CreateSubOrganizationParams {
+  /** V1: one root user, named by its passkey. */
+  name?: string;
+  rootAuthenticator?: AuthenticatorParams;
+  /** V2 and later */
+  subOrganizationName?: string;
+  rootUsers?: NewUserParams[];
+  rootQuorumThreshold?: number;
+  /** V3 */
+  privateKeys?: PrivateKeyParams[];
+  /** V4 and later */
+  wallet?: NewWalletParams;
+  disableEmailRecovery?: boolean;
+  disableEmailAuth?: boolean;
+  /** V7 and later */
+  disableSmsAuth?: boolean;
+  disableOtpEmailAuth?: boolean;
+  verificationToken?: string;
+  clientSignature?: ClientSignature;
+}
+
+const versionOf = (type: string) => Number(/_V(\d+)$/.exec(type)?.[1] ?? 1);
+
+/** A sub-organization's login features: on unless the request turns them off (the product's default). */
+function loginFeatures(p: CreateSubOrganizationParams): Feature[] {
+  const features: Feature[] = [];
+  if (!p.disableEmailAuth) features.push({ name: "FEATURE_NAME_EMAIL_AUTH", value: "" });
+  if (!p.disableEmailRecovery) features.push({ name: "FEATURE_NAME_EMAIL_RECOVERY", value: "" });
+  if (!p.disableOtpEmailAuth) features.push({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
+  if (!p.disableSmsAuth) features.push({ name: "FEATURE_NAME_SMS_AUTH", value: "" });
+  return features;
+}
+
+/** The product's rule: every root user can log in — a credential, or a contact a login feature serves. */
+function requireLoginMethod(user: NewUserParams, p: CreateSubOrganizationParams, field: string): void {
+  const credentials = (user.apiKeys?.length ?? 0) + (user.authenticators?.length ?? 0) + (user.oauthProviders?.length ?? 0);
+  const byEmail = !!user.userEmail && !(p.disableEmailAuth && p.disableOtpEmailAuth);
+  const bySms = !!user.userPhoneNumber && !p.disableSmsAuth;
+  if (credentials === 0 && !byEmail && !bySms) {
+    throw serviceError(
+      "ROOT_USER_WITHOUT_CREDENTIAL",
+      `${field} has no way to log in: give it an API key, a passkey or an OAuth provider, or an email or phone number with email or SMS login left enabled`,
+    );
+  }
+}
+
+async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizationParams, type: string) {
+  const parent = await ctx.trx
+    .selectFrom("organizations")
+    .select("parent_organization_id")
+    .where("id", "=", ctx.organizationId)
+    .executeTakeFirstOrThrow();
+  if (parent.parent_organization_id)
+    throw serviceError(
+      "NESTED_SUB_ORGANIZATION",
+      `organization ${ctx.organizationId} is itself a sub-organization, and sub-organizations cannot have their own`,
+    );
+  const version = versionOf(type);
+  const name = (version === 1 ? p.name : p.subOrganizationName)?.trim() ?? "";
+  if (!name) throw serviceError("REQUEST_INVALID", `${version === 1 ? "name" : "subOrganizationName"} must not be empty`);
+  if (name.length > 256) throw serviceError("REQUEST_INVALID", "the sub-organization's name must be at most 256 characters");
+  const rootUsers: NewUserParams[] =
+    version === 1
+      ? [{ userName: p.rootAuthenticator?.authenticatorName ?? "root", authenticators: p.rootAuthenticator ? [p.rootAuthenticator] : [] }]
+      : (p.rootUsers ?? []);
+  const threshold = version === 1 ? 1 : (p.rootQuorumThreshold ?? 0);
+  if (rootUsers.length === 0) throw serviceError("REQUEST_INVALID", "rootUsers must list at least one user");
+  requireAtMost(rootUsers, "rootUsers");
+  if (!Number.isInteger(threshold) || threshold < 1 || threshold > rootUsers.length) {
+    throw serviceError(
+      "ROOT_QUORUM_THRESHOLD_INVALID",
+      `rootQuorumThreshold must be between 1 and the number of root users (${rootUsers.length}), got ${threshold}`,
+    );
+  }
+  rootUsers.forEach((user, i) => requireLoginMethod(user, p, `rootUsers[${i}]`));
+
+  const subOrganizationId = newId();
+  await ctx.trx
+    .insertInto("organizations")
+    .values({
+      id: subOrganizationId,
+      name,
+      parent_organization_id: ctx.organizationId,
+      root_quorum_threshold: threshold,
+      created_at: ctx.now,
+      updated_at: ctx.now,
+    })
+    .execute();
+  // Everything below is created in the sub-organization, within this one activity.
+  const inSub: ActivityContext = { ...ctx, organizationId: subOrganizationId };
+  const rootUserIds: string[] = [];
+  for (const [i, user] of rootUsers.entries()) {
+    // The parent's backend vouches for the identities it links to the users it signs up.
+    const userId = await createUser(inSub, user, `rootUsers[${i}]`, "by-parent");
+    await ctx.trx.insertInto("root_quorum_members").values({ organization_id: subOrganizationId, user_id: userId }).execute();
+    rootUserIds.push(userId);
+  }
+  await setFeatures(ctx.trx, subOrganizationId, loginFeatures(p), ctx.now);
+  // A verification token (verify_otp, in this parent) proves a root user's email or phone number.
+  if (p.verificationToken !== undefined) {
+    const claims = await spendVerificationToken(ctx, p.verificationToken);
+    // A token bound to a key (verify_otp V2) signs up only with that key's signature (V8's
+    // clientSignature), so a captured token alone cannot create an account for its contact.
+    const byEmail = claims.verification_type === "OTP_TYPE_EMAIL";
+    const index = rootUsers.findIndex((u) =>
+      byEmail ? foldEmail(u.userEmail ?? "") === foldEmail(claims.contact) : u.userPhoneNumber === claims.contact,
+    );
+    if (index < 0)
+      throw serviceError(
+        "VERIFICATION_TOKEN_CONTACT_MISMATCH",
+        `the verification token proves ${claims.contact}, which is no root user's ${byEmail ? "email" : "phone number"}`,
+      );
+    const user = rootUsers[index]!;
+    const credentials = {
+      apiKeys: (user.apiKeys ?? []).map((k) => k.publicKey.toLowerCase()),
+      authenticators: (user.authenticators ?? []).map((a) =>
+        "credentialId" in a.attestation ? a.attestation.credentialId : a.attestation.id,
+      ),
+      oauthProviders: (user.oauthProviders ?? []).map((o) => o.oidcToken ?? ""),
+    };
+    checkClientSignature(p.clientSignature, claims, { type: "USAGE_TYPE_SIGNUP", credentials }, false);
+    await ctx.trx
+      .updateTable("users")
+      .set(byEmail ? { email_verified_at: ctx.now } : { phone_verified_at: ctx.now })
+      .where("id", "=", rootUserIds[index]!)
+      .execute();
+  }
+  // A root user known by an email or phone number alone can log in by a one-time password the parent
+  // starts (when that login is enabled here); otherwise enough root users must hold a credential.
+  await assertRootQuorumReachable(ctx.trx, subOrganizationId);
+
+  if (version === 3) {
+    const privateKeys = await createPrivateKeys(inSub, p.privateKeys ?? []);
+    return { subOrganizationId, privateKeys, rootUserIds };
+  }
+  const wallet = version >= 4 && p.wallet ? await createWallet(inSub, p.wallet, "wallet.") : undefined;
+  return { subOrganizationId, ...(wallet ? { wallet } : {}), rootUserIds };
+}
+
+/** Deletes a sub-organization's users, credentials, keys, policies and features; its row and its
+ * audit log stay, marked deleted. */
+async function deleteSubOrganization(ctx: ActivityContext, deleteWithoutExport: boolean) {
+  const organization = await ctx.trx
+    .selectFrom("organizations")
+    .select(["parent_organization_id"])
+    .where("id", "=", ctx.organizationId)
+    .executeTakeFirstOrThrow();
+  if (!organization.parent_organization_id)
+    throw serviceError(
+      "NOT_A_SUB_ORGANIZATION",
+      `organization ${ctx.organizationId} is not a sub-organization; only sub-organizations can be deleted`,
+    );
+  if (!deleteWithoutExport) {
+    const wallet = await ctx.trx
+      .selectFrom("wallets")
+      .select("id")
+      .where("organization_id", "=", ctx.organizationId)
+      .where("exported", "=", 0)
+      .executeTakeFirst();
+    if (wallet)
+      throw serviceError(
+        "WALLET_NOT_EXPORTED",
+        `wallet ${wallet.id} was never exported: export it first, or set deleteWithoutExport to delete it with the sub-organization`,
+      );
+    const key = await ctx.trx
+      .selectFrom("private_keys")
+      .select("id")
+      .where("organization_id", "=", ctx.organizationId)
+      .where("exported", "=", 0)
+      .executeTakeFirst();
+    if (key)
+      throw serviceError(
+        "PRIVATE_KEY_NOT_EXPORTED",
+        `private key ${key.id} was never exported: export it first, or set deleteWithoutExport to delete it with the sub-organization`,
+      );
+  }
+  const id = ctx.organizationId;
+  const trx = ctx.trx;
+  await trx
+    .deleteFrom("private_key_tag_members")
+    .where("private_key_id", "in", trx.selectFrom("private_keys").select("id").where("organization_id", "=", id))
+    .execute();
+  await trx.deleteFrom("private_key_addresses").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("private_keys").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("wallet_accounts").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("wallets").where("organization_id", "=", id).execute();
+  await trx
+    .deleteFrom("user_tag_members")
+    .where("tag_id", "in", trx.selectFrom("tags").select("id").where("organization_id", "=", id))
+    .execute();
+  await trx.deleteFrom("tags").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("policies").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("organization_features").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("import_targets").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("otps").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("verification_tokens").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("outbound_messages").where("organization_id", "=", id).where("status", "in", ["pending", "outbox"]).execute();
+  await trx
+    .deleteFrom("webhook_subscriptions")
+    .where("endpoint_id", "in", trx.selectFrom("webhook_endpoints").select("id").where("organization_id", "=", id))
+    .execute();
+  await trx.deleteFrom("webhook_endpoints").where("organization_id", "=", id).execute();
+  await trx
+    .updateTable("webhook_deliveries")
+    .set({ status: "cancelled", last_error: "the sub-organization was deleted", updated_at: ctx.now })
+    .where("organization_id", "=", id)
+    .where("status", "=", "pending")
+    .execute();
+  await trx.deleteFrom("root_quorum_members").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("api_keys").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("authenticators").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("oauth_providers").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("users").where("organization_id", "=", id).execute();
+  await trx.updateTable("organizations").set({ deleted_at: ctx.now, updated_at: ctx.now }).where("id", "=", id).execute();
+  return { subOrganizationUuid: id };
+}
+
+type FilterType = "CREDENTIAL_ID" | "NAME" | "USERNAME" | "EMAIL" | "PHONE_NUMBER" | "OIDC_TOKEN" | "WALLET_ACCOUNT_ADDRESS" | "PUBLIC_KEY";
+const FILTERS: FilterType[] = [
+  "CREDENTIAL_ID",
+  "NAME",
+  "USERNAME",
+  "EMAIL",
+  "PHONE_NUMBER",
+  "OIDC_TOKEN",
+  "WALLET_ACCOUNT_ADDRESS",
+  "PUBLIC_KEY",
+];
+const VERIFIED_FILTERS: FilterType[] = ["EMAIL", "PHONE_NUMBER"];
+
+interface ListSubOrganizationsBody {
+  organizationId: string;
+  filterType?: string;
+  filterValue?: string;
+  paginationOptions?: Pagination;
+}
+
+/** The identity an OIDC token names, read without checking its signature: a parent may list every
+ * sub-organization anyway, so the token here only narrows the list, it proves nothing. */
+function oidcIdentityOf(token: string): { iss: string; sub: string; aud: string } {
+  try {
+    const claims = decodeJwt(token);
+    const aud = Array.isArray(claims.aud) ? claims.aud[0] : claims.aud;
+    if (claims.iss && claims.sub && aud) return { iss: claims.iss, sub: claims.sub, aud };
+  } catch {
+    // refused below
+  }
+  throw serviceError("INVALID_OIDC_TOKEN", "filterValue must be an OIDC token (a JWT with iss, sub and aud) for filterType OIDC_TOKEN");
+}
+
+async function listSubOrganizations(db: Db, body: ListSubOrganizationsBody, allowed: FilterType[], verifiedOnly: boolean) {
+  const filterType = body.filterType || undefined;
+  const value = (body.filterValue ?? "").trim();
+  if (filterType !== undefined && !allowed.includes(filterType as FilterType)) {
+    throw serviceError("FILTER_TYPE_INVALID", `filterType must be one of ${allowed.join(", ")}, got "${filterType}"`);
+  }
+  if (filterType && !value) throw serviceError("REQUEST_INVALID", `filterValue is needed with filterType ${filterType}`);
+  if (verifiedOnly && !filterType)
+    throw serviceError(
+      "REQUEST_INVALID",
+      `filterType (${allowed.join(" or ")}) and filterValue are needed: verified sub-organizations are found by a verified contact`,
+    );
+  let query = db
+    .selectFrom("organizations as o")
+    .select(["o.id", "o.created_at"])
+    .where("o.parent_organization_id", "=", body.organizationId)
+    .where("o.deleted_at", "is", null);
+  // Filters look for a match inside each candidate sub-organization (correlated subqueries).
+  const outerOrganization = sql.ref<string>("o.id");
+  const users = () => db.selectFrom("users as u").select("u.id").where("u.organization_id", "=", outerOrganization);
+  switch (filterType as FilterType | undefined) {
+    case "NAME":
+      query = query.where("o.name", "=", value);
+      break;
+    case "USERNAME":
+      query = query.where(({ exists }) => exists(users().where("u.name", "=", value)));
+      break;
+    case "EMAIL":
+      query = query.where(({ exists }) =>
+        exists(
+          (verifiedOnly ? users().where("u.email_verified_at", "is not", null) : users()).where(
+            sql`lower(u.email)`,
+            "=",
+            value.toLowerCase(),
+          ),
+        ),
+      );
+      break;
+    case "PHONE_NUMBER":
+      query = query.where(({ exists }) =>
+        exists((verifiedOnly ? users().where("u.phone_verified_at", "is not", null) : users()).where("u.phone_number", "=", value)),
+      );
+      break;
+    case "CREDENTIAL_ID":
+      query = query.where(({ exists }) =>
+        exists(
+          db
+            .selectFrom("authenticators as a")
+            .select("a.id")
+            .where("a.organization_id", "=", outerOrganization)
+            .where("a.credential_id", "=", value),
+        ),
+      );
+      break;
+    case "PUBLIC_KEY":
+      query = query.where(({ exists, or }) =>
+        or([
+          exists(
+            db
+              .selectFrom("api_keys as k")
+              .select("k.id")
+              .where("k.organization_id", "=", outerOrganization)
+              .where("k.public_key", "=", value.toLowerCase()),
+          ),
+          exists(
+            db
+              .selectFrom("authenticators as a")
+              .select("a.id")
+              .where("a.organization_id", "=", outerOrganization)
+              .where("a.public_key", "=", value),
+          ),
+          exists(
+            db
+              .selectFrom("wallet_accounts as w")
+              .select("w.id")
+              .where("w.organization_id", "=", outerOrganization)
+              .where("w.public_key", "=", value.toLowerCase()),
+          ),
+        ]),
+      );
+      break;
+    case "WALLET_ACCOUNT_ADDRESS":
+      query = query.where(({ exists }) =>
+        exists(
+          db
+            .selectFrom("wallet_accounts as w")
+            .select("w.id")
+            .where("w.organization_id", "=", outerOrganization)
+            .where("w.address", "=", value),
+        ),
+      );
+      break;
+    case "OIDC_TOKEN": {
+      const identity = oidcIdentityOf(value);
+      query = query.where(({ exists }) =>
+        exists(
+          db
+            .selectFrom("oauth_providers as p")
+            .select("p.id")
+            .where("p.organization_id", "=", outerOrganization)
+            .where("p.issuer", "=", identity.iss)
+            .where("p.subject", "=", identity.sub)
+            .where("p.audience", "=", identity.aud),
+        ),
+      );
+      break;
+    }
+    case undefined:
+      break;
+  }
+  const rows = await readPage(db, query, body.paginationOptions, {
+    newestFirst: false,
+    table: "organizations",
+    scope: "parent_organization_id",
+    owner: body.organizationId,
+    cursorIs: `a sub-organization of ${body.organizationId}`,
+  });
+  return { organizationIds: rows.map((r) => r.id) };
+}
+
+export const subOrganizationOperations = [
+  defineActivity<CreateSubOrganizationParams>({
+    name: "create_sub_organization",
+    summary:
+      "Create a sub-organization with its root users (API keys, passkeys, OAuth identities), root quorum and, optionally, a wallet or private keys.",
+    resource: "ORGANIZATION",
+    action: "CREATE",
+    // A verification token is spendable by whoever reads it: never kept (the request then cannot
+    // wait for approvals).
+    secretParameters: ["verificationToken"],
+    precheck: (p, env) =>
+      warmOidcKeys(
+        (p.rootUsers ?? []).flatMap((u) => u.oauthProviders ?? []),
+        env,
+      ),
+    intentOf: (p) => ({
+      ...p,
+      ...(p.rootUsers
+        ? {
+            rootUsers: p.rootUsers.map((u) =>
+              u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u,
+            ),
+          }
+        : {}),
+    }),
+    execute: (ctx, p, type) => createSubOrganization(ctx, p, type),
+  }),
+
+  defineActivity<{ deleteWithoutExport?: boolean }>({
+    name: "delete_sub_organization",
+    summary:
+      "Delete the sub-organization the request names (its root quorum only); refused while it holds wallets or keys never exported, unless deleteWithoutExport.",
+    resource: "ORGANIZATION",
+    action: "DELETE",
+    rootOnly: true,
+    policyParameters: (p) => ({ delete_without_export: p.deleteWithoutExport === true }),
+    execute: (ctx, p) => deleteSubOrganization(ctx, p.deleteWithoutExport === true),
+  }),
+
+  defineQuery<ListSubOrganizationsBody>({
+    name: "list_suborgs",
+    summary:
+      "The organization's sub-organizations, optionally those matching a name, user name, email, phone number, OIDC identity, passkey, public key or wallet address.",
+    run: (ctx, body) => listSubOrganizations(ctx.db, { ...body, organizationId: ctx.organizationId }, FILTERS, false),
+  }),
+
+  defineQuery<ListSubOrganizationsBody>({
+    name: "list_verified_suborgs",
+    summary: "The sub-organizations with a user whose email or phone number (the filter) was verified by a one-time password.",
+    run: (ctx, body) => listSubOrganizations(ctx.db, { ...body, organizationId: ctx.organizationId }, VERIFIED_FILTERS, true),
+  }),
+];

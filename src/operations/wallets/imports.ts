@@ -1,0 +1,225 @@
+// Import: a mnemonic or a private key enters the service only encrypted (HPKE) to a one-use target
+// key that init_import_wallet / init_import_private_key made for the requesting user and handed out
+// in a signed bundle (the format @turnkey/crypto's encryptWalletToBundle / encryptPrivateKeyToBundle
+// read). import_wallet / import_private_key open the client's encryptedBundle with that key, check
+// the secret (BIP-39 checksum; a valid scalar for the curve), store it sealed, and discard the
+// target. An import always targets the requesting user (the product's rule).
+import { p256 } from "@noble/curves/nist.js";
+import { serviceError } from "../../errors.js";
+import { HpkeError, openWith, type Sealed } from "../../crypto/hpke.js";
+import { detectMnemonicLanguage, keyPairFromPrivateKey, DerivationError, type Curve } from "../../crypto/hd.js";
+import { defineActivity, type ActivityContext } from "../../registry/registry.js";
+import { newId } from "../resources.js";
+import type { Tx } from "../../store/database.js";
+import { signedBundle } from "./exports.js";
+import { createWallet, type WalletAccountParams } from "./wallets.js";
+import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
+
+type TargetKind = "wallet" | "private_key";
+
+const identity = (row: { id: string; organization_id: string }) => ({
+  organizationId: row.organization_id,
+  kind: "import_target",
+  resourceId: row.id,
+});
+
+function requireOwnUser(ctx: ActivityContext, userId: string): void {
+  if (userId !== ctx.principal.userId) {
+    throw serviceError("IMPORT_USER_MISMATCH", `an import must target the requesting user (${ctx.principal.userId}), not ${userId}`);
+  }
+}
+
+/** The requester's target of `kind` is used up by a failed import too (one attempt per target). */
+async function discardTarget(ctx: ActivityContext, userId: string, kind: TargetKind): Promise<void> {
+  if (userId !== ctx.principal.userId) return;
+  await ctx.trx
+    .deleteFrom("import_targets")
+    .where("organization_id", "=", ctx.organizationId)
+    .where("user_id", "=", userId)
+    .where("kind", "=", kind)
+    .execute();
+}
+
+/** Expired targets serve nobody: each init clears them away (the server does at start too). */
+export async function purgeExpiredImportTargets(trx: Tx, now: number): Promise<void> {
+  await trx.deleteFrom("import_targets").where("expires_at", "<=", now).execute();
+}
+
+/** A fresh target key for the user; earlier unused ones of the same kind stop working. */
+async function initImport(ctx: ActivityContext, userId: string, kind: TargetKind): Promise<string> {
+  requireOwnUser(ctx, userId);
+  await purgeExpiredImportTargets(ctx.trx, ctx.now);
+  const secret = p256.utils.randomSecretKey();
+  const publicKey = Buffer.from(p256.getPublicKey(secret, false)).toString("hex");
+  const id = newId();
+  await ctx.trx
+    .deleteFrom("import_targets")
+    .where("organization_id", "=", ctx.organizationId)
+    .where("user_id", "=", userId)
+    .where("kind", "=", kind)
+    .execute();
+  await ctx.trx
+    .insertInto("import_targets")
+    .values({
+      id,
+      organization_id: ctx.organizationId,
+      user_id: userId,
+      kind,
+      public_key: publicKey,
+      sealed_private_key: ctx.env.keyring.seal(secret, identity({ id, organization_id: ctx.organizationId })),
+      expires_at: ctx.now + ctx.env.importTargetTtlMs,
+      created_at: ctx.now,
+    })
+    .execute();
+  secret.fill(0);
+  return signedBundle(ctx.env.bundles, { organizationId: ctx.organizationId, userId, targetPublic: publicKey });
+}
+
+function parseEncryptedBundle(raw: string): Sealed {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    throw serviceError(
+      "INVALID_IMPORT_BUNDLE",
+      "encryptedBundle must be the JSON {encappedPublic, ciphertext} that encryptWalletToBundle / encryptPrivateKeyToBundle return",
+    );
+  }
+  const { encappedPublic, ciphertext } = (parsed ?? {}) as Record<string, unknown>;
+  if (typeof encappedPublic !== "string" || typeof ciphertext !== "string")
+    throw serviceError("INVALID_IMPORT_BUNDLE", "encryptedBundle lacks encappedPublic or ciphertext");
+  return { encappedPublic, ciphertext };
+}
+
+/** Opens the client's bundle with the user's live target key, and discards the key (one use). */
+async function openImport(ctx: ActivityContext, userId: string, kind: TargetKind, encryptedBundle: string): Promise<Buffer> {
+  const trx = ctx.trx;
+  requireOwnUser(ctx, userId);
+  const sealed = parseEncryptedBundle(encryptedBundle);
+  const target = await trx
+    .selectFrom("import_targets")
+    .selectAll()
+    .where("organization_id", "=", ctx.organizationId)
+    .where("user_id", "=", userId)
+    .where("kind", "=", kind)
+    .executeTakeFirst();
+  const init = kind === "wallet" ? "init_import_wallet" : "init_import_private_key";
+  if (!target)
+    throw serviceError("IMPORT_TARGET_NOT_FOUND", `no import target for user ${userId}: call ${init} first (a target serves one import)`);
+  if (target.expires_at <= ctx.now)
+    throw serviceError(
+      "IMPORT_TARGET_EXPIRED",
+      `the import target from ${init} expired at ${new Date(target.expires_at).toISOString()}: call ${init} again`,
+    );
+  const secret = ctx.env.keyring.open(target.sealed_private_key, identity(target));
+  try {
+    const plaintext = await openWith(secret, Buffer.from(target.public_key, "hex"), sealed);
+    await trx.deleteFrom("import_targets").where("id", "=", target.id).execute();
+    return Buffer.from(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength);
+  } catch (error) {
+    if (error instanceof HpkeError) throw serviceError("INVALID_IMPORT_BUNDLE", `encryptedBundle: ${error.message}`);
+    throw error;
+  } finally {
+    secret.fill(0);
+  }
+}
+
+/** The mnemonic of an import bundle: BIP-39 valid in one of the word lists, no passphrase. */
+function importedMnemonic(plaintext: Buffer) {
+  const text = plaintext.toString("utf8");
+  plaintext.fill(0);
+  if (text.includes("\n--PASS--\n"))
+    throw serviceError(
+      "MNEMONIC_PASSPHRASE_UNSUPPORTED",
+      "mnemonics with a BIP-39 passphrase cannot be imported yet: import the mnemonic alone",
+    );
+  const mnemonic = text.trim().normalize("NFKD").split(/\s+/u).join(" ");
+  const language = detectMnemonicLanguage(mnemonic);
+  // The message names no word: the mnemonic is the secret.
+  if (!language)
+    throw serviceError(
+      "INVALID_MNEMONIC",
+      "the imported mnemonic is not a valid BIP-39 phrase (a word outside the word lists, or a failed checksum)",
+    );
+  return { mnemonic, language };
+}
+
+export const importOperations = [
+  defineActivity<{ userId: string }>({
+    name: "init_import_wallet",
+    summary: "Start a wallet import: a one-use target key for the requesting user, in a signed importBundle.",
+    resource: "WALLET",
+    action: "IMPORT",
+    async execute(ctx, p) {
+      return { importBundle: await initImport(ctx, p.userId, "wallet") };
+    },
+  }),
+
+  defineActivity<{ userId: string; walletName: string; encryptedBundle: string; accounts: WalletAccountParams[] }>({
+    name: "import_wallet",
+    summary: "Import a mnemonic encrypted to the target from init_import_wallet; derive the requested accounts.",
+    resource: "WALLET",
+    action: "IMPORT",
+    // The bundle is not kept in the audit log, so the activity cannot wait for approvals.
+    secretParameters: ["encryptedBundle"],
+    afterFailure: (ctx, p) => discardTarget(ctx, p.userId, "wallet"),
+    async execute(ctx, p) {
+      const { mnemonic, language } = importedMnemonic(await openImport(ctx, p.userId, "wallet", p.encryptedBundle));
+      // The same mnemonic imported twice makes two wallets over the same keys (as in the product,
+      // which says nothing against it): mnemonics are sealed with random nonces and not compared.
+      return createWallet(ctx, { walletName: p.walletName, accounts: p.accounts ?? [] }, "", { mnemonic, language });
+    },
+  }),
+
+  defineActivity<{ userId: string }>({
+    name: "init_import_private_key",
+    summary: "Start a private key import: a one-use target key for the requesting user, in a signed importBundle.",
+    resource: "PRIVATE_KEY",
+    action: "IMPORT",
+    async execute(ctx, p) {
+      return { importBundle: await initImport(ctx, p.userId, "private_key") };
+    },
+  }),
+
+  defineActivity<{ userId: string; privateKeyName: string; encryptedBundle: string; curve: Curve; addressFormats: string[] }>({
+    name: "import_private_key",
+    summary: "Import a private key encrypted to the target from init_import_private_key.",
+    resource: "PRIVATE_KEY",
+    action: "IMPORT",
+    secretParameters: ["encryptedBundle"],
+    afterFailure: (ctx, p) => discardTarget(ctx, p.userId, "private_key"),
+    async execute(ctx, p) {
+      const plaintext = await openImport(ctx, p.userId, "private_key", p.encryptedBundle);
+      let pair;
+      try {
+        pair = keyPairFromPrivateKey(p.curve, plaintext);
+      } catch (error) {
+        if (error instanceof DerivationError) throw serviceError("INVALID_PRIVATE_KEY", `the imported key: ${error.message}`);
+        throw error;
+      } finally {
+        plaintext.fill(0);
+      }
+      const taken = await ctx.trx
+        .selectFrom("private_keys")
+        .select("id")
+        .where("organization_id", "=", ctx.organizationId)
+        .where("curve", "=", p.curve)
+        .where("public_key", "=", Buffer.from(pair.publicKey).toString("hex"))
+        .executeTakeFirst();
+      if (taken) throw serviceError("PRIVATE_KEY_ALREADY_EXISTS", `this key is already private key ${taken.id} of the organization`);
+      const [created] = await createPrivateKeys(
+        ctx,
+        [
+          {
+            privateKeyName: p.privateKeyName,
+            curve: p.curve,
+            privateKeyTags: [],
+            addressFormats: (p.addressFormats ?? []) as PrivateKeyParams["addressFormats"],
+          },
+        ],
+        pair,
+      );
+      return { privateKeyId: created!.privateKeyId, addresses: created!.addresses };
+    },
+  }),
+];

@@ -1,0 +1,104 @@
+// Condition keywords for parsed transactions and typed data, with the shapes the product's policy
+// docs give them (features/policies/language.mdx). Declaring them here lets policies written for
+// the product be stored and checked today; the signing operations supply their values through
+// their `policyContext` (an activity without one reads them as "not available": OUTCOME_ERROR).
+import { defineKeyword } from "../../policy/keywords.js";
+import { T } from "../../policy/types.js";
+
+const ADDRESS_TABLE_LOOKUP = T.struct("AddressTableLookup", {
+  address_table_key: T.string,
+  writable_indexes: T.list(T.int),
+  readonly_indexes: T.list(T.int),
+});
+
+defineKeyword({
+  path: "eth.tx",
+  fields: ["condition"],
+  description: "The Ethereum transaction being signed, parsed.",
+  type: T.struct("EthereumTransaction", {
+    from: T.string,
+    to: T.string,
+    data: T.string,
+    value: T.int,
+    gas: T.int,
+    gas_price: T.int,
+    chain_id: T.int,
+    nonce: T.int,
+    max_fee_per_gas: T.int,
+    max_priority_fee_per_gas: T.int,
+    max_fee_per_blob_gas: T.int,
+    type: T.string,
+    function_name: T.string,
+    function_signature: T.string,
+    // Decoded arguments are whatever the contract's ABI says: checked when the policy runs.
+    contract_call_args: T.map(T.dynamic),
+  }),
+});
+
+defineKeyword({
+  path: "eth.eip_712",
+  fields: ["condition"],
+  description: "EIP-712 typed data being signed.",
+  type: T.struct("Eip712TypedData", {
+    primary_type: T.string,
+    domain: T.struct("Eip712Domain", { name: T.string, version: T.string, chain_id: T.uint, verifying_contract: T.string }),
+    message: T.map(T.dynamic),
+  }),
+});
+
+defineKeyword({
+  path: "eth.eip_7702_authorization",
+  fields: ["condition"],
+  description: "An EIP-7702 authorization being signed.",
+  type: T.struct("Eip7702Authorization", { address: T.string, chain_id: T.int, nonce: T.int }),
+});
+
+defineKeyword({
+  path: "solana.tx",
+  fields: ["condition"],
+  description: "The Solana transaction being signed, parsed.",
+  type: T.struct("SolanaTransaction", {
+    account_keys: T.list(T.string),
+    program_keys: T.list(T.string),
+    instructions: T.list(
+      T.struct("Instruction", {
+        program_key: T.string,
+        accounts: T.list(T.struct("Account", { account_key: T.string, signer: T.bool, writable: T.bool })),
+        instruction_data_hex: T.string,
+        address_table_lookups: T.list(ADDRESS_TABLE_LOOKUP),
+        parsed_instruction_data: T.struct("SolanaParsedInstructionData", {
+          instruction_name: T.string,
+          discriminator: T.string,
+          named_account: T.map(T.string),
+          program_call_args: T.map(T.dynamic),
+        }),
+      }),
+    ),
+    transfers: T.list(T.struct("Transfer", { from: T.string, to: T.string, amount: T.int })),
+    recent_blockhash: T.string,
+    spl_transfers: T.list(
+      T.struct("SPLTransfer", {
+        from: T.string,
+        to: T.string,
+        amount: T.int,
+        owner: T.string,
+        signers: T.list(T.string),
+        token_mint: T.string,
+      }),
+    ),
+    address_table_lookups: T.list(ADDRESS_TABLE_LOOKUP),
+  }),
+});
+
+defineKeyword({
+  path: "bitcoin.tx",
+  fields: ["condition"],
+  description: "The Bitcoin transaction being signed, read from its PSBT; amounts in satoshis.",
+  type: T.struct("BitcoinTransaction", {
+    version: T.string,
+    inputs: T.list(T.struct("BitcoinTxInput", { tx_id: T.string, vout: T.int, sequence: T.int })),
+    outputs: T.list(T.struct("BitcoinTxOutput", { value: T.int, script_pubkey: T.string, address: T.string, address_type: T.string })),
+    locktime: T.struct("BitcoinTxLocktime", { amount: T.int, type: T.string }),
+    fee: T.int,
+  }),
+});

@@ -1,0 +1,260 @@
+// Webhooks, the part that lives with the activities: endpoints and their subscriptions, and the outbox
+// rows an activity writes in its own transaction (one per destination that should hear of it). Where a
+// URL may point is services/webhook-destinations.ts; sending is the dispatcher's job
+// (services/webhook-dispatcher.ts).
+import { sql } from "kysely";
+import { serviceError } from "../../errors.js";
+import type { Db, Tx } from "../../store/database.js";
+import type { ActivitiesTable, WebhookEndpointsTable } from "../../store/schema.js";
+import { defineActivity, defineQuery } from "../../registry/registry.js";
+import { newId, requireAtMost } from "../resources.js";
+import { requireName } from "../identity/credentials.js";
+import { checkDestination, redactedUrl, webhookUrl } from "../../services/webhook-destinations.js";
+
+export const ACTIVITY_UPDATES = "ACTIVITY_UPDATES";
+const WEBHOOK_FEATURE = "FEATURE_NAME_WEBHOOK";
+
+interface SubscriptionParams {
+  eventType: string;
+  filtersJson?: string;
+  isActive?: boolean;
+}
+
+function checkedSubscriptions(subscriptions: SubscriptionParams[] | undefined): SubscriptionParams[] {
+  if (!subscriptions?.length)
+    throw serviceError("WEBHOOK_SUBSCRIPTIONS_MISSING", `subscriptions must list at least one event type (${ACTIVITY_UPDATES})`);
+  requireAtMost(subscriptions, "subscriptions");
+  const seen = new Set<string>();
+  for (const [i, s] of subscriptions.entries()) {
+    if (s.eventType !== ACTIVITY_UPDATES)
+      throw serviceError(
+        "WEBHOOK_EVENT_TYPE_UNSUPPORTED",
+        `subscriptions[${i}].eventType: only ${ACTIVITY_UPDATES} is delivered by this server, got "${s.eventType}"`,
+      );
+    if (seen.has(s.eventType)) throw serviceError("REQUEST_INVALID", `subscriptions[${i}]: ${s.eventType} is listed twice`);
+    seen.add(s.eventType);
+    if (s.filtersJson) {
+      try {
+        JSON.parse(s.filtersJson);
+      } catch {
+        throw serviceError("REQUEST_INVALID", `subscriptions[${i}].filtersJson is not JSON`);
+      }
+    }
+  }
+  return subscriptions;
+}
+
+async function renderEndpoint(db: Db | Tx, row: WebhookEndpointsTable) {
+  const subscriptions = await db
+    .selectFrom("webhook_subscriptions")
+    .selectAll()
+    .where("endpoint_id", "=", row.id)
+    .orderBy("event_type")
+    .execute();
+  return {
+    endpointId: row.id,
+    organizationId: row.organization_id,
+    url: row.url,
+    name: row.name,
+    isActive: row.is_active === 1,
+    subscriptions: subscriptions.map((s) => ({ eventType: s.event_type, filtersJson: s.filters_json, isActive: s.is_active === 1 })),
+  };
+}
+
+async function requireEndpoint(db: Db | Tx, organizationId: string, endpointId: string): Promise<WebhookEndpointsTable> {
+  const row = await db
+    .selectFrom("webhook_endpoints")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .where("id", "=", endpointId)
+    .executeTakeFirst();
+  if (!row) throw serviceError("WEBHOOK_ENDPOINT_NOT_FOUND", `webhook endpoint ${endpointId} not found in this organization`);
+  return row;
+}
+
+/**
+ * Writes, in the activity's transaction, one outbox row per destination that should hear of the
+ * activity as it now stands: active endpoints subscribed to ACTIVITY_UPDATES, and the
+ * FEATURE_NAME_WEBHOOK URL, of its organization and of that organization's parent. Returns how many.
+ */
+export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, render: () => unknown, now: number): Promise<number> {
+  const organizationId = activity.organization_id;
+  const parent = trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId);
+  const owners = (column: "e.organization_id" | "f.organization_id") => (eb: any) =>
+    eb.or([eb(column, "=", organizationId), eb(column, "in", parent)]);
+  const destinations = await trx
+    .selectFrom("webhook_endpoints as e")
+    .innerJoin("webhook_subscriptions as s", "s.endpoint_id", "e.id")
+    .select([(eb) => eb.ref("e.id").$castTo<string | null>().as("endpointId"), "e.organization_id as organizationId", "e.url as url"])
+    .where("e.is_active", "=", 1)
+    .where("s.is_active", "=", 1)
+    .where("s.event_type", "=", ACTIVITY_UPDATES)
+    .where(owners("e.organization_id"))
+    .unionAll(
+      trx
+        .selectFrom("organization_features as f")
+        .select([sql<string | null>`cast(null as text)`.as("endpointId"), "f.organization_id as organizationId", "f.value as url"])
+        .where("f.name", "=", WEBHOOK_FEATURE)
+        .where(owners("f.organization_id")),
+    )
+    .execute();
+  if (destinations.length === 0) return 0;
+  // Rendered only when someone listens: most activities of most organizations have no destination.
+  const text = JSON.stringify(render());
+  await trx
+    .insertInto("webhook_deliveries")
+    .values(
+      destinations.map((d) => ({
+        id: newId(),
+        organization_id: d.organizationId,
+        event_organization_id: organizationId,
+        activity_id: activity.id,
+        destination: d.endpointId ?? `feature:${d.organizationId}`,
+        endpoint_id: d.endpointId,
+        url: d.url,
+        event_type: ACTIVITY_UPDATES,
+        body: text,
+        status: "pending",
+        attempts: 0,
+        next_attempt_at: now,
+        lease_until: null,
+        last_status_code: null,
+        last_error: null,
+        created_at: now,
+        updated_at: now,
+        delivered_at: null,
+      })),
+    )
+    .execute();
+  return destinations.length;
+}
+
+export const webhookOperations = [
+  defineActivity<{ url: string; name: string; subscriptions?: SubscriptionParams[] }>({
+    name: "create_webhook_endpoint",
+    summary:
+      "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations) are delivered to its URL, signed.",
+    resource: "WEBHOOK_ENDPOINT",
+    action: "CREATE",
+    precheck: async (p, env) => void (await checkDestination(String(p.url ?? ""), env.webhooks, "url")),
+    async execute(ctx, p) {
+      const name = requireName(p.name, "name");
+      const subscriptions = checkedSubscriptions(p.subscriptions);
+      const url = webhookUrl(p.url, ctx.env.webhooks, "url");
+      const id = newId();
+      const row: WebhookEndpointsTable = {
+        id,
+        organization_id: ctx.organizationId,
+        name,
+        url,
+        is_active: 1,
+        created_at: ctx.now,
+        updated_at: ctx.now,
+      };
+      await ctx.trx.insertInto("webhook_endpoints").values(row).execute();
+      await ctx.trx
+        .insertInto("webhook_subscriptions")
+        .values(
+          subscriptions.map((s) => ({
+            endpoint_id: id,
+            event_type: s.eventType,
+            filters_json: s.filtersJson ?? "",
+            is_active: s.isActive === false ? 0 : 1,
+          })),
+        )
+        .execute();
+      return { endpointId: id, webhookEndpoint: await renderEndpoint(ctx.trx, row) };
+    },
+  }),
+
+  defineActivity<{ endpointId: string; url?: string; name?: string; isActive?: boolean }>({
+    name: "update_webhook_endpoint",
+    summary: "Change a webhook endpoint's URL or name, or pause (isActive: false) and resume its deliveries.",
+    resource: "WEBHOOK_ENDPOINT",
+    action: "UPDATE",
+    policyParameters: (p) => ({ endpoint_id: p.endpointId }),
+    precheck: async (p, env) => void (p.url !== undefined && (await checkDestination(p.url, env.webhooks, "url"))),
+    async execute(ctx, p) {
+      const row = await requireEndpoint(ctx.trx, ctx.organizationId, p.endpointId);
+      if (p.url !== undefined) row.url = webhookUrl(p.url, ctx.env.webhooks, "url");
+      if (p.name !== undefined) row.name = requireName(p.name, "name");
+      if (p.isActive !== undefined) row.is_active = p.isActive ? 1 : 0;
+      row.updated_at = ctx.now;
+      await ctx.trx
+        .updateTable("webhook_endpoints")
+        .set({ url: row.url, name: row.name, is_active: row.is_active, updated_at: row.updated_at })
+        .where("id", "=", row.id)
+        .execute();
+      return { endpointId: row.id, webhookEndpoint: await renderEndpoint(ctx.trx, row) };
+    },
+  }),
+
+  defineActivity<{ endpointId: string }>({
+    name: "delete_webhook_endpoint",
+    summary: "Delete a webhook endpoint and its subscriptions; deliveries not yet made to it are cancelled.",
+    resource: "WEBHOOK_ENDPOINT",
+    action: "DELETE",
+    policyParameters: (p) => ({ endpoint_id: p.endpointId }),
+    async execute(ctx, p) {
+      const row = await requireEndpoint(ctx.trx, ctx.organizationId, p.endpointId);
+      await ctx.trx.deleteFrom("webhook_subscriptions").where("endpoint_id", "=", row.id).execute();
+      await ctx.trx.deleteFrom("webhook_endpoints").where("id", "=", row.id).execute();
+      await ctx.trx
+        .updateTable("webhook_deliveries")
+        .set({ status: "cancelled", last_error: "the endpoint was deleted", updated_at: ctx.now })
+        .where("endpoint_id", "=", row.id)
+        .where("status", "=", "pending")
+        .execute();
+      return { endpointId: row.id };
+    },
+  }),
+
+  defineQuery<{ organizationId: string }>({
+    name: "list_webhook_endpoints",
+    summary: "The organization's webhook endpoints with their subscriptions.",
+    async run(ctx) {
+      const rows = await ctx.db
+        .selectFrom("webhook_endpoints")
+        .selectAll()
+        .where("organization_id", "=", ctx.organizationId)
+        .orderBy("created_at")
+        .execute();
+      return { webhookEndpoints: await Promise.all(rows.map((row) => renderEndpoint(ctx.db, row))) };
+    },
+  }),
+];
+
+/** A webhook delivery as the operator's log shows it (without the body). */
+export function renderDelivery(row: {
+  id: string;
+  organization_id: string;
+  event_organization_id: string;
+  activity_id: string;
+  url: string;
+  endpoint_id: string | null;
+  event_type: string;
+  status: string;
+  attempts: number;
+  next_attempt_at: number;
+  last_status_code: number | null;
+  last_error: string | null;
+  created_at: number;
+  delivered_at: number | null;
+}) {
+  return {
+    eventId: row.id,
+    organizationId: row.organization_id,
+    eventOrganizationId: row.event_organization_id,
+    activityId: row.activity_id,
+    endpointId: row.endpoint_id,
+    url: redactedUrl(row.url),
+    eventType: row.event_type,
+    status: row.status,
+    attempts: row.attempts,
+    ...(row.status === "pending" ? { nextAttemptAt: new Date(row.next_attempt_at).toISOString() } : {}),
+    lastStatusCode: row.last_status_code,
+    lastError: row.last_error,
+    createdAt: new Date(row.created_at).toISOString(),
+    deliveredAt: row.delivered_at === null ? null : new Date(row.delivered_at).toISOString(),
+  };
+}

@@ -1,0 +1,258 @@
+// Operations are data: each is declared once, and the router, request validation, policy metadata and
+// the docs table are derived from these declarations. Activity type versions, and the intent and
+// result key of each, come from the product's published API description (swagger-schemas.json).
+import swaggerSchemas from "./swagger-schemas.json" with { type: "json" };
+import type { Tx, Db, Dialect } from "../store/database.js";
+import type { ActivitiesTable } from "../store/schema.js";
+import type { Principal } from "../auth/authenticate.js";
+import type { WebauthnPolicy } from "../auth/webauthn.js";
+import type { SignatureThreads } from "../crypto/signature-threads.js";
+import type { DestinationPolicy } from "../services/webhook-destinations.js";
+import type { BundleSigner } from "../services/service-keys.js";
+import type { OtpSettings, SessionSettings } from "../services/login-settings.js";
+import type { OidcVerifier } from "../auth/oidc.js";
+import type { Keyring } from "../crypto/envelope.js";
+
+export interface SwaggerSchemas {
+  activityTypes: Record<string, { intentKey: string; resultKey: string | null; parameters: string }>;
+  submits: Record<string, { request: string; type: string | null }>;
+  queries: Record<string, { request: string }>;
+  /** Paths outside /public/v1/ (the product's own tooling), by name only. */
+  otherPaths: string[];
+  definitions: Record<string, object>;
+}
+
+export const swagger = swaggerSchemas as unknown as SwaggerSchemas;
+
+/** Where the spec (shared/spec/organization-api.md) names a key differently from the swagger, the
+ * spec's name is served first and the swagger's beside it. */
+const SPEC_KEYS: Record<string, { intentKey?: string; resultKey?: string }> = {
+  ACTIVITY_TYPE_CREATE_USERS_V3: { intentKey: "createUsersIntent", resultKey: "createUsersResult" },
+  ACTIVITY_TYPE_CREATE_AUTHENTICATORS_V2: { intentKey: "createAuthenticatorsIntent" },
+  ACTIVITY_TYPE_UPDATE_POLICY_V2: { intentKey: "updatePolicyIntentV2", resultKey: "updatePolicyResultV2" },
+  ACTIVITY_TYPE_INIT_OTP_AUTH_V2: { intentKey: "initOtpAuthIntentV2", resultKey: "initOtpAuthResultV2" },
+  ACTIVITY_TYPE_SIGN_TRANSACTION_V2: { intentKey: "signTransactionIntent", resultKey: "signTransactionResult" },
+  // The official clients read these results under the V2 key (the swagger names the V1 one).
+  ACTIVITY_TYPE_INIT_OTP_V3: { resultKey: "initOtpResultV2" },
+  ACTIVITY_TYPE_INIT_OTP_AUTH_V3: { resultKey: "initOtpAuthResultV2" },
+};
+
+export interface ActivityTypeKeys {
+  /** Keys the intent is served under: the spec's (if it names one) first, then the swagger's. */
+  intentKeys: string[];
+  resultKeys: string[];
+  /** swagger definition of the `parameters` object for this version */
+  parametersDefinition: string;
+}
+
+export function keysOf(type: string): ActivityTypeKeys {
+  const fromSwagger = swagger.activityTypes[type];
+  if (!fromSwagger) throw new Error(`unknown activity type ${type}`);
+  const spec = SPEC_KEYS[type] ?? {};
+  const unique = (...keys: Array<string | null | undefined>) => [...new Set(keys.filter((k): k is string => !!k))];
+  return {
+    intentKeys: unique(spec.intentKey, fromSwagger.intentKey),
+    resultKeys: unique(spec.resultKey, fromSwagger.resultKey),
+    parametersDefinition: fromSwagger.parameters,
+  };
+}
+
+/**
+ * The envelope of a submit request for one activity type version, as a JSON Schema: request
+ * validation compiles it, and GET /openapi.json publishes it. `reference` names the swagger definition
+ * of the parameters where the schema is used ("swagger#/definitions/X" for Ajv,
+ * "#/components/schemas/X" in the OpenAPI document).
+ */
+export function activityEnvelopeSchema(type: string, reference: (definition: string) => object) {
+  return {
+    type: "object",
+    properties: {
+      type: { const: type },
+      timestampMs: { type: "string" },
+      organizationId: { type: "string" },
+      parameters: reference(keysOf(type).parametersDefinition),
+      generateAppProofs: { type: "boolean" },
+    },
+    required: ["type", "timestampMs", "organizationId", "parameters"],
+    additionalProperties: false,
+  };
+}
+
+/** Every version of the activity type the swagger's request for `operation` names (X, X_V2, X_V3, …). */
+export function activityTypesFor(operation: string): string[] {
+  const latest = swagger.submits[operation]?.type;
+  if (!latest) throw new Error(`the swagger has no submit endpoint ${operation}`);
+  const base = latest.replace(/_V\d+$/, "");
+  const versions = Object.keys(swagger.activityTypes).filter((t) => t === base || new RegExp(`^${base}_V\\d+$`).test(t));
+  return versions.sort((a, b) => versionOf(a) - versionOf(b));
+}
+
+const versionOf = (type: string) => Number(/_V(\d+)$/.exec(type)?.[1] ?? 1);
+
+export interface OperationEnvironment {
+  webauthn: WebauthnPolicy;
+  /** Seals and opens the secrets operations store (mnemonics, private keys). */
+  keyring: Keyring;
+  /** Computes signatures off the event loop (crypto/signature-threads.ts). */
+  signatures: SignatureThreads;
+  /** Where webhook URLs may point besides public addresses. */
+  webhooks: DestinationPolicy;
+  /** Signs export (and import) bundles: the deployment's P-256 bundle signer. */
+  bundles: BundleSigner;
+  /** How long an import target stays usable (ms). */
+  importTargetTtlMs: number;
+  /** Session lengths and the key session JWTs are signed with. */
+  sessions: SessionSettings;
+  /** One-time passwords: how codes are hashed, how long they live, where messages can go. */
+  otp: OtpSettings;
+  /** Verifies OIDC identity tokens (oauth, oauth_login, OAuth providers). */
+  oidc: OidcVerifier;
+}
+
+export interface ActivityContext {
+  trx: Tx;
+  dialect: Dialect;
+  organizationId: string;
+  activityId: string;
+  principal: Principal;
+  /** Milliseconds since the epoch; one clock reading per activity. */
+  now: number;
+  env: OperationEnvironment;
+}
+
+export interface QueryContext {
+  db: Db;
+  organizationId: string;
+  principal: Principal;
+  now: number;
+  /** Runs reads that must agree with each other (one view of a whole organization) on one snapshot. */
+  readSnapshot<T>(work: (trx: Tx) => Promise<T>): Promise<T>;
+  /** Whether the caller may vote on this activity now (the activity's canApprove / canReject). */
+  votingRights(activity: ActivitiesTable): Promise<VotingRights>;
+}
+
+export interface VotingRights {
+  canApprove: boolean;
+  canReject: boolean;
+}
+
+/** `activity.resource` / `activity.action` of the policy language, with the values the product's
+ * policy docs list (tkhq/docs features/policies/language.mdx, "Activity resources and actions"). */
+export type PolicyResource =
+  | "AUTH"
+  | "AUTH_PROXY"
+  | "CONFIG"
+  | "CREDENTIAL"
+  | "FIAT_TRANSACTION"
+  | "INVITATION"
+  | "MFA_POLICY"
+  | "ON_RAMP_CREDENTIALS"
+  | "ORGANIZATION"
+  | "OTP"
+  | "PAYMENT_METHOD"
+  | "POLICY"
+  | "PRIVATE_KEY"
+  | "RECOVERY"
+  | "SESSION_PROFILE"
+  | "SMART_CONTRACT_INTERFACE"
+  | "SPONSORSHIP"
+  | "SUBSCRIPTION"
+  | "TVC_APP"
+  | "TVC_DEPLOYMENT"
+  | "TVC_OPERATOR"
+  | "TVC_QUORUM_KEY"
+  | "USER"
+  | "WALLET"
+  | "WEBHOOK_ENDPOINT";
+export type PolicyAction = "CREATE" | "UPDATE" | "DELETE" | "SIGN" | "EXPORT" | "IMPORT" | "VERIFY" | "ENCRYPT";
+
+/** `activity.kind`: the version-agnostic name of an activity type (ACTIVITY_TYPE_X_V2 -> X). */
+export const activityKind = (type: string) => type.replace(/^ACTIVITY_TYPE_/, "").replace(/_V\d+$/, "");
+
+export interface ActivityOperation<P = any> {
+  kind: "activity";
+  /** Path suffix: /public/v1/submit/<name> */
+  name: string;
+  summary: string;
+  /** Accepted activity types, oldest first. */
+  types: string[];
+  resource: PolicyResource;
+  action: PolicyAction;
+  /** Parameters that are secrets: never stored in the intent or echoed in a vote's message. */
+  secretParameters?: string[];
+  /** Result fields that are credentials: returned to the requester, recorded as "<redacted>" (the
+   * audit log, other readers, webhooks and a retry's answer see that). */
+  secretResults?: string[];
+  /** Only the root quorum may perform it; no policy can allow it (the product's root-only types). */
+  rootOnly?: boolean;
+  /** It changes nothing in the organization beyond its own activity record (signing does not):
+   * such activities hold the organization's lock shared, so on PostgreSQL they run side by side
+   * (every other activity waits for them, and they for it), and skip the root-quorum check. */
+  leavesOrganizationUnchanged?: boolean;
+  /** It may queue emails or SMS (one-time passwords): the couriers are told after it commits. */
+  queuesMessages?: boolean;
+  /** A parent organization's credential may request it in a sub-organization (the logins a parent's
+   * backend runs for its sub-organizations' users); the parent's root quorum and policies decide. */
+  parentMayRequest?: boolean;
+  /** Only the root quorum may perform it with these parameters: returns why, or undefined. */
+  rootOnlyWhen?(trx: Tx | Db, organizationId: string, parameters: P): Promise<string | undefined>;
+  /** `activity.params` of the policy language: the documented snake_case fields this type exposes. */
+  policyParameters?(parameters: P, type: string): Record<string, unknown>;
+  /** The user whose own credentials this activity changes: a user may change its own credentials
+   * without a policy, unless a policy explicitly denies it. */
+  credentialOwner?(parameters: P, principal: Principal): string | undefined;
+  /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path. */
+  policyContext?(trx: Tx, organizationId: string, parameters: P, type: string): Promise<Record<string, unknown>>;
+  /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
+  intentOf?(parameters: P, type: string): Record<string, unknown>;
+  /** Checks that wait on the network (a webhook host's DNS), run before the organization's lock is
+   * taken so a slow answer holds up nobody else. They must not read the database. Their failure is
+   * the activity's: recorded as FAILED once policies have allowed the activity. Not repeated when an
+   * approval runs the activity later (`execute` keeps its own checks). */
+  precheck?(parameters: P, env: OperationEnvironment, type: string): Promise<void>;
+  /** What a failed run must still change, after its own writes were rolled back (an import target
+   * is used up by a failed import too: it serves one attempt). Runs in the activity's transaction. */
+  afterFailure?(ctx: ActivityContext, parameters: P): Promise<void>;
+  /** Runs inside the activity's transaction; returns the result object (the value under the result key). */
+  execute(ctx: ActivityContext, parameters: P, type: string): Promise<Record<string, unknown>>;
+}
+
+/** approve_activity / reject_activity: a vote on a pending activity, named by its fingerprint. The
+ * pipeline applies it to that activity; the vote itself is recorded among the activity's votes. */
+export interface VoteOperation {
+  kind: "vote";
+  name: string;
+  summary: string;
+  types: string[];
+  selection: "VOTE_SELECTION_APPROVED" | "VOTE_SELECTION_REJECTED";
+}
+
+/** Anything submitted to /public/v1/submit/<name>. */
+export type SubmitOperation = ActivityOperation | VoteOperation;
+
+export interface QueryOperation<B = any> {
+  kind: "query";
+  /** Path suffix: /public/v1/query/<name> */
+  name: string;
+  summary: string;
+  /** A credential of a sub-organization of the organization named may ask too (whoami: a client that
+   * knows only the parent's id finds the caller's own sub-organization). */
+  resolvesSubOrganizations?: boolean;
+  /** Returns the whole response object, e.g. `{ user }`. */
+  run(ctx: QueryContext, body: B): Promise<Record<string, unknown>>;
+}
+
+export type Operation = ActivityOperation | VoteOperation | QueryOperation;
+
+export function defineActivity<P>(op: Omit<ActivityOperation<P>, "kind" | "types"> & { types?: string[] }): ActivityOperation<P> {
+  return { ...op, kind: "activity", types: op.types ?? activityTypesFor(op.name) };
+}
+
+export function defineVote(op: Omit<VoteOperation, "kind" | "types">): VoteOperation {
+  return { ...op, kind: "vote", types: activityTypesFor(op.name) };
+}
+
+export function defineQuery<B>(op: Omit<QueryOperation<B>, "kind">): QueryOperation<B> {
+  if (!swagger.queries[op.name]) throw new Error(`the swagger has no query endpoint ${op.name}`);
+  return { ...op, kind: "query" };
+}
