@@ -1,13 +1,21 @@
-// The road every request walks (DESIGN.md, "One request, one path"):
-//   submit: stamp ─► JSON ─► envelope schema ─► liveness ─► who (stamp check) ─► in one transaction
-//           holding the organization's lock: may they? (root quorum, policies) ─► operation, or
-//           wait for approvals, or refuse ─► quorum safety ─► activity record (its fingerprint is
-//           unique: a retry is rolled back and answered with the first) and policy evaluation ─►
-//           response envelope
-//   vote:   the same up to "who", then in one transaction: find the pending activity ─► may they
-//           vote? ─► add the vote ─► decide again (run it, keep waiting, or reject) ─► response
+// The road every request walks (DESIGN.md, "One request, one path"), one named step each:
+//   submit: read (stamp, JSON, envelope schema) ─► liveness (timestamp window) and fingerprint ─►
+//           authenticate (who; a retry by a key since removed is answered from the audit log) ─►
+//           precheck (network checks, before any lock) ─► in one transaction holding the
+//           organization's lock: authorize (root quorum, policies, consensus) ─► execute (the
+//           operation and the quorum safety check, or the wait for approvals, or the refusal) ─►
+//           record (the activity row built from those outcomes; its fingerprint is unique, so a
+//           retry is rolled back and answered with the first) and its policy evaluation ─► publish
+//           (webhook event and log line in the transaction; after commit, the dispatcher and the
+//           courier are told and the response is sent)
+//   vote:   read ─► liveness ─► authenticate, then in one transaction: find the pending activity ─►
+//           ballot (a new vote, an approval repeated, or a retry) ─► may they vote? ─► the same
+//           authorize ─► execute ─► record ─► publish
 //   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► read
 //           ─► response envelope
+// A step that refuses a request leaving no record throws a ServiceError (http/ answers it); every
+// outcome that is recorded is a value a step returns, and each step builds its own data from the
+// outcomes before it rather than changing them.
 import type pino from "pino";
 import type { OpenTx, Store, Tx } from "../store/database.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
@@ -15,7 +23,7 @@ import { BatchRolledBack } from "../store/group-commit.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
 import { readStamp, type Stamp } from "../auth/stamps.js";
 import {
-  authenticate,
+  authenticate as verifyStamp,
   authenticateReadOnlySession,
   confirmCredential,
   readOnlySessionHeader,
@@ -31,7 +39,14 @@ import { assertRootQuorumReachable } from "../operations/organizations/organizat
 import { newId } from "../operations/resources.js";
 import { decideActivity, denialError, mayVote, stillApprovable, type ActivitySubject, type Decision } from "./authorization.js";
 import { operationByActivityType } from "../operations/catalog.js";
-import { insertActivity, recordEvaluation, renderActivity, requesterOf, type StoredVote } from "../operations/activities/records.js";
+import {
+  insertActivity,
+  recordEvaluation,
+  renderActivity,
+  requesterOf,
+  type ActivityStatus,
+  type StoredVote,
+} from "../operations/activities/records.js";
 import type { ActivitiesTable } from "../store/schema.js";
 import { enqueueActivityEvent } from "../operations/webhooks/webhooks.js";
 
@@ -57,11 +72,90 @@ export interface PipelineResponse {
 
 type Headers = Record<string, string | string[] | undefined>;
 
+/** The operation an activity runs (the registry's ActivityOperation). */
+type ActivityOperation = ActivitySubject["operation"];
+
 interface Envelope {
   type: string;
   timestampMs: string;
   organizationId: string;
   parameters: Record<string, unknown>;
+}
+
+/** A submit request as read: the stamp (not yet checked), the envelope its schema accepted, and the
+ * exact bytes (the stamp signed them; their hash is the fingerprint). */
+export interface SubmitRequest {
+  raw: Buffer;
+  stamp: Stamp;
+  envelope: Envelope;
+}
+
+/** authenticate's outcome: the caller, or, for a retry whose key has since gone, the activity it made. */
+export type Caller = { kind: "authenticated"; principal: Principal } | { kind: "answered"; activity: ActivitiesTable };
+
+/** The network checks an operation makes before the lock is taken; a failure is recorded once
+ * policies allow the activity, not answered at once. */
+export type Precheck = { kind: "passed" } | { kind: "failed"; error: unknown };
+
+/** A new activity before anything is decided: waiting, with the requester's approval as its first vote. */
+export interface Draft {
+  row: ActivitiesTable;
+  vote: StoredVote;
+  subject: ActivitySubject;
+}
+
+/** What a vote on a pending activity is: a new vote, an approval repeated while the activity still
+ * waits (it is decided again without a new vote), or a retry answered with the activity as it stands. */
+export type Ballot = { kind: "new"; vote: StoredVote } | { kind: "again"; vote: StoredVote } | { kind: "answered" };
+
+/** authorize's outcome. `outcome` and `verdicts` are what the policy evaluation records. */
+export type Authorization =
+  | { kind: "allowed"; outcome: "OUTCOME_ALLOW"; verdicts: PolicyVerdict[] }
+  | { kind: "waiting"; outcome: "OUTCOME_REQUIRES_CONSENSUS"; verdicts: PolicyVerdict[] }
+  | { kind: "refused"; outcome: Decision["outcome"]; verdicts: PolicyVerdict[]; error: ServiceError }
+  | { kind: "rejected"; outcome: "OUTCOME_REJECTED"; verdicts: PolicyVerdict[] };
+
+/** execute's outcome. A completed result is whole: record redacts what the operation declares secret. */
+export type Execution =
+  | { kind: "completed"; result: Record<string, unknown> }
+  | { kind: "failed"; error: ServiceError }
+  | { kind: "pending" }
+  | { kind: "rejected" };
+
+/** What execute runs, and for whom. */
+interface Run {
+  subject: ActivitySubject;
+  activityId: string;
+  /** Who the operation runs for: the requester, also when an approval runs it later. */
+  requester: Principal;
+  precheck?: Precheck;
+}
+
+/** What record writes: one entry of the audit log. */
+export interface Entry {
+  /** The activity before this request decided it: a draft to insert, or the stored row with its new votes. */
+  base: ActivitiesTable;
+  /** Whether `base` is already stored (a vote's activity): then it is updated rather than inserted. */
+  stored: boolean;
+  /** The vote this request cast (its policy evaluation is recorded against it). */
+  vote: StoredVote;
+  authorization: Authorization;
+  execution: Execution;
+  secretResults?: string[];
+}
+
+/** What publish announces. */
+interface Publication {
+  recorded: ActivitiesTable;
+  /** Whether webhook receivers hear of it: every change of status, not a vote that changes nothing. */
+  announce: boolean;
+  line: "activity" | "vote";
+  /** The log line's own fields besides the activity's (its outcome, or the vote). */
+  fields: Record<string, unknown>;
+  /** Whether the courier is told: the activity may have queued emails or SMS. */
+  messagesQueued: boolean;
+  /** The response, rendered after commit. */
+  answer: () => PipelineResponse;
 }
 
 // Fatal: bytes that are not UTF-8 are refused rather than read as U+FFFD, so the body kept in a vote
@@ -87,6 +181,75 @@ function parseBody(raw: Buffer): unknown {
   return body;
 }
 
+/** Step read: the stamp, the body as JSON, an activity type this path accepts, and the envelope schema. */
+export function readRequest(operation: SubmitOperation, raw: Buffer, headers: Headers): SubmitRequest {
+  if (readOnlySessionHeader(headers) !== undefined)
+    throw serviceError("READ_ONLY_SESSION", "a read-only session (X-Session) may only query: stamp activities with a key");
+  const stamp = readStamp(headers);
+  const body = parseBody(raw);
+  const type = (body as { type?: unknown })?.type;
+  if (typeof type !== "string") throw serviceError("REQUEST_INVALID", 'missing required field "type"');
+  if (!operation.types.includes(type)) {
+    const owner = operationByActivityType.get(type);
+    if (owner)
+      throw serviceError(
+        "ACTIVITY_TYPE_MISMATCH",
+        `${type} is not accepted by /public/v1/submit/${operation.name}; send it to /public/v1/submit/${owner.name}`,
+      );
+    if (swagger.activityTypes[type])
+      throw serviceError("ACTIVITY_TYPE_UNSUPPORTED", `activity type ${type} is not supported by this server`);
+    throw serviceError(
+      "ACTIVITY_TYPE_UNKNOWN",
+      `unknown activity type ${type}; /public/v1/submit/${operation.name} accepts ${operation.types.join(", ")}`,
+    );
+  }
+  validateActivityRequest(type, body);
+  return { raw, stamp, envelope: body as Envelope };
+}
+
+/** Step liveness: the request was made within `windowMs` of `now`, either side. */
+export function checkLiveness(timestampMs: string, now: number, windowMs: number): void {
+  if (!/^\d{1,16}$/.test(timestampMs))
+    throw serviceError("TIMESTAMP_INVALID", `timestampMs must be milliseconds since the epoch as a string, got "${timestampMs}"`);
+  const skew = Number(timestampMs) - now;
+  if (Math.abs(skew) > windowMs) {
+    throw serviceError(
+      "TIMESTAMP_OUT_OF_RANGE",
+      `timestampMs is ${Math.round(Math.abs(skew) / 1000)}s ${skew < 0 ? "in the past" : "in the future"}; requests must be within ${windowMs / 1000}s of the server's clock`,
+    );
+  }
+}
+
+/** The idempotency key: the hash of the exact bytes, so only the very same request is a retry. */
+const fingerprintOf = (raw: Buffer) => sha256(raw).toString("hex");
+
+/**
+ * Step fingerprint, for a request whose fingerprint is already recorded: the answer a retry gets.
+ * Refused are a retry of an activity whose result was a credential (shown once, to the first
+ * response) and the same bytes stamped by another user (not a retry of theirs).
+ */
+export function answerRetry(
+  existing: ActivitiesTable,
+  operation: ActivityOperation,
+  userId: string,
+): { kind: "repeated"; activity: ActivitiesTable } | { kind: "refused"; error: ServiceError } {
+  if (operation.secretResults?.length && existing.status === "ACTIVITY_STATUS_COMPLETED") {
+    const error = serviceError(
+      "RESULT_NOT_REPEATABLE",
+      `activity ${existing.id} already completed; its result is a credential shown only in the first response: send a new request (a new timestampMs) for another`,
+    );
+    return { kind: "refused", error };
+  }
+  if (existing.user_id !== userId) {
+    const error = serviceError(
+      "DUPLICATE_REQUEST",
+      `an identical request body was already submitted by another user (activity ${existing.id}); change timestampMs to submit it yourself`,
+    );
+    return { kind: "refused", error };
+  }
+  return { kind: "repeated", activity: existing };
+}
+
 function removeSecrets(parameters: Record<string, unknown>, secrets: string[] | undefined): Record<string, unknown> {
   if (!secrets?.length) return parameters;
   return Object.fromEntries(Object.entries(parameters).map(([k, v]) => [k, secrets.includes(k) && v !== undefined ? "<redacted>" : v]));
@@ -94,26 +257,222 @@ function removeSecrets(parameters: Record<string, unknown>, secrets: string[] | 
 
 /** Whether this request carries one of the operation's secret parameters (then neither its intent
  * nor its signed body is kept whole, and it cannot wait for approvals). */
-const carriesSecrets = (operation: SubmitOperation, parameters: Record<string, unknown>) =>
-  operation.kind === "activity" && !!operation.secretParameters?.some((name) => parameters?.[name] !== undefined);
+const carriesSecrets = (operation: ActivityOperation, parameters: Record<string, unknown>) =>
+  !!operation.secretParameters?.some((name) => parameters?.[name] !== undefined);
 
 /** A parent organization's credential reads its sub-organizations (authentication accepts it for
  * them) but writes only in its own organization — except the logins a parent's backend runs for its
- * sub-organizations' users (`parentMayRequest`: OTP, OAuth). */
-function refuseParentWrites(principal: Principal, organizationId: string, operation?: SubmitOperation): void {
-  if (principal.organizationId !== organizationId && !(operation?.kind === "activity" && operation.parentMayRequest)) {
+ * sub-organizations' users (`parentMayRequest`: OTP, OAuth). A read-only session's key reads only. */
+function mayWrite(principal: Principal, organizationId: string, operation?: ActivityOperation): void {
+  if (principal.organizationId !== organizationId && !operation?.parentMayRequest) {
     throw serviceError(
       "PARENT_ORGANIZATION_READ_ONLY",
       `the stamp's credential belongs to organization ${principal.organizationId}, the parent of ${organizationId}: a parent organization reads its sub-organizations but cannot write in them; use a credential of ${organizationId}`,
     );
   }
-}
-
-/** A read-only session's key reads; it neither submits activities nor votes. */
-function refuseReadOnlySessions(principal: Principal): void {
   if (principal.sessionType === "SESSION_TYPE_READ_ONLY") {
     throw serviceError("READ_ONLY_SESSION", `API key ${principal.credentialId} belongs to a read-only session: it may only query`);
   }
+}
+
+/** A vote of `principal`, as stored in the activity's votes (who they were comes from authentication). */
+function voteOf(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
+  return {
+    id: newId(),
+    userId: principal.userId,
+    user: { userId: principal.userId, userName: principal.userName, ...(principal.userEmail ? { userEmail: principal.userEmail } : {}) },
+    activityId,
+    selection,
+    message,
+    publicKey: principal.publicKey,
+    signature: principal.signature,
+    scheme: principal.scheme,
+    createdAt: now,
+    credentialId: principal.credentialId,
+    credentialType: principal.credentialType,
+    ...(principal.webauthnCredentialId ? { webauthnCredentialId: principal.webauthnCredentialId } : {}),
+  };
+}
+
+/** A new activity as its request makes it, before authorize: the intent without secret parameters,
+ * and the requester's vote, keeping the signed body only when it holds nothing the intent left out. */
+export function draftActivity(
+  operation: ActivityOperation,
+  request: SubmitRequest,
+  principal: Principal,
+  fingerprint: string,
+  now: number,
+): Draft {
+  const { envelope } = request;
+  const activityId = newId();
+  const intent = removeSecrets(operation.intentOf?.(envelope.parameters, envelope.type) ?? envelope.parameters, operation.secretParameters);
+  // What the intent leaves out: a secret parameter, or an identity token recorded as its claims.
+  const bodyIsRecordable =
+    !carriesSecrets(operation, envelope.parameters) &&
+    (!operation.intentOf || JSON.stringify(intent) === JSON.stringify(envelope.parameters));
+  const vote = voteOf(principal, activityId, "VOTE_SELECTION_APPROVED", bodyIsRecordable ? request.raw.toString("utf8") : "", now);
+  const row: ActivitiesTable = {
+    id: activityId,
+    organization_id: envelope.organizationId,
+    type: envelope.type,
+    status: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
+    intent: JSON.stringify(intent),
+    result: "{}",
+    failure: null,
+    votes: JSON.stringify([vote]),
+    fingerprint,
+    timestamp_ms: envelope.timestampMs,
+    user_id: principal.userId,
+    created_at: now,
+    updated_at: now,
+  };
+  const subject: ActivitySubject = {
+    organizationId: envelope.organizationId,
+    type: envelope.type,
+    operation,
+    parameters: envelope.parameters,
+    requesterId: principal.userId,
+    votes: [vote],
+    now,
+    confirmed: [principal.credentialId],
+    // A parent's backend logging in a sub-organization's user is governed by the parent's root
+    // quorum and policies: the requester is one of the parent's users.
+    ...(principal.organizationId !== envelope.organizationId ? { authorityOrganizationId: principal.organizationId } : {}),
+  };
+  return { row, vote, subject };
+}
+
+/**
+ * Step ballot: what `principal`'s vote on `row` is. A vote cannot be changed; voting again the same
+ * way is a retry, answered with the activity as it stands — except an approval repeated while the
+ * activity waits, which decides it again: what it waits for may have been met by something other
+ * than a vote (a tag given to an approver, a new policy).
+ */
+export function ballotOn(
+  row: ActivitiesTable,
+  votes: StoredVote[],
+  principal: Principal,
+  selection: StoredVote["selection"],
+  raw: Buffer,
+  now: number,
+): Ballot {
+  const mine = votes.find((v) => v.userId === principal.userId);
+  const pending = row.status === "ACTIVITY_STATUS_CONSENSUS_NEEDED";
+  if (mine && mine.selection !== selection)
+    throw serviceError(
+      "VOTE_ALREADY_CAST",
+      `user ${principal.userId} already voted ${mine.selection} on activity ${row.id}; a vote cannot be changed`,
+    );
+  if (mine && !(pending && mine.selection === "VOTE_SELECTION_APPROVED")) return { kind: "answered" };
+  if (!pending)
+    throw serviceError("ACTIVITY_NOT_PENDING", `activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`);
+  return mine ? { kind: "again", vote: mine } : { kind: "new", vote: voteOf(principal, row.id, selection, raw.toString("utf8"), now) };
+}
+
+/**
+ * Step authorize, from the decision (authorization.ts): run it, wait for approvals, or refuse it. An
+ * activity that could not run later cannot wait: its secret parameters are not stored, its result
+ * would be a credential nobody receives (the approval's response is another's), or it was requested
+ * by the parent organization, whose users cannot vote in the activity's organization.
+ */
+export function ruleOn(decision: Decision, subject: ActivitySubject): Authorization {
+  const { outcome, verdicts } = decision;
+  if (outcome === "OUTCOME_DENY_EXPLICIT" || outcome === "OUTCOME_DENY_IMPLICIT")
+    return { kind: "refused", outcome, verdicts, error: denialError(subject, decision) };
+  if (outcome === "OUTCOME_ALLOW") return { kind: "allowed", outcome, verdicts };
+  const cannotWait = carriesSecrets(subject.operation, subject.parameters)
+    ? "carries secrets and cannot wait for approvals"
+    : subject.operation.secretResults?.length
+      ? "returns a credential and cannot wait for approvals"
+      : subject.authorityOrganizationId
+        ? "requested by the parent organization cannot wait for approvals"
+        : undefined;
+  if (cannotWait)
+    return {
+      kind: "refused",
+      outcome,
+      verdicts,
+      error: serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} ${cannotWait}: ${decision.reason}`),
+    };
+  return { kind: "waiting", outcome, verdicts };
+}
+
+/** Step authorize: the root quorum and the policies decide (authorization.ts), then ruleOn. */
+export async function authorize(trx: Tx, subject: ActivitySubject): Promise<Authorization> {
+  return ruleOn(await decideActivity(trx, subject), subject);
+}
+
+/** Step authorize for a vote: an approval decides the activity again; a rejection rejects it once
+ * approval has become impossible, and otherwise leaves it waiting. */
+export async function authorizeVote(trx: Tx, subject: ActivitySubject, selection: StoredVote["selection"]): Promise<Authorization> {
+  if (selection === "VOTE_SELECTION_APPROVED") return authorize(trx, subject);
+  if (await stillApprovable(trx, subject)) return { kind: "waiting", outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: [] };
+  return { kind: "rejected", outcome: "OUTCOME_REJECTED", verdicts: [] };
+}
+
+const STATUS: Record<Execution["kind"], ActivityStatus> = {
+  completed: "ACTIVITY_STATUS_COMPLETED",
+  failed: "ACTIVITY_STATUS_FAILED",
+  pending: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
+  rejected: "ACTIVITY_STATUS_REJECTED",
+};
+
+/**
+ * The activity as its execution leaves it. A result field that is itself a credential (a read-only
+ * session, a verification token) is recorded "<redacted>": the requester gets it in this response
+ * only (answerOf), while the audit log, other readers and webhooks get it redacted.
+ */
+export function recordedRow(base: ActivitiesTable, execution: Execution, secretResults: string[] = []): ActivitiesTable {
+  const row = { ...base, status: STATUS[execution.kind] };
+  if (execution.kind === "failed") return { ...row, failure: JSON.stringify(execution.error.toBody()) };
+  if (execution.kind !== "completed") return row;
+  const { result } = execution;
+  const recorded = secretResults.length
+    ? Object.fromEntries(Object.entries(result).map(([k, v]) => [k, secretResults.includes(k) ? "<redacted>" : v]))
+    : result;
+  return { ...row, result: JSON.stringify(recorded) };
+}
+
+/** Step record: the activity row built from the outcomes, inserted when new or updated after a vote,
+ * and the policy evaluation of the vote that brought it here. */
+export async function record(trx: Tx, entry: Entry, now: number): Promise<ActivitiesTable> {
+  const row = recordedRow(entry.base, entry.execution, entry.secretResults);
+  if (entry.stored) {
+    await trx
+      .updateTable("activities")
+      .set({ status: row.status, result: row.result, failure: row.failure, votes: row.votes, updated_at: row.updated_at })
+      .where("id", "=", row.id)
+      .execute();
+  } else {
+    await insertActivity(trx, row);
+  }
+  await recordEvaluation(trx, row, entry.vote, entry.authorization.outcome, entry.authorization.verdicts, now);
+  return row;
+}
+
+/** A completed activity is a 200 with the activity; a failed one is the error it failed with. */
+function respond(row: ActivitiesTable): PipelineResponse {
+  if (row.status === "ACTIVITY_STATUS_FAILED" && row.failure) {
+    const failure = ServiceError.fromBody(JSON.parse(row.failure));
+    return { status: failure.httpStatus, body: JSON.parse(row.failure) };
+  }
+  return { status: 200, body: { activity: renderActivity(row) } };
+}
+
+/** The requester's answer: the activity as recorded, save a secret result, which the requester sees whole. */
+export function answerOf(recorded: ActivitiesTable, execution: Execution, secretResults: string[] = []): PipelineResponse {
+  if (execution.kind === "completed" && secretResults.length) return respond({ ...recorded, result: JSON.stringify(execution.result) });
+  return respond(recorded);
+}
+
+/**
+ * What the log line of a failed activity adds: the code and message it failed with, exactly as the
+ * requester and the audit log see them (error messages never carry secrets, so neither does this).
+ */
+function failureOf(row: ActivitiesTable): { errorCode?: string; error?: string } {
+  if (row.status !== "ACTIVITY_STATUS_FAILED" || !row.failure) return {};
+  const failure = JSON.parse(row.failure) as ErrorBody;
+  return { errorCode: failure.details?.[0]?.turnkeyErrorCode, error: failure.message };
 }
 
 export class Pipeline {
@@ -123,130 +482,39 @@ export class Pipeline {
     this.clock = options.clock ?? Date.now;
   }
 
-  private checkLiveness(timestampMs: string, now: number): void {
-    if (!/^\d{1,16}$/.test(timestampMs))
-      throw serviceError("TIMESTAMP_INVALID", `timestampMs must be milliseconds since the epoch as a string, got "${timestampMs}"`);
-    const skew = Number(timestampMs) - now;
-    if (Math.abs(skew) > this.options.timestampWindowMs) {
-      const window = this.options.timestampWindowMs / 1000;
-      throw serviceError(
-        "TIMESTAMP_OUT_OF_RANGE",
-        `timestampMs is ${Math.round(Math.abs(skew) / 1000)}s ${skew < 0 ? "in the past" : "in the future"}; requests must be within ${window}s of the server's clock`,
-      );
-    }
-  }
-
   async submit(operation: SubmitOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
-    const { store, env } = this.options;
-    if (readOnlySessionHeader(headers) !== undefined)
-      throw serviceError("READ_ONLY_SESSION", "a read-only session (X-Session) may only query: stamp activities with a key");
-    const stamp = readStamp(headers);
-    const body = parseBody(raw);
-    const type = (body as { type?: unknown })?.type;
-    if (typeof type !== "string") throw serviceError("REQUEST_INVALID", 'missing required field "type"');
-    if (!operation.types.includes(type)) {
-      const owner = operationByActivityType.get(type);
-      if (owner)
-        throw serviceError(
-          "ACTIVITY_TYPE_MISMATCH",
-          `${type} is not accepted by /public/v1/submit/${operation.name}; send it to /public/v1/submit/${owner.name}`,
-        );
-      if (swagger.activityTypes[type])
-        throw serviceError("ACTIVITY_TYPE_UNSUPPORTED", `activity type ${type} is not supported by this server`);
-      throw serviceError(
-        "ACTIVITY_TYPE_UNKNOWN",
-        `unknown activity type ${type}; /public/v1/submit/${operation.name} accepts ${operation.types.join(", ")}`,
-      );
-    }
-    validateActivityRequest(type, body);
-    const envelope = body as Envelope;
+    const request = readRequest(operation, raw, headers);
+    const { envelope } = request;
     const received = this.clock();
-    this.checkLiveness(envelope.timestampMs, received);
-    if (operation.kind === "vote") return this.vote(operation, envelope, raw, stamp, received);
-    const fingerprint = sha256(raw).toString("hex");
-
-    let principal: Principal;
-    try {
-      principal = await authenticate(store.reader, stamp, raw, envelope.organizationId, received, env.webauthn);
-    } catch (error) {
-      // A retry is answered from the audit log when its stamp verifies with the key that made the
-      // original request, even if that request removed the key (rotating one's own key is common).
-      // Only then is the log consulted: a retry by a key that still works is found on insert (below).
-      const earlier = await store.reader.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
-      if (earlier && stampVerifiesWith(stamp, raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn))
-        return this.respond(earlier);
-      throw error;
-    }
-    refuseParentWrites(principal, envelope.organizationId, operation);
-    refuseReadOnlySessions(principal);
-    const precheckFailure: unknown = operation.precheck
-      ? await operation.precheck(envelope.parameters, env, type).then(
-          () => undefined,
-          (error: unknown) => error ?? new Error("precheck failed"),
-        )
-      : undefined;
+    checkLiveness(envelope.timestampMs, received, this.options.timestampWindowMs);
+    if (operation.kind === "vote") return this.vote(operation, request, received);
+    const fingerprint = fingerprintOf(raw);
+    const caller = await this.authenticateRequester(request, received, fingerprint);
+    if (caller.kind === "answered") return respond(caller.activity);
+    const { principal } = caller;
+    mayWrite(principal, envelope.organizationId, operation);
+    const precheck = await this.precheck(operation, envelope);
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
         await confirmCredential(trx, principal, now);
-        const activityId = newId();
-        const intent = removeSecrets(operation.intentOf?.(envelope.parameters, type) ?? envelope.parameters, operation.secretParameters);
-        // The vote keeps the signed body only when it holds nothing the intent had to leave out
-        // (a secret parameter, or an identity token recorded as its claims).
-        const bodyIsRecordable =
-          !carriesSecrets(operation, envelope.parameters) &&
-          (!operation.intentOf || JSON.stringify(intent) === JSON.stringify(envelope.parameters));
-        const vote = this.castBy(principal, activityId, "VOTE_SELECTION_APPROVED", bodyIsRecordable ? raw.toString("utf8") : "", now);
-        const row: ActivitiesTable = {
-          id: activityId,
-          organization_id: envelope.organizationId,
-          type,
-          status: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
-          intent: JSON.stringify(intent),
-          result: "{}",
-          failure: null,
-          votes: JSON.stringify([vote]),
-          fingerprint,
-          timestamp_ms: envelope.timestampMs,
-          user_id: principal.userId,
-          created_at: now,
-          updated_at: now,
-        };
-        const subject: ActivitySubject = {
-          organizationId: envelope.organizationId,
-          type,
-          operation,
-          parameters: envelope.parameters,
-          requesterId: principal.userId,
-          votes: [vote],
-          now,
-          confirmed: [principal.credentialId],
-        };
-        // A parent's backend logging in a sub-organization's user is governed by the parent's root
-        // quorum and policies: the requester is one of the parent's users.
-        if (principal.organizationId !== envelope.organizationId) subject.authorityOrganizationId = principal.organizationId;
-        const decision = await decideActivity(trx, subject);
-        const requesterResult = await this.apply(trx, decision, subject, row, principal, precheckFailure);
-        await insertActivity(trx, row);
-        await recordEvaluation(trx, row, vote, decision.outcome, decision.verdicts, now);
-        const queued = await enqueueActivityEvent(trx, row, () => renderActivity(row), now);
-        this.options.logger.info(
+        const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now);
+        const authorization = await authorize(trx, subject);
+        const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester: principal, precheck });
+        const secretResults = operation.secretResults;
+        const recorded = await record(trx, { base: row, stored: false, vote, authorization, execution, secretResults }, now);
+        return this.publish(
+          trx,
           {
-            activityId,
-            organizationId: row.organization_id,
-            type,
-            status: row.status,
-            userId: principal.userId,
-            outcome: decision.outcome,
-            ...failureOf(row),
+            recorded,
+            announce: true,
+            line: "activity",
+            fields: { userId: principal.userId, outcome: authorization.outcome },
+            messagesQueued: !!operation.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
+            answer: () => answerOf(recorded, execution, secretResults),
           },
-          "activity",
+          now,
         );
-        return () => {
-          if (queued) this.options.onWebhookEventsQueued?.();
-          if (operation.queuesMessages && row.status === "ACTIVITY_STATUS_COMPLETED") this.options.onMessagesQueued?.();
-          return this.respond(requesterResult ? { ...row, result: requesterResult } : row);
-        };
       });
     } catch (error) {
       // The fingerprint is the idempotency key, kept unique by the database rather than looked up
@@ -254,26 +522,46 @@ export class Pipeline {
       // fails on insert, is rolled back whole, and is answered with the activity already recorded.
       if (!isDuplicateFingerprint(error)) throw error;
       // Read inside a write transaction: on SQLite the first may still be in the batch being committed.
-      const existing = await store.transact("shared", (trx) =>
+      const existing = await this.options.store.transact("shared", (trx) =>
         trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirstOrThrow(),
       );
-      // A result that is a credential was shown once, to the first response; a retry cannot repeat it.
-      if (operation.kind === "activity" && operation.secretResults?.length && existing.status === "ACTIVITY_STATUS_COMPLETED") {
-        throw serviceError(
-          "RESULT_NOT_REPEATABLE",
-          `activity ${existing.id} already completed; its result is a credential shown only in the first response: send a new request (a new timestampMs) for another`,
-        );
-      }
-      // The same bytes stamped by someone else are not a retry of theirs: say so rather than answer
-      // with another user's activity as if it were the caller's success.
-      if (existing.user_id !== principal.userId) {
-        throw serviceError(
-          "DUPLICATE_REQUEST",
-          `an identical request body was already submitted by another user (activity ${existing.id}); change timestampMs to submit it yourself`,
-        );
-      }
-      return this.respond(existing);
+      const retry = answerRetry(existing, operation, principal.userId);
+      if (retry.kind === "refused") throw retry.error;
+      return respond(retry.activity);
     }
+  }
+
+  /** Step authenticate: who stamped the request (auth/authenticate.ts checks the stamp and the credential). */
+  private authenticate(request: SubmitRequest, received: number): Promise<Principal> {
+    const { store, env } = this.options;
+    return verifyStamp(store.reader, request.stamp, request.raw, request.envelope.organizationId, received, env.webauthn);
+  }
+
+  /**
+   * Step authenticate, for an activity: a retry is answered from the audit log when its stamp
+   * verifies with the key that made the original request, even if that request removed the key
+   * (rotating one's own key is common). Only then is the log consulted: a retry by a key that still
+   * works is found on insert (record).
+   */
+  private async authenticateRequester(request: SubmitRequest, received: number, fingerprint: string): Promise<Caller> {
+    const { store, env } = this.options;
+    try {
+      return { kind: "authenticated", principal: await this.authenticate(request, received) };
+    } catch (error) {
+      const earlier = await store.reader.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
+      if (earlier && stampVerifiesWith(request.stamp, request.raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn))
+        return { kind: "answered", activity: earlier };
+      throw error;
+    }
+  }
+
+  /** Step precheck: the operation's network checks, run before the organization's lock is taken. */
+  private async precheck(operation: ActivityOperation, envelope: Envelope): Promise<Precheck> {
+    if (!operation.precheck) return { kind: "passed" };
+    return operation.precheck(envelope.parameters, this.options.env, envelope.type).then(
+      () => ({ kind: "passed" }) as const,
+      (error: unknown) => ({ kind: "failed", error: error ?? new Error("precheck failed") }) as const,
+    );
   }
 
   /** Runs `work` in one transaction holding the organization's lock, with the clock read under it,
@@ -299,71 +587,24 @@ export class Pipeline {
     }
   }
 
-  /** A vote of `principal`, as stored in the activity's votes (who they were comes from authentication). */
-  private castBy(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
-    return {
-      id: newId(),
-      userId: principal.userId,
-      user: { userId: principal.userId, userName: principal.userName, ...(principal.userEmail ? { userEmail: principal.userEmail } : {}) },
-      activityId,
-      selection,
-      message,
-      publicKey: principal.publicKey,
-      signature: principal.signature,
-      scheme: principal.scheme,
-      createdAt: now,
-      credentialId: principal.credentialId,
-      credentialType: principal.credentialType,
-      ...(principal.webauthnCredentialId ? { webauthnCredentialId: principal.webauthnCredentialId } : {}),
-    };
-  }
-
-  /** Carries out a decision on the activity row: run it, keep it waiting for votes, or refuse it. */
-  /** Returns the result as the requester may see it, when it differs from the one recorded. */
-  private async apply(
-    trx: OpenTx,
-    decision: Decision,
-    subject: ActivitySubject,
-    row: ActivitiesTable,
-    requester: Principal,
-    precheckFailure?: unknown,
-  ): Promise<string | void> {
+  /**
+   * Step execute: carries out the authorization. An allowed activity runs its operation (unless its
+   * precheck failed) inside a savepoint, followed by the root-quorum safety check; a failure rolls
+   * back to the savepoint, then the operation's afterFailure runs.
+   */
+  private async execute(trx: OpenTx, authorization: Authorization, run: Run): Promise<Execution> {
+    if (authorization.kind === "refused") return { kind: "failed", error: authorization.error };
+    if (authorization.kind === "waiting") return { kind: "pending" };
+    if (authorization.kind === "rejected") return { kind: "rejected" };
+    const { subject, activityId } = run;
+    if (run.precheck?.kind === "failed") return { kind: "failed", error: this.asServiceError(run.precheck.error, activityId) };
     const { store, env } = this.options;
-    const fail = (error: ServiceError) => {
-      row.status = "ACTIVITY_STATUS_FAILED";
-      row.failure = JSON.stringify(error.toBody());
-    };
-    if (decision.outcome === "OUTCOME_DENY_EXPLICIT" || decision.outcome === "OUTCOME_DENY_IMPLICIT")
-      return fail(denialError(subject, decision));
-    if (decision.outcome === "OUTCOME_REQUIRES_CONSENSUS") {
-      // Its secret parameters are not stored, so it could not run later: it must be allowed now.
-      if (carriesSecrets(subject.operation, subject.parameters))
-        return fail(
-          serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} carries secrets and cannot wait for approvals: ${decision.reason}`),
-        );
-      // Its result would be a credential nobody receives (the approval's response is another's).
-      if (subject.operation.secretResults?.length)
-        return fail(
-          serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} returns a credential and cannot wait for approvals: ${decision.reason}`),
-        );
-      // Votes are cast in the activity's organization, where a parent's users cannot vote.
-      if (subject.authorityOrganizationId)
-        return fail(
-          serviceError(
-            "CONSENSUS_NOT_SUPPORTED",
-            `${subject.type} requested by the parent organization cannot wait for approvals: ${decision.reason}`,
-          ),
-        );
-      row.status = "ACTIVITY_STATUS_CONSENSUS_NEEDED";
-      return;
-    }
-    if (precheckFailure) return fail(precheckFailure instanceof ServiceError ? precheckFailure : this.internal(precheckFailure, row.id));
     const ctx = {
       trx,
       dialect: store.dialect,
       organizationId: subject.organizationId,
-      activityId: row.id,
-      principal: requester,
+      activityId,
+      principal: run.requester,
       now: subject.now,
       env,
     };
@@ -375,19 +616,38 @@ export class Pipeline {
       const result = await subject.operation.execute(ctx, subject.parameters, subject.type);
       if (undoable) await assertRootQuorumReachable(trx, subject.organizationId);
       await savepoint?.releaseSavepoint("operation").execute();
-      row.status = "ACTIVITY_STATUS_COMPLETED";
-      // A result that is itself a credential (a read-only session, a verification token) goes to the
-      // requester in this response only: the audit log, other readers and webhooks get it redacted.
-      const secrets = subject.operation.secretResults ?? [];
-      row.result = JSON.stringify(
-        secrets.length ? Object.fromEntries(Object.entries(result).map(([k, v]) => [k, secrets.includes(k) ? "<redacted>" : v])) : result,
-      );
-      if (secrets.length) return JSON.stringify(result);
+      return { kind: "completed", result };
     } catch (error) {
       await savepoint?.rollbackToSavepoint("operation").execute();
-      fail(error instanceof ServiceError ? error : this.internal(error, row.id));
+      const failure = this.asServiceError(error, activityId);
       await subject.operation.afterFailure?.(ctx, subject.parameters);
+      return { kind: "failed", error: failure };
     }
+  }
+
+  /**
+   * Step publish: in the transaction, the webhook event (the outbox commits with the record) and the
+   * log line; once committed, the dispatcher and the courier are told, and the answer is rendered.
+   */
+  private async publish(trx: Tx, publication: Publication, now: number): Promise<() => PipelineResponse> {
+    const { recorded } = publication;
+    const queued = publication.announce ? await enqueueActivityEvent(trx, recorded, () => renderActivity(recorded), now) : 0;
+    this.options.logger.info(
+      {
+        activityId: recorded.id,
+        organizationId: recorded.organization_id,
+        type: recorded.type,
+        status: recorded.status,
+        ...publication.fields,
+        ...failureOf(recorded),
+      },
+      publication.line,
+    );
+    return () => {
+      if (queued) this.options.onWebhookEventsQueued?.();
+      if (publication.messagesQueued) this.options.onMessagesQueued?.();
+      return publication.answer();
+    };
   }
 
   /**
@@ -395,11 +655,10 @@ export class Pipeline {
    * fingerprint and decides it again. The answer is that activity as it now stands, so a client
    * reads the result of an activity its approval completed from the approval's response.
    */
-  private async vote(operation: VoteOperation, envelope: Envelope, raw: Buffer, stamp: Stamp, received: number): Promise<PipelineResponse> {
-    const { store, env } = this.options;
-    const principal = await authenticate(store.reader, stamp, raw, envelope.organizationId, received, env.webauthn);
-    refuseParentWrites(principal, envelope.organizationId);
-    refuseReadOnlySessions(principal);
+  private async vote(operation: VoteOperation, request: SubmitRequest, received: number): Promise<PipelineResponse> {
+    const { envelope } = request;
+    const principal = await this.authenticate(request, received);
+    mayWrite(principal, envelope.organizationId);
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
     return this.inOrganization(envelope.organizationId, "exclusive", async (trx, now) => {
       await confirmCredential(trx, principal, now);
@@ -412,21 +671,11 @@ export class Pipeline {
       if (!row)
         throw serviceError("ACTIVITY_NOT_FOUND", `no activity of organization ${envelope.organizationId} has fingerprint ${fingerprint}`);
       const votes = JSON.parse(row.votes) as StoredVote[];
-      const mine = votes.find((v) => v.userId === principal.userId);
-      const pending = row.status === "ACTIVITY_STATUS_CONSENSUS_NEEDED";
-      if (mine && mine.selection !== operation.selection)
-        throw serviceError(
-          "VOTE_ALREADY_CAST",
-          `user ${principal.userId} already voted ${mine.selection} on activity ${row.id}; a vote cannot be changed`,
-        );
-      // Voting again the same way is a retry, answered with the activity as it stands.
-      if (mine && !(pending && mine.selection === "VOTE_SELECTION_APPROVED"))
-        return { status: 200, body: { activity: renderActivity(row) } };
-      if (!pending)
-        throw serviceError("ACTIVITY_NOT_PENDING", `activity ${row.id} is ${row.status}; only activities waiting for consensus take votes`);
+      const ballot = ballotOn(row, votes, principal, operation.selection, request.raw, now);
+      if (ballot.kind === "answered") return { status: 200, body: { activity: renderActivity(row) } };
       const target = operationByActivityType.get(row.type);
       if (target?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
-      const subject: ActivitySubject = {
+      const asFound: ActivitySubject = {
         organizationId: row.organization_id,
         type: row.type,
         operation: target,
@@ -436,74 +685,41 @@ export class Pipeline {
         now,
         confirmed: [principal.credentialId],
       };
-
-      // Repeating an approval decides the activity again without a new vote: what it waits for may
-      // have been met by something other than a vote (a tag given to an approver, a new policy).
-      const vote = mine ?? this.castBy(principal, row.id, operation.selection, raw.toString("utf8"), now);
-      if (!mine) {
-        if (!(await mayVote(trx, subject, vote, envelope.type))) {
-          throw serviceError(
-            "VOTE_NOT_ALLOWED",
-            `user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`,
-          );
-        }
-        subject.votes = [...votes, vote];
+      if (ballot.kind === "new" && !(await mayVote(trx, asFound, ballot.vote, envelope.type))) {
+        throw serviceError(
+          "VOTE_NOT_ALLOWED",
+          `user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`,
+        );
       }
-      row.votes = JSON.stringify(subject.votes);
-      row.updated_at = now;
-      let outcome: string;
-      let verdicts: PolicyVerdict[] = [];
-      if (operation.selection === "VOTE_SELECTION_APPROVED") {
-        const decision = await decideActivity(trx, subject);
-        await this.apply(trx, decision, subject, row, requesterOf(votes[0]!, row.organization_id));
-        ({ outcome, verdicts } = decision);
-      } else if (await stillApprovable(trx, subject)) {
-        outcome = "OUTCOME_REQUIRES_CONSENSUS";
-      } else {
-        row.status = "ACTIVITY_STATUS_REJECTED";
-        outcome = "OUTCOME_REJECTED";
-      }
-      await trx
-        .updateTable("activities")
-        .set({ status: row.status, result: row.result, failure: row.failure, votes: row.votes, updated_at: row.updated_at })
-        .where("id", "=", row.id)
-        .execute();
-      await recordEvaluation(trx, row, vote, outcome, verdicts, now);
-      // Receivers hear of every change of an activity's status, not of votes that change nothing.
-      const queued =
-        row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? await enqueueActivityEvent(trx, row, () => renderActivity(row), now) : 0;
-      this.options.logger.info(
+      const subject = ballot.kind === "new" ? { ...asFound, votes: [...votes, ballot.vote] } : asFound;
+      const authorization = await authorizeVote(trx, subject, operation.selection);
+      const requester = requesterOf(votes[0]!, row.organization_id);
+      const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester });
+      const base = { ...row, votes: JSON.stringify(subject.votes), updated_at: now };
+      const entry = { base, stored: true, vote: ballot.vote, authorization, execution, secretResults: target.secretResults };
+      const recorded = await record(trx, entry, now);
+      return this.publish(
+        trx,
         {
-          activityId: row.id,
-          organizationId: row.organization_id,
-          type: row.type,
-          status: row.status,
-          userId: principal.userId,
-          vote: operation.selection,
-          ...failureOf(row),
+          recorded,
+          // Receivers hear of every change of an activity's status, not of votes that change nothing.
+          announce: recorded.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED",
+          line: "vote",
+          fields: { userId: principal.userId, vote: operation.selection },
+          messagesQueued: false,
+          answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
         },
-        "vote",
+        now,
       );
-      return () => {
-        if (queued) this.options.onWebhookEventsQueued?.();
-        return { status: 200, body: { activity: renderActivity(row) } };
-      };
     });
   }
 
-  private internal(error: unknown, activityId: string): ServiceError {
-    // The cause goes to the operator's log only: it may quote data the caller should not see.
+  /** An error the caller may see: a ServiceError as it is; anything else becomes INTERNAL, and its
+   * cause goes to the operator's log only (it may quote data the caller should not see). */
+  private asServiceError(error: unknown, activityId: string): ServiceError {
+    if (error instanceof ServiceError) return error;
     this.options.logger.error({ err: error, activityId }, "activity failed with an internal error");
     return serviceError("INTERNAL", `internal error while executing activity ${activityId}`);
-  }
-
-  /** A completed activity is a 200 with the activity; a failed one is the error it failed with. */
-  private respond(row: ActivitiesTable): PipelineResponse {
-    if (row.status === "ACTIVITY_STATUS_FAILED" && row.failure) {
-      const failure = ServiceError.fromBody(JSON.parse(row.failure));
-      return { status: failure.httpStatus, body: JSON.parse(row.failure) };
-    }
-    return { status: 200, body: { activity: renderActivity(row) } };
   }
 
   /** The caller may vote on a pending activity it has not voted on, if mayVote says so. */
@@ -548,7 +764,7 @@ export class Pipeline {
     const now = this.clock();
     const maxAgeMs = this.options.queryCredentialMaxAgeMs ?? null;
     const principal: Principal = stamp
-      ? await authenticate(store.reader, stamp, raw, organizationId, now, env.webauthn, {
+      ? await verifyStamp(store.reader, stamp, raw, organizationId, now, env.webauthn, {
           subOrganizations: operation.resolvesSubOrganizations,
           apiKeyMaxAgeMs: maxAgeMs,
         })
@@ -570,14 +786,4 @@ export class Pipeline {
     };
     return { status: 200, body: { ...result, activity } };
   }
-}
-
-/**
- * What the log line of a failed activity adds: the code and message it failed with, exactly as the
- * requester and the audit log see them (error messages never carry secrets, so neither does this).
- */
-function failureOf(row: ActivitiesTable): { errorCode?: string; error?: string } {
-  if (row.status !== "ACTIVITY_STATUS_FAILED" || !row.failure) return {};
-  const failure = JSON.parse(row.failure) as ErrorBody;
-  return { errorCode: failure.details?.[0]?.turnkeyErrorCode, error: failure.message };
 }
