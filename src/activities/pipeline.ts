@@ -706,7 +706,8 @@ export class Pipeline {
           announce: recorded.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED",
           line: "vote",
           fields: { userId: principal.userId, vote: operation.selection },
-          messagesQueued: false,
+          // An approval that ran a message-sending activity queued its message, as a submit would.
+          messagesQueued: !!target.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
           answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
         },
         now,
