@@ -1,4 +1,4 @@
-// What the deployment gives the login operations (logins/sessions.ts, logins/otp.ts): session lengths and
+// What the deployment gives the login operations (logins/sessions.ts, logins/otp-*.ts): session lengths and
 // the key session JWTs are signed with; how one-time-password codes are hashed, how long they live,
 // where their messages may go and how many may be sent. Declared here, below the operations, because
 // the registry's OperationEnvironment names them and the registry knows no operation module.

@@ -3,7 +3,8 @@ import { unverifiedOidcClaims } from "../../auth/oidc.js";
 import { serviceError } from "../../errors.js";
 import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "../../registry/registry.js";
 import { addApiKeys, addAuthenticators, requireName, type ApiKeyParams, type AuthenticatorParams } from "./credentials.js";
-import { foldEmail, spendVerificationToken } from "../logins/otp.js";
+import { foldEmail } from "../logins/contacts.js";
+import { spendVerificationToken } from "../logins/verification-tokens.js";
 import { sessionPublicKey } from "../logins/sessions.js";
 import { distinct, loadUsers, newId, requireUser, requireUserTags, requireUsers } from "../resources.js";
 

@@ -12,7 +12,9 @@ import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams }
 import { createWallet, type NewWalletParams } from "../wallets/wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "../wallets/private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
-import { checkClientSignature, foldEmail, spendVerificationToken, type ClientSignature } from "../logins/otp.js";
+import { checkClientSignature, type ClientSignature } from "../logins/client-signatures.js";
+import { foldEmail } from "../logins/contacts.js";
+import { spendVerificationToken } from "../logins/verification-tokens.js";
 import { assertRootQuorumReachable } from "./organizations.js";
 import type { AuthenticatorParams } from "../identity/credentials.js";
 

@@ -1,0 +1,71 @@
+// A login's contacts: the email address or phone number a one-time password is sent to, as a request
+// writes it and as the organization's users hold it. Emails compare without regard to ASCII case; phone
+// numbers in E.164 form, without the spaces and punctuation people type.
+import { serviceError } from "../../errors.js";
+import type { ActivityContext } from "../../registry/registry.js";
+import type { Channel } from "../../services/message-courier.js";
+
+export type OtpType = "OTP_TYPE_EMAIL" | "OTP_TYPE_SMS";
+
+export const EMAIL = /^[^\s@<>()",;:\\]+@[^\s@<>()",;:\\]+\.[^\s@<>()",;:\\]+$/;
+const PHONE = /^\+[1-9]\d{6,14}$/;
+
+export function requireContact(otpType: unknown, contact: unknown): { otpType: OtpType; contact: string; channel: Channel } {
+  if (otpType === "OTP_TYPE_EMAIL") {
+    const email = String(contact ?? "").trim();
+    if (!EMAIL.test(email) || email.length > 320)
+      throw serviceError("INVALID_CONTACT", `contact must be an email address for OTP_TYPE_EMAIL, got "${String(contact)}"`);
+    return { otpType, contact: email, channel: "email" };
+  }
+  if (otpType === "OTP_TYPE_SMS") {
+    const phone = String(contact ?? "").replace(/[\s().-]/g, "");
+    if (!PHONE.test(phone))
+      throw serviceError(
+        "INVALID_CONTACT",
+        `contact must be a phone number in E.164 form (+ and 7 to 15 digits) for OTP_TYPE_SMS, got "${String(contact)}"`,
+      );
+    return { otpType, contact: phone, channel: "sms" };
+  }
+  throw serviceError("INVALID_OTP_TYPE", `otpType must be OTP_TYPE_EMAIL or OTP_TYPE_SMS, got "${String(otpType)}"`);
+}
+
+/** Emails compare without regard to ASCII letter case only (toLowerCase would also fold look-alikes
+ * such as the Kelvin sign into "k"). */
+export const foldEmail = (email: string) => email.replace(/[A-Z]/g, (c) => c.toLowerCase());
+
+/** The user of the organization with this email (ASCII case-insensitive) or phone number, and the
+ * contact as stored for it (where the code goes). */
+export async function userWithContact(ctx: ActivityContext, otpType: string, contact: string): Promise<{ id: string; contact: string }> {
+  const byEmail = otpType === "OTP_TYPE_EMAIL";
+  const rows = await ctx.trx
+    .selectFrom("users")
+    .select(["id", "email", "phone_number"])
+    .where("organization_id", "=", ctx.organizationId)
+    .where(byEmail ? "email" : "phone_number", "is not", null)
+    .execute();
+  const wanted = byEmail ? foldEmail(contact) : contact;
+  const found = rows.flatMap((r) => {
+    const stored = byEmail ? r.email! : r.phone_number!;
+    return (byEmail ? foldEmail(stored) : stored.replace(/[\s().-]/g, "")) === wanted ? [{ id: r.id, contact: stored }] : [];
+  });
+  if (found.length === 0)
+    throw serviceError(
+      "USER_NOT_FOUND",
+      `no user of organization ${ctx.organizationId} has ${byEmail ? "email" : "phone number"} ${contact}`,
+    );
+  if (found.length > 1)
+    throw serviceError(
+      "CONTACT_AMBIGUOUS",
+      `${found.length} users of organization ${ctx.organizationId} share ${contact}: a one-time password cannot tell them apart`,
+    );
+  return found[0]!;
+}
+
+/** Marks the contact proven on the user (list_verified_suborgs reads it). */
+export async function markVerified(ctx: ActivityContext, userId: string, otpType: string): Promise<void> {
+  await ctx.trx
+    .updateTable("users")
+    .set(otpType === "OTP_TYPE_EMAIL" ? { email_verified_at: ctx.now } : { phone_verified_at: ctx.now })
+    .where("id", "=", userId)
+    .execute();
+}
