@@ -115,6 +115,11 @@ export async function renderApiTypes(description: Swagger = JSON.parse(readFileS
     activityRows.push(`  ${type}: { parameters: ${typeName(refName(intents[intentKey]!.$ref)!)}; result: ${result} };`);
   }
 
+  // Submit endpoints: every version of the activity type the request names (X, X_V2, …), oldest first,
+  // among the types that have parameters — as src/registry's activityTypesFor derives them.
+  const withParameters = activityTypes.filter((type) => activityRows.some((row) => row.startsWith(`  ${type}: `)));
+  const versionOf = (type: string) => Number(/_V(\d+)$/.exec(type)?.[1] ?? 1);
+  const submitTypeRows: string[] = [];
   // Queries and submits: the request body and the 200 response of each path.
   const queryRows: string[] = [];
   const submitRows: string[] = [];
@@ -127,6 +132,14 @@ export async function renderApiTypes(description: Swagger = JSON.parse(readFileS
     (match[1] === "query" ? queryRows : submitRows).push(
       `  ${match[2]}: { request: ${typeName(request)}; response: ${typeName(response)} };`,
     );
+    const latest = (defs[request]?.properties?.type as { enum?: string[] } | undefined)?.enum?.[0];
+    if (match[1] === "submit" && latest) {
+      const base = latest.replace(/_V\d+$/, "");
+      const versions = withParameters
+        .filter((type) => type === base || new RegExp(`^${base}_V\\d+$`).test(type))
+        .sort((a, b) => versionOf(a) - versionOf(b));
+      submitTypeRows.push(`  ${match[2]}: [${versions.map(quote).join(", ")}],`);
+    }
   }
 
   return [
@@ -150,6 +163,11 @@ export async function renderApiTypes(description: Swagger = JSON.parse(readFileS
     "export interface QueryShapes {",
     ...queryRows,
     "}",
+    "",
+    "/** The activity types each submit endpoint accepts: every version of the type its request names, oldest first. */",
+    "export const SubmitActivityTypes = {",
+    ...submitTypeRows,
+    "} as const;",
     "",
     "/** The request body and 200 response of every submit endpoint (POST /public/v1/submit/<name>). */",
     "export interface SubmitShapes {",

@@ -3,7 +3,8 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { API_TYPES_FILE, renderApiTypes } from "../scripts/api-types.js";
-import { ActivityTypes } from "../src/api/types.js";
+import { ActivityTypes, SubmitActivityTypes } from "../src/api/types.js";
+import { activityTypesFor, swagger } from "../src/registry/registry.js";
 import { activityOperations, queryOperations } from "../src/operations/catalog.js";
 
 describe("src/api/types.ts", () => {
@@ -21,5 +22,13 @@ describe("src/api/types.ts", () => {
     const text = readFileSync(API_TYPES_FILE, "utf8");
     const queries = text.slice(text.indexOf("export interface QueryShapes {"), text.indexOf("export interface SubmitShapes {"));
     for (const operation of queryOperations) expect(queries, operation.name).toContain(`  ${operation.name}: { request: `);
+  });
+
+  it("lists for every submit endpoint the activity type versions the registry accepts for it (handlers are typed by that list)", () => {
+    const submits = Object.keys(swagger.submits).filter((name) => swagger.submits[name]!.type);
+    expect(submits.length).toBeGreaterThan(50);
+    for (const name of submits)
+      expect([...(SubmitActivityTypes[name as keyof typeof SubmitActivityTypes] ?? [])], name).toEqual(activityTypesFor(name));
+    expect(Object.keys(SubmitActivityTypes).sort()).toEqual(submits.sort());
   });
 });

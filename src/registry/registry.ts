@@ -12,6 +12,7 @@ import type { BundleSigner } from "../services/service-keys.js";
 import type { OtpSettings, SessionSettings } from "../services/login-settings.js";
 import type { OidcVerifier } from "../auth/oidc.js";
 import type { Keyring } from "../crypto/envelope.js";
+import type { ActivityTypeShapes, QueryShapes, SubmitActivityTypes } from "../api/types.js";
 
 export interface SwaggerSchemas {
   activityTypes: Record<string, { intentKey: string; resultKey: string | null; parameters: string }>;
@@ -169,13 +170,42 @@ export type PolicyAction = "CREATE" | "UPDATE" | "DELETE" | "SIGN" | "EXPORT" | 
 /** `activity.kind`: the version-agnostic name of an activity type (ACTIVITY_TYPE_X_V2 -> X). */
 export const activityKind = (type: string) => type.replace(/^ACTIVITY_TYPE_/, "").replace(/_V\d+$/, "");
 
-export interface ActivityOperation<P = any> {
+/** A submit endpoint whose request names an activity type with parameters (votes included). */
+export type SubmitName = keyof typeof SubmitActivityTypes;
+/** Every version of the activity type `N` accepts (ACTIVITY_TYPE_X, ACTIVITY_TYPE_X_V2, …). */
+export type ActivityTypeOf<N extends SubmitName> = (typeof SubmitActivityTypes)[N][number];
+
+type KeysOfUnion<U> = U extends unknown ? keyof U : never;
+type ValueIn<U, K extends PropertyKey> = U extends unknown ? (K extends keyof U ? U[K] : never) : never;
+/** Keys some member of the union `U` has as optional. */
+type OptionalKeysIn<U> = U extends unknown ? { [K in keyof U]-?: object extends Pick<U, K> ? K : never }[keyof U] : never;
+type RequiredKeysIn<U> = Exclude<keyof U, OptionalKeysIn<U>>;
+/** The parameters of any of the versions in the union `U`, as one object: a field every version requires
+ * stays required, any other is optional (the request may be of a version without it), and its type is
+ * the union of the versions' types for it. Only the top level is merged: a nested object keeps its
+ * versions apart (an authenticator's attestation is one shape or the other, and handlers tell them
+ * apart with `in`). The key sets are computed rather than mapped over `U`, which would keep the union. */
+export type AnyVersionOf<U> = { [K in RequiredKeysIn<U>]: ValueIn<U, K> } & {
+  [K in Exclude<KeysOfUnion<U>, RequiredKeysIn<U>>]?: Exclude<ValueIn<U, K>, undefined>;
+};
+
+/** The parameters an activity handler of submit endpoint `N` receives, from the generated API types
+ * (src/api/types.ts): request validation holds every request to the same swagger schema, which
+ * refuses fields it does not name. */
+export type ParametersOf<N extends SubmitName> = AnyVersionOf<ActivityTypeShapes[ActivityTypeOf<N>]["parameters"]>;
+/** The request body a query handler of endpoint `N` receives. */
+export type QueryBodyOf<N extends keyof QueryShapes> = QueryShapes[N]["request"];
+
+/** `P`: the parameters the handler receives; `T`: the activity types it is run for. The defaults
+ * (`unknown`, any string) are what the catalog and the pipeline see of an operation whose name they do
+ * not know; declarations get both from their name (`defineActivity`). */
+export interface ActivityOperation<P = unknown, T extends string = string> {
   kind: "activity";
   /** Path suffix: /public/v1/submit/<name> */
   name: string;
   summary: string;
   /** Accepted activity types, oldest first. */
-  types: string[];
+  types: T[];
   resource: PolicyResource;
   action: PolicyAction;
   /** Parameters that are secrets: never stored in the intent or echoed in a vote's message. */
@@ -197,24 +227,24 @@ export interface ActivityOperation<P = any> {
   /** Only the root quorum may perform it with these parameters: returns why, or undefined. */
   rootOnlyWhen?(trx: Tx | Db, organizationId: string, parameters: P): Promise<string | undefined>;
   /** `activity.params` of the policy language: the documented snake_case fields this type exposes. */
-  policyParameters?(parameters: P, type: string): Record<string, unknown>;
+  policyParameters?(parameters: P, type: T): Record<string, unknown>;
   /** The user whose own credentials this activity changes: a user may change its own credentials
    * without a policy, unless a policy explicitly denies it. */
   credentialOwner?(parameters: P, principal: Principal): string | undefined;
   /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path. */
-  policyContext?(trx: Tx, organizationId: string, parameters: P, type: string): Promise<Record<string, unknown>>;
+  policyContext?(trx: Tx, organizationId: string, parameters: P, type: T): Promise<Record<string, unknown>>;
   /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
-  intentOf?(parameters: P, type: string): Record<string, unknown>;
+  intentOf?(parameters: P, type: T): Record<string, unknown>;
   /** Checks that wait on the network (a webhook host's DNS), run before the organization's lock is
    * taken so a slow answer holds up nobody else. They must not read the database. Their failure is
    * the activity's: recorded as FAILED once policies have allowed the activity. Not repeated when an
    * approval runs the activity later (`execute` keeps its own checks). */
-  precheck?(parameters: P, env: OperationEnvironment, type: string): Promise<void>;
+  precheck?(parameters: P, env: OperationEnvironment, type: T): Promise<void>;
   /** What a failed run must still change, after its own writes were rolled back (an import target
    * is used up by a failed import too: it serves one attempt). Runs in the activity's transaction. */
   afterFailure?(ctx: ActivityContext, parameters: P): Promise<void>;
   /** Runs inside the activity's transaction; returns the result object (the value under the result key). */
-  execute(ctx: ActivityContext, parameters: P, type: string): Promise<Record<string, unknown>>;
+  execute(ctx: ActivityContext, parameters: P, type: T): Promise<Record<string, unknown>>;
 }
 
 /** approve_activity / reject_activity: a vote on a pending activity, named by its fingerprint. The
@@ -230,7 +260,8 @@ export interface VoteOperation {
 /** Anything submitted to /public/v1/submit/<name>. */
 export type SubmitOperation = ActivityOperation | VoteOperation;
 
-export interface QueryOperation<B = any> {
+/** `B`: the request body the query receives; `unknown` where the endpoint is not known (the catalog). */
+export interface QueryOperation<B = unknown> {
   kind: "query";
   /** Path suffix: /public/v1/query/<name> */
   name: string;
@@ -244,15 +275,22 @@ export interface QueryOperation<B = any> {
 
 export type Operation = ActivityOperation | VoteOperation | QueryOperation;
 
-export function defineActivity<P>(op: Omit<ActivityOperation<P>, "kind" | "types"> & { types?: string[] }): ActivityOperation<P> {
-  return { ...op, kind: "activity", types: op.types ?? activityTypesFor(op.name) };
+/** Declares the activity operation served at /public/v1/submit/<name>: its parameters are typed by the
+ * name (`ParametersOf`), and `type` is one of the name's activity types, so a misspelt one does not compile. */
+export function defineActivity<N extends SubmitName>(
+  op: Omit<ActivityOperation<ParametersOf<N>, ActivityTypeOf<N>>, "kind" | "types" | "name"> & { name: N; types?: ActivityTypeOf<N>[] },
+): ActivityOperation<ParametersOf<N>, ActivityTypeOf<N>> {
+  return { ...op, kind: "activity", types: op.types ?? (activityTypesFor(op.name) as ActivityTypeOf<N>[]) };
 }
 
 export function defineVote(op: Omit<VoteOperation, "kind" | "types">): VoteOperation {
   return { ...op, kind: "vote", types: activityTypesFor(op.name) };
 }
 
-export function defineQuery<B>(op: Omit<QueryOperation<B>, "kind">): QueryOperation<B> {
+/** Declares the query served at /public/v1/query/<name>, its request body typed by the name. */
+export function defineQuery<N extends keyof QueryShapes>(
+  op: Omit<QueryOperation<QueryBodyOf<N>>, "kind" | "name"> & { name: N },
+): QueryOperation<QueryBodyOf<N>> {
   if (!swagger.queries[op.name]) throw new Error(`the swagger has no query endpoint ${op.name}`);
   return { ...op, kind: "query" };
 }

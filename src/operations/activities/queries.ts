@@ -1,11 +1,11 @@
 // Reading the audit log: one activity, or a page of them.
 import { serviceError } from "../../errors.js";
 import { defineQuery } from "../../registry/registry.js";
-import { readPage, type Pagination } from "../resources.js";
+import { readPage } from "../resources.js";
 import { renderActivity, renderPolicyEvaluation } from "./records.js";
 
 export const activityQueries = [
-  defineQuery<{ organizationId: string; activityId: string }>({
+  defineQuery({
     name: "get_policy_evaluations",
     summary: "How the organization's policies judged an activity: one evaluation per vote, with each policy's outcome.",
     async run(ctx, body) {
@@ -27,7 +27,7 @@ export const activityQueries = [
     },
   }),
 
-  defineQuery<{ organizationId: string; activityId: string }>({
+  defineQuery({
     name: "get_activity",
     summary: "One activity of the audit log.",
     async run(ctx, body) {
@@ -42,7 +42,7 @@ export const activityQueries = [
     },
   }),
 
-  defineQuery<{ organizationId: string; filterByStatus?: string[]; filterByType?: string[]; paginationOptions?: Pagination }>({
+  defineQuery({
     name: "list_activities",
     summary: "Activities newest first; `after` pages towards older ones, `before` towards newer ones.",
     async run(ctx, body) {

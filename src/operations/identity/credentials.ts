@@ -173,7 +173,7 @@ async function deleteUserCredentials(
 }
 
 export const credentialOperations = [
-  defineActivity<{ userId: string; apiKeys: ApiKeyParams[] }>({
+  defineActivity({
     name: "create_api_keys",
     summary: "Add API keys to a user.",
     resource: "CREDENTIAL",
@@ -187,7 +187,7 @@ export const credentialOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; apiKeyIds: string[] }>({
+  defineActivity({
     name: "delete_api_keys",
     summary: "Remove API keys from a user.",
     resource: "CREDENTIAL",
@@ -199,7 +199,7 @@ export const credentialOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; authenticators: AuthenticatorParams[] }>({
+  defineActivity({
     name: "create_authenticators",
     summary: "Register passkeys for a user.",
     resource: "CREDENTIAL",
@@ -213,7 +213,7 @@ export const credentialOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; authenticatorIds: string[] }>({
+  defineActivity({
     name: "delete_authenticators",
     summary: "Remove passkeys from a user.",
     resource: "CREDENTIAL",
@@ -225,7 +225,7 @@ export const credentialOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; apiKeyId: string }>({
+  defineQuery({
     name: "get_api_key",
     summary: "One API key.",
     async run(ctx, body) {
@@ -240,7 +240,7 @@ export const credentialOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; userId?: string }>({
+  defineQuery({
     name: "get_api_keys",
     summary: "The API keys of a user (the caller when userId is absent).",
     async run(ctx, body) {
@@ -257,7 +257,7 @@ export const credentialOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; authenticatorId: string }>({
+  defineQuery({
     name: "get_authenticator",
     summary: "One passkey.",
     async run(ctx, body) {
@@ -272,7 +272,7 @@ export const credentialOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; userId: string }>({
+  defineQuery({
     name: "get_authenticators",
     summary: "The passkeys of a user.",
     async run(ctx, body) {

@@ -40,7 +40,8 @@ export async function listTags(db: Db | Tx, organizationId: string, tagType?: Ta
   }));
 }
 
-const capitalized = (s: string) => s[0]!.toUpperCase() + s.slice(1);
+/** userIds → addUserIds: typed as the template it is, so the field names it builds index the generated parameters. */
+const capitalized = <S extends string>(s: S) => (s[0]!.toUpperCase() + s.slice(1)) as Capitalize<S>;
 
 export async function requirePrivateKeys(db: Db | Tx, organizationId: string, ids: string[]): Promise<void> {
   if (ids.length === 0) return;
@@ -85,7 +86,7 @@ function tagOperationsFor(kind: TagKind) {
   }
 
   return [
-    defineActivity<Record<string, unknown>>({
+    defineActivity({
       name: `create_${kind.operation}_tag`,
       summary: `Create a ${kind.noun} tag and apply it to ${kind.noun}s.`,
       resource: kind.resource,
@@ -105,7 +106,7 @@ function tagOperationsFor(kind: TagKind) {
       },
     }),
 
-    defineActivity<Record<string, unknown>>({
+    defineActivity({
       name: `update_${kind.operation}_tag`,
       summary: `Rename a ${kind.noun} tag, or add and remove its ${kind.noun}s.`,
       resource: kind.resource,
@@ -141,7 +142,7 @@ function tagOperationsFor(kind: TagKind) {
       },
     }),
 
-    defineActivity<Record<string, unknown>>({
+    defineActivity({
       name: `delete_${kind.operation}_tags`,
       summary: `Delete ${kind.noun} tags (the ${kind.noun}s stay).`,
       resource: kind.resource,
@@ -164,7 +165,7 @@ function tagOperationsFor(kind: TagKind) {
       },
     }),
 
-    defineQuery<{ organizationId: string }>({
+    defineQuery({
       name: `list_${kind.operation}_tags`,
       summary: `Every ${kind.noun} tag of the organization.`,
       async run(ctx) {

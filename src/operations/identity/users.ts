@@ -1,18 +1,21 @@
 // Users of an organization: creation with their credentials, updates, deletion, and reads.
 import { unverifiedOidcClaims } from "../../auth/oidc.js";
 import { serviceError } from "../../errors.js";
-import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "../../registry/registry.js";
+import {
+  defineActivity,
+  defineQuery,
+  type ActivityContext,
+  type OperationEnvironment,
+  type ParametersOf,
+} from "../../registry/registry.js";
 import { addApiKeys, addAuthenticators, requireName, type ApiKeyParams, type AuthenticatorParams } from "./credentials.js";
 import { foldEmail } from "../logins/contacts.js";
 import { spendVerificationToken } from "../logins/verification-tokens.js";
 import { sessionPublicKey } from "../logins/sessions.js";
 import { distinct, loadUsers, newId, requireUser, requireUserTags, requireUsers } from "../resources.js";
 
-export interface OauthProviderParams {
-  providerName: string;
-  oidcToken?: string;
-  oidcClaims?: { iss: string; sub: string; aud: string };
-}
+/** An OIDC identity to link: a token (every version), or (V2) the claims themselves. */
+export type OauthProviderParams = NonNullable<ParametersOf<"create_oauth_providers">["oauthProviders"]>[number];
 
 /** A new user and the credentials it starts with. */
 export interface NewUserParams {
@@ -22,19 +25,6 @@ export interface NewUserParams {
   apiKeys?: ApiKeyParams[];
   authenticators?: AuthenticatorParams[];
   oauthProviders?: OauthProviderParams[];
-}
-
-interface UserParams extends NewUserParams {
-  accessType?: string;
-  userTags: string[];
-}
-
-/** create_api_only_users: a name, an optional email, tags and P-256 API keys. */
-interface ApiOnlyUserParams {
-  userName: string;
-  userEmail?: string;
-  userTags: string[];
-  apiKeys: Array<Omit<ApiKeyParams, "curveType">>;
 }
 
 const EMAIL = /^[^\s@]+@[^\s@]+\.[^\s@]+$/;
@@ -81,8 +71,9 @@ async function oidcIdentity(
       );
     return { issuer: verified.issuer, subject: verified.subject, audience: verified.audiences[0]! };
   }
-  if (!p.oidcClaims) throw serviceError("INVALID_OIDC_TOKEN", `${field} needs an oidcToken or oidcClaims`);
-  const { iss, sub, aud } = p.oidcClaims;
+  const claims = "oidcClaims" in p ? p.oidcClaims : undefined;
+  if (!claims) throw serviceError("INVALID_OIDC_TOKEN", `${field} needs an oidcToken or oidcClaims`);
+  const { iss, sub, aud } = claims;
   if (!iss?.trim() || !sub?.trim() || !aud?.trim())
     throw serviceError("INVALID_OIDC_TOKEN", `${field}.oidcClaims needs non-empty iss, sub and aud`);
   if (!vouched) {
@@ -264,18 +255,20 @@ async function touchUser(ctx: ActivityContext, userId: string, changes: ContactC
 }
 
 export const userOperations = [
-  defineActivity<{ users: UserParams[] }>({
+  defineActivity({
     name: "create_users",
     summary: "Create users with their API keys, passkeys, OAuth identities and tags.",
     resource: "USER",
     action: "CREATE",
     intentOf: (p) => ({
       ...p,
-      users: (p.users ?? []).map((u) => (u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u)),
+      users: (p.users ?? []).map((u) =>
+        "oauthProviders" in u && u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u,
+      ),
     }),
     precheck: (p, env) =>
       warmOidcKeys(
-        (p.users ?? []).flatMap((u) => u.oauthProviders ?? []),
+        (p.users ?? []).flatMap((u): OauthProviderParams[] => ("oauthProviders" in u ? (u.oauthProviders ?? []) : [])),
         env,
       ),
     async execute(ctx, p) {
@@ -285,7 +278,7 @@ export const userOperations = [
 
   // The older form of create_users that programs written against @turnkey/http still send: users
   // that hold API keys only (always P-256: its key parameters name no curve).
-  defineActivity<{ apiOnlyUsers: ApiOnlyUserParams[] }>({
+  defineActivity({
     name: "create_api_only_users",
     summary: "Create users that hold API keys only, with their tags (the older form of `create_users`).",
     resource: "USER",
@@ -295,7 +288,7 @@ export const userOperations = [
     },
   }),
 
-  defineActivity<{ userIds: string[] }>({
+  defineActivity({
     name: "delete_users",
     summary: "Delete users and every credential they hold.",
     resource: "USER",
@@ -336,7 +329,7 @@ export const userOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; userName?: string; userEmail?: string; userTagIds?: string[]; userPhoneNumber?: string }>({
+  defineActivity({
     name: "update_user",
     summary: "Change a user's name, email, phone number or tags.",
     resource: "USER",
@@ -358,7 +351,7 @@ export const userOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; userName: string }>({
+  defineActivity({
     name: "update_user_name",
     summary: "Rename a user.",
     resource: "USER",
@@ -371,7 +364,7 @@ export const userOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; userEmail: string; verificationToken?: string }>({
+  defineActivity({
     name: "update_user_email",
     summary: "Set or remove (empty string) a user's email.",
     resource: "USER",
@@ -389,7 +382,7 @@ export const userOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; userPhoneNumber: string; verificationToken?: string }>({
+  defineActivity({
     name: "update_user_phone_number",
     summary: "Set or remove (empty string) a user's phone number.",
     resource: "USER",
@@ -407,7 +400,7 @@ export const userOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; userId: string }>({
+  defineQuery({
     name: "get_user",
     summary: "One user with its credentials and tags.",
     async run(ctx, body) {
@@ -417,7 +410,7 @@ export const userOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string }>({
+  defineQuery({
     name: "list_users",
     summary: "Every user of the organization.",
     async run(ctx) {

@@ -10,7 +10,7 @@ import { serviceError } from "../../errors.js";
 import { unverifiedOidcClaims, type OidcIdentity } from "../../auth/oidc.js";
 import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "../../registry/registry.js";
 import { distinct, renderOauthProvider, requireAtMost, requireUser } from "../resources.js";
-import { addOauthProviders, oauthProviderAsRecorded, warmOidcKeys, type OauthProviderParams } from "../identity/users.js";
+import { addOauthProviders, oauthProviderAsRecorded, warmOidcKeys } from "../identity/users.js";
 import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 
 const nonceOf = (publicKey: string) =>
@@ -64,13 +64,7 @@ const warmUp = async (p: { oidcToken: string }, env: OperationEnvironment) => {
 };
 
 export const oauthOperations = [
-  defineActivity<{
-    oidcToken: string;
-    targetPublicKey: string;
-    apiKeyName?: string;
-    expirationSeconds?: string;
-    invalidateExisting?: boolean;
-  }>({
+  defineActivity({
     name: "oauth",
     summary: "Log in with an OIDC identity token: a session key sealed to targetPublicKey (credential bundle). BETA in the product.",
     resource: "AUTH",
@@ -98,13 +92,7 @@ export const oauthOperations = [
     },
   }),
 
-  defineActivity<{
-    oidcToken: string;
-    publicKey: string;
-    expirationSeconds?: string;
-    invalidateExisting?: boolean;
-    sessionProfileId?: string;
-  }>({
+  defineActivity({
     name: "oauth_login",
     summary: "Log in with an OIDC identity token: publicKey becomes a session key; returns the session JWT.",
     resource: "AUTH",
@@ -135,13 +123,13 @@ export const oauthOperations = [
   }),
 
   // Linking needs a token that verifies, or claims someone trusted vouches for (users.ts oidcIdentity).
-  defineActivity<{ userId: string; oauthProviders: OauthProviderParams[] }>({
+  defineActivity({
     name: "create_oauth_providers",
     summary: "Link OIDC identities (issuer, audience, subject) to a user, from a token's claims or (V2) the claims themselves.",
     resource: "CREDENTIAL",
     action: "CREATE",
     // Linking one's own identity by token needs no policy; bare claims prove nothing, so they always do.
-    credentialOwner: (p) => ((p.oauthProviders ?? []).some((o) => o.oidcClaims !== undefined) ? undefined : p.userId),
+    credentialOwner: (p) => ((p.oauthProviders ?? []).some((o) => "oidcClaims" in o && o.oidcClaims !== undefined) ? undefined : p.userId),
     intentOf: (p) => ({ ...p, oauthProviders: (p.oauthProviders ?? []).map(oauthProviderAsRecorded) }),
     policyParameters: (p) => ({ user_id: p.userId, provider_names: (p.oauthProviders ?? []).map((o) => o.providerName) }),
     precheck: (p, env) => warmOidcKeys(p.oauthProviders ?? [], env),
@@ -153,7 +141,7 @@ export const oauthOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; providerIds: string[] }>({
+  defineActivity({
     name: "delete_oauth_providers",
     summary: "Unlink OIDC identities from a user.",
     resource: "CREDENTIAL",
@@ -177,7 +165,7 @@ export const oauthOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; userId?: string }>({
+  defineQuery({
     name: "get_oauth_providers",
     summary: "The OAuth providers of a user (the caller when userId is absent).",
     async run(ctx, body) {

@@ -6,22 +6,11 @@
 import { serviceError } from "../../errors.js";
 import type { Channel, MessageContent } from "../../services/message-courier.js";
 import type { OtpSettings } from "../../services/login-settings.js";
-import { EMAIL, type OtpType } from "./contacts.js";
+import type { ParametersOf } from "../../registry/registry.js";
+import { EMAIL } from "./contacts.js";
 
-export interface OtpInitParams {
-  otpType: OtpType;
-  contact: string;
-  otpLength?: number;
-  appName?: string;
-  emailCustomization?: { appName?: string; logoUrl?: string; magicLinkTemplate?: string; templateVariables?: string; templateId?: string };
-  smsCustomization?: { template?: string };
-  userIdentifier?: string;
-  sendFromEmailAddress?: string;
-  sendFromEmailSenderName?: string;
-  replyToEmailAddress?: string;
-  alphanumeric?: boolean;
-  expirationSeconds?: string;
-}
+/** What init_otp and init_otp_auth (every version) ask for: the contact, the code's shape, the message's customization. */
+export type OtpInitParams = ParametersOf<"init_otp" | "init_otp_auth">;
 
 const escapeHtml = (text: string) =>
   text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
@@ -30,9 +19,15 @@ const MAX_APP_NAME = 64;
 const MAX_SMS_TEMPLATE = 320;
 const CODE_PLACEHOLDER = /\{\{\s*\.OtpCode\s*\}\}/g;
 
+/** The app name the request gives: its own field, or (init_otp_auth V1, init_otp V1) the email customization's. */
+export function requestedAppName(p: OtpInitParams): string | undefined {
+  const custom = p.emailCustomization;
+  return p.appName ?? (custom && "appName" in custom ? custom.appName : undefined);
+}
+
 /** The app name as it may appear in a subject and body: one line, short. */
 function appNameOf(p: OtpInitParams): string {
-  const name = (p.appName ?? p.emailCustomization?.appName ?? "").replace(/[\u0000-\u001f\u007f]/g, " ").trim();
+  const name = (requestedAppName(p) ?? "").replace(/[\u0000-\u001f\u007f]/g, " ").trim();
   if (name.length > MAX_APP_NAME) throw serviceError("INVALID_APP_NAME", `appName must be at most ${MAX_APP_NAME} characters`);
   return name;
 }

@@ -17,9 +17,9 @@
 import { serviceError } from "../../errors.js";
 import { defineActivity, type ActivityContext } from "../../registry/registry.js";
 import { markVerified, requireContact, userWithContact, type OtpType } from "./contacts.js";
-import { checkClientSignature, type ClientSignature } from "./client-signatures.js";
+import { checkClientSignature } from "./client-signatures.js";
 import { consumeOtp, countWrongCode } from "./otp-codes.js";
-import type { OtpInitParams } from "./otp-messages.js";
+import { requestedAppName, type OtpInitParams } from "./otp-messages.js";
 import { startOtp } from "./otp-sending.js";
 import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 import { issueVerificationToken, spendVerificationToken, verificationTokenSeconds } from "./verification-tokens.js";
@@ -52,11 +52,11 @@ const policyParams = (p: OtpInitParams) => ({
   contact: p.contact,
   otp_length: p.otpLength ?? 9,
   alphanumeric: p.alphanumeric ?? true,
-  app_name: p.appName ?? p.emailCustomization?.appName ?? "",
+  app_name: requestedAppName(p) ?? "",
 });
 
 export const otpOperations = [
-  defineActivity<OtpInitParams>({
+  defineActivity({
     name: "init_otp_auth",
     summary: "Send a one-time password to a user of the organization (email or SMS); otp_auth exchanges it for a credential bundle.",
     resource: "OTP",
@@ -74,14 +74,7 @@ export const otpOperations = [
     },
   }),
 
-  defineActivity<{
-    otpId: string;
-    otpCode: string;
-    targetPublicKey: string;
-    apiKeyName?: string;
-    expirationSeconds?: string;
-    invalidateExisting?: boolean;
-  }>({
+  defineActivity({
     name: "otp_auth",
     summary: "Exchange the code from init_otp_auth for a session key sealed to targetPublicKey (credential bundle).",
     resource: "AUTH",
@@ -107,7 +100,7 @@ export const otpOperations = [
     },
   }),
 
-  defineActivity<OtpInitParams>({
+  defineActivity({
     name: "init_otp",
     summary: "Send a one-time password to any email or phone number; verify_otp exchanges it for a verification token.",
     resource: "OTP",
@@ -123,7 +116,7 @@ export const otpOperations = [
     },
   }),
 
-  defineActivity<{ otpId: string; otpCode?: string; encryptedOtpBundle?: string; expirationSeconds?: string; publicKey?: string }>({
+  defineActivity({
     name: "verify_otp",
     summary: "Exchange the code from init_otp for a verification token (a signed JWT naming the contact), bound to the client's key.",
     resource: "OTP",
@@ -144,14 +137,7 @@ export const otpOperations = [
     },
   }),
 
-  defineActivity<{
-    verificationToken: string;
-    publicKey: string;
-    expirationSeconds?: string;
-    invalidateExisting?: boolean;
-    clientSignature?: ClientSignature;
-    sessionProfileId?: string;
-  }>({
+  defineActivity({
     name: "otp_login",
     summary:
       "Spend a verification token for a session of the user holding its contact: publicKey becomes a session key; returns the session JWT.",

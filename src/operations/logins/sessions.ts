@@ -186,7 +186,7 @@ async function organizationAndUser(ctx: ActivityContext, userId: string) {
 const ownUser = (userId: string | undefined, principal: { userId: string }) => userId ?? principal.userId;
 
 export const sessionOperations = [
-  defineActivity<{ publicKey: string; expirationSeconds?: string; invalidateExisting?: boolean; sessionProfileId?: string }>({
+  defineActivity({
     name: "stamp_login",
     summary: "Log the stamping user in: their new key pair becomes a session key; returns the session JWT.",
     resource: "AUTH",
@@ -211,14 +211,7 @@ export const sessionOperations = [
     },
   }),
 
-  defineActivity<{
-    targetPublicKey: string;
-    userId?: string;
-    email?: string;
-    apiKeyName?: string;
-    expirationSeconds?: string;
-    invalidateExisting?: boolean;
-  }>({
+  defineActivity({
     name: "create_read_write_session",
     summary: "A read-write session key for a user (the caller by default), sealed to targetPublicKey as a credential bundle.",
     resource: "AUTH",
@@ -256,7 +249,7 @@ export const sessionOperations = [
     },
   }),
 
-  defineActivity<Record<string, never>>({
+  defineActivity({
     name: "create_read_only_session",
     summary: "A read-only session (one hour) of the stamping credential: a token sent as X-Session on queries (never on submits).",
     resource: "AUTH",

@@ -73,7 +73,7 @@ function checkedValue(name: string, value: string | undefined, policy: Destinati
 }
 
 export const featureOperations = [
-  defineActivity<{ name: string; value?: string }>({
+  defineActivity({
     name: "set_organization_feature",
     summary: "Set an organization feature (root quorum only); the result lists the features now set.",
     resource: "ORGANIZATION",
@@ -87,7 +87,7 @@ export const featureOperations = [
     },
   }),
 
-  defineActivity<{ name: string }>({
+  defineActivity({
     name: "remove_organization_feature",
     summary: "Remove an organization feature (root quorum only); the result lists the features still set.",
     resource: "ORGANIZATION",
@@ -113,7 +113,7 @@ export const featureOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string }>({
+  defineQuery({
     name: "get_organization_configs",
     summary: "The organization's features and root quorum.",
     async run(ctx) {

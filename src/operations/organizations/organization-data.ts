@@ -11,7 +11,7 @@ import { featuresOf } from "./features.js";
 import { rootQuorumUserIds } from "./organizations.js";
 
 export const organizationDataOperations = [
-  defineQuery<{ organizationId: string }>({
+  defineQuery({
     name: "get_organization",
     summary:
       "The whole organization in one object (`organizationData`): name, root quorum, users with their credentials, policies, wallets, " +

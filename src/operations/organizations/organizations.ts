@@ -133,7 +133,7 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
 }
 
 export const organizationOperations = [
-  defineActivity<{ threshold: number; userIds: string[] }>({
+  defineActivity({
     name: "update_root_quorum",
     summary: "Set the root quorum's members and threshold. Only the current root quorum can approve it.",
     resource: "ORGANIZATION",
@@ -164,7 +164,7 @@ export const organizationOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string }>({
+  defineQuery({
     name: "whoami",
     summary: "The caller's user and organization (the caller's own sub-organization when the request names its parent).",
     resolvesSubOrganizations: true,

@@ -8,7 +8,7 @@ import { serviceError } from "../../errors.js";
 import type { Db } from "../../store/database.js";
 import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
 import { newId, readPage, type Pagination, requireAtMost } from "../resources.js";
-import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams } from "../identity/users.js";
+import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams, type OauthProviderParams } from "../identity/users.js";
 import { createWallet, type NewWalletParams } from "../wallets/wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "../wallets/private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
@@ -389,7 +389,7 @@ async function listSubOrganizations(db: Db, body: ListSubOrganizationsBody, allo
 }
 
 export const subOrganizationOperations = [
-  defineActivity<CreateSubOrganizationParams>({
+  defineActivity({
     name: "create_sub_organization",
     summary:
       "Create a sub-organization with its root users (API keys, passkeys, OAuth identities), root quorum and, optionally, a wallet or private keys.",
@@ -400,7 +400,7 @@ export const subOrganizationOperations = [
     secretParameters: ["verificationToken"],
     precheck: (p, env) =>
       warmOidcKeys(
-        (p.rootUsers ?? []).flatMap((u) => u.oauthProviders ?? []),
+        (p.rootUsers ?? []).flatMap((u: { userName: string; oauthProviders?: OauthProviderParams[] }) => u.oauthProviders ?? []),
         env,
       ),
     intentOf: (p) => ({
@@ -408,7 +408,7 @@ export const subOrganizationOperations = [
       ...(p.rootUsers
         ? {
             rootUsers: p.rootUsers.map((u) =>
-              u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u,
+              "oauthProviders" in u && u.oauthProviders ? { ...u, oauthProviders: u.oauthProviders.map(oauthProviderAsRecorded) } : u,
             ),
           }
         : {}),
@@ -416,7 +416,7 @@ export const subOrganizationOperations = [
     execute: (ctx, p, type) => createSubOrganization(ctx, p, type),
   }),
 
-  defineActivity<{ deleteWithoutExport?: boolean }>({
+  defineActivity({
     name: "delete_sub_organization",
     summary:
       "Delete the sub-organization the request names (its root quorum only); refused while it holds wallets or keys never exported, unless deleteWithoutExport.",
@@ -427,14 +427,14 @@ export const subOrganizationOperations = [
     execute: (ctx, p) => deleteSubOrganization(ctx, p.deleteWithoutExport === true),
   }),
 
-  defineQuery<ListSubOrganizationsBody>({
+  defineQuery({
     name: "list_suborgs",
     summary:
       "The organization's sub-organizations, optionally those matching a name, user name, email, phone number, OIDC identity, passkey, public key or wallet address.",
     run: (ctx, body) => listSubOrganizations(ctx.db, { ...body, organizationId: ctx.organizationId }, FILTERS, false),
   }),
 
-  defineQuery<ListSubOrganizationsBody>({
+  defineQuery({
     name: "list_verified_suborgs",
     summary: "The sub-organizations with a user whose email or phone number (the filter) was verified by a one-time password.",
     run: (ctx, body) => listSubOrganizations(ctx.db, { ...body, organizationId: ctx.organizationId }, VERIFIED_FILTERS, true),

@@ -152,18 +152,8 @@ async function deletePolicies(ctx: ActivityContext, ids: string[]): Promise<void
   if (ids.length) await ctx.trx.deleteFrom("policies").where("organization_id", "=", ctx.organizationId).where("id", "in", ids).execute();
 }
 
-interface PolicyUpdate {
-  policyId: string;
-  policyName?: string;
-  policyEffect?: Effect;
-  policyCondition?: string;
-  policyConsensus?: string;
-  policyNotes?: string;
-  time?: string;
-}
-
 export const policyOperations = [
-  defineActivity<NewPolicy & { selectors?: Selector[] }>({
+  defineActivity({
     name: "create_policy",
     summary: "Create a policy. CREATE_POLICY_V3 takes condition/consensus/time expressions; V1 and V2 take legacy selectors.",
     resource: "POLICY",
@@ -175,7 +165,7 @@ export const policyOperations = [
     },
   }),
 
-  defineActivity<{ policies: NewPolicy[] }>({
+  defineActivity({
     name: "create_policies",
     summary: "Create several policies at once (all or none).",
     resource: "POLICY",
@@ -188,7 +178,7 @@ export const policyOperations = [
     },
   }),
 
-  defineActivity<PolicyUpdate>({
+  defineActivity({
     name: "update_policy",
     summary:
       "Change a policy's name, effect, condition, consensus, time or notes; omitted fields keep their value, an empty expression removes it.",
@@ -214,7 +204,7 @@ export const policyOperations = [
     },
   }),
 
-  defineActivity<{ policyId: string }>({
+  defineActivity({
     name: "delete_policy",
     summary: "Delete a policy.",
     resource: "POLICY",
@@ -225,7 +215,7 @@ export const policyOperations = [
     },
   }),
 
-  defineActivity<{ policyIds: string[] }>({
+  defineActivity({
     name: "delete_policies",
     summary: "Delete several policies at once (all or none).",
     resource: "POLICY",
@@ -238,7 +228,7 @@ export const policyOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; policyId: string }>({
+  defineQuery({
     name: "get_policy",
     summary: "One policy.",
     async run(ctx, body) {
@@ -253,7 +243,7 @@ export const policyOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string }>({
+  defineQuery({
     name: "list_policies",
     summary: "All policies of the organization, oldest first.",
     async run(ctx) {

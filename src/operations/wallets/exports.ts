@@ -52,7 +52,7 @@ function targetKey(targetPublicKey: string): Uint8Array {
 }
 
 export const exportOperations = [
-  defineActivity<{ walletId: string; targetPublicKey: string; language?: string }>({
+  defineActivity({
     name: "export_wallet",
     summary: "Export a wallet's mnemonic, encrypted to the target public key (HPKE) in a signed bundle.",
     resource: "WALLET",
@@ -75,7 +75,7 @@ export const exportOperations = [
     },
   }),
 
-  defineActivity<{ privateKeyId: string; targetPublicKey: string }>({
+  defineActivity({
     name: "export_private_key",
     summary: "Export a private key (its 32 raw bytes), encrypted to the target public key (HPKE) in a signed bundle.",
     resource: "PRIVATE_KEY",
@@ -99,7 +99,7 @@ export const exportOperations = [
     },
   }),
 
-  defineActivity<{ address: string; targetPublicKey: string }>({
+  defineActivity({
     name: "export_wallet_account",
     summary: "Export one wallet account's private key (32 raw bytes), encrypted to the target public key (HPKE) in a signed bundle.",
     resource: "WALLET",

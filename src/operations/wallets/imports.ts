@@ -7,12 +7,12 @@
 import { p256 } from "@noble/curves/nist.js";
 import { serviceError } from "../../errors.js";
 import { HpkeError, openWith, type Sealed } from "../../crypto/hpke.js";
-import { detectMnemonicLanguage, keyPairFromPrivateKey, DerivationError, type Curve } from "../../crypto/hd.js";
+import { detectMnemonicLanguage, keyPairFromPrivateKey, DerivationError } from "../../crypto/hd.js";
 import { defineActivity, type ActivityContext } from "../../registry/registry.js";
 import { newId } from "../resources.js";
 import type { Tx } from "../../store/database.js";
 import { signedBundle } from "./exports.js";
-import { createWallet, type WalletAccountParams } from "./wallets.js";
+import { createWallet } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 
 type TargetKind = "wallet" | "private_key";
@@ -145,7 +145,7 @@ function importedMnemonic(plaintext: Buffer) {
 }
 
 export const importOperations = [
-  defineActivity<{ userId: string }>({
+  defineActivity({
     name: "init_import_wallet",
     summary: "Start a wallet import: a one-use target key for the requesting user, in a signed importBundle.",
     resource: "WALLET",
@@ -155,7 +155,7 @@ export const importOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; walletName: string; encryptedBundle: string; accounts: WalletAccountParams[] }>({
+  defineActivity({
     name: "import_wallet",
     summary: "Import a mnemonic encrypted to the target from init_import_wallet; derive the requested accounts.",
     resource: "WALLET",
@@ -171,7 +171,7 @@ export const importOperations = [
     },
   }),
 
-  defineActivity<{ userId: string }>({
+  defineActivity({
     name: "init_import_private_key",
     summary: "Start a private key import: a one-use target key for the requesting user, in a signed importBundle.",
     resource: "PRIVATE_KEY",
@@ -181,7 +181,7 @@ export const importOperations = [
     },
   }),
 
-  defineActivity<{ userId: string; privateKeyName: string; encryptedBundle: string; curve: Curve; addressFormats: string[] }>({
+  defineActivity({
     name: "import_private_key",
     summary: "Import a private key encrypted to the target from init_import_private_key.",
     resource: "PRIVATE_KEY",

@@ -175,7 +175,7 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
 }
 
 export const privateKeyOperations = [
-  defineActivity<{ privateKeys: PrivateKeyParams[] }>({
+  defineActivity({
     name: "create_private_keys",
     summary: "Generate private keys (sealed at rest) and derive the addresses asked for.",
     resource: "PRIVATE_KEY",
@@ -189,7 +189,7 @@ export const privateKeyOperations = [
     },
   }),
 
-  defineActivity<{ privateKeyIds: string[]; deleteWithoutExport?: boolean }>({
+  defineActivity({
     name: "delete_private_keys",
     summary: "Delete private keys; a key never exported needs deleteWithoutExport.",
     resource: "PRIVATE_KEY",
@@ -213,7 +213,7 @@ export const privateKeyOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; privateKeyId: string }>({
+  defineQuery({
     name: "get_private_key",
     summary: "One private key (its public half and addresses).",
     async run(ctx, body) {
@@ -222,7 +222,7 @@ export const privateKeyOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string }>({
+  defineQuery({
     name: "list_private_keys",
     summary: "Every private key of the organization, oldest first.",
     async run(ctx) {

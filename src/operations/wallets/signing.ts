@@ -33,34 +33,6 @@ type Encoding =
   | "PAYLOAD_ENCODING_EIP7702_AUTHORIZATION";
 type HashFunction = "HASH_FUNCTION_NO_OP" | "HASH_FUNCTION_SHA256" | "HASH_FUNCTION_KECCAK256" | "HASH_FUNCTION_NOT_APPLICABLE";
 
-interface RawPayloadParams {
-  signWith?: string;
-  /** ACTIVITY_TYPE_SIGN_RAW_PAYLOAD (V1) names the key by id */
-  privateKeyId?: string;
-  payload: string;
-  encoding: Encoding;
-  hashFunction: HashFunction;
-}
-
-interface RawPayloadsParams {
-  signWith: string;
-  payloads: string[];
-  encoding: Encoding;
-  hashFunction: HashFunction;
-}
-
-interface TransactionParams {
-  signWith?: string;
-  privateKeyId?: string;
-  unsignedTransaction: string;
-  type:
-    | "TRANSACTION_TYPE_ETHEREUM"
-    | "TRANSACTION_TYPE_SOLANA"
-    | "TRANSACTION_TYPE_TRON"
-    | "TRANSACTION_TYPE_BITCOIN"
-    | "TRANSACTION_TYPE_TEMPO";
-}
-
 const signWithOf = (p: { signWith?: string; privateKeyId?: string }) => p.signWith ?? p.privateKeyId ?? "";
 
 const isCallerError = (error: unknown): error is Error =>
@@ -203,7 +175,7 @@ async function signerFor(ctx: ActivityContext, signWith: string) {
 }
 
 export const signingOperations = [
-  defineActivity<RawPayloadParams>({
+  defineActivity({
     name: "sign_raw_payload",
     summary: "Sign one payload (hex or UTF-8 text, EIP-712 typed data, an EIP-7702 authorization) with a wallet account or private key.",
     resource: "PRIVATE_KEY",
@@ -217,7 +189,7 @@ export const signingOperations = [
     },
   }),
 
-  defineActivity<RawPayloadsParams>({
+  defineActivity({
     name: "sign_raw_payloads",
     summary: "Sign several payloads with one key, in one activity.",
     resource: "PRIVATE_KEY",
@@ -246,7 +218,7 @@ export const signingOperations = [
     },
   }),
 
-  defineActivity<TransactionParams>({
+  defineActivity({
     name: "sign_transaction",
     summary: "Sign a chain transaction: Ethereum (RLP hex, every envelope type), Solana (wire transaction hex) or Bitcoin (PSBT hex).",
     resource: "PRIVATE_KEY",

@@ -9,7 +9,7 @@ import { UnsupportedAddressError, address, type AddressFormat } from "../../cryp
 import type { SecretIdentity } from "../../crypto/envelope.js";
 import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
 import { requireName } from "../identity/credentials.js";
-import { distinct, newId, readPage, requireAtMost, timestamp, type Pagination } from "../resources.js";
+import { distinct, newId, readPage, requireAtMost, timestamp } from "../resources.js";
 
 export interface WalletAccountParams {
   curve: Curve;
@@ -227,7 +227,7 @@ export async function createWallet(
 }
 
 export const walletOperations = [
-  defineActivity<NewWalletParams>({
+  defineActivity({
     name: "create_wallet",
     summary: "Create an HD wallet (a new BIP-39 mnemonic, sealed at rest) and derive its first accounts.",
     resource: "WALLET",
@@ -235,7 +235,7 @@ export const walletOperations = [
     execute: (ctx, p) => createWallet(ctx, p),
   }),
 
-  defineActivity<{ walletId: string; accounts: WalletAccountParams[]; persist?: boolean }>({
+  defineActivity({
     name: "create_wallet_accounts",
     summary: "Derive more accounts of a wallet (persist: false derives the addresses without storing them).",
     resource: "WALLET",
@@ -251,7 +251,7 @@ export const walletOperations = [
     },
   }),
 
-  defineActivity<{ walletId: string; walletName?: string }>({
+  defineActivity({
     name: "update_wallet",
     summary: "Rename a wallet.",
     resource: "WALLET",
@@ -269,7 +269,7 @@ export const walletOperations = [
     },
   }),
 
-  defineActivity<{ walletIds: string[]; deleteWithoutExport?: boolean }>({
+  defineActivity({
     name: "delete_wallets",
     summary: "Delete wallets and their accounts; a wallet never exported needs deleteWithoutExport.",
     resource: "WALLET",
@@ -292,7 +292,7 @@ export const walletOperations = [
     },
   }),
 
-  defineActivity<{ walletAccountIds: string[]; deleteWithoutExport?: boolean }>({
+  defineActivity({
     name: "delete_wallet_accounts",
     summary: "Delete wallet accounts; an account of a wallet never exported needs deleteWithoutExport.",
     resource: "WALLET",
@@ -316,7 +316,7 @@ export const walletOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; walletId: string }>({
+  defineQuery({
     name: "get_wallet",
     summary: "One wallet.",
     async run(ctx, body) {
@@ -324,7 +324,7 @@ export const walletOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string }>({
+  defineQuery({
     name: "list_wallets",
     summary: "Every wallet of the organization, oldest first.",
     async run(ctx) {
@@ -332,7 +332,7 @@ export const walletOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; walletId: string; address?: string; path?: string }>({
+  defineQuery({
     name: "get_wallet_account",
     summary: "One account of a wallet, by address or by path.",
     async run(ctx, body) {
@@ -351,7 +351,7 @@ export const walletOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string; walletId?: string; includeWalletDetails?: boolean; paginationOptions?: Pagination }>({
+  defineQuery({
     name: "list_wallet_accounts",
     summary: "Accounts of a wallet (or of every wallet), oldest first; `after`/`before` page by account id.",
     async run(ctx, body) {

@@ -130,7 +130,7 @@ export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, r
 }
 
 export const webhookOperations = [
-  defineActivity<{ url: string; name: string; subscriptions?: SubscriptionParams[] }>({
+  defineActivity({
     name: "create_webhook_endpoint",
     summary:
       "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations) are delivered to its URL, signed.",
@@ -167,7 +167,7 @@ export const webhookOperations = [
     },
   }),
 
-  defineActivity<{ endpointId: string; url?: string; name?: string; isActive?: boolean }>({
+  defineActivity({
     name: "update_webhook_endpoint",
     summary: "Change a webhook endpoint's URL or name, or pause (isActive: false) and resume its deliveries.",
     resource: "WEBHOOK_ENDPOINT",
@@ -189,7 +189,7 @@ export const webhookOperations = [
     },
   }),
 
-  defineActivity<{ endpointId: string }>({
+  defineActivity({
     name: "delete_webhook_endpoint",
     summary: "Delete a webhook endpoint and its subscriptions; deliveries not yet made to it are cancelled.",
     resource: "WEBHOOK_ENDPOINT",
@@ -209,7 +209,7 @@ export const webhookOperations = [
     },
   }),
 
-  defineQuery<{ organizationId: string }>({
+  defineQuery({
     name: "list_webhook_endpoints",
     summary: "The organization's webhook endpoints with their subscriptions.",
     async run(ctx) {
