@@ -64,3 +64,19 @@ describe("links in README.md and docs/", () => {
     expect(broken).toEqual([]);
   });
 });
+
+// Paths of this repository named in README.md and docs/ (`src/…`, `test/…`, `scripts/…`, `bench/…`)
+// exist: a file moved or renamed without its docs fails here. docs/sdk-examples.md names files of the
+// product's example programs, not of this repository.
+describe("paths named in README.md and docs/", () => {
+  const pages = [
+    "README.md",
+    ...readdirSync("docs")
+      .filter((f) => f.endsWith(".md") && f !== "sdk-examples.md")
+      .map((f) => `docs/${f}`),
+  ];
+  it.each(pages)("%s names only paths that exist", (page) => {
+    const named = [...readFileSync(page, "utf8").matchAll(/`((?:src|test|scripts|bench)\/[A-Za-z0-9_./-]+)`/g)].map((m) => m[1]!);
+    expect(named.filter((p) => !existsSync(p.replace(/\/$/, "")))).toEqual([]);
+  });
+});
