@@ -71,6 +71,7 @@ export async function verifyPasskeyRegistration(input: RegistrationInput, policy
         response: {
           clientDataJSON: clientDataJson,
           attestationObject: toBase64url(input.attestationObject),
+          // biome-ignore lint/suspicious/noExplicitAny: @simplewebauthn's transport union is narrower than the names the API sends; unknown ones were filtered out above
           transports: input.transports.map((t) => TRANSPORT_NAMES[t]).filter(Boolean) as any,
         },
         clientExtensionResults: {},

@@ -215,7 +215,8 @@ function keysetPage(cursor: { created_at: number; id: string } | undefined, side
   const op = descending ? "<" : ">";
   return {
     filter: cursor
-      ? (eb: ExpressionBuilder<any, any>) =>
+      ? // biome-ignore lint/suspicious/noExplicitAny: the keyset filter applies to any table with created_at and id, which Kysely cannot name generically
+        (eb: ExpressionBuilder<any, any>) =>
           eb.or([eb("created_at", op, cursor.created_at), eb.and([eb("created_at", "=", cursor.created_at), eb("id", op, cursor.id)])])
       : undefined,
     direction: (descending ? "desc" : "asc") as "desc" | "asc",
@@ -241,6 +242,7 @@ export interface PagedList {
  */
 export async function readPage<Row>(
   db: Db,
+  // biome-ignore lint/suspicious/noExplicitAny: a page of any table with created_at and id; Kysely cannot name such a table generically
   query: SelectQueryBuilder<any, any, Row>,
   pagination: Pagination | undefined,
   list: PagedList,

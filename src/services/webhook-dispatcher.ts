@@ -57,6 +57,7 @@ function guardedLookup(policy: DestinationPolicy): net.LookupFunction {
       const list = addresses as dns.LookupAddress[];
       const problem = list.map((a) => forbiddenAddress(a.address, policy)).find(Boolean);
       if (problem) return callback(Object.assign(new Error(`destination refused: ${problem}`), { code: "EDESTINATION" }), "", 0);
+      // biome-ignore lint/suspicious/noExplicitAny: node's lookup callback has an overload for `all: true` that its type does not expose
       if ((options as dns.LookupOptions).all) return (callback as any)(null, list);
       callback(null, list[0]!.address, list[0]!.family);
     });

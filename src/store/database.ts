@@ -220,6 +220,7 @@ function openSqlite(dataDir: string, mode: OpenMode): Omit<Store, "reader"> & { 
 function openPostgres(url: string, onConnectionError: (error: Error) => void): Omit<Store, "created"> {
   // int8 columns hold millisecond timestamps, well inside Number's exact range.
   const types = {
+    // biome-ignore lint/suspicious/noExplicitAny: pg's own parser signature types `format` as any
     getTypeParser: (oid: number, format?: any) =>
       oid === pg.types.builtins.INT8 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format),
   };
@@ -308,7 +309,9 @@ async function prepareOrClose(store: Pick<Store, "db" | "close" | "location">, m
 /** A read-only opening does not migrate: it refuses a schema this version would change, or does not know. */
 async function assertSchemaIsCurrent(db: Db, location: string): Promise<void> {
   const rows = await db
+    // biome-ignore lint/suspicious/noExplicitAny: the migrations table is Sigil's bookkeeping, not part of the typed schema
     .selectFrom(MIGRATION_TABLE as any)
+    // biome-ignore lint/suspicious/noExplicitAny: the migrations table is Sigil's bookkeeping, not part of the typed schema
     .select("name" as any)
     .execute();
   const applied = new Set(rows.map((row) => (row as { name: string }).name));

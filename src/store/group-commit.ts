@@ -149,9 +149,11 @@ export class GroupCommit {
     const savepoint = (await batch.trx.savepoint(name).execute()) as unknown as OpenTx;
     try {
       const value = await work(savepoint);
+      // biome-ignore lint/suspicious/noExplicitAny: Kysely types a savepoint's release on the controlled transaction it came from, which this generic helper does not keep
       await (savepoint as any).releaseSavepoint(name).execute();
       return value;
     } catch (error) {
+      // biome-ignore lint/suspicious/noExplicitAny: Kysely types a savepoint's release on the controlled transaction it came from, which this generic helper does not keep
       await (savepoint as any).rollbackToSavepoint(name).execute();
       throw error;
     }

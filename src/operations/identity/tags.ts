@@ -59,6 +59,7 @@ function tagOperationsFor(kind: TagKind) {
   const F = capitalized(kind.field);
   const { table, column } = kind.members;
   // The member table is chosen at run time; both have the same shape (tag_id, <member>_id).
+  // biome-ignore lint/suspicious/noExplicitAny: the member table is chosen at run time (user or private key tags)
   const members = (trx: Tx) => trx as unknown as Kysely<any>;
   const memberRows = (tagId: string, ids: string[]) => ids.map((id) => ({ tag_id: tagId, [column]: id }));
 
