@@ -1,34 +1,15 @@
 // API keys and passkeys (authenticators): the credentials users stamp requests with.
 import { serviceError } from "../../errors.js";
-import { validatePublicKey, type ApiKeyCurve } from "../../crypto/keys.js";
+import { validatePublicKey } from "../../crypto/keys.js";
 import { verifyPasskeyRegistration } from "../../auth/webauthn.js";
-import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
+import { defineActivity, defineQuery, type ActivityContext, type AnyVersionOf, type ParametersOf } from "../../registry/registry.js";
 import { distinct, newId, renderApiKey, renderAuthenticator, requireUser, secondsParameter } from "../resources.js";
 
-export interface ApiKeyParams {
-  apiKeyName: string;
-  publicKey: string;
-  /** Absent in the oldest versions, which only knew P-256. */
-  curveType?: ApiKeyCurve;
-  expirationSeconds?: string;
-}
+/** An API key as any version of create_api_keys sends it (the oldest have no curveType: they only knew P-256). */
+export type ApiKeyParams = AnyVersionOf<ParametersOf<"create_api_keys">["apiKeys"][number]>;
 
 /** An authenticator as the newer versions send it, or the older browser-shaped credential. */
-export interface AuthenticatorParams {
-  authenticatorName: string;
-  challenge: string;
-  userId?: string;
-  attestation:
-    | { credentialId: string; clientDataJson: string; attestationObject: string; transports: string[] }
-    | {
-        id: string;
-        rawId: string;
-        type: string;
-        authenticatorAttachment?: string;
-        response: { clientDataJson: string; attestationObject: string; transports?: string[]; authenticatorAttachment?: string };
-        clientExtensionResults: unknown;
-      };
-}
+export type AuthenticatorParams = AnyVersionOf<ParametersOf<"create_authenticators">["authenticators"][number]>;
 
 const MAX_EXPIRATION_SECONDS = 100 * 365 * 24 * 3600;
 

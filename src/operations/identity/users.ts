@@ -17,7 +17,8 @@ import { distinct, loadUsers, newId, requireUser, requireUserTags, requireUsers 
 /** An OIDC identity to link: a token (every version), or (V2) the claims themselves. */
 export type OauthProviderParams = NonNullable<ParametersOf<"create_oauth_providers">["oauthProviders"]>[number];
 
-/** A new user and the credentials it starts with. */
+/** A new user and the credentials it starts with. Hand-written: the common part of create_users, create_api_only_users
+ * and every create_sub_organization version (V1 makes its root user from a passkey) normalize to it. */
 export interface NewUserParams {
   userName: string;
   userEmail?: string;

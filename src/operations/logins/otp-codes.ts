@@ -5,7 +5,7 @@
 import crypto from "node:crypto";
 import { serviceError } from "../../errors.js";
 import { HpkeError, openWith } from "../../crypto/hpke.js";
-import type { ActivityContext } from "../../registry/registry.js";
+import type { ActivityContext, AnyVersionOf, ParametersOf } from "../../registry/registry.js";
 import { secondsParameter } from "../resources.js";
 import type { OtpInitParams } from "./otp-messages.js";
 
@@ -56,7 +56,10 @@ export const targetIdentity = (row: { id: string; organization_id: string }) => 
 
 /** The code a verify/auth request carries: plain (otpCode), or sealed with the client's public key
  * to the OTP's target (encryptedOtpBundle, @turnkey/crypto's encryptOtpCodeToBundle). */
-export type Presented = { otpId: string; otpCode?: string; encryptedOtpBundle?: string };
+export type Presented = Pick<
+  AnyVersionOf<ParametersOf<"otp_auth"> | ParametersOf<"verify_otp">>,
+  "otpId" | "otpCode" | "encryptedOtpBundle"
+>;
 
 async function presentedCode(
   ctx: ActivityContext,

@@ -50,6 +50,7 @@ export function sessionPublicKey(value: unknown, field: string): string {
   }
 }
 
+// Hand-written: the normalized session every login flow (OTP, OAuth, passkey, stamp) builds from its own request shape.
 export interface SessionKeyRequest {
   userId: string;
   /** Compressed P-256 hex. */

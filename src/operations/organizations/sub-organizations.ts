@@ -6,38 +6,20 @@ import { sql } from "kysely";
 import { decodeJwt } from "jose";
 import { serviceError } from "../../errors.js";
 import type { Db } from "../../store/database.js";
-import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
-import { newId, readPage, type Pagination, requireAtMost } from "../resources.js";
+import { defineActivity, defineQuery, type ActivityContext, type ParametersOf, type QueryBodyOf } from "../../registry/registry.js";
+import { newId, readPage, requireAtMost } from "../resources.js";
 import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams, type OauthProviderParams } from "../identity/users.js";
-import { createWallet, type NewWalletParams } from "../wallets/wallets.js";
-import { createPrivateKeys, type PrivateKeyParams } from "../wallets/private-keys.js";
+import { createWallet } from "../wallets/wallets.js";
+import { createPrivateKeys } from "../wallets/private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
-import { checkClientSignature, type ClientSignature } from "../logins/client-signatures.js";
+import { checkClientSignature } from "../logins/client-signatures.js";
 import { foldEmail } from "../logins/contacts.js";
 import { spendVerificationToken } from "../logins/verification-tokens.js";
 import { assertRootQuorumReachable } from "./organizations.js";
-import type { AuthenticatorParams } from "../identity/credentials.js";
 
-interface CreateSubOrganizationParams {
-  /** V1: one root user, named by its passkey. */
-  name?: string;
-  rootAuthenticator?: AuthenticatorParams;
-  /** V2 and later */
-  subOrganizationName?: string;
-  rootUsers?: NewUserParams[];
-  rootQuorumThreshold?: number;
-  /** V3 */
-  privateKeys?: PrivateKeyParams[];
-  /** V4 and later */
-  wallet?: NewWalletParams;
-  disableEmailRecovery?: boolean;
-  disableEmailAuth?: boolean;
-  /** V7 and later */
-  disableSmsAuth?: boolean;
-  disableOtpEmailAuth?: boolean;
-  verificationToken?: string;
-  clientSignature?: ClientSignature;
-}
+/** The parameters of any version of create_sub_organization (V1 names one root user by its passkey; V2 and later list
+ * rootUsers; V3 adds privateKeys, V4 a wallet, V7 the SMS/OTP switches and the verification token). */
+type CreateSubOrganizationParams = ParametersOf<"create_sub_organization">;
 
 const versionOf = (type: string) => Number(/_V(\d+)$/.exec(type)?.[1] ?? 1);
 
@@ -248,12 +230,7 @@ const FILTERS: FilterType[] = [
 ];
 const VERIFIED_FILTERS: FilterType[] = ["EMAIL", "PHONE_NUMBER"];
 
-interface ListSubOrganizationsBody {
-  organizationId: string;
-  filterType?: string;
-  filterValue?: string;
-  paginationOptions?: Pagination;
-}
+type ListSubOrganizationsBody = QueryBodyOf<"list_suborgs"> | QueryBodyOf<"list_verified_suborgs">;
 
 /** The identity an OIDC token names, read without checking its signature: a parent may list every
  * sub-organization anyway, so the token here only narrows the list, it proves nothing. */

@@ -4,30 +4,18 @@ import { serviceError } from "../../errors.js";
 import { InvalidPolicyError, present, validatePolicy } from "../../policy/engine.js";
 import type { PoliciesTable } from "../../store/schema.js";
 import type { Db, Tx } from "../../store/database.js";
-import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
+import { defineActivity, defineQuery, type ActivityContext, type AnyVersionOf, type ParametersOf } from "../../registry/registry.js";
 // Policies may name the transaction keywords, so they must be declared before any is checked.
 import "../wallets/transaction-keywords.js";
 import { requireName } from "../identity/credentials.js";
 import { distinct, newId, timestamp } from "../resources.js";
 
-type Effect = "EFFECT_ALLOW" | "EFFECT_DENY";
-
-interface NewPolicy {
-  policyName: string;
-  effect: Effect;
-  condition?: string;
-  consensus?: string;
-  notes?: string;
-  time?: string;
-}
+/** A policy as any version of create_policy sends it, its legacy selectors already turned into condition and consensus
+ * (create_policies lists policies of the newest version's shape). */
+type NewPolicy = Omit<ParametersOf<"create_policy">, "selectors">;
 
 /** Legacy (CREATE_POLICY, CREATE_POLICY_V2) selectors: `subject operator target(s)`, all of which must hold. */
-interface Selector {
-  subject?: string;
-  operator?: string;
-  target?: string;
-  targets?: string[];
-}
+type Selector = AnyVersionOf<NonNullable<ParametersOf<"create_policy">["selectors"]>[number]>;
 
 export function renderPolicy(row: PoliciesTable) {
   return {

@@ -3,19 +3,14 @@
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/database.js";
 import type { PrivateKeysTable } from "../../store/schema.js";
-import { generateKeyPair, type Curve, type KeyPair } from "../../crypto/hd.js";
+import { generateKeyPair, type KeyPair } from "../../crypto/hd.js";
 import { UnsupportedAddressError, address, type AddressFormat } from "../../crypto/addresses.js";
 import type { SecretIdentity } from "../../crypto/envelope.js";
-import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
+import { defineActivity, defineQuery, type ActivityContext, type ParametersOf } from "../../registry/registry.js";
 import { requireName } from "../identity/credentials.js";
 import { distinct, newId, requireAtMost, timestamp } from "../resources.js";
 
-export interface PrivateKeyParams {
-  privateKeyName: string;
-  curve: Curve;
-  privateKeyTags: string[];
-  addressFormats: AddressFormat[];
-}
+export type PrivateKeyParams = ParametersOf<"create_private_keys">["privateKeys"][number];
 
 interface StoredAddress {
   format: AddressFormat;

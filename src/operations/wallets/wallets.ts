@@ -4,20 +4,15 @@
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/database.js";
 import type { WalletAccountsTable, WalletsTable } from "../../store/schema.js";
-import { DerivationError, deriveKeyPair, generateMnemonic, mnemonicToSeed, type Curve, type MnemonicLanguage } from "../../crypto/hd.js";
-import { UnsupportedAddressError, address, type AddressFormat } from "../../crypto/addresses.js";
+import { DerivationError, deriveKeyPair, generateMnemonic, mnemonicToSeed, type MnemonicLanguage } from "../../crypto/hd.js";
+import { UnsupportedAddressError, address } from "../../crypto/addresses.js";
 import type { SecretIdentity } from "../../crypto/envelope.js";
-import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
+import { defineActivity, defineQuery, type ActivityContext, type ParametersOf } from "../../registry/registry.js";
 import { requireName } from "../identity/credentials.js";
 import { distinct, newId, readPage, requireAtMost, timestamp } from "../resources.js";
 
-export interface WalletAccountParams {
-  curve: Curve;
-  pathFormat: "PATH_FORMAT_BIP32";
-  path: string;
-  addressFormat: AddressFormat;
-  name?: string;
-}
+/** An account to derive, as create_wallet and create_wallet_accounts both send it. */
+export type WalletAccountParams = ParametersOf<"create_wallet">["accounts"][number];
 
 export const accountKeyIdentity = (account: Pick<WalletAccountsTable, "organization_id" | "id">): SecretIdentity => ({
   organizationId: account.organization_id,
@@ -188,11 +183,8 @@ function requireExportedOrForced(wallet: WalletsTable, force: boolean | undefine
   }
 }
 
-export interface NewWalletParams {
-  walletName: string;
-  accounts: WalletAccountParams[];
-  mnemonicLength?: number;
-}
+/** A new wallet as create_wallet, or create_sub_organization (V4 and later) for the sub-organization's first, sends it. */
+export type NewWalletParams = ParametersOf<"create_wallet"> | NonNullable<ParametersOf<"create_sub_organization">["wallet"]>;
 
 /** A new HD wallet of `ctx.organizationId` (a fresh mnemonic, sealed) with its first accounts. */
 export async function createWallet(

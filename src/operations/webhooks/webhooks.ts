@@ -6,7 +6,7 @@ import { sql } from "kysely";
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/database.js";
 import type { ActivitiesTable, WebhookEndpointsTable } from "../../store/schema.js";
-import { defineActivity, defineQuery } from "../../registry/registry.js";
+import { defineActivity, defineQuery, type ParametersOf } from "../../registry/registry.js";
 import { newId, requireAtMost } from "../resources.js";
 import { requireName } from "../identity/credentials.js";
 import { checkDestination, redactedUrl, webhookUrl } from "../../services/webhook-destinations.js";
@@ -14,11 +14,7 @@ import { checkDestination, redactedUrl, webhookUrl } from "../../services/webhoo
 export const ACTIVITY_UPDATES = "ACTIVITY_UPDATES";
 const WEBHOOK_FEATURE = "FEATURE_NAME_WEBHOOK";
 
-interface SubscriptionParams {
-  eventType: string;
-  filtersJson?: string;
-  isActive?: boolean;
-}
+type SubscriptionParams = NonNullable<ParametersOf<"create_webhook_endpoint">["subscriptions"]>[number];
 
 function checkedSubscriptions(subscriptions: SubscriptionParams[] | undefined): SubscriptionParams[] {
   if (!subscriptions?.length)
