@@ -7,7 +7,7 @@ import * as btc from "@scure/btc-signer";
 import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { organizationWith, type Member } from "./helpers/organizations.js";
-import { startHarness, type Harness } from "./helpers/harness.js";
+import { refusedLeavingOnlyItsActivity, startHarness, type Harness } from "./helpers/harness.js";
 
 type Client = ReturnType<Harness["sdk"]>;
 type Network = typeof btc.NETWORK;
@@ -85,23 +85,9 @@ const sign = (member: Member, signWith: string, unsignedTransaction: string) =>
 /** An unsigned PSBT paying `outputs` (testnet addresses or scripts) from the account's one P2WPKH output. */
 const paying = (account: { script: Uint8Array }, ...outputs: [string | Uint8Array, bigint][]) => psbtFrom(account.script, { outputs });
 
-/** Runs a request that must fail and proves it stored nothing but its failed activity (and its evaluation). */
-async function refusedLeavingOnlyItsActivity(attempt: () => Promise<unknown>, rejection: Record<string, unknown>) {
-  const before = JSON.parse(await h.snapshot());
-  await expect(attempt()).rejects.toMatchObject(rejection);
-  const after = JSON.parse(await h.snapshot());
-  for (const table of Object.keys(before)) {
-    if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(before[table]);
-  }
-  const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
-  expect(added).toHaveLength(1);
-  expect(added[0]).toMatchObject({ status: "ACTIVITY_STATUS_FAILED" });
-  return { id: added[0].id as string, failure: JSON.parse(added[0].failure) };
-}
-
 /** A policy denial (403 PermissionDenied, POLICY_DENIED, the outcome in the message) that changed nothing else. */
 async function expectDenied(attempt: () => Promise<unknown>, outcome: "OUTCOME_DENY_IMPLICIT" | "OUTCOME_DENY_EXPLICIT") {
-  const { id, failure } = await refusedLeavingOnlyItsActivity(attempt, { code: 7, message: expect.stringContaining(outcome) });
+  const { id, failure } = await refusedLeavingOnlyItsActivity(h, attempt, { code: 7, message: expect.stringContaining(outcome) });
   const details = [expect.objectContaining({ turnkeyErrorCode: "POLICY_DENIED" })];
   expect(failure).toMatchObject({ code: 7, message: expect.stringContaining(outcome), details });
   return id;
@@ -109,7 +95,7 @@ async function expectDenied(attempt: () => Promise<unknown>, outcome: "OUTCOME_D
 
 /** A malformed request (InvalidArgument), refused by the activity itself, that changed nothing else. */
 async function expectInvalid(attempt: () => Promise<unknown>, message: string) {
-  const { failure } = await refusedLeavingOnlyItsActivity(attempt, { code: 3, message: expect.stringContaining(message) });
+  const { failure } = await refusedLeavingOnlyItsActivity(h, attempt, { code: 3, message: expect.stringContaining(message) });
   expect(failure).toMatchObject({ code: 3, message: expect.stringContaining(message) });
 }
 
@@ -169,7 +155,7 @@ describe("policies naming bitcoin.tx are type-checked when stored", () => {
     const { root } = await organizationWith(h, []);
     const create = () => root.createPolicy({ policyName: "bad", effect: "EFFECT_ALLOW", condition, notes: "" });
     const refusal = { code: 3, message: expect.stringContaining("condition is not a valid policy expression: line 1, column") };
-    const { failure } = await refusedLeavingOnlyItsActivity(create, refusal);
+    const { failure } = await refusedLeavingOnlyItsActivity(h, create, refusal);
     const details = [expect.objectContaining({ turnkeyErrorCode: "POLICY_INVALID" })];
     expect(failure).toMatchObject({ code: 3, message: expect.stringContaining(message), details });
   });

@@ -18,7 +18,7 @@ import {
 import { mainnet } from "viem/chains";
 import { Keypair, PublicKey, SystemProgram, Transaction, TransactionInstruction } from "@solana/web3.js";
 import { ETHER_MAIL as MAIL, organizationWith, type Member } from "./helpers/organizations.js";
-import { startHarness, type Harness } from "./helpers/harness.js";
+import { refusedLeavingOnlyItsActivity, startHarness, type Harness } from "./helpers/harness.js";
 
 type Client = ReturnType<Harness["sdk"]>;
 
@@ -61,29 +61,12 @@ async function denyAll(root: Client, condition: string) {
 const SIGN = "activity.resource == 'PRIVATE_KEY' && activity.action == 'SIGN'";
 
 /**
- * Runs a request that must fail, and proves it stored nothing but the one failed activity (and its
- * evaluation): every other table is as it was. Returns the failed activity's recorded failure and id.
- */
-async function refusedLeavingOnlyItsActivity(attempt: () => Promise<unknown>, rejection: Record<string, unknown>) {
-  const before = JSON.parse(await h.snapshot());
-  await expect(attempt()).rejects.toMatchObject(rejection);
-  const after = JSON.parse(await h.snapshot());
-  for (const table of Object.keys(before)) {
-    if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(before[table]);
-  }
-  const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
-  expect(added).toHaveLength(1);
-  expect(added[0]).toMatchObject({ status: "ACTIVITY_STATUS_FAILED" });
-  return { id: added[0].id as string, failure: JSON.parse(added[0].failure) };
-}
-
-/**
  * Expects a policy denial (with the outcome in the message) that changed nothing else. The failed
  * activity's stored failure is PermissionDenied (gRPC 7, HTTP 403), which holds even where a chain
  * client (viem) wraps the error. Returns the failed activity's id.
  */
 async function expectDenied(attempt: () => Promise<unknown>, outcome: "OUTCOME_DENY_IMPLICIT" | "OUTCOME_DENY_EXPLICIT"): Promise<string> {
-  const { id, failure } = await refusedLeavingOnlyItsActivity(attempt, { message: expect.stringContaining(outcome) });
+  const { id, failure } = await refusedLeavingOnlyItsActivity(h, attempt, { message: expect.stringContaining(outcome) });
   expect(failure).toMatchObject({
     code: 7,
     message: expect.stringContaining(outcome),
@@ -410,7 +393,7 @@ describe("consensus on signing", () => {
 
 /** Expects the request to be refused as malformed (InvalidArgument, never an internal error), changing nothing else. */
 async function expectInvalid(attempt: () => Promise<unknown>, message: string | RegExp): Promise<void> {
-  const { failure } = await refusedLeavingOnlyItsActivity(attempt, {
+  const { failure } = await refusedLeavingOnlyItsActivity(h, attempt, {
     code: 3,
     message: typeof message === "string" ? expect.stringContaining(message) : expect.stringMatching(message),
   });

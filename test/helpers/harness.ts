@@ -1,5 +1,6 @@
 // A real server on loopback with a real database, plus the clients a user's program would use.
 import crypto from "node:crypto";
+import { expect } from "vitest";
 import pino from "pino";
 import { Turnkey } from "@turnkey/sdk-server";
 import { TurnkeyClient } from "@turnkey/http";
@@ -158,4 +159,21 @@ export function signedRequest(body: unknown, key: ApiKeyPair) {
 /** The bundle signer's public key a server publishes (what clients pass as dangerouslyOverrideSignerPublicKey). */
 export async function signerPublicKeyOf(baseUrl: string): Promise<string> {
   return ((await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as { signerPublicKey: string }).signerPublicKey;
+}
+
+/**
+ * Runs a request that must fail, and proves it stored nothing but the one failed activity (and its
+ * evaluation): every other table is as it was. Returns the failed activity's recorded failure and id.
+ */
+export async function refusedLeavingOnlyItsActivity(h: Harness, attempt: () => Promise<unknown>, rejection: Record<string, unknown>) {
+  const before = JSON.parse(await h.snapshot());
+  await expect(attempt()).rejects.toMatchObject(rejection);
+  const after = JSON.parse(await h.snapshot());
+  for (const table of Object.keys(before)) {
+    if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(before[table]);
+  }
+  const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
+  expect(added).toHaveLength(1);
+  expect(added[0]).toMatchObject({ status: "ACTIVITY_STATUS_FAILED" });
+  return { id: added[0].id as string, failure: JSON.parse(added[0].failure) };
 }
