@@ -6,7 +6,8 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { sql } from "kysely";
-import { openStore, type Db, type OpenTx, type Store } from "../src/store/database.js";
+import { openStore, type Store } from "../src/store/database.js";
+import type { Db, OpenTx } from "../src/store/handles.js";
 import { BatchRolledBack, GroupCommit } from "../src/store/group-commit.js";
 
 let dir: string;

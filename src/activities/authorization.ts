@@ -7,7 +7,8 @@
 //      -> consensus needed; otherwise implicit deny.
 // A root user's activity never fails on a policy deny: it waits for the root quorum instead, so the
 // quorum can always undo policies that lock everyone out.
-import type { Db, Tx } from "../store/database.js";
+import { ActivityTypes } from "../api/types.js";
+import type { Db, Tx } from "../store/handles.js";
 import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.js";
 import type { ActivityOperation } from "../registry/registry.js";
 import { activityKind } from "../registry/registry.js";
@@ -268,7 +269,7 @@ export async function mayVote(
         type: voteType,
         kind: activityKind(voteType),
         resource: "ACTIVITY",
-        action: voteType === "ACTIVITY_TYPE_REJECT_ACTIVITY" ? "REJECT" : "APPROVE",
+        action: voteType === ActivityTypes.ACTIVITY_TYPE_REJECT_ACTIVITY ? "REJECT" : "APPROVE",
         params: {},
         organization_id: subject.organizationId,
       },

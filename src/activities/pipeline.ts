@@ -16,8 +16,10 @@
 // A step that refuses a request leaving no record throws a ServiceError (http/ answers it); every
 // outcome that is recorded is a value a step returns, and each step builds its own data from the
 // outcomes before it rather than changing them.
+import { ActivityTypes } from "../api/types.js";
 import type pino from "pino";
-import type { OpenTx, Store, Tx } from "../store/database.js";
+import type { Store } from "../store/database.js";
+import type { OpenTx, Tx } from "../store/handles.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
@@ -36,7 +38,7 @@ import type { PolicyVerdict } from "../policy/engine.js";
 import { swagger } from "../registry/registry.js";
 import { checkRequestText, validateActivityRequest, validateQueryRequest } from "../registry/validation.js";
 import { assertRootQuorumReachable } from "../operations/organizations/organizations.js";
-import { newId } from "../operations/resources.js";
+import { newId } from "../store/ids.js";
 import { decideActivity, denialError, mayVote, stillApprovable, type ActivitySubject, type Decision } from "./authorization.js";
 import { operationByActivityType } from "../operations/catalog.js";
 import {
@@ -750,8 +752,8 @@ export class Pipeline {
       publicKey: principal.publicKey,
     };
     return {
-      canApprove: await mayVote(db, subject, voter, "ACTIVITY_TYPE_APPROVE_ACTIVITY"),
-      canReject: await mayVote(db, subject, voter, "ACTIVITY_TYPE_REJECT_ACTIVITY"),
+      canApprove: await mayVote(db, subject, voter, ActivityTypes.ACTIVITY_TYPE_APPROVE_ACTIVITY),
+      canReject: await mayVote(db, subject, voter, ActivityTypes.ACTIVITY_TYPE_REJECT_ACTIVITY),
     };
   }
 

@@ -1,5 +1,5 @@
 // Who sent a request: the stamp's signature is checked and its key traced to a credential of a user.
-import type { Db, Tx } from "../store/database.js";
+import type { Db, Tx } from "../store/handles.js";
 import { ServiceError, serviceError } from "../errors.js";
 import { SCHEME_CURVES, verifyApiKeyStamp, type Stamp } from "./stamps.js";
 import { toBase64url, verifyWebauthnStamp, type WebauthnPolicy } from "./webauthn.js";

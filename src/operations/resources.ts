@@ -1,13 +1,12 @@
 // Stored rows rendered as the API's resource objects, and the look-ups operations share.
 import { sql, type ExpressionBuilder, type SelectQueryBuilder } from "kysely";
-import type { Db, Tx } from "../store/database.js";
+import type { Db, Tx } from "../store/handles.js";
 import type { Selectable } from "kysely";
 import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
 import { serviceError, type ServiceError } from "../errors.js";
 import { API_KEY_CREDENTIAL_TYPES } from "../auth/authenticate.js";
 
 // Operations take ids from here with the rest of what they share; store/ids.ts declares them.
-export { newId } from "../store/ids.js";
 
 export interface Timestamp {
   seconds: string;

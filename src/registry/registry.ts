@@ -2,7 +2,7 @@
 // the docs table are derived from these declarations. Activity type versions, and the intent and
 // result key of each, come from the product's published API description (swagger-schemas.json).
 import swaggerSchemas from "./swagger-schemas.json" with { type: "json" };
-import type { Tx, Db, Dialect } from "../store/database.js";
+import type { Tx, Db, Dialect } from "../store/handles.js";
 import type { ActivitiesTable } from "../store/schema.js";
 import type { Principal } from "../auth/authenticate.js";
 import type { WebauthnPolicy } from "../auth/webauthn.js";

@@ -1,6 +1,6 @@
 // Every sealed secret the service stores, and re-sealing them all under a new master key.
 import { sql, type Kysely } from "kysely";
-import type { Db } from "../store/database.js";
+import type { Db } from "../store/handles.js";
 import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
 
 /** A column holding sealed secrets, and the identity each row's secret is bound to. */

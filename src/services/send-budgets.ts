@@ -18,7 +18,7 @@ import { domainToASCII } from "node:url";
 import { sql } from "kysely";
 import { ServiceError, type ErrorBody } from "../errors.js";
 import type { Principal } from "../auth/authenticate.js";
-import type { Dialect, Tx } from "../store/database.js";
+import type { Dialect, Tx } from "../store/handles.js";
 import type { Channel } from "./message-courier.js";
 
 /** What a budget check needs of the activity that sends: its transaction, clock and requester. The

@@ -21,9 +21,6 @@ import { GroupCommit, type LockMode } from "./group-commit.js";
 import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
 import type { Db, Dialect, OpenTx, Tx } from "./handles.js";
 
-// The handles every module above names, imported from here with the rest of the store.
-export type { Db, Dialect, OpenTx, Tx };
-
 export interface Store {
   /** Migrations, administration and tests; the pipeline writes through `transact`. */
   db: Db;

@@ -1,9 +1,10 @@
 // The activity record: stored once per accepted submit request and kept for ever as the audit log.
 // Rendered in both envelopes the clients and the spec read (shared/reference/compatibility.md).
 import type { ActivitiesTable, PolicyEvaluationsTable } from "../../store/schema.js";
-import type { Tx } from "../../store/database.js";
+import type { Tx } from "../../store/handles.js";
 import { keysOf, type VotingRights } from "../../registry/registry.js";
-import { newId, timestamp } from "../resources.js";
+import { timestamp } from "../resources.js";
+import { newId } from "../../store/ids.js";
 import type { Principal } from "../../auth/authenticate.js";
 import type { PolicyVerdict } from "../../policy/engine.js";
 import type { ErrorBody } from "../../errors.js";

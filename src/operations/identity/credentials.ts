@@ -3,7 +3,8 @@ import { serviceError } from "../../errors.js";
 import { validatePublicKey } from "../../crypto/keys.js";
 import { verifyPasskeyRegistration } from "../../auth/webauthn.js";
 import { defineActivity, defineQuery, type ActivityContext, type AnyVersionOf, type ParametersOf } from "../../registry/registry.js";
-import { distinct, newId, renderApiKey, renderAuthenticator, requireUser, secondsParameter } from "../resources.js";
+import { distinct, renderApiKey, renderAuthenticator, requireUser, secondsParameter } from "../resources.js";
+import { newId } from "../../store/ids.js";
 
 /** An API key as any version of create_api_keys sends it (the oldest have no curveType: they only knew P-256). */
 export type ApiKeyParams = AnyVersionOf<ParametersOf<"create_api_keys">["apiKeys"][number]>;

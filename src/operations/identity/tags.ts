@@ -3,10 +3,11 @@
 // operations (create/update/delete/list) are made from that description.
 import { serviceError } from "../../errors.js";
 import type { Kysely } from "kysely";
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import { defineActivity, defineQuery, type ActivityContext, type PolicyResource } from "../../registry/registry.js";
 import { requireName } from "./credentials.js";
-import { distinct, newId, requireUsers, timestamp } from "../resources.js";
+import { distinct, requireUsers, timestamp } from "../resources.js";
+import { newId } from "../../store/ids.js";
 
 interface TagKind {
   tagType: "TAG_TYPE_USER" | "TAG_TYPE_PRIVATE_KEY";

@@ -12,7 +12,8 @@ import { addApiKeys, addAuthenticators, requireName, type ApiKeyParams, type Aut
 import { foldEmail } from "../logins/contacts.js";
 import { spendVerificationToken } from "../logins/verification-tokens.js";
 import { sessionPublicKey } from "../logins/sessions.js";
-import { distinct, loadUsers, newId, requireUser, requireUserTags, requireUsers } from "../resources.js";
+import { distinct, loadUsers, requireUser, requireUserTags, requireUsers } from "../resources.js";
+import { newId } from "../../store/ids.js";
 
 /** An OIDC identity to link: a token (every version), or (V2) the claims themselves. */
 export type OauthProviderParams = NonNullable<ParametersOf<"create_oauth_providers">["oauthProviders"]>[number];

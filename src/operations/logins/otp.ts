@@ -14,6 +14,7 @@
 // holding one), otp-codes.ts (making and checking codes), otp-messages.ts (the message and its
 // customization rules), otp-sending.ts (starting an OTP: budgets, the stored code, the queued message),
 // verification-tokens.ts and client-signatures.ts.
+import { ActivityTypes } from "../../api/types.js";
 import { serviceError } from "../../errors.js";
 import { defineActivity, type ActivityContext } from "../../registry/registry.js";
 import { markVerified, requireContact, userWithContact, type OtpType } from "./contacts.js";
@@ -112,7 +113,7 @@ export const otpOperations = [
       // Codes go out only where the organization enabled that kind of message.
       await requireLoginFeature(ctx, requireContact(p.otpType, p.contact).otpType);
       // V2 and later hand out a key the code is sent back encrypted to (verify_otp V2).
-      return startOtp(ctx, p, "otp", null, type !== "ACTIVITY_TYPE_INIT_OTP");
+      return startOtp(ctx, p, "otp", null, type !== ActivityTypes.ACTIVITY_TYPE_INIT_OTP);
     },
   }),
 
@@ -158,7 +159,7 @@ export const otpOperations = [
         p.clientSignature,
         claims,
         { type: "USAGE_TYPE_LOGIN", sessionKey: publicKey },
-        type !== "ACTIVITY_TYPE_OTP_LOGIN",
+        type !== ActivityTypes.ACTIVITY_TYPE_OTP_LOGIN,
       );
       await requireLoginFeature(ctx, claims.verification_type);
       const { id: userId } = await userWithContact(ctx, claims.verification_type, claims.contact);

@@ -16,7 +16,8 @@ import { HpkeError, sealTo, uncompressedP256 } from "../../crypto/hpke.js";
 import { compressP256 } from "../../crypto/keys.js";
 import { defineActivity, type ActivityContext } from "../../registry/registry.js";
 import type { SessionSettings } from "../../services/login-settings.js";
-import { newId, requireUser, secondsParameter } from "../resources.js";
+import { requireUser, secondsParameter } from "../resources.js";
+import { newId } from "../../store/ids.js";
 
 export type SessionKind = "LOGIN" | "READ_WRITE" | "READ_ONLY" | "OAUTH" | "OTP_AUTH";
 export type SessionType = "SESSION_TYPE_READ_WRITE" | "SESSION_TYPE_READ_ONLY";

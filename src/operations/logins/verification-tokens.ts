@@ -4,7 +4,8 @@
 // recorded, so that it can be spent once.
 import { serviceError } from "../../errors.js";
 import type { ActivityContext } from "../../registry/registry.js";
-import { newId, secondsParameter } from "../resources.js";
+import { secondsParameter } from "../resources.js";
+import { newId } from "../../store/ids.js";
 
 const MAX_VERIFICATION_TOKEN_SECONDS = 86_400;
 

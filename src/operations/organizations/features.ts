@@ -2,7 +2,7 @@
 // organization's configuration. Some change how the service behaves for the organization: the
 // WebAuthn origins its passkeys may stamp from (a parent's setting covers its sub-organizations) and
 // the webhook URL its activities are delivered to.
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import { serviceError } from "../../errors.js";
 import { defineActivity, defineQuery } from "../../registry/registry.js";
 import { rootQuorumUserIds } from "./organizations.js";

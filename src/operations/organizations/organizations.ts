@@ -1,9 +1,10 @@
 // Organizations: creation (bootstrap), the root quorum's safety rule, and whoami.
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import { serviceError } from "../../errors.js";
 import { validatePublicKey, type ApiKeyCurve } from "../../crypto/keys.js";
 import { defineActivity, defineQuery } from "../../registry/registry.js";
-import { distinct, newId, requireUsers } from "../resources.js";
+import { distinct, requireUsers } from "../resources.js";
+import { newId } from "../../store/ids.js";
 
 export interface NewOrganization {
   organizationName: string;

@@ -5,9 +5,10 @@
 import { sql } from "kysely";
 import { decodeJwt } from "jose";
 import { serviceError } from "../../errors.js";
-import type { Db } from "../../store/database.js";
+import type { Db } from "../../store/handles.js";
 import { defineActivity, defineQuery, type ActivityContext, type ParametersOf, type QueryBodyOf } from "../../registry/registry.js";
-import { newId, readPage, requireAtMost } from "../resources.js";
+import { readPage, requireAtMost } from "../resources.js";
+import { newId } from "../../store/ids.js";
 import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams, type OauthProviderParams } from "../identity/users.js";
 import { createWallet } from "../wallets/wallets.js";
 import { createPrivateKeys } from "../wallets/private-keys.js";

@@ -3,12 +3,13 @@
 import { serviceError } from "../../errors.js";
 import { InvalidPolicyError, present, validatePolicy } from "../../policy/engine.js";
 import type { PoliciesTable } from "../../store/schema.js";
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import { defineActivity, defineQuery, type ActivityContext, type AnyVersionOf, type ParametersOf } from "../../registry/registry.js";
 // Policies may name the transaction keywords, so they must be declared before any is checked.
 import "../wallets/transaction-keywords.js";
 import { requireName } from "../identity/credentials.js";
-import { distinct, newId, timestamp } from "../resources.js";
+import { distinct, timestamp } from "../resources.js";
+import { newId } from "../../store/ids.js";
 
 /** A policy as any version of create_policy sends it, its legacy selectors already turned into condition and consensus
  * (create_policies lists policies of the newest version's shape). */

@@ -1,14 +1,16 @@
 // Standalone private keys: generated inside the service, sealed under the master key, with the
 // addresses the caller asks for derived from the public key.
+import { ActivityTypes } from "../../api/types.js";
 import { serviceError } from "../../errors.js";
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import type { PrivateKeysTable } from "../../store/schema.js";
 import { generateKeyPair, type KeyPair } from "../../crypto/hd.js";
 import { UnsupportedAddressError, address, type AddressFormat } from "../../crypto/addresses.js";
 import type { SecretIdentity } from "../../crypto/envelope.js";
 import { defineActivity, defineQuery, type ActivityContext, type ParametersOf } from "../../registry/registry.js";
 import { requireName } from "../identity/credentials.js";
-import { distinct, newId, requireAtMost, timestamp } from "../resources.js";
+import { distinct, requireAtMost, timestamp } from "../resources.js";
+import { newId } from "../../store/ids.js";
 
 export type PrivateKeyParams = ParametersOf<"create_private_keys">["privateKeys"][number];
 
@@ -178,7 +180,7 @@ export const privateKeyOperations = [
     async execute(ctx, p, type) {
       const created = await createPrivateKeys(ctx, p.privateKeys);
       // The first version answered with ids only; V2 with each key's addresses.
-      return type === "ACTIVITY_TYPE_CREATE_PRIVATE_KEYS"
+      return type === ActivityTypes.ACTIVITY_TYPE_CREATE_PRIVATE_KEYS
         ? { privateKeyIds: created.map((c) => c.privateKeyId) }
         : { privateKeys: created };
     },

@@ -3,7 +3,7 @@
 // result before anything is decided); opening it is a separate step, inside the allowed activity.
 import { getAddress, isAddress } from "viem";
 import { serviceError } from "../../errors.js";
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import type { PrivateKeysTable, WalletAccountsTable, WalletsTable } from "../../store/schema.js";
 import type { Curve } from "../../crypto/hd.js";
 import type { Keyring } from "../../crypto/envelope.js";

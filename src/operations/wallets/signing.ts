@@ -3,7 +3,7 @@
 import { sha256 } from "@noble/hashes/sha2.js";
 import { keccak_256 } from "@noble/hashes/sha3.js";
 import { serviceError } from "../../errors.js";
-import type { Tx } from "../../store/database.js";
+import type { Tx } from "../../store/handles.js";
 import { SigningError, type RawSignature } from "../../crypto/sign.js";
 import type { SignatureThreads } from "../../crypto/signature-threads.js";
 import {

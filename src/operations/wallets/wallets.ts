@@ -2,14 +2,15 @@
 // path, address format). The mnemonic is opened only inside the activity that needs it and never
 // leaves the process in the clear.
 import { serviceError } from "../../errors.js";
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import type { WalletAccountsTable, WalletsTable } from "../../store/schema.js";
 import { DerivationError, deriveKeyPair, generateMnemonic, mnemonicToSeed, type MnemonicLanguage } from "../../crypto/hd.js";
 import { UnsupportedAddressError, address } from "../../crypto/addresses.js";
 import type { SecretIdentity } from "../../crypto/envelope.js";
 import { defineActivity, defineQuery, type ActivityContext, type ParametersOf } from "../../registry/registry.js";
 import { requireName } from "../identity/credentials.js";
-import { distinct, newId, readPage, requireAtMost, timestamp } from "../resources.js";
+import { distinct, readPage, requireAtMost, timestamp } from "../resources.js";
+import { newId } from "../../store/ids.js";
 
 /** An account to derive, as create_wallet and create_wallet_accounts both send it. */
 export type WalletAccountParams = ParametersOf<"create_wallet">["accounts"][number];

@@ -4,10 +4,11 @@
 // (services/webhook-dispatcher.ts).
 import { sql } from "kysely";
 import { serviceError } from "../../errors.js";
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import type { ActivitiesTable, WebhookEndpointsTable } from "../../store/schema.js";
 import { defineActivity, defineQuery, type ParametersOf } from "../../registry/registry.js";
-import { newId, requireAtMost } from "../resources.js";
+import { requireAtMost } from "../resources.js";
+import { newId } from "../../store/ids.js";
 import { requireName } from "../identity/credentials.js";
 import { checkDestination, redactedUrl, webhookUrl } from "../../services/webhook-destinations.js";
 
