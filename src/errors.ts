@@ -3,8 +3,6 @@
 // parse into TurnkeyRequestError.
 import { ERROR_CATALOG, GRPC_CODES, httpStatusOf, type ErrorCode, type GrpcStatus, type StatusOf } from "./error-catalog.js";
 
-export type { ErrorCode, GrpcStatus };
-
 export interface ErrorBody {
   code: number;
   message: string;

@@ -75,6 +75,30 @@ function importsOf(fileName: string, text: string): string[] {
   return found;
 }
 
+/** What `text` re-exports: the specifier of each `export … from "…"`, and each imported name exported
+ * again (`import { a } from "./x.js"; export { a };`), as "<name> (imported)". */
+function reExportsOf(fileName: string, text: string): string[] {
+  const source = ts.createSourceFile(fileName, text, ts.ScriptTarget.Latest, true, ts.ScriptKind.TS);
+  const imported = new Set<string>();
+  for (const statement of source.statements) {
+    const clause = ts.isImportDeclaration(statement) ? statement.importClause : undefined;
+    if (clause?.name) imported.add(clause.name.text);
+    const bindings = clause?.namedBindings;
+    if (bindings && ts.isNamedImports(bindings)) for (const element of bindings.elements) imported.add(element.name.text);
+    if (bindings && ts.isNamespaceImport(bindings)) imported.add(bindings.name.text);
+  }
+  return source.statements.flatMap((statement) => {
+    if (!ts.isExportDeclaration(statement)) return [];
+    if (statement.moduleSpecifier && ts.isStringLiteral(statement.moduleSpecifier)) return [statement.moduleSpecifier.text];
+    const clause = statement.exportClause;
+    if (!clause || !ts.isNamedExports(clause)) return [];
+    return clause.elements
+      .map((element) => (element.propertyName ?? element.name).text)
+      .filter((name) => imported.has(name))
+      .map((name) => `${name} (imported)`);
+  });
+}
+
 /** Strongly connected components of more than one file, and files importing themselves: the cycles. */
 function cyclesOf(graph: Map<string, string[]>): string[][] {
   let counter = 0;
@@ -184,6 +208,13 @@ describe("the layers of src/", () => {
     expect(cyclesOf(graph)).toEqual([]);
   });
 
+  it("no module re-exports another module's names, so each name has one import path", () => {
+    const reExports = filesUnder(SRC)
+      .filter((file) => file.endsWith(".ts"))
+      .flatMap((file) => reExportsOf(file, readFileSync(file, "utf8")).map((specifier) => `${file} re-exports ${specifier}`));
+    expect(reExports).toEqual([]);
+  });
+
   it("the registry imports no module that declares operations", () => {
     const registry = [...graph].filter(([file]) => file.startsWith("registry/"));
     expect(registry.length).toBeGreaterThan(0);
@@ -194,6 +225,15 @@ describe("the layers of src/", () => {
 });
 
 describe("the import check itself", () => {
+  it("finds a re-export, type-only or not, direct or imported then exported, and not a plain export", () => {
+    expect(reExportsOf("a.ts", 'export { newId } from "./ids.js";\nexport type { Db } from "./handles.js";\nexport const x = 1;')).toEqual([
+      "./ids.js",
+      "./handles.js",
+    ]);
+    const importedThenExported = 'import type { Db, Tx } from "./handles.js";\nconst own = 1;\nexport type { Db };\nexport { own };';
+    expect(reExportsOf("b.ts", importedThenExported)).toEqual(["Db (imported)"]);
+  });
+
   it("reads every form of import, type-only ones included", () => {
     const text = [
       'import a from "./a.js";',
