@@ -263,6 +263,27 @@ describe("solana.tx.instructions[i].parsed_instruction_data", () => {
     short.instructions[0]!.data = short.instructions[0]!.data.subarray(0, 12);
     await expectDenied(() => sign(short.serialize({ requireAllSignatures: false, verifySignatures: false }).toString("hex")));
 
+    // Beside an instruction of another program, the documented any() form errors (evaluation does not
+    // short-circuit, and that instruction has no parsed_instruction_data); filtering by program first
+    // reads parsed data only where there is some (docs/contract-policies.md).
+    const withMemo = Transaction.from(Buffer.from(initialize(solAddress, 1n), "hex"));
+    withMemo.add(
+      new TransactionInstruction({
+        programId: new PublicKey("MemoSq4gqABAXKb96qnH8TysNcWxMyWCqXgDLGmfcHr"),
+        keys: [],
+        data: Buffer.from("hi"),
+      }),
+    );
+    const twoInstructions = withMemo.serialize({ requireAllSignatures: false, verifySignatures: false }).toString("hex");
+    const erroring = await expectDenied(() => sign(twoInstructions));
+    expect((await verdicts(root, erroring)).find((v) => v.policyId === policyId)).toMatchObject({ outcome: "OUTCOME_ERROR" });
+    await allowFor(
+      root,
+      payer,
+      `solana.tx.instructions.filter(i, i.program_key == '${PROGRAM.toBase58()}').all(i, i.parsed_instruction_data.program_call_args['amount'] < 10)`,
+    );
+    expect((await sign(twoInstructions)).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+
     await root.deleteSmartContractInterface({ smartContractInterfaceId });
     const denied = await expectDenied(() => sign(initialize(solAddress, 1n)));
     expect((await verdicts(root, denied)).find((v) => v.policyId === policyId)).toMatchObject({ outcome: "OUTCOME_ERROR" });

@@ -132,6 +132,11 @@ describe("create, read, list, delete", () => {
     expect((await root.getSmartContractInterfaces({})).smartContractInterfaces).toHaveLength(1);
     const parentData = (await h.http(org.key).getOrganization({ organizationId: org.organizationId })).organizationData;
     expect(parentData.smartContractInterfaceReferences?.map((r) => r.smartContractInterfaceId)).toEqual([smartContractInterfaceId]);
+    // Deleting the sub-organization takes its interfaces with it, and leaves the parent's.
+    await child.deleteSubOrganization({ deleteWithoutExport: true });
+    const rows = await h.server.store.db.selectFrom("smart_contract_interfaces").select(["id", "organization_id"]).execute();
+    expect(rows.filter((r) => r.organization_id === subOrganizationId)).toEqual([]);
+    expect(rows.filter((r) => r.id === smartContractInterfaceId)).toHaveLength(1);
   });
 
   it("is a policy resource: a non-root user needs a policy naming SMART_CONTRACT_INTERFACE", async () => {
