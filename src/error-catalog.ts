@@ -216,6 +216,22 @@ export const ERROR_CATALOG = {
     meaning: "a subscription names an event type this server does not deliver (it delivers activity updates)",
   },
 
+  SMART_CONTRACT_INTERFACE_INVALID: {
+    status: "InvalidArgument",
+    meaning:
+      "smartContractInterface is not JSON, or not an Ethereum JSON ABI (TYPE_ETHEREUM) or an Anchor IDL this server reads (TYPE_SOLANA); " +
+      "the message says what is wrong and where",
+  },
+  SMART_CONTRACT_INTERFACE_TOO_LARGE: {
+    status: "InvalidArgument",
+    meaning: "smartContractInterface is over 400 KiB (409 600 bytes of UTF-8): minify the JSON, or upload only the functions policies need",
+  },
+  SMART_CONTRACT_ADDRESS_INVALID: {
+    status: "InvalidArgument",
+    meaning:
+      "smartContractAddress is not an Ethereum address (0x and 40 hex digits; mixed case must be its EIP-55 checksum) " +
+      "or a Solana program id (base58 of 32 bytes), as the type says",
+  },
   // ── 431, gRPC 3 InvalidArgument ──
   HEADERS_TOO_LARGE: { status: "InvalidArgument", http: 431, meaning: "the request headers exceed 16 KiB; the connection is closed" },
 
@@ -409,6 +425,7 @@ export const ERROR_CATALOG = {
     meaning: "no import target for the user: call init_import_wallet / init_import_private_key first (a target serves one import)",
   },
   OTP_NOT_FOUND: { status: "NotFound", meaning: "no one-time password with that id in the organization" },
+  SMART_CONTRACT_INTERFACE_NOT_FOUND: { status: "NotFound", meaning: "no smart contract interface with that id in the organization" },
   WEBHOOK_ENDPOINT_NOT_FOUND: { status: "NotFound", meaning: "no webhook endpoint with that id in the organization" },
 
   // ── 408, gRPC 8 ResourceExhausted ──
@@ -436,6 +453,10 @@ export const ERROR_CATALOG = {
   OAUTH_PROVIDER_ALREADY_EXISTS: {
     status: "AlreadyExists",
     meaning: "the OIDC identity (issuer and subject) is already linked to a user of the organization",
+  },
+  SMART_CONTRACT_INTERFACE_ALREADY_EXISTS: {
+    status: "AlreadyExists",
+    meaning: "the organization already has an interface for this address (or program id) and chain: delete it first to replace it",
   },
   USER_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a user tag with this name" },
   PRIVATE_KEY_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a private key tag with this name" },

@@ -20,6 +20,7 @@ import { otpOperations } from "./logins/otp.js";
 import { oauthOperations } from "./logins/oauth.js";
 import { activityQueries } from "./activities/queries.js";
 import { voteOperations } from "./activities/votes.js";
+import { contractInterfaceOperations } from "./contracts/interfaces.js";
 
 export const operations: Operation[] = [
   ...userOperations,
@@ -29,6 +30,7 @@ export const operations: Operation[] = [
   ...walletOperations,
   ...privateKeyOperations,
   ...signingOperations,
+  ...contractInterfaceOperations,
   ...exportOperations,
   ...importOperations,
   ...sessionOperations,

@@ -556,6 +556,14 @@ function logical(node: Extract<Node, { kind: "binary" }>, op: "&&" | "||", scope
   };
 }
 
+const ETHEREUM_ADDRESS = /^0x[0-9a-fA-F]{40}$/;
+
+/** An Ethereum address is the same address in any letter case (EIP-55 capitals are only a checksum):
+ * Sigil shows addresses in lower case, and a policy may write them checksummed, as the product's docs
+ * do. Nothing else compares case-insensitively (a Solana or Bitcoin address is case-sensitive). */
+const sameEthereumAddress = (a: string, b: string) =>
+  a.length === 42 && ETHEREUM_ADDRESS.test(a) && ETHEREUM_ADDRESS.test(b) && a.toLowerCase() === b.toLowerCase();
+
 /** Charges each value visited, and each string compared by its length (strings of different lengths
  * differ at once; a struct's keys are hashed). */
 export function equal(a: Value, b: Value, env: Environment): boolean {
@@ -563,7 +571,7 @@ export function equal(a: Value, b: Value, env: Environment): boolean {
   if (typeof a === "string" && typeof b === "string") {
     if (a.length !== b.length) return false;
     spend(env, stringSteps(a));
-    return a === b;
+    return a === b || sameEthereumAddress(a, b);
   }
   if (a === b) return true;
   if (a instanceof PolicyTimestamp && b instanceof PolicyTimestamp) return a.epochNanos === b.epochNanos;

@@ -451,6 +451,38 @@ const otpSendBudgets: Migration = {
   },
 };
 
+/** Smart contract interfaces (Ethereum ABIs, Solana IDLs) that policies decode calls with. One per
+ * contract address (or program id) and chain in an organization: the address is stored canonical
+ * (Ethereum lower case, Solana as written) so the unique index is the lookup signing makes. */
+const smartContractInterfaces: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("smart_contract_interfaces")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("type", "text", (c) => c.notNull())
+      .addColumn("address", "text", (c) => c.notNull())
+      .addColumn("label", "text", (c) => c.notNull())
+      .addColumn("notes", "text", (c) => c.notNull())
+      .addColumn("interface_json", "text", (c) => c.notNull())
+      .addColumn("digest", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex("smart_contract_interfaces_by_address")
+      .on("smart_contract_interfaces")
+      .columns(["organization_id", "type", "address"])
+      .unique()
+      .execute();
+    await db.schema
+      .createIndex("smart_contract_interfaces_by_organization")
+      .on("smart_contract_interfaces")
+      .columns(["organization_id", "created_at"])
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -460,6 +492,7 @@ export const migrations: Record<string, Migration> = {
   "0006_import_targets": importTargets,
   "0007_logins": logins,
   "0008_otp_send_budgets": otpSendBudgets,
+  "0009_smart_contract_interfaces": smartContractInterfaces,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -46,6 +46,24 @@ export interface WebhookEndpointsTable {
   updated_at: number;
 }
 
+/** An Ethereum ABI or a Solana IDL (create_smart_contract_interface), bound to one address. */
+export interface SmartContractInterfacesTable {
+  id: string;
+  organization_id: string;
+  /** SMART_CONTRACT_INTERFACE_TYPE_ETHEREUM | SMART_CONTRACT_INTERFACE_TYPE_SOLANA */
+  type: string;
+  /** Ethereum: 0x and 40 lower-case hex digits; Solana: the program id in base58, as written. */
+  address: string;
+  label: string;
+  notes: string;
+  /** The ABI or IDL exactly as uploaded (validated then). */
+  interface_json: string;
+  /** SHA-256 of interface_json's UTF-8 bytes, hex: the `digest` of smartContractInterfaceReferences. */
+  digest: string;
+  created_at: number;
+  updated_at: number;
+}
+
 export interface WebhookSubscriptionsTable {
   endpoint_id: string;
   event_type: string;
@@ -387,6 +405,7 @@ export interface Database {
   verification_tokens: VerificationTokensTable;
   outbound_messages: OutboundMessagesTable;
   webhook_endpoints: WebhookEndpointsTable;
+  smart_contract_interfaces: SmartContractInterfacesTable;
   webhook_subscriptions: WebhookSubscriptionsTable;
   webhook_deliveries: WebhookDeliveriesTable;
   wallets: WalletsTable;

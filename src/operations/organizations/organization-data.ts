@@ -9,13 +9,14 @@ import { listWallets } from "../wallets/wallets.js";
 import { listTags } from "../identity/tags.js";
 import { featuresOf } from "./features.js";
 import { rootQuorumUserIds } from "./organizations.js";
+import { interfaceReferences } from "../contracts/interfaces.js";
 
 export const organizationDataOperations = [
   defineQuery({
     name: "get_organization",
     summary:
       "The whole organization in one object (`organizationData`): name, root quorum, users with their credentials, policies, wallets, " +
-      "private keys (public halves), tags and features; invitations and smart contract interfaces are empty lists.",
+      "private keys (public halves), tags, features and smart contract interface references (id, address, digest); invitations are an empty list.",
     async run(ctx) {
       // One snapshot: the root quorum names only users listed, the tags only tags listed.
       const organizationData = await ctx.readSnapshot(async (db) => {
@@ -35,7 +36,7 @@ export const organizationDataOperations = [
           rootQuorum: { threshold: organization.root_quorum_threshold, userIds: await rootQuorumUserIds(db, organization.id) },
           features: await featuresOf(db, organization.id),
           wallets: await listWallets(db, organization.id),
-          smartContractInterfaceReferences: [],
+          smartContractInterfaceReferences: await interfaceReferences(db, organization.id),
         };
       });
       return { organizationData };

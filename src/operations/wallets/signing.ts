@@ -24,6 +24,7 @@ import { address } from "../../crypto/addresses.js";
 import { defineActivity, type ActivityContext } from "../../registry/registry.js";
 import { requireAtMost } from "../resources.js";
 import { findSigner, openSigner, signerAddresses, signerKeywords, type FoundSigner } from "./signers.js";
+import { ethereumContractCallKeywords, withParsedInstructions } from "../contracts/contract-calls.js";
 import "./transaction-keywords.js";
 
 type Encoding =
@@ -237,9 +238,15 @@ export const signingOperations = [
           signer.curve === "CURVE_SECP256K1"
             ? address("CURVE_SECP256K1", "ADDRESS_FORMAT_ETHEREUM", Buffer.from(signer.publicKey, "hex"))
             : "";
-        if (p.type === "TRANSACTION_TYPE_ETHEREUM")
-          context["eth.tx"] = transactionKeyword(parseUnsignedTransaction(p.unsignedTransaction).transaction, from);
-        if (p.type === "TRANSACTION_TYPE_SOLANA") context["solana.tx"] = solanaKeyword(p.unsignedTransaction);
+        if (p.type === "TRANSACTION_TYPE_ETHEREUM") {
+          const { transaction } = parseUnsignedTransaction(p.unsignedTransaction);
+          context["eth.tx"] = {
+            ...transactionKeyword(transaction, from),
+            ...(await ethereumContractCallKeywords(trx, organizationId, transaction)),
+          };
+        }
+        if (p.type === "TRANSACTION_TYPE_SOLANA")
+          context["solana.tx"] = await withParsedInstructions(trx, organizationId, solanaKeyword(p.unsignedTransaction));
         if (p.type === "TRANSACTION_TYPE_BITCOIN") {
           context["bitcoin.tx"] = parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)).keyword;
         }

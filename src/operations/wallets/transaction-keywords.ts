@@ -69,7 +69,10 @@ defineKeyword({
         parsed_instruction_data: T.struct("SolanaParsedInstructionData", {
           instruction_name: T.string,
           discriminator: T.string,
+          // The product's language reference says named_account, its smart-contract page
+          // named_accounts: both are served, with the same map.
           named_account: T.map(T.string),
+          named_accounts: T.map(T.string),
           program_call_args: T.map(T.dynamic),
         }),
       }),
