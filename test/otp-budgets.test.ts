@@ -347,5 +347,5 @@ describe("two server processes on one database", () => {
     } finally {
       await deployment.stop();
     }
-  });
+  }, 90_000); // two server processes started through the CLI: slow on a loaded 2-core machine
 });

@@ -5,7 +5,7 @@
 // Without an interface for the address, or when the data does not decode with it, the fields are
 // absent: a policy reading them is OUTCOME_ERROR, which neither allows nor denies.
 import type { TransactionSerializable } from "viem";
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import { AbiError, decodeContractCall, type ContractCall } from "../../chains/ethereum-abi.js";
 import { IdlError, decodeInstruction } from "../../chains/solana-idl.js";
 import { ETHEREUM, SOLANA, findContractInterface, type FoundInterface } from "./interfaces.js";

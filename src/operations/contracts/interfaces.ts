@@ -7,12 +7,13 @@ import type { Selectable } from "kysely";
 import { isAddress as isEthereumAddress, type Abi } from "viem";
 import { isAddress as isSolanaAddress } from "@solana/kit";
 import { serviceError } from "../../errors.js";
-import type { Db, Tx } from "../../store/database.js";
+import type { Db, Tx } from "../../store/handles.js";
 import type { SmartContractInterfacesTable } from "../../store/schema.js";
 import { AbiError, validateAbi } from "../../chains/ethereum-abi.js";
 import { IdlError, validateIdl, type Idl } from "../../chains/solana-idl.js";
 import { defineActivity, defineQuery } from "../../registry/registry.js";
-import { newId, timestamp } from "../resources.js";
+import { timestamp } from "../resources.js";
+import { newId } from "../../store/ids.js";
 import { requireName } from "../identity/credentials.js";
 
 export const ETHEREUM = "SMART_CONTRACT_INTERFACE_TYPE_ETHEREUM";
