@@ -39,7 +39,12 @@ let sender: Hex;
 let contract: Hex;
 const RECIPIENT = "0x00000000000000000000000000000000000000aa" as Hex;
 
-const chainEnv = () => ({ SIGIL_CHAIN_RPC_URLS: `${node.caip2}=${node.url}`, SIGIL_CHAIN_POLL_MS: "20", SIGIL_CHAIN_TIMEOUT_MS: "5000" });
+// The node is also listed under Base's chain id, which it does not serve: sends there must be refused.
+const chainEnv = () => ({
+  SIGIL_CHAIN_RPC_URLS: `${node.caip2}=${node.url},eip155:8453=${node.url}`,
+  SIGIL_CHAIN_POLL_MS: "20",
+  SIGIL_CHAIN_TIMEOUT_MS: "5000",
+});
 
 async function fundedAccount(client: Sdk, name: string): Promise<Hex> {
   const { addresses } = await client.createWallet({ walletName: name, accounts: DEFAULT_ETHEREUM_ACCOUNTS });
@@ -359,7 +364,20 @@ describe("eth_send_raw_transaction through @turnkey/http", () => {
     });
     const { failure } = await refusedLeavingOnlyItsActivity(h, raw(stale), { message: expect.stringContaining("refused the transaction") });
     expect(failure.details[0].turnkeyErrorCode).toBe("TRANSACTION_REJECTED_BY_NODE");
-    expect(await chainState(sender)).toEqual({ ...before, nonce: before.nonce + 0 });
+    // Signed for another chain than caip2 names.
+    const mainnet = await account.signTransaction({
+      type: "eip1559",
+      chainId: 1,
+      nonce: before.nonce,
+      to: RECIPIENT,
+      value: 1n,
+      gas: 21_000n,
+      ...fees,
+    });
+    await refusedLeavingOnlyItsActivity(h, raw(mainnet), {
+      message: expect.stringContaining("signedTransaction is signed for chain 1, not eip155:11155111"),
+    });
+    expect(await chainState(sender)).toEqual(before);
   });
 });
 
@@ -410,6 +428,24 @@ describe("bad input: a clear error, nothing signed, nothing broadcast", () => {
       "REQUEST_INVALID",
     ],
     ["odd-length data", () => [sender, [{ to: contract, data: "0xabc" }], {}], "calls[0].data must be hex bytes", "REQUEST_INVALID"],
+    [
+      "a nonce that is not a number",
+      () => [sender, [{ to: RECIPIENT, value: "1" }], { nonce: "-1" }],
+      "nonce must be a whole number",
+      "REQUEST_INVALID",
+    ],
+    [
+      "a tip above the maximum fee",
+      () => [sender, [{ to: RECIPIENT, value: "1" }], { maxFeePerGas: "10", maxPriorityFeePerGas: "11" }],
+      "maxPriorityFeePerGas must not exceed maxFeePerGas",
+      "REQUEST_INVALID",
+    ],
+    [
+      "a node listed under a chain it does not serve",
+      () => [sender, [{ to: RECIPIENT, value: "1" }], { caip2: "eip155:8453" }],
+      "the node SIGIL_CHAIN_RPC_URLS lists for eip155:8453 serves chain 11155111, not 8453",
+      "CHAIN_NODE_UNAVAILABLE",
+    ],
   ];
   for (const [label, input, message, code] of cases) {
     it(`${label}: ${code}`, async () => {
@@ -422,6 +458,28 @@ describe("bad input: a clear error, nothing signed, nothing broadcast", () => {
       expect(await chainState(sender)).toEqual(before);
     });
   }
+
+  it("a from that is a private key id, not an address: REQUEST_INVALID", async () => {
+    const { privateKeys } = await sdk.createPrivateKeys({
+      privateKeys: [{ privateKeyName: "by id", curve: "CURVE_SECP256K1", addressFormats: ["ADDRESS_FORMAT_ETHEREUM"], privateKeyTags: [] }],
+    });
+    const before = await chainState(sender);
+    const { failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () => send(sdk, privateKeys[0]!.privateKeyId as Hex, [{ to: RECIPIENT, value: "1" }]),
+      {
+        message: expect.stringContaining("private key ids are not accepted"),
+      },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("REQUEST_INVALID");
+    expect(await chainState(sender)).toEqual(before);
+  });
+
+  it("get_nonces refuses an address that is not one", async () => {
+    await expect(sdk.getNonces({ address: "0x12", caip2: node.caip2 as "eip155:11155111", nonce: true })).rejects.toMatchObject({
+      message: expect.stringContaining("address must be an Ethereum address"),
+    });
+  });
 
   it("a caip2 outside the API's list is refused by the request schema, recording nothing", async () => {
     const before = await h.snapshot();
