@@ -256,8 +256,21 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
   protected override async record(item: ClaimedSend, result: AttemptResult): Promise<void> {
     const { row, leaseUntil, change } = item;
     const { now, attempt, retryInMs } = result;
-    if (!change) return;
     const fenced = (trx: Tx) => trx.updateTable("sent_transactions").where("id", "=", row.id).where("lease_until", "=", leaseUntil);
+    if (!change) {
+      // The look ended without a verdict (its deadline passed, or something unexpected failed): as it
+      // was, looked at again after the backoff. The error is not stored: it may quote the node's URL.
+      await this.store.transact("exclusive", (trx) =>
+        fenced(trx)
+          .set({ attempts: attempt, next_attempt_at: now + retryInMs, lease_until: null })
+          .execute(),
+      );
+      this.logger.warn(
+        { sendTransactionStatusId: row.id, caip2: row.caip2 },
+        "transaction not looked at: the attempt ended without an answer",
+      );
+      return;
+    }
     const hash = row.tx_hash;
     if (change.status === "INCLUDED" || change.status === "FAILED") {
       await this.store.transact("exclusive", (trx) =>
