@@ -45,6 +45,17 @@ export interface Config {
   otp: OtpConfig;
   /** OIDC issuers whose identity tokens are accepted (exact `iss` values); no other is contacted. */
   oidcAllowedIssuers: string[];
+  chains: ChainConfig;
+}
+
+/** The chain nodes transactions are sent to and tracked on (docs/sending-transactions.md). */
+export interface ChainConfig {
+  /** JSON-RPC endpoint by CAIP-2 chain id (`eip155:1`); a chain not listed cannot be sent to. */
+  rpcUrls: Record<string, string>;
+  /** How often a sent transaction is looked at again (broadcast, receipt) while it is not final. */
+  pollMs: number;
+  /** One JSON-RPC request may take this long. */
+  timeoutMs: number;
 }
 
 /** How long a connection may take and how many may be open: slow or idle clients must not hold the
@@ -325,6 +336,38 @@ function list<T>(item: Kind<T>): Kind<T[]> {
   };
 }
 
+/** A CAIP-2 chain id: namespace:reference (https://chainagnostic.org/CAIPs/caip-2). */
+export const CAIP2 = /^[-a-z0-9]{3,8}:[-_a-zA-Z0-9]{1,32}$/;
+
+/** Comma-separated `<caip2>=<url>` pairs: one JSON-RPC endpoint per chain. */
+const chainEndpoints: Kind<Record<string, string>> = {
+  accepts:
+    "a comma-separated list of `<caip2>=<url>` pairs, each a CAIP-2 chain id (`eip155:1`) and an `http://` or `https://` URL, " +
+    "each chain named once",
+  parse(raw, reading) {
+    const endpoints: Record<string, string> = {};
+    const endpoint = url(["http:", "https:"]);
+    raw
+      .split(",")
+      .map((text) => text.trim())
+      .filter(Boolean)
+      .forEach((pair, i) => {
+        const at = pair.indexOf("=");
+        const chain = at > 0 ? pair.slice(0, at).trim() : "";
+        // The chain id is never a secret; the URL may carry an API key, so it is never repeated.
+        if (!CAIP2.test(chain)) reading.refuse(`item ${i + 1} does not start with a CAIP-2 chain id and "="`, { quote: false });
+        if (Object.hasOwn(endpoints, chain)) reading.refuse(`${chain} is named twice`, { quote: false });
+        endpoints[chain] = endpoint.parse(pair.slice(at + 1).trim(), {
+          name: `${reading.name}[${chain}]`,
+          secret: true,
+          refuse: (detail) =>
+            reading.refuse(`the URL of ${chain} is not an http:// or https:// URL${detail ? ` (${detail})` : ""}`, { quote: false }),
+        });
+      });
+    return endpoints;
+  },
+};
+
 // ---- the catalog -------------------------------------------------------------------------------
 
 /** One setting. `T` is what its kind reads; `D`, its value when unset (null: derived in loadConfig, or none). */
@@ -356,6 +399,7 @@ const LOGINS = "Passkeys, OIDC and sessions";
 const OTP = "One-time passwords";
 const MESSAGES = "Emails and SMS";
 const WEBHOOKS = "Webhooks";
+const CHAINS = "Chain nodes";
 
 /**
  * Every setting, in the order docs/configuration.md lists them. To add one: declare it here (a test fails
@@ -770,6 +814,33 @@ export const settings = {
     default: 1_000,
     meaning: "how often a server looks for due deliveries besides the ones it just queued",
   }),
+
+  chainRpcUrls: setting({
+    variable: "SIGIL_CHAIN_RPC_URLS",
+    group: CHAINS,
+    kind: chainEndpoints,
+    default: null,
+    defaultText: "*(unset: no chain)*",
+    meaning:
+      "the JSON-RPC node of each chain transactions may be sent to, e.g. `eip155:1=https://node.example,eip155:11155111=http://127.0.0.1:8545`; " +
+      "`eth_send_transaction`, `eth_send_raw_transaction` and `get_nonces` refuse a chain not listed (see [Sending transactions](sending-transactions.md))",
+    // Hosted node URLs carry their API key in the path or query.
+    secret: true,
+  }),
+  chainPollMs: setting({
+    variable: "SIGIL_CHAIN_POLL_MS",
+    group: CHAINS,
+    kind: milliseconds(1),
+    default: 2_000,
+    meaning: "how often a sent transaction that is not yet final is looked at again (broadcast, receipt, dropped or replaced)",
+  }),
+  chainTimeoutMs: setting({
+    variable: "SIGIL_CHAIN_TIMEOUT_MS",
+    group: CHAINS,
+    kind: milliseconds(1, Math.floor(TIMER_MAX_MS / 4)),
+    default: 10_000,
+    meaning: "one JSON-RPC request to a chain node may take this long",
+  }),
 };
 
 type Settings = typeof settings;
@@ -880,5 +951,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       concurrency: s.webhookConcurrency,
       pollMs: s.webhookPollMs,
     },
+    chains: { rpcUrls: s.chainRpcUrls ?? {}, pollMs: s.chainPollMs, timeoutMs: s.chainTimeoutMs },
   };
 }

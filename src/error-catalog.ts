@@ -215,6 +215,11 @@ export const ERROR_CATALOG = {
     status: "InvalidArgument",
     meaning: "a subscription names an event type this server does not deliver (it delivers activity updates)",
   },
+  CHAIN_NOT_CONFIGURED: {
+    status: "InvalidArgument",
+    meaning:
+      "caip2 names a chain this server has no node for: add `<caip2>=<url>` to SIGIL_CHAIN_RPC_URLS, or send to a chain listed there",
+  },
 
   SMART_CONTRACT_INTERFACE_INVALID: {
     status: "InvalidArgument",
@@ -295,6 +300,20 @@ export const ERROR_CATALOG = {
     meaning: "the verification token was already used; each serves one login or sign-up",
   },
   VERIFICATION_TOKEN_EXPIRED: { status: "FailedPrecondition", meaning: "the verification token expired: verify a new one-time password" },
+  GAS_STATION_NOT_OFFERED: {
+    status: "FailedPrecondition",
+    meaning:
+      "sponsored transactions, batches of several calls and gas station nonces need the product's Gas Station (a paymaster and an " +
+      "EIP-7702 delegate contract), which this server does not run: send one call with sponsor false, paid by the sender",
+  },
+  TRANSACTION_REJECTED_BY_NODE: {
+    status: "FailedPrecondition",
+    meaning: "the chain node refused the transaction (the message quotes it: nonce too low, insufficient funds, underpriced, malformed…)",
+  },
+  NONCE_RESERVATION_CONFLICT: {
+    status: "FailedPrecondition",
+    meaning: "the nonce reserved for this send was taken by another send from the same address meanwhile; nothing was signed: send again",
+  },
 
   // ── 401, gRPC 16 Unauthenticated: who sent the request is not established ──
   SIGNATURE_MISSING: { status: "Unauthenticated", meaning: "the request is not stamped: send exactly one of X-Stamp or X-Stamp-Webauthn" },
@@ -426,6 +445,10 @@ export const ERROR_CATALOG = {
   },
   OTP_NOT_FOUND: { status: "NotFound", meaning: "no one-time password with that id in the organization" },
   SMART_CONTRACT_INTERFACE_NOT_FOUND: { status: "NotFound", meaning: "no smart contract interface with that id in the organization" },
+  SEND_TRANSACTION_STATUS_NOT_FOUND: {
+    status: "NotFound",
+    meaning: "no sent transaction with that sendTransactionStatusId in the organization",
+  },
   WEBHOOK_ENDPOINT_NOT_FOUND: { status: "NotFound", meaning: "no webhook endpoint with that id in the organization" },
 
   // ── 408, gRPC 8 ResourceExhausted ──
@@ -490,6 +513,11 @@ export const ERROR_CATALOG = {
   TRANSACTION_ROLLED_BACK: {
     status: "Unavailable",
     meaning: "SQLite: the write transaction this request shared with others could not be committed; nothing of it was kept: send it again",
+  },
+  CHAIN_NODE_UNAVAILABLE: {
+    status: "Unavailable",
+    meaning:
+      "the chain node of SIGIL_CHAIN_RPC_URLS did not answer in time, or answered for another chain than the caip2 it is listed under",
   },
   OIDC_DISCOVERY_FAILED: {
     status: "Unavailable",

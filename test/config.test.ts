@@ -130,6 +130,7 @@ describe("defaults", () => {
       concurrency: 8,
       pollMs: 1000,
     },
+    chains: { rpcUrls: {}, pollMs: 2000, timeoutMs: 10_000 },
   });
 
   it("with nothing set, every setting has the default Sigil had before the catalog", () => {
@@ -194,6 +195,9 @@ describe("accepted values", () => {
     SIGIL_WEBHOOK_TIMEOUT_MS: "500",
     SIGIL_WEBHOOK_CONCURRENCY: "2",
     SIGIL_WEBHOOK_POLL_MS: "50",
+    SIGIL_CHAIN_RPC_URLS: "eip155:11155111=http://127.0.0.1:8545, eip155:1=https://node.example.com/v3/key",
+    SIGIL_CHAIN_POLL_MS: "100",
+    SIGIL_CHAIN_TIMEOUT_MS: "500",
   };
 
   it("every declared setting reaches the Config: setting it alone changes it", () => {
@@ -218,6 +222,11 @@ describe("accepted values", () => {
       signatureThreads: 0,
       webhooks: { allowLoopback: true, allowPrivate: true, concurrency: 2 },
       messages: { smtpFrom: "Wallet <no-reply@example.com>", smsToken: "sms-token", timeoutMs: 500 },
+      chains: {
+        rpcUrls: { "eip155:11155111": "http://127.0.0.1:8545", "eip155:1": "https://node.example.com/v3/key" },
+        pollMs: 100,
+        timeoutMs: 500,
+      },
     });
   });
 
@@ -278,6 +287,17 @@ describe("refused values: the message names the variable and what is expected", 
   // [environment, the whole message (or a pattern of it)]: one or more cases for each kind of value.
   const cases: [Record<string, string>, string | RegExp][] = [
     [{ SIGIL_PORT: "0" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "0"'],
+    // The URLs may carry a node provider's API key: never repeated; the chain ids are named.
+    [
+      { SIGIL_CHAIN_RPC_URLS: "http://127.0.0.1:8545" },
+      /^SIGIL_CHAIN_RPC_URLS must be a comma-separated list of `<caip2>=<url>` pairs.*: item 1 does not start with a CAIP-2 chain id and "="$/,
+    ],
+    [
+      { SIGIL_CHAIN_RPC_URLS: "eip155:1=ftp://node.example/secret-key" },
+      /: the URL of eip155:1 is not an http:\/\/ or https:\/\/ URL \(not ftp:\/\/\)$/,
+    ],
+    [{ SIGIL_CHAIN_RPC_URLS: "eip155:1=http://a.example,eip155:1=http://b.example" }, /: eip155:1 is named twice$/],
+    [{ SIGIL_CHAIN_RPC_URLS: "eip155:1=" }, /: the URL of eip155:1 is not an http:\/\/ or https:\/\/ URL \(it is not a URL\)$/],
     [{ SIGIL_PORT: "65536" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "65536"'],
     [{ SIGIL_PORT: "80a" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "80a"'],
     [{ SIGIL_BODY_LIMIT_BYTES: "1.5" }, 'SIGIL_BODY_LIMIT_BYTES must be a whole number, 1 or more, got "1.5"'],
@@ -392,6 +412,7 @@ describe("refused values: the message names the variable and what is expected", 
       SIGIL_SMTP_URL: `https://relay:${SECRET}@mail.example.com`,
       SIGIL_SMS_URL: `ftp://sms.example.com/?token=${SECRET}`,
       SIGIL_SMS_TOKEN: `${SECRET}\n`,
+      SIGIL_CHAIN_RPC_URLS: `eip155:1=ftp://node.example.com/v3/${SECRET}`,
     };
     for (const [variable, value] of Object.entries(secrets)) {
       const message = refusal({ [variable]: value });

@@ -10,7 +10,7 @@
 import { ActivityTypes } from "../api/types.js";
 import type { Db, Tx } from "../store/handles.js";
 import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.js";
-import type { ActivityOperation } from "../registry/registry.js";
+import type { ActivityOperation, OperationEnvironment } from "../registry/registry.js";
 import { activityKind } from "../registry/registry.js";
 import { serviceError } from "../errors.js";
 import {
@@ -50,6 +50,9 @@ export interface ActivitySubject {
   /** Whose root quorum and policies decide, when not the activity's organization: the parent's, for
    * a login its backend runs in a sub-organization (`parentMayRequest`). */
   authorityOrganizationId?: string;
+  /** What the operation's policy keywords may consult (a chain node, to show policies the transaction
+   * eth_send_transaction will sign). */
+  env?: OperationEnvironment;
 }
 
 const authorityOf = (subject: ActivitySubject) => subject.authorityOrganizationId ?? subject.organizationId;
@@ -169,7 +172,7 @@ async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverI
     // logins can name the sub-organizations it applies to.
     organization_id: subject.organizationId,
   };
-  const extra = (await operation.policyContext?.(trx as Tx, subject.organizationId, parameters, type)) ?? {};
+  const extra = (await operation.policyContext?.(trx as Tx, subject.organizationId, parameters, type, subject.env)) ?? {};
   return {
     condition: { ...extra, activity },
     approvers: approverIds.flatMap((id) => (users.has(id) ? [users.get(id)!] : [])),

@@ -65,6 +65,8 @@ export interface PipelineOptions {
   onWebhookEventsQueued?: () => void;
   /** Told after an activity that may have queued emails or SMS committed (the courier sends them). */
   onMessagesQueued?: () => void;
+  /** Told after an activity that may have queued signed transactions committed (the broadcaster sends them). */
+  onBroadcastsQueued?: () => void;
 }
 
 export interface PipelineResponse {
@@ -156,6 +158,8 @@ interface Publication {
   fields: Record<string, unknown>;
   /** Whether the courier is told: the activity may have queued emails or SMS. */
   messagesQueued: boolean;
+  /** Whether the chain broadcaster is told: the activity may have queued signed transactions. */
+  broadcastsQueued: boolean;
   /** The response, rendered after commit. */
   answer: () => PipelineResponse;
 }
@@ -304,6 +308,7 @@ export function draftActivity(
   principal: Principal,
   fingerprint: string,
   now: number,
+  env?: OperationEnvironment,
 ): Draft {
   const { envelope } = request;
   const activityId = newId();
@@ -340,6 +345,7 @@ export function draftActivity(
     // A parent's backend logging in a sub-organization's user is governed by the parent's root
     // quorum and policies: the requester is one of the parent's users.
     ...(principal.organizationId !== envelope.organizationId ? { authorityOrganizationId: principal.organizationId } : {}),
+    ...(env ? { env } : {}),
   };
   return { row, vote, subject };
 }
@@ -500,7 +506,7 @@ export class Pipeline {
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
         await confirmCredential(trx, principal, now);
-        const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now);
+        const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now, this.options.env);
         const authorization = await authorize(trx, subject);
         const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester: principal, precheck });
         const secretResults = operation.secretResults;
@@ -513,6 +519,7 @@ export class Pipeline {
             line: "activity",
             fields: { userId: principal.userId, outcome: authorization.outcome },
             messagesQueued: !!operation.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
+            broadcastsQueued: !!operation.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
             answer: () => answerOf(recorded, execution, secretResults),
           },
           now,
@@ -648,6 +655,7 @@ export class Pipeline {
     return () => {
       if (queued) this.options.onWebhookEventsQueued?.();
       if (publication.messagesQueued) this.options.onMessagesQueued?.();
+      if (publication.broadcastsQueued) this.options.onBroadcastsQueued?.();
       return publication.answer();
     };
   }
@@ -686,6 +694,7 @@ export class Pipeline {
         votes,
         now,
         confirmed: [principal.credentialId],
+        env: this.options.env,
       };
       if (ballot.kind === "new" && !(await mayVote(trx, asFound, ballot.vote, envelope.type))) {
         throw serviceError(
@@ -710,6 +719,7 @@ export class Pipeline {
           fields: { userId: principal.userId, vote: operation.selection },
           // An approval that ran a message-sending activity queued its message, as a submit would.
           messagesQueued: !!target.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
+          broadcastsQueued: !!target.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
           answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
         },
         now,
@@ -776,7 +786,10 @@ export class Pipeline {
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);
     const readSnapshot = <T>(work: (trx: Tx) => Promise<T>) => store.readSnapshot(work);
-    const result = await operation.run({ db: store.reader, readSnapshot, organizationId, principal, now, votingRights }, body);
+    const result = await operation.run(
+      { db: store.reader, readSnapshot, organizationId, principal, now, votingRights, chains: this.options.env.chains },
+      body,
+    );
     if ("activity" in result) return { status: 200, body: result };
     // The spec's query envelope, served beside the top-level keys the clients read.
     const activity = {

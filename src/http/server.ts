@@ -22,6 +22,9 @@ import {
 } from "../services/service-keys.js";
 import { WebhookDispatcher } from "../services/webhook-dispatcher.js";
 import { MessageCourier } from "../services/message-courier.js";
+import { ChainBroadcaster } from "../services/chain-broadcaster.js";
+import { ChainRpc, type ContractAbiLookup } from "../services/chain-rpc.js";
+import { ETHEREUM, findContractInterface } from "../operations/contracts/interfaces.js";
 import { oidcVerifier } from "../auth/oidc.js";
 import { purgeExpiredImportTargets } from "../operations/wallets/imports.js";
 import { loadKeyring } from "../crypto/master-key.js";
@@ -83,13 +86,36 @@ export interface ServerParts {
   sessions: SessionSigner;
   /** HMAC under the deployment's OTP key (codes are stored only as such hashes). */
   otpCodeHash: (message: string) => string;
+  /** The chain nodes (SIGIL_CHAIN_RPC_URLS). */
+  chains: ChainRpc;
   onWebhookEventsQueued?: () => void;
   onMessagesQueued?: () => void;
+  onBroadcastsQueued?: () => void;
 }
+
+/**
+ * Where a contract's ABI is found, to name the custom errors it reverts with: both the activities
+ * (a reverted simulation) and the broadcaster (a transaction reverted on chain) ask it. One place to
+ * wire the smart contract interfaces' look-up (findContractInterface) in.
+ */
+const findContractAbi: ContractAbiLookup = async (db, organizationId, contractAddress) =>
+  (await findContractInterface(db, organizationId, ETHEREUM, contractAddress))?.abi;
 
 export function buildApp(
   config: Config,
-  { store, keyring, signatures, webhookKey, bundles, sessions, otpCodeHash, onWebhookEventsQueued, onMessagesQueued }: ServerParts,
+  {
+    store,
+    keyring,
+    signatures,
+    webhookKey,
+    bundles,
+    sessions,
+    otpCodeHash,
+    chains,
+    onWebhookEventsQueued,
+    onMessagesQueued,
+    onBroadcastsQueued,
+  }: ServerParts,
   logger: pino.Logger,
   options: ServerOptions = {},
 ): FastifyInstance {
@@ -112,6 +138,8 @@ export function buildApp(
     sessions: { ...config.sessions, signer: sessions },
     otp: { ...config.otp, codeHash: otpCodeHash, messaging: config.messages },
     oidc: oidcVerifier(config.oidcAllowedIssuers, { clock: options.clock }),
+    chains,
+    findContractAbi,
   };
   const pipeline = new Pipeline({
     store,
@@ -122,6 +150,7 @@ export function buildApp(
     clock: options.clock,
     onWebhookEventsQueued,
     onMessagesQueued,
+    onBroadcastsQueued,
   });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
@@ -271,6 +300,7 @@ export async function startServer(config: Config, logger = createLogger(config),
   const signatures = new SignatureThreads(config.signatureThreads);
   let dispatcher: WebhookDispatcher;
   let courier: MessageCourier;
+  let broadcaster: ChainBroadcaster;
   let app: FastifyInstance;
   try {
     const webhookKey = await serviceSigningKey(store, keyring);
@@ -281,6 +311,8 @@ export async function startServer(config: Config, logger = createLogger(config),
     await store.transact("exclusive", (trx) => purgeExpiredImportTargets(trx, (options.clock ?? Date.now)()));
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
     courier = new MessageCourier(store, keyring, config.messages, logger, options.clock);
+    const chains = new ChainRpc(config.chains);
+    broadcaster = new ChainBroadcaster(store, chains, findContractAbi, config.chains, logger, options.clock);
     app = buildApp(
       config,
       {
@@ -292,7 +324,9 @@ export async function startServer(config: Config, logger = createLogger(config),
         sessions,
         otpCodeHash,
         onWebhookEventsQueued: () => dispatcher.notify(),
+        chains,
         onMessagesQueued: () => courier.notify(),
+        onBroadcastsQueued: () => broadcaster.notify(),
       },
       logger,
       options,
@@ -306,6 +340,7 @@ export async function startServer(config: Config, logger = createLogger(config),
   // Deliveries left by an earlier run (or by other processes) go out from now on.
   dispatcher.start();
   courier.start();
+  broadcaster.start();
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
@@ -318,6 +353,7 @@ export async function startServer(config: Config, logger = createLogger(config),
       await app.close();
       await dispatcher.close();
       await courier.close();
+      await broadcaster.close();
       await store.close();
       await signatures.close();
     },

@@ -10,6 +10,7 @@ import { policyOperations } from "./policies/policies.js";
 import { walletOperations } from "./wallets/wallets.js";
 import { privateKeyOperations } from "./wallets/private-keys.js";
 import { signingOperations } from "./wallets/signing.js";
+import { transactionOperations } from "./transactions/sending.js";
 import { subOrganizationOperations } from "./organizations/sub-organizations.js";
 import { featureOperations } from "./organizations/features.js";
 import { webhookOperations } from "./webhooks/webhooks.js";
@@ -31,6 +32,7 @@ export const operations: Operation[] = [
   ...privateKeyOperations,
   ...signingOperations,
   ...contractInterfaceOperations,
+  ...transactionOperations,
   ...exportOperations,
   ...importOperations,
   ...sessionOperations,

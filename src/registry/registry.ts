@@ -11,6 +11,7 @@ import type { DestinationPolicy } from "../services/webhook-destinations.js";
 import type { BundleSigner } from "../services/service-keys.js";
 import type { OtpSettings, SessionSettings } from "../services/login-settings.js";
 import type { OidcVerifier } from "../auth/oidc.js";
+import type { ChainRpc, ContractAbiLookup } from "../services/chain-rpc.js";
 import type { Keyring } from "../crypto/envelope.js";
 import type { ActivityTypeShapes, QueryShapes, SubmitActivityTypes } from "../api/types.js";
 
@@ -108,6 +109,10 @@ export interface OperationEnvironment {
   otp: OtpSettings;
   /** Verifies OIDC identity tokens (oauth, oauth_login, OAuth providers). */
   oidc: OidcVerifier;
+  /** The chain nodes transactions are sent to (SIGIL_CHAIN_RPC_URLS). */
+  chains: ChainRpc;
+  /** A contract's uploaded ABI, to name its custom revert errors. */
+  findContractAbi: ContractAbiLookup;
 }
 
 export interface ActivityContext {
@@ -130,6 +135,8 @@ export interface QueryContext {
   readSnapshot<T>(work: (trx: Tx) => Promise<T>): Promise<T>;
   /** Whether the caller may vote on this activity now (the activity's canApprove / canReject). */
   votingRights(activity: ActivitiesTable): Promise<VotingRights>;
+  /** The chain nodes (get_nonces asks one). */
+  chains: ChainRpc;
 }
 
 export interface VotingRights {
@@ -221,6 +228,9 @@ export interface ActivityOperation<P = unknown, T extends string = string> {
   leavesOrganizationUnchanged?: boolean;
   /** It may queue emails or SMS (one-time passwords): the couriers are told after it commits. */
   queuesMessages?: boolean;
+  /** It may queue signed transactions: the chain broadcaster is told after it commits (never before:
+   * a transaction whose activity rolled back must never reach a node). */
+  queuesBroadcasts?: boolean;
   /** A parent organization's credential may request it in a sub-organization (the logins a parent's
    * backend runs for its sub-organizations' users); the parent's root quorum and policies decide. */
   parentMayRequest?: boolean;
@@ -231,8 +241,9 @@ export interface ActivityOperation<P = unknown, T extends string = string> {
   /** The user whose own credentials this activity changes: a user may change its own credentials
    * without a policy, unless a policy explicitly denies it. */
   credentialOwner?(parameters: P, principal: Principal): string | undefined;
-  /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path. */
-  policyContext?(trx: Tx, organizationId: string, parameters: P, type: T): Promise<Record<string, unknown>>;
+  /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path. `env`
+   * is there when the pipeline decides an activity (not when a vote's rights are weighed). */
+  policyContext?(trx: Tx, organizationId: string, parameters: P, type: T, env?: OperationEnvironment): Promise<Record<string, unknown>>;
   /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
   intentOf?(parameters: P, type: T): Record<string, unknown>;
   /** Checks that wait on the network (a webhook host's DNS), run before the organization's lock is

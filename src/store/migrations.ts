@@ -483,6 +483,48 @@ const smartContractInterfaces: Migration = {
   },
 };
 
+/** Transactions Sigil signed and sends (eth_send_transaction), tracked until final, and the nonce
+ * reservations of each sending address. The id is the sendTransactionStatusId the activity returns. */
+const sentTransactions: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("sent_transactions")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("activity_id", "text", (c) => c.notNull())
+      .addColumn("caip2", "text", (c) => c.notNull())
+      .addColumn("from_address", "text", (c) => c.notNull())
+      .addColumn("to_address", "text")
+      .addColumn("nonce", "bigint")
+      .addColumn("signed_transaction", "text")
+      .addColumn("tx_hash", "text")
+      .addColumn("status", "text", (c) => c.notNull())
+      .addColumn("error", "text")
+      .addColumn("broadcasts", "integer", (c) => c.notNull())
+      .addColumn("attempts", "integer", (c) => c.notNull())
+      .addColumn("next_attempt_at", "bigint", (c) => c.notNull())
+      .addColumn("lease_until", "bigint")
+      .addColumn("block_number", "bigint")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("sent_transactions_due").on("sent_transactions").columns(["status", "next_attempt_at"]).execute();
+    await db.schema
+      .createIndex("sent_transactions_by_sender")
+      .on("sent_transactions")
+      .columns(["caip2", "from_address", "status", "nonce"])
+      .execute();
+    await db.schema
+      .createTable("nonce_reservations")
+      .addColumn("caip2", "text", (c) => c.notNull())
+      .addColumn("address", "text", (c) => c.notNull())
+      .addColumn("next_nonce", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .addPrimaryKeyConstraint("nonce_reservations_pk", ["caip2", "address"])
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -493,6 +535,7 @@ export const migrations: Record<string, Migration> = {
   "0007_logins": logins,
   "0008_otp_send_budgets": otpSendBudgets,
   "0009_smart_contract_interfaces": smartContractInterfaces,
+  "0010_sent_transactions": sentTransactions,
 };
 
 export const migrationProvider: MigrationProvider = {

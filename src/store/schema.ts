@@ -385,6 +385,47 @@ export interface PrivateKeyTagMembersTable {
   private_key_id: string;
 }
 
+/** A transaction eth_send_transaction signed, sent and tracks until it is final (docs/sending-transactions.md). */
+export interface SentTransactionsTable {
+  /** The sendTransactionStatusId. */
+  id: string;
+  organization_id: string;
+  activity_id: string;
+  caip2: string;
+  /** The sender, EIP-55 checksummed. */
+  from_address: string;
+  to_address: string | null;
+  /** Null when nothing was signed (the simulation reverted). */
+  nonce: number | null;
+  /** The signed transaction, 0x hex, as broadcast (public once broadcast; no secret). */
+  signed_transaction: string | null;
+  tx_hash: string | null;
+  /** INITIALIZED (signed, not yet accepted by the node), BROADCASTING, INCLUDED or FAILED. */
+  status: string;
+  /** JSON { message, revertChain?, eth? } when it failed or reverted. */
+  error: string | null;
+  /** How often the node was handed it (first broadcast and rebroadcasts after it was dropped). */
+  broadcasts: number;
+  /** Looks since the status last changed: the backoff grows with them. */
+  attempts: number;
+  next_attempt_at: number;
+  /** The process looking at it holds it until then. */
+  lease_until: number | null;
+  block_number: number | null;
+  created_at: number;
+  updated_at: number;
+}
+
+/** One row per sending address and chain: locked while a nonce is reserved for it. */
+export interface NonceReservationsTable {
+  caip2: string;
+  address: string;
+  /** The nonce after the last one reserved here (a high-water mark; the reservation itself is
+   * computed from the node and the sends still in flight). */
+  next_nonce: number;
+  updated_at: number;
+}
+
 export interface Database {
   organizations: OrganizationsTable;
   root_quorum_members: RootQuorumMembersTable;
@@ -413,4 +454,6 @@ export interface Database {
   private_keys: PrivateKeysTable;
   private_key_tag_members: PrivateKeyTagMembersTable;
   private_key_addresses: PrivateKeyAddressesTable;
+  sent_transactions: SentTransactionsTable;
+  nonce_reservations: NonceReservationsTable;
 }

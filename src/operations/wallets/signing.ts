@@ -1,6 +1,7 @@
 // Signing with the organization's keys: raw payloads (one or many) and chain transactions. The key
 // is opened from its sealed form only inside the allowed activity, used once, and dropped.
 import { sha256 } from "@noble/hashes/sha2.js";
+import type { TransactionSerializable } from "viem";
 import { keccak_256 } from "@noble/hashes/sha3.js";
 import { serviceError } from "../../errors.js";
 import type { Tx } from "../../store/handles.js";
@@ -170,6 +171,24 @@ async function payloadContext(
   return context;
 }
 
+/**
+ * The condition keywords of an Ethereum transaction about to be signed (`eth.tx`), for every activity
+ * that signs one: sign_transaction and eth_send_transaction both come through here, so a policy reads
+ * a transaction the same way whichever activity signs it. `from` is the address the signature will
+ * recover to. Given the organization (and its transaction) so that keywords read from its stored data
+ * (a contract's ABI) are added here for both.
+ */
+export async function ethereumTransactionKeywords(
+  trx: Tx,
+  organizationId: string,
+  transaction: TransactionSerializable,
+  from: string,
+): Promise<Record<string, unknown>> {
+  return {
+    "eth.tx": { ...transactionKeyword(transaction, from), ...(await ethereumContractCallKeywords(trx, organizationId, transaction)) },
+  };
+}
+
 async function signerFor(ctx: ActivityContext, signWith: string) {
   const signer = await findSigner(ctx.trx, ctx.organizationId, signWith);
   return { signer, privateKey: openSigner(ctx.env.keyring, signer) };
@@ -238,13 +257,11 @@ export const signingOperations = [
           signer.curve === "CURVE_SECP256K1"
             ? address("CURVE_SECP256K1", "ADDRESS_FORMAT_ETHEREUM", Buffer.from(signer.publicKey, "hex"))
             : "";
-        if (p.type === "TRANSACTION_TYPE_ETHEREUM") {
-          const { transaction } = parseUnsignedTransaction(p.unsignedTransaction);
-          context["eth.tx"] = {
-            ...transactionKeyword(transaction, from),
-            ...(await ethereumContractCallKeywords(trx, organizationId, transaction)),
-          };
-        }
+        if (p.type === "TRANSACTION_TYPE_ETHEREUM")
+          Object.assign(
+            context,
+            await ethereumTransactionKeywords(trx, organizationId, parseUnsignedTransaction(p.unsignedTransaction).transaction, from),
+          );
         if (p.type === "TRANSACTION_TYPE_SOLANA")
           context["solana.tx"] = await withParsedInstructions(trx, organizationId, solanaKeyword(p.unsignedTransaction));
         if (p.type === "TRANSACTION_TYPE_BITCOIN") {

@@ -1,0 +1,80 @@
+// Nonces of the addresses Sigil sends from. The nonce a send gets is the smallest one, at or above
+// the node's pending nonce for the address, that no send of Sigil's still in flight (INITIALIZED or
+// BROADCASTING) holds. So concurrent sends get distinct nonces without gaps; a send that failed
+// without using its nonce gives it back (the next send takes it, and anything queued behind it in the
+// node can be mined); and a nonce used outside Sigil (another wallet holding the same key) is skipped,
+// since the node counts it. Reservations are made inside the activity's transaction, under the
+// organization's lock and a row lock on the address's reservation (nonce_reservations): two server
+// processes on one PostgreSQL database take their turns there.
+import type { PublicClient } from "viem";
+import { serviceError } from "../../errors.js";
+import type { Dialect, Db, Tx } from "../../store/handles.js";
+import { LIVE_STATUSES } from "../../services/chain-broadcaster.js";
+import { unavailable } from "../../services/chain-rpc.js";
+
+/** The node's pending nonce of `address`: its mined transactions and those in its pool. */
+export async function pendingNonce(client: PublicClient, caip2: string, address: `0x${string}`): Promise<number> {
+  try {
+    return await client.getTransactionCount({ address, blockTag: "pending" });
+  } catch (error) {
+    throw unavailable(caip2, error);
+  }
+}
+
+/** The nonce the next send from `address` gets (see above); `address` EIP-55 checksummed. */
+export async function nextNonce(db: Db | Tx, client: PublicClient, caip2: string, address: `0x${string}`): Promise<number> {
+  const pending = await pendingNonce(client, caip2, address);
+  const held = await db
+    .selectFrom("sent_transactions")
+    .select("nonce")
+    .where("caip2", "=", caip2)
+    .where("from_address", "=", address)
+    .where("status", "in", LIVE_STATUSES)
+    .where("nonce", ">=", pending)
+    .orderBy("nonce")
+    .execute();
+  let nonce = pending;
+  for (const { nonce: taken } of held) {
+    if (taken === nonce) nonce++;
+    else if (taken !== null && taken > nonce) break;
+  }
+  return nonce;
+}
+
+/**
+ * Takes `nonce` for a send from `address`: locks the address's reservation row (made on first use),
+ * and, for a nonce Sigil chose (`chosen`), checks that no send in flight holds it. A nonce the request
+ * named is taken as asked: a second transaction with a nonce in flight replaces the first, or is
+ * refused by the node, and the broadcaster reports which.
+ */
+export async function reserveNonce(trx: Tx, dialect: Dialect, caip2: string, address: string, nonce: number, chosen: boolean, now: number) {
+  await trx
+    .insertInto("nonce_reservations")
+    .values({ caip2, address, next_nonce: 0, updated_at: now })
+    .onConflict((oc) => oc.columns(["caip2", "address"]).doNothing())
+    .execute();
+  let row = trx.selectFrom("nonce_reservations").select("next_nonce").where("caip2", "=", caip2).where("address", "=", address);
+  if (dialect === "postgres") row = row.forUpdate();
+  const { next_nonce } = await row.executeTakeFirstOrThrow();
+  if (chosen) {
+    const holder = await trx
+      .selectFrom("sent_transactions")
+      .select("id")
+      .where("caip2", "=", caip2)
+      .where("from_address", "=", address)
+      .where("status", "in", LIVE_STATUSES)
+      .where("nonce", "=", nonce)
+      .executeTakeFirst();
+    if (holder)
+      throw serviceError(
+        "NONCE_RESERVATION_CONFLICT",
+        `nonce ${nonce} of ${address} on ${caip2} was reserved by send ${holder.id} meanwhile; nothing was signed: send again`,
+      );
+  }
+  await trx
+    .updateTable("nonce_reservations")
+    .set({ next_nonce: Math.max(next_nonce, nonce + 1), updated_at: now })
+    .where("caip2", "=", caip2)
+    .where("address", "=", address)
+    .execute();
+}

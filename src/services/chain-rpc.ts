@@ -1,0 +1,140 @@
+// The chain nodes a deployment sends transactions to (SIGIL_CHAIN_RPC_URLS): one JSON-RPC endpoint per
+// CAIP-2 chain id, spoken through viem's public client and HTTP transport. Keyed by caip2 so that other
+// namespaces (solana:…) can have their clients here later; today only eip155 chains are served. Each
+// EVM node is asked its chain id once before it is used: a node listed under the wrong caip2 would
+// otherwise be handed transactions signed for another chain.
+import {
+  BaseError,
+  HttpRequestError,
+  RpcRequestError,
+  TimeoutError,
+  createPublicClient,
+  http,
+  type Abi,
+  type Hex,
+  type PublicClient,
+} from "viem";
+import type { ChainConfig } from "../config.js";
+import type { Db, Tx } from "../store/handles.js";
+import { serviceError } from "../errors.js";
+
+/**
+ * The ABI uploaded for a contract of the organization (its smart contract interface), used to decode
+ * custom revert errors; undefined when none is known. A single parameter on purpose: the server wires
+ * it (http/server.ts) to the smart contract interfaces' look-up, which lives in operations/.
+ */
+export type ContractAbiLookup = (db: Db | Tx, organizationId: string, contractAddress: string) => Promise<Abi | undefined>;
+
+/** An EVM chain's client, and the chain id its transactions are signed for. */
+export interface EvmChain {
+  caip2: string;
+  chainId: number;
+  client: PublicClient;
+}
+
+export class ChainRpc {
+  private readonly clients = new Map<string, PublicClient>();
+  /** The chain id check of each node: made once, forgotten when it could not be made (node down). */
+  private readonly verified = new Map<string, Promise<void>>();
+
+  constructor(private readonly config: ChainConfig) {}
+
+  /** The chains with a node, as configured. */
+  get chains(): string[] {
+    return Object.keys(this.config.rpcUrls);
+  }
+
+  has(caip2: string): boolean {
+    return Object.hasOwn(this.config.rpcUrls, caip2);
+  }
+
+  /** The client of an EVM chain; CHAIN_NOT_CONFIGURED when no node is listed for it. */
+  async evm(caip2: string): Promise<EvmChain> {
+    const chainId = evmChainId(caip2);
+    if (!this.has(caip2)) {
+      const listed = this.chains.length ? `chains with a node: ${this.chains.join(", ")}` : "no chain has one";
+      throw serviceError("CHAIN_NOT_CONFIGURED", `caip2 ${caip2} has no node on this server (SIGIL_CHAIN_RPC_URLS; ${listed})`);
+    }
+    let client = this.clients.get(caip2);
+    if (!client) {
+      // No retries here: an activity waits for its answer, and the broadcaster retries on its own schedule.
+      client = createPublicClient({ transport: http(this.config.rpcUrls[caip2], { timeout: this.config.timeoutMs, retryCount: 0 }) });
+      this.clients.set(caip2, client);
+    }
+    let check = this.verified.get(caip2);
+    if (!check) {
+      check = verifyChainId(client, caip2, chainId);
+      this.verified.set(caip2, check);
+      check.catch(() => this.verified.delete(caip2));
+    }
+    await check;
+    return { caip2, chainId, client };
+  }
+}
+
+/** eip155:<n> -> n; anything else is not an EVM chain. */
+export function evmChainId(caip2: string): number {
+  const match = /^eip155:([1-9][0-9]{0,15})$/.exec(caip2);
+  if (!match || !Number.isSafeInteger(Number(match[1])))
+    throw serviceError("REQUEST_INVALID", `caip2 ${caip2} is not an EVM chain id (eip155:<chain id>)`);
+  return Number(match[1]);
+}
+
+async function verifyChainId(client: PublicClient, caip2: string, expected: number): Promise<void> {
+  let actual: number;
+  try {
+    actual = await client.getChainId();
+  } catch (error) {
+    throw unavailable(caip2, error);
+  }
+  if (actual !== expected)
+    throw serviceError(
+      "CHAIN_NODE_UNAVAILABLE",
+      `the node SIGIL_CHAIN_RPC_URLS lists for ${caip2} serves chain ${actual}, not ${expected}: fix the setting`,
+    );
+}
+
+/** What a failed JSON-RPC call came to: the node could not be reached (try again later), or it
+ * answered with an error (its message, code and any revert data). */
+export type RpcFailure = { kind: "unreachable"; message: string } | { kind: "rejected"; message: string; code?: number; data?: Hex };
+
+const isHex = (value: unknown): value is Hex => typeof value === "string" && /^0x([0-9a-fA-F]{2})*$/.test(value);
+
+/** Revert data a node attached to an error: `data` as hex, or nested as `data.data` (Hardhat, some clients). */
+function revertDataOf(data: unknown): Hex | undefined {
+  if (isHex(data)) return data;
+  if (typeof data === "object" && data !== null && "data" in data) return revertDataOf((data as { data: unknown }).data);
+  return undefined;
+}
+
+export function rpcFailureOf(error: unknown): RpcFailure {
+  if (!(error instanceof BaseError)) return { kind: "unreachable", message: error instanceof Error ? error.message : String(error) };
+  const answered = error.walk((e) => e instanceof RpcRequestError) as RpcRequestError | null;
+  if (answered) {
+    const data = revertDataOf((answered as RpcRequestError & { data?: unknown }).data);
+    return { kind: "rejected", message: answered.details, code: answered.code, ...(data ? { data } : {}) };
+  }
+  // A node may answer a JSON-RPC error with an HTTP error status: its body still says what it refused.
+  const http = error.walk((e) => e instanceof HttpRequestError) as HttpRequestError | null;
+  const body = http?.body as { error?: { message?: unknown; code?: unknown; data?: unknown } } | undefined;
+  if (http && typeof body?.error?.message === "string") {
+    const data = revertDataOf(body.error.data);
+    return {
+      kind: "rejected",
+      message: body.error.message,
+      ...(typeof body.error.code === "number" ? { code: body.error.code } : {}),
+      ...(data ? { data } : {}),
+    };
+  }
+  const timedOut = error.walk((e) => e instanceof TimeoutError);
+  return {
+    kind: "unreachable",
+    message: timedOut ? "the node did not answer in time" : http ? `HTTP ${http.status ?? "error"}` : error.shortMessage,
+  };
+}
+
+/** CHAIN_NODE_UNAVAILABLE for a call that failed; never quotes the node's URL (it may hold an API key). */
+export function unavailable(caip2: string, error: unknown) {
+  const failure = rpcFailureOf(error);
+  return serviceError("CHAIN_NODE_UNAVAILABLE", `the node of ${caip2} failed: ${failure.message}`);
+}

@@ -1,0 +1,600 @@
+// eth_send_transaction, eth_send_raw_transaction, get_send_transaction_status and get_nonces against a
+// real Ethereum node (Hardhat Network, test/helpers/ethereum-node.ts), through the official clients:
+// value and contract calls mined, reverts reported with their reasons, concurrent sends with distinct
+// nonces, tracking that survives a restart, dropped and replaced transactions, and bad input refused
+// with nothing signed and nothing broadcast.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import pino from "pino";
+import { encodeFunctionData, keccak256, maxUint256, parseEther, serializeTransaction, toFunctionSelector, type Abi, type Hex } from "viem";
+import { DEFAULT_ETHEREUM_ACCOUNTS, Turnkey } from "@turnkey/sdk-server";
+import { createAccount } from "@turnkey/viem";
+import { startServer, type RunningServer } from "../src/http/server.js";
+import { decodeRevert } from "../src/chains/ethereum-reverts.js";
+import { startHarness, refusedLeavingOnlyItsActivity, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { organizationWith } from "./helpers/organizations.js";
+import { startEthereumNode, type EthereumNode } from "./helpers/ethereum-node.js";
+import { backend } from "./helpers/backend.js";
+import counter from "./fixtures/counter.json" with { type: "json" };
+
+const abi = counter.abi as Abi;
+const bytecode = counter.bytecode as Hex;
+const call = (functionName: string, args: unknown[] = []) => encodeFunctionData({ abi, functionName, args });
+
+type Sdk = ReturnType<Harness["sdk"]>;
+
+/** @turnkey/sdk-server's client of another server on the same database. */
+const sdkAt = (url: string, { organizationId, key }: TestOrganization): Sdk =>
+  new Turnkey({
+    apiBaseUrl: url,
+    apiPublicKey: key.publicKey,
+    apiPrivateKey: key.privateKey,
+    defaultOrganizationId: organizationId,
+  }).apiClient();
+
+let node: EthereumNode;
+let h: Harness;
+let org: TestOrganization;
+let sdk: Sdk;
+let sender: Hex;
+let contract: Hex;
+const RECIPIENT = "0x00000000000000000000000000000000000000aa" as Hex;
+
+// The node is also listed under Base's chain id, which it does not serve: sends there must be refused.
+const chainEnv = () => ({
+  SIGIL_CHAIN_RPC_URLS: `${node.caip2}=${node.url},eip155:8453=${node.url}`,
+  SIGIL_CHAIN_POLL_MS: "20",
+  SIGIL_CHAIN_TIMEOUT_MS: "5000",
+});
+
+async function fundedAccount(client: Sdk, name: string): Promise<Hex> {
+  const { addresses } = await client.createWallet({ walletName: name, accounts: DEFAULT_ETHEREUM_ACCOUNTS });
+  const address = addresses[0] as Hex;
+  await node.fund(address, parseEther("100"));
+  return address;
+}
+
+/** The send's status once it is final (INCLUDED or FAILED), asked the way a client polls it. */
+async function finalStatus(client: Sdk, sendTransactionStatusId: string, organizationId = org.organizationId) {
+  for (;;) {
+    const status = await client.getSendTransactionStatus({ organizationId, sendTransactionStatusId });
+    if (status.txStatus === "INCLUDED" || status.txStatus === "FAILED") return status;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+async function statusReaches(client: Sdk, sendTransactionStatusId: string, wanted: string) {
+  for (;;) {
+    const status = await client.getSendTransactionStatus({ organizationId: org.organizationId, sendTransactionStatusId });
+    if (status.txStatus === wanted) return status;
+    if (status.txStatus === "FAILED" || status.txStatus === "INCLUDED") throw new Error(`reached ${status.txStatus}, not ${wanted}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+const send = (client: Sdk, from: Hex, calls: { to: string; value?: string; data?: string }[], extra: Record<string, unknown> = {}) =>
+  client.ethSendTransaction({ from, caip2: node.caip2 as "eip155:11155111", calls, ...extra });
+
+/** What the node says of an address: nothing may change when a request is refused. */
+const chainState = async (address: Hex) => ({
+  nonce: await node.client.getTransactionCount({ address, blockTag: "pending" }),
+  balance: await node.client.getBalance({ address }),
+  block: await node.client.getBlockNumber(),
+});
+
+beforeAll(async () => {
+  node = await startEthereumNode();
+  h = await startHarness(chainEnv());
+  org = await h.organization();
+  sdk = h.sdk(org, org.key);
+  sender = await fundedAccount(sdk, "sender");
+  contract = await node.deploy(abi, bytecode);
+});
+afterAll(async () => {
+  await h?.close();
+  await node?.stop();
+});
+
+describe("eth_send_transaction through @turnkey/sdk-server", () => {
+  it("sends value from a wallet account: signed, broadcast and INCLUDED, with its hash", async () => {
+    const before = await node.client.getBalance({ address: RECIPIENT });
+    const nonce = await node.client.getTransactionCount({ address: sender });
+    const { sendTransactionStatusId, activity } = await send(sdk, sender, [{ to: RECIPIENT, value: "1234567" }]);
+    expect(activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    // The SDK's own poller, as the product's docs show it.
+    const status = await sdk.pollTransactionStatus({ sendTransactionStatusId, pollingIntervalMs: 20, timeoutMs: 20_000 });
+    expect(status.txStatus).toBe("INCLUDED");
+    const hash = status.eth!.txHash as Hex;
+    const receipt = await node.client.getTransactionReceipt({ hash });
+    expect(receipt.status).toBe("success");
+    expect(receipt.from).toBe(sender.toLowerCase());
+    const mined = await node.client.getTransaction({ hash });
+    expect(mined).toMatchObject({ type: "eip1559", nonce, value: 1234567n, chainId: node.chainId });
+    expect(await node.client.getBalance({ address: RECIPIENT })).toBe(before + 1234567n);
+    // The activity records the intent as sent.
+    const recorded = await sdk.getActivity({ activityId: activity.id });
+    expect(recorded.activity.type).toBe("ACTIVITY_TYPE_ETH_SEND_TRANSACTION_V2");
+    expect(recorded.activity.intent.ethSendTransactionIntentV2).toMatchObject({
+      from: sender,
+      calls: [{ to: RECIPIENT, value: "1234567" }],
+    });
+    expect(recorded.activity.result.ethSendTransactionResultV2).toEqual({ sendTransactionStatusId });
+  });
+
+  it("calls a contract, with the nonce, gas and fees the request names", async () => {
+    const nonce = await node.client.getTransactionCount({ address: sender });
+    const { sendTransactionStatusId } = await send(sdk, sender, [{ to: contract, data: call("increment", [5n]) }], {
+      nonce: String(nonce),
+      gasLimit: "90000",
+      maxFeePerGas: "3000000000",
+      maxPriorityFeePerGas: "1000000000",
+    });
+    const status = await finalStatus(sdk, sendTransactionStatusId);
+    expect(status).toMatchObject({ txStatus: "INCLUDED" });
+    expect(status.error).toBeUndefined();
+    const mined = await node.client.getTransaction({ hash: status.eth!.txHash as Hex });
+    expect(mined).toMatchObject({ nonce, gas: 90_000n, maxFeePerGas: 3_000_000_000n, maxPriorityFeePerGas: 1_000_000_000n });
+    expect(await node.client.readContract({ address: contract, abi, functionName: "count" })).toBe(5n);
+  });
+
+  it("get_nonces answers the nonce the next send takes; a gas station nonce is not offered", async () => {
+    const { nonce } = await sdk.getNonces({ address: sender, caip2: node.caip2 as "eip155:11155111", nonce: true });
+    expect(nonce).toBe(String(await node.client.getTransactionCount({ address: sender, blockTag: "pending" })));
+    await expect(
+      sdk.getNonces({ address: sender, caip2: node.caip2 as "eip155:11155111", nonce: true, gasStationNonce: true }),
+    ).rejects.toMatchObject({ message: expect.stringContaining("Gas Station") });
+  });
+});
+
+describe("reverts are reported with their reasons", () => {
+  it("a call whose simulation reverts with Error(string) is FAILED with the reason; nothing is signed or sent", async () => {
+    const before = await chainState(sender);
+    const { sendTransactionStatusId } = await send(sdk, sender, [{ to: contract, data: call("fail", ["not today"]) }]);
+    const status = await finalStatus(sdk, sendTransactionStatusId);
+    const entry = {
+      address: contract.toLowerCase(),
+      errorType: "native",
+      displayMessage: "not today",
+      native: { nativeType: "error_string", message: "not today" },
+    };
+    expect(status).toMatchObject({
+      txStatus: "FAILED",
+      txError: "execution reverted in simulation: not today",
+      error: { message: "execution reverted in simulation: not today", revertChain: [entry], eth: { revertChain: [entry] } },
+    });
+    expect(status.eth).toBeUndefined();
+    expect(await chainState(sender)).toEqual(before);
+    // The SDK's poller rejects a FAILED send with its message.
+    await expect(sdk.pollTransactionStatus({ sendTransactionStatusId, pollingIntervalMs: 20 })).rejects.toMatchObject({
+      message: "execution reverted in simulation: not today",
+    });
+  });
+
+  it("a transaction that reverts on chain is INCLUDED with its hash and the decoded Error(string)", async () => {
+    const { sendTransactionStatusId } = await send(sdk, sender, [{ to: contract, data: call("fail", ["on chain"]) }], {
+      gasLimit: "100000",
+    });
+    const status = await finalStatus(sdk, sendTransactionStatusId);
+    expect(status.txStatus).toBe("INCLUDED");
+    const receipt = await node.client.getTransactionReceipt({ hash: status.eth!.txHash as Hex });
+    expect(receipt.status).toBe("reverted");
+    expect(status.error!.eth!.revertChain).toEqual([
+      {
+        address: contract.toLowerCase(),
+        errorType: "native",
+        displayMessage: "on chain",
+        native: { nativeType: "error_string", message: "on chain" },
+      },
+    ]);
+    expect(status.txError).toBe("execution reverted on chain: on chain");
+  });
+
+  it("an arithmetic overflow on chain is reported as Panic(0x11)", async () => {
+    // The counter must hold something for the increment below to overflow it.
+    await finalStatus(sdk, (await send(sdk, sender, [{ to: contract, data: call("increment", [1n]) }])).sendTransactionStatusId);
+    const { sendTransactionStatusId } = await send(sdk, sender, [{ to: contract, data: call("increment", [maxUint256]) }], {
+      gasLimit: "100000",
+    });
+    const status = await finalStatus(sdk, sendTransactionStatusId);
+    expect(status.txStatus).toBe("INCLUDED");
+    expect(status.error!.revertChain![0]).toMatchObject({
+      errorType: "native",
+      native: { nativeType: "panic", panicCode: "17" },
+      displayMessage: expect.stringMatching(/^panic 0x11: Arithmetic operation resulted in underflow or overflow/),
+    });
+  });
+
+  it("a custom error is unknown without the contract's ABI, named with it; a bare revert says so", async () => {
+    const { sendTransactionStatusId } = await send(sdk, sender, [{ to: contract, data: call("limited", [11n]) }]);
+    const status = await finalStatus(sdk, sendTransactionStatusId);
+    const selector = toFunctionSelector("TooLarge(uint256,uint256)");
+    expect(status.txStatus).toBe("FAILED");
+    expect(status.error!.revertChain![0]).toMatchObject({ errorType: "unknown", unknown: { selector } });
+    const data = status.error!.revertChain![0]!.unknown!.data as Hex;
+    // With the ABI (the smart contract interface the lead wires in), the same data is named.
+    expect(decodeRevert(data, contract, abi)).toMatchObject({
+      errorType: "custom",
+      displayMessage: "TooLarge(11, 10)",
+      custom: { errorName: "TooLarge", paramsJson: JSON.stringify({ asked: "11", limit: "10" }) },
+    });
+    const bare = await finalStatus(sdk, (await send(sdk, sender, [{ to: contract, data: call("bare") }])).sendTransactionStatusId);
+    expect(bare.error!.revertChain![0]).toMatchObject({ errorType: "native", native: { nativeType: "execution_reverted" } });
+  });
+});
+
+describe("nonces", () => {
+  it("20 concurrent sends from one address get distinct, gap-free nonces and all mine", async () => {
+    const first = await node.client.getTransactionCount({ address: sender, blockTag: "pending" });
+    const ids = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        send(sdk, sender, [{ to: RECIPIENT, value: String(i + 1) }]).then((r) => r.sendTransactionStatusId),
+      ),
+    );
+    const statuses = await Promise.all(ids.map((id) => finalStatus(sdk, id)));
+    expect(statuses.map((s) => s.txStatus)).toEqual(Array(20).fill("INCLUDED"));
+    const nonces = await Promise.all(statuses.map(async (s) => (await node.client.getTransaction({ hash: s.eth!.txHash as Hex })).nonce));
+    expect([...nonces].sort((a, b) => a - b)).toEqual(Array.from({ length: 20 }, (_, i) => first + i));
+  });
+
+  it("a transaction dropped by the node is sent again and mined", async () => {
+    await node.test.setAutomine(false);
+    try {
+      const { sendTransactionStatusId } = await send(sdk, sender, [{ to: RECIPIENT, value: "7" }]);
+      const { eth } = await statusReaches(sdk, sendTransactionStatusId, "BROADCASTING");
+      const hash = eth!.txHash as Hex;
+      await node.test.dropTransaction({ hash });
+      // The broadcaster finds the node no longer knows it, and hands it over again.
+      while (!(await node.client.request({ method: "eth_getTransactionByHash", params: [hash] })))
+        await new Promise((r) => setTimeout(r, 20));
+      await node.test.mine({ blocks: 1 });
+      expect(await finalStatus(sdk, sendTransactionStatusId)).toMatchObject({ txStatus: "INCLUDED", eth: { txHash: hash } });
+      expect(h.logLines.some((line) => line.includes(sendTransactionStatusId) && line.includes("transaction sent again"))).toBe(true);
+    } finally {
+      await node.test.setAutomine(true);
+    }
+  });
+
+  it("a transaction whose nonce another transaction used is FAILED (replaced); the next send takes the next nonce", async () => {
+    await node.test.setAutomine(false);
+    let replaced: string;
+    let nonce: number;
+    try {
+      nonce = await node.client.getTransactionCount({ address: sender, blockTag: "pending" });
+      ({ sendTransactionStatusId: replaced } = await send(sdk, sender, [{ to: RECIPIENT, value: "8" }]));
+      await statusReaches(sdk, replaced, "BROADCASTING");
+      // Another transaction with the same nonce and higher fees, signed with the same key (sign_transaction
+      // through @turnkey/viem) and sent to the node directly: it replaces the first in the node's pool.
+      const account = await createAccount({ client: sdk, organizationId: org.organizationId, signWith: sender });
+      const replacement = await account.signTransaction({
+        type: "eip1559",
+        chainId: node.chainId,
+        nonce,
+        to: RECIPIENT,
+        value: 9n,
+        gas: 21_000n,
+        maxFeePerGas: parseEther("0.0001"),
+        maxPriorityFeePerGas: parseEther("0.00005"),
+      });
+      await node.client.request({ method: "eth_sendRawTransaction", params: [replacement] });
+      await node.test.mine({ blocks: 1 });
+    } finally {
+      await node.test.setAutomine(true);
+    }
+    const status = await finalStatus(sdk, replaced);
+    expect(status.txStatus).toBe("FAILED");
+    expect(status.txError).toMatch(new RegExp(`^nonce ${nonce} of ${sender} was used by another transaction \\(replaced\\)`));
+    const next = await finalStatus(sdk, (await send(sdk, sender, [{ to: RECIPIENT, value: "10" }])).sendTransactionStatusId);
+    expect((await node.client.getTransaction({ hash: next.eth!.txHash as Hex })).nonce).toBe(nonce + 1);
+  });
+
+  it("a transaction the node refuses gives its nonce back: the next send takes it and mines", async () => {
+    const poor = await fundedAccount(sdk, "poor");
+    const nonce = await node.client.getTransactionCount({ address: poor, blockTag: "pending" });
+    // More than the account holds; with the gas named, nothing is estimated and the node refuses it.
+    const refused = await send(sdk, poor, [{ to: RECIPIENT, value: parseEther("1000").toString() }], { gasLimit: "21000" });
+    const status = await finalStatus(sdk, refused.sendTransactionStatusId);
+    expect(status.txStatus).toBe("FAILED");
+    expect(status.txError).toMatch(/^the node refused the transaction: .*(insufficient|funds|balance)/i);
+    const next = await finalStatus(sdk, (await send(sdk, poor, [{ to: RECIPIENT, value: "1" }])).sendTransactionStatusId);
+    expect(next.txStatus).toBe("INCLUDED");
+    expect((await node.client.getTransaction({ hash: next.eth!.txHash as Hex })).nonce).toBe(nonce);
+  });
+});
+
+describe("eth_send_raw_transaction through @turnkey/http", () => {
+  it("hands a transaction signed with @turnkey/viem to the node and answers its hash", async () => {
+    const account = await createAccount({ client: sdk, organizationId: org.organizationId, signWith: sender });
+    const nonce = await node.client.getTransactionCount({ address: sender, blockTag: "pending" });
+    const fees = await node.client.estimateFeesPerGas();
+    const signed = await account.signTransaction({
+      type: "eip1559",
+      chainId: node.chainId,
+      nonce,
+      to: RECIPIENT,
+      value: 11n,
+      gas: 21_000n,
+      ...fees,
+    });
+    const response = await h.http(org.key).ethSendRawTransaction({
+      type: "ACTIVITY_TYPE_ETH_SEND_RAW_TRANSACTION",
+      timestampMs: String(Date.now()),
+      organizationId: org.organizationId,
+      parameters: { signedTransaction: signed, caip2: node.caip2 as "eip155:11155111" },
+    });
+    const hash = keccak256(signed);
+    expect(response.activity.result.ethSendRawTransactionResult).toEqual({ transactionHash: hash });
+    expect((await node.client.waitForTransactionReceipt({ hash, pollingInterval: 20 })).status).toBe("success");
+  });
+
+  it("refuses a malformed transaction and one the node refuses, recording only the failed activity", async () => {
+    const raw = (signedTransaction: string) => () =>
+      h.http(org.key).ethSendRawTransaction({
+        type: "ACTIVITY_TYPE_ETH_SEND_RAW_TRANSACTION",
+        timestampMs: String(Date.now()),
+        organizationId: org.organizationId,
+        parameters: { signedTransaction, caip2: node.caip2 as "eip155:11155111" },
+      });
+    const before = await chainState(sender);
+    await refusedLeavingOnlyItsActivity(h, raw("0x02f8zz"), {
+      message: expect.stringContaining("signedTransaction must be the hex of a signed Ethereum transaction"),
+    });
+    const unsigned = serializeTransaction({
+      type: "eip1559",
+      chainId: node.chainId,
+      nonce: 0,
+      to: RECIPIENT,
+      value: 1n,
+      gas: 21_000n,
+      maxFeePerGas: 1n,
+      maxPriorityFeePerGas: 1n,
+    });
+    await refusedLeavingOnlyItsActivity(h, raw(unsigned), {
+      message: expect.stringContaining("signedTransaction is not a signed Ethereum transaction"),
+    });
+    // Signed, but with a nonce already used: the node's own words.
+    const account = await createAccount({ client: sdk, organizationId: org.organizationId, signWith: sender });
+    const fees = await node.client.estimateFeesPerGas();
+    const stale = await account.signTransaction({
+      type: "eip1559",
+      chainId: node.chainId,
+      nonce: 0,
+      to: RECIPIENT,
+      value: 1n,
+      gas: 21_000n,
+      ...fees,
+    });
+    const { failure } = await refusedLeavingOnlyItsActivity(h, raw(stale), { message: expect.stringContaining("refused the transaction") });
+    expect(failure.details[0].turnkeyErrorCode).toBe("TRANSACTION_REJECTED_BY_NODE");
+    // Signed for another chain than caip2 names.
+    const mainnet = await account.signTransaction({
+      type: "eip1559",
+      chainId: 1,
+      nonce: before.nonce,
+      to: RECIPIENT,
+      value: 1n,
+      gas: 21_000n,
+      ...fees,
+    });
+    await refusedLeavingOnlyItsActivity(h, raw(mainnet), {
+      message: expect.stringContaining("signedTransaction is signed for chain 1, not eip155:11155111"),
+    });
+    expect(await chainState(sender)).toEqual(before);
+  });
+});
+
+describe("bad input: a clear error, nothing signed, nothing broadcast", () => {
+  const cases: [string, () => [Hex, { to: string; value?: string; data?: string }[], Record<string, unknown>], string, string][] = [
+    [
+      "a caip2 with no node",
+      () => [sender, [{ to: RECIPIENT, value: "1" }], { caip2: "eip155:1" }],
+      "caip2 eip155:1 has no node on this server",
+      "CHAIN_NOT_CONFIGURED",
+    ],
+    [
+      "a from that is not the organization's",
+      () => [node.funder, [{ to: RECIPIENT, value: "1" }], {}],
+      "is not the address of a wallet account or private key of this organization",
+      "SIGNER_NOT_FOUND",
+    ],
+    ["no calls", () => [sender, [], {}], "calls must hold between 1 and 50 entries, got 0", "REQUEST_INVALID"],
+    [
+      "51 calls",
+      () => [sender, Array.from({ length: 51 }, () => ({ to: RECIPIENT, value: "1" })), {}],
+      "calls must hold between 1 and 50 entries, got 51",
+      "REQUEST_INVALID",
+    ],
+    [
+      "two calls without a sponsor",
+      () => [sender, [{ to: RECIPIENT }, { to: RECIPIENT }], {}],
+      "EIP-7702 batch through the product's Gas Station",
+      "GAS_STATION_NOT_OFFERED",
+    ],
+    ["an invalid to", () => [sender, [{ to: "0x1234", value: "1" }], {}], "calls[0].to must be an Ethereum address", "REQUEST_INVALID"],
+    [
+      "a to with a wrong checksum",
+      () => [sender, [{ to: "0x00000000000000000000000000000000000000aA", value: "1" }], {}],
+      "calls[0].to must be an Ethereum address",
+      "REQUEST_INVALID",
+    ],
+    [
+      "sponsor true",
+      () => [sender, [{ to: RECIPIENT, value: "1" }], { sponsor: true }],
+      "this server has no sponsor",
+      "GAS_STATION_NOT_OFFERED",
+    ],
+    [
+      "a value that is not a number",
+      () => [sender, [{ to: RECIPIENT, value: "1.5" }], {}],
+      "calls[0].value must be a whole number",
+      "REQUEST_INVALID",
+    ],
+    ["odd-length data", () => [sender, [{ to: contract, data: "0xabc" }], {}], "calls[0].data must be hex bytes", "REQUEST_INVALID"],
+    [
+      "a nonce that is not a number",
+      () => [sender, [{ to: RECIPIENT, value: "1" }], { nonce: "-1" }],
+      "nonce must be a whole number",
+      "REQUEST_INVALID",
+    ],
+    [
+      "a tip above the maximum fee",
+      () => [sender, [{ to: RECIPIENT, value: "1" }], { maxFeePerGas: "10", maxPriorityFeePerGas: "11" }],
+      "maxPriorityFeePerGas must not exceed maxFeePerGas",
+      "REQUEST_INVALID",
+    ],
+    [
+      "a node listed under a chain it does not serve",
+      () => [sender, [{ to: RECIPIENT, value: "1" }], { caip2: "eip155:8453" }],
+      "the node SIGIL_CHAIN_RPC_URLS lists for eip155:8453 serves chain 11155111, not 8453",
+      "CHAIN_NODE_UNAVAILABLE",
+    ],
+  ];
+  for (const [label, input, message, code] of cases) {
+    it(`${label}: ${code}`, async () => {
+      const [from, calls, extra] = input();
+      const before = await chainState(sender);
+      const { failure } = await refusedLeavingOnlyItsActivity(h, () => send(sdk, from, calls, extra), {
+        message: expect.stringContaining(message),
+      });
+      expect(failure.details[0].turnkeyErrorCode).toBe(code);
+      expect(await chainState(sender)).toEqual(before);
+    });
+  }
+
+  it("a from that is a private key id, not an address: REQUEST_INVALID", async () => {
+    const { privateKeys } = await sdk.createPrivateKeys({
+      privateKeys: [{ privateKeyName: "by id", curve: "CURVE_SECP256K1", addressFormats: ["ADDRESS_FORMAT_ETHEREUM"], privateKeyTags: [] }],
+    });
+    const before = await chainState(sender);
+    const { failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () => send(sdk, privateKeys[0]!.privateKeyId as Hex, [{ to: RECIPIENT, value: "1" }]),
+      {
+        message: expect.stringContaining("private key ids are not accepted"),
+      },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("REQUEST_INVALID");
+    expect(await chainState(sender)).toEqual(before);
+  });
+
+  it("get_nonces refuses an address that is not one", async () => {
+    await expect(sdk.getNonces({ address: "0x12", caip2: node.caip2 as "eip155:11155111", nonce: true })).rejects.toMatchObject({
+      message: expect.stringContaining("address must be an Ethereum address"),
+    });
+  });
+
+  it("a caip2 outside the API's list is refused by the request schema, recording nothing", async () => {
+    const before = await h.snapshot();
+    await expect(send(sdk, sender, [{ to: RECIPIENT, value: "1" }], { caip2: "eip155:31337" })).rejects.toMatchObject({
+      message: expect.stringContaining('field "parameters.caip2" must be one of'),
+    });
+    expect(await h.snapshot()).toBe(before);
+  });
+
+  it("a status id that is not the organization's is not found", async () => {
+    await expect(sdk.getSendTransactionStatus({ sendTransactionStatusId: "no-such-send" })).rejects.toMatchObject({
+      message: expect.stringContaining("no sent transaction no-such-send"),
+    });
+  });
+});
+
+describe("policies judge the transaction as sign_transaction's are judged", () => {
+  it("a user whose policy denies the send is refused and nothing is broadcast; what it allows is sent", async () => {
+    const { org: team, root, members } = await organizationWith(h, ["alice"]);
+    const from = await fundedAccount(root, "team");
+    const allowed = "0x00000000000000000000000000000000000000bb";
+    await root.createPolicies({
+      policies: [
+        {
+          policyName: "sign",
+          effect: "EFFECT_ALLOW",
+          condition: "activity.resource == 'PRIVATE_KEY' && activity.action == 'SIGN'",
+          consensus: "approvers.any(user, user.id == '" + members.alice!.userId + "')",
+          notes: "",
+        },
+        { policyName: "not there", effect: "EFFECT_DENY", condition: `eth.tx.to == '${RECIPIENT}' || eth.tx.value > 1000`, notes: "" },
+      ],
+    });
+    const alice = members.alice!.client;
+    const before = await chainState(from);
+    const attempt = () =>
+      alice.ethSendTransaction({
+        organizationId: team.organizationId,
+        from,
+        caip2: node.caip2 as "eip155:11155111",
+        calls: [{ to: RECIPIENT, value: "5" }],
+      });
+    const { failure } = await refusedLeavingOnlyItsActivity(h, attempt, { message: expect.stringContaining("denied") });
+    expect(failure.details[0].turnkeyErrorCode).toBe("POLICY_DENIED");
+    expect(await chainState(from)).toEqual(before);
+    const ok = await alice.ethSendTransaction({
+      organizationId: team.organizationId,
+      from,
+      caip2: node.caip2 as "eip155:11155111",
+      calls: [{ to: allowed, value: "5" }],
+    });
+    expect((await finalStatus(alice, ok.sendTransactionStatusId, team.organizationId)).txStatus).toBe("INCLUDED");
+  });
+});
+
+describe("durability", () => {
+  it("a restart in the middle of tracking still reaches the final status", async () => {
+    const restartable = await startHarness(chainEnv());
+    let restarted: RunningServer | undefined;
+    try {
+      const team = await restartable.organization();
+      const client = restartable.sdk(team, team.key);
+      const from = await fundedAccount(client, "restart");
+      await node.test.setAutomine(false);
+      let id: string;
+      try {
+        ({ sendTransactionStatusId: id } = await client.ethSendTransaction({
+          from,
+          caip2: node.caip2 as "eip155:11155111",
+          calls: [{ to: RECIPIENT, value: "12" }],
+        }));
+        for (;;) {
+          const status = await client.getSendTransactionStatus({ sendTransactionStatusId: id });
+          if (status.txStatus === "BROADCASTING") break;
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        await restartable.server.close();
+        await node.test.mine({ blocks: 1 });
+      } finally {
+        await node.test.setAutomine(true);
+      }
+      // A new server on the same database carries on: it finds the receipt the first never saw.
+      restarted = await startServer({ ...restartable.config, port: 0 }, pino({ level: "silent" }));
+      const apiClient = sdkAt(restarted.url, team);
+      const status = await finalStatus(apiClient, id, team.organizationId);
+      expect(status.txStatus).toBe("INCLUDED");
+      expect((await node.client.getTransactionReceipt({ hash: status.eth!.txHash as Hex })).status).toBe("success");
+    } finally {
+      await restarted?.close();
+      await restartable.database.drop();
+    }
+  });
+
+  if (backend === "postgres") {
+    it("two server processes on one PostgreSQL database sending from one address get distinct, gap-free nonces", async () => {
+      // A second server with its own pool on the same database, as a second process would have.
+      const second = await startServer({ ...h.config, port: 0 }, pino({ level: "silent" }));
+      try {
+        const from = await fundedAccount(sdk, "two servers");
+        const secondSdk = sdkAt(second.url, org);
+        const first = await node.client.getTransactionCount({ address: from, blockTag: "pending" });
+        const ids = await Promise.all(
+          Array.from({ length: 16 }, (_, i) =>
+            send(i % 2 ? secondSdk : sdk, from, [{ to: RECIPIENT, value: String(i + 1) }]).then((r) => r.sendTransactionStatusId),
+          ),
+        );
+        const statuses = await Promise.all(ids.map((id) => finalStatus(sdk, id)));
+        expect(statuses.map((s) => s.txStatus)).toEqual(Array(16).fill("INCLUDED"));
+        const nonces = await Promise.all(
+          statuses.map(async (s) => (await node.client.getTransaction({ hash: s.eth!.txHash as Hex })).nonce),
+        );
+        expect([...nonces].sort((a, b) => a - b)).toEqual(Array.from({ length: 16 }, (_, i) => first + i));
+      } finally {
+        await second.close();
+      }
+    });
+  }
+});
