@@ -9,7 +9,8 @@
 // copy of the same protos. A transaction is accepted only when encoding what was decoded gives back its
 // exact bytes, so no byte that is signed (an unknown field, a second spelling of a known one) goes unseen
 // by the policies.
-import protobuf from "protobufjs";
+import { createRequire } from "node:module";
+import type protobuf from "protobufjs";
 import { createBase58check, hex } from "@scure/base";
 import { sha256 } from "@noble/hashes/sha2.js";
 
@@ -71,13 +72,19 @@ message AccountPermissionUpdateContract {
 }
 `;
 
-const root = protobuf.parse(SCHEMA, { keepCase: true }).root;
-const type = (name: string) => root.lookupType(`protocol.${name}`);
-const RAW = type("TransactionRaw");
-const SIGNED = type("SignedTransaction");
-const CONTRACT_TYPES = root.lookupEnum("protocol.Contract.ContractType").valuesById;
-const RESOURCES = root.lookupEnum("protocol.ResourceCode").valuesById;
-const PERMISSION_TYPES = root.lookupEnum("protocol.Permission.PermissionType").valuesById;
+// Loaded, and the schema compiled, on the first Tron transaction rather than at every process start.
+const requireFromHere = createRequire(import.meta.url);
+let compiled: ReturnType<typeof compile> | undefined;
+function compile() {
+  const root = (requireFromHere("protobufjs") as typeof protobuf).parse(SCHEMA, { keepCase: true }).root;
+  return {
+    type: (name: string) => root.lookupType(`protocol.${name}`),
+    contractTypes: root.lookupEnum("protocol.Contract.ContractType").valuesById,
+    resources: root.lookupEnum("protocol.ResourceCode").valuesById,
+    permissionTypes: root.lookupEnum("protocol.Permission.PermissionType").valuesById,
+  };
+}
+const schema = () => (compiled ??= compile());
 
 /** Contracts whose parameters policies read: the ones the product's policy engine supports (tron.mdx). */
 const READ_CONTRACTS = new Set([
@@ -132,7 +139,7 @@ function permissionOf(value: unknown, what: string): Record<string, unknown> {
   if (!value) return EMPTY_PERMISSION;
   const p = value as Decoded;
   return {
-    type: PERMISSION_TYPES[p.type as number] ?? String(p.type),
+    type: schema().permissionTypes[p.type as number] ?? String(p.type),
     id: int(p.id),
     permission_name: String(p.permission_name ?? ""),
     threshold: int(p.threshold),
@@ -147,7 +154,7 @@ function permissionOf(value: unknown, what: string): Record<string, unknown> {
 
 /** `TronContract` of the policy language: every field present, those of other contract types at their zero value. */
 function contractKeyword(contract: Decoded, index: number): Record<string, unknown> {
-  const name = CONTRACT_TYPES[contract.type as number];
+  const name = schema().contractTypes[contract.type as number];
   const where = `contract[${index}]`;
   if (name === undefined) throw new TronError(`${where} has contract type ${String(contract.type)}, which java-tron does not define`);
   const parameter = (contract.parameter ?? {}) as Decoded;
@@ -180,8 +187,8 @@ function contractKeyword(contract: Decoded, index: number): Record<string, unkno
     // Signed as built; policies see its type and permission only (the product reads no other type either).
     return keyword;
   }
-  const p = decodeExactly(type(name), bytesOf(parameter.value), `${where} (${name})`);
-  const resource = () => RESOURCES[p.resource as number] ?? String(p.resource);
+  const p = decodeExactly(schema().type(name), bytesOf(parameter.value), `${where} (${name})`);
+  const resource = () => schema().resources[p.resource as number] ?? String(p.resource);
   keyword.owner_address = addressOf(p.owner_address, `${where}.owner_address`);
   switch (name) {
     case "TransferContract":
@@ -241,7 +248,7 @@ export function parseTronTransaction(unsignedHex: string): ParsedTronTransaction
     throw new TronError("unsignedTransaction must be the hex of a Tron transaction's raw_data (tronweb's raw_data_hex)");
   if (text.length / 2 > MAX_TRANSACTION_BYTES) throw new TronError(`a Tron transaction is at most ${MAX_TRANSACTION_BYTES} bytes`);
   const raw = hex.decode(text.toLowerCase());
-  const decoded = decodeExactly(RAW, raw, "unsignedTransaction");
+  const decoded = decodeExactly(schema().type("TransactionRaw"), raw, "unsignedTransaction");
   const contracts = (decoded.contract as Decoded[]) ?? [];
   // java-tron executes exactly one contract per transaction and refuses any other count.
   if (contracts.length !== 1) throw new TronError(`a Tron transaction carries exactly one contract, this one has ${contracts.length}`);
@@ -263,5 +270,6 @@ export function parseTronTransaction(unsignedHex: string): ParsedTronTransaction
 /** The signed transaction's hex: raw_data unchanged and the 65-byte signature r ‖ s ‖ v, v = 27 + recovery id as tronweb writes it. */
 export function serializeSignedTron(parsed: ParsedTronTransaction, signature: { r: string; s: string; recovery: number }): string {
   const bytes = hex.decode(`${signature.r}${signature.s}${(27 + signature.recovery).toString(16)}`);
-  return hex.encode(SIGNED.encode(SIGNED.create({ raw_data: parsed.raw, signature: [bytes] })).finish());
+  const signed = schema().type("SignedTransaction");
+  return hex.encode(signed.encode(signed.create({ raw_data: parsed.raw, signature: [bytes] })).finish());
 }

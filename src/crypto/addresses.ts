@@ -29,7 +29,6 @@
 //   Spark SDK's encodeSparkAddress, i.e. bech32m with HRP "spark" / "sparkrt" (spark.mdx's table) of
 //   the SparkAddress protobuf holding only the identity key: field 1, length 33, the compressed key.
 import { bech32, bech32m, base32nopad, base58, base58xrp, createBase58check, hex } from "@scure/base";
-import { WalletContractV3R2, WalletContractV4, WalletContractV5R1 } from "@ton/ton";
 import { NETWORK, TEST_NETWORK, p2pk, p2pkh, p2sh, p2tr, p2wpkh, p2wsh } from "@scure/btc-signer";
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { p256 } from "@noble/curves/nist.js";
@@ -39,6 +38,7 @@ import { ripemd160 } from "@noble/hashes/legacy.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { keccak_256, sha3_256 } from "@noble/hashes/sha3.js";
 import { concatBytes as concat } from "@noble/hashes/utils.js";
+import { createRequire } from "node:module";
 import { publicKeyToAddress } from "viem/accounts";
 import type { Curve } from "./hd.js";
 
@@ -140,10 +140,15 @@ const suiAddress = (flag: number, pub: Uint8Array) => `0x${hex.encode(blake2b(co
 
 // TON: the wallet contract's address (hash of its code and initial data, which hold the key and the
 // wallet id) on workchain 0, spelled for mainnet, non-bounceable, URL-safe.
+// @ton/ton (CommonJS) is loaded on the first TON address, not at start: it brings its network client
+// along, which would add a second to every process start for a format most deployments never use.
+const requireFromHere = createRequire(import.meta.url);
+let tonLibrary: typeof import("@ton/ton") | undefined;
+const ton = () => (tonLibrary ??= requireFromHere("@ton/ton") as typeof import("@ton/ton"));
 const TON_WALLETS = {
-  V3R2: (publicKey: Buffer) => WalletContractV3R2.create({ workchain: 0, publicKey }),
-  V4R2: (publicKey: Buffer) => WalletContractV4.create({ workchain: 0, publicKey }),
-  V5R1: (publicKey: Buffer) => WalletContractV5R1.create({ workchain: 0, publicKey }),
+  V3R2: (publicKey: Buffer) => ton().WalletContractV3R2.create({ workchain: 0, publicKey }),
+  V4R2: (publicKey: Buffer) => ton().WalletContractV4.create({ workchain: 0, publicKey }),
+  V5R1: (publicKey: Buffer) => ton().WalletContractV5R1.create({ workchain: 0, publicKey }),
 };
 const tonAddress = (version: keyof typeof TON_WALLETS) => (key: Key) =>
   TON_WALLETS[version](Buffer.from(key.raw)).address.toString({ bounceable: false, urlSafe: true, testOnly: false });

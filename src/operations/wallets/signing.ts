@@ -264,7 +264,8 @@ export const signingOperations = [
           context["bitcoin.tx"] = parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)).keyword;
         }
         if (p.type === "TRANSACTION_TYPE_TRON") context["tron.tx"] = parseTronTransaction(p.unsignedTransaction).keyword;
-        if (p.type === "TRANSACTION_TYPE_TEMPO") context["tempo.tx"] = tempoKeyword(parseTempoTransaction(p.unsignedTransaction), from);
+        if (p.type === "TRANSACTION_TYPE_TEMPO")
+          context["tempo.tx"] = tempoKeyword(await parseTempoTransaction(p.unsignedTransaction), from);
       } catch {
         // refused with its reason when the activity runs
       }
@@ -330,7 +331,7 @@ export const signingOperations = [
             "REQUEST_INVALID",
             `Tempo transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`,
           );
-        const parsed = callerError("unsignedTransaction", () => parseTempoTransaction(p.unsignedTransaction));
+        const parsed = await callerErrorLater("unsignedTransaction", parseTempoTransaction(p.unsignedTransaction));
         const signature = await ctx.env.signatures.signDigest("CURVE_SECP256K1", privateKey, parsed.digest);
         return {
           signedTransaction: serializeSignedTempo(parsed, { r: signature.r, s: signature.s, recovery: Number.parseInt(signature.v, 16) }),
