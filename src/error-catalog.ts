@@ -114,7 +114,7 @@ export const ERROR_CATALOG = {
   },
   TRANSACTION_TYPE_UNSUPPORTED: {
     status: "InvalidArgument",
-    meaning: "sign_transaction got a transaction type this server does not sign (Ethereum, Solana and Bitcoin are served)",
+    meaning: "sign_transaction got a transaction type this server does not sign (Ethereum, Solana, Bitcoin, Tron and Tempo are served)",
   },
   INVALID_IMPORT_BUNDLE: {
     status: "InvalidArgument",

@@ -78,7 +78,8 @@ const send = (client: Sdk, from: Hex, calls: { to: string; value?: string; data?
 const chainState = async (address: Hex) => ({
   nonce: await node.client.getTransactionCount({ address, blockTag: "pending" }),
   balance: await node.client.getBalance({ address }),
-  block: await node.client.getBlockNumber(),
+  // cacheTime 0: viem otherwise answers a block number up to its polling interval old.
+  block: await node.client.getBlockNumber({ cacheTime: 0 }),
 });
 
 beforeAll(async () => {
@@ -210,12 +211,33 @@ describe("reverts are reported with their reasons", () => {
     expect(status.txStatus).toBe("FAILED");
     expect(status.error!.revertChain![0]).toMatchObject({ errorType: "unknown", unknown: { selector } });
     const data = status.error!.revertChain![0]!.unknown!.data as Hex;
-    // With the ABI (the smart contract interface the lead wires in), the same data is named.
-    expect(decodeRevert(data, contract, abi)).toMatchObject({
+    const named = {
       errorType: "custom",
       displayMessage: "TooLarge(11, 10)",
       custom: { errorName: "TooLarge", paramsJson: JSON.stringify({ asked: "11", limit: "10" }) },
-    });
+    };
+    expect(decodeRevert(data, contract, abi)).toMatchObject(named);
+    // Once the organization uploads the contract's ABI (a smart contract interface), the send names it.
+    const { smartContractInterfaceId } = await sdk.createSmartContractInterface({
+      type: "SMART_CONTRACT_INTERFACE_TYPE_ETHEREUM",
+      smartContractAddress: contract,
+      smartContractInterface: JSON.stringify(abi),
+      label: "Counter",
+    } as Parameters<Sdk["createSmartContractInterface"]>[0]);
+    try {
+      const again = await finalStatus(
+        sdk,
+        (await send(sdk, sender, [{ to: contract, data: call("limited", [12n]) }])).sendTransactionStatusId,
+      );
+      expect(again.txStatus).toBe("FAILED");
+      expect(again.error!.revertChain![0]).toMatchObject({
+        ...named,
+        displayMessage: "TooLarge(12, 10)",
+        custom: { errorName: "TooLarge", paramsJson: JSON.stringify({ asked: "12", limit: "10" }) },
+      });
+    } finally {
+      await sdk.deleteSmartContractInterface({ smartContractInterfaceId });
+    }
     const bare = await finalStatus(sdk, (await send(sdk, sender, [{ to: contract, data: call("bare") }])).sendTransactionStatusId);
     expect(bare.error!.revertChain![0]).toMatchObject({ errorType: "native", native: { nativeType: "execution_reverted" } });
   });

@@ -446,7 +446,10 @@ describe("raw payloads", () => {
           }),
         /secp256k1/,
       ],
-      [() => client.signTransaction({ signWith: ethAddress, unsignedTransaction: "00", type: "TRANSACTION_TYPE_TRON" }), /not supported/],
+      [
+        () => client.signTransaction({ signWith: ethAddress, unsignedTransaction: "00", type: "TRANSACTION_TYPE_TRON" }),
+        /not a protobuf TransactionRaw/,
+      ],
     ];
     for (const [attempt, message] of refusals) await expect(attempt()).rejects.toMatchObject({ message: expect.stringMatching(message) });
     const after = JSON.parse(await h.snapshot());

@@ -1,6 +1,7 @@
 // Addresses for a public key, per ADDRESS_FORMAT_*. Hashes come from @noble/hashes, encodings from
-// @scure/base, Bitcoin scripts from @scure/btc-signer and EIP-55 from viem; only the Stellar CRC16
-// (a checksum, not cryptography, and in no installed library) is written here.
+// @scure/base, Bitcoin scripts from @scure/btc-signer, EIP-55 from viem and TON wallet contracts from
+// @ton/ton; only the Stellar CRC16 (a checksum, not cryptography, and in no installed library) is
+// written here.
 //
 // What the product documents (tkhq/docs features/wallets.mdx "Address formats and curves" and
 // features/networks/*.mdx), and what we do with it:
@@ -16,9 +17,18 @@
 //   if the product turns out to use a 1-of-1 multisig instead, these addresses will differ.
 // - SEI: the wallets.mdx table lists CURVE_ED25519, but sei.mdx ("derived using the SECP256k1
 //   curve"), the SDK's default SEI account and the chain itself (a Cosmos SDK chain) say secp256k1.
-// - TON_* and SPARK_*: no small well-kept library here builds TON wallet-contract addresses or Spark
-//   addresses, so they are refused as not implemented.
-import { bech32, base32nopad, base58, base58xrp, createBase58check, hex } from "@scure/base";
+// - TON_V3R2 / TON_V4R2 / TON_V5R1 (ed25519 only): the address of the standard wallet contract of that
+//   version for the key, built by @ton/ton (the TON Foundation's library, which the product's own
+//   examples/with-ton uses: WalletContractV4.create({ workchain: 0, publicKey })): workchain 0 and each
+//   contract's default wallet id (698983191 for V3R2/V4R2; for V5R1 the mainnet id, network -239,
+//   subwallet 0, i.e. 2147483409). The product's docs do not say which of the four user-friendly
+//   spellings of that address it answers; we give the mainnet, non-bounceable, URL-safe form ("UQ…"),
+//   the form TEP-0002 and wallet apps use for wallet addresses. Any spelling names the same account to
+//   TON libraries (Address.parse), but signWith must be the spelling we answered.
+// - SPARK_MAINNET / SPARK_REGTEST (secp256k1 only; spark.mdx: "ed25519 keys will be rejected"): the
+//   Spark SDK's encodeSparkAddress, i.e. bech32m with HRP "spark" / "sparkrt" (spark.mdx's table) of
+//   the SparkAddress protobuf holding only the identity key: field 1, length 33, the compressed key.
+import { bech32, bech32m, base32nopad, base58, base58xrp, createBase58check, hex } from "@scure/base";
 import { NETWORK, TEST_NETWORK, p2pk, p2pkh, p2sh, p2tr, p2wpkh, p2wsh } from "@scure/btc-signer";
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { p256 } from "@noble/curves/nist.js";
@@ -28,6 +38,7 @@ import { ripemd160 } from "@noble/hashes/legacy.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { keccak_256, sha3_256 } from "@noble/hashes/sha3.js";
 import { concatBytes as concat } from "@noble/hashes/utils.js";
+import { createRequire } from "node:module";
 import { publicKeyToAddress } from "viem/accounts";
 import type { Curve } from "./hd.js";
 
@@ -127,6 +138,28 @@ const tronAddress = (key: Key) => base58check.encode(concat(Uint8Array.of(0x41),
 // Sui: 0x ‖ hex(blake2b-256(scheme flag ‖ public key)), flag 0x00 ed25519, 0x01 secp256k1 (compressed).
 const suiAddress = (flag: number, pub: Uint8Array) => `0x${hex.encode(blake2b(concat(Uint8Array.of(flag), pub), { dkLen: 32 }))}`;
 
+// TON: the wallet contract's address (hash of its code and initial data, which hold the key and the
+// wallet id) on workchain 0, spelled for mainnet, non-bounceable, URL-safe.
+// @ton/ton (CommonJS) is loaded on the first TON address, not at start: it brings its network client
+// along, which would add a second to every process start for a format most deployments never use.
+const requireFromHere = createRequire(import.meta.url);
+let tonLibrary: typeof import("@ton/ton") | undefined;
+const ton = () => (tonLibrary ??= requireFromHere("@ton/ton") as typeof import("@ton/ton"));
+const TON_WALLETS = {
+  V3R2: (publicKey: Buffer) => ton().WalletContractV3R2.create({ workchain: 0, publicKey }),
+  V4R2: (publicKey: Buffer) => ton().WalletContractV4.create({ workchain: 0, publicKey }),
+  V5R1: (publicKey: Buffer) => ton().WalletContractV5R1.create({ workchain: 0, publicKey }),
+};
+const tonAddress = (version: keyof typeof TON_WALLETS) => (key: Key) =>
+  TON_WALLETS[version](Buffer.from(key.raw)).address.toString({ bounceable: false, urlSafe: true, testOnly: false });
+
+// Spark: bech32m of the SparkAddress protobuf { identity_public_key (field 1, bytes) = compressed key }.
+// Tag 0x0a (field 1, length-delimited) and length 0x21 are the whole protobuf framing of one 33-byte
+// field; the Spark SDK allows 200 characters where BIP-350 stops at 90.
+const SPARK_ADDRESS_LIMIT = 200;
+const sparkAddress = (hrp: "spark" | "sparkrt") => (key: Key) =>
+  bech32m.encode(hrp, bech32m.toWords(concat(Uint8Array.of(0x0a, key.compressed.length), key.compressed)), SPARK_ADDRESS_LIMIT);
+
 const cosmosStyle = (prefix: string) => (key: Key) => bech32.encode(prefix, bech32.toWords(hash160(key.compressed)));
 
 type Encoder = Partial<Record<Curve, (key: Key) => string>>;
@@ -149,11 +182,11 @@ const ENCODERS: Record<AddressFormat, Encoder> = {
   ADDRESS_FORMAT_DOGE_MAINNET: { CURVE_SECP256K1: (k) => p2pkh(k.compressed, DOGE_MAINNET).address! },
   ADDRESS_FORMAT_DOGE_TESTNET: { CURVE_SECP256K1: (k) => p2pkh(k.compressed, DOGE_TESTNET).address! },
   ADDRESS_FORMAT_XRP: { CURVE_SECP256K1: xrpAddress },
-  ADDRESS_FORMAT_TON_V3R2: {},
-  ADDRESS_FORMAT_TON_V4R2: {},
-  ADDRESS_FORMAT_TON_V5R1: {},
-  ADDRESS_FORMAT_SPARK_MAINNET: {},
-  ADDRESS_FORMAT_SPARK_REGTEST: {},
+  ADDRESS_FORMAT_TON_V3R2: { CURVE_ED25519: tonAddress("V3R2") },
+  ADDRESS_FORMAT_TON_V4R2: { CURVE_ED25519: tonAddress("V4R2") },
+  ADDRESS_FORMAT_TON_V5R1: { CURVE_ED25519: tonAddress("V5R1") },
+  ADDRESS_FORMAT_SPARK_MAINNET: { CURVE_SECP256K1: sparkAddress("spark") },
+  ADDRESS_FORMAT_SPARK_REGTEST: { CURVE_SECP256K1: sparkAddress("sparkrt") },
   ...(Object.fromEntries(
     BITCOIN_NETWORKS.flatMap((network) =>
       BITCOIN_SCRIPTS.map((script) => [
@@ -194,11 +227,9 @@ export function address(curve: Curve, format: AddressFormat, publicKey: Uint8Arr
   if (!encoders) throw new UnsupportedAddressError(`unknown address format ${String(format)}`);
   const encode = encoders[curve];
   if (!encode) {
+    // Every format has at least one curve (the tests hold ENCODERS to that).
     const curves = CURVES.filter((c) => encoders[c]);
-    const why = curves.length
-      ? `${format} needs ${curves.join(" or ")}`
-      : `${format} is not implemented by this server; use ADDRESS_FORMAT_COMPRESSED and derive the address client-side`;
-    throw new UnsupportedAddressError(`${why}. ${curve} supports: ${supportedFormats(curve).join(", ")}`);
+    throw new UnsupportedAddressError(`${format} needs ${curves.join(" or ")}. ${curve} supports: ${supportedFormats(curve).join(", ")}`);
   }
   return encode(parseKey(curve, publicKey));
 }

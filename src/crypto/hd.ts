@@ -203,10 +203,15 @@ export function deriveKeyPair(seed: Uint8Array, curve: Curve, path: string): Key
       return { privateKey: Uint8Array.from(key.privateKey), publicKey: Uint8Array.from(key.publicKeyRaw) };
     }
     case "CURVE_P256":
-      // SLIP-10 defines NIST P-256 ("Nist256p1 seed"), but neither @scure/bip32 (secp256k1 only) nor
-      // micro-key-producer (ed25519 only) implements it, and we do not hand-roll key derivation.
+      // The product names CURVE_P256 among wallet account curves but documents no HD scheme for it:
+      // its wallets page lists secp256k1 and ed25519 accounts only, and its examples make P-256 keys
+      // as private keys (create_private_keys). SLIP-10 defines one for NIST P-256 ("Nist256p1 seed"),
+      // but a wallet whose P-256 accounts differed from the product's (an imported mnemonic opening
+      // other keys) would be worse than none; no well-kept library implements it either (@scure/bip32
+      // is secp256k1 only, micro-key-producer's SLIP-10 ed25519 only). Refused, saying what works.
       throw new DerivationError(
-        "CURVE_P256 HD derivation is not supported yet: create a CURVE_P256 private key instead, or use CURVE_SECP256K1 / CURVE_ED25519 wallet accounts",
+        "CURVE_P256 HD derivation is not supported: no derivation scheme is documented for P-256 wallet accounts; " +
+          "create a CURVE_P256 private key (create_private_keys) instead, or use CURVE_SECP256K1 / CURVE_ED25519 wallet accounts",
       );
     default:
       throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);

@@ -1,5 +1,6 @@
 // Signatures with the service's keys (@noble/curves): secp256k1 and P-256 over a 32-byte digest,
-// with the recovery id; ed25519 over the message itself; BIP-340 Schnorr by a Taproot output key.
+// with the recovery id; ed25519 over the message itself; BIP-340 Schnorr by the key itself (Spark
+// identity keys) or by its Taproot output key.
 import { schnorr, secp256k1 } from "@noble/curves/secp256k1.js";
 import { taprootTweakPrivKey } from "@scure/btc-signer/utils.js";
 import { p256 } from "@noble/curves/nist.js";
@@ -32,6 +33,22 @@ export function signDigest(curve: Exclude<Curve, "CURVE_ED25519">, privateKey: U
 /** Signs a message with ed25519 (which hashes internally): r and s are the two 32-byte halves. */
 export function signEd25519(privateKey: Uint8Array, message: Uint8Array): RawSignature {
   const signature = ed25519.sign(message, privateKey);
+  return { r: hex(signature.subarray(0, 32)), s: hex(signature.subarray(32)), v: "00" };
+}
+
+/**
+ * Signs a 32-byte digest with plain BIP-340 Schnorr by the key itself, no Taproot tweak: what the
+ * product signs with when signWith is a Spark address (spark.mdx, "Signing configurations"). r and s
+ * are the signature's two 32-byte halves; v is "00", there being no recovery id.
+ */
+export function signSchnorr(privateKey: Uint8Array, digest: Uint8Array): RawSignature {
+  if (digest.length !== 32) {
+    throw new SigningError(
+      `a BIP-340 Schnorr signature is over a 32-byte digest, got ${digest.length} bytes: hash the payload (hashFunction) or send its 32-byte hash`,
+    );
+  }
+  // Fresh auxiliary randomness, as in signTaprootKeyPath.
+  const signature = schnorr.sign(digest, privateKey);
   return { r: hex(signature.subarray(0, 32)), s: hex(signature.subarray(32)), v: "00" };
 }
 

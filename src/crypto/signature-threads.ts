@@ -5,14 +5,14 @@
 import os from "node:os";
 import { Worker } from "node:worker_threads";
 import type { Curve } from "./hd.js";
-import { signDigest, signEd25519, signTaprootKeyPath, type RawSignature } from "./sign.js";
+import { signDigest, signEd25519, signSchnorr, signTaprootKeyPath, type RawSignature } from "./sign.js";
 
 /** One request to a signature thread. The key is a copy the thread wipes after use. */
 export interface SignatureTask {
   id: number;
   curve: Curve;
-  /** Set for a BIP-340 signature by the key's Taproot output key; absent, the curve's usual scheme. */
-  scheme?: "BIP340_TAPROOT_KEY_PATH";
+  /** Set for a BIP-340 signature by the key itself or by its Taproot output key; absent, the curve's usual scheme. */
+  scheme?: "BIP340" | "BIP340_TAPROOT_KEY_PATH";
   privateKey: Uint8Array;
   /** A 32-byte digest (secp256k1, P-256) or the message itself (ed25519). */
   message: Uint8Array;
@@ -120,6 +120,13 @@ export class SignatureThreads {
     if (digest.length !== 32) return signTaprootKeyPath(privateKey, digest);
     const thread = this.pick();
     return thread ? thread.sign("CURVE_SECP256K1", privateKey, digest, "BIP340_TAPROOT_KEY_PATH") : signTaprootKeyPath(privateKey, digest);
+  }
+
+  /** Signs a 32-byte digest with plain BIP-340 Schnorr by the secp256k1 key itself (Spark identity keys). */
+  async signSchnorr(privateKey: Uint8Array, digest: Uint8Array): Promise<RawSignature> {
+    if (digest.length !== 32) return signSchnorr(privateKey, digest);
+    const thread = this.pick();
+    return thread ? thread.sign("CURVE_SECP256K1", privateKey, digest, "BIP340") : signSchnorr(privateKey, digest);
   }
 
   /** Signs a message with ed25519. */

@@ -1,7 +1,7 @@
 // The body of a signature thread (see signature-threads.ts): takes a key and what to sign, answers
 // with the signature, and wipes its copy of the key. It knows nothing of organizations or storage.
 import { parentPort } from "node:worker_threads";
-import { signDigest, signEd25519, signTaprootKeyPath } from "./sign.js";
+import { signDigest, signEd25519, signSchnorr, signTaprootKeyPath } from "./sign.js";
 import type { SignatureTask, SignatureAnswer } from "./signature-threads.js";
 
 if (!parentPort) throw new Error("signature-worker.ts runs as a worker thread");
@@ -15,7 +15,9 @@ port.on("message", (task: SignatureTask) => {
         ? signEd25519(task.privateKey, task.message)
         : task.scheme === "BIP340_TAPROOT_KEY_PATH"
           ? signTaprootKeyPath(task.privateKey, task.message)
-          : signDigest(task.curve, task.privateKey, task.message);
+          : task.scheme === "BIP340"
+            ? signSchnorr(task.privateKey, task.message)
+            : signDigest(task.curve, task.privateKey, task.message);
     answer = { id: task.id, signature };
   } catch (error) {
     answer = { id: task.id, error: error instanceof Error ? error.message : String(error) };

@@ -21,6 +21,8 @@ import {
 } from "../../chains/ethereum.js";
 import { SolanaError, signSolanaTransaction, solanaKeyword } from "../../chains/solana.js";
 import { BitcoinError, isTaprootFormat, parsePsbt, signPsbt } from "../../chains/bitcoin.js";
+import { TronError, parseTronTransaction, serializeSignedTron } from "../../chains/tron.js";
+import { TempoError, parseTempoTransaction, serializeSignedTempo, tempoKeyword } from "../../chains/tempo.js";
 import { address } from "../../crypto/addresses.js";
 import { defineActivity, type ActivityContext } from "../../registry/registry.js";
 import { requireAtMost } from "../resources.js";
@@ -38,7 +40,12 @@ type HashFunction = "HASH_FUNCTION_NO_OP" | "HASH_FUNCTION_SHA256" | "HASH_FUNCT
 const signWithOf = (p: { signWith?: string; privateKeyId?: string }) => p.signWith ?? p.privateKeyId ?? "";
 
 const isCallerError = (error: unknown): error is Error =>
-  error instanceof EthereumError || error instanceof SolanaError || error instanceof BitcoinError || error instanceof SigningError;
+  error instanceof EthereumError ||
+  error instanceof SolanaError ||
+  error instanceof BitcoinError ||
+  error instanceof TronError ||
+  error instanceof TempoError ||
+  error instanceof SigningError;
 
 /** Chain and payload errors are the caller's to fix: InvalidArgument with the library's words. */
 function callerError<T>(where: string, f: () => T): T {
@@ -119,13 +126,14 @@ async function signPayload(
       throw serviceError("REQUEST_INVALID", `${encoding} is signed with secp256k1 keys, not ${signer.curve}`);
     if (hashFunction !== "HASH_FUNCTION_NO_OP" && hashFunction !== "HASH_FUNCTION_KECCAK256")
       throw serviceError("REQUEST_INVALID", `${encoding} is hashed by its own rules: hashFunction must be HASH_FUNCTION_NO_OP`);
-    // An Ethereum signature is ECDSA with a recovery id; a Taproot address signs BIP-340 Schnorr, which
-    // no Ethereum verifier accepts. Refused rather than answered with a signature nobody can use.
-    if (isTaprootFormat(signerAddressFormat(signer)))
+    // An Ethereum signature is ECDSA with a recovery id; a Taproot or Spark address signs BIP-340
+    // Schnorr, which no Ethereum verifier accepts. Refused rather than answered with a signature nobody can use.
+    const schnorr = schnorrAddressKind(signerAddressFormat(signer));
+    if (schnorr)
       throw serviceError(
         "REQUEST_INVALID",
         `${encoding} is signed for Ethereum (ECDSA), and ${signer.kind === "wallet_account" ? signer.address : "that address"} is a ` +
-          "Taproot (P2TR) address, which signs BIP-340 Schnorr: name the key by its id or by an Ethereum address",
+          `${schnorr} address, which signs BIP-340 Schnorr: name the key by its id or by an Ethereum address`,
       );
     digest = callerError(where, () => structuredPayload(payload, encoding).digest);
   } else {
@@ -133,12 +141,22 @@ async function signPayload(
     digest =
       hashFunction === "HASH_FUNCTION_SHA256" ? sha256(bytes) : hashFunction === "HASH_FUNCTION_KECCAK256" ? keccak_256(bytes) : bytes;
   }
-  // The product signs for a P2TR address with Schnorr by its Taproot output key; an ECDSA signature
-  // there would be accepted by nobody and say nothing. A key named by its id implies no address.
-  if (signer.curve === "CURVE_SECP256K1" && isTaprootFormat(signerAddressFormat(signer))) {
-    return callerErrorLater(where, signatures.signTaprootKeyPath(privateKey, digest));
+  // The product signs for a P2TR address with Schnorr by its Taproot output key, and for a Spark
+  // address with plain Schnorr by the key itself (spark.mdx, "Signing configurations"); an ECDSA
+  // signature there would be accepted by nobody. A key named by its id implies no address: ECDSA.
+  if (signer.curve === "CURVE_SECP256K1") {
+    const schnorr = schnorrAddressKind(signerAddressFormat(signer));
+    if (schnorr === "Taproot (P2TR)") return callerErrorLater(where, signatures.signTaprootKeyPath(privateKey, digest));
+    if (schnorr === "Spark") return callerErrorLater(where, signatures.signSchnorr(privateKey, digest));
   }
   return callerErrorLater(where, signatures.signDigest(signer.curve as "CURVE_SECP256K1", privateKey, digest));
+}
+
+/** Which BIP-340 scheme an address format signs raw payloads with, by its name in messages: none for ECDSA. */
+function schnorrAddressKind(format: string | undefined): "Taproot (P2TR)" | "Spark" | undefined {
+  if (isTaprootFormat(format)) return "Taproot (P2TR)";
+  if (format === "ADDRESS_FORMAT_SPARK_MAINNET" || format === "ADDRESS_FORMAT_SPARK_REGTEST") return "Spark";
+  return undefined;
 }
 
 /** The address format signWith named: the account's, or that of the private key address it gave. */
@@ -240,7 +258,9 @@ export const signingOperations = [
 
   defineActivity({
     name: "sign_transaction",
-    summary: "Sign a chain transaction: Ethereum (RLP hex, every envelope type), Solana (wire transaction hex) or Bitcoin (PSBT hex).",
+    summary:
+      "Sign a chain transaction: Ethereum (RLP hex, every envelope type), Solana (wire transaction hex), Bitcoin (PSBT hex), " +
+      "Tron (raw_data hex) or Tempo (type 0x76 hex).",
     resource: "PRIVATE_KEY",
     action: "SIGN",
     leavesOrganizationUnchanged: true,
@@ -267,6 +287,9 @@ export const signingOperations = [
         if (p.type === "TRANSACTION_TYPE_BITCOIN") {
           context["bitcoin.tx"] = parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)).keyword;
         }
+        if (p.type === "TRANSACTION_TYPE_TRON") context["tron.tx"] = parseTronTransaction(p.unsignedTransaction).keyword;
+        if (p.type === "TRANSACTION_TYPE_TEMPO")
+          context["tempo.tx"] = tempoKeyword(await parseTempoTransaction(p.unsignedTransaction), from);
       } catch {
         // refused with its reason when the activity runs
       }
@@ -313,9 +336,35 @@ export const signingOperations = [
         const parsed = callerError("unsignedTransaction", () => parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)));
         return { signedTransaction: callerError("unsignedTransaction", () => signPsbt(parsed, privateKey, signWithOf(p))) };
       }
+      if (p.type === "TRANSACTION_TYPE_TRON") {
+        if (signer.curve !== "CURVE_SECP256K1")
+          throw serviceError(
+            "REQUEST_INVALID",
+            `Tron transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`,
+          );
+        // Parsed by the function that built tron.tx for the policies; the signature is over sha256 of the very bytes read.
+        const parsed = callerError("unsignedTransaction", () => parseTronTransaction(p.unsignedTransaction));
+        const signature = await ctx.env.signatures.signDigest("CURVE_SECP256K1", privateKey, parsed.digest);
+        return {
+          signedTransaction: serializeSignedTron(parsed, { r: signature.r, s: signature.s, recovery: Number.parseInt(signature.v, 16) }),
+        };
+      }
+      if (p.type === "TRANSACTION_TYPE_TEMPO") {
+        if (signer.curve !== "CURVE_SECP256K1")
+          throw serviceError(
+            "REQUEST_INVALID",
+            `Tempo transactions are signed with secp256k1 keys, and ${signWithOf(p)} is ${signer.curve}`,
+          );
+        const parsed = await callerErrorLater("unsignedTransaction", parseTempoTransaction(p.unsignedTransaction));
+        const signature = await ctx.env.signatures.signDigest("CURVE_SECP256K1", privateKey, parsed.digest);
+        return {
+          signedTransaction: serializeSignedTempo(parsed, { r: signature.r, s: signature.s, recovery: Number.parseInt(signature.v, 16) }),
+        };
+      }
       throw serviceError(
         "TRANSACTION_TYPE_UNSUPPORTED",
-        `${p.type} is not supported by this server yet (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA, TRANSACTION_TYPE_BITCOIN)`,
+        `${String(p.type)} is not a transaction type this server signs (supported: TRANSACTION_TYPE_ETHEREUM, TRANSACTION_TYPE_SOLANA, ` +
+          "TRANSACTION_TYPE_BITCOIN, TRANSACTION_TYPE_TRON, TRANSACTION_TYPE_TEMPO)",
       );
     },
   }),

@@ -105,3 +105,69 @@ defineKeyword({
     fee: T.int,
   }),
 });
+
+const TRON_PERMISSION = T.struct("TronPermission", {
+  type: T.string,
+  id: T.int,
+  permission_name: T.string,
+  threshold: T.int,
+  parent_id: T.int,
+  operations: T.string,
+  keys: T.list(T.struct("TronKey", { address: T.string, weight: T.int })),
+});
+
+defineKeyword({
+  path: "tron.tx",
+  fields: ["condition"],
+  description: "The Tron transaction being signed, read from its raw_data; amounts in sun, byte fields in hex.",
+  type: T.struct("TronTransaction", {
+    ref_block_bytes: T.string,
+    ref_block_hash: T.string,
+    expiration: T.int,
+    timestamp: T.int,
+    data: T.string,
+    fee_limit: T.int,
+    contract: T.list(
+      T.struct("TronContract", {
+        type: T.string,
+        permission_id: T.int,
+        owner_address: T.string,
+        to_address: T.string,
+        amount: T.int,
+        contract_address: T.string,
+        call_value: T.int,
+        data: T.string,
+        call_token_value: T.int,
+        token_id: T.int,
+        resource: T.string,
+        balance: T.int,
+        receiver_address: T.string,
+        lock: T.bool,
+        lock_period: T.int,
+        frozen_balance: T.int,
+        unfreeze_balance: T.int,
+        owner: TRON_PERMISSION,
+        witness: TRON_PERMISSION,
+        actives: T.list(TRON_PERMISSION),
+      }),
+    ),
+  }),
+});
+
+defineKeyword({
+  path: "tempo.tx",
+  fields: ["condition"],
+  description: "The Tempo transaction (type 0x76) being signed, parsed.",
+  type: T.struct("TempoTransaction", {
+    chain_id: T.int,
+    from: T.string,
+    nonce: T.int,
+    gas_limit: T.int,
+    max_fee_per_gas: T.int,
+    max_priority_fee_per_gas: T.int,
+    fee_token: T.string,
+    valid_before: T.int,
+    valid_after: T.int,
+    calls: T.list(T.struct("TempoCall", { to: T.string, input: T.string, function_signature: T.string })),
+  }),
+});
