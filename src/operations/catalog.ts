@@ -11,6 +11,7 @@ import { walletOperations } from "./wallets/wallets.js";
 import { privateKeyOperations } from "./wallets/private-keys.js";
 import { signingOperations } from "./wallets/signing.js";
 import { transactionOperations } from "./transactions/sending.js";
+import { solanaSendingOperations } from "./transactions/solana-sending.js";
 import { subOrganizationOperations } from "./organizations/sub-organizations.js";
 import { featureOperations } from "./organizations/features.js";
 import { webhookOperations } from "./webhooks/webhooks.js";
@@ -31,6 +32,7 @@ export const operations: Operation[] = [
   ...privateKeyOperations,
   ...signingOperations,
   ...transactionOperations,
+  ...solanaSendingOperations,
   ...exportOperations,
   ...importOperations,
   ...sessionOperations,

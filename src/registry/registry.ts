@@ -244,6 +244,10 @@ export interface ActivityOperation<P = unknown, T extends string = string> {
   /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path. `env`
    * is there when the pipeline decides an activity (not when a vote's rights are weighed). */
   policyContext?(trx: Tx, organizationId: string, parameters: P, type: T, env?: OperationEnvironment): Promise<Record<string, unknown>>;
+  /** For an activity that signs with several keys (sol_send_transaction's signWiths): one set of
+   * condition keywords per key, each what sign_transaction would show for that key alone; the activity
+   * is allowed only when policies allow it under every set. When present, policyContext is not used. */
+  policyContexts?(trx: Tx, organizationId: string, parameters: P, type: T, env?: OperationEnvironment): Promise<Record<string, unknown>[]>;
   /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
   intentOf?(parameters: P, type: T): Record<string, unknown>;
   /** Checks that wait on the network (a webhook host's DNS), run before the organization's lock is

@@ -200,7 +200,7 @@ async function prepare(trx: Tx, env: OperationEnvironment, organizationId: strin
   };
 }
 
-const newSend = (
+export const newSend = (
   ctx: { organizationId: string; activityId: string; now: number },
   fields: { caip2: string; from: string; to: string },
 ) => ({
@@ -333,7 +333,7 @@ export const transactionOperations = [
   defineQuery({
     name: "get_send_transaction_status",
     summary:
-      "The status of a transaction eth_send_transaction sent: INITIALIZED, BROADCASTING, INCLUDED or FAILED, its hash, and why it failed or reverted.",
+      "The status of a transaction eth_send_transaction (or sol_send_transaction, eth_undelegate_7702) sent: INITIALIZED, BROADCASTING, INCLUDED or FAILED, its hash (Solana: signature), and why it failed or reverted.",
     async run(ctx, body) {
       const row = await ctx.db
         .selectFrom("sent_transactions")
@@ -351,7 +351,7 @@ export const transactionOperations = [
       const showHash = row.tx_hash && (row.status === SEND_STATUS.BROADCASTING || row.status === SEND_STATUS.INCLUDED);
       return {
         txStatus: row.status,
-        ...(showHash ? { eth: { txHash: row.tx_hash } } : {}),
+        ...(showHash ? (row.caip2.startsWith("solana:") ? { solana: { signature: row.tx_hash } } : { eth: { txHash: row.tx_hash } }) : {}),
         ...(error ? { txError: error.message, error } : {}),
       };
     },

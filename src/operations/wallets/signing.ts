@@ -186,6 +186,15 @@ export async function ethereumTransactionKeywords(
   return { "eth.tx": transactionKeyword(transaction, from) };
 }
 
+/**
+ * The condition keywords of a Solana transaction about to be signed (`solana.tx`), for every activity
+ * that signs one: sign_transaction and sol_send_transaction both come through here. `unsignedHex` is
+ * the wire transaction whose message is signed.
+ */
+export function solanaTransactionKeywords(unsignedHex: string): Record<string, unknown> {
+  return { "solana.tx": solanaKeyword(unsignedHex) };
+}
+
 async function signerFor(ctx: ActivityContext, signWith: string) {
   const signer = await findSigner(ctx.trx, ctx.organizationId, signWith);
   return { signer, privateKey: openSigner(ctx.env.keyring, signer) };
@@ -259,7 +268,7 @@ export const signingOperations = [
             context,
             await ethereumTransactionKeywords(trx, organizationId, parseUnsignedTransaction(p.unsignedTransaction).transaction, from),
           );
-        if (p.type === "TRANSACTION_TYPE_SOLANA") context["solana.tx"] = solanaKeyword(p.unsignedTransaction);
+        if (p.type === "TRANSACTION_TYPE_SOLANA") Object.assign(context, solanaTransactionKeywords(p.unsignedTransaction));
         if (p.type === "TRANSACTION_TYPE_BITCOIN") {
           context["bitcoin.tx"] = parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)).keyword;
         }
