@@ -3,6 +3,9 @@
 // and landed with the right balances, a failing transaction reported with the node's preflight details,
 // two signers, the blockhash taken from the request or the node, policies judging each signing key, and
 // bad input refused with nothing signed, nothing broadcast and nothing else recorded.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   address,
@@ -10,7 +13,9 @@ import {
   compileTransaction,
   createNoopSigner,
   createTransactionMessage,
+  getBase58Encoder,
   getTransactionEncoder,
+  lamports,
   pipe,
   setTransactionMessageFeePayer,
   setTransactionMessageLifetimeUsingBlockhash,
@@ -33,6 +38,29 @@ let sender: string;
 let second: string;
 const RECIPIENT = "9xQeWvG816bUx9EPjHmaT23yvVM2ZWbrrpZb9PusVFin";
 const SOL = 1_000_000_000n;
+/** An SPL mint SIGIL_CHAIN_ASSETS lists, and a token account of it (both made up: LiteSVM holds them as written). */
+const MINT = "3jgJVv3VebwH3CYMx2SWLmRTjkQhUtpGK2Uin6aCEkbQ";
+const TOKEN_ACCOUNT = "EQZsRLUYmL7JrcKMMLxqhdbeW6rDZPKKmay7vjSTQj6E";
+const TOKEN_PROGRAM = "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA";
+let assetsDir: string;
+
+/** An initialized SPL token account (the token program's 165-byte layout) holding `amount` of MINT for `owner`. */
+function tokenAccount(owner: string, amount: bigint) {
+  const data = Buffer.alloc(165);
+  data.set(getBase58Encoder().encode(MINT), 0);
+  data.set(getBase58Encoder().encode(owner), 32);
+  data.writeBigUInt64LE(amount, 64);
+  data[108] = 1; // initialized
+  node.svm.setAccount({
+    address: address(TOKEN_ACCOUNT),
+    data: new Uint8Array(data),
+    executable: false,
+    lamports: lamports(2_039_280n),
+    programAddress: address(TOKEN_PROGRAM),
+    space: 165n,
+  });
+}
+
 /** A blockhash no node has: what a client puts in the message when Sigil attaches the real one. */
 const PLACEHOLDER_BLOCKHASH = "11111111111111111111111111111111";
 
@@ -72,7 +100,18 @@ const send = (client: Sdk, unsignedTransaction: string, signWiths: string[], ext
 
 beforeAll(async () => {
   node = await startSolanaNode();
-  h = await startHarness({ SIGIL_CHAIN_RPC_URLS: `${node.caip2}=${node.url}`, SIGIL_CHAIN_POLL_MS: "20", SIGIL_CHAIN_TIMEOUT_MS: "5000" });
+  assetsDir = fs.mkdtempSync(path.join(os.tmpdir(), "sigil-assets-"));
+  const assets = path.join(assetsDir, "assets.json");
+  fs.writeFileSync(
+    assets,
+    JSON.stringify({ "solana:devnet": [{ caip19: `${node.caip2}/token:${MINT}`, symbol: "TST", name: "Test SPL token", decimals: 6 }] }),
+  );
+  h = await startHarness({
+    SIGIL_CHAIN_RPC_URLS: `${node.caip2}=${node.url}`,
+    SIGIL_CHAIN_POLL_MS: "20",
+    SIGIL_CHAIN_TIMEOUT_MS: "5000",
+    SIGIL_CHAIN_ASSETS: assets,
+  });
   org = await h.organization();
   sdk = h.sdk(org, org.key);
   sender = await solanaAccount(sdk, "sender", 10n * SOL);
@@ -81,6 +120,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await h?.close();
   await node?.stop();
+  if (assetsDir) fs.rmSync(assetsDir, { recursive: true, force: true });
 });
 
 describe("sol_send_transaction through @turnkey/sdk-server", () => {
@@ -377,5 +417,115 @@ describe("policies judge the transaction as sign_transaction's are judged, for e
       caip2: node.caip2 as Caip2,
     });
     expect((await finalStatus(bob, ok.sendTransactionStatusId, team.organizationId)).txStatus).toBe("INCLUDED");
+  });
+});
+
+describe("balances, supported assets and history on Solana", () => {
+  const sol = (caip2: string) => ({ caip19: `${caip2}/slip44:501`, symbol: "SOL", name: "Solana", decimals: 9 });
+
+  it("lists SOL and the SPL token SIGIL_CHAIN_ASSETS names (the alias read as the cluster)", async () => {
+    const { assets } = await sdk.listSupportedAssets({ caip2: "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1" });
+    expect(assets).toEqual([
+      { ...sol(node.caip2), stable: false },
+      { caip19: `${node.caip2}/token:${MINT}`, symbol: "TST", name: "Test SPL token", decimals: 6, stable: false },
+    ]);
+  });
+
+  it("answers the SOL balance from getBalance and the token's from the owner's token accounts; only non-zero ones", async () => {
+    const holder = await solanaAccount(sdk, "token holder", (3n * SOL) / 2n);
+    const ask = () => sdk.getWalletAddressBalances({ address: holder, caip2: node.caip2 as Caip2 });
+    expect((await ask()).balances).toEqual([{ ...sol(node.caip2), balance: "1500000000", display: { crypto: "1.5" } }]);
+    tokenAccount(holder, 2_500_000n);
+    expect((await ask()).balances).toEqual([
+      { ...sol(node.caip2), balance: "1500000000", display: { crypto: "1.5" } },
+      {
+        caip19: `${node.caip2}/token:${MINT}`,
+        symbol: "TST",
+        name: "Test SPL token",
+        decimals: 6,
+        balance: "2500000",
+        display: { crypto: "2.5" },
+      },
+    ]);
+    const empty = await solanaAccount(sdk, "empty", 0n);
+    expect((await sdk.getWalletAddressBalances({ address: empty, caip2: node.caip2 as Caip2 })).balances).toEqual([]);
+  });
+
+  it("lists what Sigil sent with the account as fee payer, newest first, with slot, fee, signers and SOL transfers", async () => {
+    const { transactions, pageInfo } = await sdk.listSolTransactionHistory({ address: sender, caip2: "solana:devnet" });
+    // Three landed earlier in this file (one of them with two signers); the failed one is not listed.
+    expect(transactions).toHaveLength(3);
+    expect(pageInfo).toMatchObject({ hasNextPage: false, hasPreviousPage: false });
+    for (const item of transactions) {
+      const landed = node.landed(item.signature)!;
+      expect(item).toMatchObject({
+        block: {
+          number: String(landed.slot),
+          hash: landed.blockhash,
+          timestamp: new Date(landed.blockTime * 1000).toISOString().replace(".000Z", "Z"),
+        },
+        status: "FINALIZED",
+        origin: "TURNKEY",
+        feePayer: sender,
+        fee: { amount: String(landed.fee), caip19: `${node.caip2}/slip44:501` },
+        turnkey: { sponsored: false, activityFingerprint: expect.stringMatching(/^[0-9a-f]{64}$/) },
+      });
+    }
+    const [twoSigners, alias, first] = transactions;
+    expect(twoSigners!.signers).toEqual([
+      { address: sender, writable: true },
+      { address: second, writable: true },
+    ]);
+    // Only the queried address's own transfers: the second signer's is not the sender's.
+    expect(twoSigners!.transfers).toEqual([
+      { direction: "OUT", asset: sol(node.caip2), amount: "3000000", counterparty: RECIPIENT, display: { crypto: "0.003" } },
+    ]);
+    expect(alias!.transfers).toEqual([expect.objectContaining({ amount: "10000000" })]);
+    expect(first!.transfers).toEqual([expect.objectContaining({ amount: "100000000", display: { crypto: "0.1" } })]);
+    expect(first!.signers).toEqual([{ address: sender, writable: true }]);
+    // Pages of one.
+    const page = await sdk.listSolTransactionHistory({
+      address: sender,
+      caip2: "solana:devnet",
+      paginationOptions: { limit: "1", after: pageInfo!.startCursor! },
+    });
+    expect(page.transactions.map((t) => t.signature)).toEqual([alias!.signature]);
+    expect(page.pageInfo).toMatchObject({ hasNextPage: true, hasPreviousPage: true });
+  });
+
+  it("lists nothing under a signer that did not pay the fee", async () => {
+    expect((await sdk.listSolTransactionHistory({ address: second, caip2: "solana:devnet" })).transactions).toEqual([]);
+  });
+
+  it("refuses an Ethereum account, a cluster with no node and a private key's address, recording nothing", async () => {
+    const { addresses } = await sdk.createWallet({ walletName: "evm for sol", accounts: DEFAULT_ETHEREUM_ACCOUNTS });
+    const { privateKeys } = await sdk.createPrivateKeys({
+      privateKeys: [{ privateKeyName: "sol pk", curve: "CURVE_ED25519", addressFormats: ["ADDRESS_FORMAT_SOLANA"], privateKeyTags: [] }],
+    });
+    const cases: [() => Promise<unknown>, string, string][] = [
+      [
+        () => sdk.getWalletAddressBalances({ address: addresses[0]!, caip2: node.caip2 as Caip2 }),
+        "is an ADDRESS_FORMAT_ETHEREUM account; solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1 takes an ADDRESS_FORMAT_SOLANA account's address",
+        "REQUEST_INVALID",
+      ],
+      [
+        () => sdk.listSolTransactionHistory({ address: sender, caip2: "solana:mainnet" }),
+        "caip2 solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp has no node",
+        "CHAIN_NOT_CONFIGURED",
+      ],
+      [
+        () => sdk.getWalletAddressBalances({ address: privateKeys[0]!.addresses![0]!.address!, caip2: node.caip2 as Caip2 }),
+        "private key addresses are not supported",
+        "REQUEST_INVALID",
+      ],
+    ];
+    for (const [ask, message, code] of cases) {
+      const before = await h.snapshot();
+      await expect(ask()).rejects.toMatchObject({
+        message: expect.stringContaining(message),
+        details: [expect.objectContaining({ turnkeyErrorCode: code })],
+      });
+      expect(await h.snapshot()).toBe(before);
+    }
   });
 });

@@ -12,6 +12,9 @@ import { privateKeyOperations } from "./wallets/private-keys.js";
 import { signingOperations } from "./wallets/signing.js";
 import { transactionOperations } from "./transactions/sending.js";
 import { solanaSendingOperations } from "./transactions/solana-sending.js";
+import { balanceOperations } from "./transactions/balances.js";
+import { historyOperations } from "./transactions/history.js";
+import { undelegationOperations } from "./transactions/undelegation.js";
 import { subOrganizationOperations } from "./organizations/sub-organizations.js";
 import { featureOperations } from "./organizations/features.js";
 import { webhookOperations } from "./webhooks/webhooks.js";
@@ -33,6 +36,9 @@ export const operations: Operation[] = [
   ...signingOperations,
   ...transactionOperations,
   ...solanaSendingOperations,
+  ...balanceOperations,
+  ...historyOperations,
+  ...undelegationOperations,
   ...exportOperations,
   ...importOperations,
   ...sessionOperations,

@@ -39,6 +39,15 @@ const SPEC_KEYS: Record<string, { intentKey?: string; resultKey?: string }> = {
   ACTIVITY_TYPE_INIT_OTP_AUTH_V3: { resultKey: "initOtpAuthResultV2" },
 };
 
+/**
+ * Activity types as an official client sends them where that differs from the API description: read
+ * as the description's spelling (recorded, shown to policies and answered as such). @turnkey/sdk-server
+ * 8.x generates ACTIVITY_TYPE_ETH_UNDELEGATE7702; @turnkey/http and @turnkey/core send the described one.
+ */
+export const CLIENT_TYPE_SPELLINGS: Record<string, string> = {
+  ACTIVITY_TYPE_ETH_UNDELEGATE7702: "ACTIVITY_TYPE_ETH_UNDELEGATE_7702",
+};
+
 export interface ActivityTypeKeys {
   /** Keys the intent is served under: the spec's (if it names one) first, then the swagger's. */
   intentKeys: string[];

@@ -44,6 +44,11 @@ export class ChainRpc {
 
   constructor(private readonly config: ChainConfig) {}
 
+  /** The assets SIGIL_CHAIN_ASSETS lists, by caip2 (canonical). */
+  get assets(): ChainConfig["assets"] {
+    return this.config.assets;
+  }
+
   /** The chains with a node, as configured. */
   get chains(): string[] {
     return Object.keys(this.config.rpcUrls);

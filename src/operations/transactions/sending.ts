@@ -27,7 +27,7 @@ const UINT64_MAX = (1n << 64n) - 1n;
 const UINT256_MAX = (1n << 256n) - 1n;
 
 /** A whole number the request sent as a string: decimal digits (or 0x hex), within `max`. */
-function wholeNumber(value: string | undefined, field: string, max: bigint): bigint | undefined {
+export function wholeNumber(value: string | undefined, field: string, max: bigint): bigint | undefined {
   if (value === undefined) return undefined;
   if (!/^(0|[1-9][0-9]{0,77}|0x[0-9a-fA-F]{1,64})$/.test(value))
     throw serviceError(
@@ -88,7 +88,7 @@ function callOf(p: SendParameters) {
 }
 
 /** The key `from` names: an Ethereum address of one of the organization's wallet accounts or private keys. */
-async function senderOf(trx: Tx, organizationId: string, from: string): Promise<{ signer: FoundSigner; from: Hex }> {
+export async function senderOf(trx: Tx, organizationId: string, from: string): Promise<{ signer: FoundSigner; from: Hex }> {
   if (!isAddress(from, { strict: false }))
     throw serviceError(
       "REQUEST_INVALID",
