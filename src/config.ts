@@ -415,7 +415,7 @@ const ASSET_REFERENCES: Record<string, RegExp> = {
 const chainAssets: Kind<Record<string, ConfiguredAsset[]>> = {
   accepts:
     "the path of a JSON file: an object whose keys are CAIP-2 chain ids and whose values are lists of assets " +
-    "`{ caip19, symbol, name, decimals }` (optionally `logoUrl`, `stable`), as [Balances and assets](chain-assets.md) shows",
+    "`{ caip19, symbol, name, decimals }` (optionally `logoUrl`, `stable`)",
   parse(raw, reading) {
     let text: string;
     try {

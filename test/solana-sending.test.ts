@@ -198,6 +198,50 @@ describe("sol_send_transaction through @turnkey/sdk-server", () => {
   });
 });
 
+describe("the activity's first version, and a node that does not answer", () => {
+  it("takes ACTIVITY_TYPE_SOL_SEND_TRANSACTION (base64, one signWith) through @turnkey/http", async () => {
+    const unsigned = Buffer.from(transfers(sender, [{ from: sender, to: RECIPIENT, lamports: 2_000_000n }]), "hex").toString("base64");
+    const before = node.balance(RECIPIENT);
+    const response = await h.http(org.key).solSendTransaction({
+      type: "ACTIVITY_TYPE_SOL_SEND_TRANSACTION",
+      timestampMs: String(Date.now()),
+      organizationId: org.organizationId,
+      parameters: { unsignedTransaction: unsigned, signWith: sender, caip2: node.caip2 },
+    } as never);
+    const { sendTransactionStatusId } = (response.activity.result as { solSendTransactionResult: { sendTransactionStatusId: string } })
+      .solSendTransactionResult;
+    expect((await finalStatus(sdk, sendTransactionStatusId)).txStatus).toBe("INCLUDED");
+    expect(node.balance(RECIPIENT)).toBe(before + 2_000_000n);
+  });
+
+  it("a transaction signed while the node is down stays INITIALIZED and lands once it answers again", async () => {
+    const blockhash = node.svm.latestBlockhash();
+    const before = node.balance(RECIPIENT);
+    node.pause();
+    let id: string;
+    try {
+      // With the blockhash named, the activity itself asks the node nothing.
+      ({ sendTransactionStatusId: id } = await send(
+        sdk,
+        transfers(sender, [{ from: sender, to: RECIPIENT, lamports: 4_000_000n }]),
+        [sender],
+        {
+          recentBlockhash: blockhash,
+        },
+      ));
+      // The broadcaster tries, finds no node, and keeps the transaction to try again.
+      const refused = node.refused();
+      while (node.refused() < refused + 2) await new Promise((resolve) => setTimeout(resolve, 20));
+      expect((await sdk.getSendTransactionStatus({ sendTransactionStatusId: id })).txStatus).toBe("INITIALIZED");
+      expect(node.balance(RECIPIENT)).toBe(before);
+    } finally {
+      node.resume();
+    }
+    expect((await finalStatus(sdk, id)).txStatus).toBe("INCLUDED");
+    expect(node.balance(RECIPIENT)).toBe(before + 4_000_000n);
+  });
+});
+
 describe("bad input: a clear error, nothing signed, nothing broadcast", () => {
   const cases: [string, () => [string, string[], Record<string, unknown>], string | (() => string), string][] = [
     [
@@ -453,8 +497,8 @@ describe("balances, supported assets and history on Solana", () => {
 
   it("lists what Sigil sent with the account as fee payer, newest first, with slot, fee, signers and SOL transfers", async () => {
     const { transactions, pageInfo } = await sdk.listSolTransactionHistory({ address: sender, caip2: "solana:devnet" });
-    // Three landed earlier in this file (one of them with two signers); the failed one is not listed.
-    expect(transactions).toHaveLength(3);
+    // Five landed earlier in this file (one of them with two signers); the failed one is not listed.
+    expect(transactions).toHaveLength(5);
     expect(pageInfo).toMatchObject({ hasNextPage: false, hasPreviousPage: false });
     for (const item of transactions) {
       const landed = node.landed(item.signature)!;
@@ -471,7 +515,9 @@ describe("balances, supported assets and history on Solana", () => {
         turnkey: { sponsored: false, activityFingerprint: expect.stringMatching(/^[0-9a-f]{64}$/) },
       });
     }
-    const [twoSigners, alias, first] = transactions;
+    const [afterOutage, firstVersion, twoSigners, alias, first] = transactions;
+    expect(afterOutage!.transfers).toEqual([expect.objectContaining({ amount: "4000000" })]);
+    expect(firstVersion!.transfers).toEqual([expect.objectContaining({ amount: "2000000" })]);
     expect(twoSigners!.signers).toEqual([
       { address: sender, writable: true },
       { address: second, writable: true },
@@ -489,7 +535,7 @@ describe("balances, supported assets and history on Solana", () => {
       caip2: "solana:devnet",
       paginationOptions: { limit: "1", after: pageInfo!.startCursor! },
     });
-    expect(page.transactions.map((t) => t.signature)).toEqual([alias!.signature]);
+    expect(page.transactions.map((t) => t.signature)).toEqual([firstVersion!.signature]);
     expect(page.pageInfo).toMatchObject({ hasNextPage: true, hasPreviousPage: true });
   });
 

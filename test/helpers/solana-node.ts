@@ -46,6 +46,11 @@ export interface SolanaNode {
   balance(of: string): bigint;
   /** What landed under a signature, as the node recorded it. */
   landed(signature: string): Landed | undefined;
+  /** While paused the node answers every request HTTP 503, as a node that is down or overloaded. */
+  pause(): void;
+  /** Requests answered 503 while paused. */
+  refused(): number;
+  resume(): void;
   stop(): Promise<void>;
 }
 
@@ -92,6 +97,8 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
   const landed = new Map<string, Landed>();
   const blocks = new Map<number, Landed>();
   let slot = 1;
+  let paused = false;
+  let refusedWhilePaused = 0;
 
   const context = () => ({ slot, apiVersion: "2.2.0" });
 
@@ -234,6 +241,12 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
     const chunks: Buffer[] = [];
     request.on("data", (chunk: Buffer) => chunks.push(chunk));
     request.on("end", () => {
+      if (paused) {
+        refusedWhilePaused++;
+        response.statusCode = 503;
+        response.end("paused");
+        return;
+      }
       let id: unknown = null;
       let answer: Record<string, unknown>;
       try {
@@ -266,6 +279,13 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
     },
     balance: (of) => svm.getBalance(address(of)) ?? 0n,
     landed: (signature) => landed.get(signature),
+    pause: () => {
+      paused = true;
+    },
+    resume: () => {
+      paused = false;
+    },
+    refused: () => refusedWhilePaused,
     async stop() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
