@@ -78,7 +78,8 @@ const send = (client: Sdk, from: Hex, calls: { to: string; value?: string; data?
 const chainState = async (address: Hex) => ({
   nonce: await node.client.getTransactionCount({ address, blockTag: "pending" }),
   balance: await node.client.getBalance({ address }),
-  block: await node.client.getBlockNumber(),
+  // Uncached: viem keeps a block number for its polling interval (4 s), which a test can outlast.
+  block: await node.client.getBlockNumber({ cacheTime: 0 }),
 });
 
 beforeAll(async () => {

@@ -2,7 +2,6 @@
 // several keys, encoded for sendTransaction, named by its signature, and read back for the history.
 // Every byte is decoded and encoded by @solana/kit; the message is changed only in its lifetime token.
 import {
-  getBase58Decoder,
   getBase58Encoder,
   getBase64EncodedWireTransaction,
   getCompiledTransactionMessageDecoder,
@@ -113,11 +112,8 @@ export function systemTransfersOf(transaction: Transaction): { from: string; to:
     const data = Buffer.from(instruction.data ?? new Uint8Array());
     const indices = instruction.accountIndices ?? [];
     const [from, to] = [accounts[indices[0] ?? -1], accounts[indices[1] ?? -1]];
-    // Transfer (2) and TransferWithSeed (11, whose funding account is the first and recipient the third).
+    // The System Program's Transfer (instruction 2: u32 index, u64 lamports; accounts from, to).
     if (accounts[instruction.programAddressIndex] !== SYSTEM_PROGRAM || data.length < 12 || data.readUInt32LE(0) !== 2) return [];
     return from && to ? [{ from, to, lamports: data.readBigUInt64LE(4) }] : [];
   });
 }
-
-/** base58 of 64 signature bytes. */
-export const signatureText = (bytes: Uint8Array) => getBase58Decoder().decode(bytes);
