@@ -3,6 +3,7 @@
 // loadConfig reads them into one typed object and refuses, at start, every value a setting does not
 // accept, naming the variable (and the flag) and what is expected. docs/configuration.md is generated
 // from the same declarations (`npm run docs`) and checked by a test, so the docs cannot drift.
+import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import addressparser from "nodemailer/lib/addressparser";
@@ -56,6 +57,20 @@ export interface ChainConfig {
   pollMs: number;
   /** One JSON-RPC request may take this long. */
   timeoutMs: number;
+  /** The tokens whose balances are reported, by CAIP-2 chain id (SIGIL_CHAIN_ASSETS), and native
+   * asset metadata overriding the built-in one; empty when the setting is unset. */
+  assets: Record<string, ConfiguredAsset[]>;
+}
+
+/** One asset of SIGIL_CHAIN_ASSETS (docs/chain-assets.md). */
+export interface ConfiguredAsset {
+  /** `<caip2>/erc20:<contract>`, `<caip2>/token:<mint>` or `<caip2>/slip44:<coin type>` (the native asset). */
+  caip19: string;
+  symbol: string;
+  name: string;
+  decimals: number;
+  logoUrl?: string;
+  stable?: boolean;
 }
 
 /** How long a connection may take and how many may be open: slow or idle clients must not hold the
@@ -339,6 +354,23 @@ function list<T>(item: Kind<T>): Kind<T[]> {
 /** A CAIP-2 chain id: namespace:reference (https://chainagnostic.org/CAIPs/caip-2). */
 export const CAIP2 = /^[-a-z0-9]{3,8}:[-_a-zA-Z0-9]{1,32}$/;
 
+/**
+ * Solana's clusters as the API names them: CAIP-2 takes the first 32 characters of the cluster's
+ * genesis hash; the API also accepts the whole hash and the human-readable aliases, and normalizes them.
+ */
+export const SOLANA_CLUSTERS: Record<string, { genesisHash: string; aliases: string[] }> = {
+  "solana:5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp": { genesisHash: "5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d", aliases: ["solana:mainnet"] },
+  "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1": { genesisHash: "EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG", aliases: ["solana:devnet"] },
+};
+
+/** A CAIP-2 chain id as Sigil keys it: a Solana alias or whole genesis hash becomes `solana:<first 32 characters>`. */
+export function canonicalCaip2(caip2: string): string {
+  for (const [canonical, { genesisHash, aliases }] of Object.entries(SOLANA_CLUSTERS))
+    if (aliases.includes(caip2) || caip2 === `solana:${genesisHash}`) return canonical;
+  const solana = /^solana:([1-9A-HJ-NP-Za-km-z]{33,44})$/.exec(caip2);
+  return solana ? `solana:${solana[1]!.slice(0, 32)}` : caip2;
+}
+
 /** Comma-separated `<caip2>=<url>` pairs: one JSON-RPC endpoint per chain. */
 const chainEndpoints: Kind<Record<string, string>> = {
   accepts:
@@ -353,7 +385,7 @@ const chainEndpoints: Kind<Record<string, string>> = {
       .filter(Boolean)
       .forEach((pair, i) => {
         const at = pair.indexOf("=");
-        const chain = at > 0 ? pair.slice(0, at).trim() : "";
+        const chain = canonicalCaip2(at > 0 ? pair.slice(0, at).trim() : "");
         // The chain id is never a secret; the URL may carry an API key, so it is never repeated.
         if (!CAIP2.test(chain)) reading.refuse(`item ${i + 1} does not start with a CAIP-2 chain id and "="`, { quote: false });
         if (Object.hasOwn(endpoints, chain)) reading.refuse(`${chain} is named twice`, { quote: false });
@@ -365,6 +397,85 @@ const chainEndpoints: Kind<Record<string, string>> = {
         });
       });
     return endpoints;
+  },
+};
+
+const BASE58 = /^[1-9A-HJ-NP-Za-km-z]{32,44}$/;
+
+/**
+ * Where a CAIP-19 asset id may point, per chain namespace: an ERC-20 contract or a native coin type
+ * (eip155), an SPL mint or the native coin type (solana).
+ */
+const ASSET_REFERENCES: Record<string, RegExp> = {
+  eip155: /^(erc20:0x[0-9a-fA-F]{40}|slip44:[0-9]{1,10})$/,
+  solana: new RegExp(`^(token:${BASE58.source.slice(1, -1)}|slip44:[0-9]{1,10})$`),
+};
+
+/** The JSON file of SIGIL_CHAIN_ASSETS, read and checked at start. */
+const chainAssets: Kind<Record<string, ConfiguredAsset[]>> = {
+  accepts:
+    "the path of a JSON file: an object whose keys are CAIP-2 chain ids and whose values are lists of assets " +
+    "`{ caip19, symbol, name, decimals }` (optionally `logoUrl`, `stable`)",
+  parse(raw, reading) {
+    let text: string;
+    try {
+      text = fs.readFileSync(path.resolve(raw), "utf8");
+    } catch (error) {
+      return reading.refuse(`it cannot be read: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(text);
+    } catch (error) {
+      return reading.refuse(`it is not JSON: ${(error as Error).message}`);
+    }
+    if (typeof json !== "object" || json === null || Array.isArray(json)) return reading.refuse("its JSON is not an object");
+    const catalog: Record<string, ConfiguredAsset[]> = {};
+    const seen = new Set<string>();
+    for (const [key, list] of Object.entries(json)) {
+      const caip2 = canonicalCaip2(key);
+      const namespace = caip2.split(":")[0]!;
+      if (!CAIP2.test(caip2) || !ASSET_REFERENCES[namespace])
+        reading.refuse(`${JSON.stringify(key)} is not an eip155 or solana CAIP-2 chain id`, { quote: false });
+      if (catalog[caip2]) reading.refuse(`${caip2} is listed twice`, { quote: false });
+      if (!Array.isArray(list)) reading.refuse(`the value of ${key} is not a list of assets`, { quote: false });
+      catalog[caip2] = (list as unknown[]).map((item, i) => {
+        const where = `${key}[${i}]`;
+        const refuse = (why: string) => reading.refuse(`${where} ${why}`, { quote: false });
+        if (typeof item !== "object" || item === null || Array.isArray(item)) return refuse("is not an object");
+        const asset = item as Record<string, unknown>;
+        const unknown = Object.keys(asset).filter((k) => !["caip19", "symbol", "name", "decimals", "logoUrl", "stable"].includes(k));
+        if (unknown.length) refuse(`has fields no asset has: ${unknown.join(", ")}`);
+        const { caip19, symbol, name, decimals, logoUrl, stable } = asset;
+        if (typeof caip19 !== "string") return refuse("has no caip19");
+        const slash = caip19.indexOf("/");
+        if (slash < 0 || canonicalCaip2(caip19.slice(0, slash)) !== caip2 || !ASSET_REFERENCES[namespace]!.test(caip19.slice(slash + 1)))
+          refuse(
+            `caip19 ${JSON.stringify(caip19)} is not an asset of ${caip2} (${namespace === "eip155" ? "erc20:0x<contract> or slip44:<coin type>" : "token:<mint> or slip44:<coin type>"} after "${caip2}/")`,
+          );
+        const id = `${caip2}/${caip19.slice(slash + 1)}`;
+        if (seen.has(id.toLowerCase())) refuse(`repeats ${id}`);
+        seen.add(id.toLowerCase());
+        if (typeof symbol !== "string" || !/^\S.{0,31}$/.test(symbol)) refuse("needs a symbol of 1 to 32 characters");
+        if (typeof name !== "string" || name.trim() === "" || name.length > 100) refuse("needs a name of 1 to 100 characters");
+        if (typeof decimals !== "number" || !Number.isInteger(decimals) || decimals < 0 || decimals > 255)
+          refuse("needs decimals, a whole number from 0 to 255");
+        if (logoUrl !== undefined && (typeof logoUrl !== "string" || !/^https:\/\/\S+$/.test(logoUrl)))
+          refuse("has a logoUrl that is not an https:// URL");
+        if (stable !== undefined && typeof stable !== "boolean") refuse("has a stable that is not true or false");
+        return {
+          caip19: id,
+          symbol: symbol as string,
+          name: name as string,
+          decimals: decimals as number,
+          ...(logoUrl !== undefined ? { logoUrl: logoUrl as string } : {}),
+          ...(stable !== undefined ? { stable: stable as boolean } : {}),
+        };
+      });
+      if (catalog[caip2]!.filter((a) => a.caip19.includes("/slip44:")).length > 1)
+        reading.refuse(`${key} lists more than one native asset (slip44)`, { quote: false });
+    }
+    return catalog;
   },
 };
 
@@ -823,7 +934,8 @@ export const settings = {
     defaultText: "*(unset: no chain)*",
     meaning:
       "the JSON-RPC node of each chain transactions may be sent to, e.g. `eip155:1=https://node.example,eip155:11155111=http://127.0.0.1:8545`; " +
-      "`eth_send_transaction`, `eth_send_raw_transaction` and `get_nonces` refuse a chain not listed (see [Sending transactions](sending-transactions.md))",
+      "Solana clusters by genesis-hash prefix or alias (`solana:devnet=https://…`, `solana:mainnet=…`). Sending, balances and history " +
+      "refuse a chain not listed (see [Sending transactions](sending-transactions.md))",
     // Hosted node URLs carry their API key in the path or query.
     secret: true,
   }),
@@ -840,6 +952,16 @@ export const settings = {
     kind: milliseconds(1, Math.floor(TIMER_MAX_MS / 4)),
     default: 10_000,
     meaning: "one JSON-RPC request to a chain node may take this long",
+  }),
+  chainAssets: setting({
+    variable: "SIGIL_CHAIN_ASSETS",
+    group: CHAINS,
+    kind: chainAssets,
+    default: null,
+    defaultText: "*(unset: native assets only)*",
+    meaning:
+      "a JSON file listing, per chain, the tokens (ERC-20 contracts, SPL mints) whose balances `get_wallet_address_balances` reports " +
+      "and `list_supported_assets` lists, beside the chain's native asset (see [Balances and assets](chain-assets.md))",
   }),
 };
 
@@ -951,6 +1073,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       concurrency: s.webhookConcurrency,
       pollMs: s.webhookPollMs,
     },
-    chains: { rpcUrls: s.chainRpcUrls ?? {}, pollMs: s.chainPollMs, timeoutMs: s.chainTimeoutMs },
+    chains: { rpcUrls: s.chainRpcUrls ?? {}, pollMs: s.chainPollMs, timeoutMs: s.chainTimeoutMs, assets: s.chainAssets ?? {} },
   };
 }

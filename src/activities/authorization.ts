@@ -20,6 +20,7 @@ import {
   newBudget,
   type EvaluationInput,
   type Outcome,
+  type PolicySetResult,
   type PolicySource,
   type PolicyVerdict,
   type Effect,
@@ -159,6 +160,26 @@ function credentialValue(
   };
 }
 
+/**
+ * What policies judge: one input, or, for an activity signing with several keys (policyContexts), one
+ * per key, each as if that key alone signed. Such an activity is allowed only when every input is.
+ */
+async function evaluationInputs(trx: Tx | Db, subject: ActivitySubject, approverIds: string[]): Promise<EvaluationInput[]> {
+  const { operation, parameters, type } = subject;
+  if (!operation.policyContexts) return [await evaluationInput(trx, subject, approverIds)];
+  const contexts = await operation.policyContexts(trx as Tx, subject.organizationId, parameters, type, subject.env);
+  const base = await evaluationInput(trx, subject, approverIds);
+  return contexts.length ? contexts.map((extra) => ({ ...base, condition: { ...extra, ...base.condition } })) : [base];
+}
+
+/** The strictest of several keys' results: an explicit deny, else anything short of allowed or waiting
+ * for approvals, else waiting for approvals, else allowed (all were). */
+function strictest(results: PolicySetResult[]): PolicySetResult {
+  const rank = (r: PolicySetResult) =>
+    r.outcome === "OUTCOME_DENY_EXPLICIT" ? 0 : r.outcome === "OUTCOME_REQUIRES_CONSENSUS" ? 2 : r.outcome === "OUTCOME_ALLOW" ? 3 : 1;
+  return results.reduce((worst, r) => (rank(r) < rank(worst) ? r : worst));
+}
+
 async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverIds: string[]): Promise<EvaluationInput> {
   const { operation, parameters, type } = subject;
   const { users, credentials } = await consensusValues(trx, authorityOf(subject), approverIds, subject.votes);
@@ -201,10 +222,10 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
   }
 
   const policies = await loadPolicies(trx, authorityOf(subject));
-  const input = await evaluationInput(trx, subject, approvers);
+  const inputs = await evaluationInputs(trx, subject, approvers);
   // Evaluation is synchronous from here: it waits for its turn on the event loop (policy/turns.ts).
   await evaluationTurn(authorityOf(subject));
-  const { outcome, verdicts, budgetExceeded } = evaluatePolicies(policies, input);
+  const { outcome, verdicts, budgetExceeded } = strictest(inputs.map((input) => evaluatePolicies(policies, input)));
   const deciding = (o: Outcome) =>
     verdicts
       .filter((v) => v.outcome === o)
@@ -287,9 +308,9 @@ export async function mayVote(
   const asActivity = evaluatePolicies(policies, voteInput, budget).outcome;
   if (asActivity === "OUTCOME_DENY_EXPLICIT") return false;
   if (asActivity === "OUTCOME_ALLOW") return true;
-  const input = await evaluationInput(trx, subject, approvedBy(subject.votes));
+  const inputs = await evaluationInputs(trx, subject, approvedBy(subject.votes));
   await evaluationTurn(subject.organizationId);
-  return namesVoter(policies, input, voterValue, [credentialValue(voter)], budget);
+  return inputs.some((input) => namesVoter(policies, input, voterValue, [credentialValue(voter)], budget));
 }
 
 /**
@@ -314,7 +335,7 @@ export async function stillApprovable(trx: Tx, asSubmitted: ActivitySubject): Pr
     .orderBy("created_at")
     .execute();
   const potential = [...new Set([...approvedBy(subject.votes), ...everyone.map((u) => u.id).filter((id) => !rejected.has(id))])];
-  const input = await evaluationInput(trx, subject, potential);
+  const inputs = await evaluationInputs(trx, subject, potential);
   // Every credential of every potential approver could be the one they approve with.
   const apiKeys = await trx
     .selectFrom("api_keys")
@@ -348,5 +369,5 @@ export async function stillApprovable(trx: Tx, asSubmitted: ActivitySubject): Pr
   ];
   const policies = await loadPolicies(trx, subject.organizationId);
   await evaluationTurn(subject.organizationId);
-  return approvalStillPossible(policies, { ...input, credentials });
+  return inputs.every((input) => approvalStillPossible(policies, { ...input, credentials }));
 }

@@ -35,7 +35,7 @@ import {
 import { sha256 } from "../crypto/keys.js";
 import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../registry/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
-import { swagger } from "../registry/registry.js";
+import { CLIENT_TYPE_SPELLINGS, swagger } from "../registry/registry.js";
 import { checkRequestText, validateActivityRequest, validateQueryRequest } from "../registry/validation.js";
 import { assertRootQuorumReachable } from "../operations/organizations/organizations.js";
 import { newId } from "../store/ids.js";
@@ -193,8 +193,11 @@ export function readRequest(operation: SubmitOperation, raw: Buffer, headers: He
     throw serviceError("READ_ONLY_SESSION", "a read-only session (X-Session) may only query: stamp activities with a key");
   const stamp = readStamp(headers);
   const body = parseBody(raw);
-  const type = (body as { type?: unknown })?.type;
-  if (typeof type !== "string") throw serviceError("REQUEST_INVALID", 'missing required field "type"');
+  const sent = (body as { type?: unknown })?.type;
+  if (typeof sent !== "string") throw serviceError("REQUEST_INVALID", 'missing required field "type"');
+  // A client's own spelling of a type is read as the API's (the fingerprint stays that of the bytes sent).
+  const type = Object.hasOwn(CLIENT_TYPE_SPELLINGS, sent) ? CLIENT_TYPE_SPELLINGS[sent]! : sent;
+  if (type !== sent) (body as { type: string }).type = type;
   if (!operation.types.includes(type)) {
     const owner = operationByActivityType.get(type);
     if (owner)

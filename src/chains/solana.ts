@@ -20,7 +20,8 @@ const TOKEN_PROGRAMS = new Set(["TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA", "
 /** What the product calls an account that a v0 message takes from an address lookup table. */
 const LOOKUP_PLACEHOLDER = "ADDRESS_TABLE_LOOKUP";
 
-function decode(unsignedHex: string): Transaction {
+/** The wire transaction in `unsignedHex` (hex, with or without 0x), as @solana/kit reads it. */
+export function decode(unsignedHex: string): Transaction {
   const hex = unsignedHex.startsWith("0x") ? unsignedHex.slice(2) : unsignedHex;
   if (!/^([0-9a-fA-F]{2})+$/.test(hex)) throw new SolanaError("unsignedTransaction must be the hex of a serialized Solana transaction");
   try {

@@ -11,6 +11,10 @@ import { walletOperations } from "./wallets/wallets.js";
 import { privateKeyOperations } from "./wallets/private-keys.js";
 import { signingOperations } from "./wallets/signing.js";
 import { transactionOperations } from "./transactions/sending.js";
+import { solanaSendingOperations } from "./transactions/solana-sending.js";
+import { balanceOperations } from "./transactions/balances.js";
+import { historyOperations } from "./transactions/history.js";
+import { undelegationOperations } from "./transactions/undelegation.js";
 import { subOrganizationOperations } from "./organizations/sub-organizations.js";
 import { featureOperations } from "./organizations/features.js";
 import { webhookOperations } from "./webhooks/webhooks.js";
@@ -33,6 +37,10 @@ export const operations: Operation[] = [
   ...signingOperations,
   ...contractInterfaceOperations,
   ...transactionOperations,
+  ...solanaSendingOperations,
+  ...balanceOperations,
+  ...historyOperations,
+  ...undelegationOperations,
   ...exportOperations,
   ...importOperations,
   ...sessionOperations,

@@ -39,6 +39,15 @@ const SPEC_KEYS: Record<string, { intentKey?: string; resultKey?: string }> = {
   ACTIVITY_TYPE_INIT_OTP_AUTH_V3: { resultKey: "initOtpAuthResultV2" },
 };
 
+/**
+ * Activity types as an official client sends them where that differs from the API description: read
+ * as the description's spelling (recorded, shown to policies and answered as such). @turnkey/sdk-server
+ * 8.x generates ACTIVITY_TYPE_ETH_UNDELEGATE7702; @turnkey/http and @turnkey/core send the described one.
+ */
+export const CLIENT_TYPE_SPELLINGS: Record<string, string> = {
+  ACTIVITY_TYPE_ETH_UNDELEGATE7702: "ACTIVITY_TYPE_ETH_UNDELEGATE_7702",
+};
+
 export interface ActivityTypeKeys {
   /** Keys the intent is served under: the spec's (if it names one) first, then the swagger's. */
   intentKeys: string[];
@@ -244,6 +253,10 @@ export interface ActivityOperation<P = unknown, T extends string = string> {
   /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path. `env`
    * is there when the pipeline decides an activity (not when a vote's rights are weighed). */
   policyContext?(trx: Tx, organizationId: string, parameters: P, type: T, env?: OperationEnvironment): Promise<Record<string, unknown>>;
+  /** For an activity that signs with several keys (sol_send_transaction's signWiths): one set of
+   * condition keywords per key, each what sign_transaction would show for that key alone; the activity
+   * is allowed only when policies allow it under every set. When present, policyContext is not used. */
+  policyContexts?(trx: Tx, organizationId: string, parameters: P, type: T, env?: OperationEnvironment): Promise<Record<string, unknown>[]>;
   /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
   intentOf?(parameters: P, type: T): Record<string, unknown>;
   /** Checks that wait on the network (a webhook host's DNS), run before the organization's lock is

@@ -20,12 +20,13 @@ import type pino from "pino";
 import { parseTransaction, type Hex, type PublicClient } from "viem";
 import type { Store } from "../store/database.js";
 import type { Tx } from "../store/handles.js";
-import type { SentTransactionsTable } from "../store/schema.js";
+import type { SentTransaction } from "../store/schema.js";
 import type { ChainConfig } from "../config.js";
 import { decodeRevert, revertError, type SendError } from "../chains/ethereum-reverts.js";
 import { ServiceError } from "../errors.js";
 import { OutboxWorker, type AttemptResult, type SendOutcome } from "./outbox-worker.js";
 import { rpcFailureOf, type ChainRpc, type ContractAbiLookup } from "./chain-rpc.js";
+import { lookAtSolanaSend, type SolanaSendError } from "./solana-broadcast.js";
 
 /** The statuses of a sent transaction, as the product names them (get_send_transaction_status's txStatus). */
 export const SEND_STATUS = {
@@ -50,14 +51,23 @@ export const MAX_BROADCASTS = 5;
 /** The longest wait between two looks at a transaction that is not final. */
 const MAX_BACKOFF_FACTOR = 8;
 
+/** Where an included transaction landed and what it paid (the history reports it). */
+interface LandedBlock {
+  hash: string | null;
+  /** ms since the epoch */
+  time: number | null;
+  /** wei or lamports, decimal digits */
+  fee: string | null;
+}
+
 /** What one look decided, written by `record`. */
 type Change =
   | { status: "INITIALIZED" | "BROADCASTING"; broadcasts: number; note: string | null; reset: boolean }
-  | { status: "INCLUDED"; blockNumber: number; error: SendError | null }
-  | { status: "FAILED"; error: SendError };
+  | { status: "INCLUDED"; blockNumber: number; error: SendError | SolanaSendError | null; block?: LandedBlock }
+  | { status: "FAILED"; error: SendError | SolanaSendError };
 
 interface ClaimedSend {
-  row: SentTransactionsTable;
+  row: SentTransaction;
   leaseUntil: number;
   /** Set by `send`, read by `record`. */
   change?: Change;
@@ -149,23 +159,27 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
 
   protected override async send(item: ClaimedSend): Promise<SendOutcome> {
     const { row } = item;
-    let client: PublicClient;
     try {
-      ({ client } = await this.chains.evm(row.caip2));
+      if (row.caip2.startsWith("solana:")) {
+        // Solana's looks are its own (solana-broadcast.ts); leases, backoff and records are shared.
+        item.change = await lookAtSolanaSend(await this.chains.solana(row.caip2), row, MAX_BROADCASTS);
+      } else {
+        const { client } = await this.chains.evm(row.caip2);
+        item.change = row.status === SEND_STATUS.INITIALIZED ? await this.broadcast(client, row, false) : await this.follow(client, row);
+      }
     } catch (error) {
       // The node was removed from the settings, or does not answer: the transaction waits for it.
       const message = error instanceof ServiceError ? error.message : String(error);
       item.change = { status: row.status as "INITIALIZED", broadcasts: row.broadcasts, note: message, reset: false };
       return { kind: "retry", status: null, error: message };
     }
-    item.change = row.status === SEND_STATUS.INITIALIZED ? await this.broadcast(client, row, false) : await this.follow(client, row);
     if (item.change.status === SEND_STATUS.INCLUDED) return { kind: "delivered", status: null };
     if (item.change.status === SEND_STATUS.FAILED) return { kind: "failed", status: null, error: item.change.error.message };
     return { kind: "retry", status: null, error: item.change.note ?? item.change.status };
   }
 
   /** Hands the signed transaction to the node (again, when `again`). */
-  private async broadcast(client: PublicClient, row: SentTransactionsTable, again: boolean): Promise<Change> {
+  private async broadcast(client: PublicClient, row: SentTransaction, again: boolean): Promise<Change> {
     const broadcasts = row.broadcasts + 1;
     try {
       await client.request({ method: "eth_sendRawTransaction", params: [row.signed_transaction as Hex] });
@@ -191,7 +205,7 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
     }
   }
 
-  private async follow(client: PublicClient, row: SentTransactionsTable): Promise<Change> {
+  private async follow(client: PublicClient, row: SentTransaction): Promise<Change> {
     const waiting = (note: string | null): Change => ({ status: "BROADCASTING", broadcasts: row.broadcasts, note, reset: false });
     try {
       const receipt = await this.receipt(client, row);
@@ -221,12 +235,23 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
   }
 
   /** INCLUDED with the block, when the transaction has a receipt; a revert with its decoded reason. */
-  private async receipt(client: PublicClient, row: SentTransactionsTable): Promise<Change | null> {
+  private async receipt(client: PublicClient, row: SentTransaction): Promise<Change | null> {
     const receipt = await client.request({ method: "eth_getTransactionReceipt", params: [row.tx_hash as Hex] });
     if (!receipt) return null;
     const blockNumber = Number(BigInt(receipt.blockNumber));
-    if (receipt.status === "0x1") return { status: "INCLUDED", blockNumber, error: null };
-    return { status: "INCLUDED", blockNumber, error: await this.revertReason(client, row, BigInt(receipt.blockNumber)) };
+    const block = await this.landedBlock(client, receipt);
+    if (receipt.status === "0x1") return { status: "INCLUDED", blockNumber, error: null, block };
+    return { status: "INCLUDED", blockNumber, error: await this.revertReason(client, row, BigInt(receipt.blockNumber)), block };
+  }
+
+  /** The block's hash and time and the fee paid (gas used × effective gas price), for the history. */
+  private async landedBlock(
+    client: PublicClient,
+    receipt: { blockHash: Hex; gasUsed: Hex; effectiveGasPrice?: Hex },
+  ): Promise<LandedBlock> {
+    const header = await client.request({ method: "eth_getBlockByHash", params: [receipt.blockHash, false] }).catch(() => null);
+    const fee = receipt.effectiveGasPrice !== undefined ? (BigInt(receipt.gasUsed) * BigInt(receipt.effectiveGasPrice)).toString() : null;
+    return { hash: receipt.blockHash, time: header ? Number(BigInt(header.timestamp)) * 1000 : null, fee };
   }
 
   /**
@@ -234,7 +259,7 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
    * transaction earlier in the same block could make the replay differ; the reason is then the best
    * the node can give, and a replay that does not revert reports a plain "execution reverted".
    */
-  private async revertReason(client: PublicClient, row: SentTransactionsTable, blockNumber: bigint): Promise<SendError> {
+  private async revertReason(client: PublicClient, row: SentTransaction, blockNumber: bigint): Promise<SendError> {
     const transaction = parseTransaction(row.signed_transaction as Hex);
     let data: Hex | undefined;
     try {
@@ -280,6 +305,9 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
             status: change.status,
             error: change.error ? JSON.stringify(change.error) : null,
             block_number: change.status === "INCLUDED" ? change.blockNumber : null,
+            ...(change.status === "INCLUDED" && change.block
+              ? { block_hash: change.block.hash, block_time: change.block.time, fee: change.block.fee }
+              : {}),
             attempts: attempt,
             lease_until: null,
             updated_at: now,

@@ -1,8 +1,8 @@
 // The chain nodes a deployment sends transactions to (SIGIL_CHAIN_RPC_URLS): one JSON-RPC endpoint per
-// CAIP-2 chain id, spoken through viem's public client and HTTP transport. Keyed by caip2 so that other
-// namespaces (solana:…) can have their clients here later; today only eip155 chains are served. Each
-// EVM node is asked its chain id once before it is used: a node listed under the wrong caip2 would
-// otherwise be handed transactions signed for another chain.
+// CAIP-2 chain id: EVM chains spoken through viem's public client and HTTP transport, Solana clusters
+// through @solana/kit's (solana-rpc.ts). Each node is asked which chain it serves once before it is
+// used (an EVM node its chain id, a Solana node its genesis hash): a node listed under the wrong caip2
+// would otherwise be handed transactions signed for another chain.
 import {
   BaseError,
   HttpRequestError,
@@ -14,9 +14,10 @@ import {
   type Hex,
   type PublicClient,
 } from "viem";
-import type { ChainConfig } from "../config.js";
+import { canonicalCaip2, type ChainConfig } from "../config.js";
 import type { Db, Tx } from "../store/handles.js";
 import { serviceError } from "../errors.js";
+import { solanaRpc, verifyGenesisHash, type SolanaChain } from "./solana-rpc.js";
 
 /**
  * The ABI uploaded for a contract of the organization (its smart contract interface), used to decode
@@ -34,10 +35,16 @@ export interface EvmChain {
 
 export class ChainRpc {
   private readonly clients = new Map<string, PublicClient>();
+  private readonly solanaClients = new Map<string, SolanaChain["rpc"]>();
   /** The chain id check of each node: made once, forgotten when it could not be made (node down). */
   private readonly verified = new Map<string, Promise<void>>();
 
   constructor(private readonly config: ChainConfig) {}
+
+  /** The assets SIGIL_CHAIN_ASSETS lists, by caip2 (canonical). */
+  get assets(): ChainConfig["assets"] {
+    return this.config.assets;
+  }
 
   /** The chains with a node, as configured. */
   get chains(): string[] {
@@ -45,16 +52,39 @@ export class ChainRpc {
   }
 
   has(caip2: string): boolean {
-    return Object.hasOwn(this.config.rpcUrls, caip2);
+    return Object.hasOwn(this.config.rpcUrls, canonicalCaip2(caip2));
+  }
+
+  /** CHAIN_NOT_CONFIGURED when no node is listed for `caip2`. */
+  private requireNode(caip2: string): void {
+    if (!this.has(caip2)) {
+      const listed = this.chains.length ? `chains with a node: ${this.chains.join(", ")}` : "no chain has one";
+      throw serviceError("CHAIN_NOT_CONFIGURED", `caip2 ${caip2} has no node on this server (SIGIL_CHAIN_RPC_URLS; ${listed})`);
+    }
+  }
+
+  /** The client of a Solana cluster (`caip2` canonical: see canonicalCaip2), its genesis hash checked once. */
+  async solana(caip2: string): Promise<SolanaChain> {
+    this.requireNode(caip2);
+    let rpc = this.solanaClients.get(caip2);
+    if (!rpc) {
+      rpc = solanaRpc(this.config.rpcUrls[caip2]!, this.config.timeoutMs);
+      this.solanaClients.set(caip2, rpc);
+    }
+    let check = this.verified.get(caip2);
+    if (!check) {
+      check = verifyGenesisHash(rpc, caip2);
+      this.verified.set(caip2, check);
+      check.catch(() => this.verified.delete(caip2));
+    }
+    await check;
+    return { caip2, rpc };
   }
 
   /** The client of an EVM chain; CHAIN_NOT_CONFIGURED when no node is listed for it. */
   async evm(caip2: string): Promise<EvmChain> {
     const chainId = evmChainId(caip2);
-    if (!this.has(caip2)) {
-      const listed = this.chains.length ? `chains with a node: ${this.chains.join(", ")}` : "no chain has one";
-      throw serviceError("CHAIN_NOT_CONFIGURED", `caip2 ${caip2} has no node on this server (SIGIL_CHAIN_RPC_URLS; ${listed})`);
-    }
+    this.requireNode(caip2);
     let client = this.clients.get(caip2);
     if (!client) {
       // No retries here: an activity waits for its answer, and the broadcaster retries on its own schedule.

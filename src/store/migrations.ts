@@ -525,6 +525,27 @@ const sentTransactions: Migration = {
   },
 };
 
+/** What the chain history reports of a sent transaction once it landed (its block's hash and time, the
+ * fee it paid), and how many of the sender's nonces it uses: two for an EIP-7702 transaction carrying
+ * the sender's own authorization (eth_undelegate_7702), one otherwise. Solana transactions
+ * (sol_send_transaction) share the table: their nonce is null, their tx_hash the signature. */
+const sentTransactionBlocks: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema.alterTable("sent_transactions").addColumn("block_hash", "text").execute();
+    await db.schema.alterTable("sent_transactions").addColumn("block_time", "bigint").execute();
+    await db.schema.alterTable("sent_transactions").addColumn("fee", "text").execute();
+    await db.schema
+      .alterTable("sent_transactions")
+      .addColumn("nonce_count", "integer", (c) => c.notNull().defaultTo(1))
+      .execute();
+    await db.schema
+      .createIndex("sent_transactions_history")
+      .on("sent_transactions")
+      .columns(["caip2", "from_address", "created_at", "id"])
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -536,6 +557,7 @@ export const migrations: Record<string, Migration> = {
   "0008_otp_send_budgets": otpSendBudgets,
   "0009_smart_contract_interfaces": smartContractInterfaces,
   "0010_sent_transactions": sentTransactions,
+  "0011_sent_transaction_blocks": sentTransactionBlocks,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -1,4 +1,4 @@
-import type { ColumnType } from "kysely";
+import type { ColumnType, Selectable } from "kysely";
 
 // Row types of the database, shared by SQLite and PostgreSQL. Times are integer milliseconds since the
 // epoch; JSON documents are stored as text so both dialects read them back the same way.
@@ -392,7 +392,7 @@ export interface SentTransactionsTable {
   organization_id: string;
   activity_id: string;
   caip2: string;
-  /** The sender, EIP-55 checksummed. */
+  /** The sender: EIP-55 checksummed; on Solana the fee payer (the first signer), base58. */
   from_address: string;
   to_address: string | null;
   /** Null when nothing was signed (the simulation reverted). */
@@ -412,9 +412,20 @@ export interface SentTransactionsTable {
   /** The process looking at it holds it until then. */
   lease_until: number | null;
   block_number: number | null;
+  /** The block (Ethereum) or slot's block (Solana) it landed in, and that block's time (ms). */
+  block_hash: string | null;
+  block_time: number | null;
+  /** What it paid, in the chain's smallest native unit (wei, lamports), as decimal digits. */
+  fee: string | null;
+  /** Consecutive nonces of the sender it uses from `nonce` on: 2 when it carries the sender's own
+   * EIP-7702 authorization (whose nonce is the transaction's plus one), else 1. */
+  nonce_count: ColumnType<number, number | undefined, number>;
   created_at: number;
   updated_at: number;
 }
+
+/** A sent transaction as read. */
+export type SentTransaction = Selectable<SentTransactionsTable>;
 
 /** One row per sending address and chain: locked while a nonce is reserved for it. */
 export interface NonceReservationsTable {

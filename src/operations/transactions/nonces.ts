@@ -6,6 +6,7 @@
 // since the node counts it. Reservations are made inside the activity's transaction, under the
 // organization's lock and a row lock on the address's reservation (nonce_reservations): two server
 // processes on one PostgreSQL database take their turns there.
+import { sql } from "kysely";
 import type { PublicClient } from "viem";
 import { serviceError } from "../../errors.js";
 import type { Dialect, Db, Tx } from "../../store/handles.js";
@@ -24,30 +25,42 @@ export async function pendingNonce(client: PublicClient, caip2: string, address:
 /** The nonce the next send from `address` gets (see above); `address` EIP-55 checksummed. */
 export async function nextNonce(db: Db | Tx, client: PublicClient, caip2: string, address: `0x${string}`): Promise<number> {
   const pending = await pendingNonce(client, caip2, address);
+  // A transaction carrying its sender's own EIP-7702 authorization holds two nonces (nonce_count 2),
+  // so one just below the pending nonce may still hold it.
   const held = await db
     .selectFrom("sent_transactions")
-    .select("nonce")
+    .select(["nonce", "nonce_count"])
     .where("caip2", "=", caip2)
     .where("from_address", "=", address)
     .where("status", "in", LIVE_STATUSES)
-    .where("nonce", ">=", pending)
+    .where("nonce", ">=", pending - 1)
     .orderBy("nonce")
     .execute();
   let nonce = pending;
-  for (const { nonce: taken } of held) {
-    if (taken === nonce) nonce++;
-    else if (taken !== null && taken > nonce) break;
+  for (const { nonce: taken, nonce_count } of held) {
+    if (taken === null) continue;
+    if (taken <= nonce && nonce < taken + nonce_count) nonce = taken + nonce_count;
+    else if (taken > nonce) break;
   }
   return nonce;
 }
 
 /**
- * Takes `nonce` for a send from `address`: locks the address's reservation row (made on first use),
+ * Takes `nonce` (and the `count - 1` after it) for a send from `address`: locks the address's reservation row (made on first use),
  * and, for a nonce Sigil chose (`chosen`), checks that no send in flight holds it. A nonce the request
  * named is taken as asked: a second transaction with a nonce in flight replaces the first, or is
  * refused by the node, and the broadcaster reports which.
  */
-export async function reserveNonce(trx: Tx, dialect: Dialect, caip2: string, address: string, nonce: number, chosen: boolean, now: number) {
+export async function reserveNonce(
+  trx: Tx,
+  dialect: Dialect,
+  caip2: string,
+  address: string,
+  nonce: number,
+  chosen: boolean,
+  now: number,
+  count = 1,
+) {
   await trx
     .insertInto("nonce_reservations")
     .values({ caip2, address, next_nonce: 0, updated_at: now })
@@ -63,7 +76,9 @@ export async function reserveNonce(trx: Tx, dialect: Dialect, caip2: string, add
       .where("caip2", "=", caip2)
       .where("from_address", "=", address)
       .where("status", "in", LIVE_STATUSES)
-      .where("nonce", "=", nonce)
+      // Its nonces [nonce, nonce + nonce_count) meet the ones asked for.
+      .where("nonce", "<", nonce + count)
+      .where(sql<boolean>`nonce + nonce_count > ${nonce}`)
       .executeTakeFirst();
     if (holder)
       throw serviceError(
@@ -73,7 +88,7 @@ export async function reserveNonce(trx: Tx, dialect: Dialect, caip2: string, add
   }
   await trx
     .updateTable("nonce_reservations")
-    .set({ next_nonce: Math.max(next_nonce, nonce + 1), updated_at: now })
+    .set({ next_nonce: Math.max(next_nonce, nonce + count), updated_at: now })
     .where("caip2", "=", caip2)
     .where("address", "=", address)
     .execute();

@@ -27,7 +27,7 @@ const UINT64_MAX = (1n << 64n) - 1n;
 const UINT256_MAX = (1n << 256n) - 1n;
 
 /** A whole number the request sent as a string: decimal digits (or 0x hex), within `max`. */
-function wholeNumber(value: string | undefined, field: string, max: bigint): bigint | undefined {
+export function wholeNumber(value: string | undefined, field: string, max: bigint): bigint | undefined {
   if (value === undefined) return undefined;
   if (!/^(0|[1-9][0-9]{0,77}|0x[0-9a-fA-F]{1,64})$/.test(value))
     throw serviceError(
@@ -88,7 +88,7 @@ function callOf(p: SendParameters) {
 }
 
 /** The key `from` names: an Ethereum address of one of the organization's wallet accounts or private keys. */
-async function senderOf(trx: Tx, organizationId: string, from: string): Promise<{ signer: FoundSigner; from: Hex }> {
+export async function senderOf(trx: Tx, organizationId: string, from: string): Promise<{ signer: FoundSigner; from: Hex }> {
   if (!isAddress(from, { strict: false }))
     throw serviceError(
       "REQUEST_INVALID",
@@ -200,7 +200,7 @@ async function prepare(trx: Tx, env: OperationEnvironment, organizationId: strin
   };
 }
 
-const newSend = (
+export const newSend = (
   ctx: { organizationId: string; activityId: string; now: number },
   fields: { caip2: string; from: string; to: string },
 ) => ({
@@ -333,7 +333,7 @@ export const transactionOperations = [
   defineQuery({
     name: "get_send_transaction_status",
     summary:
-      "The status of a transaction eth_send_transaction sent: INITIALIZED, BROADCASTING, INCLUDED or FAILED, its hash, and why it failed or reverted.",
+      "The status of a transaction eth_send_transaction (or sol_send_transaction, eth_undelegate_7702) sent: INITIALIZED, BROADCASTING, INCLUDED or FAILED, its hash (Solana: signature), and why it failed or reverted.",
     async run(ctx, body) {
       const row = await ctx.db
         .selectFrom("sent_transactions")
@@ -351,7 +351,7 @@ export const transactionOperations = [
       const showHash = row.tx_hash && (row.status === SEND_STATUS.BROADCASTING || row.status === SEND_STATUS.INCLUDED);
       return {
         txStatus: row.status,
-        ...(showHash ? { eth: { txHash: row.tx_hash } } : {}),
+        ...(showHash ? (row.caip2.startsWith("solana:") ? { solana: { signature: row.tx_hash } } : { eth: { txHash: row.tx_hash } }) : {}),
         ...(error ? { txError: error.message, error } : {}),
       };
     },

@@ -207,6 +207,20 @@ export async function ethereumTransactionKeywords(
   };
 }
 
+/**
+ * The condition keywords of a Solana transaction about to be signed (`solana.tx`), for every activity
+ * that signs one: sign_transaction and sol_send_transaction both come through here. `keyword` is
+ * `solanaKeyword` of the wire transaction whose message is signed (parsed by the caller, whose
+ * errors it maps); the organization's uploaded IDLs decode its calls.
+ */
+export async function solanaTransactionKeywords(
+  trx: Tx,
+  organizationId: string,
+  keyword: ReturnType<typeof solanaKeyword>,
+): Promise<Record<string, unknown>> {
+  return { "solana.tx": await withParsedInstructions(trx, organizationId, keyword) };
+}
+
 async function signerFor(ctx: ActivityContext, signWith: string) {
   const signer = await findSigner(ctx.trx, ctx.organizationId, signWith);
   return { signer, privateKey: openSigner(ctx.env.keyring, signer) };
@@ -283,7 +297,7 @@ export const signingOperations = [
             await ethereumTransactionKeywords(trx, organizationId, parseUnsignedTransaction(p.unsignedTransaction).transaction, from),
           );
         if (p.type === "TRANSACTION_TYPE_SOLANA")
-          context["solana.tx"] = await withParsedInstructions(trx, organizationId, solanaKeyword(p.unsignedTransaction));
+          Object.assign(context, await solanaTransactionKeywords(trx, organizationId, solanaKeyword(p.unsignedTransaction)));
         if (p.type === "TRANSACTION_TYPE_BITCOIN") {
           context["bitcoin.tx"] = parsePsbt(p.unsignedTransaction, signerAddresses(signer), signWithOf(p)).keyword;
         }
