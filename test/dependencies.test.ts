@@ -10,6 +10,19 @@ interface LockedPackage {
   version?: string;
   optional?: boolean;
   engines?: { node?: string } | string[];
+  optionalDependencies?: Record<string, string>;
+}
+
+/** Where npm would find `name` for the package at `from`: its own node_modules, then each parent's. */
+function resolvedFrom(packages: Record<string, LockedPackage>, from: string, name: string): string | undefined {
+  let base = from;
+  for (;;) {
+    const candidate = base ? `${base}/node_modules/${name}` : `node_modules/${name}`;
+    if (packages[candidate]) return candidate;
+    if (!base) return undefined;
+    const cut = base.lastIndexOf("/node_modules/");
+    base = cut === -1 ? "" : base.slice(0, cut);
+  }
 }
 
 const manifest = JSON.parse(readFileSync("package.json", "utf8")) as { engines: { node: string } };
@@ -31,5 +44,26 @@ describe("the Node versions the project promises", () => {
         return range && !semver.satisfies(oldest, range) ? [`${path}@${entry.version} wants node ${range}`] : [];
       });
     expect(refused).toEqual([]);
+  });
+});
+
+describe("the lock file", () => {
+  // npm ci refuses a lock that lacks any optional dependency of a locked package, even a platform
+  // binary it would skip here ("Missing: … from lock file"). The registry this project is built
+  // against may not carry other platforms' binaries, and then npm install leaves them out of the lock:
+  // they are listed by hand (platform fields, no integrity), as docs/architecture.md says.
+  it("lists every optional dependency of every locked package, so npm ci accepts it", () => {
+    const missing = Object.entries(lock.packages).flatMap(([path, entry]) =>
+      Object.keys(entry.optionalDependencies ?? {})
+        .filter((name) => resolvedFrom(lock.packages, path, name) === undefined)
+        .map((name) => `${path || "(root)"} -> ${name}`),
+    );
+    expect(missing).toEqual([]);
+  });
+
+  it("finds a missing one (the check itself)", () => {
+    const packages = { "node_modules/a": { optionalDependencies: { b: "1" } }, "node_modules/c/node_modules/b": {} };
+    expect(resolvedFrom(packages, "node_modules/a", "b")).toBeUndefined();
+    expect(resolvedFrom(packages, "node_modules/c", "b")).toBe("node_modules/c/node_modules/b");
   });
 });
