@@ -8,6 +8,7 @@ import pino from "pino";
 import { encodeFunctionData, keccak256, maxUint256, parseEther, serializeTransaction, toFunctionSelector, type Abi, type Hex } from "viem";
 import { DEFAULT_ETHEREUM_ACCOUNTS, Turnkey } from "@turnkey/sdk-server";
 import { createAccount } from "@turnkey/viem";
+import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { startServer, type RunningServer } from "../src/http/server.js";
 import { decodeRevert } from "../src/chains/ethereum-reverts.js";
 import { startHarness, refusedLeavingOnlyItsActivity, type Harness, type TestOrganization } from "./helpers/harness.js";
@@ -398,6 +399,18 @@ describe("eth_send_raw_transaction through @turnkey/http", () => {
     });
     await refusedLeavingOnlyItsActivity(h, raw(mainnet), {
       message: expect.stringContaining("signedTransaction is signed for chain 1, not eip155:11155111"),
+    });
+    // Signed for no chain at all (legacy, before EIP-155): valid on every chain, so replayable anywhere.
+    const anywhere = await privateKeyToAccount(generatePrivateKey()).signTransaction({
+      type: "legacy",
+      nonce: 0,
+      to: RECIPIENT,
+      value: 1n,
+      gas: 21_000n,
+      gasPrice: fees.maxFeePerGas,
+    });
+    await refusedLeavingOnlyItsActivity(h, raw(anywhere), {
+      message: expect.stringContaining("signedTransaction names no chain id"),
     });
     expect(await chainState(sender)).toEqual(before);
   });

@@ -265,3 +265,21 @@ export async function readPage<Row>(
   if (page.reverse) rows.reverse();
   return rows;
 }
+
+/**
+ * What an activity prepares once per request and reads twice: its policy keywords (before the decision)
+ * and its execution (after it) share one preparation, keyed by the request's parameters object, so what
+ * policies allowed is exactly what runs. A failed preparation is reported by whichever step awaits it.
+ */
+export function oncePerRequest<P extends object, T>(): (p: P, prepare: () => Promise<T>) => Promise<T> {
+  const prepared = new WeakMap<P, Promise<T>>();
+  return (p, prepare) => {
+    let preparing = prepared.get(p);
+    if (!preparing) {
+      preparing = prepare();
+      prepared.set(p, preparing);
+      preparing.catch(() => undefined);
+    }
+    return preparing;
+  };
+}

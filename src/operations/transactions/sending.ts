@@ -5,6 +5,7 @@
 // once the activity has committed and follows it to its final status. eth_send_raw_transaction hands
 // an already signed transaction to the node. get_send_transaction_status and get_nonces read them.
 import { getAddress, isAddress, keccak256, parseTransaction, recoverTransactionAddress, serializeTransaction, type Hex } from "viem";
+import { oncePerRequest } from "../resources.js";
 import type { TransactionSerializableEIP1559 } from "viem";
 import { ServiceError, serviceError } from "../../errors.js";
 import type { Tx } from "../../store/handles.js";
@@ -123,16 +124,10 @@ interface PreparedSend {
 
 // Prepared once per request: the policies' keywords and the execution read the same transaction, so
 // what policies allowed is exactly what is signed (the parameters object is the same for both).
-const prepared = new WeakMap<object, Promise<PreparedSend>>();
+const prepareOnce = oncePerRequest<SendParameters, PreparedSend>();
 
 function prepareSend(trx: Tx, env: OperationEnvironment, organizationId: string, p: SendParameters): Promise<PreparedSend> {
-  let preparing = prepared.get(p);
-  if (!preparing) {
-    preparing = prepare(trx, env, organizationId, p);
-    prepared.set(p, preparing);
-    preparing.catch(() => undefined);
-  }
-  return preparing;
+  return prepareOnce(p, () => prepare(trx, env, organizationId, p));
 }
 
 async function prepare(trx: Tx, env: OperationEnvironment, organizationId: string, p: SendParameters): Promise<PreparedSend> {
@@ -315,7 +310,14 @@ export const transactionOperations = [
     async execute(ctx, p) {
       const { hex, transaction } = await parseSignedTransaction(p.signedTransaction);
       const { client, chainId } = await ctx.env.chains.evm(p.caip2);
-      if (transaction.chainId !== undefined && transaction.chainId !== chainId)
+      // A legacy transaction signed without a chain id (before EIP-155) is valid on every chain: relaying
+      // it would let anyone replay it elsewhere.
+      if (transaction.chainId === undefined)
+        throw serviceError(
+          "REQUEST_INVALID",
+          `signedTransaction names no chain id (signed before EIP-155, valid on every chain): sign it for ${p.caip2}`,
+        );
+      if (transaction.chainId !== chainId)
         throw serviceError("REQUEST_INVALID", `signedTransaction is signed for chain ${transaction.chainId}, not ${p.caip2}`);
       try {
         await client.request({ method: "eth_sendRawTransaction", params: [hex] });

@@ -5,6 +5,7 @@
 // and records it; the chain broadcaster sends it once the activity has committed and follows it to its
 // final status (services/solana-broadcast.ts).
 import type { Transaction } from "@solana/kit";
+import { oncePerRequest } from "../resources.js";
 import { canonicalCaip2 } from "../../config.js";
 import { ServiceError, serviceError } from "../../errors.js";
 import type { Tx } from "../../store/handles.js";
@@ -92,16 +93,10 @@ interface PreparedSolanaSend {
 }
 
 // Prepared once per request: policies and the execution read the same transaction (same blockhash).
-const prepared = new WeakMap<object, Promise<PreparedSolanaSend>>();
+const prepareOnce = oncePerRequest<SolSendParameters, PreparedSolanaSend>();
 
 function prepareSend(trx: Tx, env: OperationEnvironment, organizationId: string, p: SolSendParameters, type: string) {
-  let preparing = prepared.get(p);
-  if (!preparing) {
-    preparing = prepare(trx, env, organizationId, p, type);
-    prepared.set(p, preparing);
-    preparing.catch(() => undefined);
-  }
-  return preparing;
+  return prepareOnce(p, () => prepare(trx, env, organizationId, p, type));
 }
 
 async function prepare(

@@ -7,6 +7,7 @@
 // and the authorization (`eth.eip_7702_authorization`, as sign_raw_payload shows one). Signed,
 // recorded and broadcast like eth_send_transaction's transactions, and followed by the same broadcaster.
 import { keccak256, serializeTransaction, zeroAddress, type Hex, type TransactionSerializableEIP7702 } from "viem";
+import { oncePerRequest } from "../resources.js";
 import { authorizationDigest, authorizationKeyword, serializeSigned } from "../../chains/ethereum.js";
 import { serviceError } from "../../errors.js";
 import type { Tx } from "../../store/handles.js";
@@ -40,16 +41,10 @@ interface PreparedUndelegation {
   nonceChosen: boolean;
 }
 
-const prepared = new WeakMap<object, Promise<PreparedUndelegation>>();
+const prepareOnce = oncePerRequest<UndelegateParameters, PreparedUndelegation>();
 
 function prepareUndelegation(trx: Tx, env: OperationEnvironment, organizationId: string, p: UndelegateParameters) {
-  let preparing = prepared.get(p);
-  if (!preparing) {
-    preparing = prepare(trx, env, organizationId, p);
-    prepared.set(p, preparing);
-    preparing.catch(() => undefined);
-  }
-  return preparing;
+  return prepareOnce(p, () => prepare(trx, env, organizationId, p));
 }
 
 async function prepare(trx: Tx, env: OperationEnvironment, organizationId: string, p: UndelegateParameters): Promise<PreparedUndelegation> {
