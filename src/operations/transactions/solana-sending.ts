@@ -10,7 +10,7 @@ import { canonicalCaip2 } from "../../config.js";
 import { ServiceError, serviceError } from "../../errors.js";
 import type { Tx } from "../../store/handles.js";
 import { address as addressOf } from "../../crypto/addresses.js";
-import { SolanaError, solanaKeyword } from "../../chains/solana.js";
+import { solanaKeyword } from "../../chains/solana.js";
 import {
   checkBlockhash,
   readUnsignedTransaction,
@@ -24,23 +24,13 @@ import { defineActivity, type OperationEnvironment, type ParametersOf } from "..
 import { SEND_STATUS } from "../../services/chain-broadcaster.js";
 import { solanaUnavailable } from "../../services/solana-rpc.js";
 import { findSigner, openSigner, signerKeywords, type FoundSigner } from "../wallets/signers.js";
-import { solanaTransactionKeywords } from "../wallets/signing.js";
+import { callerError, solanaTransactionKeywords } from "../wallets/signing.js";
 import { newSend } from "./sending.js";
 
 type SolSendParameters = ParametersOf<"sol_send_transaction">;
 
 /** What the product accepts in signWiths. */
 const MAX_SIGNERS = 16;
-
-/** Chain and wire-format errors are the caller's to fix. */
-function callerError<T>(where: string, f: () => T): T {
-  try {
-    return f();
-  } catch (error) {
-    if (error instanceof SolanaError) throw serviceError("REQUEST_INVALID", `${where}: ${error.message}`);
-    throw error;
-  }
-}
 
 /** The signing addresses: V2's signWiths, V1's single signWith; 1 to 16, none twice. */
 function signWithsOf(p: SolSendParameters): string[] {

@@ -48,7 +48,7 @@ const isCallerError = (error: unknown): error is Error =>
   error instanceof SigningError;
 
 /** Chain and payload errors are the caller's to fix: InvalidArgument with the library's words. */
-function callerError<T>(where: string, f: () => T): T {
+export function callerError<T>(where: string, f: () => T): T {
   try {
     return f();
   } catch (error) {
