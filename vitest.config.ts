@@ -8,6 +8,12 @@ const databaseFree = ["test/layers.test.ts", "test/policy-language.test.ts", "te
 
 export default defineConfig({
   test: {
+    // Vitest's default on a 2-core machine is one worker (cores - 1), and each test file then waits
+    // for the previous one's process start and module loading; files spend much of their time waiting
+    // on sockets (nodes, SMTP, HTTP receivers, PostgreSQL), so three forks keep both cores busy.
+    // Every file has its own database (test/helpers/backend.ts), so files cannot see each other.
+    maxWorkers: 3,
+    minWorkers: 1,
     projects: backends.map((backend, i) => ({
       test: {
         name: backend,
