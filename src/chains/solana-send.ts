@@ -1,5 +1,6 @@
 // A Solana transaction on its way to a node (sol_send_transaction): its blockhash attached, signed by
-// several keys, encoded for sendTransaction, named by its signature, and read back for the history.
+// several keys, encoded for sendTransaction, named by its signature, and read back for the history
+// (its SOL and SPL token transfers).
 // Every byte is decoded and encoded by @solana/kit; the message is changed only in its lifetime token.
 import {
   getBase58Encoder,
@@ -11,6 +12,15 @@ import {
   type SignatureBytes,
   type Transaction,
 } from "@solana/kit";
+import {
+  getTokenDecoder,
+  getTokenSize,
+  getTransferCheckedInstructionDataDecoder,
+  getTransferInstructionDataDecoder,
+  identifyTokenInstruction,
+  TOKEN_PROGRAM_ADDRESS,
+  TokenInstruction,
+} from "@solana-program/token";
 import type { RawSignature } from "../crypto/sign.js";
 import { SolanaError, decode } from "./solana.js";
 
@@ -116,4 +126,58 @@ export function systemTransfersOf(transaction: Transaction): { from: string; to:
     if (accounts[instruction.programAddressIndex] !== SYSTEM_PROGRAM || data.length < 12 || data.readUInt32LE(0) !== 2) return [];
     return from && to ? [{ from, to, lamports: data.readBigUInt64LE(4) }] : [];
   });
+}
+
+/** The SPL Token program and Token-2022, whose Transfer and TransferChecked share one layout. */
+const TOKEN_PROGRAMS = new Set<string>([TOKEN_PROGRAM_ADDRESS, "TokenzQdBNbLqP5VEhdkAS6EPFLC1PHnBqCXEpPxuEb"]);
+
+/** A top-level SPL token transfer: token accounts (not their owners), the signing authority, and the mint when the instruction names it. */
+export interface TokenTransfer {
+  source: string;
+  destination: string;
+  authority: string;
+  amount: bigint;
+  mint?: string;
+}
+
+/** Top-level Transfer and TransferChecked instructions of the token programs (the history's token transfers). */
+export function tokenTransfersOf(transaction: Transaction): TokenTransfer[] {
+  const message = compiledMessage(transaction);
+  if (!("instructions" in message)) return [];
+  const accounts = message.staticAccounts as string[];
+  return message.instructions.flatMap((instruction): TokenTransfer[] => {
+    if (!TOKEN_PROGRAMS.has(accounts[instruction.programAddressIndex]!) || !instruction.data) return [];
+    // An account behind an address lookup table is not in the static list: such a transfer cannot be named here.
+    const named = (instruction.accountIndices ?? []).map((i) => accounts[i]);
+    try {
+      switch (identifyTokenInstruction(instruction.data)) {
+        case TokenInstruction.Transfer: {
+          const [source, destination, authority] = named;
+          const { amount } = getTransferInstructionDataDecoder().decode(instruction.data);
+          return source && destination && authority ? [{ source, destination, authority, amount }] : [];
+        }
+        case TokenInstruction.TransferChecked: {
+          const [source, mint, destination, authority] = named;
+          const { amount } = getTransferCheckedInstructionDataDecoder().decode(instruction.data);
+          return source && mint && destination && authority ? [{ source, destination, authority, amount, mint }] : [];
+        }
+        default:
+          return [];
+      }
+    } catch {
+      return []; // data the token program would refuse: the transaction did not move tokens through it
+    }
+  });
+}
+
+/** The mint and owner of an SPL token account's data (Token-2022 extensions follow the base layout), if it is one. */
+export function tokenAccountOf(data: Uint8Array): { mint: string; owner: string } | undefined {
+  const base = getTokenSize();
+  if (data.length < base) return undefined;
+  try {
+    const { mint, owner } = getTokenDecoder().decode(data.subarray(0, base));
+    return { mint, owner };
+  } catch {
+    return undefined;
+  }
 }

@@ -2,7 +2,7 @@
 // `litesvm`: the Solana runtime — its programs, fees, rent and signature checks — in this process) and
 // answers, over JSON-RPC on a loopback port, the methods Sigil calls: getGenesisHash, getLatestBlockhash,
 // isBlockhashValid, sendTransaction (with LiteSVM's simulation as the preflight), getSignatureStatuses,
-// getTransaction, getBlock, getBalance and getTokenAccountsByOwner. Each transaction that lands gets a
+// getTransaction, getBlock, getBalance, getMultipleAccounts and getTokenAccountsByOwner. Each transaction that lands gets a
 // slot of its own and is final at once. What LiteSVM has no notion of is made up here, and said so:
 // the genesis hash is devnet's (the API's caip2 list names only mainnet and devnet, so the node
 // must claim one of them; devnet's, so that nothing could reach a real mainnet node), a block per
@@ -17,6 +17,7 @@ import {
   getTransactionDecoder,
   lamports,
   type Address,
+  type EncodedAccount,
   type Transaction,
 } from "@solana/kit";
 
@@ -87,6 +88,16 @@ function errorText(failed: FailedTransactionMetadata): string {
   }
   return String(json);
 }
+
+/** An account as JSON-RPC answers it in base64 encoding. */
+const wireAccount = (account: EncodedAccount) => ({
+  lamports: Number(account.lamports),
+  owner: account.programAddress,
+  executable: account.executable,
+  rentEpoch: 0,
+  space: account.data.length,
+  data: [Buffer.from(account.data).toString("base64"), "base64"],
+});
 
 /** What the transaction's message says about who signs: its number of required signatures. */
 const signaturesOf = (transaction: Transaction) => BigInt(Object.keys(transaction.signatures).length);
@@ -211,6 +222,13 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
       };
     },
     getBalance: ([of]: [string]) => ({ context: context(), value: Number(svm.getBalance(address(of)) ?? 0n) }),
+    getMultipleAccounts: ([addresses]: [string[]]) => ({
+      context: context(),
+      value: addresses.map((at) => {
+        const account = svm.getAccount(address(at));
+        return account.exists ? wireAccount(account) : null;
+      }),
+    }),
     getTokenAccountsByOwner: ([owner, filter]: [string, { mint?: string; programId?: string }]) => {
       // SPL token accounts (165 bytes: mint 0..32, owner 32..64, amount 64..72), base64 as asked.
       const program = filter.programId ?? "TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA";
@@ -222,17 +240,7 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
       });
       return {
         context: context(),
-        value: accounts.map((account) => ({
-          pubkey: account.address,
-          account: {
-            lamports: Number(account.lamports),
-            owner: account.programAddress,
-            executable: account.executable,
-            rentEpoch: 0,
-            space: account.data.length,
-            data: [Buffer.from(account.data).toString("base64"), "base64"],
-          },
-        })),
+        value: accounts.map((account) => ({ pubkey: account.address, account: wireAccount(account) })),
       };
     },
   };

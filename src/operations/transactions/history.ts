@@ -1,15 +1,16 @@
 // Transaction history (docs/chain-assets.md): what a self-hosted server can answer without an indexer —
 // every transaction Sigil itself sent from a wallet account on a chain and that landed there (the
 // sent_transactions rows the chain broadcaster brought to INCLUDED), newest first, with its block, fee,
-// native (and listed-token) transfers, and the activity that sent it. Transactions sent by anything
+// native and token transfers, and the activity that sent it. Transactions sent by anything
 // else are not listed: no node can be asked for "every transaction of an address".
+import { address as solanaAddress, type Rpc, type SolanaRpcApi } from "@solana/kit";
 import { decodeFunctionData, erc20Abi, parseTransaction, type Hex } from "viem";
 import { canonicalCaip2 } from "../../config.js";
 import { serviceError } from "../../errors.js";
 import type { Db } from "../../store/handles.js";
 import type { SentTransaction } from "../../store/schema.js";
 import { chainAssets, displayAmount, nativeAsset, tokenReference, type AssetMetadata } from "../../chains/assets.js";
-import { fromWire, signersOf, systemTransfersOf } from "../../chains/solana-send.js";
+import { fromWire, signersOf, systemTransfersOf, tokenAccountOf, tokenTransfersOf, type TokenTransfer } from "../../chains/solana-send.js";
 import { defineQuery, type QueryContext } from "../../registry/registry.js";
 import { SEND_STATUS } from "../../services/chain-broadcaster.js";
 import { pageSize, type Pagination } from "../resources.js";
@@ -148,9 +149,37 @@ async function ethereumItems(ctx: QueryContext, caip2: string, owner: string, ro
   );
 }
 
+/** Mint and owner of each token account these transfers name, as the node holds them now (closed ones are absent). */
+async function tokenAccounts(rpc: Rpc<SolanaRpcApi>, transfers: TokenTransfer[]): Promise<Map<string, { mint: string; owner: string }>> {
+  const wanted = [...new Set(transfers.flatMap((t) => [t.source, t.destination]))];
+  const found = new Map<string, { mint: string; owner: string }>();
+  // getMultipleAccounts takes at most 100 addresses a call.
+  for (let i = 0; i < wanted.length; i += 100) {
+    const chunk = wanted.slice(i, i + 100);
+    const answer = await rpc
+      .getMultipleAccounts(
+        chunk.map((a) => solanaAddress(a)),
+        { encoding: "base64" },
+      )
+      .send()
+      .catch(() => null);
+    answer?.value.forEach((account, j) => {
+      const held = account ? tokenAccountOf(Buffer.from(account.data[0], "base64")) : undefined;
+      if (held) found.set(chunk[j]!, held);
+    });
+  }
+  return found;
+}
+
 async function solanaItems(ctx: QueryContext, caip2: string, owner: string, rows: Row[]) {
   const { rpc } = await ctx.chains.solana(caip2);
   const native = nativeAsset(caip2, ctx.chains.assets);
+  const listedTokens = new Map(
+    chainAssets(caip2, ctx.chains.assets).flatMap((asset) => {
+      const token = tokenReference(asset);
+      return token?.kind === "token" ? [[token.address, asset] as const] : [];
+    }),
+  );
   const statuses = rows.length
     ? (
         await rpc
@@ -162,12 +191,27 @@ async function solanaItems(ctx: QueryContext, caip2: string, owner: string, rows
           .catch(() => null)
       )?.value
     : [];
+  const transactions = rows.map((row) => fromWire(row.signed_transaction!));
+  const tokenMoves = transactions.map(tokenTransfersOf);
+  const held = await tokenAccounts(rpc, tokenMoves.flat());
   return rows.map((row, i) => {
-    const transaction = fromWire(row.signed_transaction!);
-    const transfers = systemTransfersOf(transaction).flatMap((t) => [
+    const transaction = transactions[i]!;
+    const nativeTransfers = systemTransfersOf(transaction).flatMap((t) => [
       ...(t.from === owner ? [transfer("OUT", native, t.lamports, t.to)] : []),
       ...(t.to === owner ? [transfer("IN", native, t.lamports, t.from)] : []),
     ]);
+    // A token account's owner is the party; where the node no longer has the account (closed since),
+    // the signing authority stands for the source's owner and the account itself for the destination.
+    const tokenTransfers = tokenMoves[i]!.flatMap((t) => {
+      const [source, destination] = [held.get(t.source), held.get(t.destination)];
+      const from = source?.owner ?? t.authority;
+      const to = destination?.owner ?? t.destination;
+      const asset = listedTokens.get(t.mint ?? source?.mint ?? destination?.mint ?? "");
+      return [
+        ...(from === owner ? [transfer("OUT", asset, t.amount, to)] : []),
+        ...(to === owner ? [transfer("IN", asset, t.amount, from)] : []),
+      ];
+    });
     return {
       signature: row.tx_hash!,
       block: { number: String(row.block_number), hash: row.block_hash ?? "", timestamp: rfc3339(row.block_time) },
@@ -176,7 +220,7 @@ async function solanaItems(ctx: QueryContext, caip2: string, owner: string, rows
       feePayer: row.from_address,
       signers: signersOf(transaction),
       fee: { amount: row.fee ?? "0", caip19: native?.caip19 ?? "" },
-      transfers,
+      transfers: [...nativeTransfers, ...tokenTransfers],
       turnkey: turnkeyOf(row),
     };
   });
@@ -209,7 +253,7 @@ export const historyOperations = [
   defineQuery({
     name: "list_sol_transaction_history",
     summary:
-      "The transactions this server sent with a wallet account as fee payer on a Solana cluster and that landed, newest first: slot, fee, signers, SOL transfers, the sending activity. Transactions sent elsewhere are not listed (no indexer).",
+      "The transactions this server sent with a wallet account as fee payer on a Solana cluster and that landed, newest first: slot, fee, signers, SOL and SPL token transfers, the sending activity. Transactions sent elsewhere are not listed (no indexer).",
     run: (ctx, body) => history(ctx, body, "solana"),
   }),
 ];
