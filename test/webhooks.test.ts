@@ -8,6 +8,7 @@ import path from "node:path";
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { verifyTurnkeyWebhookSignature } from "@turnkey/crypto";
+import { receiver, until, verificationKeys } from "./helpers/webhook-receiver.js";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
 import { cliDeployment, freePort } from "./helpers/processes.js";
 import { fastPoller } from "./helpers/organizations.js";
@@ -21,61 +22,6 @@ const FAST = {
   SIGIL_WEBHOOK_POLL_MS: "50",
   SIGIL_WEBHOOK_TIMEOUT_MS: "500",
 };
-
-interface Received {
-  headers: http.IncomingHttpHeaders;
-  body: Buffer;
-}
-
-/** A webhook receiver on loopback: answers with the queued statuses (then 200), records every request. */
-async function receiver(port = 0) {
-  const received: Received[] = [];
-  const answers: number[] = [];
-  let hang = false;
-  const server = http.createServer((request, response) => {
-    const chunks: Buffer[] = [];
-    request.on("data", (c: Buffer) => chunks.push(c));
-    request.on("end", () => {
-      received.push({ headers: request.headers, body: Buffer.concat(chunks) });
-      if (hang) return;
-      const status = answers.shift() ?? 200;
-      if (status >= 300 && status < 400) response.setHeader("location", "http://127.0.0.1:1/elsewhere");
-      response.writeHead(status).end();
-    });
-  });
-  await new Promise<void>((resolve) => server.listen(port, "127.0.0.1", resolve));
-  const address = server.address() as net.AddressInfo;
-  return {
-    url: `http://127.0.0.1:${address.port}/hook`,
-    port: address.port,
-    received,
-    answers,
-    hangForever: () => (hang = true),
-    activities: () => received.map((r) => JSON.parse(r.body.toString("utf8"))),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
-  };
-}
-
-async function until<T>(what: string, probe: () => T | undefined | Promise<T | undefined>, ms = 10_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
-async function verificationKeys(baseUrl: string) {
-  const document = (await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as {
-    webhookVerificationKeys: { keyId: string; publicKey: string }[];
-  };
-  return document.webhookVerificationKeys.map((k) => ({ keyId: k.keyId, publicKey: k.publicKey }));
-}
 
 let h: Harness;
 let org: TestOrganization;
