@@ -4,28 +4,14 @@
 // against the product's documented `transaction:status` payload. Also: the billing organization
 // receives its sub-organizations' sends, and a sub-organization may not subscribe itself.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  address,
-  appendTransactionMessageInstructions,
-  compileTransaction,
-  createNoopSigner,
-  createTransactionMessage,
-  getTransactionEncoder,
-  pipe,
-  setTransactionMessageFeePayer,
-  setTransactionMessageLifetimeUsingBlockhash,
-  type Blockhash,
-} from "@solana/kit";
-import { getTransferSolInstruction } from "@solana-program/system";
 import { encodeFunctionData, parseEther, type Abi, type Hex } from "viem";
 import { DEFAULT_ETHEREUM_ACCOUNTS, DEFAULT_SOLANA_ACCOUNTS } from "@turnkey/sdk-server";
-import { verifyTurnkeyWebhookSignature } from "@turnkey/crypto";
 import { newKeyPair, refusedLeavingOnlyItsActivity, startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
-import { startSolanaNode, type SolanaNode } from "./helpers/solana-node.js";
+import { startSolanaNode, transfers, type SolanaNode } from "./helpers/solana-node.js";
 import { startEthereumNode, type EthereumNode } from "./helpers/ethereum-node.js";
 import counter from "./fixtures/counter.json" with { type: "json" };
-import { receiver, until, verificationKeys } from "./helpers/webhook-receiver.js";
+import { receiver, until, verdictOf, verificationKeys } from "./helpers/webhook-receiver.js";
 
 type Sdk = ReturnType<Harness["sdk"]>;
 type Caip2 = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
@@ -41,24 +27,8 @@ let org: TestOrganization;
 let sdk: Sdk;
 let hook: Awaited<ReturnType<typeof receiver>>;
 
-/** An unsigned transfer of `lamports` from `from` (the fee payer), with a placeholder blockhash Sigil replaces. */
-function transfer(from: string, lamports: bigint): string {
-  const message = pipe(
-    createTransactionMessage({ version: 0 }),
-    (m) => setTransactionMessageFeePayer(address(from), m),
-    (m) =>
-      setTransactionMessageLifetimeUsingBlockhash(
-        { blockhash: "11111111111111111111111111111111" as Blockhash, lastValidBlockHeight: 0n },
-        m,
-      ),
-    (m) =>
-      appendTransactionMessageInstructions(
-        [getTransferSolInstruction({ source: createNoopSigner(address(from)), destination: address(RECIPIENT), amount: lamports })],
-        m,
-      ),
-  );
-  return Buffer.from(getTransactionEncoder().encode(compileTransaction(message))).toString("hex");
-}
+/** An unsigned transfer of `lamports` from `from` (the fee payer) to RECIPIENT. */
+const transfer = (from: string, lamports: bigint) => transfers(from, [{ from, to: RECIPIENT, lamports }]);
 
 async function fundedAccount(client: Sdk, funded: bigint, organizationId?: string): Promise<string> {
   const { addresses } = await client.createWallet({
@@ -86,12 +56,7 @@ async function deliveriesOf(sendTransactionStatusId: string, count: number) {
   await new Promise((resolve) => setTimeout(resolve, 300));
   const keys = await verificationKeys(h.url);
   return about().map((delivery) => {
-    const verdict = verifyTurnkeyWebhookSignature({
-      headers: delivery.headers as Record<string, string>,
-      body: delivery.body,
-      verificationKeys: keys,
-      maxTimestampAgeMs: 60_000,
-    });
+    const verdict = verdictOf(delivery, keys);
     expect(verdict.ok, JSON.stringify(verdict)).toBe(true);
     expect(delivery.headers["x-turnkey-event-type"]).toBe(EVENT);
     return { headers: delivery.headers, body: JSON.parse(delivery.body.toString("utf8")) };

@@ -7,25 +7,11 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  address,
-  appendTransactionMessageInstructions,
-  compileTransaction,
-  createNoopSigner,
-  createTransactionMessage,
-  getBase58Encoder,
-  getTransactionEncoder,
-  lamports,
-  pipe,
-  setTransactionMessageFeePayer,
-  setTransactionMessageLifetimeUsingBlockhash,
-  type Blockhash,
-} from "@solana/kit";
-import { getTransferSolInstruction } from "@solana-program/system";
+import { address, getBase58Encoder, lamports } from "@solana/kit";
 import { DEFAULT_ETHEREUM_ACCOUNTS, DEFAULT_SOLANA_ACCOUNTS } from "@turnkey/sdk-server";
 import { startHarness, refusedLeavingOnlyItsActivity, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { organizationWith } from "./helpers/organizations.js";
-import { LAMPORTS_PER_SIGNATURE, startSolanaNode, type SolanaNode } from "./helpers/solana-node.js";
+import { LAMPORTS_PER_SIGNATURE, startSolanaNode, transfers, type SolanaNode } from "./helpers/solana-node.js";
 import { evaluatePolicies, newBudget } from "../src/policy/engine.js";
 import { STEP_BUDGET } from "../src/policy/compile.js";
 
@@ -61,26 +47,6 @@ function tokenAccount(owner: string, amount: bigint) {
     programAddress: address(TOKEN_PROGRAM),
     space: 165n,
   });
-}
-
-/** A blockhash no node has: what a client puts in the message when Sigil attaches the real one. */
-const PLACEHOLDER_BLOCKHASH = "11111111111111111111111111111111";
-
-/** An unsigned wire transaction (hex, empty signature slots) with these transfers, `feePayer` paying. */
-function transfers(feePayer: string, moves: { from: string; to: string; lamports: bigint }[], blockhash = PLACEHOLDER_BLOCKHASH): string {
-  const message = pipe(
-    createTransactionMessage({ version: 0 }),
-    (m) => setTransactionMessageFeePayer(address(feePayer), m),
-    (m) => setTransactionMessageLifetimeUsingBlockhash({ blockhash: blockhash as Blockhash, lastValidBlockHeight: 0n }, m),
-    (m) =>
-      appendTransactionMessageInstructions(
-        moves.map((move) =>
-          getTransferSolInstruction({ source: createNoopSigner(address(move.from)), destination: address(move.to), amount: move.lamports }),
-        ),
-        m,
-      ),
-  );
-  return Buffer.from(getTransactionEncoder().encode(compileTransaction(message))).toString("hex");
 }
 
 async function solanaAccount(client: Sdk, name: string, funded: bigint): Promise<string> {

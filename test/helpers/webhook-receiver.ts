@@ -1,8 +1,9 @@
 // A webhook receiver on loopback for the tests that check deliveries end to end, and what they wait
 // with: `until` a condition holds, and the deployment's verification keys for
-// @turnkey/crypto's verifyTurnkeyWebhookSignature.
+// @turnkey/crypto's verifyTurnkeyWebhookSignature, which `verdictOf` applies to a delivery.
 import http from "node:http";
 import type net from "node:net";
+import { verifyTurnkeyWebhookSignature } from "@turnkey/crypto";
 
 interface Received {
   headers: http.IncomingHttpHeaders;
@@ -57,4 +58,14 @@ export async function verificationKeys(baseUrl: string) {
     webhookVerificationKeys: { keyId: string; publicKey: string }[];
   };
   return document.webhookVerificationKeys.map((k) => ({ keyId: k.keyId, publicKey: k.publicKey }));
+}
+
+/** What the official helper says of a delivery (of `body` in its place, to check a tampered one). */
+export function verdictOf(delivery: Received, keys: { keyId: string; publicKey: string }[], body: Buffer = delivery.body) {
+  return verifyTurnkeyWebhookSignature({
+    headers: delivery.headers as Record<string, string>,
+    body,
+    verificationKeys: keys,
+    maxTimestampAgeMs: 60_000,
+  });
 }
