@@ -135,7 +135,7 @@ export const webhookOperations = [
   defineActivity({
     name: "create_webhook_endpoint",
     summary:
-      "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations) are delivered to its URL, signed.",
+      "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations), or their sends' status changes, are delivered to its URL, signed.",
     resource: "WEBHOOK_ENDPOINT",
     action: "CREATE",
     precheck: async (p, env) => void (await checkDestination(String(p.url ?? ""), env.webhooks, "url")),
