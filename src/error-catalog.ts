@@ -213,7 +213,8 @@ export const ERROR_CATALOG = {
   WEBHOOK_SUBSCRIPTIONS_MISSING: { status: "InvalidArgument", meaning: "a webhook endpoint needs at least one subscription" },
   WEBHOOK_EVENT_TYPE_UNSUPPORTED: {
     status: "InvalidArgument",
-    meaning: "a subscription names an event type this server does not deliver (it delivers activity updates)",
+    meaning:
+      "a subscription names an event type this server does not deliver (it delivers ACTIVITY_UPDATES and SEND_TRANSACTION_STATUS_UPDATES)",
   },
   CHAIN_NOT_CONFIGURED: {
     status: "InvalidArgument",
@@ -352,6 +353,11 @@ export const ERROR_CATALOG = {
   },
 
   // ── 403, gRPC 7 PermissionDenied: who sent it is known, and may not do it ──
+  WEBHOOK_BILLING_ORGANIZATION_ONLY: {
+    status: "PermissionDenied",
+    meaning:
+      "a sub-organization subscribed an endpoint to SEND_TRANSACTION_STATUS_UPDATES: those endpoints belong to the parent (billing) organization, which receives its sub-organizations' send statuses",
+  },
   POLICY_DENIED: {
     status: "PermissionDenied",
     meaning: "the policies (or the default rules) do not allow the activity; the message gives the outcome and the reason",

@@ -9,7 +9,7 @@ import { anchorDiscriminator, decodeInstruction, validateIdl } from "../src/chai
 import "../src/operations/wallets/transaction-keywords.js";
 import { STEP_BUDGET, compileExpression } from "../src/policy/compile.js";
 import { rootValues } from "../src/policy/keywords.js";
-import { PolicyTimestamp } from "../src/policy/types.js";
+import { EthereumAddress, PolicyTimestamp } from "../src/policy/types.js";
 
 const TREASURY = "0x08d2b0a37F869FF76BACB5Bab3278E26ab7067B7";
 
@@ -172,19 +172,70 @@ describe("Ethereum addresses compare in any letter case, and nothing else does",
       locals: [],
       budget: { steps: STEP_BUDGET },
     });
-  const tx = { to: TREASURY.toLowerCase(), contract_call_args: { dst: TREASURY.toLowerCase(), name: "Alice" } };
+  const lower = TREASURY.toLowerCase();
+  const upper = `0x${TREASURY.slice(2).toUpperCase()}`;
+  // As the decoder shows a call to `pay(address dst, string memo, address[] payees)`: the address
+  // arguments marked as addresses, the memo (text that happens to hold 0x and 40 hex digits) not.
+  const payAbi = [
+    {
+      type: "function",
+      name: "pay",
+      stateMutability: "nonpayable",
+      outputs: [],
+      inputs: [
+        { name: "dst", type: "address" },
+        { name: "memo", type: "string" },
+        { name: "payees", type: "address[]" },
+        { name: "tag", type: "bytes20" },
+      ],
+    },
+  ] as const;
+  const call = decodeContractCall(
+    validateAbi(JSON.stringify(payAbi)),
+    encodeFunctionData({ abi: payAbi, functionName: "pay", args: [TREASURY, lower, [TREASURY], lower as `0x${string}`] }),
+    (hex) => new EthereumAddress(hex),
+  )!;
+  const tx = { to: lower, from: lower, ...call };
 
   it.each([
+    // Fields typed as addresses, against a checksummed or upper-case literal.
     [`eth.tx.to == '${TREASURY}'`, true],
-    [`eth.tx.contract_call_args['dst'] == '${TREASURY.toUpperCase().replace("0X", "0x")}'`, true],
+    [`eth.tx.from != '${upper}'`, false],
+    [`eth.tx.to in ['0x1111111111111111111111111111111111111111', '${TREASURY}']`, true],
+    [`['${upper}'].contains(eth.tx.to)`, true],
+    // Decoded `address` arguments (values marked as addresses).
+    [`eth.tx.contract_call_args['dst'] == '${upper}'`, true],
     [`eth.tx.contract_call_args['dst'] in ['0x1111111111111111111111111111111111111111', '${TREASURY}']`, true],
     [`eth.tx.contract_call_args['dst'] != '${TREASURY}'`, false],
-    ["eth.tx.contract_call_args['name'] == 'alice'", false],
-    // 0x and 40 hex digits on both sides, or it is plain text.
+    [`eth.tx.contract_call_args['payees'].contains('${upper}')`, true],
+    [`eth.tx.contract_call_args['payees'].all(p, p == '${TREASURY}')`, true],
+    [`eth.tx.contract_call_args['dst'] == eth.tx.contract_call_args['memo']`, true],
+    // Still text for everything else: slices, indexes, lengths.
+    [`eth.tx.contract_call_args['dst'][0..4] == '0x08'`, true],
+    [`eth.tx.contract_call_args['dst'][41] == '7'`, true],
+    // Text that looks like an address is not one: a string argument, bytes20, literals.
+    [`eth.tx.contract_call_args['memo'] == '${TREASURY}'`, false],
+    [`eth.tx.contract_call_args['memo'] == '${lower}'`, true],
+    [`eth.tx.contract_call_args['memo'] in ['${TREASURY}']`, false],
+    [`eth.tx.contract_call_args['tag'] == '${TREASURY}'`, false],
+    [`'${TREASURY}' == '${lower}'`, false],
+    // 0x and 40 hex digits on both sides, or it is plain text even in an address field.
     [`eth.tx.to == '${TREASURY.slice(0, 41)}'`, false],
     [`'0xABCDEF' == '0xabcdef'`, false],
   ])("%s is %s", (source, expected) => {
     expect(evaluate(source, { "eth.tx": tx })).toBe(expected);
+  });
+
+  it("EIP-712: the verifying contract is an address; message fields compare exactly (the product asks for lower case)", () => {
+    const typed = { domain: { verifying_contract: lower }, message: { owner: lower } };
+    expect(evaluate(`eth.eip_712.domain.verifying_contract == '${TREASURY}'`, { "eth.eip_712": typed })).toBe(true);
+    expect(evaluate(`eth.eip_712.message['owner'] == '${TREASURY}'`, { "eth.eip_712": typed })).toBe(false);
+    expect(evaluate(`eth.eip_712.message['owner'] == '${lower}'`, { "eth.eip_712": typed })).toBe(true);
+  });
+
+  it("wallet_account.address folds only when the account is an Ethereum one (marked by signerKeywords)", () => {
+    expect(evaluate(`wallet_account.address == '${upper}'`, { wallet_account: { address: new EthereumAddress(lower) } })).toBe(true);
+    expect(evaluate(`wallet_account.address == '${upper}'`, { wallet_account: { address: lower } })).toBe(false);
   });
 
   it("Solana addresses stay case-sensitive", () => {

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   encodeFunctionData,
   erc20Abi,
+  getAddress,
   parseTransaction,
   recoverTransactionAddress,
   serializeTransaction,
@@ -195,6 +196,54 @@ describe("eth.tx.function_name, function_signature and contract_call_args", () =
     // what every transaction has, such as eth.tx.data[0..10], to cover contracts without one).
     await root.deleteSmartContractInterface({ smartContractInterfaceId: interfaceId });
     await signs(member, from, approve);
+  });
+});
+
+describe("only Ethereum addresses compare in any letter case: not text that looks like one", () => {
+  const PAY_ABI = [
+    {
+      type: "function",
+      name: "pay",
+      stateMutability: "nonpayable",
+      outputs: [],
+      inputs: [
+        { name: "to", type: "address" },
+        { name: "memo", type: "string" },
+      ],
+    },
+  ] as const;
+  const CONTRACT = "0x2222222222222222222222222222222222222222";
+  const pay = (to: string, memo: string) =>
+    serializeTransaction({
+      type: "eip1559",
+      chainId: 1,
+      to: CONTRACT,
+      data: encodeFunctionData({ abi: PAY_ABI, functionName: "pay", args: [to as Hex, memo] }),
+      maxFeePerGas: 1n,
+    }).slice(2);
+
+  it("an address argument matches a checksummed literal in any case; a string argument holding 0x and 40 hex digits does not", async () => {
+    const { root, spender: member, from } = await spender();
+    await root.createSmartContractInterface({
+      type: ETHEREUM,
+      smartContractAddress: CONTRACT,
+      smartContractInterface: JSON.stringify(PAY_ABI),
+      label: "pay",
+    });
+    // The memo is text (a TEXT field that happens to hold an address-like reference): compared exactly.
+    await allowFor(root, member, `eth.tx.contract_call_args['to'] == '${TREASURY}' && eth.tx.contract_call_args['memo'] == '${PAYROLL}'`);
+
+    await signs(member, from, pay(TREASURY.toLowerCase(), PAYROLL));
+    await expectDenied(() => sign(member, from, pay(TREASURY, PAYROLL.toLowerCase())));
+    await expectDenied(() => sign(member, from, pay(STRANGER, PAYROLL)));
+  });
+
+  it("an Ethereum wallet account's address and eth.tx.to match in any case", async () => {
+    const { root, spender: member, from } = await spender();
+    const upper = (address: string) => `0x${getAddress(address).slice(2).toUpperCase()}`;
+    await allowFor(root, member, `wallet_account.address == '${upper(from)}' && eth.tx.to == '${upper(USDC)}'`);
+    await signs(member, from, transfer(TREASURY, 1n));
+    await expectDenied(() => sign(member, from, transfer(TREASURY, 1n, STRANGER)));
   });
 });
 

@@ -7,25 +7,13 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  address,
-  appendTransactionMessageInstructions,
-  compileTransaction,
-  createNoopSigner,
-  createTransactionMessage,
-  getBase58Encoder,
-  getTransactionEncoder,
-  lamports,
-  pipe,
-  setTransactionMessageFeePayer,
-  setTransactionMessageLifetimeUsingBlockhash,
-  type Blockhash,
-} from "@solana/kit";
-import { getTransferSolInstruction } from "@solana-program/system";
+import { address, getBase58Encoder, lamports } from "@solana/kit";
 import { DEFAULT_ETHEREUM_ACCOUNTS, DEFAULT_SOLANA_ACCOUNTS } from "@turnkey/sdk-server";
 import { startHarness, refusedLeavingOnlyItsActivity, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { organizationWith } from "./helpers/organizations.js";
-import { LAMPORTS_PER_SIGNATURE, startSolanaNode, type SolanaNode } from "./helpers/solana-node.js";
+import { LAMPORTS_PER_SIGNATURE, startSolanaNode, transfers, type SolanaNode } from "./helpers/solana-node.js";
+import { evaluatePolicies, newBudget } from "../src/policy/engine.js";
+import { STEP_BUDGET } from "../src/policy/compile.js";
 
 type Sdk = ReturnType<Harness["sdk"]>;
 type Caip2 = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
@@ -59,26 +47,6 @@ function tokenAccount(owner: string, amount: bigint) {
     programAddress: address(TOKEN_PROGRAM),
     space: 165n,
   });
-}
-
-/** A blockhash no node has: what a client puts in the message when Sigil attaches the real one. */
-const PLACEHOLDER_BLOCKHASH = "11111111111111111111111111111111";
-
-/** An unsigned wire transaction (hex, empty signature slots) with these transfers, `feePayer` paying. */
-function transfers(feePayer: string, moves: { from: string; to: string; lamports: bigint }[], blockhash = PLACEHOLDER_BLOCKHASH): string {
-  const message = pipe(
-    createTransactionMessage({ version: 0 }),
-    (m) => setTransactionMessageFeePayer(address(feePayer), m),
-    (m) => setTransactionMessageLifetimeUsingBlockhash({ blockhash: blockhash as Blockhash, lastValidBlockHeight: 0n }, m),
-    (m) =>
-      appendTransactionMessageInstructions(
-        moves.map((move) =>
-          getTransferSolInstruction({ source: createNoopSigner(address(move.from)), destination: address(move.to), amount: move.lamports }),
-        ),
-        m,
-      ),
-  );
-  return Buffer.from(getTransactionEncoder().encode(compileTransaction(message))).toString("hex");
 }
 
 async function solanaAccount(client: Sdk, name: string, funded: bigint): Promise<string> {
@@ -461,6 +429,71 @@ describe("policies judge the transaction as sign_transaction's are judged, for e
       caip2: node.caip2 as Caip2,
     });
     expect((await finalStatus(bob, ok.sendTransactionStatusId, team.organizationId)).txStatus).toBe("INCLUDED");
+  });
+});
+
+describe("the keys of one send share one evaluation budget", () => {
+  // Costly but legal: two nested predicates over a 150-item list, about 136 000 of the 250 000 steps.
+  const items = `[${Array.from({ length: 150 }, (_, i) => i).join(", ")}]`;
+  const costly = `activity.resource == 'PRIVATE_KEY' && activity.action == 'SIGN' && ${items}.all(x, ${items}.all(y, x >= 0))`;
+
+  it("the policy fits the budget once but not twice", () => {
+    const budget = newBudget();
+    const once = evaluatePolicies(
+      [{ id: "costly", effect: "EFFECT_ALLOW", condition: costly, consensus: null, time: null }],
+      { condition: { activity: { resource: "PRIVATE_KEY", action: "SIGN" } }, approvers: [], credentials: [], nowMs: 0 },
+      budget,
+    );
+    expect(once).toMatchObject({ outcome: "OUTCOME_ALLOW", budgetExceeded: false });
+    const cost = STEP_BUDGET - budget.steps;
+    expect(cost).toBeLessThan(STEP_BUDGET);
+    expect(2 * cost).toBeGreaterThan(STEP_BUDGET);
+  });
+
+  it("one signer is allowed; two signers exceed the one decision's budget and are refused, nothing signed", async () => {
+    const { org: team, root, members } = await organizationWith(h, ["carol"]);
+    const payer = await solanaAccount(root, "payer", SOL);
+    const other = await solanaAccount(root, "other", SOL);
+    await root.createPolicies({
+      policies: [
+        {
+          policyName: "costly sign",
+          effect: "EFFECT_ALLOW",
+          condition: costly,
+          consensus: `approvers.any(user, user.id == '${members.carol!.userId}')`,
+          notes: "",
+        },
+      ],
+    });
+    const carol = members.carol!.client;
+    const ok = await carol.solSendTransaction({
+      organizationId: team.organizationId,
+      unsignedTransaction: transfers(payer, [{ from: payer, to: RECIPIENT, lamports: 1_000_000n }]),
+      signWiths: [payer],
+      caip2: node.caip2 as Caip2,
+    });
+    expect((await finalStatus(carol, ok.sendTransactionStatusId, team.organizationId)).txStatus).toBe("INCLUDED");
+
+    const balances = [node.balance(payer), node.balance(other)];
+    const sent = node.calls.filter((m) => m === "sendTransaction").length;
+    const { failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () =>
+        carol.solSendTransaction({
+          organizationId: team.organizationId,
+          unsignedTransaction: transfers(payer, [
+            { from: payer, to: RECIPIENT, lamports: 1_000_000n },
+            { from: other, to: RECIPIENT, lamports: 1_000_000n },
+          ]),
+          signWiths: [payer, other],
+          caip2: node.caip2 as Caip2,
+        }),
+      { message: expect.stringContaining(`exceeded the budget of one decision (${STEP_BUDGET} steps)`) },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("POLICY_DENIED");
+    expect(failure.message).toContain("OUTCOME_DENY_IMPLICIT");
+    expect([node.balance(payer), node.balance(other)]).toEqual(balances);
+    expect(node.calls.filter((m) => m === "sendTransaction").length).toBe(sent);
   });
 });
 

@@ -173,11 +173,27 @@ async function evaluationInputs(trx: Tx | Db, subject: ActivitySubject, approver
 }
 
 /** The strictest of several keys' results: an explicit deny, else anything short of allowed or waiting
- * for approvals, else waiting for approvals, else allowed (all were). */
+ * for approvals (one that ran out of the shared budget first, so the refusal says so), else waiting
+ * for approvals, else allowed (all were). */
 function strictest(results: PolicySetResult[]): PolicySetResult {
   const rank = (r: PolicySetResult) =>
-    r.outcome === "OUTCOME_DENY_EXPLICIT" ? 0 : r.outcome === "OUTCOME_REQUIRES_CONSENSUS" ? 2 : r.outcome === "OUTCOME_ALLOW" ? 3 : 1;
+    r.outcome === "OUTCOME_DENY_EXPLICIT"
+      ? 0
+      : r.outcome === "OUTCOME_REQUIRES_CONSENSUS"
+        ? 3
+        : r.outcome === "OUTCOME_ALLOW"
+          ? 4
+          : r.budgetExceeded
+            ? 1
+            : 2;
   return results.reduce((worst, r) => (rank(r) < rank(worst) ? r : worst));
+}
+
+/** Every key's evaluation of one decision draws on one budget: judging an activity once per key (up to
+ * 16 for sol_send_transaction) must not multiply what a decision may cost. */
+function evaluateEach(policies: PolicySource[], inputs: EvaluationInput[]): PolicySetResult {
+  const budget = newBudget();
+  return strictest(inputs.map((input) => evaluatePolicies(policies, input, budget)));
 }
 
 async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverIds: string[]): Promise<EvaluationInput> {
@@ -225,7 +241,7 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
   const inputs = await evaluationInputs(trx, subject, approvers);
   // Evaluation is synchronous from here: it waits for its turn on the event loop (policy/turns.ts).
   await evaluationTurn(authorityOf(subject));
-  const { outcome, verdicts, budgetExceeded } = strictest(inputs.map((input) => evaluatePolicies(policies, input)));
+  const { outcome, verdicts, budgetExceeded } = evaluateEach(policies, inputs);
   const deciding = (o: Outcome) =>
     verdicts
       .filter((v) => v.outcome === o)
@@ -369,5 +385,6 @@ export async function stillApprovable(trx: Tx, asSubmitted: ActivitySubject): Pr
   ];
   const policies = await loadPolicies(trx, subject.organizationId);
   await evaluationTurn(subject.organizationId);
-  return inputs.every((input) => approvalStillPossible(policies, { ...input, credentials }));
+  const budget = newBudget();
+  return inputs.every((input) => approvalStillPossible(policies, { ...input, credentials }, budget));
 }

@@ -114,18 +114,23 @@ export interface ContractCall {
   contract_call_args: Record<string, unknown>;
 }
 
-/** A decoded value as policies read it: integers as bigint, addresses and bytes as lower-case hex,
- * arrays and tuples as lists (tuples by position, as the product's policy docs say). */
-function policyValue(value: unknown, parameter: AbiParameter): unknown {
+/** What an `address` argument is shown as, given its lower-case hex (the caller marks it as an address). */
+export type AddressValue = (lowerCaseHex: string) => unknown;
+
+/** A decoded value as policies read it: integers as bigint, addresses and bytes as lower-case hex
+ * (addresses through `address`), arrays and tuples as lists (tuples by position, as the product's
+ * policy docs say). */
+function policyValue(value: unknown, parameter: AbiParameter, address: AddressValue): unknown {
   const array = /^(.*)\[\d*\]$/.exec(parameter.type);
-  if (array) return (value as unknown[]).map((item) => policyValue(item, { ...parameter, type: array[1]! } as AbiParameter));
+  if (array) return (value as unknown[]).map((item) => policyValue(item, { ...parameter, type: array[1]! } as AbiParameter, address));
   if (parameter.type === "tuple") {
     const components = (parameter as { components: readonly AbiParameter[] }).components;
     // viem gives a tuple whose components are all named as an object, otherwise as a list.
     const items = Array.isArray(value) ? value : components.map((c) => (value as Record<string, unknown>)[c.name!]);
-    return components.map((component, i) => policyValue(items[i], component));
+    return components.map((component, i) => policyValue(items[i], component, address));
   }
-  if (typeof value === "string" && (parameter.type === "address" || parameter.type.startsWith("bytes"))) return value.toLowerCase();
+  if (typeof value === "string" && parameter.type === "address") return address(value.toLowerCase());
+  if (typeof value === "string" && parameter.type.startsWith("bytes")) return value.toLowerCase();
   if (typeof value === "number") return BigInt(value);
   return value;
 }
@@ -137,7 +142,7 @@ function policyValue(value: unknown, parameter: AbiParameter): unknown {
  * as attribution suffixes, are ignored as the contract ignores them), so no dirty high bits or
  * overlapping offsets can show policies one value while the contract reads another.
  */
-export function decodeContractCall(abi: Abi, data: string): ContractCall | undefined {
+export function decodeContractCall(abi: Abi, data: string, address: AddressValue = (hex) => hex): ContractCall | undefined {
   if (!/^0x([0-9a-fA-F]{2}){4,}$/.test(data)) return undefined;
   const hex = data.toLowerCase() as Hex;
   let decoded: { args?: readonly unknown[] };
@@ -159,7 +164,7 @@ export function decodeContractCall(abi: Abi, data: string): ContractCall | undef
   const named: Record<string, unknown> = {};
   item.inputs.forEach((input, i) => {
     // An unnamed argument is read by its position, as a string key: contract_call_args['0'].
-    named[input.name ? input.name : String(i)] = policyValue(args[i], input);
+    named[input.name ? input.name : String(i)] = policyValue(args[i], input, address);
   });
   return { function_name: item.name, function_signature: selector, contract_call_args: named };
 }

@@ -10,6 +10,7 @@ import { parse, type Node } from "./parser.js";
 import { keywordTypes, type PolicyField } from "./keywords.js";
 import { compileCronSpan, inCronSpan, parseTimestamp } from "./time.js";
 import {
+  EthereumAddress,
   I128_MAX,
   I128_MIN,
   PolicyTimestamp,
@@ -17,8 +18,10 @@ import {
   U256_MAX,
   compatible,
   describeType,
+  holdsEthereumAddresses,
   isDynamic,
   isNumeric,
+  textOf,
   unify,
   type Type,
   type Value,
@@ -91,12 +94,12 @@ interface Scope {
 // ---- Values of dynamic type are checked where they are used. ----
 
 const isMap = (v: Value): v is { [key: string]: Value } =>
-  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PolicyTimestamp);
+  typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof PolicyTimestamp) && !(v instanceof EthereumAddress);
 
 function kindOf(v: Value): string {
   if (typeof v === "boolean") return "bool";
   if (typeof v === "bigint") return "number";
-  if (typeof v === "string") return "string";
+  if (typeof v === "string" || v instanceof EthereumAddress) return "string";
   if (v instanceof PolicyTimestamp) return "timestamp";
   return Array.isArray(v) ? "list" : "map";
 }
@@ -269,7 +272,9 @@ function checkNode(node: Node, scope: Scope, source: string): Compiled {
       const index = sub(node.index);
       const runObject = object.run;
       const runIndex = index.run;
-      const byKey = (env: Environment, container: Value, key: Value): Value => {
+      const byKey = (env: Environment, marked: Value, markedKey: Value): Value => {
+        const container = textOf(marked);
+        const key = textOf(markedKey);
         if (typeof key === "string") {
           // Looking a key up hashes it.
           spend(env, stringSteps(key));
@@ -300,7 +305,7 @@ function checkNode(node: Node, scope: Scope, source: string): Compiled {
       return {
         type: element,
         run: (env) => {
-          const container = runObject(env);
+          const container = textOf(runObject(env));
           const i = runIndex(env) as bigint;
           if (typeof container === "string") return characterAt(env, container, i);
           const all = expectList(container);
@@ -325,7 +330,7 @@ function checkNode(node: Node, scope: Scope, source: string): Compiled {
       return {
         type: object.type,
         run: (env) => {
-          const whole = runObject(env);
+          const whole = textOf(runObject(env));
           const start = from ? (from.run(env) as bigint) : 0n;
           const end = to ? (to.run(env) as bigint) : null;
           if (typeof whole === "string") return sliceOfString(env, whole, start, end);
@@ -448,22 +453,24 @@ function binary(node: Extract<Node, { kind: "binary" }>, scope: Scope, source: s
       fail(node, `the right side of "in" must be a list, not ${describeType(right.type)}`);
     const element = right.type.kind === "list" ? right.type.element : T.dynamic;
     if (!compatible(left.type, element)) fail(node, `cannot look for ${describeType(left.type)} in ${describeType(right.type)}`);
+    const addresses = holdsEthereumAddresses(left.type) || holdsEthereumAddresses(element);
     return {
       type: T.bool,
       run: (env) => {
         const needle = l(env);
         const items = expectList(r(env));
         spend(env, items.length);
-        return items.some((item) => equal(needle, item, env));
+        return items.some((item) => equal(needle, item, env, addresses));
       },
     };
   }
   if (op === "==" || op === "!=") {
     if (!compatible(left.type, right.type))
       fail(node, `cannot compare ${describeType(left.type)} with ${describeType(right.type)} using "${op}"`);
+    const addresses = holdsEthereumAddresses(left.type) || holdsEthereumAddresses(right.type);
     return op === "=="
-      ? { type: T.bool, run: (env) => equal(l(env), r(env), env) }
-      : { type: T.bool, run: (env) => !equal(l(env), r(env), env) };
+      ? { type: T.bool, run: (env) => equal(l(env), r(env), env, addresses) }
+      : { type: T.bool, run: (env) => !equal(l(env), r(env), env, addresses) };
   }
   const orderable = (t: Type) => isNumeric(t) || t.kind === "timestamp" || isDynamic(t);
   const ordered =
@@ -560,22 +567,31 @@ const ETHEREUM_ADDRESS = /^0x[0-9a-fA-F]{40}$/;
 
 /** An Ethereum address is the same address in any letter case (EIP-55 capitals are only a checksum):
  * Sigil shows addresses in lower case, and a policy may write them checksummed, as the product's docs
- * do. Nothing else compares case-insensitively (a Solana or Bitcoin address is case-sensitive). */
+ * do. Only 0x and 40 hex digits on both sides fold, and only ASCII letters. */
 const sameEthereumAddress = (a: string, b: string) =>
   a.length === 42 && ETHEREUM_ADDRESS.test(a) && ETHEREUM_ADDRESS.test(b) && a.toLowerCase() === b.toLowerCase();
 
-/** Charges each value visited, and each string compared by its length (strings of different lengths
- * differ at once; a struct's keys are hashed). */
-export function equal(a: Value, b: Value, env: Environment): boolean {
+/**
+ * Charges each value visited, and each string compared by its length (strings of different lengths
+ * differ at once; a struct's keys are hashed). Letter case is ignored only when one side is an
+ * Ethereum address: `addresses` when the type checker knows one side's field is (T.ethereumAddress,
+ * or a list of them), or a value marked EthereumAddress. Whatever merely looks like an address (text
+ * that happens to be 0x and 40 hex digits, two literals) compares exactly, as do Solana and Bitcoin
+ * addresses, hex data and text.
+ */
+export function equal(left: Value, right: Value, env: Environment, addresses = false): boolean {
   spend(env, 1);
+  const marked = left instanceof EthereumAddress || right instanceof EthereumAddress;
+  const a = textOf(left);
+  const b = textOf(right);
   if (typeof a === "string" && typeof b === "string") {
     if (a.length !== b.length) return false;
     spend(env, stringSteps(a));
-    return a === b || sameEthereumAddress(a, b);
+    return a === b || ((addresses || marked) && sameEthereumAddress(a, b));
   }
   if (a === b) return true;
   if (a instanceof PolicyTimestamp && b instanceof PolicyTimestamp) return a.epochNanos === b.epochNanos;
-  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((item, i) => equal(item, b[i]!, env));
+  if (Array.isArray(a) && Array.isArray(b)) return a.length === b.length && a.every((item, i) => equal(item, b[i]!, env, addresses));
   if (
     typeof a === "object" &&
     typeof b === "object" &&
@@ -625,13 +641,14 @@ function method(node: Extract<Node, { kind: "method" }>, scope: Scope, source: s
     const needle = check(node.args[0]!, scope, source);
     if (!compatible(needle.type, element))
       fail(node.args[0]!, `cannot look for ${describeType(needle.type)} in ${describeType(object.type)}`);
+    const addresses = holdsEthereumAddresses(needle.type) || holdsEthereumAddresses(element);
     return {
       type: T.bool,
       run: (env) => {
         const items = runList(env) as Value[];
         const v = needle.run(env);
         spend(env, items.length);
-        return items.some((item) => equal(v, item, env));
+        return items.some((item) => equal(v, item, env, addresses));
       },
     };
   }

@@ -278,8 +278,8 @@ export function namesVoter(
  * approved. Used to decide that a rejection has made approval impossible. Consensus expressions are
  * assumed to be monotone (more approvers never hurt), which holds for the forms the product documents.
  */
-export function approvalStillPossible(policies: PolicySource[], input: EvaluationInput): boolean {
-  const evaluation = new Evaluation(input);
+export function approvalStillPossible(policies: PolicySource[], input: EvaluationInput, budget?: Budget): boolean {
+  const evaluation = new Evaluation(input, budget);
   try {
     // A deny is not evaluated here, so an allow found before the budget ran out still counts.
     return policies.some((p) => p.effect === "EFFECT_ALLOW" && evaluation.verdict(load(p)).outcome === "OUTCOME_ALLOW");

@@ -6,7 +6,9 @@ export type Type =
   | { kind: "bool" }
   | { kind: "int" }
   | { kind: "uint" }
-  | { kind: "string" }
+  /** `ethereumAddress`: the value is an Ethereum address, so comparisons with it ignore letter case
+   * (see compile.ts `equal`). Any other string compares exactly. */
+  | { kind: "string"; ethereumAddress?: true }
   | { kind: "timestamp" }
   /** The element type of `[]`, which fits any list. */
   | { kind: "never" }
@@ -23,6 +25,7 @@ export const T = {
   int: { kind: "int" } as Type,
   uint: { kind: "uint" } as Type,
   string: { kind: "string" } as Type,
+  ethereumAddress: { kind: "string", ethereumAddress: true } as Type,
   timestamp: { kind: "timestamp" } as Type,
   never: { kind: "never" } as Type,
   list: (element: Type): Type => ({ kind: "list", element }),
@@ -71,7 +74,29 @@ export function unify(a: Type, b: Type): Type {
   if (a.kind === "dynamic" || b.kind === "dynamic") return T.dynamic;
   if (isNumeric(a) && isNumeric(b)) return a.kind === b.kind ? a : T.uint;
   if (a.kind === "list" && b.kind === "list") return T.list(unify(a.element, b.element));
+  // A list of addresses and other text is a list of text.
+  if (a.kind === "string" && b.kind === "string") return a.ethereumAddress && b.ethereumAddress ? a : T.string;
   return a;
+}
+
+/** Whether a value of this type is an Ethereum address, or a list of them. */
+export function holdsEthereumAddresses(type: Type): boolean {
+  if (type.kind === "list") return holdsEthereumAddresses(type.element);
+  return type.kind === "string" && type.ethereumAddress === true;
+}
+
+/**
+ * An Ethereum address whose being one is known only when the policy runs: a decoded contract
+ * argument of ABI type `address` (in a map of dynamic values), or a wallet account's address when the
+ * account is an Ethereum one. It behaves as its text everywhere, except that comparing it with a
+ * string ignores letter case, as a field typed T.ethereumAddress does.
+ */
+export class EthereumAddress {
+  constructor(readonly text: string) {}
+  /** Written as its text wherever a keyword value is serialized. */
+  toJSON(): string {
+    return this.text;
+  }
 }
 
 /** A point in time, kept in nanoseconds since the epoch so RFC 3339 fractions compare exactly. */
@@ -85,4 +110,7 @@ export class PolicyTimestamp {
   }
 }
 
-export type Value = boolean | bigint | string | PolicyTimestamp | Value[] | { [field: string]: Value };
+export type Value = boolean | bigint | string | EthereumAddress | PolicyTimestamp | Value[] | { [field: string]: Value };
+
+/** The text of a string value, whether or not it is marked as an Ethereum address. */
+export const textOf = (v: Value): Exclude<Value, EthereumAddress> => (v instanceof EthereumAddress ? v.text : v);

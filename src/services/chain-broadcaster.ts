@@ -27,6 +27,7 @@ import { ServiceError } from "../errors.js";
 import { OutboxWorker, type AttemptResult, type SendOutcome } from "./outbox-worker.js";
 import { rpcFailureOf, type ChainRpc, type ContractAbiLookup } from "./chain-rpc.js";
 import { lookAtSolanaSend, type SolanaSendError } from "./solana-broadcast.js";
+import { recordWithStatusEvent } from "./send-status-events.js";
 
 /** The statuses of a sent transaction, as the product names them (get_send_transaction_status's txStatus). */
 export const SEND_STATUS = {
@@ -300,8 +301,12 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
     const hash = row.tx_hash;
     if (change.status === "INCLUDED" || change.status === "FAILED") {
       await this.store.transact("exclusive", (trx) =>
-        fenced(trx)
-          .set({
+        recordWithStatusEvent(
+          trx,
+          row,
+          change,
+          now,
+          fenced(trx).set({
             status: change.status,
             error: change.error ? JSON.stringify(change.error) : null,
             block_number: change.status === "INCLUDED" ? change.blockNumber : null,
@@ -311,8 +316,8 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
             attempts: attempt,
             lease_until: null,
             updated_at: now,
-          })
-          .execute(),
+          }),
+        ),
       );
       const fields = {
         sendTransactionStatusId: row.id,
@@ -330,16 +335,20 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
     const attempts = change.reset ? 0 : attempt;
     const wait = change.reset ? this.config.pollMs : retryInMs;
     await this.store.transact("exclusive", (trx) =>
-      fenced(trx)
-        .set({
+      recordWithStatusEvent(
+        trx,
+        row,
+        change,
+        now,
+        fenced(trx).set({
           status: change.status,
           broadcasts: change.broadcasts,
           attempts,
           next_attempt_at: now + wait,
           lease_until: null,
           updated_at: change.status !== row.status || change.broadcasts !== row.broadcasts ? now : row.updated_at,
-        })
-        .execute(),
+        }),
+      ),
     );
     if (change.status !== row.status || change.broadcasts !== row.broadcasts)
       this.logger.info(

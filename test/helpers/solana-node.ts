@@ -12,14 +12,24 @@ import type { AddressInfo } from "node:net";
 import { FailedTransactionMetadata, LiteSVM, type TransactionMetadata } from "litesvm";
 import {
   address,
+  appendTransactionMessageInstructions,
+  compileTransaction,
+  createNoopSigner,
+  createTransactionMessage,
   getBase58Decoder,
   getSignatureFromTransaction,
   getTransactionDecoder,
+  getTransactionEncoder,
   lamports,
+  pipe,
+  setTransactionMessageFeePayer,
+  setTransactionMessageLifetimeUsingBlockhash,
   type Address,
+  type Blockhash,
   type EncodedAccount,
   type Transaction,
 } from "@solana/kit";
+import { getTransferSolInstruction } from "@solana-program/system";
 
 /** Devnet's genesis hash: the caip2 solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1 (alias solana:devnet). */
 export const DEVNET_GENESIS_HASH = "EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG";
@@ -299,4 +309,28 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/** A blockhash no node has: what a client puts in the message when Sigil attaches the real one. */
+const PLACEHOLDER_BLOCKHASH = "11111111111111111111111111111111";
+
+/** An unsigned wire transaction (hex, empty signature slots) with these transfers, `feePayer` paying. */
+export function transfers(
+  feePayer: string,
+  moves: { from: string; to: string; lamports: bigint }[],
+  blockhash = PLACEHOLDER_BLOCKHASH,
+): string {
+  const message = pipe(
+    createTransactionMessage({ version: 0 }),
+    (m) => setTransactionMessageFeePayer(address(feePayer), m),
+    (m) => setTransactionMessageLifetimeUsingBlockhash({ blockhash: blockhash as Blockhash, lastValidBlockHeight: 0n }, m),
+    (m) =>
+      appendTransactionMessageInstructions(
+        moves.map((move) =>
+          getTransferSolInstruction({ source: createNoopSigner(address(move.from)), destination: address(move.to), amount: move.lamports }),
+        ),
+        m,
+      ),
+  );
+  return Buffer.from(getTransactionEncoder().encode(compileTransaction(message))).toString("hex");
 }

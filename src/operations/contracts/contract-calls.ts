@@ -9,6 +9,7 @@ import type { Db, Tx } from "../../store/handles.js";
 import { AbiError, decodeContractCall, type ContractCall } from "../../chains/ethereum-abi.js";
 import { IdlError, decodeInstruction } from "../../chains/solana-idl.js";
 import { ETHEREUM, SOLANA, findContractInterface, type FoundInterface } from "./interfaces.js";
+import { EthereumAddress } from "../../policy/types.js";
 
 /** An interface stored before a change in what is accepted may no longer parse: then it decodes nothing. */
 async function orNothing<T>(find: () => Promise<T | undefined>): Promise<T | undefined> {
@@ -34,7 +35,8 @@ export async function ethereumContractCallKeywords(
   if (typeof to !== "string" || typeof data !== "string") return {};
   const found = await orNothing(() => findContractInterface(db, organizationId, ETHEREUM, to));
   if (!found) return {};
-  return decodeContractCall(found.abi, data) ?? {};
+  // An `address` argument is an address to policies (compared in any letter case); other text is not.
+  return decodeContractCall(found.abi, data, (hex) => new EthereumAddress(hex)) ?? {};
 }
 
 interface SolanaInstructionKeyword {

@@ -9,6 +9,7 @@ import type { Curve } from "../../crypto/hd.js";
 import type { Keyring } from "../../crypto/envelope.js";
 import { accountKeyIdentity, walletKeyword } from "./wallets.js";
 import { privateKeyIdentity, privateKeyKeyword } from "./private-keys.js";
+import { EthereumAddress } from "../../policy/types.js";
 
 export type FoundSigner =
   | { kind: "wallet_account"; curve: Curve; publicKey: string; address: string; account: WalletAccountsTable; wallet: SignerWallet }
@@ -98,7 +99,12 @@ export async function findSigner(db: Db | Tx, organizationId: string, signWith: 
 
 /** `wallet`, `wallet_account` or `private_key` of the policy language, for the key a request names. */
 export function signerKeywords(signer: FoundSigner): Record<string, unknown> {
-  if (signer.kind === "wallet_account") return { wallet: walletKeyword(signer.wallet), wallet_account: { address: signer.address } };
+  if (signer.kind === "wallet_account") {
+    // An Ethereum account's address is an address to policies (compared in any letter case); the
+    // other chains' addresses are case-sensitive text.
+    const address = signer.account.address_format === "ADDRESS_FORMAT_ETHEREUM" ? new EthereumAddress(signer.address) : signer.address;
+    return { wallet: walletKeyword(signer.wallet), wallet_account: { address } };
+  }
   return { private_key: privateKeyKeyword(signer.privateKey, signer.tags) };
 }
 

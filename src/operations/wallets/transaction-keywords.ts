@@ -2,6 +2,7 @@
 // docs give them (features/policies/language.mdx). Declaring them here lets policies written for
 // the product be stored and checked today; the signing operations supply their values through
 // their `policyContext` (an activity without one reads them as "not available": OUTCOME_ERROR).
+// Fields typed T.ethereumAddress are Ethereum addresses: comparisons with them ignore letter case.
 import { defineKeyword } from "../../policy/keywords.js";
 import { T } from "../../policy/types.js";
 
@@ -16,8 +17,8 @@ defineKeyword({
   fields: ["condition"],
   description: "The Ethereum transaction being signed, parsed.",
   type: T.struct("EthereumTransaction", {
-    from: T.string,
-    to: T.string,
+    from: T.ethereumAddress,
+    to: T.ethereumAddress,
     data: T.string,
     value: T.int,
     gas: T.int,
@@ -30,7 +31,8 @@ defineKeyword({
     type: T.string,
     function_name: T.string,
     function_signature: T.string,
-    // Decoded arguments are whatever the contract's ABI says: checked when the policy runs.
+    // Decoded arguments are whatever the contract's ABI says: checked when the policy runs (an
+    // `address` argument is marked as one, policy/types.ts EthereumAddress).
     contract_call_args: T.map(T.dynamic),
   }),
 });
@@ -41,7 +43,7 @@ defineKeyword({
   description: "EIP-712 typed data being signed.",
   type: T.struct("Eip712TypedData", {
     primary_type: T.string,
-    domain: T.struct("Eip712Domain", { name: T.string, version: T.string, chain_id: T.uint, verifying_contract: T.string }),
+    domain: T.struct("Eip712Domain", { name: T.string, version: T.string, chain_id: T.uint, verifying_contract: T.ethereumAddress }),
     message: T.map(T.dynamic),
   }),
 });
@@ -50,7 +52,7 @@ defineKeyword({
   path: "eth.eip_7702_authorization",
   fields: ["condition"],
   description: "An EIP-7702 authorization being signed.",
-  type: T.struct("Eip7702Authorization", { address: T.string, chain_id: T.int, nonce: T.int }),
+  type: T.struct("Eip7702Authorization", { address: T.ethereumAddress, chain_id: T.int, nonce: T.int }),
 });
 
 defineKeyword({
@@ -160,14 +162,14 @@ defineKeyword({
   description: "The Tempo transaction (type 0x76) being signed, parsed.",
   type: T.struct("TempoTransaction", {
     chain_id: T.int,
-    from: T.string,
+    from: T.ethereumAddress,
     nonce: T.int,
     gas_limit: T.int,
     max_fee_per_gas: T.int,
     max_priority_fee_per_gas: T.int,
-    fee_token: T.string,
+    fee_token: T.ethereumAddress,
     valid_before: T.int,
     valid_after: T.int,
-    calls: T.list(T.struct("TempoCall", { to: T.string, input: T.string, function_signature: T.string })),
+    calls: T.list(T.struct("TempoCall", { to: T.ethereumAddress, input: T.string, function_signature: T.string })),
   }),
 });

@@ -9,6 +9,8 @@ import type { ActivitiesTable, WebhookEndpointsTable } from "../../store/schema.
 import { defineActivity, defineQuery, type ParametersOf } from "../../registry/registry.js";
 import { requireAtMost } from "../resources.js";
 import { newId } from "../../store/ids.js";
+import { writeDeliveries } from "../../services/webhook-outbox.js";
+import { SEND_TRANSACTION_STATUS_UPDATES } from "../../services/send-status-events.js";
 import { requireName } from "../identity/credentials.js";
 import { checkDestination, redactedUrl, webhookUrl } from "../../services/webhook-destinations.js";
 
@@ -17,17 +19,38 @@ const WEBHOOK_FEATURE = "FEATURE_NAME_WEBHOOK";
 
 type SubscriptionParams = NonNullable<ParametersOf<"create_webhook_endpoint">["subscriptions"]>[number];
 
-function checkedSubscriptions(subscriptions: SubscriptionParams[] | undefined): SubscriptionParams[] {
+/** The event types this server delivers. Send status updates are the billing organization's (a
+ * top-level one), as in the product: a sub-organization's sends go to its parent's endpoints. */
+const EVENT_TYPES = [ACTIVITY_UPDATES, SEND_TRANSACTION_STATUS_UPDATES];
+const BILLING_ONLY = new Set([SEND_TRANSACTION_STATUS_UPDATES]);
+
+async function checkedSubscriptions(
+  trx: Tx,
+  organizationId: string,
+  subscriptions: SubscriptionParams[] | undefined,
+): Promise<SubscriptionParams[]> {
   if (!subscriptions?.length)
-    throw serviceError("WEBHOOK_SUBSCRIPTIONS_MISSING", `subscriptions must list at least one event type (${ACTIVITY_UPDATES})`);
+    throw serviceError("WEBHOOK_SUBSCRIPTIONS_MISSING", `subscriptions must list at least one event type (${EVENT_TYPES.join(", ")})`);
   requireAtMost(subscriptions, "subscriptions");
   const seen = new Set<string>();
   for (const [i, s] of subscriptions.entries()) {
-    if (s.eventType !== ACTIVITY_UPDATES)
+    if (!EVENT_TYPES.includes(s.eventType))
       throw serviceError(
         "WEBHOOK_EVENT_TYPE_UNSUPPORTED",
-        `subscriptions[${i}].eventType: only ${ACTIVITY_UPDATES} is delivered by this server, got "${s.eventType}"`,
+        `subscriptions[${i}].eventType: this server delivers ${EVENT_TYPES.join(" and ")}, got "${s.eventType}"`,
       );
+    if (BILLING_ONLY.has(s.eventType)) {
+      const organization = await trx
+        .selectFrom("organizations")
+        .select("parent_organization_id")
+        .where("id", "=", organizationId)
+        .executeTakeFirst();
+      if (organization?.parent_organization_id)
+        throw serviceError(
+          "WEBHOOK_BILLING_ORGANIZATION_ONLY",
+          `subscriptions[${i}].eventType: ${s.eventType} endpoints are managed by the parent organization ${organization.parent_organization_id}, which receives its sub-organizations' events`,
+        );
+    }
     if (seen.has(s.eventType)) throw serviceError("REQUEST_INVALID", `subscriptions[${i}]: ${s.eventType} is listed twice`);
     seen.add(s.eventType);
     if (s.filtersJson) {
@@ -98,32 +121,13 @@ export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, r
     .execute();
   if (destinations.length === 0) return 0;
   // Rendered only when someone listens: most activities of most organizations have no destination.
-  const text = JSON.stringify(render());
-  await trx
-    .insertInto("webhook_deliveries")
-    .values(
-      destinations.map((d) => ({
-        id: newId(),
-        organization_id: d.organizationId,
-        event_organization_id: organizationId,
-        activity_id: activity.id,
-        destination: d.endpointId ?? `feature:${d.organizationId}`,
-        endpoint_id: d.endpointId,
-        url: d.url,
-        event_type: ACTIVITY_UPDATES,
-        body: text,
-        status: "pending",
-        attempts: 0,
-        next_attempt_at: now,
-        lease_until: null,
-        last_status_code: null,
-        last_error: null,
-        created_at: now,
-        updated_at: now,
-        delivered_at: null,
-      })),
-    )
-    .execute();
+  const body = JSON.stringify(render());
+  await writeDeliveries(
+    trx,
+    destinations,
+    { eventType: ACTIVITY_UPDATES, eventOrganizationId: organizationId, activityId: activity.id, body },
+    now,
+  );
   return destinations.length;
 }
 
@@ -131,13 +135,13 @@ export const webhookOperations = [
   defineActivity({
     name: "create_webhook_endpoint",
     summary:
-      "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations) are delivered to its URL, signed.",
+      "Create a webhook endpoint: activities of the organization (and, for a parent, of its sub-organizations), or their sends' status changes, are delivered to its URL, signed.",
     resource: "WEBHOOK_ENDPOINT",
     action: "CREATE",
     precheck: async (p, env) => void (await checkDestination(String(p.url ?? ""), env.webhooks, "url")),
     async execute(ctx, p) {
       const name = requireName(p.name, "name");
-      const subscriptions = checkedSubscriptions(p.subscriptions);
+      const subscriptions = await checkedSubscriptions(ctx.trx, ctx.organizationId, p.subscriptions);
       const url = webhookUrl(p.url, ctx.env.webhooks, "url");
       const id = newId();
       const row: WebhookEndpointsTable = {
