@@ -11,6 +11,7 @@ import { createAccount } from "@turnkey/viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { startServer, type RunningServer } from "../src/http/server.js";
 import { decodeRevert } from "../src/chains/ethereum-reverts.js";
+import { MAX_BROADCASTS } from "../src/services/chain-broadcaster.js";
 import { startHarness, refusedLeavingOnlyItsActivity, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { organizationWith } from "./helpers/organizations.js";
 import { startEthereumNode, type EthereumNode } from "./helpers/ethereum-node.js";
@@ -45,6 +46,8 @@ const chainEnv = () => ({
   SIGIL_CHAIN_RPC_URLS: `${node.caip2}=${node.url},eip155:8453=${node.url}`,
   SIGIL_CHAIN_POLL_MS: "20",
   SIGIL_CHAIN_TIMEOUT_MS: "5000",
+  // A send whose nonce is ahead of the chain's is FAILED this long after it was made (no earlier nonce came).
+  SIGIL_CHAIN_NONCE_WAIT_MS: "300",
 });
 
 async function fundedAccount(client: Sdk, name: string): Promise<Hex> {
@@ -71,6 +74,10 @@ async function statusReaches(client: Sdk, sendTransactionStatusId: string, wante
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
+
+/** The send as the broadcaster keeps it. */
+const sentRow = (id: string) =>
+  h.server.store.db.selectFrom("sent_transactions").selectAll().where("id", "=", id).executeTakeFirstOrThrow();
 
 const send = (client: Sdk, from: Hex, calls: { to: string; value?: string; data?: string }[], extra: Record<string, unknown> = {}) =>
   client.ethSendTransaction({ from, caip2: node.caip2 as "eip155:11155111", calls, ...extra });
@@ -307,6 +314,70 @@ describe("nonces", () => {
     expect(status.txError).toMatch(new RegExp(`^nonce ${nonce} of ${sender} was used by another transaction \\(replaced\\)`));
     const next = await finalStatus(sdk, (await send(sdk, sender, [{ to: RECIPIENT, value: "10" }])).sendTransactionStatusId);
     expect((await node.client.getTransaction({ hash: next.eth!.txHash as Hex })).nonce).toBe(nonce + 1);
+  });
+
+  it("dropped past the rebroadcast limit it is followed, not FAILED: mined later from another pool it is INCLUDED", async () => {
+    await node.test.setAutomine(false);
+    try {
+      const { sendTransactionStatusId: id } = await send(sdk, sender, [{ to: RECIPIENT, value: "13" }]);
+      const hash = (await statusReaches(sdk, id, "BROADCASTING")).eth!.txHash as Hex;
+      // The node drops it each time it is handed over, until Sigil stops handing it over.
+      for (;;) {
+        const row = await sentRow(id);
+        if (await node.client.request({ method: "eth_getTransactionByHash", params: [hash] })) await node.test.dropTransaction({ hash });
+        else if (row.broadcasts >= MAX_BROADCASTS) break;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      // Three more looks find it unknown to the node, its nonce not used: still BROADCASTING, not sent again.
+      while ((await sentRow(id)).attempts < 3) await new Promise((r) => setTimeout(r, 20));
+      expect(await sentRow(id)).toMatchObject({ status: "BROADCASTING", broadcasts: MAX_BROADCASTS });
+      expect(await node.client.request({ method: "eth_getTransactionByHash", params: [hash] })).toBeNull();
+      // Another node's pool still had it and mines it.
+      await node.client.request({ method: "eth_sendRawTransaction", params: [(await sentRow(id)).signed_transaction as Hex] });
+      await node.test.mine({ blocks: 1 });
+      expect(await finalStatus(sdk, id)).toMatchObject({ txStatus: "INCLUDED", eth: { txHash: hash } });
+    } finally {
+      await node.test.setAutomine(true);
+    }
+  });
+
+  it("a rebroadcast the node refuses (fees too low for the moment) is not a verdict: sent again later and mined", async () => {
+    await node.test.setAutomine(false);
+    let id: string;
+    let hash: Hex;
+    try {
+      ({ sendTransactionStatusId: id } = await send(sdk, sender, [{ to: RECIPIENT, value: "14" }]));
+      hash = (await statusReaches(sdk, id, "BROADCASTING")).eth!.txHash as Hex;
+      // The node drops it, and its next block's base fee is above what the transaction pays: mining at
+      // once again, it refuses the rebroadcast.
+      await node.test.dropTransaction({ hash });
+      await node.client.request({ method: "hardhat_setNextBlockBaseFeePerGas", params: ["0xe8d4a51000"] } as never);
+      await node.test.setAutomine(true);
+      const looked = (await sentRow(id)).attempts;
+      while ((await sentRow(id)).attempts < looked + 3) await new Promise((r) => setTimeout(r, 20));
+      expect(await sentRow(id)).toMatchObject({ status: "BROADCASTING", broadcasts: 1 });
+      // Refused, not pooled: the node does not know it.
+      expect(await node.client.request({ method: "eth_getTransactionByHash", params: [hash] })).toBeNull();
+    } finally {
+      await node.client.request({ method: "hardhat_setNextBlockBaseFeePerGas", params: ["0x1"] } as never);
+      await node.test.setAutomine(true);
+    }
+    expect(await finalStatus(sdk, id)).toMatchObject({ txStatus: "INCLUDED", eth: { txHash: hash } });
+    expect((await sentRow(id)).broadcasts).toBe(2);
+  });
+
+  it("a nonce the request names ahead of the chain's is FAILED after SIGIL_CHAIN_NONCE_WAIT_MS, its nonce given back", async () => {
+    const ahead = (await node.client.getTransactionCount({ address: sender, blockTag: "pending" })) + 5;
+    const { sendTransactionStatusId: id } = await send(sdk, sender, [{ to: RECIPIENT, value: "15" }], { nonce: String(ahead) });
+    const status = await finalStatus(sdk, id);
+    expect(status.txStatus).toBe("FAILED");
+    expect(status.txError).toMatch(
+      new RegExp(
+        `^nonce ${ahead} of ${sender} is ahead of the chain's next nonce and no earlier nonce arrived within 300 ms \\(SIGIL_CHAIN_NONCE_WAIT_MS\\); not sent: .*nonce too high`,
+        "i",
+      ),
+    );
+    expect(status.eth).toBeUndefined();
   });
 
   it("a transaction the node refuses gives its nonce back: the next send takes it and mines", async () => {

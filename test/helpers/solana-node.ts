@@ -3,7 +3,11 @@
 // answers, over JSON-RPC on a loopback port, the methods Sigil calls: getGenesisHash, getLatestBlockhash,
 // isBlockhashValid, sendTransaction (with LiteSVM's simulation as the preflight), getSignatureStatuses,
 // getTransaction, getBlock, getBalance and getTokenAccountsByOwner. Each transaction that lands gets a
-// slot of its own and is final at once. What LiteSVM has no notion of is made up here, and said so:
+// slot of its own and is final at once — unless a test holds them: then a transaction that passed its
+// preflight waits unprocessed (no signature status, as on a validator that has not processed it yet)
+// until the test lands the held ones (each executed against the state then, so one may fail on chain
+// although its preflight passed) or drops them (as a validator that never forwarded them). A blockhash
+// is valid until the test expires it (LiteSVM keeps one at a time; a cluster keeps ~150 blocks' worth). What LiteSVM has no notion of is made up here, and said so:
 // the genesis hash is devnet's (the API's caip2 list names only mainnet and devnet, so the node
 // must claim one of them; devnet's, so that nothing could reach a real mainnet node), a block per
 // landed transaction, and its time (the wall clock).
@@ -46,6 +50,18 @@ export interface SolanaNode {
   balance(of: string): bigint;
   /** What landed under a signature, as the node recorded it. */
   landed(signature: string): Landed | undefined;
+  /** From now on transactions that pass their preflight are held, not processed, until landHeld or dropHeld. */
+  hold(): void;
+  /** How many transactions are held. */
+  held(): number;
+  /** Processes the held transactions in the order they arrived, and stops holding. */
+  landHeld(): void;
+  /** Forgets the held transactions (never processed); holding goes on. */
+  dropHeld(): void;
+  /** A new latest blockhash: the one before is no longer valid (isBlockhashValid false; LiteSVM refuses it). */
+  expireBlockhash(): void;
+  /** While refusing, sendTransaction answers this JSON-RPC error (a node overloaded or rate limiting). */
+  refuseSends(refusing: boolean): void;
   /** While paused the node answers every request HTTP 503, as a node that is down or overloaded. */
   pause(): void;
   /** Requests answered 503 while paused. */
@@ -99,11 +115,15 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
   let slot = 1;
   let paused = false;
   let refusedWhilePaused = 0;
+  let holding = false;
+  let refusingSends = false;
+  let heldTransactions: Transaction[] = [];
 
   const context = () => ({ slot, apiVersion: "2.2.0" });
 
   function sendTransaction([wire, options]: [string, { encoding?: string; skipPreflight?: boolean }?]): string {
     if (options?.encoding !== "base64") throw new RpcError(-32602, "this test node takes base64 transactions only");
+    if (refusingSends) throw new RpcError(-32005, "Node is behind by 42 slots; try again later");
     let transaction: Transaction;
     try {
       transaction = getTransactionDecoder().decode(Buffer.from(wire, "base64"));
@@ -135,6 +155,16 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
       }
     }
     if (landed.has(signature)) return signature;
+    if (holding) {
+      if (!heldTransactions.some((held) => getSignatureFromTransaction(held) === signature)) heldTransactions.push(transaction);
+      return signature;
+    }
+    return land(transaction);
+  }
+
+  /** Processes one transaction: it lands (successfully or failing in execution, its fee paid), or is refused. */
+  function land(transaction: Transaction): string {
+    const signature = getSignatureFromTransaction(transaction);
     const result = svm.sendTransaction(transaction);
     const failed = result instanceof FailedTransactionMetadata;
     const meta: TransactionMetadata = failed ? result.meta() : result;
@@ -279,6 +309,29 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
     },
     balance: (of) => svm.getBalance(address(of)) ?? 0n,
     landed: (signature) => landed.get(signature),
+    hold: () => {
+      holding = true;
+    },
+    held: () => heldTransactions.length,
+    landHeld: () => {
+      holding = false;
+      const waiting = heldTransactions;
+      heldTransactions = [];
+      for (const transaction of waiting) {
+        try {
+          land(transaction);
+        } catch {
+          // refused on processing (its blockhash expired meanwhile): it never lands
+        }
+      }
+    },
+    dropHeld: () => {
+      heldTransactions = [];
+    },
+    expireBlockhash: () => svm.expireBlockhash(),
+    refuseSends: (refusing) => {
+      refusingSends = refusing;
+    },
     pause: () => {
       paused = true;
     },
