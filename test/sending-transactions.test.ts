@@ -417,6 +417,11 @@ describe("eth_send_raw_transaction through @turnkey/http", () => {
     const hash = keccak256(signed);
     expect(response.activity.result.ethSendRawTransactionResult).toEqual({ transactionHash: hash });
     expect((await node.client.waitForTransactionReceipt({ hash, pollingInterval: 20 })).status).toBe("success");
+    // Sent by the chain broadcaster after the activity committed, and followed like Sigil's own sends.
+    const followed = () =>
+      h.server.store.db.selectFrom("sent_transactions").selectAll().where("tx_hash", "=", hash).executeTakeFirstOrThrow();
+    while ((await followed()).status !== "INCLUDED") await new Promise((r) => setTimeout(r, 20));
+    expect(await followed()).toMatchObject({ activity_id: response.activity.id, from_address: sender, nonce, broadcasts: 1 });
   });
 
   it("refuses a malformed transaction and one the node refuses, recording only the failed activity", async () => {
@@ -456,8 +461,10 @@ describe("eth_send_raw_transaction through @turnkey/http", () => {
       gas: 21_000n,
       ...fees,
     });
-    const { failure } = await refusedLeavingOnlyItsActivity(h, raw(stale), { message: expect.stringContaining("refused the transaction") });
-    expect(failure.details[0].turnkeyErrorCode).toBe("TRANSACTION_REJECTED_BY_NODE");
+    const { failure } = await refusedLeavingOnlyItsActivity(h, raw(stale), {
+      message: expect.stringMatching(new RegExp(`nonce 0 of ${sender} was already used on ${node.caip2} \\(its next nonce is \\d+\\)`)),
+    });
+    expect(failure.details[0].turnkeyErrorCode).toBe("NONCE_ALREADY_USED");
     // Signed for another chain than caip2 names.
     const mainnet = await account.signTransaction({
       type: "eip1559",
@@ -638,6 +645,61 @@ describe("policies judge the transaction as sign_transaction's are judged", () =
       calls: [{ to: allowed, value: "5" }],
     });
     expect((await finalStatus(alice, ok.sendTransactionStatusId, team.organizationId)).txStatus).toBe("INCLUDED");
+  });
+});
+
+describe("a send waiting for approvals", () => {
+  it("is listed with the approver's canApprove weighed on its stored transaction; the approval reads the node afresh and sends", async () => {
+    const { org: team, root, members } = await organizationWith(h, ["ann", "ben", "cat"]);
+    const from = await fundedAccount(root, "approved");
+    await root.createPolicies({
+      policies: [
+        {
+          policyName: "small sends, with ben's approval",
+          effect: "EFFECT_ALLOW",
+          condition: "activity.resource == 'PRIVATE_KEY' && activity.action == 'SIGN' && eth.tx.value < 1000",
+          consensus: `approvers.any(user, user.id == '${members.ben!.userId}')`,
+          notes: "",
+        },
+        {
+          policyName: "large sends, with cat's approval",
+          effect: "EFFECT_ALLOW",
+          condition: "activity.resource == 'PRIVATE_KEY' && activity.action == 'SIGN' && eth.tx.value >= 1000",
+          consensus: `approvers.any(user, user.id == '${members.cat!.userId}')`,
+          notes: "",
+        },
+      ],
+    });
+    const pending = await members.ann!.client.ethSendTransaction({
+      organizationId: team.organizationId,
+      from,
+      caip2: node.caip2 as "eip155:11155111",
+      calls: [{ to: RECIPIENT, value: "17" }],
+    });
+    expect(pending.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    const nonce = await node.client.getTransactionCount({ address: from, blockTag: "pending" });
+    // The policies read eth.tx: the listing weighs them on the transaction the request prepared (stored
+    // with the activity), asking no node: ben may approve a 17 wei send, cat may not.
+    const seenBy = async (member: string) =>
+      (await members[member]!.client.getActivities({ organizationId: team.organizationId })).activities.find(
+        (a) => a.id === pending.activity.id,
+      );
+    expect(await seenBy("ben")).toMatchObject({ canApprove: true, canReject: true });
+    expect(await seenBy("cat")).toMatchObject({ canApprove: false, canReject: false });
+    expect(
+      (await members.ben!.client.getActivity({ organizationId: team.organizationId, activityId: pending.activity.id })).activity,
+    ).toMatchObject({ canApprove: true });
+    // The approval builds the transaction anew (fees, gas and nonce read when it is approved).
+    const approved = await members.ben!.client.approveActivity({
+      organizationId: team.organizationId,
+      fingerprint: pending.activity.fingerprint,
+    });
+    expect(approved.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    const result = approved.activity.result as { ethSendTransactionResultV2?: { sendTransactionStatusId: string } };
+    const { sendTransactionStatusId } = result.ethSendTransactionResultV2!;
+    const status = await finalStatus(root, sendTransactionStatusId, team.organizationId);
+    expect(status.txStatus).toBe("INCLUDED");
+    expect((await node.client.getTransaction({ hash: status.eth!.txHash as Hex })).nonce).toBe(nonce);
   });
 });
 

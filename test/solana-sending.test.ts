@@ -243,6 +243,27 @@ describe("the activity's first version, and a node that does not answer", () => 
   });
 });
 
+describe("the node is read before the organization's lock is taken", () => {
+  it("while a send waits for a slow node's blockhash, another activity of the organization commits", async () => {
+    const payer = await solanaAccount(sdk, "slow node", SOL);
+    node.stall();
+    let sending: ReturnType<typeof send>;
+    try {
+      sending = send(sdk, transfers(payer, [{ from: payer, to: RECIPIENT, lamports: 1_000_000n }]), [payer]);
+      while (!node.stalled().includes("getLatestBlockhash")) await new Promise((resolve) => setTimeout(resolve, 20));
+      // Under the lock the send would hold the organization's (on SQLite, the database's) writes until
+      // the node answers, and this would wait for it.
+      const { walletId } = await sdk.createWallet({ walletName: "made meanwhile", accounts: DEFAULT_SOLANA_ACCOUNTS });
+      expect(walletId).toBeTruthy();
+      expect(node.stalled()).toContain("getLatestBlockhash");
+    } finally {
+      node.answer();
+    }
+    const { sendTransactionStatusId } = await sending;
+    expect((await finalStatus(sdk, sendTransactionStatusId)).txStatus).toBe("INCLUDED");
+  });
+});
+
 describe("a transaction the node accepted but has not landed yet", () => {
   const sendCount = () => node.calls.filter((method) => method === "sendTransaction").length;
   /** Waits until the broadcaster has looked at its sends `n` more times (each look asks whether the blockhash is valid). */

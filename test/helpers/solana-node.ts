@@ -62,6 +62,12 @@ export interface SolanaNode {
   expireBlockhash(): void;
   /** While refusing, sendTransaction answers this JSON-RPC error (a node overloaded or rate limiting). */
   refuseSends(refusing: boolean): void;
+  /** From now on requests get no answer until `answer` (a node that is slow to answer). */
+  stall(): void;
+  /** The methods of the requests waiting for an answer while stalled. */
+  stalled(): string[];
+  /** Answers the requests held while stalled, and stops stalling. */
+  answer(): void;
   /** While paused the node answers every request HTTP 503, as a node that is down or overloaded. */
   pause(): void;
   /** Requests answered 503 while paused. */
@@ -267,10 +273,22 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
     },
   };
 
+  let stalling = false;
+  let unanswered: { method: string; handle: () => void }[] = [];
   const server = http.createServer((request, response) => {
     const chunks: Buffer[] = [];
     request.on("data", (chunk: Buffer) => chunks.push(chunk));
     request.on("end", () => {
+      if (!stalling) return handle();
+      let method = "?";
+      try {
+        method = String(JSON.parse(Buffer.concat(chunks).toString("utf8")).method);
+      } catch {
+        // answered as malformed when handled
+      }
+      unanswered.push({ method, handle });
+    });
+    const handle = () => {
       if (paused) {
         refusedWhilePaused++;
         response.statusCode = 503;
@@ -294,7 +312,7 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
       }
       response.setHeader("content-type", "application/json");
       response.end(JSON.stringify({ jsonrpc: "2.0", id, ...answer }));
-    });
+    };
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
@@ -331,6 +349,16 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
     expireBlockhash: () => svm.expireBlockhash(),
     refuseSends: (refusing) => {
       refusingSends = refusing;
+    },
+    stall: () => {
+      stalling = true;
+    },
+    stalled: () => unanswered.map((request) => request.method),
+    answer: () => {
+      stalling = false;
+      const waiting = unanswered;
+      unanswered = [];
+      for (const request of waiting) request.handle();
     },
     pause: () => {
       paused = true;

@@ -24,7 +24,11 @@ export async function pendingNonce(client: PublicClient, caip2: string, address:
 
 /** The nonce the next send from `address` gets (see above); `address` EIP-55 checksummed. */
 export async function nextNonce(db: Db | Tx, client: PublicClient, caip2: string, address: `0x${string}`): Promise<number> {
-  const pending = await pendingNonce(client, caip2, address);
+  return firstFreeNonce(db, caip2, address, await pendingNonce(client, caip2, address));
+}
+
+/** The smallest nonce at or above the node's `pending` one that no send of Sigil's in flight holds. */
+export async function firstFreeNonce(db: Db | Tx, caip2: string, address: `0x${string}`, pending: number): Promise<number> {
   // A transaction carrying its sender's own EIP-7702 authorization holds two nonces (nonce_count 2),
   // so one just below the pending nonce may still hold it.
   const held = await db
