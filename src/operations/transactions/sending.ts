@@ -138,16 +138,21 @@ interface PreparedSend {
 
 /** The numbers the request names, checked. */
 function askedOf(p: SendParameters) {
-  const asked = {
+  return {
     call: callOf(p),
     nonce: wholeNumber(p.nonce, "nonce", UINT64_MAX),
     gas: wholeNumber(p.gasLimit, "gasLimit", UINT64_MAX),
-    maxFee: wholeNumber(p.maxFeePerGas, "maxFeePerGas", UINT256_MAX),
-    tip: wholeNumber(p.maxPriorityFeePerGas, "maxPriorityFeePerGas", UINT256_MAX),
+    ...askedFees(p),
   };
-  if (asked.maxFee !== undefined && asked.tip !== undefined && asked.tip > asked.maxFee)
+}
+
+/** The EIP-1559 fees a request names (a send's, an undelegation's), checked. */
+export function askedFees(p: { maxFeePerGas?: string; maxPriorityFeePerGas?: string }) {
+  const maxFee = wholeNumber(p.maxFeePerGas, "maxFeePerGas", UINT256_MAX);
+  const tip = wholeNumber(p.maxPriorityFeePerGas, "maxPriorityFeePerGas", UINT256_MAX);
+  if (maxFee !== undefined && tip !== undefined && tip > maxFee)
     throw serviceError("REQUEST_INVALID", "maxPriorityFeePerGas must not exceed maxFeePerGas");
-  return asked;
+  return { maxFee, tip };
 }
 
 /** The precheck: the request's own checks, then the node's chain id, fees, gas estimate and pending nonce. */

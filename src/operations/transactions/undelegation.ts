@@ -9,7 +9,6 @@
 import { getAddress, isAddress, keccak256, serializeTransaction, zeroAddress, type Hex, type TransactionSerializableEIP7702 } from "viem";
 import { oncePerRequest } from "../resources.js";
 import { authorizationDigest, authorizationKeyword, serializeSigned } from "../../chains/ethereum.js";
-import { serviceError } from "../../errors.js";
 import type { Tx } from "../../store/handles.js";
 import { defineActivity, type OperationEnvironment, type ParametersOf } from "../../registry/registry.js";
 import { SEND_STATUS } from "../../services/chain-broadcaster.js";
@@ -17,12 +16,11 @@ import { openSigner, signerKeywords, type FoundSigner } from "../wallets/signers
 import { ethereumTransactionKeywords } from "../wallets/signing.js";
 import { firstFreeNonce, pendingNonce, reserveNonce } from "./nonces.js";
 import { answerOf, feesFor, readNode, type Fees, type NodeRead } from "./chain-reads.js";
-import { newSend, senderOf, wholeNumber } from "./sending.js";
+import { askedFees, newSend, senderOf, wholeNumber } from "./sending.js";
 
 type UndelegateParameters = ParametersOf<"eth_undelegate_7702">;
 
 const UINT64_MAX = (1n << 64n) - 1n;
-const UINT256_MAX = (1n << 256n) - 1n;
 
 /**
  * The gas limit when the request names none: the intrinsic cost of a call with one authorization
@@ -49,15 +47,11 @@ interface UndelegationReads {
 }
 
 function askedOf(p: UndelegateParameters) {
-  const asked = {
+  return {
     nonce: wholeNumber(p.nonce, "nonce", UINT64_MAX - 1n),
     gas: wholeNumber(p.gasLimit, "gasLimit", UINT64_MAX) ?? UNDELEGATION_GAS_LIMIT,
-    maxFee: wholeNumber(p.maxFeePerGas, "maxFeePerGas", UINT256_MAX),
-    tip: wholeNumber(p.maxPriorityFeePerGas, "maxPriorityFeePerGas", UINT256_MAX),
+    ...askedFees(p),
   };
-  if (asked.maxFee !== undefined && asked.tip !== undefined && asked.tip > asked.maxFee)
-    throw serviceError("REQUEST_INVALID", "maxPriorityFeePerGas must not exceed maxFeePerGas");
-  return asked;
 }
 
 /** The precheck: the request's own checks, then the node's chain id, fees and pending nonce. */
