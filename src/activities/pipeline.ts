@@ -471,8 +471,10 @@ export async function record(trx: Tx, entry: Entry, now: number): Promise<Activi
         failure: row.failure,
         votes: row.votes,
         updated_at: row.updated_at,
-        // A vote that ran no precheck (a rejection) leaves what the request prepared.
-        prepared: entry.precheck ? row.prepared : row.status === "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? entry.base.prepared : null,
+        // A vote whose precheck read nothing new (a rejection; an approval whose reads failed) leaves
+        // what was prepared before, while the activity still waits.
+        prepared:
+          entry.precheck?.kind === "passed" || row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? row.prepared : entry.base.prepared,
       })
       .where("id", "=", row.id)
       .execute();
