@@ -57,6 +57,8 @@ export interface ChainConfig {
   pollMs: number;
   /** One JSON-RPC request may take this long. */
   timeoutMs: number;
+  /** How long a send whose nonce is ahead of the chain's waits for the nonces before it, then FAILED. */
+  nonceWaitMs: number;
   /** The tokens whose balances are reported, by CAIP-2 chain id (SIGIL_CHAIN_ASSETS), and native
    * asset metadata overriding the built-in one; empty when the setting is unset. */
   assets: Record<string, ConfiguredAsset[]>;
@@ -953,6 +955,15 @@ export const settings = {
     default: 10_000,
     meaning: "one JSON-RPC request to a chain node may take this long",
   }),
+  chainNonceWaitMs: setting({
+    variable: "SIGIL_CHAIN_NONCE_WAIT_MS",
+    group: CHAINS,
+    kind: milliseconds(1),
+    default: 600_000,
+    meaning:
+      "how long an Ethereum send whose nonce (named by the request) is ahead of the chain's next one waits for the nonces before it; " +
+      "then it is FAILED, never signed for another nonce, and its nonce given back",
+  }),
   chainAssets: setting({
     variable: "SIGIL_CHAIN_ASSETS",
     group: CHAINS,
@@ -1073,6 +1084,12 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       concurrency: s.webhookConcurrency,
       pollMs: s.webhookPollMs,
     },
-    chains: { rpcUrls: s.chainRpcUrls ?? {}, pollMs: s.chainPollMs, timeoutMs: s.chainTimeoutMs, assets: s.chainAssets ?? {} },
+    chains: {
+      rpcUrls: s.chainRpcUrls ?? {},
+      pollMs: s.chainPollMs,
+      timeoutMs: s.chainTimeoutMs,
+      nonceWaitMs: s.chainNonceWaitMs,
+      assets: s.chainAssets ?? {},
+    },
   };
 }

@@ -311,6 +311,11 @@ export const ERROR_CATALOG = {
     status: "FailedPrecondition",
     meaning: "the chain node refused the transaction (the message quotes it: nonce too low, insufficient funds, underpriced, malformed…)",
   },
+  NONCE_ALREADY_USED: {
+    status: "FailedPrecondition",
+    meaning:
+      "the signed transaction's nonce was already used on the chain, so it can never be mined: sign it again with the sender's next nonce",
+  },
   NONCE_RESERVATION_CONFLICT: {
     status: "FailedPrecondition",
     meaning: "the nonce reserved for this send was taken by another send from the same address meanwhile; nothing was signed: send again",

@@ -130,7 +130,7 @@ describe("defaults", () => {
       concurrency: 8,
       pollMs: 1000,
     },
-    chains: { rpcUrls: {}, pollMs: 2000, timeoutMs: 10_000, assets: {} },
+    chains: { rpcUrls: {}, pollMs: 2000, timeoutMs: 10_000, nonceWaitMs: 600_000, assets: {} },
   });
 
   it("with nothing set, every setting has the default Sigil had before the catalog", () => {
@@ -198,6 +198,7 @@ describe("accepted values", () => {
     SIGIL_CHAIN_RPC_URLS: "eip155:11155111=http://127.0.0.1:8545, eip155:1=https://node.example.com/v3/key",
     SIGIL_CHAIN_POLL_MS: "100",
     SIGIL_CHAIN_TIMEOUT_MS: "500",
+    SIGIL_CHAIN_NONCE_WAIT_MS: "60000",
     SIGIL_CHAIN_ASSETS: "test/fixtures/chain-assets.json",
   };
 
@@ -227,6 +228,7 @@ describe("accepted values", () => {
         rpcUrls: { "eip155:11155111": "http://127.0.0.1:8545", "eip155:1": "https://node.example.com/v3/key" },
         pollMs: 100,
         timeoutMs: 500,
+        nonceWaitMs: 60_000,
         assets: {
           "eip155:11155111": [{ symbol: "USDC", decimals: 6, stable: true }],
           // The alias is read as the cluster's CAIP-2 id.

@@ -11,6 +11,7 @@ import { createAccount } from "@turnkey/viem";
 import { generatePrivateKey, privateKeyToAccount } from "viem/accounts";
 import { startServer, type RunningServer } from "../src/http/server.js";
 import { decodeRevert } from "../src/chains/ethereum-reverts.js";
+import { MAX_BROADCASTS } from "../src/services/chain-broadcaster.js";
 import { startHarness, refusedLeavingOnlyItsActivity, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { organizationWith } from "./helpers/organizations.js";
 import { startEthereumNode, type EthereumNode } from "./helpers/ethereum-node.js";
@@ -45,6 +46,8 @@ const chainEnv = () => ({
   SIGIL_CHAIN_RPC_URLS: `${node.caip2}=${node.url},eip155:8453=${node.url}`,
   SIGIL_CHAIN_POLL_MS: "20",
   SIGIL_CHAIN_TIMEOUT_MS: "5000",
+  // A send whose nonce is ahead of the chain's is FAILED this long after it was made (no earlier nonce came).
+  SIGIL_CHAIN_NONCE_WAIT_MS: "300",
 });
 
 async function fundedAccount(client: Sdk, name: string): Promise<Hex> {
@@ -71,6 +74,10 @@ async function statusReaches(client: Sdk, sendTransactionStatusId: string, wante
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
 }
+
+/** The send as the broadcaster keeps it. */
+const sentRow = (id: string) =>
+  h.server.store.db.selectFrom("sent_transactions").selectAll().where("id", "=", id).executeTakeFirstOrThrow();
 
 const send = (client: Sdk, from: Hex, calls: { to: string; value?: string; data?: string }[], extra: Record<string, unknown> = {}) =>
   client.ethSendTransaction({ from, caip2: node.caip2 as "eip155:11155111", calls, ...extra });
@@ -309,6 +316,70 @@ describe("nonces", () => {
     expect((await node.client.getTransaction({ hash: next.eth!.txHash as Hex })).nonce).toBe(nonce + 1);
   });
 
+  it("dropped past the rebroadcast limit it is followed, not FAILED: mined later from another pool it is INCLUDED", async () => {
+    await node.test.setAutomine(false);
+    try {
+      const { sendTransactionStatusId: id } = await send(sdk, sender, [{ to: RECIPIENT, value: "13" }]);
+      const hash = (await statusReaches(sdk, id, "BROADCASTING")).eth!.txHash as Hex;
+      // The node drops it each time it is handed over, until Sigil stops handing it over.
+      for (;;) {
+        const row = await sentRow(id);
+        if (await node.client.request({ method: "eth_getTransactionByHash", params: [hash] })) await node.test.dropTransaction({ hash });
+        else if (row.broadcasts >= MAX_BROADCASTS) break;
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      // Three more looks find it unknown to the node, its nonce not used: still BROADCASTING, not sent again.
+      while ((await sentRow(id)).attempts < 3) await new Promise((r) => setTimeout(r, 20));
+      expect(await sentRow(id)).toMatchObject({ status: "BROADCASTING", broadcasts: MAX_BROADCASTS });
+      expect(await node.client.request({ method: "eth_getTransactionByHash", params: [hash] })).toBeNull();
+      // Another node's pool still had it and mines it.
+      await node.client.request({ method: "eth_sendRawTransaction", params: [(await sentRow(id)).signed_transaction as Hex] });
+      await node.test.mine({ blocks: 1 });
+      expect(await finalStatus(sdk, id)).toMatchObject({ txStatus: "INCLUDED", eth: { txHash: hash } });
+    } finally {
+      await node.test.setAutomine(true);
+    }
+  });
+
+  it("a rebroadcast the node refuses (fees too low for the moment) is not a verdict: sent again later and mined", async () => {
+    await node.test.setAutomine(false);
+    let id: string;
+    let hash: Hex;
+    try {
+      ({ sendTransactionStatusId: id } = await send(sdk, sender, [{ to: RECIPIENT, value: "14" }]));
+      hash = (await statusReaches(sdk, id, "BROADCASTING")).eth!.txHash as Hex;
+      // The node drops it, and its next block's base fee is above what the transaction pays: mining at
+      // once again, it refuses the rebroadcast.
+      await node.test.dropTransaction({ hash });
+      await node.client.request({ method: "hardhat_setNextBlockBaseFeePerGas", params: ["0xe8d4a51000"] } as never);
+      await node.test.setAutomine(true);
+      const looked = (await sentRow(id)).attempts;
+      while ((await sentRow(id)).attempts < looked + 3) await new Promise((r) => setTimeout(r, 20));
+      expect(await sentRow(id)).toMatchObject({ status: "BROADCASTING", broadcasts: 1 });
+      // Refused, not pooled: the node does not know it.
+      expect(await node.client.request({ method: "eth_getTransactionByHash", params: [hash] })).toBeNull();
+    } finally {
+      await node.client.request({ method: "hardhat_setNextBlockBaseFeePerGas", params: ["0x1"] } as never);
+      await node.test.setAutomine(true);
+    }
+    expect(await finalStatus(sdk, id)).toMatchObject({ txStatus: "INCLUDED", eth: { txHash: hash } });
+    expect((await sentRow(id)).broadcasts).toBe(2);
+  });
+
+  it("a nonce the request names ahead of the chain's is FAILED after SIGIL_CHAIN_NONCE_WAIT_MS, its nonce given back", async () => {
+    const ahead = (await node.client.getTransactionCount({ address: sender, blockTag: "pending" })) + 5;
+    const { sendTransactionStatusId: id } = await send(sdk, sender, [{ to: RECIPIENT, value: "15" }], { nonce: String(ahead) });
+    const status = await finalStatus(sdk, id);
+    expect(status.txStatus).toBe("FAILED");
+    expect(status.txError).toMatch(
+      new RegExp(
+        `^nonce ${ahead} of ${sender} is ahead of the chain's next nonce and no earlier nonce arrived within 300 ms \\(SIGIL_CHAIN_NONCE_WAIT_MS\\); not sent: .*nonce too high`,
+        "i",
+      ),
+    );
+    expect(status.eth).toBeUndefined();
+  });
+
   it("a transaction the node refuses gives its nonce back: the next send takes it and mines", async () => {
     const poor = await fundedAccount(sdk, "poor");
     const nonce = await node.client.getTransactionCount({ address: poor, blockTag: "pending" });
@@ -346,6 +417,11 @@ describe("eth_send_raw_transaction through @turnkey/http", () => {
     const hash = keccak256(signed);
     expect(response.activity.result.ethSendRawTransactionResult).toEqual({ transactionHash: hash });
     expect((await node.client.waitForTransactionReceipt({ hash, pollingInterval: 20 })).status).toBe("success");
+    // Sent by the chain broadcaster after the activity committed, and followed like Sigil's own sends.
+    const followed = () =>
+      h.server.store.db.selectFrom("sent_transactions").selectAll().where("tx_hash", "=", hash).executeTakeFirstOrThrow();
+    while ((await followed()).status !== "INCLUDED") await new Promise((r) => setTimeout(r, 20));
+    expect(await followed()).toMatchObject({ activity_id: response.activity.id, from_address: sender, nonce, broadcasts: 1 });
   });
 
   it("refuses a malformed transaction and one the node refuses, recording only the failed activity", async () => {
@@ -385,8 +461,10 @@ describe("eth_send_raw_transaction through @turnkey/http", () => {
       gas: 21_000n,
       ...fees,
     });
-    const { failure } = await refusedLeavingOnlyItsActivity(h, raw(stale), { message: expect.stringContaining("refused the transaction") });
-    expect(failure.details[0].turnkeyErrorCode).toBe("TRANSACTION_REJECTED_BY_NODE");
+    const { failure } = await refusedLeavingOnlyItsActivity(h, raw(stale), {
+      message: expect.stringMatching(new RegExp(`nonce 0 of ${sender} was already used on ${node.caip2} \\(its next nonce is \\d+\\)`)),
+    });
+    expect(failure.details[0].turnkeyErrorCode).toBe("NONCE_ALREADY_USED");
     // Signed for another chain than caip2 names.
     const mainnet = await account.signTransaction({
       type: "eip1559",
@@ -567,6 +645,61 @@ describe("policies judge the transaction as sign_transaction's are judged", () =
       calls: [{ to: allowed, value: "5" }],
     });
     expect((await finalStatus(alice, ok.sendTransactionStatusId, team.organizationId)).txStatus).toBe("INCLUDED");
+  });
+});
+
+describe("a send waiting for approvals", () => {
+  it("is listed with the approver's canApprove weighed on its stored transaction; the approval reads the node afresh and sends", async () => {
+    const { org: team, root, members } = await organizationWith(h, ["ann", "ben", "cat"]);
+    const from = await fundedAccount(root, "approved");
+    await root.createPolicies({
+      policies: [
+        {
+          policyName: "small sends, with ben's approval",
+          effect: "EFFECT_ALLOW",
+          condition: "activity.resource == 'PRIVATE_KEY' && activity.action == 'SIGN' && eth.tx.value < 1000",
+          consensus: `approvers.any(user, user.id == '${members.ben!.userId}')`,
+          notes: "",
+        },
+        {
+          policyName: "large sends, with cat's approval",
+          effect: "EFFECT_ALLOW",
+          condition: "activity.resource == 'PRIVATE_KEY' && activity.action == 'SIGN' && eth.tx.value >= 1000",
+          consensus: `approvers.any(user, user.id == '${members.cat!.userId}')`,
+          notes: "",
+        },
+      ],
+    });
+    const pending = await members.ann!.client.ethSendTransaction({
+      organizationId: team.organizationId,
+      from,
+      caip2: node.caip2 as "eip155:11155111",
+      calls: [{ to: RECIPIENT, value: "17" }],
+    });
+    expect(pending.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    const nonce = await node.client.getTransactionCount({ address: from, blockTag: "pending" });
+    // The policies read eth.tx: the listing weighs them on the transaction the request prepared (stored
+    // with the activity), asking no node: ben may approve a 17 wei send, cat may not.
+    const seenBy = async (member: string) =>
+      (await members[member]!.client.getActivities({ organizationId: team.organizationId })).activities.find(
+        (a) => a.id === pending.activity.id,
+      );
+    expect(await seenBy("ben")).toMatchObject({ canApprove: true, canReject: true });
+    expect(await seenBy("cat")).toMatchObject({ canApprove: false, canReject: false });
+    expect(
+      (await members.ben!.client.getActivity({ organizationId: team.organizationId, activityId: pending.activity.id })).activity,
+    ).toMatchObject({ canApprove: true });
+    // The approval builds the transaction anew (fees, gas and nonce read when it is approved).
+    const approved = await members.ben!.client.approveActivity({
+      organizationId: team.organizationId,
+      fingerprint: pending.activity.fingerprint,
+    });
+    expect(approved.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    const result = approved.activity.result as { ethSendTransactionResultV2?: { sendTransactionStatusId: string } };
+    const { sendTransactionStatusId } = result.ethSendTransactionResultV2!;
+    const status = await finalStatus(root, sendTransactionStatusId, team.organizationId);
+    expect(status.txStatus).toBe("INCLUDED");
+    expect((await node.client.getTransaction({ hash: status.eth!.txHash as Hex })).nonce).toBe(nonce);
   });
 });
 

@@ -14,6 +14,7 @@ import { organizationWith } from "./helpers/organizations.js";
 import { LAMPORTS_PER_SIGNATURE, startSolanaNode, transfers, type SolanaNode } from "./helpers/solana-node.js";
 import { evaluatePolicies, newBudget } from "../src/policy/engine.js";
 import { STEP_BUDGET } from "../src/policy/compile.js";
+import { MAX_BROADCASTS } from "../src/services/chain-broadcaster.js";
 
 type Sdk = ReturnType<Harness["sdk"]>;
 type Caip2 = "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1";
@@ -207,6 +208,147 @@ describe("the activity's first version, and a node that does not answer", () => 
     }
     expect((await finalStatus(sdk, id)).txStatus).toBe("INCLUDED");
     expect(node.balance(RECIPIENT)).toBe(before + 4_000_000n);
+  });
+});
+
+describe("the node is read before the organization's lock is taken", () => {
+  it("while a send waits for a slow node's blockhash, another activity of the organization commits", async () => {
+    const payer = await solanaAccount(sdk, "slow node", SOL);
+    node.stall();
+    let sending: ReturnType<typeof send>;
+    try {
+      sending = send(sdk, transfers(payer, [{ from: payer, to: RECIPIENT, lamports: 1_000_000n }]), [payer]);
+      while (!node.stalled().includes("getLatestBlockhash")) await new Promise((resolve) => setTimeout(resolve, 20));
+      // Under the lock the send would hold the organization's (on SQLite, the database's) writes until
+      // the node answers, and this would wait for it.
+      const { walletId } = await sdk.createWallet({ walletName: "made meanwhile", accounts: DEFAULT_SOLANA_ACCOUNTS });
+      expect(walletId).toBeTruthy();
+      expect(node.stalled()).toContain("getLatestBlockhash");
+    } finally {
+      node.answer();
+    }
+    const { sendTransactionStatusId } = await sending;
+    expect((await finalStatus(sdk, sendTransactionStatusId)).txStatus).toBe("INCLUDED");
+  });
+});
+
+describe("a transaction the node accepted but has not landed yet", () => {
+  const sendCount = () => node.calls.filter((method) => method === "sendTransaction").length;
+  /** Waits until the broadcaster has looked at its sends `n` more times (each look asks whether the blockhash is valid). */
+  async function looks(n: number) {
+    const asked = () => node.calls.filter((method) => method === "isBlockhashValid").length;
+    const before = asked();
+    while (asked() < before + n) await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  async function statusReaches(id: string, wanted: string) {
+    for (;;) {
+      const status = await sdk.getSendTransactionStatus({ sendTransactionStatusId: id });
+      if (status.txStatus === wanted) return status;
+      if (status.txStatus === "FAILED" || status.txStatus === "INCLUDED") throw new Error(`reached ${status.txStatus}, not ${wanted}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+
+  it("passes its preflight, then fails on chain (the balance spent meanwhile): INCLUDED with the execution error and logs", async () => {
+    const payer = await solanaAccount(sdk, "spent meanwhile", SOL);
+    node.hold();
+    let first: string;
+    let second: string;
+    try {
+      // Each is simulated on the balance as it is: both pass; together they spend more than it holds.
+      ({ sendTransactionStatusId: first } = await send(
+        sdk,
+        transfers(payer, [{ from: payer, to: RECIPIENT, lamports: (SOL * 6n) / 10n }]),
+        [payer],
+      ));
+      ({ sendTransactionStatusId: second } = await send(
+        sdk,
+        transfers(payer, [{ from: payer, to: RECIPIENT, lamports: (SOL * 7n) / 10n }]),
+        [payer],
+      ));
+      await statusReaches(first, "BROADCASTING");
+      await statusReaches(second, "BROADCASTING");
+    } finally {
+      node.landHeld();
+    }
+    expect((await finalStatus(sdk, first)).error).toBeUndefined();
+    const failed = await finalStatus(sdk, second);
+    expect(failed).toMatchObject({
+      txStatus: "INCLUDED",
+      txError: expect.stringMatching(/^the transaction failed in execution on chain/),
+      error: {
+        solana: {
+          source: "execution",
+          transactionErrorJson: JSON.stringify({ InstructionError: [0, { Custom: 1 }] }),
+          logs: expect.arrayContaining([expect.stringMatching(/^Transfer: insufficient lamports/)]),
+        },
+      },
+    });
+    expect(node.landed(failed.solana!.signature!)?.err).not.toBeNull();
+    // The first moved its lamports; the second paid only its fee.
+    expect(node.balance(payer)).toBe(SOL - (SOL * 6n) / 10n - 2n * LAMPORTS_PER_SIGNATURE);
+  });
+
+  it("past the rebroadcast limit it is followed while its blockhash is valid, and INCLUDED when it lands", async () => {
+    const payer = await solanaAccount(sdk, "past the limit", SOL);
+    node.hold();
+    let id: string;
+    try {
+      const sent = sendCount();
+      ({ sendTransactionStatusId: id } = await send(sdk, transfers(payer, [{ from: payer, to: RECIPIENT, lamports: 3_000_000n }]), [
+        payer,
+      ]));
+      await statusReaches(id, "BROADCASTING");
+      while (sendCount() < sent + MAX_BROADCASTS) await new Promise((resolve) => setTimeout(resolve, 20));
+      await looks(3);
+      expect((await sdk.getSendTransactionStatus({ sendTransactionStatusId: id })).txStatus).toBe("BROADCASTING");
+      expect(sendCount()).toBe(sent + MAX_BROADCASTS);
+    } finally {
+      node.landHeld();
+    }
+    expect((await finalStatus(sdk, id)).txStatus).toBe("INCLUDED");
+  });
+
+  it("a rebroadcast the node refuses is not a verdict: still BROADCASTING, INCLUDED when it lands", async () => {
+    const payer = await solanaAccount(sdk, "refused rebroadcast", SOL);
+    node.hold();
+    let id: string;
+    try {
+      ({ sendTransactionStatusId: id } = await send(sdk, transfers(payer, [{ from: payer, to: RECIPIENT, lamports: 3_100_000n }]), [
+        payer,
+      ]));
+      await statusReaches(id, "BROADCASTING");
+      node.refuseSends(true);
+      await looks(3);
+      expect((await sdk.getSendTransactionStatus({ sendTransactionStatusId: id })).txStatus).toBe("BROADCASTING");
+    } finally {
+      node.refuseSends(false);
+      node.landHeld();
+    }
+    expect((await finalStatus(sdk, id)).txStatus).toBe("INCLUDED");
+  });
+
+  it("its blockhash expiring while it waits, with no status for its signature: FAILED, it can never land", async () => {
+    const before = node.balance(RECIPIENT);
+    const payer = await solanaAccount(sdk, "blockhash expired", SOL);
+    node.hold();
+    let id: string;
+    try {
+      ({ sendTransactionStatusId: id } = await send(sdk, transfers(payer, [{ from: payer, to: RECIPIENT, lamports: 3_200_000n }]), [
+        payer,
+      ]));
+      await statusReaches(id, "BROADCASTING");
+      await looks(2);
+      expect((await sdk.getSendTransactionStatus({ sendTransactionStatusId: id })).txStatus).toBe("BROADCASTING");
+      node.dropHeld();
+      node.expireBlockhash();
+      const status = await finalStatus(sdk, id);
+      expect(status.txStatus).toBe("FAILED");
+      expect(status.txError).toMatch(/^the blockhash \w+ expired before the transaction landed; it can never land now/);
+    } finally {
+      node.landHeld();
+    }
+    expect(node.balance(RECIPIENT)).toBe(before);
   });
 });
 

@@ -10,7 +10,7 @@
 import { ActivityTypes } from "../api/types.js";
 import type { Db, Tx } from "../store/handles.js";
 import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.js";
-import type { ActivityOperation, OperationEnvironment } from "../registry/registry.js";
+import type { ActivityOperation } from "../registry/registry.js";
 import { activityKind } from "../registry/registry.js";
 import { serviceError } from "../errors.js";
 import {
@@ -51,9 +51,9 @@ export interface ActivitySubject {
   /** Whose root quorum and policies decide, when not the activity's organization: the parent's, for
    * a login its backend runs in a sub-organization (`parentMayRequest`). */
   authorityOrganizationId?: string;
-  /** What the operation's policy keywords may consult (a chain node, to show policies the transaction
-   * eth_send_transaction will sign). */
-  env?: OperationEnvironment;
+  /** What the operation's precheck prepared (the fees, gas and nonce a send's transaction is built
+   * with): its policy keywords are computed on it. Absent when the precheck failed or there is none. */
+  prepared?: unknown;
 }
 
 const authorityOf = (subject: ActivitySubject) => subject.authorityOrganizationId ?? subject.organizationId;
@@ -167,7 +167,7 @@ function credentialValue(
 async function evaluationInputs(trx: Tx | Db, subject: ActivitySubject, approverIds: string[]): Promise<EvaluationInput[]> {
   const { operation, parameters, type } = subject;
   if (!operation.policyContexts) return [await evaluationInput(trx, subject, approverIds)];
-  const contexts = await operation.policyContexts(trx as Tx, subject.organizationId, parameters, type, subject.env);
+  const contexts = await operation.policyContexts(trx as Tx, subject.organizationId, parameters, type, subject.prepared);
   const base = await evaluationInput(trx, subject, approverIds);
   return contexts.length ? contexts.map((extra) => ({ ...base, condition: { ...extra, ...base.condition } })) : [base];
 }
@@ -209,7 +209,7 @@ async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverI
     // logins can name the sub-organizations it applies to.
     organization_id: subject.organizationId,
   };
-  const extra = (await operation.policyContext?.(trx as Tx, subject.organizationId, parameters, type, subject.env)) ?? {};
+  const extra = (await operation.policyContext?.(trx as Tx, subject.organizationId, parameters, type, subject.prepared)) ?? {};
   return {
     condition: { ...extra, activity },
     approvers: approverIds.flatMap((id) => (users.has(id) ? [users.get(id)!] : [])),

@@ -97,9 +97,10 @@ export interface SubmitRequest {
 /** authenticate's outcome: the caller, or, for a retry whose key has since gone, the activity it made. */
 export type Caller = { kind: "authenticated"; principal: Principal } | { kind: "answered"; activity: ActivitiesTable };
 
-/** The network checks an operation makes before the lock is taken; a failure is recorded once
- * policies allow the activity, not answered at once. */
-export type Precheck = { kind: "passed" } | { kind: "failed"; error: unknown };
+/** The network checks and reads an operation makes before the lock is taken, and what they prepared
+ * for its policy keywords and its execution; a failure is recorded once policies allow the activity,
+ * not answered at once. */
+export type Precheck = { kind: "passed"; prepared: unknown } | { kind: "failed"; error: unknown };
 
 /** A new activity before anything is decided: waiting, with the requester's approval as its first vote. */
 export interface Draft {
@@ -141,6 +142,8 @@ export interface Entry {
   base: ActivitiesTable;
   /** Whether `base` is already stored (a vote's activity): then it is updated rather than inserted. */
   stored: boolean;
+  /** This run's precheck: what it prepared is kept with an activity left waiting for approvals. */
+  precheck?: Precheck;
   /** The vote this request cast (its policy evaluation is recorded against it). */
   vote: StoredVote;
   authorization: Authorization;
@@ -311,7 +314,7 @@ export function draftActivity(
   principal: Principal,
   fingerprint: string,
   now: number,
-  env?: OperationEnvironment,
+  precheck?: Precheck,
 ): Draft {
   const { envelope } = request;
   const activityId = newId();
@@ -335,6 +338,7 @@ export function draftActivity(
     user_id: principal.userId,
     created_at: now,
     updated_at: now,
+    prepared: null,
   };
   const subject: ActivitySubject = {
     organizationId: envelope.organizationId,
@@ -348,7 +352,7 @@ export function draftActivity(
     // A parent's backend logging in a sub-organization's user is governed by the parent's root
     // quorum and policies: the requester is one of the parent's users.
     ...(principal.organizationId !== envelope.organizationId ? { authorityOrganizationId: principal.organizationId } : {}),
-    ...(env ? { env } : {}),
+    ...(precheck?.kind === "passed" ? { prepared: precheck.prepared } : {}),
   };
   return { row, vote, subject };
 }
@@ -433,8 +437,18 @@ const STATUS: Record<Execution["kind"], ActivityStatus> = {
  * session, a verification token) is recorded "<redacted>": the requester gets it in this response
  * only (answerOf), while the audit log, other readers and webhooks get it redacted.
  */
-export function recordedRow(base: ActivitiesTable, execution: Execution, secretResults: string[] = []): ActivitiesTable {
-  const row = { ...base, status: STATUS[execution.kind] };
+export function recordedRow(
+  base: ActivitiesTable,
+  execution: Execution,
+  secretResults: string[] = [],
+  precheck?: Precheck,
+): ActivitiesTable {
+  // What the precheck prepared is kept while the activity waits (a listing weighs votes on it).
+  const prepared =
+    execution.kind === "pending" && precheck?.kind === "passed" && precheck.prepared !== undefined
+      ? JSON.stringify(precheck.prepared)
+      : null;
+  const row = { ...base, status: STATUS[execution.kind], prepared };
   if (execution.kind === "failed") return { ...row, failure: JSON.stringify(execution.error.toBody()) };
   if (execution.kind !== "completed") return row;
   const { result } = execution;
@@ -447,11 +461,21 @@ export function recordedRow(base: ActivitiesTable, execution: Execution, secretR
 /** Step record: the activity row built from the outcomes, inserted when new or updated after a vote,
  * and the policy evaluation of the vote that brought it here. */
 export async function record(trx: Tx, entry: Entry, now: number): Promise<ActivitiesTable> {
-  const row = recordedRow(entry.base, entry.execution, entry.secretResults);
+  const row = recordedRow(entry.base, entry.execution, entry.secretResults, entry.precheck);
   if (entry.stored) {
     await trx
       .updateTable("activities")
-      .set({ status: row.status, result: row.result, failure: row.failure, votes: row.votes, updated_at: row.updated_at })
+      .set({
+        status: row.status,
+        result: row.result,
+        failure: row.failure,
+        votes: row.votes,
+        updated_at: row.updated_at,
+        // A vote whose precheck read nothing new (a rejection; an approval whose reads failed) leaves
+        // what was prepared before, while the activity still waits.
+        prepared:
+          entry.precheck?.kind === "passed" || row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? row.prepared : entry.base.prepared,
+      })
       .where("id", "=", row.id)
       .execute();
   } else {
@@ -486,6 +510,9 @@ function failureOf(row: ActivitiesTable): { errorCode?: string; error?: string }
   return { errorCode: failure.details?.[0]?.turnkeyErrorCode, error: failure.message };
 }
 
+/** What a pending activity's precheck prepared, as stored with it. */
+const preparedOf = (row: ActivitiesTable): { prepared?: unknown } => (row.prepared !== null ? { prepared: JSON.parse(row.prepared) } : {});
+
 export class Pipeline {
   private readonly clock: () => number;
 
@@ -509,11 +536,11 @@ export class Pipeline {
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
         await confirmCredential(trx, principal, now);
-        const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now, this.options.env);
+        const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now, precheck);
         const authorization = await authorize(trx, subject);
         const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester: principal, precheck });
         const secretResults = operation.secretResults;
-        const recorded = await record(trx, { base: row, stored: false, vote, authorization, execution, secretResults }, now);
+        const recorded = await record(trx, { base: row, stored: false, vote, authorization, execution, secretResults, precheck }, now);
         return this.publish(
           trx,
           {
@@ -568,10 +595,10 @@ export class Pipeline {
   }
 
   /** Step precheck: the operation's network checks, run before the organization's lock is taken. */
-  private async precheck(operation: ActivityOperation, envelope: Envelope): Promise<Precheck> {
-    if (!operation.precheck) return { kind: "passed" };
+  private async precheck(operation: ActivityOperation, envelope: Pick<Envelope, "parameters" | "type">): Promise<Precheck> {
+    if (!operation.precheck) return { kind: "passed", prepared: undefined };
     return operation.precheck(envelope.parameters, this.options.env, envelope.type).then(
-      () => ({ kind: "passed" }) as const,
+      (prepared) => ({ kind: "passed", prepared }) as const,
       (error: unknown) => ({ kind: "failed", error: error ?? new Error("precheck failed") }) as const,
     );
   }
@@ -625,7 +652,8 @@ export class Pipeline {
     const undoable = !subject.operation.leavesOrganizationUnchanged;
     const savepoint = undoable ? await trx.savepoint("operation").execute() : undefined;
     try {
-      const result = await subject.operation.execute(ctx, subject.parameters, subject.type);
+      const prepared = run.precheck?.kind === "passed" ? run.precheck.prepared : undefined;
+      const result = await subject.operation.execute(ctx, subject.parameters, subject.type, prepared);
       if (undoable) await assertRootQuorumReachable(trx, subject.organizationId);
       await savepoint?.releaseSavepoint("operation").execute();
       return { kind: "completed", result };
@@ -673,6 +701,8 @@ export class Pipeline {
     const principal = await this.authenticate(request, received);
     mayWrite(principal, envelope.organizationId);
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
+    const precheck =
+      operation.selection === "VOTE_SELECTION_APPROVED" ? await this.precheckPending(envelope.organizationId, fingerprint) : undefined;
     return this.inOrganization(envelope.organizationId, "exclusive", async (trx, now) => {
       await confirmCredential(trx, principal, now);
       const row = await trx
@@ -697,7 +727,8 @@ export class Pipeline {
         votes,
         now,
         confirmed: [principal.credentialId],
-        env: this.options.env,
+        // An approval decides on what its own precheck read; a rejection on what the request's did.
+        ...(precheck ? (precheck.kind === "passed" ? { prepared: precheck.prepared } : {}) : preparedOf(row)),
       };
       if (ballot.kind === "new" && !(await mayVote(trx, asFound, ballot.vote, envelope.type))) {
         throw serviceError(
@@ -708,9 +739,9 @@ export class Pipeline {
       const subject = ballot.kind === "new" ? { ...asFound, votes: [...votes, ballot.vote] } : asFound;
       const authorization = await authorizeVote(trx, subject, operation.selection);
       const requester = requesterOf(votes[0]!, row.organization_id);
-      const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester });
+      const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
       const base = { ...row, votes: JSON.stringify(subject.votes), updated_at: now };
-      const entry = { base, stored: true, vote: ballot.vote, authorization, execution, secretResults: target.secretResults };
+      const entry = { base, stored: true, vote: ballot.vote, authorization, execution, secretResults: target.secretResults, precheck };
       const recorded = await record(trx, entry, now);
       return this.publish(
         trx,
@@ -728,6 +759,25 @@ export class Pipeline {
         now,
       );
     });
+  }
+
+  /**
+   * Step precheck for an approval, which may run the activity: the pending activity's precheck, run on
+   * its recorded parameters before the lock is taken, so the node is read afresh (fees, nonce,
+   * blockhash as they are at approval) and never under the lock. Read from committed rows: the
+   * transaction finds the activity again and decides whether it is still pending.
+   */
+  private async precheckPending(organizationId: string, fingerprint: string): Promise<Precheck | undefined> {
+    const row = await this.options.store.reader
+      .selectFrom("activities")
+      .select(["type", "intent", "status"])
+      .where("organization_id", "=", organizationId)
+      .where("fingerprint", "=", fingerprint)
+      .executeTakeFirst();
+    if (row?.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED") return undefined;
+    const target = operationByActivityType.get(row.type);
+    if (target?.kind !== "activity" || !target.precheck) return undefined;
+    return this.precheck(target, { parameters: JSON.parse(row.intent), type: row.type });
   }
 
   /** An error the caller may see: a ServiceError as it is; anything else becomes INTERNAL, and its
@@ -757,6 +807,7 @@ export class Pipeline {
       requesterId: row.user_id ?? "",
       votes,
       now,
+      ...preparedOf(row),
     };
     const voter = {
       userId: principal.userId,

@@ -212,10 +212,11 @@ export type ParametersOf<N extends SubmitName> = AnyVersionOf<ActivityTypeShapes
 /** The request body a query handler of endpoint `N` receives. */
 export type QueryBodyOf<N extends keyof QueryShapes> = QueryShapes[N]["request"];
 
-/** `P`: the parameters the handler receives; `T`: the activity types it is run for. The defaults
- * (`unknown`, any string) are what the catalog and the pipeline see of an operation whose name they do
- * not know; declarations get both from their name (`defineActivity`). */
-export interface ActivityOperation<P = unknown, T extends string = string> {
+/** `P`: the parameters the handler receives; `T`: the activity types it is run for; `R`: what its
+ * precheck prepares (undefined without one). The defaults (`unknown`, any string) are what the catalog
+ * and the pipeline see of an operation whose name they do not know; declarations get `P` and `T` from
+ * their name (`defineActivity`) and `R` from their precheck. */
+export interface ActivityOperation<P = unknown, T extends string = string, R = unknown> {
   kind: "activity";
   /** Path suffix: /public/v1/submit/<name> */
   name: string;
@@ -250,25 +251,31 @@ export interface ActivityOperation<P = unknown, T extends string = string> {
   /** The user whose own credentials this activity changes: a user may change its own credentials
    * without a policy, unless a policy explicitly denies it. */
   credentialOwner?(parameters: P, principal: Principal): string | undefined;
-  /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path. `env`
-   * is there when the pipeline decides an activity (not when a vote's rights are weighed). */
-  policyContext?(trx: Tx, organizationId: string, parameters: P, type: T, env?: OperationEnvironment): Promise<Record<string, unknown>>;
+  /** Further condition keywords this activity provides (`wallet`, `eth.tx`, …), by keyword path.
+   * `prepared` is what the precheck prepared: when the activity is decided, from this request's
+   * precheck; when a vote's rights are weighed for a listing, as stored with the pending activity;
+   * undefined when the precheck failed. Reads the database only (never the network). */
+  policyContext?(trx: Tx, organizationId: string, parameters: P, type: T, prepared: R | undefined): Promise<Record<string, unknown>>;
   /** For an activity that signs with several keys (sol_send_transaction's signWiths): one set of
    * condition keywords per key, each what sign_transaction would show for that key alone; the activity
    * is allowed only when policies allow it under every set. When present, policyContext is not used. */
-  policyContexts?(trx: Tx, organizationId: string, parameters: P, type: T, env?: OperationEnvironment): Promise<Record<string, unknown>[]>;
+  policyContexts?(trx: Tx, organizationId: string, parameters: P, type: T, prepared: R | undefined): Promise<Record<string, unknown>[]>;
   /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
   intentOf?(parameters: P, type: T): Record<string, unknown>;
-  /** Checks that wait on the network (a webhook host's DNS), run before the organization's lock is
-   * taken so a slow answer holds up nobody else. They must not read the database. Their failure is
-   * the activity's: recorded as FAILED once policies have allowed the activity. Not repeated when an
-   * approval runs the activity later (`execute` keeps its own checks). */
-  precheck?(parameters: P, env: OperationEnvironment, type: T): Promise<void>;
+  /** Checks and reads that wait on the network (a webhook host's DNS; a chain node's fees, gas
+   * estimate, pending nonce or blockhash), run before the organization's lock is taken so a slow
+   * answer holds up nobody else. They must not read the database. What they return is handed to
+   * policyContext(s) and execute, and stored with the activity while it waits for approvals (so it must
+   * be plain JSON and hold no secret): the keywords a listing's canApprove / canReject are weighed on.
+   * Their failure is the activity's: recorded as FAILED once policies have allowed the activity. An
+   * approval that may run the activity runs it again, so what it reads is read afresh then. */
+  precheck?(parameters: P, env: OperationEnvironment, type: T): Promise<R>;
   /** What a failed run must still change, after its own writes were rolled back (an import target
    * is used up by a failed import too: it serves one attempt). Runs in the activity's transaction. */
   afterFailure?(ctx: ActivityContext, parameters: P): Promise<void>;
-  /** Runs inside the activity's transaction; returns the result object (the value under the result key). */
-  execute(ctx: ActivityContext, parameters: P, type: T): Promise<Record<string, unknown>>;
+  /** Runs inside the activity's transaction; returns the result object (the value under the result key).
+   * `prepared` is what this run's precheck returned (an operation with a precheck always has it here). */
+  execute(ctx: ActivityContext, parameters: P, type: T, prepared: R): Promise<Record<string, unknown>>;
 }
 
 /** approve_activity / reject_activity: a vote on a pending activity, named by its fingerprint. The
@@ -301,9 +308,9 @@ export type Operation = ActivityOperation | VoteOperation | QueryOperation;
 
 /** Declares the activity operation served at /public/v1/submit/<name>: its parameters are typed by the
  * name (`ParametersOf`), and `type` is one of the name's activity types, so a misspelt one does not compile. */
-export function defineActivity<N extends SubmitName>(
-  op: Omit<ActivityOperation<ParametersOf<N>, ActivityTypeOf<N>>, "kind" | "types" | "name"> & { name: N; types?: ActivityTypeOf<N>[] },
-): ActivityOperation<ParametersOf<N>, ActivityTypeOf<N>> {
+export function defineActivity<N extends SubmitName, R = undefined>(
+  op: Omit<ActivityOperation<ParametersOf<N>, ActivityTypeOf<N>, R>, "kind" | "types" | "name"> & { name: N; types?: ActivityTypeOf<N>[] },
+): ActivityOperation<ParametersOf<N>, ActivityTypeOf<N>, R> {
   return { ...op, kind: "activity", types: op.types ?? (activityTypesFor(op.name) as ActivityTypeOf<N>[]) };
 }
 

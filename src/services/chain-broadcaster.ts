@@ -5,15 +5,20 @@
 // worker, outbox-worker.ts); they share the rows through a lease, as webhooks and messages do, so a
 // restart, or another process, carries on where the last one stopped.
 //
-// One look at a transaction, by its status:
+// FAILED is final and gives the nonce back, so it is reported only when the transaction can no longer
+// be mined: a client sending again on FAILED must not pay twice. One look at a transaction, by status:
 //   INITIALIZED  → eth_sendRawTransaction. Accepted (or "already known") → BROADCASTING. Refused: a nonce
 //                  already used → its receipt, else FAILED (another transaction took the nonce); a nonce
-//                  ahead of the node's → looked at again (an earlier one is still on its way); anything
-//                  else (insufficient funds, underpriced…) → FAILED with the node's words. No answer → again.
+//                  ahead of the node's → looked at again (an earlier one is still on its way), for at
+//                  most SIGIL_CHAIN_NONCE_WAIT_MS once no send of Sigil's holds an earlier nonce, then
+//                  FAILED; anything else (insufficient funds, underpriced…) → FAILED with the node's
+//                  words: no node ever took it. No answer → again.
 //   BROADCASTING → its receipt: found → INCLUDED (a revert is reported with its decoded reason). Not
 //                  found, but the node knows the transaction → again. Unknown to the node: if the
-//                  sender's mined nonce has passed it, another transaction took the nonce → FAILED;
-//                  else it was dropped → sent again, at most MAX_BROADCASTS times in all, then FAILED.
+//                  sender's mined nonce has passed it with no receipt of ours, another transaction took
+//                  the nonce → FAILED; else it was dropped → sent again, at most MAX_BROADCASTS times in
+//                  all, and then only followed (another node's pool may still mine it). A rebroadcast the
+//                  node refuses is not a verdict: the next look decides from the chain.
 // Transactions of one sender are first broadcast in nonce order (a node that mines at once, like
 // Hardhat's, refuses a nonce ahead of the one it expects).
 import type pino from "pino";
@@ -46,7 +51,8 @@ export type SendStatus = (typeof SEND_STATUS)[keyof typeof SEND_STATUS];
 export const LIVE_STATUSES: SendStatus[] = [SEND_STATUS.INITIALIZED, SEND_STATUS.BROADCASTING];
 
 /** How often a transaction is handed to the node in all: the first broadcast and rebroadcasts after
- * the node dropped it (evicted from its pool, or restarted). Past that it is FAILED. */
+ * the node dropped it (evicted from its pool, or restarted). Past that it is only followed: it is
+ * final when it lands, or when it can no longer land (its nonce used by another; its blockhash expired). */
 export const MAX_BROADCASTS = 5;
 
 /** The longest wait between two looks at a transaction that is not final. */
@@ -190,13 +196,15 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
       if (failure.kind === "unreachable")
         return { status: row.status as "INITIALIZED", broadcasts: row.broadcasts, note: failure.message, reset: false };
       if (ALREADY_KNOWN.test(failure.message)) return { status: "BROADCASTING", broadcasts, note: null, reset: true };
-      // An earlier nonce of the sender has not reached the node yet (or was dropped): wait for it.
-      if (NONCE_AHEAD.test(failure.message))
-        return { status: row.status as "INITIALIZED", broadcasts: row.broadcasts, note: failure.message, reset: false };
       // A node that mines on arrival may answer a reverted transaction with an error although it mined
       // it (Hardhat does): a receipt wins over the error.
       const receipt = await this.receipt(client, row).catch(() => null);
       if (receipt) return receipt;
+      // A rebroadcast: the transaction was accepted once and may still sit in another node's pool, so
+      // a refusal (the node busy, its pool full, a fee floor raised) decides nothing; the next look
+      // reads the chain (a used nonce without our receipt is a replacement).
+      if (again) return { status: "BROADCASTING", broadcasts: row.broadcasts, note: `not sent again: ${failure.message}`, reset: false };
+      if (NONCE_AHEAD.test(failure.message)) return this.waitForEarlierNonces(row, failure.message);
       if (NONCE_USED.test(failure.message))
         return {
           status: "FAILED",
@@ -224,15 +232,41 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
           }
         );
       }
+      // Dropped too often: not sent again, but followed until it is mined or its nonce is used.
       if (row.broadcasts >= MAX_BROADCASTS)
-        return {
-          status: "FAILED",
-          error: { message: `dropped by the node ${row.broadcasts} times without being mined; not sent again` },
-        };
+        return waiting(`dropped by the node ${row.broadcasts} times; not sent again, followed until mined or replaced`);
       return await this.broadcast(client, row, true);
     } catch (error) {
       return waiting(rpcFailureOf(error).message);
     }
+  }
+
+  /**
+   * A transaction whose nonce is ahead of the chain's next one waits for the nonces before it: sends of
+   * Sigil's still on their way, or transactions the caller sends elsewhere. Once no live send of Sigil's
+   * holds an earlier nonce, it waits at most SIGIL_CHAIN_NONCE_WAIT_MS from its creation, then it is
+   * FAILED (never broadcast, so it cannot be mined) and its nonce is given back.
+   */
+  private async waitForEarlierNonces(row: SentTransaction, refusal: string): Promise<Change> {
+    const waiting: Change = { status: "INITIALIZED", broadcasts: row.broadcasts, note: refusal, reset: false };
+    if (this.clock() - row.created_at < this.config.nonceWaitMs) return waiting;
+    const earlier = await this.store.reader
+      .selectFrom("sent_transactions")
+      .select("id")
+      .where("caip2", "=", row.caip2)
+      .where("from_address", "=", row.from_address)
+      .where("status", "in", LIVE_STATUSES)
+      .where("nonce", "<", row.nonce ?? 0)
+      .executeTakeFirst();
+    if (earlier) return waiting;
+    return {
+      status: "FAILED",
+      error: {
+        message:
+          `nonce ${row.nonce} of ${row.from_address} is ahead of the chain's next nonce and no earlier nonce arrived within ` +
+          `${this.config.nonceWaitMs} ms (SIGIL_CHAIN_NONCE_WAIT_MS); not sent: ${refusal}`,
+      },
+    };
   }
 
   /** INCLUDED with the block, when the transaction has a receipt; a revert with its decoded reason. */

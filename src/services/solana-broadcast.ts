@@ -7,8 +7,11 @@
 //   BROADCASTING → its signature status: confirmed or finalized → INCLUDED, with its slot, block hash and
 //                  time and the fee it paid (a transaction that landed but failed in execution is INCLUDED
 //                  with its error and logs, as an Ethereum revert is). Unknown to the node: while its
-//                  blockhash is still valid it is sent again (at most `maxBroadcasts` times in all);
-//                  once the blockhash has expired it can never land → FAILED.
+//                  blockhash is still valid it is sent again (at most `maxBroadcasts` times in all,
+//                  then only followed: another validator may still land it, and a rebroadcast the node
+//                  refuses decides nothing); once the blockhash has expired with no status for the
+//                  signature it can never land → FAILED. A transaction on a durable nonce has no
+//                  expiring blockhash: past `maxBroadcasts` it is followed until it lands.
 import type { Base64EncodedWireTransaction, Blockhash, Signature } from "@solana/kit";
 import type { SentTransaction } from "../store/schema.js";
 import { fromWire, readUnsignedTransaction, usesDurableNonce, transactionHex } from "../chains/solana-send.js";
@@ -129,6 +132,8 @@ export async function lookAtSolanaSend({ rpc }: SolanaChain, row: SentTransactio
     } catch (error) {
       const failure = solanaRpcFailureOf(error);
       if (failure.kind === "unreachable") return waiting(failure.message);
+      // Accepted once: the blockhash, not a refusal of this copy, decides whether it can still land.
+      if (again) return waiting(`not sent again: ${failure.refusal.rpcMessage}`);
       // Sent before and landed (the answer to that send was lost): its status wins over the refusal.
       const status = await landed().catch(() => null);
       if (status) return status;
@@ -157,7 +162,7 @@ export async function lookAtSolanaSend({ rpc }: SolanaChain, row: SentTransactio
         );
     }
     if (row.broadcasts >= maxBroadcasts)
-      return { status: "FAILED", error: { message: `dropped by the node ${row.broadcasts} times without landing; not sent again` } };
+      return waiting(`dropped by the node ${row.broadcasts} times; not sent again, followed until it lands or its blockhash expires`);
     return await send(true);
   } catch (error) {
     const failure = solanaRpcFailureOf(error);

@@ -546,6 +546,15 @@ const sentTransactionBlocks: Migration = {
   },
 };
 
+/** What a pending activity's precheck prepared (a send's fees, gas and nonce read from the node), so
+ * that listing it weighs the caller's voting rights on the transaction policies would judge, without
+ * asking a node for every row listed. */
+const activityPrepared: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema.alterTable("activities").addColumn("prepared", "text").execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -558,6 +567,7 @@ export const migrations: Record<string, Migration> = {
   "0009_smart_contract_interfaces": smartContractInterfaces,
   "0010_sent_transactions": sentTransactions,
   "0011_sent_transaction_blocks": sentTransactionBlocks,
+  "0012_activity_prepared": activityPrepared,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -293,6 +293,9 @@ export interface ActivitiesTable {
   user_id: string | null;
   created_at: number;
   updated_at: number;
+  /** JSON: what the operation's precheck prepared (a send's fees, gas and pending nonce), kept while
+   * the activity waits for approvals so a listing weighs canApprove / canReject on it; null otherwise. */
+  prepared: string | null;
 }
 
 export interface PoliciesTable {

@@ -2,8 +2,13 @@
 // `litesvm`: the Solana runtime — its programs, fees, rent and signature checks — in this process) and
 // answers, over JSON-RPC on a loopback port, the methods Sigil calls: getGenesisHash, getLatestBlockhash,
 // isBlockhashValid, sendTransaction (with LiteSVM's simulation as the preflight), getSignatureStatuses,
-// getTransaction, getBlock, getBalance, getMultipleAccounts and getTokenAccountsByOwner. Each transaction that lands gets a
-// slot of its own and is final at once. What LiteSVM has no notion of is made up here, and said so:
+// getTransaction, getBlock, getBalance, getMultipleAccounts and getTokenAccountsByOwner. Each
+// transaction that lands gets a slot of its own and is final at once — unless a test holds them: then
+// a transaction that passed its preflight waits unprocessed (no signature status, as on a validator that
+// has not processed it yet) until the test lands the held ones (each executed against the state then,
+// so one may fail on chain although its preflight passed) or drops them (as a validator that never
+// forwarded them). A blockhash is valid until the test expires it (LiteSVM keeps one at a time; a
+// cluster keeps ~150 blocks' worth). What LiteSVM has no notion of is made up here, and said so:
 // the genesis hash is devnet's (the API's caip2 list names only mainnet and devnet, so the node
 // must claim one of them; devnet's, so that nothing could reach a real mainnet node), a block per
 // landed transaction, and its time (the wall clock).
@@ -57,6 +62,24 @@ export interface SolanaNode {
   balance(of: string): bigint;
   /** What landed under a signature, as the node recorded it. */
   landed(signature: string): Landed | undefined;
+  /** From now on transactions that pass their preflight are held, not processed, until landHeld or dropHeld. */
+  hold(): void;
+  /** How many transactions are held. */
+  held(): number;
+  /** Processes the held transactions in the order they arrived, and stops holding. */
+  landHeld(): void;
+  /** Forgets the held transactions (never processed); holding goes on. */
+  dropHeld(): void;
+  /** A new latest blockhash: the one before is no longer valid (isBlockhashValid false; LiteSVM refuses it). */
+  expireBlockhash(): void;
+  /** While refusing, sendTransaction answers this JSON-RPC error (a node overloaded or rate limiting). */
+  refuseSends(refusing: boolean): void;
+  /** From now on requests get no answer until `answer` (a node that is slow to answer). */
+  stall(): void;
+  /** The methods of the requests waiting for an answer while stalled. */
+  stalled(): string[];
+  /** Answers the requests held while stalled, and stops stalling. */
+  answer(): void;
   /** While paused the node answers every request HTTP 503, as a node that is down or overloaded. */
   pause(): void;
   /** Requests answered 503 while paused. */
@@ -120,11 +143,15 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
   let slot = 1;
   let paused = false;
   let refusedWhilePaused = 0;
+  let holding = false;
+  let refusingSends = false;
+  let heldTransactions: Transaction[] = [];
 
   const context = () => ({ slot, apiVersion: "2.2.0" });
 
   function sendTransaction([wire, options]: [string, { encoding?: string; skipPreflight?: boolean }?]): string {
     if (options?.encoding !== "base64") throw new RpcError(-32602, "this test node takes base64 transactions only");
+    if (refusingSends) throw new RpcError(-32005, "Node is behind by 42 slots; try again later");
     let transaction: Transaction;
     try {
       transaction = getTransactionDecoder().decode(Buffer.from(wire, "base64"));
@@ -156,6 +183,16 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
       }
     }
     if (landed.has(signature)) return signature;
+    if (holding) {
+      if (!heldTransactions.some((held) => getSignatureFromTransaction(held) === signature)) heldTransactions.push(transaction);
+      return signature;
+    }
+    return land(transaction);
+  }
+
+  /** Processes one transaction: it lands (successfully or failing in execution, its fee paid), or is refused. */
+  function land(transaction: Transaction): string {
+    const signature = getSignatureFromTransaction(transaction);
     const result = svm.sendTransaction(transaction);
     const failed = result instanceof FailedTransactionMetadata;
     const meta: TransactionMetadata = failed ? result.meta() : result;
@@ -255,10 +292,22 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
     },
   };
 
+  let stalling = false;
+  let unanswered: { method: string; handle: () => void }[] = [];
   const server = http.createServer((request, response) => {
     const chunks: Buffer[] = [];
     request.on("data", (chunk: Buffer) => chunks.push(chunk));
     request.on("end", () => {
+      if (!stalling) return handle();
+      let method = "?";
+      try {
+        method = String(JSON.parse(Buffer.concat(chunks).toString("utf8")).method);
+      } catch {
+        // answered as malformed when handled
+      }
+      unanswered.push({ method, handle });
+    });
+    const handle = () => {
       if (paused) {
         refusedWhilePaused++;
         response.statusCode = 503;
@@ -282,7 +331,7 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
       }
       response.setHeader("content-type", "application/json");
       response.end(JSON.stringify({ jsonrpc: "2.0", id, ...answer }));
-    });
+    };
   });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   const { port } = server.address() as AddressInfo;
@@ -297,6 +346,39 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
     },
     balance: (of) => svm.getBalance(address(of)) ?? 0n,
     landed: (signature) => landed.get(signature),
+    hold: () => {
+      holding = true;
+    },
+    held: () => heldTransactions.length,
+    landHeld: () => {
+      holding = false;
+      const waiting = heldTransactions;
+      heldTransactions = [];
+      for (const transaction of waiting) {
+        try {
+          land(transaction);
+        } catch {
+          // refused on processing (its blockhash expired meanwhile): it never lands
+        }
+      }
+    },
+    dropHeld: () => {
+      heldTransactions = [];
+    },
+    expireBlockhash: () => svm.expireBlockhash(),
+    refuseSends: (refusing) => {
+      refusingSends = refusing;
+    },
+    stall: () => {
+      stalling = true;
+    },
+    stalled: () => unanswered.map((request) => request.method),
+    answer: () => {
+      stalling = false;
+      const waiting = unanswered;
+      unanswered = [];
+      for (const request of waiting) request.handle();
+    },
     pause: () => {
       paused = true;
     },

@@ -10,7 +10,7 @@ import { sql } from "kysely";
 import type { PublicClient } from "viem";
 import { serviceError } from "../../errors.js";
 import type { Dialect, Db, Tx } from "../../store/handles.js";
-import { LIVE_STATUSES } from "../../services/chain-broadcaster.js";
+import { LIVE_STATUSES, SEND_STATUS } from "../../services/chain-broadcaster.js";
 import { unavailable } from "../../services/chain-rpc.js";
 
 /** The node's pending nonce of `address`: its mined transactions and those in its pool. */
@@ -24,7 +24,15 @@ export async function pendingNonce(client: PublicClient, caip2: string, address:
 
 /** The nonce the next send from `address` gets (see above); `address` EIP-55 checksummed. */
 export async function nextNonce(db: Db | Tx, client: PublicClient, caip2: string, address: `0x${string}`): Promise<number> {
-  const pending = await pendingNonce(client, caip2, address);
+  return firstFreeNonce(db, caip2, address, await pendingNonce(client, caip2, address));
+}
+
+/**
+ * The smallest nonce at or above the node's `pending` one that no send of Sigil's in flight holds, nor
+ * one of Sigil's that was mined. `pending` is read before the organization's lock (the precheck), so
+ * sends committed and mined meanwhile may have used nonces past it: their INCLUDED rows say so.
+ */
+export async function firstFreeNonce(db: Db | Tx, caip2: string, address: `0x${string}`, pending: number): Promise<number> {
   // A transaction carrying its sender's own EIP-7702 authorization holds two nonces (nonce_count 2),
   // so one just below the pending nonce may still hold it.
   const held = await db
@@ -32,7 +40,7 @@ export async function nextNonce(db: Db | Tx, client: PublicClient, caip2: string
     .select(["nonce", "nonce_count"])
     .where("caip2", "=", caip2)
     .where("from_address", "=", address)
-    .where("status", "in", LIVE_STATUSES)
+    .where("status", "in", [...LIVE_STATUSES, SEND_STATUS.INCLUDED])
     .where("nonce", ">=", pending - 1)
     .orderBy("nonce")
     .execute();

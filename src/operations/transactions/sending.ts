@@ -14,11 +14,12 @@ import { serializeSigned } from "../../chains/ethereum.js";
 import { decodeRevert, revertError, type SendError } from "../../chains/ethereum-reverts.js";
 import { defineActivity, defineQuery, type OperationEnvironment, type ParametersOf } from "../../registry/registry.js";
 import { SEND_STATUS } from "../../services/chain-broadcaster.js";
-import { rpcFailureOf, unavailable, type EvmChain } from "../../services/chain-rpc.js";
+import { rpcFailureOf, unavailable } from "../../services/chain-rpc.js";
 import { newId } from "../../store/ids.js";
 import { findSigner, openSigner, signerKeywords, type FoundSigner } from "../wallets/signers.js";
 import { ethereumTransactionKeywords } from "../wallets/signing.js";
-import { nextNonce, reserveNonce } from "./nonces.js";
+import { firstFreeNonce, nextNonce, pendingNonce, reserveNonce } from "./nonces.js";
+import { answerOf, feesFor, readNode, type Fees, type NodeRead } from "./chain-reads.js";
 
 type SendParameters = ParametersOf<"eth_send_transaction">;
 
@@ -88,13 +89,15 @@ function callOf(p: SendParameters) {
   };
 }
 
+const notAnAddress = () =>
+  serviceError(
+    "REQUEST_INVALID",
+    "from must be the Ethereum address of a wallet account or private key (private key ids are not accepted)",
+  );
+
 /** The key `from` names: an Ethereum address of one of the organization's wallet accounts or private keys. */
 export async function senderOf(trx: Tx, organizationId: string, from: string): Promise<{ signer: FoundSigner; from: Hex }> {
-  if (!isAddress(from, { strict: false }))
-    throw serviceError(
-      "REQUEST_INVALID",
-      `from must be the Ethereum address of a wallet account or private key (private key ids are not accepted)`,
-    );
+  if (!isAddress(from, { strict: false })) throw notAnAddress();
   const signer = await findSigner(trx, organizationId, from).catch((error: unknown) => {
     if (error instanceof ServiceError && error.turnkeyErrorCode === "SIGNER_NOT_FOUND")
       throw serviceError("SIGNER_NOT_FOUND", `from ${from} is not the address of a wallet account or private key of this organization`);
@@ -110,89 +113,116 @@ export async function senderOf(trx: Tx, organizationId: string, from: string): P
   return { signer, from: getAddress(from) };
 }
 
+/** What eth_send_transaction's precheck reads from the node (plain JSON; see chain-reads.ts). */
+interface SendReads {
+  chainId: number;
+  fees: Fees;
+  /** The gas limit, the request's or the node's estimate; null when the node's simulation reverted. */
+  gas: string | null;
+  /** The simulation's revert data: decoded in the transaction, with the contract's uploaded ABI. */
+  revertData?: Hex;
+  /** The node's pending nonce of `from`, when Sigil chooses the nonce. */
+  pendingNonce: number | null;
+}
+
 /** A send as prepared: the transaction policies see and the key signs, or the reason its simulation reverted. */
 interface PreparedSend {
   signer: FoundSigner;
   from: Hex;
-  chain: EvmChain;
   transaction: TransactionSerializableEIP1559 & { nonce: number; gas: bigint };
   /** Sigil chose the nonce (the request named none). */
   nonceChosen: boolean;
-  /** The node's simulation of the call reverted: nothing is signed, the send is recorded FAILED with this. */
-  simulationReverted?: SendError;
+  /** The node's simulation of the call reverted (its data): nothing is signed, the send is recorded FAILED. */
+  reverted?: { data?: Hex };
 }
 
-// Prepared once per request: the policies' keywords and the execution read the same transaction, so
-// what policies allowed is exactly what is signed (the parameters object is the same for both).
-const prepareOnce = oncePerRequest<SendParameters, PreparedSend>();
-
-function prepareSend(trx: Tx, env: OperationEnvironment, organizationId: string, p: SendParameters): Promise<PreparedSend> {
-  return prepareOnce(p, () => prepare(trx, env, organizationId, p));
-}
-
-async function prepare(trx: Tx, env: OperationEnvironment, organizationId: string, p: SendParameters): Promise<PreparedSend> {
-  const call = callOf(p);
-  const nonceAsked = wholeNumber(p.nonce, "nonce", UINT64_MAX);
-  const gasAsked = wholeNumber(p.gasLimit, "gasLimit", UINT64_MAX);
-  const maxFeeAsked = wholeNumber(p.maxFeePerGas, "maxFeePerGas", UINT256_MAX);
-  const tipAsked = wholeNumber(p.maxPriorityFeePerGas, "maxPriorityFeePerGas", UINT256_MAX);
-  if (maxFeeAsked !== undefined && tipAsked !== undefined && tipAsked > maxFeeAsked)
-    throw serviceError("REQUEST_INVALID", "maxPriorityFeePerGas must not exceed maxFeePerGas");
-  const { signer, from } = await senderOf(trx, organizationId, p.from);
-  const chain = await env.chains.evm(p.caip2);
-  const { client } = chain;
-
-  let maxFeePerGas = maxFeeAsked;
-  let maxPriorityFeePerGas = tipAsked;
-  if (maxFeePerGas === undefined || maxPriorityFeePerGas === undefined) {
-    let estimate: { maxFeePerGas: bigint; maxPriorityFeePerGas: bigint };
-    try {
-      estimate = await client.estimateFeesPerGas();
-    } catch (error) {
-      throw unavailable(p.caip2, error);
-    }
-    // The base fee part of the estimate, with the tip asked for (or the node's).
-    maxPriorityFeePerGas ??= estimate.maxPriorityFeePerGas;
-    maxFeePerGas ??= estimate.maxFeePerGas - estimate.maxPriorityFeePerGas + maxPriorityFeePerGas;
-  }
-
-  let gas = gasAsked;
-  let simulationReverted: SendError | undefined;
-  if (gas === undefined) {
-    try {
-      gas = await client.estimateGas({ account: from, to: call.to, data: call.data, value: call.value });
-    } catch (error) {
-      const failure = rpcFailureOf(error);
-      if (failure.kind === "unreachable") throw unavailable(p.caip2, error);
-      if (failure.data === undefined && !/revert/i.test(failure.message))
-        throw serviceError(
-          "TRANSACTION_REJECTED_BY_NODE",
-          `the node of ${p.caip2} refused to estimate the transaction's gas: ${failure.message}`,
-        );
-      const abi = await env.findContractAbi(trx, organizationId, call.to);
-      simulationReverted = revertError("execution reverted in simulation", decodeRevert(failure.data, call.to, abi));
-      gas = 0n;
-    }
-  }
-  const nonce = nonceAsked !== undefined ? Number(nonceAsked) : simulationReverted ? 0 : await nextNonce(trx, client, p.caip2, from);
+/** The numbers the request names, checked. */
+function askedOf(p: SendParameters) {
   return {
-    signer,
-    from,
-    chain,
-    transaction: {
-      type: "eip1559",
-      chainId: chain.chainId,
-      nonce,
-      to: call.to,
-      value: call.value,
-      data: call.data,
-      gas,
-      maxFeePerGas,
-      maxPriorityFeePerGas,
-    },
-    nonceChosen: nonceAsked === undefined,
-    ...(simulationReverted ? { simulationReverted } : {}),
+    call: callOf(p),
+    nonce: wholeNumber(p.nonce, "nonce", UINT64_MAX),
+    gas: wholeNumber(p.gasLimit, "gasLimit", UINT64_MAX),
+    ...askedFees(p),
   };
+}
+
+/** The EIP-1559 fees a request names (a send's, an undelegation's), checked. */
+export function askedFees(p: { maxFeePerGas?: string; maxPriorityFeePerGas?: string }) {
+  const maxFee = wholeNumber(p.maxFeePerGas, "maxFeePerGas", UINT256_MAX);
+  const tip = wholeNumber(p.maxPriorityFeePerGas, "maxPriorityFeePerGas", UINT256_MAX);
+  if (maxFee !== undefined && tip !== undefined && tip > maxFee)
+    throw serviceError("REQUEST_INVALID", "maxPriorityFeePerGas must not exceed maxFeePerGas");
+  return { maxFee, tip };
+}
+
+/** The precheck: the request's own checks, then the node's chain id, fees, gas estimate and pending nonce. */
+async function readSend(p: SendParameters, env: OperationEnvironment): Promise<NodeRead<SendReads>> {
+  const asked = askedOf(p);
+  if (!isAddress(p.from, { strict: false })) throw notAnAddress();
+  const from = getAddress(p.from);
+  return readNode(async () => {
+    const { client, chainId } = await env.chains.evm(p.caip2);
+    const fees = await feesFor(client, p.caip2, asked.maxFee, asked.tip);
+    let gas = asked.gas;
+    let revertData: Hex | undefined;
+    let reverted = false;
+    if (gas === undefined) {
+      try {
+        gas = await client.estimateGas({ account: from, to: asked.call.to, data: asked.call.data, value: asked.call.value });
+      } catch (error) {
+        const failure = rpcFailureOf(error);
+        if (failure.kind === "unreachable") throw unavailable(p.caip2, error);
+        if (failure.data === undefined && !/revert/i.test(failure.message))
+          throw serviceError(
+            "TRANSACTION_REJECTED_BY_NODE",
+            `the node of ${p.caip2} refused to estimate the transaction's gas: ${failure.message}`,
+          );
+        reverted = true;
+        revertData = failure.data;
+      }
+    }
+    const pending = asked.nonce === undefined && !reverted ? await pendingNonce(client, p.caip2, from) : null;
+    return {
+      chainId,
+      fees,
+      gas: reverted ? null : String(gas),
+      ...(revertData !== undefined ? { revertData } : {}),
+      pendingNonce: pending,
+    };
+  });
+}
+
+// Built once per request: the policies' keywords and the execution read the same transaction, so
+// what policies allowed is exactly what is signed (the parameters object is the same for both).
+const buildOnce = oncePerRequest<SendParameters, PreparedSend>();
+
+/** The transaction, in the activity's transaction: the signer and the nonce from the database, the rest from the precheck. */
+function buildSend(trx: Tx, organizationId: string, p: SendParameters, reads: NodeRead<SendReads> | undefined): Promise<PreparedSend> {
+  return buildOnce(p, async () => {
+    const asked = askedOf(p);
+    const { signer, from } = await senderOf(trx, organizationId, p.from);
+    const read = answerOf(reads);
+    const reverted = read.gas === null;
+    const nonce =
+      asked.nonce !== undefined ? Number(asked.nonce) : reverted ? 0 : await firstFreeNonce(trx, p.caip2, from, read.pendingNonce!);
+    return {
+      signer,
+      from,
+      transaction: {
+        type: "eip1559",
+        chainId: read.chainId,
+        nonce,
+        to: asked.call.to,
+        value: asked.call.value,
+        data: asked.call.data,
+        gas: reverted ? 0n : BigInt(read.gas!),
+        maxFeePerGas: BigInt(read.fees.maxFeePerGas),
+        maxPriorityFeePerGas: BigInt(read.fees.maxPriorityFeePerGas),
+      },
+      nonceChosen: asked.nonce === undefined,
+      ...(reverted ? { reverted: read.revertData !== undefined ? { data: read.revertData } : {} } : {}),
+    };
+  });
 }
 
 export const newSend = (
@@ -234,6 +264,40 @@ async function parseSignedTransaction(signed: string) {
   }
 }
 
+/**
+ * eth_send_raw_transaction's precheck: the transaction read and signed for a chain, then the node asked
+ * whether it is signed for its chain and whether its nonce is still unused (a transaction the node
+ * would refuse outright is refused here, while the caller waits, rather than failing unseen later).
+ */
+async function readRawSend(p: ParametersOf<"eth_send_raw_transaction">, env: OperationEnvironment): Promise<NodeRead<{ chainId: number }>> {
+  const { transaction, from } = await parseSignedTransaction(p.signedTransaction);
+  // A legacy transaction signed without a chain id (before EIP-155) is valid on every chain: relaying
+  // it would let anyone replay it elsewhere.
+  if (transaction.chainId === undefined)
+    throw serviceError(
+      "REQUEST_INVALID",
+      `signedTransaction names no chain id (signed before EIP-155, valid on every chain): sign it for ${p.caip2}`,
+    );
+  return readNode(async () => {
+    const { client, chainId } = await env.chains.evm(p.caip2);
+    if (transaction.chainId !== chainId)
+      throw serviceError("REQUEST_INVALID", `signedTransaction is signed for chain ${transaction.chainId}, not ${p.caip2}`);
+    let mined: number;
+    try {
+      mined = await client.getTransactionCount({ address: from, blockTag: "latest" });
+    } catch (error) {
+      throw unavailable(p.caip2, error);
+    }
+    const nonce = transaction.nonce ?? 0;
+    if (nonce < mined)
+      throw serviceError(
+        "NONCE_ALREADY_USED",
+        `nonce ${nonce} of ${from} was already used on ${p.caip2} (its next nonce is ${mined}): the transaction can never be mined`,
+      );
+    return { chainId };
+  });
+}
+
 export const transactionOperations = [
   defineActivity({
     name: "eth_send_transaction",
@@ -242,22 +306,24 @@ export const transactionOperations = [
     resource: "PRIVATE_KEY",
     action: "SIGN",
     queuesBroadcasts: true,
-    async policyContext(trx, organizationId, p, _type, env) {
-      if (!env) return {};
+    precheck: (p, env) => readSend(p, env),
+    async policyContext(trx, organizationId, p, _type, reads) {
       try {
-        const send = await prepareSend(trx, env, organizationId, p);
+        const send = await buildSend(trx, organizationId, p, reads);
         return { ...signerKeywords(send.signer), ...(await ethereumTransactionKeywords(trx, organizationId, send.transaction, send.from)) };
       } catch {
         // refused with its reason when the activity runs
         return {};
       }
     },
-    async execute(ctx, p) {
-      const send = await prepareSend(ctx.trx, ctx.env, ctx.organizationId, p);
+    async execute(ctx, p, _type, reads) {
+      const send = await buildSend(ctx.trx, ctx.organizationId, p, reads);
       const { transaction, from } = send;
       const row = newSend(ctx, { caip2: p.caip2, from, to: transaction.to! });
-      if (send.simulationReverted) {
+      if (send.reverted) {
         // Nothing is signed and no nonce is taken; the status query says why.
+        const abi = await ctx.env.findContractAbi(ctx.trx, ctx.organizationId, transaction.to!);
+        const simulationReverted = revertError("execution reverted in simulation", decodeRevert(send.reverted.data, transaction.to!, abi));
         await ctx.trx
           .insertInto("sent_transactions")
           .values({
@@ -266,7 +332,7 @@ export const transactionOperations = [
             signed_transaction: null,
             tx_hash: null,
             status: SEND_STATUS.FAILED,
-            error: JSON.stringify(send.simulationReverted),
+            error: JSON.stringify(simulationReverted),
           })
           .execute();
         return { sendTransactionStatusId: row.id };
@@ -293,12 +359,14 @@ export const transactionOperations = [
 
   defineActivity({
     name: "eth_send_raw_transaction",
-    summary: "Hand an already signed Ethereum transaction to the chain's node; answers its hash. Not followed afterwards.",
+    summary:
+      "Send an already signed Ethereum transaction to the chain's node once the activity has committed; answers its hash. Followed like Sigil's own sends.",
     // The product's policy docs list no resource for it; it broadcasts a signature, so it is grouped
     // with the sending activities (docs/sending-transactions.md).
     resource: "PRIVATE_KEY",
     action: "SIGN",
-    leavesOrganizationUnchanged: true,
+    queuesBroadcasts: true,
+    precheck: (p, env) => readRawSend(p, env),
     async policyContext(trx, organizationId, p) {
       try {
         const { transaction, from } = await parseSignedTransaction(p.signedTransaction);
@@ -307,28 +375,25 @@ export const transactionOperations = [
         return {};
       }
     },
-    async execute(ctx, p) {
-      const { hex, transaction } = await parseSignedTransaction(p.signedTransaction);
-      const { client, chainId } = await ctx.env.chains.evm(p.caip2);
-      // A legacy transaction signed without a chain id (before EIP-155) is valid on every chain: relaying
-      // it would let anyone replay it elsewhere.
-      if (transaction.chainId === undefined)
-        throw serviceError(
-          "REQUEST_INVALID",
-          `signedTransaction names no chain id (signed before EIP-155, valid on every chain): sign it for ${p.caip2}`,
-        );
-      if (transaction.chainId !== chainId)
-        throw serviceError("REQUEST_INVALID", `signedTransaction is signed for chain ${transaction.chainId}, not ${p.caip2}`);
-      try {
-        await client.request({ method: "eth_sendRawTransaction", params: [hex] });
-      } catch (error) {
-        const failure = rpcFailureOf(error);
-        if (failure.kind === "unreachable") throw unavailable(p.caip2, error);
-        // Sent before: the node has it; its hash is the answer either way.
-        if (!/already known|known transaction|already imported/i.test(failure.message))
-          throw serviceError("TRANSACTION_REJECTED_BY_NODE", `the node of ${p.caip2} refused the transaction: ${failure.message}`);
-      }
-      return { transactionHash: keccak256(hex) };
+    async execute(ctx, p, _type, reads) {
+      const { hex, transaction, from } = await parseSignedTransaction(p.signedTransaction);
+      answerOf(reads);
+      const hash = keccak256(hex);
+      // Recorded, and sent by the chain broadcaster once this activity has committed (never from
+      // inside it: a rolled-back activity must not have sent anything); followed as Sigil's own sends.
+      await ctx.trx
+        .insertInto("sent_transactions")
+        .values({
+          ...newSend(ctx, { caip2: p.caip2, from: getAddress(from), to: transaction.to ? getAddress(transaction.to) : "" }),
+          to_address: transaction.to ? getAddress(transaction.to) : null,
+          nonce: transaction.nonce ?? 0,
+          signed_transaction: hex,
+          tx_hash: hash,
+          status: SEND_STATUS.INITIALIZED,
+          error: null,
+        })
+        .execute();
+      return { transactionHash: hash };
     },
   }),
 

@@ -26,6 +26,7 @@ import { solanaUnavailable } from "../../services/solana-rpc.js";
 import { findSigner, openSigner, signerKeywords, type FoundSigner } from "../wallets/signers.js";
 import { callerError, solanaTransactionKeywords } from "../wallets/signing.js";
 import { newSend } from "./sending.js";
+import { answerOf, readNode, type NodeRead } from "./chain-reads.js";
 
 type SolSendParameters = ParametersOf<"sol_send_transaction">;
 
@@ -82,20 +83,8 @@ interface PreparedSolanaSend {
   keywords: Record<string, unknown>;
 }
 
-// Prepared once per request: policies and the execution read the same transaction (same blockhash).
-const prepareOnce = oncePerRequest<SolSendParameters, PreparedSolanaSend>();
-
-function prepareSend(trx: Tx, env: OperationEnvironment, organizationId: string, p: SolSendParameters, type: string) {
-  return prepareOnce(p, () => prepare(trx, env, organizationId, p, type));
-}
-
-async function prepare(
-  trx: Tx,
-  env: OperationEnvironment,
-  organizationId: string,
-  p: SolSendParameters,
-  type: string,
-): Promise<PreparedSolanaSend> {
+/** The request's own checks (before any node or the database is asked). */
+function readRequest(p: SolSendParameters, type: string) {
   const signWiths = signWithsOf(p);
   if (p.sponsor === true)
     throw serviceError(
@@ -108,31 +97,58 @@ async function prepare(
     p.recentBlockhash !== undefined
       ? callerError("recentBlockhash", () => checkBlockhash(p.recentBlockhash!, "recentBlockhash"))
       : undefined;
-  const signers: FoundSigner[] = [];
-  for (const [i, signWith] of signWiths.entries()) signers.push(await signerOf(trx, organizationId, signWith, i));
-  // Sigil attaches the blockhash, so a signature made before could not verify: every signer signs here.
-  const missing = unsigned.signers.filter((a) => !signWiths.includes(a));
-  if (missing.length)
-    throw serviceError(
-      "REQUEST_INVALID",
-      `the transaction needs the signatures of ${missing.join(", ")}, which signWiths does not list: every signer must be one of the organization's keys named in signWiths`,
-    );
-  const extra = signWiths.find((a) => !unsigned.signers.includes(a));
-  if (extra !== undefined)
-    throw serviceError("REQUEST_INVALID", `the transaction asks no signature of ${extra} (its signers: ${unsigned.signers.join(", ")})`);
-  const { rpc } = await env.chains.solana(caip2);
-  let blockhash = recentBlockhash;
-  if (blockhash === undefined && !usesDurableNonce(unsigned.transaction)) {
+  return { signWiths, caip2, unsigned, recentBlockhash };
+}
+
+/** The precheck: the request's checks, then the node (its cluster checked) and, unless the request
+ * names one or the transaction uses a durable nonce, its latest blockhash. Plain JSON (chain-reads.ts). */
+async function readSolanaSend(
+  p: SolSendParameters,
+  env: OperationEnvironment,
+  type: string,
+): Promise<NodeRead<{ blockhash: string | null }>> {
+  const { caip2, unsigned, recentBlockhash } = readRequest(p, type);
+  return readNode(async () => {
+    const { rpc } = await env.chains.solana(caip2);
+    if (recentBlockhash !== undefined || usesDurableNonce(unsigned.transaction)) return { blockhash: recentBlockhash ?? null };
     try {
-      blockhash = (await rpc.getLatestBlockhash({ commitment: "confirmed" }).send()).value.blockhash;
+      return { blockhash: (await rpc.getLatestBlockhash({ commitment: "confirmed" }).send()).value.blockhash };
     } catch (error) {
       throw solanaUnavailable(caip2, error);
     }
-  }
-  const transaction = withBlockhash(unsigned.transaction, blockhash ?? unsigned.blockhash);
-  const keyword = callerError("unsignedTransaction", () => solanaKeyword(transactionHex(transaction)));
-  const keywords = await solanaTransactionKeywords(trx, organizationId, keyword);
-  return { caip2, signers, transaction, keywords };
+  });
+}
+
+// Built once per request: policies and the execution read the same transaction (same blockhash).
+const buildOnce = oncePerRequest<SolSendParameters, PreparedSolanaSend>();
+
+function buildSend(
+  trx: Tx,
+  organizationId: string,
+  p: SolSendParameters,
+  type: string,
+  reads: NodeRead<{ blockhash: string | null }> | undefined,
+) {
+  return buildOnce(p, async () => {
+    const { signWiths, caip2, unsigned } = readRequest(p, type);
+    const signers: FoundSigner[] = [];
+    for (const [i, signWith] of signWiths.entries()) signers.push(await signerOf(trx, organizationId, signWith, i));
+    // Sigil attaches the blockhash, so a signature made before could not verify: every signer signs here.
+    const missing = unsigned.signers.filter((a) => !signWiths.includes(a));
+    if (missing.length)
+      throw serviceError(
+        "REQUEST_INVALID",
+        `the transaction needs the signatures of ${missing.join(", ")}, which signWiths does not list: every signer must be one of the organization's keys named in signWiths`,
+      );
+    const extra = signWiths.find((a) => !unsigned.signers.includes(a));
+    if (extra !== undefined)
+      throw serviceError("REQUEST_INVALID", `the transaction asks no signature of ${extra} (its signers: ${unsigned.signers.join(", ")})`);
+    const { blockhash } = answerOf(reads);
+    const transaction = withBlockhash(unsigned.transaction, blockhash ?? unsigned.blockhash);
+    const keyword = callerError("unsignedTransaction", () => solanaKeyword(transactionHex(transaction)));
+    const keywords = await solanaTransactionKeywords(trx, organizationId, keyword);
+    return { caip2, signers, transaction, keywords };
+  });
 }
 
 export const solanaSendingOperations = [
@@ -143,18 +159,18 @@ export const solanaSendingOperations = [
     resource: "PRIVATE_KEY",
     action: "SIGN",
     queuesBroadcasts: true,
-    async policyContexts(trx, organizationId, p, type, env) {
-      if (!env) return [];
+    precheck: (p, env, type) => readSolanaSend(p, env, type),
+    async policyContexts(trx, organizationId, p, type, reads) {
       try {
-        const send = await prepareSend(trx, env, organizationId, p, type);
+        const send = await buildSend(trx, organizationId, p, type, reads);
         return send.signers.map((signer) => ({ ...signerKeywords(signer), ...send.keywords }));
       } catch {
         // refused with its reason when the activity runs
         return [];
       }
     },
-    async execute(ctx, p, type) {
-      const send = await prepareSend(ctx.trx, ctx.env, ctx.organizationId, p, type);
+    async execute(ctx, p, type, reads) {
+      const send = await buildSend(ctx.trx, ctx.organizationId, p, type, reads);
       const signed = await signWithEach(
         send.transaction,
         send.signers.map((signer) => {

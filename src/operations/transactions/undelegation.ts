@@ -6,23 +6,21 @@
 // Policies see the transaction (`eth.tx`, through the function every Ethereum signing activity uses)
 // and the authorization (`eth.eip_7702_authorization`, as sign_raw_payload shows one). Signed,
 // recorded and broadcast like eth_send_transaction's transactions, and followed by the same broadcaster.
-import { keccak256, serializeTransaction, zeroAddress, type Hex, type TransactionSerializableEIP7702 } from "viem";
+import { getAddress, isAddress, keccak256, serializeTransaction, zeroAddress, type Hex, type TransactionSerializableEIP7702 } from "viem";
 import { oncePerRequest } from "../resources.js";
 import { authorizationDigest, authorizationKeyword, serializeSigned } from "../../chains/ethereum.js";
-import { serviceError } from "../../errors.js";
 import type { Tx } from "../../store/handles.js";
 import { defineActivity, type OperationEnvironment, type ParametersOf } from "../../registry/registry.js";
 import { SEND_STATUS } from "../../services/chain-broadcaster.js";
-import { unavailable, type EvmChain } from "../../services/chain-rpc.js";
 import { openSigner, signerKeywords, type FoundSigner } from "../wallets/signers.js";
 import { ethereumTransactionKeywords } from "../wallets/signing.js";
-import { nextNonce, reserveNonce } from "./nonces.js";
-import { newSend, senderOf, wholeNumber } from "./sending.js";
+import { firstFreeNonce, pendingNonce, reserveNonce } from "./nonces.js";
+import { answerOf, feesFor, readNode, type Fees, type NodeRead } from "./chain-reads.js";
+import { askedFees, newSend, senderOf, wholeNumber } from "./sending.js";
 
 type UndelegateParameters = ParametersOf<"eth_undelegate_7702">;
 
 const UINT64_MAX = (1n << 64n) - 1n;
-const UINT256_MAX = (1n << 256n) - 1n;
 
 /**
  * The gas limit when the request names none: the intrinsic cost of a call with one authorization
@@ -34,57 +32,67 @@ export const UNDELEGATION_GAS_LIMIT = 60_000n;
 interface PreparedUndelegation {
   signer: FoundSigner;
   from: Hex;
-  chain: EvmChain;
   /** Without the authorization's signature: what policies see. */
   transaction: Omit<TransactionSerializableEIP7702, "authorizationList"> & { nonce: number; gas: bigint; chainId: number };
   authorization: { address: Hex; chainId: bigint; nonce: bigint };
   nonceChosen: boolean;
 }
 
-const prepareOnce = oncePerRequest<UndelegateParameters, PreparedUndelegation>();
-
-function prepareUndelegation(trx: Tx, env: OperationEnvironment, organizationId: string, p: UndelegateParameters) {
-  return prepareOnce(p, () => prepare(trx, env, organizationId, p));
+/** What the precheck reads from the node (plain JSON; see chain-reads.ts). */
+interface UndelegationReads {
+  chainId: number;
+  fees: Fees;
+  /** The node's pending nonce of `from`, when Sigil chooses the nonce. */
+  pendingNonce: number | null;
 }
 
-async function prepare(trx: Tx, env: OperationEnvironment, organizationId: string, p: UndelegateParameters): Promise<PreparedUndelegation> {
-  const nonceAsked = wholeNumber(p.nonce, "nonce", UINT64_MAX - 1n);
-  const gas = wholeNumber(p.gasLimit, "gasLimit", UINT64_MAX) ?? UNDELEGATION_GAS_LIMIT;
-  let maxFeePerGas = wholeNumber(p.maxFeePerGas, "maxFeePerGas", UINT256_MAX);
-  let maxPriorityFeePerGas = wholeNumber(p.maxPriorityFeePerGas, "maxPriorityFeePerGas", UINT256_MAX);
-  if (maxFeePerGas !== undefined && maxPriorityFeePerGas !== undefined && maxPriorityFeePerGas > maxFeePerGas)
-    throw serviceError("REQUEST_INVALID", "maxPriorityFeePerGas must not exceed maxFeePerGas");
-  const { signer, from } = await senderOf(trx, organizationId, p.from);
-  const chain = await env.chains.evm(p.caip2);
-  if (maxFeePerGas === undefined || maxPriorityFeePerGas === undefined) {
-    let estimate: { maxFeePerGas: bigint; maxPriorityFeePerGas: bigint };
-    try {
-      estimate = await chain.client.estimateFeesPerGas();
-    } catch (error) {
-      throw unavailable(p.caip2, error);
-    }
-    maxPriorityFeePerGas ??= estimate.maxPriorityFeePerGas;
-    maxFeePerGas ??= estimate.maxFeePerGas - estimate.maxPriorityFeePerGas + maxPriorityFeePerGas;
-  }
-  const nonce = nonceAsked !== undefined ? Number(nonceAsked) : await nextNonce(trx, chain.client, p.caip2, from);
+function askedOf(p: UndelegateParameters) {
   return {
-    signer,
-    from,
-    chain,
-    transaction: {
-      type: "eip7702",
-      chainId: chain.chainId,
-      nonce,
-      to: from,
-      value: 0n,
-      data: "0x",
-      gas,
-      maxFeePerGas,
-      maxPriorityFeePerGas,
-    },
-    authorization: { address: zeroAddress, chainId: BigInt(chain.chainId), nonce: BigInt(nonce) + 1n },
-    nonceChosen: nonceAsked === undefined,
+    nonce: wholeNumber(p.nonce, "nonce", UINT64_MAX - 1n),
+    gas: wholeNumber(p.gasLimit, "gasLimit", UINT64_MAX) ?? UNDELEGATION_GAS_LIMIT,
+    ...askedFees(p),
   };
+}
+
+/** The precheck: the request's own checks, then the node's chain id, fees and pending nonce. */
+async function readUndelegation(p: UndelegateParameters, env: OperationEnvironment): Promise<NodeRead<UndelegationReads>> {
+  const asked = askedOf(p);
+  const from = isAddress(p.from, { strict: false }) ? getAddress(p.from) : undefined;
+  return readNode(async () => {
+    const { client, chainId } = await env.chains.evm(p.caip2);
+    const fees = await feesFor(client, p.caip2, asked.maxFee, asked.tip);
+    // A `from` that is no address is refused in the transaction, with the signer's other checks.
+    const pending = asked.nonce === undefined && from ? await pendingNonce(client, p.caip2, from) : null;
+    return { chainId, fees, pendingNonce: pending };
+  });
+}
+
+const buildOnce = oncePerRequest<UndelegateParameters, PreparedUndelegation>();
+
+function buildUndelegation(trx: Tx, organizationId: string, p: UndelegateParameters, reads: NodeRead<UndelegationReads> | undefined) {
+  return buildOnce(p, async () => {
+    const asked = askedOf(p);
+    const { signer, from } = await senderOf(trx, organizationId, p.from);
+    const read = answerOf(reads);
+    const nonce = asked.nonce !== undefined ? Number(asked.nonce) : await firstFreeNonce(trx, p.caip2, from, read.pendingNonce!);
+    return {
+      signer,
+      from,
+      transaction: {
+        type: "eip7702" as const,
+        chainId: read.chainId,
+        nonce,
+        to: from,
+        value: 0n,
+        data: "0x" as Hex,
+        gas: asked.gas,
+        maxFeePerGas: BigInt(read.fees.maxFeePerGas),
+        maxPriorityFeePerGas: BigInt(read.fees.maxPriorityFeePerGas),
+      },
+      authorization: { address: zeroAddress, chainId: BigInt(read.chainId), nonce: BigInt(nonce) + 1n },
+      nonceChosen: asked.nonce === undefined,
+    };
+  });
 }
 
 export const undelegationOperations = [
@@ -96,10 +104,10 @@ export const undelegationOperations = [
     resource: "PRIVATE_KEY",
     action: "SIGN",
     queuesBroadcasts: true,
-    async policyContext(trx, organizationId, p, _type, env) {
-      if (!env) return {};
+    precheck: (p, env) => readUndelegation(p, env),
+    async policyContext(trx, organizationId, p, _type, reads) {
       try {
-        const undelegation = await prepareUndelegation(trx, env, organizationId, p);
+        const undelegation = await buildUndelegation(trx, organizationId, p, reads);
         return {
           ...signerKeywords(undelegation.signer),
           // The transaction as it will be signed, its authorization's signature aside (eth.tx names none of it).
@@ -116,8 +124,8 @@ export const undelegationOperations = [
         return {};
       }
     },
-    async execute(ctx, p) {
-      const undelegation = await prepareUndelegation(ctx.trx, ctx.env, ctx.organizationId, p);
+    async execute(ctx, p, _type, reads) {
+      const undelegation = await buildUndelegation(ctx.trx, ctx.organizationId, p, reads);
       const { transaction, authorization, from } = undelegation;
       await reserveNonce(ctx.trx, ctx.dialect, p.caip2, from, transaction.nonce, undelegation.nonceChosen, ctx.now, 2);
       const privateKey = openSigner(ctx.env.keyring, undelegation.signer);
