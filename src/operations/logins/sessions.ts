@@ -19,7 +19,9 @@ import type { SessionSettings } from "../../services/login-settings.js";
 import { requireUser, secondsParameter } from "../resources.js";
 import { newId } from "../../store/ids.js";
 
-export type SessionKind = "LOGIN" | "READ_WRITE" | "READ_ONLY" | "OAUTH" | "OTP_AUTH";
+/** The login that made a session key. RECOVERY is a recovery credential (init_user_email_recovery): it may
+ * only call recover_user. */
+export type SessionKind = "LOGIN" | "READ_WRITE" | "READ_ONLY" | "OAUTH" | "OTP_AUTH" | "EMAIL_AUTH" | "RECOVERY";
 export type SessionType = "SESSION_TYPE_READ_WRITE" | "SESSION_TYPE_READ_ONLY";
 
 /** Expired session keys are kept this long (so a late request hears API_KEY_EXPIRED, not "unknown
@@ -144,18 +146,22 @@ export async function issueSession(
 }
 
 /** A session key made here, its private half sealed to `targetPublicKey` as a credential bundle. */
+/** The key a credential bundle is sealed to (uncompressed P-256), or INVALID_TARGET_PUBLIC_KEY. */
+export function bundleReceiver(targetPublicKey: string): Uint8Array {
+  try {
+    return uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
+  } catch (error) {
+    if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
+    throw error;
+  }
+}
+
 export async function issueCredentialBundle(
   ctx: ActivityContext,
   targetPublicKey: string,
   request: Omit<SessionKeyRequest, "publicKey" | "type">,
 ): Promise<{ apiKeyId: string; credentialBundle: string }> {
-  let receiver: Uint8Array;
-  try {
-    receiver = uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
-  } catch (error) {
-    if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
-    throw error;
-  }
+  const receiver = bundleReceiver(targetPublicKey);
   const secret = p256.utils.randomSecretKey();
   try {
     const publicKey = Buffer.from(p256.getPublicKey(secret, true)).toString("hex");
