@@ -3,8 +3,6 @@
 // opened with @turnkey/crypto as a client does. The SMTP server refuses (5xx) or defers (4xx) the
 // addresses whose local part says so, so bounces and delays are real SMTP answers.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { AddressInfo } from "node:net";
-import { SMTPServer } from "smtp-server";
 import { generateP256KeyPair } from "@turnkey/crypto";
 import { TurnkeyClient } from "@turnkey/http";
 import { ApiKeyStamper } from "@turnkey/api-key-stamper";
@@ -12,14 +10,9 @@ import { startHarness, newKeyPair, type ApiKeyPair, type Harness, type TestOrgan
 import { fastPoller } from "./helpers/organizations.js";
 import { errorOf, keyFromBundle } from "./helpers/logins.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
+import { startSmtp, until, type Refusal, type TestSmtp } from "./helpers/smtp.js";
 
-interface Mail {
-  to: string;
-  raw: string;
-}
-
-let smtp: SMTPServer;
-const mails: Mail[] = [];
+let smtp: TestSmtp;
 /** Addresses already deferred once (a "defer-" address is refused with 451 the first time only). */
 const deferred = new Set<string>();
 let h: Harness;
@@ -27,39 +20,22 @@ let parent: TestOrganization;
 let parentSdk: ReturnType<Harness["sdk"]>;
 let offset = 0;
 
-async function startSmtp(): Promise<number> {
-  smtp = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ["STARTTLS", "AUTH"],
-    logger: false,
-    onRcptTo(address, _session, callback) {
-      const refusal = (code: number, text: string) => Object.assign(new Error(text), { responseCode: code });
-      if (address.address.startsWith("bounce-")) return callback(refusal(550, "5.1.1 mailbox unavailable"));
-      if (address.address.startsWith("later-")) return callback(refusal(451, "4.3.0 try again much later"));
-      if (address.address.startsWith("defer-") && !deferred.has(address.address)) {
-        deferred.add(address.address);
-        return callback(refusal(451, "4.3.0 try again later"));
-      }
-      callback();
-    },
-    onData(stream, session, callback) {
-      let raw = "";
-      stream.on("data", (chunk: Buffer) => (raw += chunk.toString("utf8")));
-      stream.on("end", () => {
-        for (const rcpt of session.envelope.rcptTo) mails.push({ to: rcpt.address, raw: raw.replace(/=\r?\n/g, "") });
-        callback();
-      });
-    },
-  });
-  await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
-  return (smtp.server.address() as AddressInfo).port;
+/** "bounce-…" is refused for good (550), "later-…" deferred every time (451), "defer-…" deferred once. */
+function refusalFor(address: string): Refusal {
+  if (address.startsWith("bounce-")) return { code: 550, text: "5.1.1 mailbox unavailable" };
+  if (address.startsWith("later-")) return { code: 451, text: "4.3.0 try again much later" };
+  if (address.startsWith("defer-") && !deferred.has(address)) {
+    deferred.add(address);
+    return { code: 451, text: "4.3.0 try again later" };
+  }
+  return undefined;
 }
 
 beforeAll(async () => {
-  const smtpPort = await startSmtp();
+  smtp = await startSmtp(refusalFor);
   h = await startHarness(
     {
-      SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`,
+      SIGIL_SMTP_URL: smtp.url,
       SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400",
       SIGIL_MESSAGE_POLL_MS: "50",
       SIGIL_MESSAGE_RETRY_BASE_MS: "20",
@@ -73,29 +49,24 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await h.close();
-  await new Promise<void>((resolve) => smtp.close(() => resolve()));
+  await smtp.close();
 });
 
-const until = async <T>(find: () => Promise<T | undefined> | T | undefined, what: string): Promise<T> => {
-  for (let i = 0; i < 300; i++) {
-    const found = await find();
-    if (found !== undefined) return found;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-};
+const mails = () => smtp.mails;
 
 /** The credential bundle in the latest email to `to` ("… credential is <bundle>"). */
 async function emailedBundle(to: string, after: number): Promise<{ bundle: string; raw: string }> {
   const mail = await until(
     () =>
-      mails
+      mails()
         .slice(after)
         .reverse()
         .find((m) => m.to === to),
     `an email to ${to}`,
   );
-  return { bundle: /credential is ([1-9A-HJ-NP-Za-km-z]{40,})/.exec(mail.raw)![1]!, raw: mail.raw };
+  // Quoted-printable soft line breaks removed: the bundle and the link read whole.
+  const raw = mail.raw.replace(/=\r?\n/g, "");
+  return { bundle: /credential is ([1-9A-HJ-NP-Za-km-z]{40,})/.exec(raw)![1]!, raw };
 }
 
 /** Waits until the courier has finished with every message (sent, failed or kept), so a test that
@@ -135,7 +106,7 @@ async function endUser(options: { prefix?: string; disable?: Record<string, bool
 async function refusedSendingNothing(attempt: () => Promise<unknown>, expected: RegExp, activity: "recorded" | "none" = "recorded") {
   await courierIdle();
   const before = JSON.parse(await h.snapshot());
-  const sent = mails.length;
+  const sent = mails().length;
   const message = await errorOf(attempt());
   expect(message).toMatch(expected);
   await courierIdle();
@@ -149,7 +120,7 @@ async function refusedSendingNothing(attempt: () => Promise<unknown>, expected: 
     expect(added).toHaveLength(1);
     expect(added[0]).toMatchObject({ status: "ACTIVITY_STATUS_FAILED" });
   }
-  expect(mails.length).toBe(sent);
+  expect(mails().length).toBe(sent);
   return message;
 }
 
@@ -159,7 +130,7 @@ describe("email_auth", () => {
   it("emails a credential bundle that @turnkey/crypto opens into an expiring API key of the user", async () => {
     const user = await endUser();
     const target = generateP256KeyPair();
-    const before = mails.length;
+    const before = mails().length;
     const result = await parentSdk.emailAuth({
       organizationId: user.subOrganizationId,
       email: user.email.toUpperCase().replace("@EXAMPLE.COM", "@example.com"),
@@ -194,7 +165,7 @@ describe("email_auth", () => {
     );
     const keyIds: string[] = [];
     for (const type of ["ACTIVITY_TYPE_EMAIL_AUTH", "ACTIVITY_TYPE_EMAIL_AUTH_V2", "ACTIVITY_TYPE_EMAIL_AUTH_V3"] as const) {
-      const before = mails.length;
+      const before = mails().length;
       const target = generateP256KeyPair();
       const response = await http.emailAuth({
         type: type as "ACTIVITY_TYPE_EMAIL_AUTH_V3",
@@ -238,7 +209,7 @@ describe("email_auth", () => {
       /FEATURE_NAME_EMAIL_AUTH/,
     );
     await ownSdk.setOrganizationFeature({ name: "FEATURE_NAME_EMAIL_AUTH", value: "" });
-    const before = mails.length;
+    const before = mails().length;
     expect((await ownSdk.emailAuth({ email, targetPublicKey: target, emailCustomization: { appName: "Own" } })).userId).toBe(userIds[0]);
     await emailedBundle(email, before);
 
@@ -364,7 +335,7 @@ describe("email_auth", () => {
 describe("init_user_email_recovery → recover_user", () => {
   async function startRecovery(user: Awaited<ReturnType<typeof endUser>>, expirationSeconds?: string) {
     const target = generateP256KeyPair();
-    const before = mails.length;
+    const before = mails().length;
     const result = await parentSdk.initUserEmailRecovery({
       organizationId: user.subOrganizationId,
       email: user.email,
