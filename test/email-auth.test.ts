@@ -3,6 +3,8 @@
 // opened with @turnkey/crypto as a client does. The SMTP server refuses (5xx) or defers (4xx) the
 // addresses whose local part says so, so bounces and delays are real SMTP answers.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 import { generateP256KeyPair } from "@turnkey/crypto";
 import { TurnkeyClient } from "@turnkey/http";
 import { ApiKeyStamper } from "@turnkey/api-key-stamper";
@@ -19,6 +21,9 @@ let h: Harness;
 let parent: TestOrganization;
 let parentSdk: ReturnType<Harness["sdk"]>;
 let offset = 0;
+/** The parent's webhook receiver (FEATURE_NAME_WEBHOOK): its sub-organizations' activities arrive here. */
+let hook: http.Server;
+const hookBodies: string[] = [];
 
 /** "bounce-…" is refused for good (550), "later-…" deferred every time (451), "defer-…" deferred once. */
 function refusalFor(address: string): Refusal {
@@ -33,6 +38,15 @@ function refusalFor(address: string): Refusal {
 
 beforeAll(async () => {
   smtp = await startSmtp(refusalFor);
+  hook = http.createServer((request, response) => {
+    let body = "";
+    request.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")));
+    request.on("end", () => {
+      hookBodies.push(body);
+      response.writeHead(200).end();
+    });
+  });
+  await new Promise<void>((resolve) => hook.listen(0, "127.0.0.1", resolve));
   h = await startHarness(
     {
       SIGIL_SMTP_URL: smtp.url,
@@ -41,16 +55,25 @@ beforeAll(async () => {
       SIGIL_MESSAGE_RETRY_BASE_MS: "20",
       SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com",
       SIGIL_OTP_PER_CONTACT_LIMIT: "3",
+      SIGIL_WEBHOOK_ALLOW_LOOPBACK: "true",
+      SIGIL_WEBHOOK_POLL_MS: "50",
     },
     { clock: () => Date.now() + offset },
   );
   parent = await h.organization("App backend");
   parentSdk = h.sdk(parent, parent.key, fastPoller);
+  const hookUrl = `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`;
+  await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_WEBHOOK", value: hookUrl });
 });
 afterAll(async () => {
   await h.close();
   await smtp.close();
+  await new Promise<void>((resolve) => hook.close(() => resolve()));
 });
+
+/** The webhook delivery of the activity of this type in this organization. */
+const webhookOf = (type: string, organizationId: string) =>
+  until(() => hookBodies.find((body) => body.includes(`"${type}"`) && body.includes(organizationId)), `the ${type} webhook`);
 
 const mails = () => smtp.mails;
 
@@ -69,13 +92,15 @@ async function emailedBundle(to: string, after: number): Promise<{ bundle: strin
   return { bundle: /credential is ([1-9A-HJ-NP-Za-km-z]{40,})/.exec(raw)![1]!, raw };
 }
 
-/** Waits until the courier has finished with every message (sent, failed or kept), so a test that
- * checks nothing was sent is not fooled by a message still on its way. */
-const courierIdle = () =>
+/** Waits until the courier and the webhook dispatcher have finished with everything queued (sent,
+ * failed or kept), so a snapshot is not taken while a delivery is changing its row. */
+const outboxesIdle = () =>
   until(async () => {
-    const busy = await h.server.store.db.selectFrom("outbound_messages").select("id").where("status", "=", "pending").execute();
-    return busy.length === 0 ? true : undefined;
-  }, "the courier to finish");
+    const db = h.server.store.db;
+    const messages = await db.selectFrom("outbound_messages").select("id").where("status", "=", "pending").execute();
+    const deliveries = await db.selectFrom("webhook_deliveries").select("id").where("status", "=", "pending").execute();
+    return messages.length + deliveries.length === 0 ? true : undefined;
+  }, "the courier and the webhook dispatcher to finish");
 
 let counter = 0;
 /** A sub-organization (features on by default) whose root user has an email and an API key, and a
@@ -104,21 +129,23 @@ async function endUser(options: { prefix?: string; disable?: Record<string, bool
 /** Runs a refused request and proves that only its failed activity was stored (or, for a request
  * refused before it became an activity, nothing at all), and that no email went out. */
 async function refusedSendingNothing(attempt: () => Promise<unknown>, expected: RegExp, activity: "recorded" | "none" = "recorded") {
-  await courierIdle();
+  await outboxesIdle();
   const before = JSON.parse(await h.snapshot());
   const sent = mails().length;
   const message = await errorOf(attempt());
   expect(message).toMatch(expected);
-  await courierIdle();
+  await outboxesIdle();
   const after = JSON.parse(await h.snapshot());
+  const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
+  expect(added).toHaveLength(activity === "recorded" ? 1 : 0);
+  if (activity === "recorded") {
+    expect(added[0]).toMatchObject({ status: "ACTIVITY_STATUS_FAILED" });
+    // The failed activity's own record, its evaluation and its webhook announcement; nothing else.
+    after.webhook_deliveries = after.webhook_deliveries.filter((row: string) => JSON.parse(row).activity_id !== added[0].id);
+  }
   for (const table of Object.keys(before)) {
     if (activity === "recorded" && (table === "activities" || table === "policy_evaluations")) continue;
     expect(after[table], table).toEqual(before[table]);
-  }
-  if (activity === "recorded") {
-    const added = after.activities.filter((row: string) => !before.activities.includes(row)).map((row: string) => JSON.parse(row));
-    expect(added).toHaveLength(1);
-    expect(added[0]).toMatchObject({ status: "ACTIVITY_STATUS_FAILED" });
   }
   expect(mails().length).toBe(sent);
   return message;
@@ -151,8 +178,10 @@ describe("email_auth", () => {
     const tag = await asUser.createUserTag({ userTagName: "from email auth", userIds: [] });
     expect(tag.userTagId).toBeTruthy();
 
-    // The bundle is in the email only: not in the audit log, a webhook's queue, a table or a log line.
-    await courierIdle();
+    // The bundle is in the email only: not in the audit log, a webhook, a table or a log line.
+    expect(await webhookOf("ACTIVITY_TYPE_EMAIL_AUTH_V3", user.subOrganizationId)).toContain(result.apiKeyId);
+    expect(hookBodies.join("\n")).not.toContain(bundle);
+    await outboxesIdle();
     expect(await h.snapshot()).not.toContain(bundle);
     expect(h.logLines.join("\n")).not.toContain(bundle);
   });
@@ -329,6 +358,16 @@ describe("email_auth", () => {
     // AUTH is not RECOVERY.
     await refusedSendingNothing(() => member.initUserEmailRecovery(request), /denied|DENY|not allowed/i);
     await parentSdk.deletePolicy({ policyId });
+    const recovery = await parentSdk.createPolicy({
+      policyName: "email recovery",
+      notes: "",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(user, user.id == '${userIds[0]}')`,
+      condition: "activity.resource == 'RECOVERY' && activity.action == 'CREATE'",
+    });
+    expect((await member.initUserEmailRecovery(request)).userId).toBe(user.userId);
+    await refusedSendingNothing(() => member.emailAuth(request), /denied|DENY|not allowed/i);
+    await parentSdk.deletePolicy({ policyId: recovery.policyId });
   });
 });
 
@@ -369,7 +408,10 @@ describe("init_user_email_recovery → recover_user", () => {
     // The device key is still there; the recovery credential is spent.
     expect(recovered.apiKeys.map((k) => k.apiKeyName)).toEqual(["device"]);
     expect(await errorOf(recoverWith(user, key, user.userId))).toMatch(/no API key with public key|no longer exists/);
-    await courierIdle();
+    await webhookOf("ACTIVITY_TYPE_INIT_USER_EMAIL_RECOVERY_V2", user.subOrganizationId);
+    await webhookOf("ACTIVITY_TYPE_RECOVER_USER", user.subOrganizationId);
+    expect(hookBodies.join("\n")).not.toContain(bundle);
+    await outboxesIdle();
     expect(await h.snapshot()).not.toContain(bundle);
     expect(h.logLines.join("\n")).not.toContain(bundle);
   });
@@ -394,6 +436,7 @@ describe("init_user_email_recovery → recover_user", () => {
       /may only request recover_user/,
       "none",
     );
+    await refusedSendingNothing(() => asRecovery.approveActivity({ fingerprint: "sha256:none" }), /may only request recover_user/, "none");
     // And recover_user needs a recovery credential: the user's own device key is not one.
     await refusedSendingNothing(() => recoverWith(user, user.device, user.userId), /must be stamped with the recovery credential/);
   });
@@ -437,6 +480,26 @@ describe("init_user_email_recovery → recover_user", () => {
     );
     const { authenticatorId } = await recoverWith(user, key, user.userId);
     expect(authenticatorId).toHaveLength(1);
+  });
+
+  it("is CREDENTIAL/CREATE for policies: a user recovers itself unless a policy of its organization denies that", async () => {
+    const user = await endUser();
+    const memberEmail = `member.${Date.now()}@example.com`;
+    const self = client(user.subOrganizationId, user.device);
+    const { userIds } = await self.createUsers({
+      users: [{ userName: "member", userEmail: memberEmail, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }],
+    });
+    const member = { ...user, email: memberEmail, userId: userIds[0]! };
+    const { policyId } = await self.createPolicy({
+      policyName: "no new credentials",
+      notes: "",
+      effect: "EFFECT_DENY",
+      condition: "activity.resource == 'CREDENTIAL' && activity.action == 'CREATE'",
+    });
+    const { key } = await startRecovery(member);
+    await refusedSendingNothing(() => recoverWith(member, key, member.userId), /is not allowed|DENY/);
+    await self.deletePolicy({ policyId });
+    expect((await recoverWith(member, key, member.userId)).authenticatorId).toHaveLength(1);
   });
 
   it("expires, and a newer recovery email replaces the earlier credential", async () => {
@@ -573,6 +636,7 @@ describe("list_email_events", () => {
     expect(back.emailEvents.map((e) => e.id)).toEqual([delay[0]!.id, delay[1]!.id]);
 
     // Bad inputs.
+    await outboxesIdle();
     const before = await h.snapshot();
     expect(await errorOf(events(delayed.subOrganizationId, delayed.email, { eventType: "Opened" }))).toMatch(/eventType must be one of/);
     expect(await errorOf(events(delayed.subOrganizationId, ""))).toMatch(/email must be/);
