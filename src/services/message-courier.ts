@@ -1,5 +1,5 @@
-// Sends the emails and SMS that carry one-time passwords. An activity queues its message in its own
-// transaction (sealed: it holds a code), so a message exists exactly when the activity committed;
+// Sends the emails and SMS that carry one-time passwords (and, by email, credential bundles). An activity
+// queues its message in its own transaction (sealed: it holds a code or a credential), so a message exists exactly when the activity committed;
 // each server process runs a courier (an outbox worker, outbox-worker.ts) that sends what is due and
 // shares the work with the others through a lease on the row. Email goes to an SMTP relay (nodemailer,
 // SIGIL_SMTP_URL); SMS is POSTed as JSON { "to", "body" } to an HTTP provider (SIGIL_SMS_URL). A
