@@ -255,6 +255,26 @@ describe("email_auth", () => {
     );
   });
 
+  it("makes a root user known by email alone reachable with email codes off: the sub-organization can be created and its root logs in", async () => {
+    const email = `email.only.${Date.now()}@example.com`;
+    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({
+      subOrganizationName: "email only",
+      rootQuorumThreshold: 1,
+      rootUsers: [{ userName: "by email", userEmail: email, apiKeys: [], authenticators: [], oauthProviders: [] }],
+      disableOtpEmailAuth: true,
+    });
+    const target = generateP256KeyPair();
+    const before = mails().length;
+    await parentSdk.emailAuth({
+      organizationId: subOrganizationId,
+      email,
+      targetPublicKey: target.publicKeyUncompressed,
+      emailCustomization: { appName: "D" },
+    });
+    const key = keyFromBundle((await emailedBundle(email, before)).bundle, target);
+    expect((await client(subOrganizationId, key).getWhoami({})).userId).toBe(rootUserIds![0]);
+  });
+
   it("refuses bad input with a clear error, changing nothing and sending nothing", async () => {
     const user = await endUser();
     const other = await endUser();
@@ -273,6 +293,8 @@ describe("email_auth", () => {
       [{ targetPublicKey: "04abcd" }, /targetPublicKey/],
       [{ targetPublicKey: "" }, /targetPublicKey/],
       [{ expirationSeconds: "0" }, /expirationSeconds must be a whole number/],
+      [{ apiKeyName: "k".repeat(257) }, /apiKeyName must be at most 256 characters/],
+      [{ email: `${"a".repeat(320)}@example.com` }, /email must be an email address/],
       [{ expirationSeconds: "99999999" }, /SIGIL_SESSION_MAX_SECONDS/],
       [{ emailCustomization: { appName: "Demo", logoUrl: "https://evil.test/logo.png" } }, /SIGIL_EMAIL_ALLOWED_DOMAINS/],
       [{ emailCustomization: { appName: "Demo", magicLinkTemplate: "https://evil.test/%s" } }, /not among the operator's email domains/],

@@ -175,9 +175,16 @@ export async function issueCredentialBundle(
   }
 }
 
-/** "<prefix> - <timestamp>", the product's default key names (e.g. "Oauth - 2026-11-22T07:00:00.000Z"). */
-export const defaultKeyName = (prefix: string, now: number, requested?: string) =>
-  requested?.trim() ? requested.trim() : `${prefix} - ${new Date(now).toISOString()}`;
+const MAX_KEY_NAME = 256;
+
+/** The requested apiKeyName (at most 256 characters, as any API key's name), or "<prefix> - <timestamp>",
+ * the product's default key names (e.g. "Oauth - 2026-11-22T07:00:00.000Z"). */
+export function defaultKeyName(prefix: string, now: number, requested?: string): string {
+  const name = requested?.trim();
+  if (!name) return `${prefix} - ${new Date(now).toISOString()}`;
+  if (name.length > MAX_KEY_NAME) throw serviceError("REQUEST_INVALID", `apiKeyName must be at most ${MAX_KEY_NAME} characters`);
+  return name;
+}
 
 async function organizationAndUser(ctx: ActivityContext, userId: string) {
   const user = await requireUser(ctx.trx, ctx.organizationId, userId);
