@@ -563,7 +563,24 @@ describe("init_user_email_recovery → recover_user", () => {
     const ownRequest = { email, targetPublicKey: request.targetPublicKey, emailCustomization: { appName: "Own" } };
     await refusedSendingNothing(() => ownSdk.initUserEmailRecovery(ownRequest), /FEATURE_NAME_EMAIL_RECOVERY/);
     await ownSdk.setOrganizationFeature({ name: "FEATURE_NAME_EMAIL_RECOVERY", value: "" });
+    const sentBefore = mails().length;
     expect((await ownSdk.initUserEmailRecovery(ownRequest)).userId).toBeTruthy();
+    expect((await emailedBundle(email, sentBefore)).raw).toContain("Subject: Own recovery credential");
+    // V1, whose emailCustomization is optional, as @turnkey/http sends it when told to.
+    const http = new TurnkeyClient(
+      { baseUrl: h.url },
+      new ApiKeyStamper({ apiPublicKey: own.key.publicKey, apiPrivateKey: own.key.privateKey }),
+    );
+    const before = mails().length;
+    const v1 = await http.initUserEmailRecovery({
+      type: "ACTIVITY_TYPE_INIT_USER_EMAIL_RECOVERY" as "ACTIVITY_TYPE_INIT_USER_EMAIL_RECOVERY_V2",
+      timestampMs: String(Date.now()),
+      organizationId: own.organizationId,
+      parameters: { email, targetPublicKey: request.targetPublicKey } as never,
+    });
+    expect(v1.activity).toMatchObject({ status: "ACTIVITY_STATUS_COMPLETED", type: "ACTIVITY_TYPE_INIT_USER_EMAIL_RECOVERY" });
+    expect(v1.activity.result.initUserEmailRecoveryResult?.userId).toBeTruthy();
+    expect((await emailedBundle(email, before)).raw).toContain("Subject: recovery credential");
   });
 });
 
