@@ -156,7 +156,8 @@ export const ERROR_CATALOG = {
   },
   INVALID_CONTACT: {
     status: "InvalidArgument",
-    meaning: "an OTP's contact is not an email address (OTP_TYPE_EMAIL) or an E.164 phone number (OTP_TYPE_SMS)",
+    meaning:
+      "an OTP's contact is not an email address (OTP_TYPE_EMAIL) or an E.164 phone number (OTP_TYPE_SMS), or the email of email_auth or init_user_email_recovery is not an email address",
   },
   INVALID_OTP_TYPE: { status: "InvalidArgument", meaning: "otpType is neither OTP_TYPE_EMAIL nor OTP_TYPE_SMS" },
   INVALID_OTP_LENGTH: { status: "InvalidArgument", meaning: "otpLength is not 6 to 9" },
@@ -284,7 +285,8 @@ export const ERROR_CATALOG = {
   },
   FEATURE_NOT_ENABLED: {
     status: "FailedPrecondition",
-    meaning: "email or SMS login is not enabled in the organization: its root quorum enables it with set_organization_feature",
+    meaning:
+      "the login or recovery asked for (email or SMS code, email auth, email recovery) is not enabled in the organization: its root quorum enables it with set_organization_feature",
   },
   CONTACT_AMBIGUOUS: {
     status: "FailedPrecondition",
@@ -405,6 +407,18 @@ export const ERROR_CATALOG = {
   EMAIL_DOMAIN_NOT_ALLOWED: {
     status: "PermissionDenied",
     meaning: "an email customization points at a domain outside the operator's SIGIL_EMAIL_ALLOWED_DOMAINS",
+  },
+  RECOVERY_CREDENTIAL_RESTRICTED: {
+    status: "PermissionDenied",
+    meaning: "a recovery credential (emailed by init_user_email_recovery) may only request recover_user: no other activity, query or vote",
+  },
+  RECOVERY_CREDENTIAL_REQUIRED: {
+    status: "PermissionDenied",
+    meaning: "recover_user must be stamped with the recovery credential init_user_email_recovery emailed to the user, still valid",
+  },
+  RECOVERY_USER_MISMATCH: {
+    status: "PermissionDenied",
+    meaning: "the recovery credential belongs to another user: it recovers only the user it was emailed to",
   },
   OTP_CUSTOMIZATION_NOT_ALLOWED: {
     status: "PermissionDenied",

@@ -5,7 +5,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { SMTPServer } from "smtp-server";
 import { ApiKeyStamper, SignatureFormat } from "@turnkey/api-key-stamper";
 import { encryptOtpCodeToBundle, generateP256KeyPair, verifyOtpVerificationToken } from "@turnkey/crypto";
 // The helpers @turnkey/core's own OTP login runs (not exported from its index).
@@ -18,41 +17,19 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { Turnkey } from "@turnkey/sdk-server";
 import { cliDeployment } from "./helpers/processes.js";
+import { startSmtp, until, type Mail, type TestSmtp } from "./helpers/smtp.js";
 
 const run = promisify(execFile);
 
-interface Mail {
-  to: string;
-  raw: string;
-}
-
-let smtp: SMTPServer;
+let smtp: TestSmtp;
 let smsServer: http.Server;
-const mails: Mail[] = [];
+let mails: Mail[] = [];
 const texts: Array<{ to: string; body: string; authorization?: string }> = [];
 let h: Harness;
 let parent: TestOrganization;
 let parentSdk: ReturnType<Harness["sdk"]>;
 let signerPublicKey: string;
 let offset = 0;
-
-async function startSmtp(): Promise<number> {
-  smtp = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ["STARTTLS", "AUTH"],
-    logger: false,
-    onData(stream, session, callback) {
-      let raw = "";
-      stream.on("data", (chunk: Buffer) => (raw += chunk.toString("utf8")));
-      stream.on("end", () => {
-        for (const rcpt of session.envelope.rcptTo) mails.push({ to: rcpt.address, raw });
-        callback();
-      });
-    },
-  });
-  await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
-  return (smtp.server.address() as AddressInfo).port;
-}
 
 async function startSms(): Promise<number> {
   smsServer = http.createServer((request, response) => {
@@ -66,15 +43,6 @@ async function startSms(): Promise<number> {
   await new Promise<void>((resolve) => smsServer.listen(0, "127.0.0.1", resolve));
   return (smsServer.address() as AddressInfo).port;
 }
-
-const until = async <T>(find: () => T | undefined, what: string): Promise<T> => {
-  for (let i = 0; i < 200; i++) {
-    const found = find();
-    if (found !== undefined) return found;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-};
 
 /** The code in the latest email to `to` (the plain-text part says "verification code is <code>"). */
 async function emailedCode(to: string, after: number): Promise<string> {
@@ -90,11 +58,12 @@ async function emailedCode(to: string, after: number): Promise<string> {
 }
 
 beforeAll(async () => {
-  const smtpPort = await startSmtp();
+  smtp = await startSmtp();
+  mails = smtp.mails;
   const smsPort = await startSms();
   h = await startHarness(
     {
-      SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtpPort}`,
+      SIGIL_SMTP_URL: smtp.url,
       SIGIL_SMS_URL: `http://127.0.0.1:${smsPort}/sms`,
       SIGIL_SMS_TOKEN: "sms-secret",
       SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400",
@@ -111,7 +80,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await h.close();
-  await new Promise<void>((resolve) => smtp.close(() => resolve()));
+  await smtp.close();
   await new Promise<void>((resolve) => smsServer.close(() => resolve()));
 });
 

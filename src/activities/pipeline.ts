@@ -285,7 +285,19 @@ function mayWrite(principal: Principal, organizationId: string, operation?: Acti
   if (principal.sessionType === "SESSION_TYPE_READ_ONLY") {
     throw serviceError("READ_ONLY_SESSION", `API key ${principal.credentialId} belongs to a read-only session: it may only query`);
   }
+  if (principal.sessionKind === RECOVERY && !operation?.acceptsRecoveryCredential) throw recoveryOnly(principal);
 }
+
+/** The login kind of a recovery credential's key (init_user_email_recovery). */
+const RECOVERY = "RECOVERY";
+
+/** A recovery credential serves one purpose: it reads nothing and requests nothing but recover_user,
+ * so an emailed credential of a root user cannot act as that root user. */
+const recoveryOnly = (principal: Principal) =>
+  serviceError(
+    "RECOVERY_CREDENTIAL_RESTRICTED",
+    `API key ${principal.credentialId} is a recovery credential: it may only request recover_user for its own user`,
+  );
 
 /** A vote of `principal`, as stored in the activity's votes (who they were comes from authentication). */
 function voteOf(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
@@ -793,7 +805,7 @@ export class Pipeline {
     const none = { canApprove: false, canReject: false };
     // A parent organization's credential reads a sub-organization's activities but never votes; a
     // read-only session never does.
-    if (principal.sessionType === "SESSION_TYPE_READ_ONLY") return none;
+    if (principal.sessionType === "SESSION_TYPE_READ_ONLY" || principal.sessionKind === RECOVERY) return none;
     if (row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" || principal.organizationId !== row.organization_id) return none;
     const votes = JSON.parse(row.votes) as StoredVote[];
     const operation = operationByActivityType.get(row.type);
@@ -836,6 +848,7 @@ export class Pipeline {
           apiKeyMaxAgeMs: maxAgeMs,
         })
       : await authenticateReadOnlySession(store.reader, session!, env.sessions.signer.verify, organizationId, now, maxAgeMs);
+    if (principal.sessionKind === RECOVERY) throw recoveryOnly(principal);
     // Authentication already decided who may read: every user of the organization and of its parent
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);

@@ -25,6 +25,9 @@ export interface Principal {
   webauthnCredentialId?: string;
   /** Set when the API key is a session key: SESSION_TYPE_READ_ONLY keys may only query. */
   sessionType?: string;
+  /** The login that made the API key, when a login did (RECOVERY: a recovery credential, which may only
+   * call the activities that accept one). */
+  sessionKind?: string;
 }
 
 /** The credential type the API reports for an API key of each curve. */
@@ -161,6 +164,7 @@ export async function authenticate(
       userName: key.user_name,
       userEmail: key.user_email,
       ...(key.session_type ? { sessionType: key.session_type } : {}),
+      ...(key.session_kind ? { sessionKind: key.session_kind } : {}),
     };
   }
 

@@ -23,6 +23,8 @@ import { importOperations } from "./wallets/imports.js";
 import { sessionOperations } from "./logins/sessions.js";
 import { otpOperations } from "./logins/otp.js";
 import { oauthOperations } from "./logins/oauth.js";
+import { emailCredentialOperations } from "./logins/email-credentials.js";
+import { emailEventOperations } from "./logins/email-events.js";
 import { activityQueries } from "./activities/queries.js";
 import { voteOperations } from "./activities/votes.js";
 import { contractInterfaceOperations } from "./contracts/interfaces.js";
@@ -46,6 +48,8 @@ export const operations: Operation[] = [
   ...sessionOperations,
   ...otpOperations,
   ...oauthOperations,
+  ...emailCredentialOperations,
+  ...emailEventOperations,
   ...organizationOperations,
   ...organizationDataOperations,
   ...subOrganizationOperations,

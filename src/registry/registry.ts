@@ -241,6 +241,9 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
   /** It may queue signed transactions: the chain broadcaster is told after it commits (never before:
    * a transaction whose activity rolled back must never reach a node). */
   queuesBroadcasts?: boolean;
+  /** A recovery credential (init_user_email_recovery's) may request it; such a credential may request
+   * nothing else, and no query. */
+  acceptsRecoveryCredential?: boolean;
   /** A parent organization's credential may request it in a sub-organization (the logins a parent's
    * backend runs for its sub-organizations' users); the parent's root quorum and policies decide. */
   parentMayRequest?: boolean;

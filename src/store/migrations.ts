@@ -555,6 +555,33 @@ const activityPrepared: Migration = {
   },
 };
 
+/** What the courier observed of each email it handed to the SMTP relay (list_email_events): one row per
+ * event (Send, Delivery, Bounce, DeliveryDelay), several per message. Kept past the message's own row,
+ * which goes a week after its code expires. */
+const emailEvents: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("email_events")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("message_id", "text", (c) => c.notNull())
+      .addColumn("event_type", "text", (c) => c.notNull())
+      .addColumn("from_address", "text", (c) => c.notNull())
+      .addColumn("to_address", "text", (c) => c.notNull())
+      .addColumn("recipient_key", "text", (c) => c.notNull())
+      .addColumn("details", "text", (c) => c.notNull())
+      .addColumn("timestamp", "bigint", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex("email_events_by_recipient")
+      .on("email_events")
+      .columns(["organization_id", "recipient_key", "created_at", "id"])
+      .execute();
+    await db.schema.createIndex("email_events_by_age").on("email_events").columns(["created_at"]).execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -568,6 +595,7 @@ export const migrations: Record<string, Migration> = {
   "0010_sent_transactions": sentTransactions,
   "0011_sent_transaction_blocks": sentTransactionBlocks,
   "0012_activity_prepared": activityPrepared,
+  "0013_email_events": emailEvents,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -187,6 +187,26 @@ export interface OutboundMessagesTable {
   sent_at: number | null;
 }
 
+/** One thing the courier observed of an email it sent (list_email_events). */
+export interface EmailEventsTable {
+  id: string;
+  /** The organization the message was sent for. */
+  organization_id: string;
+  /** The outbound message (outbound_messages.id; its Message-ID header is <id@sigil>). */
+  message_id: string;
+  /** Send | Delivery | Bounce | DeliveryDelay */
+  event_type: string;
+  from_address: string;
+  to_address: string;
+  /** to_address with ASCII letters lower-cased: what the email filter compares. */
+  recipient_key: string;
+  /** JSON: the v1EmailEventDetails fields of the event (SMTP answer, bounce or delay type). */
+  details: string;
+  /** When it happened (ms). */
+  timestamp: number;
+  created_at: number;
+}
+
 export interface RootQuorumMembersTable {
   organization_id: string;
   user_id: string;
@@ -218,7 +238,8 @@ export interface ApiKeysTable {
   expiration_seconds: string | null;
   /** created_at + expiration_seconds, precomputed for the stamp check. */
   expires_at: number | null;
-  /** The login that made it (LOGIN, READ_WRITE, READ_ONLY, OAUTH, OTP_AUTH); null for an ordinary key.
+  /** The login that made it (LOGIN, READ_WRITE, READ_ONLY, OAUTH, OTP_AUTH, EMAIL_AUTH,
+   * RECOVERY: a recovery credential, which may only call recover_user); null for an ordinary key.
    * invalidateExisting removes a user's earlier keys of the same kind. */
   session_kind: ColumnType<string | null, string | null | undefined, string | null>;
   /** SESSION_TYPE_READ_ONLY keys may only query; null or SESSION_TYPE_READ_WRITE may do anything. */
@@ -459,6 +480,7 @@ export interface Database {
   otp_sends: OtpSendsTable;
   verification_tokens: VerificationTokensTable;
   outbound_messages: OutboundMessagesTable;
+  email_events: EmailEventsTable;
   webhook_endpoints: WebhookEndpointsTable;
   smart_contract_interfaces: SmartContractInterfacesTable;
   webhook_subscriptions: WebhookSubscriptionsTable;

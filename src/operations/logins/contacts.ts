@@ -3,18 +3,26 @@
 // numbers in E.164 form, without the spaces and punctuation people type.
 import { serviceError } from "../../errors.js";
 import type { ActivityContext } from "../../registry/registry.js";
-import type { Channel } from "../../services/message-courier.js";
+import { foldAscii, type Channel } from "../../services/message-courier.js";
 
 export type OtpType = "OTP_TYPE_EMAIL" | "OTP_TYPE_SMS";
 
 export const EMAIL = /^[^\s@<>()",;:\\]+@[^\s@<>()",;:\\]+\.[^\s@<>()",;:\\]+$/;
 const PHONE = /^\+[1-9]\d{6,14}$/;
 
-export function requireContact(otpType: unknown, contact: unknown): { otpType: OtpType; contact: string; channel: Channel } {
+/** A contact as a request gives it (`field` names it in the refusal: "contact", or email_auth's "email"). */
+export function requireContact(
+  otpType: unknown,
+  contact: unknown,
+  field = "contact",
+): { otpType: OtpType; contact: string; channel: Channel } {
   if (otpType === "OTP_TYPE_EMAIL") {
     const email = String(contact ?? "").trim();
     if (!EMAIL.test(email) || email.length > 320)
-      throw serviceError("INVALID_CONTACT", `contact must be an email address for OTP_TYPE_EMAIL, got "${String(contact)}"`);
+      throw serviceError(
+        "INVALID_CONTACT",
+        `${field} must be an email address${field === "contact" ? " for OTP_TYPE_EMAIL" : ""}, got "${String(contact)}"`,
+      );
     return { otpType, contact: email, channel: "email" };
   }
   if (otpType === "OTP_TYPE_SMS") {
@@ -31,7 +39,7 @@ export function requireContact(otpType: unknown, contact: unknown): { otpType: O
 
 /** Emails compare without regard to ASCII letter case only (toLowerCase would also fold look-alikes
  * such as the Kelvin sign into "k"). */
-export const foldEmail = (email: string) => email.replace(/[A-Z]/g, (c) => c.toLowerCase());
+export const foldEmail = foldAscii;
 
 /** The user of the organization with this email (ASCII case-insensitive) or phone number, and the
  * contact as stored for it (where the code goes). */

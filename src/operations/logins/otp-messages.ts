@@ -1,4 +1,5 @@
-// The message carrying a code, and the rules for customizing it. Anything in an email besides the code
+// The message carrying a code (or, for email_auth and email recovery, a credential bundle), and the
+// rules for customizing it. Anything in an email besides the code
 // points somewhere (links, logos, senders): those must be within the operator's email domains
 // (SIGIL_EMAIL_ALLOWED_DOMAINS); an SMS template must hold the code; and an end user's own credential (a
 // sub-organization's) may customize nothing beyond a plain app name, since its text would go out under
@@ -12,6 +13,17 @@ import { EMAIL } from "./contacts.js";
 /** What init_otp and init_otp_auth (every version) ask for: the contact, the code's shape, the message's customization. */
 export type OtpInitParams = ParametersOf<"init_otp" | "init_otp_auth">;
 
+/** What a request may say of the message carrying its secret: init_otp, init_otp_auth, email_auth and
+ * init_user_email_recovery (every version) all say it with these fields. */
+export interface MessageCustomization {
+  appName?: string;
+  emailCustomization?: { appName?: string; logoUrl?: string; magicLinkTemplate?: string; templateVariables?: string; templateId?: string };
+  smsCustomization?: { template?: string };
+  sendFromEmailAddress?: string;
+  sendFromEmailSenderName?: string;
+  replyToEmailAddress?: string;
+}
+
 const escapeHtml = (text: string) =>
   text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 
@@ -20,13 +32,12 @@ const MAX_SMS_TEMPLATE = 320;
 const CODE_PLACEHOLDER = /\{\{\s*\.OtpCode\s*\}\}/g;
 
 /** The app name the request gives: its own field, or (init_otp_auth V1, init_otp V1) the email customization's. */
-export function requestedAppName(p: OtpInitParams): string | undefined {
-  const custom = p.emailCustomization;
-  return p.appName ?? (custom && "appName" in custom ? custom.appName : undefined);
+export function requestedAppName(p: MessageCustomization): string | undefined {
+  return p.appName ?? p.emailCustomization?.appName;
 }
 
 /** The app name as it may appear in a subject and body: one line, short. */
-function appNameOf(p: OtpInitParams): string {
+function appNameOf(p: MessageCustomization): string {
   const name = (requestedAppName(p) ?? "").replace(/[\u0000-\u001f\u007f]/g, " ").trim();
   if (name.length > MAX_APP_NAME) throw serviceError("INVALID_APP_NAME", `appName must be at most ${MAX_APP_NAME} characters`);
   return name;
@@ -76,7 +87,7 @@ function requireOperatorDomain(settings: OtpSettings, field: string, value: stri
  * plain app name: whatever text it could choose would go out under the operator's name. */
 export function checkCustomization(
   settings: OtpSettings,
-  p: OtpInitParams,
+  p: MessageCustomization,
   channel: Channel,
   fromSubOrganization: boolean,
 ): string | undefined {
@@ -159,6 +170,57 @@ export function checkCustomization(
   return `"${name}" <${p.sendFromEmailAddress}>`;
 }
 
+/** The secret an email carries, and how to show it. */
+export interface EmailedSecret {
+  /** What it is, after the app's name: "verification code", "sign-in credential". */
+  what: string;
+  secret: string;
+  /** How long it is valid. */
+  seconds: number;
+  /** A code the user types, in large letters; or a credential bundle the user copies, wrapped. */
+  display: "code" | "bundle";
+}
+
+const expiryOf = (seconds: number) => {
+  const minutes = Math.max(1, Math.round(seconds / 60));
+  return `It expires in ${minutes} minute${minutes === 1 ? "" : "s"}.`;
+};
+
+/** The email carrying a secret, from the request's (checked) customization: the magic link has the
+ * secret in place of %s. */
+export function composeEmail(p: MessageCustomization, from: string | undefined, emailed: EmailedSecret): MessageContent {
+  const appName = appNameOf(p);
+  const custom = p.emailCustomization ?? {};
+  const expiry = expiryOf(emailed.seconds);
+  const link = custom.magicLinkTemplate ? custom.magicLinkTemplate.replace("%s", encodeURIComponent(emailed.secret)) : undefined;
+  const named = `${appName ? `${appName} ` : ""}${emailed.what}`;
+  const text = [
+    `Your ${named} is ${emailed.secret}`,
+    expiry,
+    ...(link ? [`Or open ${link}`] : []),
+    "If you did not ask for it, ignore this message.",
+  ].join("\n\n");
+  const style =
+    emailed.display === "code" ? "font-size:28px;letter-spacing:4px;font-family:monospace" : "font-family:monospace;word-break:break-all";
+  const html = [
+    ...(custom.logoUrl
+      ? [`<p><img src="${escapeHtml(custom.logoUrl)}" alt="${escapeHtml(appName)}" style="max-width:340px;max-height:124px"></p>`]
+      : []),
+    `<p>Your ${escapeHtml(named)} is</p>`,
+    `<p style="${style}"><strong>${escapeHtml(emailed.secret)}</strong></p>`,
+    `<p>${expiry}</p>`,
+    ...(link ? [`<p><a href="${escapeHtml(link)}">Continue</a></p>`] : []),
+    "<p>If you did not ask for it, ignore this message.</p>",
+  ].join("\n");
+  return {
+    subject: named,
+    text,
+    html,
+    ...(from ? { from } : {}),
+    ...(p.replyToEmailAddress ? { replyTo: p.replyToEmailAddress } : {}),
+  };
+}
+
 /** The email or SMS carrying the code, from the request's (checked) customization. */
 export function composeMessage(
   p: OtpInitParams,
@@ -167,35 +229,12 @@ export function composeMessage(
   seconds: number,
   from: string | undefined,
 ): MessageContent {
+  if (channel === "email") return composeEmail(p, from, { what: "verification code", secret: code, seconds, display: "code" });
   const appName = appNameOf(p);
-  const minutes = Math.max(1, Math.round(seconds / 60));
-  const expiry = `It expires in ${minutes} minute${minutes === 1 ? "" : "s"}.`;
-  if (channel === "sms") {
-    const template = p.smsCustomization?.template;
-    return {
-      text: template
-        ? template.replace(CODE_PLACEHOLDER, code)
-        : `${appName ? `${appName}: ` : ""}your verification code is ${code}. ${expiry}`,
-    };
-  }
-  const custom = p.emailCustomization ?? {};
-  const link = custom.magicLinkTemplate ? custom.magicLinkTemplate.replace("%s", encodeURIComponent(code)) : undefined;
-  const subject = `${appName ? `${appName} ` : ""}verification code`;
-  const text = [
-    `Your ${appName ? `${appName} ` : ""}verification code is ${code}`,
-    expiry,
-    ...(link ? [`Or open ${link}`] : []),
-    "If you did not ask for it, ignore this message.",
-  ].join("\n\n");
-  const html = [
-    ...(custom.logoUrl
-      ? [`<p><img src="${escapeHtml(custom.logoUrl)}" alt="${escapeHtml(appName)}" style="max-width:340px;max-height:124px"></p>`]
-      : []),
-    `<p>Your ${escapeHtml(appName ? `${appName} ` : "")}verification code is</p>`,
-    `<p style="font-size:28px;letter-spacing:4px;font-family:monospace"><strong>${escapeHtml(code)}</strong></p>`,
-    `<p>${expiry}</p>`,
-    ...(link ? [`<p><a href="${escapeHtml(link)}">Continue</a></p>`] : []),
-    "<p>If you did not ask for it, ignore this message.</p>",
-  ].join("\n");
-  return { subject, text, html, ...(from ? { from } : {}), ...(p.replyToEmailAddress ? { replyTo: p.replyToEmailAddress } : {}) };
+  const template = p.smsCustomization?.template;
+  return {
+    text: template
+      ? template.replace(CODE_PLACEHOLDER, code)
+      : `${appName ? `${appName}: ` : ""}your verification code is ${code}. ${expiryOf(seconds)}`,
+  };
 }

@@ -3,7 +3,6 @@
 // (services/message-courier.ts) in the activity's own transaction, so it goes out only if the activity
 // commits.
 import { p256 } from "@noble/curves/nist.js";
-import { hasTransport, messageIdentity, type Channel, type MessageContent } from "../../services/message-courier.js";
 import { recordSend } from "../../services/send-budgets.js";
 import type { ActivityContext } from "../../registry/registry.js";
 import { newId } from "../../store/ids.js";
@@ -11,51 +10,7 @@ import { signedBundle } from "../wallets/exports.js";
 import { requireContact } from "./contacts.js";
 import { EXPIRED_CODE_KEPT_MS, codeShape, generateCode, hashOf, otpSeconds, targetIdentity, type Flow } from "./otp-codes.js";
 import { checkCustomization, composeMessage, type OtpInitParams } from "./otp-messages.js";
-
-/** The parent of the organization whose credential asks: set when that is a sub-organization (an end
- * user's own credential), null for a top-level organization (the app's backend). */
-async function requesterParent(ctx: ActivityContext): Promise<string | null> {
-  const organization = await ctx.trx
-    .selectFrom("organizations")
-    .select("parent_organization_id")
-    .where("id", "=", ctx.principal.organizationId)
-    .executeTakeFirst();
-  return organization?.parent_organization_id ?? null;
-}
-
-/** Queues a message in the activity's transaction: sealed, and kept in the outbox when its channel
- * has no transport. */
-async function queueMessage(
-  ctx: ActivityContext,
-  channel: Channel,
-  recipient: string,
-  content: MessageContent,
-  expiresAt: number,
-): Promise<void> {
-  const id = newId();
-  const outbox = !hasTransport(ctx.env.otp.messaging, channel);
-  await ctx.trx
-    .insertInto("outbound_messages")
-    .values({
-      id,
-      organization_id: ctx.organizationId,
-      channel,
-      recipient,
-      sealed_message: ctx.env.keyring.seal(
-        Buffer.from(JSON.stringify(content), "utf8"),
-        messageIdentity({ id, organization_id: ctx.organizationId }),
-      ),
-      status: outbox ? "outbox" : "pending",
-      attempts: 0,
-      next_attempt_at: ctx.now,
-      lease_until: null,
-      last_error: null,
-      expires_at: expiresAt,
-      created_at: ctx.now,
-      sent_at: null,
-    })
-    .execute();
-}
+import { queueMessage, requesterParent } from "./outgoing-messages.js";
 
 /** Makes and sends a code; returns the OTP id (and, with `encryptionTarget`, the signed bundle of the
  * key verify_otp V2's encrypted code is sealed to). */

@@ -15,13 +15,13 @@
 // customization rules), otp-sending.ts (starting an OTP: budgets, the stored code, the queued message),
 // verification-tokens.ts and client-signatures.ts.
 import { ActivityTypes } from "../../api/types.js";
-import { serviceError } from "../../errors.js";
 import { defineActivity, type ActivityContext } from "../../registry/registry.js";
 import { markVerified, requireContact, userWithContact, type OtpType } from "./contacts.js";
 import { checkClientSignature } from "./client-signatures.js";
 import { consumeOtp, countWrongCode } from "./otp-codes.js";
 import { requestedAppName, type OtpInitParams } from "./otp-messages.js";
 import { startOtp } from "./otp-sending.js";
+import { requireFeature } from "../organizations/features.js";
 import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 import { issueVerificationToken, spendVerificationToken, verificationTokenSeconds } from "./verification-tokens.js";
 
@@ -33,20 +33,8 @@ export const OTP_LOGIN_FEATURES: Record<OtpType, string> = {
   OTP_TYPE_SMS: "FEATURE_NAME_SMS_AUTH",
 };
 
-async function requireLoginFeature(ctx: ActivityContext, otpType: string): Promise<void> {
-  const feature = OTP_LOGIN_FEATURES[otpType as OtpType];
-  const row = await ctx.trx
-    .selectFrom("organization_features")
-    .select("name")
-    .where("organization_id", "=", ctx.organizationId)
-    .where("name", "=", feature)
-    .executeTakeFirst();
-  if (!row)
-    throw serviceError(
-      "FEATURE_NOT_ENABLED",
-      `${otpType} login is not enabled in organization ${ctx.organizationId}: its root quorum enables it with set_organization_feature ${feature}`,
-    );
-}
+const requireLoginFeature = (ctx: ActivityContext, otpType: string) =>
+  requireFeature(ctx.trx, ctx.organizationId, OTP_LOGIN_FEATURES[otpType as OtpType], `${otpType} login`);
 
 const policyParams = (p: OtpInitParams) => ({
   otp_type: p.otpType,

@@ -19,7 +19,9 @@ import type { SessionSettings } from "../../services/login-settings.js";
 import { requireUser, secondsParameter } from "../resources.js";
 import { newId } from "../../store/ids.js";
 
-export type SessionKind = "LOGIN" | "READ_WRITE" | "READ_ONLY" | "OAUTH" | "OTP_AUTH";
+/** The login that made a session key. RECOVERY is a recovery credential (init_user_email_recovery): it may
+ * only call recover_user. */
+export type SessionKind = "LOGIN" | "READ_WRITE" | "READ_ONLY" | "OAUTH" | "OTP_AUTH" | "EMAIL_AUTH" | "RECOVERY";
 export type SessionType = "SESSION_TYPE_READ_WRITE" | "SESSION_TYPE_READ_ONLY";
 
 /** Expired session keys are kept this long (so a late request hears API_KEY_EXPIRED, not "unknown
@@ -144,18 +146,22 @@ export async function issueSession(
 }
 
 /** A session key made here, its private half sealed to `targetPublicKey` as a credential bundle. */
+/** The key a credential bundle is sealed to (uncompressed P-256), or INVALID_TARGET_PUBLIC_KEY. */
+export function bundleReceiver(targetPublicKey: string): Uint8Array {
+  try {
+    return uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
+  } catch (error) {
+    if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
+    throw error;
+  }
+}
+
 export async function issueCredentialBundle(
   ctx: ActivityContext,
   targetPublicKey: string,
   request: Omit<SessionKeyRequest, "publicKey" | "type">,
 ): Promise<{ apiKeyId: string; credentialBundle: string }> {
-  let receiver: Uint8Array;
-  try {
-    receiver = uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
-  } catch (error) {
-    if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
-    throw error;
-  }
+  const receiver = bundleReceiver(targetPublicKey);
   const secret = p256.utils.randomSecretKey();
   try {
     const publicKey = Buffer.from(p256.getPublicKey(secret, true)).toString("hex");
@@ -169,9 +175,16 @@ export async function issueCredentialBundle(
   }
 }
 
-/** "<prefix> - <timestamp>", the product's default key names (e.g. "Oauth - 2026-11-22T07:00:00.000Z"). */
-export const defaultKeyName = (prefix: string, now: number, requested?: string) =>
-  requested?.trim() ? requested.trim() : `${prefix} - ${new Date(now).toISOString()}`;
+const MAX_KEY_NAME = 256;
+
+/** The requested apiKeyName (at most 256 characters, as any API key's name), or "<prefix> - <timestamp>",
+ * the product's default key names (e.g. "Oauth - 2026-11-22T07:00:00.000Z"). */
+export function defaultKeyName(prefix: string, now: number, requested?: string): string {
+  const name = requested?.trim();
+  if (!name) return `${prefix} - ${new Date(now).toISOString()}`;
+  if (name.length > MAX_KEY_NAME) throw serviceError("REQUEST_INVALID", `apiKeyName must be at most ${MAX_KEY_NAME} characters`);
+  return name;
+}
 
 async function organizationAndUser(ctx: ActivityContext, userId: string) {
   const user = await requireUser(ctx.trx, ctx.organizationId, userId);

@@ -26,6 +26,21 @@ export async function featuresOf(db: Db | Tx, organizationId: string): Promise<F
   return rows.map((r) => ({ name: r.name, value: r.value }));
 }
 
+/** Refuses (FEATURE_NOT_ENABLED) unless the organization has the feature set; `what` names what needs it. */
+export async function requireFeature(trx: Tx, organizationId: string, feature: string, what: string): Promise<void> {
+  const row = await trx
+    .selectFrom("organization_features")
+    .select("name")
+    .where("organization_id", "=", organizationId)
+    .where("name", "=", feature)
+    .executeTakeFirst();
+  if (!row)
+    throw serviceError(
+      "FEATURE_NOT_ENABLED",
+      `${what} is not enabled in organization ${organizationId}: its root quorum enables it with set_organization_feature ${feature}`,
+    );
+}
+
 /** Sets (or replaces) features of an organization. */
 export async function setFeatures(trx: Tx, organizationId: string, features: Feature[], now: number): Promise<void> {
   for (const feature of features) {

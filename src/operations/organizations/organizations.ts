@@ -76,8 +76,8 @@ export async function rootQuorumUserIds(db: Db | Tx, organizationId: string): Pr
 
 /**
  * An organization must never lock itself out: at least `threshold` root users must keep a lasting
- * credential (an API key without expiry, a passkey, or an OAuth identity). An email or phone number
- * does not count yet: this server has no email or SMS login to reach them with. An expiring key does not
+ * credential (an API key without expiry, a passkey, or an OAuth identity), or, in a sub-organization, an
+ * email or phone number its parent's backend can log it in by. An expiring key does not
  * count: when it lapses the organization would be locked out with nobody left to notice. Checked
  * after every activity, inside its transaction, so any change that breaks it is rolled back whole.
  */
@@ -99,7 +99,7 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
             w.exists(w.selectFrom("authenticators as a").select("a.id").whereRef("a.user_id", "=", "m.user_id")),
             w.exists(w.selectFrom("oauth_providers as o").select("o.id").whereRef("o.user_id", "=", "m.user_id")),
             // In a sub-organization, the parent's backend can log a root user in by a one-time
-            // password sent to its email or phone number, while that login is enabled.
+            // password or a credential sent to its email or phone number, while that login is enabled.
             w.exists(
               w
                 .selectFrom("users as u")
@@ -110,7 +110,7 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
                 .where("uo.parent_organization_id", "is not", null)
                 .where((c) =>
                   c.or([
-                    c.and([c("u.email", "is not", null), c("f.name", "=", "FEATURE_NAME_OTP_EMAIL_AUTH")]),
+                    c.and([c("u.email", "is not", null), c("f.name", "in", ["FEATURE_NAME_OTP_EMAIL_AUTH", "FEATURE_NAME_EMAIL_AUTH"])]),
                     c.and([c("u.phone_number", "is not", null), c("f.name", "=", "FEATURE_NAME_SMS_AUTH")]),
                   ]),
                 ),
