@@ -32,6 +32,7 @@ import { assertKeyringOpensStore } from "../services/sealed-secrets.js";
 import fs from "node:fs";
 import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { notServedError, notServedOperations } from "../operations/not-served.js";
+import { ACCEPT_PATH } from "../operations/organizations/invitations.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.js";
 import packageJson from "../../package.json" with { type: "json" };
@@ -140,6 +141,7 @@ export function buildApp(
     oidc: oidcVerifier(config.oidcAllowedIssuers, { clock: options.clock }),
     chains,
     findContractAbi,
+    invitations: config.invitations,
   };
   const pipeline = new Pipeline({
     store,
@@ -262,6 +264,12 @@ export function buildApp(
       return reply.status(response.status).send(response.body);
     });
   }
+  // Sigil's own acceptance of an invitation (docs/invitations.md): the link in the invitation email
+  // points here; a program or a console page POSTs the token with the key to register, stamped by it.
+  app.post(ACCEPT_PATH, async (request, reply) => {
+    const response = await pipeline.acceptInvitation(raw(request.body), request.raw.headersDistinct);
+    return reply.status(response.status).send(response.body);
+  });
   // The product's hosted-only services: 501, before the stamp or the body is looked at (the answer
   // says only what the product's public API description says, so an unauthenticated probe learns
   // nothing more; and a caller is not made to fix a request that can never succeed).

@@ -187,6 +187,29 @@ export interface OutboundMessagesTable {
   sent_at: number | null;
 }
 
+/** An invitation to join an organization (create_invitations); the token its link carries is stored
+ * only as a hash (SHA-256 of its bytes: it is 32 random bytes, so no slower hash is needed). */
+export interface InvitationsTable {
+  id: string;
+  organization_id: string;
+  receiver_name: string;
+  receiver_email: string;
+  /** JSON array of user tag ids the user gets on acceptance. */
+  receiver_tags: string;
+  /** ACCESS_TYPE_WEB | ACCESS_TYPE_API | ACCESS_TYPE_ALL, as requested (shown, not enforced). */
+  access_type: string;
+  sender_user_id: string;
+  /** INVITATION_STATUS_CREATED | INVITATION_STATUS_ACCEPTED | INVITATION_STATUS_REVOKED */
+  status: string;
+  /** Hex SHA-256 of the token. */
+  token_hash: string;
+  expires_at: number;
+  /** The user acceptance created. */
+  accepted_user_id: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
 export interface RootQuorumMembersTable {
   organization_id: string;
   user_id: string;
@@ -456,6 +479,7 @@ export interface Database {
   otp_sends: OtpSendsTable;
   verification_tokens: VerificationTokensTable;
   outbound_messages: OutboundMessagesTable;
+  invitations: InvitationsTable;
   webhook_endpoints: WebhookEndpointsTable;
   smart_contract_interfaces: SmartContractInterfacesTable;
   webhook_subscriptions: WebhookSubscriptionsTable;

@@ -14,7 +14,7 @@ import { checkCustomization, composeMessage, type OtpInitParams } from "./otp-me
 
 /** The parent of the organization whose credential asks: set when that is a sub-organization (an end
  * user's own credential), null for a top-level organization (the app's backend). */
-async function requesterParent(ctx: ActivityContext): Promise<string | null> {
+export async function requesterParent(ctx: ActivityContext): Promise<string | null> {
   const organization = await ctx.trx
     .selectFrom("organizations")
     .select("parent_organization_id")
@@ -25,7 +25,7 @@ async function requesterParent(ctx: ActivityContext): Promise<string | null> {
 
 /** Queues a message in the activity's transaction: sealed, and kept in the outbox when its channel
  * has no transport. */
-async function queueMessage(
+export async function queueMessage(
   ctx: ActivityContext,
   channel: Channel,
   recipient: string,
