@@ -133,6 +133,8 @@ beforeAll(async () => {
     SIGIL_SMTP_URL: `smtp://127.0.0.1:${port}`,
     SIGIL_MESSAGE_POLL_MS: "50",
     SIGIL_PUBLIC_URL: `${PUBLIC_URL}/`,
+    // Request lines too: the token must not reach them.
+    SIGIL_LOG_LEVEL: "debug",
     SIGIL_WEBHOOK_ALLOW_LOOPBACK: "true",
     SIGIL_WEBHOOK_POLL_MS: "50",
   });
@@ -230,6 +232,20 @@ describe("invitations", () => {
     const { token, raw } = await emailedToken("alice@example.com");
     expect(raw).toContain("Subject: root invited you to join Acme Corp");
     expect(raw).toContain(`${PUBLIC_URL}/invitations/accept?token=${token}`);
+    // Opened in a browser (the server's own address standing in for SIGIL_PUBLIC_URL), the link explains
+    // how acceptance works, repeating no token, and nothing is created.
+    const before = await h.snapshot();
+    const page = await fetch(`${h.url}/invitations/accept?token=${token}`);
+    expect(page.status).toBe(200);
+    expect(page.headers.get("referrer-policy")).toBe("no-referrer");
+    const html = await page.text();
+    expect(html).toContain("accepts an invitation");
+    expect(html).not.toContain(token);
+    expect(await h.snapshot()).toBe(before);
+    // Another method is refused with the token redacted from the answer (and the log line).
+    const put = await fetch(`${h.url}/invitations/accept?token=${token}`, { method: "PUT" });
+    expect(put.status).toBe(404);
+    expect(await put.text()).toContain("token=<redacted>");
 
     const listed = (await organizationData(org, org.key)).invitations!;
     expect(listed).toEqual([
@@ -277,6 +293,7 @@ describe("invitations", () => {
     // The token is in the email only: not in any table (the sent email's text is erased), log line or webhook.
     expect(await h.snapshot()).not.toContain(token);
     expect(h.logLines.join("\n")).not.toContain(token);
+    expect(h.logLines.join("\n")).toContain("/invitations/accept?token=<redacted>");
   });
 
   it("webhooks hear of the invitation and of its acceptance, never of the token", async () => {
@@ -434,8 +451,46 @@ describe("invitations", () => {
     await refusedChangingNothing(() => stamped("[]"), 400, "REQUEST_INVALID");
     // A key already registered in the organization (the root's own, stamped by it) is refused whole.
     await refusedChangingNothing(() => accept(token, org.key), 409, "API_KEY_ALREADY_EXISTS");
-    // After all that the link still works, once.
-    expect((await accept(token, key)).status).toBe(200);
+    // After all that the link still works, once: of two acceptances racing, one wins and one is refused.
+    const race = await Promise.all([accept(token, key), accept(token, newKeyPair())]);
+    expect(race.map((r) => r.status).sort()).toEqual([200, 400]);
+    expect(race.find((r) => r.status === 400)!.json.details[0].turnkeyErrorCode).toBe("INVITATION_NOT_PENDING");
+    const users = (await organizationData(org, org.key)).users!.filter((u: { userName: string }) => u.userName === "frank");
+    expect(users).toHaveLength(1);
+  });
+});
+
+describe("in a sub-organization", () => {
+  it("its root invites; deleting the sub-organization kills the links", async () => {
+    const key = newKeyPair();
+    const { subOrganizationId, rootUserIds } = await root.createSubOrganization({
+      subOrganizationName: "Team",
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        {
+          userName: "lead",
+          apiKeys: [{ apiKeyName: "lead key", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
+    const sub = { organizationId: subOrganizationId };
+    const lead = h.sdk(sub, key, fastPoller);
+    await lead.createInvitations({
+      invitations: [invitee("kim@example.com", rootUserIds![0]!), invitee("lee@example.com", rootUserIds![0]!)],
+    });
+    const kim = await emailedToken("kim@example.com");
+    const lee = await emailedToken("lee@example.com");
+    expect(kim.raw).toContain("lead invited you to join Team");
+    const joined = await accept(kim.token, newKeyPair());
+    expect(joined.json).toMatchObject({ organizationId: subOrganizationId, invitationId: expect.any(String) });
+    expect((await organizationData(sub, key)).invitations!.map((i: { status: string }) => i.status)).toEqual([
+      "INVITATION_STATUS_ACCEPTED",
+      "INVITATION_STATUS_CREATED",
+    ]);
+    await lead.deleteSubOrganization({ organizationId: subOrganizationId, deleteWithoutExport: true });
+    await refusedChangingNothing(() => accept(lee.token, newKeyPair()), 404, "INVITATION_NOT_FOUND");
   });
 });
 
