@@ -7,7 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { SMTPServer } from "smtp-server";
+import { startSmtpReceiver, type Mail, type SmtpReceiver } from "./helpers/smtp.js";
 import { ApiKeyStamper } from "@turnkey/api-key-stamper";
 import {
   apiKeyStamp,
@@ -26,13 +26,8 @@ import { loadKeyring } from "../src/crypto/master-key.js";
 const PUBLIC_URL = "https://wallet.example.com/sigil";
 const LINK = /https:\/\/wallet\.example\.com\/sigil\/invitations\/accept\?token=([A-Za-z0-9_-]+)/;
 
-interface Mail {
-  to: string;
-  raw: string;
-}
-
-let smtp: SMTPServer;
-const mails: Mail[] = [];
+let smtp: SmtpReceiver;
+let mails: Mail[] = [];
 let hooks: http.Server;
 const deliveries: any[] = [];
 let h: Harness;
@@ -41,24 +36,6 @@ let root: ReturnType<Harness["sdk"]>;
 /** An organization whose activities go to a webhook receiver (kept apart: refusals there are delivered too). */
 let hooked: TestOrganization;
 let hookedSdk: ReturnType<Harness["sdk"]>;
-
-async function startSmtp(): Promise<number> {
-  smtp = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ["STARTTLS", "AUTH"],
-    logger: false,
-    onData(stream, session, callback) {
-      let raw = "";
-      stream.on("data", (chunk: Buffer) => (raw += chunk.toString("utf8")));
-      stream.on("end", () => {
-        for (const rcpt of session.envelope.rcptTo) mails.push({ to: rcpt.address, raw });
-        callback();
-      });
-    },
-  });
-  await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
-  return (smtp.server.address() as AddressInfo).port;
-}
 
 async function startHooks(): Promise<string> {
   hooks = http.createServer((request, response) => {
@@ -128,9 +105,10 @@ async function refusedChangingNothing(attempt: () => Promise<{ status: number; j
 }
 
 beforeAll(async () => {
-  const port = await startSmtp();
+  smtp = await startSmtpReceiver();
+  mails = smtp.mails;
   h = await startHarness({
-    SIGIL_SMTP_URL: `smtp://127.0.0.1:${port}`,
+    SIGIL_SMTP_URL: `smtp://127.0.0.1:${smtp.port}`,
     SIGIL_MESSAGE_POLL_MS: "50",
     SIGIL_PUBLIC_URL: `${PUBLIC_URL}/`,
     // Request lines too: the token must not reach them.
@@ -146,7 +124,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await h?.close();
-  await new Promise<void>((resolve) => smtp.close(() => resolve()));
+  await smtp?.close();
   await new Promise<void>((resolve) => hooks.close(() => resolve()));
 });
 

@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { SMTPServer } from "smtp-server";
+import { startSmtpReceiver, type Mail, type SmtpReceiver } from "./helpers/smtp.js";
 import { ApiKeyStamper, SignatureFormat } from "@turnkey/api-key-stamper";
 import { encryptOtpCodeToBundle, generateP256KeyPair, verifyOtpVerificationToken } from "@turnkey/crypto";
 // The helpers @turnkey/core's own OTP login runs (not exported from its index).
@@ -21,38 +21,15 @@ import { cliDeployment } from "./helpers/processes.js";
 
 const run = promisify(execFile);
 
-interface Mail {
-  to: string;
-  raw: string;
-}
-
-let smtp: SMTPServer;
+let smtp: SmtpReceiver;
 let smsServer: http.Server;
-const mails: Mail[] = [];
+let mails: Mail[] = [];
 const texts: Array<{ to: string; body: string; authorization?: string }> = [];
 let h: Harness;
 let parent: TestOrganization;
 let parentSdk: ReturnType<Harness["sdk"]>;
 let signerPublicKey: string;
 let offset = 0;
-
-async function startSmtp(): Promise<number> {
-  smtp = new SMTPServer({
-    authOptional: true,
-    disabledCommands: ["STARTTLS", "AUTH"],
-    logger: false,
-    onData(stream, session, callback) {
-      let raw = "";
-      stream.on("data", (chunk: Buffer) => (raw += chunk.toString("utf8")));
-      stream.on("end", () => {
-        for (const rcpt of session.envelope.rcptTo) mails.push({ to: rcpt.address, raw });
-        callback();
-      });
-    },
-  });
-  await new Promise<void>((resolve) => smtp.listen(0, "127.0.0.1", resolve));
-  return (smtp.server.address() as AddressInfo).port;
-}
 
 async function startSms(): Promise<number> {
   smsServer = http.createServer((request, response) => {
@@ -90,7 +67,9 @@ async function emailedCode(to: string, after: number): Promise<string> {
 }
 
 beforeAll(async () => {
-  const smtpPort = await startSmtp();
+  smtp = await startSmtpReceiver();
+  mails = smtp.mails;
+  const smtpPort = smtp.port;
   const smsPort = await startSms();
   h = await startHarness(
     {
@@ -111,7 +90,7 @@ beforeAll(async () => {
 });
 afterAll(async () => {
   await h.close();
-  await new Promise<void>((resolve) => smtp.close(() => resolve()));
+  await smtp.close();
   await new Promise<void>((resolve) => smsServer.close(() => resolve()));
 });
 

@@ -12,7 +12,7 @@ import { EMAIL } from "./contacts.js";
 /** What init_otp and init_otp_auth (every version) ask for: the contact, the code's shape, the message's customization. */
 export type OtpInitParams = ParametersOf<"init_otp" | "init_otp_auth">;
 
-const escapeHtml = (text: string) =>
+export const escapeHtml = (text: string) =>
   text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 
 const MAX_APP_NAME = 64;

@@ -17,6 +17,7 @@ import { requireName } from "../identity/credentials.js";
 import { createUser } from "../identity/users.js";
 import { EMAIL, foldEmail } from "../logins/contacts.js";
 import { queueMessage, requesterParent } from "../logins/otp-sending.js";
+import { escapeHtml } from "../logins/otp-messages.js";
 
 export const ACCEPT_PATH = "/invitations/accept";
 
@@ -58,8 +59,6 @@ export async function listInvitations(db: Db | Tx, organizationId: string) {
 
 /** Names as they may appear in an email: one line (control characters become spaces). */
 const oneLine = (text: string) => text.replace(/[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g, " ").trim();
-const escapeHtml = (text: string) =>
-  text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 
 function invitationEmail(sender: string, organization: string, receiver: string, link: string, expiresAt: number): MessageContent {
   const [who, where, whom] = [oneLine(sender), oneLine(organization), oneLine(receiver)];
