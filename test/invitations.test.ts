@@ -510,6 +510,17 @@ describe("without SIGIL_PUBLIC_URL, over the send budget, after the link's lifet
         const body = JSON.stringify({ token, apiKey: { apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" } });
         return timed.post("/invitations/accept", body, { "X-Stamp": apiKeyStamp(body, key) });
       };
+      // Revoked before it went out, an invitation's email is cancelled: it leaves the outbox, its sealed text erased.
+      const { invitationIds } = await sdk.createInvitations({ invitations: [invitee("judy@example.com", team.userId)] });
+      expect((await readOutbox(timed.server.store, keyring, now)).map((m) => m.recipient)).toContain("judy@example.com");
+      await sdk.deleteInvitation({ invitationId: invitationIds[0]! });
+      expect((await readOutbox(timed.server.store, keyring, now)).map((m) => m.recipient)).not.toContain("judy@example.com");
+      const cancelled = await timed.server.store.db
+        .selectFrom("outbound_messages")
+        .select(["status", "sealed_message"])
+        .where("recipient", "=", "judy@example.com")
+        .execute();
+      expect(cancelled).toEqual([{ status: "cancelled", sealed_message: null }]);
       expect((await post(tokenFor("hana@example.com"), newKeyPair())).status).toBe(200);
       now += 61_000;
       const before = await timed.snapshot();

@@ -564,6 +564,7 @@ const invitations: Migration = {
       .addColumn("token_hash", "text", (c) => c.notNull().unique())
       .addColumn("expires_at", "bigint", (c) => c.notNull())
       .addColumn("accepted_user_id", "text")
+      .addColumn("message_id", "text")
       .addColumn("created_at", "bigint", (c) => c.notNull())
       .addColumn("updated_at", "bigint", (c) => c.notNull())
       .execute();

@@ -175,7 +175,7 @@ export interface OutboundMessagesTable {
   recipient: string;
   /** The message (it carries a code), sealed; erased once sent. */
   sealed_message: string | null;
-  /** pending | sent | failed | outbox */
+  /** pending | sent | failed | outbox | expired | cancelled (an invitation revoked before its email went) */
   status: string;
   attempts: number;
   next_attempt_at: number;
@@ -206,6 +206,8 @@ export interface InvitationsTable {
   expires_at: number;
   /** The user acceptance created. */
   accepted_user_id: string | null;
+  /** The invitation email (outbound_messages), so that revoking the invitation cancels it if unsent. */
+  message_id: string | null;
   created_at: number;
   updated_at: number;
 }

@@ -24,14 +24,14 @@ export async function requesterParent(ctx: ActivityContext): Promise<string | nu
 }
 
 /** Queues a message in the activity's transaction: sealed, and kept in the outbox when its channel
- * has no transport. */
+ * has no transport. Returns the message's id. */
 export async function queueMessage(
   ctx: ActivityContext,
   channel: Channel,
   recipient: string,
   content: MessageContent,
   expiresAt: number,
-): Promise<void> {
+): Promise<string> {
   const id = newId();
   const outbox = !hasTransport(ctx.env.otp.messaging, channel);
   await ctx.trx
@@ -55,6 +55,7 @@ export async function queueMessage(
       sent_at: null,
     })
     .execute();
+  return id;
 }
 
 /** Makes and sends a code; returns the OTP id (and, with `encryptionTarget`, the signed bundle of the

@@ -107,6 +107,14 @@ async function createInvitation(
   const id = newId();
   const token = crypto.randomBytes(32).toString("base64url");
   const expiresAt = ctx.now + ctx.env.invitations.lifetimeMs;
+  const link = `${publicUrl}${ACCEPT_PATH}?token=${token}`;
+  const messageId = await queueMessage(
+    ctx,
+    "email",
+    email,
+    invitationEmail(sender.name, organizationName, name, link, expiresAt),
+    expiresAt,
+  );
   await ctx.trx
     .insertInto("invitations")
     .values({
@@ -121,12 +129,11 @@ async function createInvitation(
       token_hash: invitationTokenHash(token),
       expires_at: expiresAt,
       accepted_user_id: null,
+      message_id: messageId,
       created_at: ctx.now,
       updated_at: ctx.now,
     })
     .execute();
-  const link = `${publicUrl}${ACCEPT_PATH}?token=${token}`;
-  await queueMessage(ctx, "email", email, invitationEmail(sender.name, organizationName, name, link, expiresAt), expiresAt);
   return id;
 }
 
@@ -182,7 +189,7 @@ export const invitationOperations = [
     async execute(ctx, p) {
       const row = await ctx.trx
         .selectFrom("invitations")
-        .select(["id", "status"])
+        .select(["id", "status", "message_id"])
         .where("organization_id", "=", ctx.organizationId)
         .where("id", "=", p.invitationId)
         .executeTakeFirst();
@@ -193,6 +200,15 @@ export const invitationOperations = [
           `invitation ${row.id} is ${row.status}: only a pending invitation can be revoked${row.status === ACCEPTED ? " (delete the user it created instead)" : ""}`,
         );
       await ctx.trx.updateTable("invitations").set({ status: REVOKED, updated_at: ctx.now }).where("id", "=", row.id).execute();
+      // An email not yet sent (or waiting in the local outbox) would carry a dead link: it is cancelled
+      // and its sealed text, which holds the token, erased.
+      if (row.message_id)
+        await ctx.trx
+          .updateTable("outbound_messages")
+          .set({ status: "cancelled", sealed_message: null })
+          .where("id", "=", row.message_id)
+          .where("status", "in", ["pending", "outbox"])
+          .execute();
       return { invitationId: row.id };
     },
   }),
