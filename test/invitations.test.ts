@@ -9,6 +9,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { startSmtpReceiver, type Mail, type SmtpReceiver } from "./helpers/smtp.js";
 import { ApiKeyStamper } from "@turnkey/api-key-stamper";
+import { Ajv } from "ajv";
 import {
   apiKeyStamp,
   newKeyPair,
@@ -429,6 +430,14 @@ describe("invitations", () => {
     await refusedChangingNothing(() => stamped("[]"), 400, "REQUEST_INVALID");
     // A key already registered in the organization (the root's own, stamped by it) is refused whole.
     await refusedChangingNothing(() => accept(token, org.key), 409, "API_KEY_ALREADY_EXISTS");
+    // The body's schema is the one /openapi.json publishes.
+    const document = (await (await fetch(`${h.url}/openapi.json`)).json()) as any;
+    const published = new Ajv({ strict: false }).compile(
+      document.paths["/invitations/accept"].post.requestBody.content["application/json"].schema,
+    );
+    expect(published(JSON.parse(body({})))).toBe(true);
+    expect(published(JSON.parse(body({ organizationId: org.organizationId })))).toBe(false);
+    expect(published({ token })).toBe(false);
     // After all that the link still works, once: of two acceptances racing, one wins and one is refused.
     const race = await Promise.all([accept(token, key), accept(token, newKeyPair())]);
     expect(race.map((r) => r.status).sort()).toEqual([200, 400]);

@@ -9,6 +9,7 @@ import { sha256, validatePublicKey } from "../../crypto/keys.js";
 import type { Db, Tx } from "../../store/handles.js";
 import type { InvitationsTable } from "../../store/schema.js";
 import { defineActivity, type ActivityContext, type ParametersOf } from "../../registry/registry.js";
+import { validateOwnRequest } from "../../registry/validation.js";
 import type { MessageContent } from "../../services/message-courier.js";
 import { recordSend } from "../../services/send-budgets.js";
 import { newId } from "../../store/ids.js";
@@ -220,29 +221,36 @@ export interface InvitationAcceptance {
   apiKey: { apiKeyName: string; publicKey: string; curveType: "API_KEY_CURVE_P256" };
 }
 
-/** Reads an acceptance body, refusing anything but the documented fields with the types they must have. */
+/** The JSON Schema of that body, declared once: the endpoint validates with it, /openapi.json publishes it. */
+export const invitationAcceptanceSchema = {
+  type: "object",
+  properties: {
+    // The tokens Sigil makes are 43 base64url characters; a longer one cannot match.
+    token: { type: "string", minLength: 1, maxLength: 256, description: "The token of the invitation link." },
+    apiKey: {
+      type: "object",
+      description: "The API key the invited user will hold; the request is stamped (X-Stamp) by it.",
+      properties: {
+        apiKeyName: { type: "string" },
+        publicKey: { type: "string", description: "Compressed P-256 public key, hex." },
+        curveType: { type: "string", enum: ["API_KEY_CURVE_P256"] },
+      },
+      required: ["apiKeyName", "publicKey", "curveType"],
+      additionalProperties: false,
+    },
+  },
+  required: ["token", "apiKey"],
+  additionalProperties: false,
+} as const;
+
+/** Reads an acceptance body: its schema, then a name that is not blank and a key on the curve. */
 export function readAcceptance(body: unknown): InvitationAcceptance {
-  const invalid = (why: string) => serviceError("REQUEST_INVALID", `${ACCEPT_PATH}: ${why}`);
-  const isObject = (value: unknown): value is Record<string, unknown> =>
-    typeof value === "object" && value !== null && !Array.isArray(value);
-  if (!isObject(body)) throw invalid('the body must be a JSON object {"token", "apiKey"}');
-  const unknownField = Object.keys(body).find((k) => k !== "token" && k !== "apiKey");
-  if (unknownField !== undefined) throw invalid(`unknown field "${unknownField}"`);
-  if (typeof body.token !== "string" || body.token === "")
-    throw invalid('"token" must be the non-empty string the invitation link carries');
-  // The tokens Sigil makes are 43 base64url characters; anything else cannot match one.
-  if (body.token.length > 256) throw invalid('"token" is longer than any invitation token');
-  const apiKey = body.apiKey;
-  if (!isObject(apiKey)) throw invalid('"apiKey" must be an object {"apiKeyName", "publicKey", "curveType"}');
-  const unknownKeyField = Object.keys(apiKey).find((k) => !["apiKeyName", "publicKey", "curveType"].includes(k));
-  if (unknownKeyField !== undefined) throw invalid(`unknown field "apiKey.${unknownKeyField}"`);
-  if (typeof apiKey.apiKeyName !== "string") throw invalid('"apiKey.apiKeyName" must be a string');
+  validateOwnRequest("invitation-acceptance", invitationAcceptanceSchema, body);
+  const { token, apiKey } = body as InvitationAcceptance;
   const apiKeyName = requireName(apiKey.apiKeyName, "apiKey.apiKeyName");
-  if (apiKey.curveType !== "API_KEY_CURVE_P256") throw invalid('"apiKey.curveType" must be "API_KEY_CURVE_P256"');
-  if (typeof apiKey.publicKey !== "string") throw invalid('"apiKey.publicKey" must be a string');
   const problem = validatePublicKey("API_KEY_CURVE_P256", apiKey.publicKey);
   if (problem) throw serviceError("INVALID_PUBLIC_KEY", `apiKey.publicKey: ${problem}`);
-  return { token: body.token, apiKey: { apiKeyName, publicKey: apiKey.publicKey.toLowerCase(), curveType: "API_KEY_CURVE_P256" } };
+  return { token, apiKey: { apiKeyName, publicKey: apiKey.publicKey.toLowerCase(), curveType: "API_KEY_CURVE_P256" } };
 }
 
 /** The organization whose invitation this token belongs to, so its lock can be taken; read again under it. */
