@@ -63,6 +63,17 @@ async function until<T>(what: string, find: () => T | undefined): Promise<T> {
 /** The token in the latest invitation email to `to` (quoted-printable soft breaks undone). */
 async function emailedToken(to: string): Promise<{ token: string; raw: string }> {
   const mail = await until(`an email to ${to}`, () => [...mails].reverse().find((m) => m.to === to));
+  // The courier records the send after the relay took it: wait for that, so later table snapshots hold still.
+  for (let i = 0; i < 400; i++) {
+    const unrecorded = await h.server.store.db
+      .selectFrom("outbound_messages")
+      .select("id")
+      .where("recipient", "=", to)
+      .where("status", "=", "pending")
+      .execute();
+    if (unrecorded.length === 0) break;
+    await new Promise((r) => setTimeout(r, 25));
+  }
   const raw = mail.raw.replace(/=\r?\n/g, "").replace(/=3D/g, "=");
   return { token: LINK.exec(raw)![1]!, raw };
 }
