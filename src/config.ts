@@ -47,6 +47,16 @@ export interface Config {
   /** OIDC issuers whose identity tokens are accepted (exact `iss` values); no other is contacted. */
   oidcAllowedIssuers: string[];
   chains: ChainConfig;
+  invitations: InvitationConfig;
+}
+
+/** What invitation emails are built on (docs/invitations.md). */
+export interface InvitationConfig {
+  /** The deployment's base URL as its users reach it, without a trailing slash; null: unset, and
+   * invitations are refused (their link would point nowhere). */
+  publicUrl: string | null;
+  /** How long an invitation's link may be used. */
+  lifetimeMs: number;
 }
 
 /** The chain nodes transactions are sent to and tracked on (docs/sending-transactions.md). */
@@ -304,6 +314,13 @@ const masterKey: Kind<string> = {
   },
 };
 
+/** The deployment's own base URL: links in emails are built on it, so it must be exactly a base to append a path to. */
+const publicUrl = url(["https:", "http:"], {
+  accepts: "with no query, fragment or user name (a path is allowed: `https://wallet.example.com/sigil`)",
+  check: (base) =>
+    base.search || base.hash ? "a base URL has no query or fragment" : base.username || base.password ? "no user name or password" : null,
+});
+
 const databaseUrl: Kind<string> = {
   accepts: "a `postgres://` or `postgresql://` URL",
   parse(raw, reading) {
@@ -513,6 +530,7 @@ const OTP = "One-time passwords";
 const MESSAGES = "Emails and SMS";
 const WEBHOOKS = "Webhooks";
 const CHAINS = "Chain nodes";
+const INVITATIONS = "Invitations";
 
 /**
  * Every setting, in the order docs/configuration.md lists them. To add one: declare it here (a test fails
@@ -573,6 +591,17 @@ export const settings = {
     default: null,
     defaultText: "cores − 1 (1–4)",
     meaning: "worker threads that compute signatures beside the event loop; `0` computes them on it",
+  }),
+
+  publicUrl: setting({
+    variable: "SIGIL_PUBLIC_URL",
+    group: SERVER,
+    kind: publicUrl,
+    default: null,
+    defaultText: "*(unset)*",
+    meaning:
+      "the absolute base URL of this deployment as its users reach it (e.g. `https://wallet.example.com`): links in the emails Sigil " +
+      "sends are built on it; unset, `create_invitations` is refused (`PUBLIC_URL_NOT_CONFIGURED`), since its email's link would point nowhere",
   }),
 
   masterKey: setting({
@@ -974,6 +1003,16 @@ export const settings = {
       "a JSON file listing, per chain, the tokens (ERC-20 contracts, SPL mints) whose balances `get_wallet_address_balances` reports " +
       "and `list_supported_assets` lists, beside the chain's native asset (see [Balances and assets](chain-assets.md))",
   }),
+
+  invitationSeconds: setting({
+    variable: "SIGIL_INVITATION_SECONDS",
+    group: INVITATIONS,
+    kind: seconds(1),
+    default: 7 * 24 * 3600,
+    meaning:
+      "how long an invitation's link may be accepted (see [Invitations](invitations.md)); after that it stays listed as " +
+      "`INVITATION_STATUS_CREATED` but is refused with `INVITATION_EXPIRED`",
+  }),
 };
 
 type Settings = typeof settings;
@@ -1091,5 +1130,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       nonceWaitMs: s.chainNonceWaitMs,
       assets: s.chainAssets ?? {},
     },
+    // Without its trailing slash, so a path is appended to it as `${publicUrl}/invitations/accept`.
+    invitations: { publicUrl: s.publicUrl?.replace(/\/+$/, "") ?? null, lifetimeMs: s.invitationSeconds * 1000 },
   };
 }

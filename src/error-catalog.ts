@@ -303,6 +303,18 @@ export const ERROR_CATALOG = {
     meaning: "the verification token was already used; each serves one login or sign-up",
   },
   VERIFICATION_TOKEN_EXPIRED: { status: "FailedPrecondition", meaning: "the verification token expired: verify a new one-time password" },
+  PUBLIC_URL_NOT_CONFIGURED: {
+    status: "FailedPrecondition",
+    meaning: "SIGIL_PUBLIC_URL is unset, so an invitation email's link would point nowhere: the operator sets it, then invite again",
+  },
+  INVITATION_NOT_PENDING: {
+    status: "FailedPrecondition",
+    meaning: "the invitation was already accepted or revoked: an invitation is accepted once, and a revoked one never",
+  },
+  INVITATION_EXPIRED: {
+    status: "FailedPrecondition",
+    meaning: "the invitation's link is older than SIGIL_INVITATION_SECONDS: ask for a new invitation",
+  },
   GAS_STATION_NOT_OFFERED: {
     status: "FailedPrecondition",
     meaning:
@@ -464,6 +476,10 @@ export const ERROR_CATALOG = {
   },
   ACTIVITY_NOT_FOUND: { status: "NotFound", meaning: "no activity with that id (or, for a vote, that fingerprint) in the organization" },
   FEATURE_NOT_FOUND: { status: "NotFound", meaning: "the feature removed is not set in the organization" },
+  INVITATION_NOT_FOUND: {
+    status: "NotFound",
+    meaning: "no invitation of the organization has this id, or no invitation has this token (check the link was copied whole)",
+  },
   IMPORT_TARGET_NOT_FOUND: {
     status: "NotFound",
     meaning: "no import target for the user: call init_import_wallet / init_import_private_key first (a target serves one import)",

@@ -131,6 +131,7 @@ describe("defaults", () => {
       pollMs: 1000,
     },
     chains: { rpcUrls: {}, pollMs: 2000, timeoutMs: 10_000, nonceWaitMs: 600_000, assets: {} },
+    invitations: { publicUrl: null, lifetimeMs: 604_800_000 },
   });
 
   it("with nothing set, every setting has the default Sigil had before the catalog", () => {
@@ -200,6 +201,8 @@ describe("accepted values", () => {
     SIGIL_CHAIN_TIMEOUT_MS: "500",
     SIGIL_CHAIN_NONCE_WAIT_MS: "60000",
     SIGIL_CHAIN_ASSETS: "test/fixtures/chain-assets.json",
+    SIGIL_PUBLIC_URL: "https://wallet.example.com/sigil/",
+    SIGIL_INVITATION_SECONDS: "3600",
   };
 
   it("every declared setting reaches the Config: setting it alone changes it", () => {
@@ -223,6 +226,8 @@ describe("accepted values", () => {
       masterKey: { key: KEY, file: "/srv/keys/master.key", fileIsDefault: false, previous: [KEY] },
       signatureThreads: 0,
       webhooks: { allowLoopback: true, allowPrivate: true, concurrency: 2 },
+      // The trailing slash goes: links are built as `${publicUrl}/invitations/accept`.
+      invitations: { publicUrl: "https://wallet.example.com/sigil", lifetimeMs: 3_600_000 },
       messages: { smtpFrom: "Wallet <no-reply@example.com>", smsToken: "sms-token", timeoutMs: 500 },
       chains: {
         rpcUrls: { "eip155:11155111": "http://127.0.0.1:8545", "eip155:1": "https://node.example.com/v3/key" },
@@ -292,6 +297,8 @@ describe("refused values: the message names the variable and what is expected", 
   const ISSUERS =
     "SIGIL_OIDC_ALLOWED_ISSUERS must be a comma-separated list, each item an `https://` or `http://` URL, with no query or fragment " +
     "(an issuer's `iss`)";
+  const PUBLIC_URL =
+    "an `https://` or `http://` URL, with no query, fragment or user name (a path is allowed: `https://wallet.example.com/sigil`)";
   // [environment, the whole message (or a pattern of it)]: one or more cases for each kind of value.
   const cases: [Record<string, string>, string | RegExp][] = [
     [{ SIGIL_PORT: "0" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "0"'],
@@ -351,6 +358,25 @@ describe("refused values: the message names the variable and what is expected", 
       { SIGIL_OIDC_ALLOWED_ISSUERS: "https://a.example.com/?tenant=1" },
       `${ISSUERS}: item 1 "https://a.example.com/?tenant=1" is not (an issuer has no query or fragment)`,
     ],
+    // The base of the links in emails: an absolute http(s) URL to which a path can be appended.
+    [{ SIGIL_PUBLIC_URL: "wallet.example.com" }, `SIGIL_PUBLIC_URL must be ${PUBLIC_URL}, got "wallet.example.com" (it is not a URL)`],
+    [
+      { SIGIL_PUBLIC_URL: "ftp://wallet.example.com" },
+      `SIGIL_PUBLIC_URL must be ${PUBLIC_URL}, got "ftp://wallet.example.com" (not ftp://)`,
+    ],
+    [
+      { SIGIL_PUBLIC_URL: "https://wallet.example.com/?x=1" },
+      `SIGIL_PUBLIC_URL must be ${PUBLIC_URL}, got "https://wallet.example.com/?x=1" (a base URL has no query or fragment)`,
+    ],
+    [
+      { SIGIL_PUBLIC_URL: "https://wallet.example.com/#accept" },
+      `SIGIL_PUBLIC_URL must be ${PUBLIC_URL}, got "https://wallet.example.com/#accept" (a base URL has no query or fragment)`,
+    ],
+    [
+      { SIGIL_PUBLIC_URL: "https://admin:pw@wallet.example.com" },
+      `SIGIL_PUBLIC_URL must be ${PUBLIC_URL}, got "https://admin:pw@wallet.example.com" (no user name or password)`,
+    ],
+    [{ SIGIL_INVITATION_SECONDS: "0" }, /^SIGIL_INVITATION_SECONDS must be a whole number from 1 to \d+, got "0"$/],
     [
       { SIGIL_WEBAUTHN_ORIGINS: "https://app.example.com/" },
       /^SIGIL_WEBAUTHN_ORIGINS must be .* an origin .*: item 1 "https:\/\/app.example.com\/" is not \(write it as https:\/\/app.example.com\)$/,

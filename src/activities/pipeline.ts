@@ -51,6 +51,12 @@ import {
 } from "../operations/activities/records.js";
 import type { ActivitiesTable } from "../store/schema.js";
 import { enqueueActivityEvent } from "../operations/webhooks/webhooks.js";
+import {
+  acceptInvitation,
+  invitationTokenHash,
+  organizationOfInvitation,
+  readAcceptance,
+} from "../operations/organizations/invitations.js";
 
 export interface PipelineOptions {
   store: Store;
@@ -790,6 +796,84 @@ export class Pipeline {
     const target = operationByActivityType.get(row.type);
     if (target?.kind !== "activity" || !target.precheck) return undefined;
     return this.precheck(target, { parameters: JSON.parse(row.intent), type: row.type });
+  }
+
+  /**
+   * POST /invitations/accept: the invitee registers an API key and stamps the request with it, so the
+   * stamp proves they hold the key the new user gets. Under the organization's lock the invitation is
+   * turned into its user (operations/organizations/invitations.ts), and the acceptance is recorded as
+   * an ACTIVITY_TYPE_ACCEPT_INVITATION_V2 activity of the new user (the audit log and webhooks see it;
+   * its intent and vote never hold the token). A refusal changes nothing and records nothing.
+   */
+  async acceptInvitation(raw: Buffer, headers: Headers): Promise<PipelineResponse> {
+    const stamp = readStamp(headers);
+    const acceptance = readAcceptance(parseBody(raw));
+    const { publicKey } = acceptance.apiKey;
+    if (stamp.kind !== "API_KEY" || stamp.publicKey !== publicKey || stamp.scheme !== "SIGNATURE_SCHEME_TK_API_P256")
+      throw serviceError(
+        "SIGNATURE_INVALID",
+        "an invitation is accepted by a request stamped (X-Stamp, P-256) with the very key it registers",
+      );
+    if (!stampVerifiesWith(stamp, raw, publicKey, this.options.env.webauthn))
+      throw serviceError("SIGNATURE_INVALID", "the stamp does not verify over the exact body sent with apiKey.publicKey");
+    const tokenHash = invitationTokenHash(acceptance.token);
+    const { store, env } = this.options;
+    const organizationId = await organizationOfInvitation(store.reader, tokenHash);
+    return this.inOrganization(organizationId, "exclusive", async (trx, now) => {
+      const activityId = newId();
+      const pending: Principal = {
+        organizationId,
+        userId: "",
+        credentialType: "CREDENTIAL_TYPE_API_KEY_P256",
+        credentialId: "",
+        publicKey,
+        scheme: stamp.scheme,
+        signature: stamp.signature,
+        userName: "",
+        userEmail: null,
+      };
+      const ctx = { trx, dialect: store.dialect, organizationId, activityId, principal: pending, now, env };
+      const accepted = await acceptInvitation(ctx, acceptance, tokenHash);
+      const invitee: Principal = {
+        ...pending,
+        userId: accepted.userId,
+        credentialId: accepted.apiKeyId,
+        userName: accepted.userName,
+        userEmail: accepted.userEmail,
+      };
+      const row: ActivitiesTable = {
+        id: activityId,
+        organization_id: organizationId,
+        type: ActivityTypes.ACTIVITY_TYPE_ACCEPT_INVITATION_V2,
+        status: "ACTIVITY_STATUS_COMPLETED",
+        intent: JSON.stringify({ invitationId: accepted.invitationId, userId: accepted.userId, apiKey: acceptance.apiKey }),
+        result: JSON.stringify({ invitationId: accepted.invitationId, userId: accepted.userId }),
+        failure: null,
+        // The signed body holds the token: the vote keeps the signature, not the message.
+        votes: JSON.stringify([voteOf(invitee, activityId, "VOTE_SELECTION_APPROVED", "", now)]),
+        fingerprint: fingerprintOf(raw),
+        timestamp_ms: String(now),
+        user_id: accepted.userId,
+        prepared: null,
+        created_at: now,
+        updated_at: now,
+      };
+      await insertActivity(trx, row);
+      const answer = { organizationId, userId: accepted.userId, invitationId: accepted.invitationId };
+      return this.publish(
+        trx,
+        {
+          recorded: row,
+          announce: true,
+          line: "activity",
+          fields: { userId: accepted.userId, invitationId: accepted.invitationId },
+          messagesQueued: false,
+          broadcastsQueued: false,
+          answer: () => ({ status: 200, body: answer }),
+        },
+        now,
+      );
+    });
   }
 
   /** An error the caller may see: a ServiceError as it is; anything else becomes INTERNAL, and its

@@ -2,6 +2,7 @@
 // registry and the swagger-derived request schemas (served at GET /openapi.json).
 import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { activityEnvelopeSchema, swagger } from "../registry/registry.js";
+import { ACCEPT_PATH, invitationAcceptanceSchema } from "../operations/organizations/invitations.js";
 
 const errorBody = {
   type: "object",
@@ -71,6 +72,31 @@ export function buildOpenApiDocument(version: string) {
       },
     };
   }
+  paths[ACCEPT_PATH] = {
+    post: {
+      operationId: "accept_invitation",
+      summary:
+        "Accept an invitation (the link of its email): the invited user is created holding apiKey, which must stamp the request (X-Stamp).",
+      tags: ["invitations"],
+      requestBody: { required: true, content: { "application/json": { schema: invitationAcceptanceSchema } } },
+      responses: {
+        "200": {
+          description: "The user the invitation created",
+          content: {
+            "application/json": {
+              schema: {
+                type: "object",
+                required: ["organizationId", "userId", "invitationId"],
+                properties: { organizationId: { type: "string" }, userId: { type: "string" }, invitationId: { type: "string" } },
+              },
+            },
+          },
+        },
+        ...errors,
+      },
+      security: [{ apiKeyStamp: [] }],
+    },
+  };
   return {
     openapi: "3.1.0",
     info: {

@@ -32,6 +32,7 @@ import { assertKeyringOpensStore } from "../services/sealed-secrets.js";
 import fs from "node:fs";
 import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { notServedError, notServedOperations } from "../operations/not-served.js";
+import { ACCEPT_PATH } from "../operations/organizations/invitations.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.js";
 import packageJson from "../../package.json" with { type: "json" };
@@ -53,6 +54,23 @@ function retryAfterOf(status: number, body: unknown): string | undefined {
   const seconds = typeof delay === "string" && /^\d+(\.\d+)?s$/.test(delay) ? Math.ceil(Number(delay.slice(0, -1))) : undefined;
   return seconds !== undefined ? String(Math.max(1, seconds)) : undefined;
 }
+
+/** A URL as logs and error messages show it: a `token` in its query is a credential (an invitation
+ * link's, which a browser opening the emailed link sends to /invitations/accept), so it is redacted. */
+const shownUrl = (url: string) => url.replace(/([?&]token=)[^&#]*/gi, "$1<redacted>");
+
+/** What a browser opening an invitation link sees: acceptance registers a key, which a page cannot
+ * do without a program behind it. It does not repeat the token; no-referrer keeps the address (and
+ * the token in it) from being sent to any site the page might lead to. */
+const ACCEPT_PAGE = [
+  "<!doctype html>",
+  '<html lang="en"><head><meta charset="utf-8"><meta name="referrer" content="no-referrer"><title>Invitation</title></head><body>',
+  "<h1>Invitation</h1>",
+  "<p>This link accepts an invitation to join an organization. Accepting it registers an API key for you: your organization's",
+  'application does it by sending <code>POST</code> to this address with <code>{"token", "apiKey"}</code>, stamped by that key.</p>',
+  "<p>Keep this link to yourself: it can be used once.</p>",
+  "</body></html>",
+].join("\n");
 
 /** How long /health waits for the database before it answers 503. */
 const HEALTH_CHECK_TIMEOUT_MS = 5_000;
@@ -140,6 +158,7 @@ export function buildApp(
     oidc: oidcVerifier(config.oidcAllowedIssuers, { clock: options.clock }),
     chains,
     findContractAbi,
+    invitations: config.invitations,
   };
   const pipeline = new Pipeline({
     store,
@@ -165,7 +184,7 @@ export function buildApp(
     const body = error.toBody();
     const fields = {
       method: request.method,
-      url: request.url,
+      url: shownUrl(request.url),
       ip: request.ip,
       status: error.httpStatus,
       errorCode: error.turnkeyErrorCode,
@@ -192,11 +211,14 @@ export function buildApp(
   });
 
   app.setNotFoundHandler((request, reply) =>
-    refuse(request, reply, serviceError("ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${request.url}`)),
+    refuse(request, reply, serviceError("ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${shownUrl(request.url)}`)),
   );
 
   app.addHook("onResponse", (request, reply, done) => {
-    request.log.debug({ method: request.method, url: request.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, "request");
+    request.log.debug(
+      { method: request.method, url: shownUrl(request.url), status: reply.statusCode, ms: Math.round(reply.elapsedTime) },
+      "request",
+    );
     done();
   });
 
@@ -262,6 +284,15 @@ export function buildApp(
       return reply.status(response.status).send(response.body);
     });
   }
+  // Sigil's own acceptance of an invitation (docs/invitations.md): the link in the invitation email
+  // points here; a program or a console page POSTs the token with the key to register, stamped by it.
+  app.post(ACCEPT_PATH, async (request, reply) => {
+    const response = await pipeline.acceptInvitation(raw(request.body), request.raw.headersDistinct);
+    return reply.status(response.status).send(response.body);
+  });
+  app.get(ACCEPT_PATH, async (_request, reply) =>
+    reply.header("cache-control", "no-store").header("referrer-policy", "no-referrer").type("text/html; charset=utf-8").send(ACCEPT_PAGE),
+  );
   // The product's hosted-only services: 501, before the stamp or the body is looked at (the answer
   // says only what the product's public API description says, so an unauthenticated probe learns
   // nothing more; and a caller is not made to fix a request that can never succeed).

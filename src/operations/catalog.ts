@@ -17,6 +17,7 @@ import { historyOperations } from "./transactions/history.js";
 import { undelegationOperations } from "./transactions/undelegation.js";
 import { subOrganizationOperations } from "./organizations/sub-organizations.js";
 import { featureOperations } from "./organizations/features.js";
+import { invitationOperations } from "./organizations/invitations.js";
 import { webhookOperations } from "./webhooks/webhooks.js";
 import { exportOperations } from "./wallets/exports.js";
 import { importOperations } from "./wallets/imports.js";
@@ -54,6 +55,7 @@ export const operations: Operation[] = [
   ...organizationDataOperations,
   ...subOrganizationOperations,
   ...featureOperations,
+  ...invitationOperations,
   ...webhookOperations,
   ...voteOperations,
   ...activityQueries,

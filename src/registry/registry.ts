@@ -13,6 +13,7 @@ import type { OtpSettings, SessionSettings } from "../services/login-settings.js
 import type { OidcVerifier } from "../auth/oidc.js";
 import type { ChainRpc, ContractAbiLookup } from "../services/chain-rpc.js";
 import type { Keyring } from "../crypto/envelope.js";
+import type { InvitationConfig } from "../config.js";
 import type { ActivityTypeShapes, QueryShapes, SubmitActivityTypes } from "../api/types.js";
 
 export interface SwaggerSchemas {
@@ -122,6 +123,8 @@ export interface OperationEnvironment {
   chains: ChainRpc;
   /** A contract's uploaded ABI, to name its custom revert errors. */
   findContractAbi: ContractAbiLookup;
+  /** Where invitation links point (SIGIL_PUBLIC_URL) and how long they last. */
+  invitations: InvitationConfig;
 }
 
 export interface ActivityContext {

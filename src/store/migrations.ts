@@ -582,6 +582,32 @@ const emailEvents: Migration = {
   },
 };
 
+/** Invitations to join an organization (create_invitations): who is invited, by whom, and the hash of
+ * the token their email's link carries (the token itself is never stored). Kept after acceptance or
+ * revocation, with their status, as get_organization lists them. */
+const invitations: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("invitations")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("receiver_name", "text", (c) => c.notNull())
+      .addColumn("receiver_email", "text", (c) => c.notNull())
+      .addColumn("receiver_tags", "text", (c) => c.notNull())
+      .addColumn("access_type", "text", (c) => c.notNull())
+      .addColumn("sender_user_id", "text", (c) => c.notNull())
+      .addColumn("status", "text", (c) => c.notNull())
+      .addColumn("token_hash", "text", (c) => c.notNull().unique())
+      .addColumn("expires_at", "bigint", (c) => c.notNull())
+      .addColumn("accepted_user_id", "text")
+      .addColumn("message_id", "text")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("invitations_by_organization").on("invitations").columns(["organization_id", "created_at"]).execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -596,6 +622,7 @@ export const migrations: Record<string, Migration> = {
   "0011_sent_transaction_blocks": sentTransactionBlocks,
   "0012_activity_prepared": activityPrepared,
   "0013_email_events": emailEvents,
+  "0014_invitations": invitations,
 };
 
 export const migrationProvider: MigrationProvider = {

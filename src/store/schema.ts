@@ -175,7 +175,7 @@ export interface OutboundMessagesTable {
   recipient: string;
   /** The message (it carries a code), sealed; erased once sent. */
   sealed_message: string | null;
-  /** pending | sent | failed | outbox */
+  /** pending | sent | failed | outbox | expired | cancelled (an invitation revoked before its email went) */
   status: string;
   attempts: number;
   next_attempt_at: number;
@@ -205,6 +205,31 @@ export interface EmailEventsTable {
   /** When it happened (ms). */
   timestamp: number;
   created_at: number;
+}
+
+/** An invitation to join an organization (create_invitations); the token its link carries is stored
+ * only as a hash (SHA-256 of its bytes: it is 32 random bytes, so no slower hash is needed). */
+export interface InvitationsTable {
+  id: string;
+  organization_id: string;
+  receiver_name: string;
+  receiver_email: string;
+  /** JSON array of user tag ids the user gets on acceptance. */
+  receiver_tags: string;
+  /** ACCESS_TYPE_WEB | ACCESS_TYPE_API | ACCESS_TYPE_ALL, as requested (shown, not enforced). */
+  access_type: string;
+  sender_user_id: string;
+  /** INVITATION_STATUS_CREATED | INVITATION_STATUS_ACCEPTED | INVITATION_STATUS_REVOKED */
+  status: string;
+  /** Hex SHA-256 of the token. */
+  token_hash: string;
+  expires_at: number;
+  /** The user acceptance created. */
+  accepted_user_id: string | null;
+  /** The invitation email (outbound_messages), so that revoking the invitation cancels it if unsent. */
+  message_id: string | null;
+  created_at: number;
+  updated_at: number;
 }
 
 export interface RootQuorumMembersTable {
@@ -481,6 +506,7 @@ export interface Database {
   verification_tokens: VerificationTokensTable;
   outbound_messages: OutboundMessagesTable;
   email_events: EmailEventsTable;
+  invitations: InvitationsTable;
   webhook_endpoints: WebhookEndpointsTable;
   smart_contract_interfaces: SmartContractInterfacesTable;
   webhook_subscriptions: WebhookSubscriptionsTable;

@@ -24,7 +24,7 @@ export interface MessageCustomization {
   replyToEmailAddress?: string;
 }
 
-const escapeHtml = (text: string) =>
+export const escapeHtml = (text: string) =>
   text.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]!);
 
 const MAX_APP_NAME = 64;

@@ -1,4 +1,4 @@
-// Messages an activity sends (one-time passwords, email auth and recovery credentials): queued in the
+// Messages an activity sends (one-time passwords, email auth and recovery credentials, invitations): queued in the
 // activity's own transaction, sealed under the master key, for the courier (services/message-courier.ts)
 // to send once the activity has committed.
 import { hasTransport, messageIdentity, type Channel, type MessageContent } from "../../services/message-courier.js";
@@ -17,14 +17,14 @@ export async function requesterParent(ctx: ActivityContext): Promise<string | nu
 }
 
 /** Queues a message in the activity's transaction: sealed, and kept in the outbox when its channel
- * has no transport. */
+ * has no transport. Returns the message's id. */
 export async function queueMessage(
   ctx: ActivityContext,
   channel: Channel,
   recipient: string,
   content: MessageContent,
   expiresAt: number,
-): Promise<void> {
+): Promise<string> {
   const id = newId();
   const outbox = !hasTransport(ctx.env.otp.messaging, channel);
   await ctx.trx
@@ -48,4 +48,5 @@ export async function queueMessage(
       sent_at: null,
     })
     .execute();
+  return id;
 }

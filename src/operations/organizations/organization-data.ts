@@ -10,13 +10,14 @@ import { listTags } from "../identity/tags.js";
 import { featuresOf } from "./features.js";
 import { rootQuorumUserIds } from "./organizations.js";
 import { interfaceReferences } from "../contracts/interfaces.js";
+import { listInvitations } from "./invitations.js";
 
 export const organizationDataOperations = [
   defineQuery({
     name: "get_organization",
     summary:
       "The whole organization in one object (`organizationData`): name, root quorum, users with their credentials, policies, wallets, " +
-      "private keys (public halves), tags, features and smart contract interface references (id, address, digest); invitations are an empty list.",
+      "private keys (public halves), invitations with their status, tags, features and smart contract interface references (id, address, digest).",
     async run(ctx) {
       // One snapshot: the root quorum names only users listed, the tags only tags listed.
       const organizationData = await ctx.readSnapshot(async (db) => {
@@ -31,7 +32,7 @@ export const organizationDataOperations = [
           users: await loadUsers(db, organization.id),
           policies: await listPolicies(db, organization.id),
           privateKeys: await listPrivateKeys(db, organization.id),
-          invitations: [],
+          invitations: await listInvitations(db, organization.id),
           tags: await listTags(db, organization.id),
           rootQuorum: { threshold: organization.root_quorum_threshold, userIds: await rootQuorumUserIds(db, organization.id) },
           features: await featuresOf(db, organization.id),

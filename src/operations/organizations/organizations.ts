@@ -4,6 +4,7 @@ import { serviceError } from "../../errors.js";
 import { validatePublicKey, type ApiKeyCurve } from "../../crypto/keys.js";
 import { defineActivity, defineQuery } from "../../registry/registry.js";
 import { distinct, requireUsers } from "../resources.js";
+import { requireName } from "../identity/credentials.js";
 import { newId } from "../../store/ids.js";
 
 export interface NewOrganization {
@@ -162,6 +163,19 @@ export const organizationOperations = [
         .execute();
       // Whether the new quorum can still act is checked for every activity (assertRootQuorumReachable).
       return {};
+    },
+  }),
+
+  defineActivity({
+    name: "update_organization_name",
+    summary: "Rename the organization (root quorum only, as the product's policy docs list it); the result names it as it now is.",
+    resource: "ORGANIZATION",
+    action: "UPDATE",
+    rootOnly: true,
+    async execute(ctx, p) {
+      const name = requireName(p.organizationName, "organizationName");
+      await ctx.trx.updateTable("organizations").set({ name, updated_at: ctx.now }).where("id", "=", ctx.organizationId).execute();
+      return { organizationId: ctx.organizationId, organizationName: name };
     },
   }),
 
