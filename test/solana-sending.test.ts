@@ -11,7 +11,7 @@ import { address, getBase58Encoder, lamports } from "@solana/kit";
 import { DEFAULT_ETHEREUM_ACCOUNTS, DEFAULT_SOLANA_ACCOUNTS } from "@turnkey/sdk-server";
 import { startHarness, refusedLeavingOnlyItsActivity, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { organizationWith } from "./helpers/organizations.js";
-import { LAMPORTS_PER_SIGNATURE, startSolanaNode, transfers, type SolanaNode } from "./helpers/solana-node.js";
+import { durableNonceTransfers, LAMPORTS_PER_SIGNATURE, startSolanaNode, transfers, type SolanaNode } from "./helpers/solana-node.js";
 import { evaluatePolicies, newBudget } from "../src/policy/engine.js";
 import { STEP_BUDGET } from "../src/policy/compile.js";
 import { MAX_BROADCASTS } from "../src/services/chain-broadcaster.js";
@@ -349,6 +349,73 @@ describe("a transaction the node accepted but has not landed yet", () => {
       node.landHeld();
     }
     expect(node.balance(RECIPIENT)).toBe(before);
+  });
+
+  describe("on a durable nonce (its nonce account read instead of a blockhash)", () => {
+    const NONCE = "6Q5NAwQRueyRUPFRsZ8NR4Ss3PKwwZDbBJzkDPr2DzuU";
+    const ANOTHER_NONCE = "8RryAHpC54mE1b9MESrLC9UxYGPjZDXJFpScRFaknqVu";
+    /** Waits until the broadcaster has read a nonce account `n` more times. */
+    async function nonceReads(n: number) {
+      const read = () => node.calls.filter((method) => method === "getAccountInfo").length;
+      const before = read();
+      while (read() < before + n) await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+
+    it("its nonce advanced by another transaction, with no status for its signature: FAILED, it can never land", async () => {
+      const nonceAccount = "5x6bjumMXkR2R64zS3J7CeJ3JDNqMoHmqKQt7yCyVVTQ";
+      const before = node.balance(RECIPIENT);
+      const payer = await solanaAccount(sdk, "nonce advanced", SOL);
+      node.setNonce(nonceAccount, payer, NONCE);
+      node.hold();
+      let id: string;
+      try {
+        ({ sendTransactionStatusId: id } = await send(
+          sdk,
+          durableNonceTransfers(payer, nonceAccount, payer, NONCE, [{ from: payer, to: RECIPIENT, lamports: 3_300_000n }]),
+          [payer],
+        ));
+        await statusReaches(id, "BROADCASTING");
+        // The nonce still held: followed, not failed.
+        await nonceReads(2);
+        expect((await sdk.getSendTransactionStatus({ sendTransactionStatusId: id })).txStatus).toBe("BROADCASTING");
+        node.dropHeld();
+        node.setNonce(nonceAccount, payer, ANOTHER_NONCE);
+        const status = await finalStatus(sdk, id);
+        expect(status.txStatus).toBe("FAILED");
+        expect(status.txError).toBe(
+          `the nonce account ${nonceAccount} was advanced past the transaction's nonce ${NONCE} without it; it can never land now: send it again`,
+        );
+      } finally {
+        // Whatever was held again is refused now: its nonce is no longer the account's.
+        node.landHeld();
+      }
+      expect(node.balance(RECIPIENT)).toBe(before);
+    });
+
+    it("past the rebroadcast limit it is followed while its nonce holds, and INCLUDED when it lands (advancing the nonce itself)", async () => {
+      const nonceAccount = "46gMhWRdcsMKyaNtJuu8EPB23BP5WbvZFH9ZcpSP4ndh";
+      const payer = await solanaAccount(sdk, "nonce holds", SOL);
+      node.setNonce(nonceAccount, payer, NONCE);
+      node.hold();
+      let id: string;
+      try {
+        const sent = sendCount();
+        ({ sendTransactionStatusId: id } = await send(
+          sdk,
+          durableNonceTransfers(payer, nonceAccount, payer, NONCE, [{ from: payer, to: RECIPIENT, lamports: 3_400_000n }]),
+          [payer],
+        ));
+        await statusReaches(id, "BROADCASTING");
+        while (sendCount() < sent + MAX_BROADCASTS) await new Promise((resolve) => setTimeout(resolve, 20));
+        await nonceReads(3);
+        expect((await sdk.getSendTransactionStatus({ sendTransactionStatusId: id })).txStatus).toBe("BROADCASTING");
+        expect(sendCount()).toBe(sent + MAX_BROADCASTS);
+      } finally {
+        node.landHeld();
+      }
+      expect((await finalStatus(sdk, id)).txStatus).toBe("INCLUDED");
+      expect(node.nonceOf(nonceAccount)).not.toBe(NONCE);
+    });
   });
 });
 

@@ -46,13 +46,29 @@ export function readUnsignedTransaction(unsignedHex: string): { transaction: Tra
 /** Whether the message's lifetime is a durable nonce (its first instruction advances a nonce
  * account): its lifetime token is the nonce, which no blockhash may replace. */
 export function usesDurableNonce(transaction: Transaction): boolean {
+  return advanceNonceOf(transaction) !== null;
+}
+
+/** The nonce account a durable-nonce transaction advances (its first instruction's first account), or
+ * null for a transaction on a blockhash. `account` is null when it is not among the message's static
+ * accounts (behind an address lookup table): Sigil cannot name it then. */
+export function durableNonceAccountOf(transaction: Transaction): { account: string | null } | null {
+  const first = advanceNonceOf(transaction);
+  if (!first) return null;
+  return { account: first.staticAccounts[first.instruction.accountIndices?.[0] ?? -1] ?? null };
+}
+
+/** The message's first instruction when it is the System Program's AdvanceNonceAccount (index 4). */
+function advanceNonceOf(transaction: Transaction) {
   const message = compiledMessage(transaction);
-  if (!("instructions" in message)) return false;
-  const first = message.instructions[0];
-  if (!first) return false;
-  const program = (message.staticAccounts as string[])[first.programAddressIndex];
-  const data = first.data ?? new Uint8Array();
-  return program === SYSTEM_PROGRAM && data.length >= 4 && Buffer.from(data).readUInt32LE(0) === 4;
+  if (!("instructions" in message)) return null;
+  const instruction = message.instructions[0];
+  if (!instruction) return null;
+  const staticAccounts = message.staticAccounts as string[];
+  const data = instruction.data ?? new Uint8Array();
+  const advances =
+    staticAccounts[instruction.programAddressIndex] === SYSTEM_PROGRAM && data.length >= 4 && Buffer.from(data).readUInt32LE(0) === 4;
+  return advances ? { instruction, staticAccounts } : null;
 }
 
 /** A 32-byte base58 hash (a blockhash), or a SolanaError naming `field`. */

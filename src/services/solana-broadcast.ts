@@ -11,10 +11,13 @@
 //                  then only followed: another validator may still land it, and a rebroadcast the node
 //                  refuses decides nothing); once the blockhash has expired with no status for the
 //                  signature it can never land → FAILED. A transaction on a durable nonce has no
-//                  expiring blockhash: past `maxBroadcasts` it is followed until it lands.
-import type { Base64EncodedWireTransaction, Blockhash, Signature } from "@solana/kit";
+//                  expiring blockhash: its nonce account is read instead (getAccountInfo, finalized),
+//                  and once it holds another nonce with no status for the signature → FAILED; until
+//                  then it is sent again like the others, and past `maxBroadcasts` followed.
+import type { Address, Base64EncodedWireTransaction, Blockhash, Signature } from "@solana/kit";
 import type { SentTransaction } from "../store/schema.js";
-import { fromWire, readUnsignedTransaction, usesDurableNonce, transactionHex } from "../chains/solana-send.js";
+import { getNonceDecoder, NonceState, SYSTEM_PROGRAM_ADDRESS } from "@solana-program/system";
+import { durableNonceAccountOf, fromWire, readUnsignedTransaction, transactionHex } from "../chains/solana-send.js";
 import { solanaRpcFailureOf, type SolanaChain, type SolanaRpcRefusal } from "./solana-rpc.js";
 
 /** v1SolanaFailureDetails: what the node said of a failed Solana transaction. */
@@ -66,6 +69,21 @@ function refusalDetails(refusal: SolanaRpcRefusal): SolanaFailureDetails {
       ? { innerInstructionsJson: json(data.innerInstructions) }
       : {}),
   };
+}
+
+/**
+ * Whether the nonce account, as finalized, holds a nonce other than `nonce`: the nonce was advanced (by
+ * this transaction or another). An account that is missing, not the System Program's, or not an
+ * initialized nonce decides nothing (it may not be finalized yet): false, and the transaction is followed.
+ */
+async function nonceAdvancedPast(rpc: SolanaChain["rpc"], account: string, nonce: string): Promise<boolean> {
+  const { value } = await rpc.getAccountInfo(account as Address, { encoding: "base64", commitment: "finalized" }).send();
+  if (!value || value.owner !== SYSTEM_PROGRAM_ADDRESS || !Array.isArray(value.data) || typeof value.data[0] !== "string") return false;
+  const data = Buffer.from(value.data[0], "base64");
+  const decoder = getNonceDecoder();
+  if (data.length !== decoder.fixedSize) return false;
+  const stored = decoder.decode(data);
+  return stored.state === NonceState.Initialized && stored.blockhash !== nonce;
 }
 
 export async function lookAtSolanaSend({ rpc }: SolanaChain, row: SentTransaction, maxBroadcasts: number): Promise<SolanaLook> {
@@ -151,7 +169,8 @@ export async function lookAtSolanaSend({ rpc }: SolanaChain, row: SentTransactio
     if (known[0]) return waiting(null); // seen, not yet confirmed
     const transaction = fromWire(wire);
     const { blockhash } = readUnsignedTransaction(transactionHex(transaction));
-    if (!usesDurableNonce(transaction)) {
+    const durableNonce = durableNonceAccountOf(transaction);
+    if (!durableNonce) {
       const { value: valid } = await rpc.isBlockhashValid(blockhash as Blockhash, { commitment: "processed" }).send();
       if (!valid)
         return (
@@ -160,9 +179,24 @@ export async function lookAtSolanaSend({ rpc }: SolanaChain, row: SentTransactio
             error: { message: `the blockhash ${blockhash} expired before the transaction landed; it can never land now: send it again` },
           }
         );
+    } else if (durableNonce.account && (await nonceAdvancedPast(rpc, durableNonce.account, blockhash))) {
+      // The nonce moved on (finalized), so the transaction that moved it is final: if it was this one its
+      // status says so; otherwise this one can never land. A status of any commitment still waits.
+      const status = await landed();
+      if (status) return status;
+      const { value: seen } = await rpc.getSignatureStatuses([signature], { searchTransactionHistory: true }).send();
+      if (seen[0]) return waiting(null);
+      return {
+        status: "FAILED",
+        error: {
+          message: `the nonce account ${durableNonce.account} was advanced past the transaction's nonce ${blockhash} without it; it can never land now: send it again`,
+        },
+      };
     }
     if (row.broadcasts >= maxBroadcasts)
-      return waiting(`dropped by the node ${row.broadcasts} times; not sent again, followed until it lands or its blockhash expires`);
+      return waiting(
+        `dropped by the node ${row.broadcasts} times; not sent again, followed until it lands or its ${durableNonce ? "nonce is advanced" : "blockhash expires"}`,
+      );
     return await send(true);
   } catch (error) {
     const failure = solanaRpcFailureOf(error);

@@ -2,7 +2,7 @@
 // `litesvm`: the Solana runtime — its programs, fees, rent and signature checks — in this process) and
 // answers, over JSON-RPC on a loopback port, the methods Sigil calls: getGenesisHash, getLatestBlockhash,
 // isBlockhashValid, sendTransaction (with LiteSVM's simulation as the preflight), getSignatureStatuses,
-// getTransaction, getBlock, getBalance, getMultipleAccounts and getTokenAccountsByOwner. Each
+// getTransaction, getBlock, getBalance, getAccountInfo, getMultipleAccounts and getTokenAccountsByOwner. Each
 // transaction that lands gets a slot of its own and is final at once — unless a test holds them: then
 // a transaction that passed its preflight waits unprocessed (no signature status, as on a validator that
 // has not processed it yet) until the test lands the held ones (each executed against the state then,
@@ -29,12 +29,21 @@ import {
   pipe,
   setTransactionMessageFeePayer,
   setTransactionMessageLifetimeUsingBlockhash,
+  setTransactionMessageLifetimeUsingDurableNonce,
   type Address,
   type Blockhash,
   type EncodedAccount,
+  type Nonce,
   type Transaction,
 } from "@solana/kit";
-import { getTransferSolInstruction } from "@solana-program/system";
+import {
+  getNonceDecoder,
+  getNonceEncoder,
+  getTransferSolInstruction,
+  NonceState,
+  NonceVersion,
+  SYSTEM_PROGRAM_ADDRESS,
+} from "@solana-program/system";
 
 /** Devnet's genesis hash: the caip2 solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1 (alias solana:devnet). */
 export const DEVNET_GENESIS_HASH = "EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG";
@@ -72,6 +81,11 @@ export interface SolanaNode {
   dropHeld(): void;
   /** A new latest blockhash: the one before is no longer valid (isBlockhashValid false; LiteSVM refuses it). */
   expireBlockhash(): void;
+  /** An initialized nonce account at `at` (its authority `authority`) holding `nonce`, as a durable-nonce
+   * transaction reads it; called again, it sets the nonce held (as another transaction advancing it). */
+  setNonce(at: string, authority: string, nonce: string): void;
+  /** The nonce the nonce account at `at` holds. */
+  nonceOf(at: string): string;
   /** While refusing, sendTransaction answers this JSON-RPC error (a node overloaded or rate limiting). */
   refuseSends(refusing: boolean): void;
   /** From now on requests get no answer until `answer` (a node that is slow to answer). */
@@ -269,6 +283,10 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
       };
     },
     getBalance: ([of]: [string]) => ({ context: context(), value: Number(svm.getBalance(address(of)) ?? 0n) }),
+    getAccountInfo: ([at]: [string]) => {
+      const account = svm.getAccount(address(at));
+      return { context: context(), value: account.exists ? wireAccount(account) : null };
+    },
     getMultipleAccounts: ([addresses]: [string[]]) => ({
       context: context(),
       value: addresses.map((at) => {
@@ -366,6 +384,28 @@ export async function startSolanaNode(genesisHash = DEVNET_GENESIS_HASH): Promis
       heldTransactions = [];
     },
     expireBlockhash: () => svm.expireBlockhash(),
+    setNonce: (at, authority, nonce) => {
+      const data = getNonceEncoder().encode({
+        version: NonceVersion.Current,
+        state: NonceState.Initialized,
+        authority: address(authority),
+        blockhash: address(nonce),
+        lamportsPerSignature: LAMPORTS_PER_SIGNATURE,
+      });
+      svm.setAccount({
+        address: address(at),
+        data: new Uint8Array(data),
+        executable: false,
+        lamports: lamports(1_447_680n),
+        programAddress: SYSTEM_PROGRAM_ADDRESS,
+        space: BigInt(data.length),
+      });
+    },
+    nonceOf: (at) => {
+      const account = svm.getAccount(address(at));
+      if (!account.exists) throw new Error(`no nonce account at ${at}`);
+      return getNonceDecoder().decode(account.data).blockhash;
+    },
     refuseSends: (refusing) => {
       refusingSends = refusing;
     },
@@ -406,6 +446,34 @@ export function transfers(
     createTransactionMessage({ version: 0 }),
     (m) => setTransactionMessageFeePayer(address(feePayer), m),
     (m) => setTransactionMessageLifetimeUsingBlockhash({ blockhash: blockhash as Blockhash, lastValidBlockHeight: 0n }, m),
+    (m) =>
+      appendTransactionMessageInstructions(
+        moves.map((move) =>
+          getTransferSolInstruction({ source: createNoopSigner(address(move.from)), destination: address(move.to), amount: move.lamports }),
+        ),
+        m,
+      ),
+  );
+  return Buffer.from(getTransactionEncoder().encode(compileTransaction(message))).toString("hex");
+}
+
+/** An unsigned wire transaction (hex) on the durable nonce `nonce` of `nonceAccount` (its first
+ * instruction advances it, `authority` signing), then these transfers, `feePayer` paying. */
+export function durableNonceTransfers(
+  feePayer: string,
+  nonceAccount: string,
+  authority: string,
+  nonce: string,
+  moves: { from: string; to: string; lamports: bigint }[],
+): string {
+  const message = pipe(
+    createTransactionMessage({ version: 0 }),
+    (m) => setTransactionMessageFeePayer(address(feePayer), m),
+    (m) =>
+      setTransactionMessageLifetimeUsingDurableNonce(
+        { nonce: nonce as Nonce, nonceAccountAddress: address(nonceAccount), nonceAuthorityAddress: address(authority) },
+        m,
+      ),
     (m) =>
       appendTransactionMessageInstructions(
         moves.map((move) =>
