@@ -161,6 +161,19 @@ export async function lookAtSolanaSend({ rpc }: SolanaChain, row: SentTransactio
     }
   };
 
+  /**
+   * FAILED with `message` once its lifetime is over (blockhash expired, nonce advanced) — unless the node
+   * has it after all: processed in the meantime, it may still be confirmed (its status decides), so a
+   * status of any commitment keeps it waiting.
+   */
+  const unlessSeen = async (message: string): Promise<SolanaLook> => {
+    const status = await landed();
+    if (status) return status;
+    const { value: seen } = await rpc.getSignatureStatuses([signature], { searchTransactionHistory: true }).send();
+    if (seen[0]) return waiting(null);
+    return { status: "FAILED", error: { message } };
+  };
+
   if (row.status === "INITIALIZED") return send(false);
   try {
     const status = await landed();
@@ -173,25 +186,11 @@ export async function lookAtSolanaSend({ rpc }: SolanaChain, row: SentTransactio
     if (!durableNonce) {
       const { value: valid } = await rpc.isBlockhashValid(blockhash as Blockhash, { commitment: "processed" }).send();
       if (!valid)
-        return (
-          (await landed()) ?? {
-            status: "FAILED",
-            error: { message: `the blockhash ${blockhash} expired before the transaction landed; it can never land now: send it again` },
-          }
-        );
+        return unlessSeen(`the blockhash ${blockhash} expired before the transaction landed; it can never land now: send it again`);
     } else if (durableNonce.account && (await nonceAdvancedPast(rpc, durableNonce.account, blockhash))) {
-      // The nonce moved on (finalized), so the transaction that moved it is final: if it was this one its
-      // status says so; otherwise this one can never land. A status of any commitment still waits.
-      const status = await landed();
-      if (status) return status;
-      const { value: seen } = await rpc.getSignatureStatuses([signature], { searchTransactionHistory: true }).send();
-      if (seen[0]) return waiting(null);
-      return {
-        status: "FAILED",
-        error: {
-          message: `the nonce account ${durableNonce.account} was advanced past the transaction's nonce ${blockhash} without it; it can never land now: send it again`,
-        },
-      };
+      return unlessSeen(
+        `the nonce account ${durableNonce.account} was advanced past the transaction's nonce ${blockhash} without it; it can never land now: send it again`,
+      );
     }
     if (row.broadcasts >= maxBroadcasts)
       return waiting(
