@@ -431,6 +431,13 @@ describe("invitations", () => {
     );
     await refusedChangingNothing(() => accept(token, key, { apiKeyName: " " }), 400, "REQUEST_INVALID");
     await refusedChangingNothing(() => stamped("not json"), 400, "REQUEST_BODY_INVALID");
+    // A body broken right at the token: JSON.parse's own message quotes the body around the fault,
+    // which neither the answer nor the log may repeat.
+    const broken = `{"token":t${token},"apiKey":{}}`;
+    const parseMessage = await refusedChangingNothing(() => stamped(broken), 400, "REQUEST_BODY_INVALID");
+    expect(parseMessage).toBe("request body is not valid JSON: an unexpected character");
+    expect(parseMessage).not.toContain(token.slice(0, 8));
+    expect(h.logLines.join("\n")).not.toContain(token.slice(0, 8));
     await refusedChangingNothing(() => stamped("[]"), 400, "REQUEST_INVALID");
     // A key already registered in the organization (the root's own, stamped by it) is refused whole.
     await refusedChangingNothing(() => accept(token, org.key), 409, "API_KEY_ALREADY_EXISTS");
