@@ -433,7 +433,7 @@ describe("invitations", () => {
     await refusedChangingNothing(() => stamped("not json"), 400, "REQUEST_BODY_INVALID");
     // A body broken right at the token: JSON.parse's own message quotes the body around the fault,
     // which neither the answer nor the log may repeat.
-    const broken = `{"token":t${token},"apiKey":{}}`;
+    const broken = `{"token":@${token},"apiKey":{}}`;
     const parseMessage = await refusedChangingNothing(() => stamped(broken), 400, "REQUEST_BODY_INVALID");
     expect(parseMessage).toBe("request body is not valid JSON: an unexpected character");
     expect(parseMessage).not.toContain(token.slice(0, 8));
