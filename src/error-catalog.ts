@@ -311,6 +311,10 @@ export const ERROR_CATALOG = {
     status: "FailedPrecondition",
     meaning: "the invitation was already accepted or revoked: an invitation is accepted once, and a revoked one never",
   },
+  INVITATION_LIMIT_REACHED: {
+    status: "FailedPrecondition",
+    meaning: "the organization already has 100 pending invitations, the product's limit: revoke those no longer wanted, then invite",
+  },
   INVITATION_EXPIRED: {
     status: "FailedPrecondition",
     meaning: "the invitation's link is older than SIGIL_INVITATION_SECONDS: ask for a new invitation",
@@ -536,7 +540,8 @@ export const ERROR_CATALOG = {
   // ── 429, gRPC 8 ResourceExhausted ──
   OTP_RATE_LIMITED: {
     status: "ResourceExhausted",
-    meaning: "no code was sent: a budget of codes per contact, organization or credential is spent; retry after the Retry-After seconds",
+    meaning:
+      "nothing was sent: a budget of messages (codes, emailed credentials, invitations) per contact, organization or credential is spent; retry after the Retry-After seconds",
   },
 
   // ── 500, gRPC 13 Internal ──

@@ -431,6 +431,13 @@ describe("invitations", () => {
     );
     await refusedChangingNothing(() => accept(token, key, { apiKeyName: " " }), 400, "REQUEST_INVALID");
     await refusedChangingNothing(() => stamped("not json"), 400, "REQUEST_BODY_INVALID");
+    // A body broken right at the token: JSON.parse's own message quotes the body around the fault,
+    // which neither the answer nor the log may repeat.
+    const broken = `{"token":@${token},"apiKey":{}}`;
+    const parseMessage = await refusedChangingNothing(() => stamped(broken), 400, "REQUEST_BODY_INVALID");
+    expect(parseMessage).toBe("request body is not valid JSON: an unexpected character");
+    expect(parseMessage).not.toContain(token.slice(0, 8));
+    expect(h.logLines.join("\n")).not.toContain(token.slice(0, 8));
     await refusedChangingNothing(() => stamped("[]"), 400, "REQUEST_INVALID");
     // A key already registered in the organization (the root's own, stamped by it) is refused whole.
     await refusedChangingNothing(() => accept(token, org.key), 409, "API_KEY_ALREADY_EXISTS");
@@ -486,6 +493,35 @@ describe("in a sub-organization", () => {
 });
 
 describe("without SIGIL_PUBLIC_URL, over the send budget, after the link's lifetime", () => {
+  it("an organization has at most 100 pending invitations; revoking one frees room", async () => {
+    // No SMTP relay: the 100 emails wait in the local outbox.
+    const full = await startHarness({ SIGIL_PUBLIC_URL: PUBLIC_URL, SIGIL_MESSAGE_POLL_MS: "3600000" });
+    try {
+      const team = await full.organization();
+      const sdk = full.sdk(team, team.key, fastPoller);
+      const hundred = Array.from({ length: 100 }, (_, i) => invitee(`p${i}@example.com`, team.userId));
+      const { invitationIds } = await sdk.createInvitations({ invitations: hundred });
+      expect(invitationIds).toHaveLength(100);
+      const { failure } = await refusedLeavingOnlyItsActivity(
+        full,
+        () => sdk.createInvitations({ invitations: [invitee("one-more@example.com", team.userId)] }),
+        { message: expect.stringContaining("has 100 pending invitations, and may have at most 100") },
+      );
+      expect(failure.details[0].turnkeyErrorCode).toBe("INVITATION_LIMIT_REACHED");
+      await sdk.deleteInvitation({ invitationId: invitationIds[0]! });
+      // A revoked invitation no longer counts; two would again exceed the limit.
+      await refusedLeavingOnlyItsActivity(
+        full,
+        () => sdk.createInvitations({ invitations: [invitee("a@example.com", team.userId), invitee("b@example.com", team.userId)] }),
+        { message: expect.stringContaining("has 99 pending invitations") },
+      );
+      const { invitationIds: more } = await sdk.createInvitations({ invitations: [invitee("one-more@example.com", team.userId)] });
+      expect(more).toHaveLength(1);
+    } finally {
+      await full.close();
+    }
+  });
+
   it("refuses to invite when the server has no public URL: nothing is recorded but the failed activity, nothing sent", async () => {
     const bare = await startHarness();
     try {
@@ -515,9 +551,14 @@ describe("without SIGIL_PUBLIC_URL, over the send budget, after the link's lifet
       const outbox = await readOutbox(timed.server.store, keyring, now);
       expect(outbox.map((m) => m.recipient).sort()).toEqual(["hana@example.com", "ivan@example.com"]);
       // Invitation emails spend the one-time passwords' send budgets: a second to one inbox is refused.
-      await refusedLeavingOnlyItsActivity(timed, () => sdk.createInvitations({ invitations: [invitee("Hana@example.com", team.userId)] }), {
-        message: expect.stringContaining("SIGIL_OTP_PER_CONTACT_LIMIT"),
-      });
+      const { failure } = await refusedLeavingOnlyItsActivity(
+        timed,
+        () => sdk.createInvitations({ invitations: [invitee("Hana@example.com", team.userId)] }),
+        { message: expect.stringContaining("SIGIL_OTP_PER_CONTACT_LIMIT") },
+      );
+      // The refusal speaks of messages, not of codes: an invitation carries none.
+      expect(failure.message).toContain("nothing was sent: this contact's budget of 1 messages per 10 minutes");
+      expect(failure.message).not.toMatch(/\bcodes?\b/);
       const tokenFor = (to: string) => LINK.exec(outbox.find((m) => m.recipient === to)!.content.text)![1]!;
       const post = async (token: string, key: ApiKeyPair) => {
         const body = JSON.stringify({ token, apiKey: { apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" } });

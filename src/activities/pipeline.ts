@@ -178,6 +178,14 @@ interface Publication {
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 
 /** The body as JSON whose every string may be stored by either database (checkRequestText). */
+/** What JSON.parse found wrong, without the excerpt of the body V8 quotes around an unexpected
+ * character: the body may hold a credential (an invitation token, a code, a bundle), and the message
+ * is logged. */
+function jsonProblem(error: unknown): string {
+  const message = error instanceof Error ? error.message : "";
+  return /^Unexpected token\b/.test(message) ? "an unexpected character" : message.replace(/, (\.\.\.)?".*$/s, "");
+}
+
 function parseBody(raw: Buffer): unknown {
   if (raw.length === 0) throw serviceError("REQUEST_BODY_INVALID", "request body is empty: send a JSON object");
   let text: string;
@@ -190,7 +198,7 @@ function parseBody(raw: Buffer): unknown {
   try {
     body = JSON.parse(text);
   } catch (error) {
-    throw serviceError("REQUEST_BODY_INVALID", `request body is not valid JSON: ${error instanceof Error ? error.message : ""}`);
+    throw serviceError("REQUEST_BODY_INVALID", `request body is not valid JSON: ${jsonProblem(error)}`);
   }
   checkRequestText(body);
   return body;

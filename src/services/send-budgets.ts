@@ -1,8 +1,9 @@
-// How many codes may go out through the operator's SMTP relay and SMS account, and to whom. Whoever
-// can start a code (a sub-organization's own root is typically an end user) could otherwise make this
-// deployment mail or text any number of strangers at the operator's expense and reputation. Every
-// message-sending activity (init_otp, init_otp_auth) records one row in `otp_sends` and must fit
-// every budget below, counted over a sliding window:
+// How many messages (one-time passwords, emailed credentials, invitations) may go out through the
+// operator's SMTP relay and SMS account, and to whom. Whoever can start one (a sub-organization's own
+// root is typically an end user) could otherwise make this deployment mail or text any number of
+// strangers at the operator's expense and reputation. Every message-sending activity (init_otp,
+// init_otp_auth, email_auth, init_user_email_recovery, create_invitations) records one row per message
+// in `otp_sends` and must fit every budget below, counted over a sliding window:
 //   - per contact, per requesting organization (SIGIL_OTP_PER_CONTACT_LIMIT per 10 minutes), and the
 //     own requests of one top-level organization's sub-organizations together at most twice that:
 //     nobody floods one inbox or phone, and one tenant's end users cannot spend another tenant's share;
@@ -160,14 +161,14 @@ export async function recordSend(
   const windowMs = settings.sendWindowSeconds * 1000;
   const budgets: Budget[] = [
     {
-      spent: `this contact's budget of ${settings.perContactLimit} codes per 10 minutes (SIGIL_OTP_PER_CONTACT_LIMIT) from organization ${requester}`,
+      spent: `this contact's budget of ${settings.perContactLimit} messages per 10 minutes (SIGIL_OTP_PER_CONTACT_LIMIT) from organization ${requester}`,
       limit: settings.perContactLimit,
       windowMs: CONTACT_WINDOW_MS,
       where: { contact_key: key, requester_organization_id: requester },
     },
     {
       spent:
-        `organization ${root}'s budget of ${settings.perOrganizationLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_ORGANIZATION_LIMIT), ` +
+        `organization ${root}'s budget of ${settings.perOrganizationLimit} messages per ${perWindow(windowMs)} (SIGIL_OTP_PER_ORGANIZATION_LIMIT), ` +
         "which its sub-organizations share",
       limit: settings.perOrganizationLimit,
       windowMs,
@@ -178,7 +179,7 @@ export async function recordSend(
     budgets.push(
       {
         spent:
-          `this contact's budget of ${settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE} codes per 10 minutes ` +
+          `this contact's budget of ${settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE} messages per 10 minutes ` +
           "(twice SIGIL_OTP_PER_CONTACT_LIMIT) " +
           `that the own credentials of organization ${root}'s sub-organizations share`,
         limit: settings.perContactLimit * SUB_ORGANIZATION_CONTACT_SHARE,
@@ -188,7 +189,7 @@ export async function recordSend(
       },
       {
         spent:
-          `the budget of ${settings.perEndUserLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_END_USER_LIMIT) ` +
+          `the budget of ${settings.perEndUserLimit} messages per ${perWindow(windowMs)} (SIGIL_OTP_PER_END_USER_LIMIT) ` +
           `the credentials of sub-organization ${requester} share`,
         limit: settings.perEndUserLimit,
         windowMs,
@@ -197,7 +198,7 @@ export async function recordSend(
     );
   } else {
     budgets.push({
-      spent: `credential ${ctx.principal.credentialId}'s budget of ${settings.perCredentialLimit} codes per ${perWindow(windowMs)} (SIGIL_OTP_PER_CREDENTIAL_LIMIT)`,
+      spent: `credential ${ctx.principal.credentialId}'s budget of ${settings.perCredentialLimit} messages per ${perWindow(windowMs)} (SIGIL_OTP_PER_CREDENTIAL_LIMIT)`,
       limit: settings.perCredentialLimit,
       windowMs,
       where: { credential_id: ctx.principal.credentialId, from_sub_organization: 0 },
@@ -211,7 +212,7 @@ export async function recordSend(
   if (spent.length) {
     const seconds = Math.max(1, Math.ceil(Math.max(...spent.map((s) => s.ms)) / 1000));
     const what = spent.map((s) => `${s.budget.spent} is spent`).join("; ");
-    throw new SendBudgetExceeded(`no code was sent: ${what}. Send a new request (a new timestampMs) in ${seconds} seconds`, seconds);
+    throw new SendBudgetExceeded(`nothing was sent: ${what}. Send a new request (a new timestampMs) in ${seconds} seconds`, seconds);
   }
   // This organization's sends older than every window count for nothing any more.
   const outOfEveryWindow = ctx.now - Math.max(windowMs, CONTACT_WINDOW_MS);

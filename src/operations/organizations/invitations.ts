@@ -26,6 +26,11 @@ const CREATED = "INVITATION_STATUS_CREATED";
 const ACCEPTED = "INVITATION_STATUS_ACCEPTED";
 const REVOKED = "INVITATION_STATUS_REVOKED";
 
+/** The product's resource limit: at most 100 invitations in one organization (a sub-organization too).
+ * Counted over the pending ones: an accepted invitation has become a user (limited as users are), and a
+ * revoked one is dead, so revoking frees room. */
+export const MAX_PENDING_INVITATIONS = 100;
+
 type InvitationParams = ParametersOf<"create_invitations">["invitations"][number];
 
 /** The token's hash as stored and looked up. The token is 32 random bytes, so a plain SHA-256 cannot be
@@ -160,6 +165,18 @@ export const invitationOperations = [
         p.invitations.map((i) => foldEmail(i.receiverUserEmail.trim())),
         "invitations' receiverUserEmail",
       );
+      const { pending } = await ctx.trx
+        .selectFrom("invitations")
+        .select((eb) => eb.fn.countAll<string | number>().as("pending"))
+        .where("organization_id", "=", ctx.organizationId)
+        .where("status", "=", CREATED)
+        .executeTakeFirstOrThrow();
+      if (Number(pending) + p.invitations.length > MAX_PENDING_INVITATIONS)
+        throw serviceError(
+          "INVITATION_LIMIT_REACHED",
+          `organization ${ctx.organizationId} has ${pending} pending invitations, and may have at most ${MAX_PENDING_INVITATIONS}: ` +
+            `${p.invitations.length} more would exceed that; revoke (delete_invitation) those no longer wanted`,
+        );
       const organization = await ctx.trx
         .selectFrom("organizations")
         .select("name")
