@@ -278,6 +278,17 @@ describe("invitations", () => {
     expect(h.logLines.join("\n")).toContain("/invitations/accept?token=<redacted>");
   });
 
+  it("accepts apiKey.publicKey written in upper-case hex and registers it in lower case", async () => {
+    await root.createInvitations({ invitations: [invitee("upper@example.com", org.userId)] });
+    const { token } = await emailedToken("upper@example.com");
+    const key = newKeyPair();
+    const upper = { ...key, publicKey: key.publicKey.toUpperCase() };
+    const accepted = await accept(token, upper);
+    expect(accepted.status, JSON.stringify(accepted.json)).toBe(200);
+    const { user } = await root.getUser({ userId: accepted.json.userId });
+    expect(user.apiKeys.map((k) => k.credential.publicKey)).toEqual([key.publicKey]);
+  });
+
   it("webhooks hear of the invitation and of its acceptance, never of the token", async () => {
     await hookedSdk.createInvitations({ invitations: [invitee("jo@example.com", hooked.userId)] });
     const { token } = await emailedToken("jo@example.com");

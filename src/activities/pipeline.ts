@@ -817,7 +817,7 @@ export class Pipeline {
     const stamp = readStamp(headers);
     const acceptance = readAcceptance(parseBody(raw));
     const { publicKey } = acceptance.apiKey;
-    if (stamp.kind !== "API_KEY" || stamp.publicKey !== publicKey || stamp.scheme !== "SIGNATURE_SCHEME_TK_API_P256")
+    if (stamp.kind !== "API_KEY" || stamp.publicKey.toLowerCase() !== publicKey || stamp.scheme !== "SIGNATURE_SCHEME_TK_API_P256")
       throw serviceError(
         "SIGNATURE_INVALID",
         "an invitation is accepted by a request stamped (X-Stamp, P-256) with the very key it registers",
