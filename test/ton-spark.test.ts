@@ -180,10 +180,14 @@ describe("pairs that cannot be served are refused, and change nothing", () => {
       account("CURVE_ED25519", "m/8797555'/0'/0'", "ADDRESS_FORMAT_SPARK_MAINNET"),
       "ADDRESS_FORMAT_SPARK_MAINNET needs CURVE_SECP256K1. CURVE_ED25519 supports: ",
     ],
-    [account("CURVE_P256", "m/8797555'/0'/0'", "ADDRESS_FORMAT_SPARK_REGTEST"), "CURVE_P256 HD derivation is not supported"],
+    // P-256 accounts derive (SLIP-10 nist256p1), but only to COMPRESSED / UNCOMPRESSED addresses.
     [
-      account("CURVE_P256", "m/44'/0'/0'/0/0", "ADDRESS_FORMAT_COMPRESSED"),
-      "CURVE_P256 HD derivation is not supported: no derivation scheme is documented",
+      account("CURVE_P256", "m/8797555'/0'/0'", "ADDRESS_FORMAT_SPARK_REGTEST"),
+      "ADDRESS_FORMAT_SPARK_REGTEST needs CURVE_SECP256K1. CURVE_P256 supports: ",
+    ],
+    [
+      account("CURVE_P256", "m/44'/607'/0'/0/0", "ADDRESS_FORMAT_TON_V4R2"),
+      "ADDRESS_FORMAT_TON_V4R2 needs CURVE_ED25519. CURVE_P256 supports: ",
     ],
   ])("%o", async (params, message) => {
     const { failure } = await refusedLeavingOnlyItsActivity(h, () => client.createWalletAccounts({ walletId, accounts: [params] }), {
@@ -193,12 +197,17 @@ describe("pairs that cannot be served are refused, and change nothing", () => {
     expect(failure.message).toContain(message);
   });
 
-  it("a new wallet with a P-256 account is not made at all", async () => {
+  it("a new wallet with a P-256 account in a Spark format is not made at all; P-256 keys and accounts are", async () => {
     await refusedLeavingOnlyItsActivity(
       h,
-      () => client.createWallet({ walletName: "p256", accounts: [account("CURVE_P256", "m/0'/0", "ADDRESS_FORMAT_COMPRESSED")] }),
-      { code: 3, message: expect.stringContaining("create a CURVE_P256 private key (create_private_keys) instead") },
+      () => client.createWallet({ walletName: "p256", accounts: [account("CURVE_P256", "m/0'/0", "ADDRESS_FORMAT_SPARK_MAINNET")] }),
+      { code: 3, message: expect.stringContaining("ADDRESS_FORMAT_SPARK_MAINNET needs CURVE_SECP256K1") },
     );
+    const wallet = await client.createWallet({
+      walletName: "p256",
+      accounts: [account("CURVE_P256", "m/0'/0", "ADDRESS_FORMAT_COMPRESSED")],
+    });
+    expect(wallet.addresses[0]).toMatch(/^0[23][0-9a-f]{64}$/);
     const { privateKeys } = await client.createPrivateKeys({
       privateKeys: [{ privateKeyName: "p256", curve: "CURVE_P256", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_COMPRESSED"] }],
     });

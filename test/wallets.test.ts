@@ -4,7 +4,12 @@ import fs from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mnemonicToAccount, privateKeyToAddress } from "viem/accounts";
-import { startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
+import crypto from "node:crypto";
+import { p256 } from "@noble/curves/nist.js";
+import { sha256 } from "@noble/hashes/sha2.js";
+import { decryptExportBundle, generateP256KeyPair } from "@turnkey/crypto";
+import { refusedLeavingOnlyItsActivity, signerPublicKeyOf, startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { deriveKeyPair, mnemonicToSeed } from "../src/crypto/hd.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
 import { mnemonicIdentity } from "../src/operations/wallets/wallets.js";
 import { privateKeyIdentity } from "../src/operations/wallets/private-keys.js";
@@ -30,6 +35,13 @@ const BTC = {
   pathFormat: "PATH_FORMAT_BIP32",
   path: "m/84'/0'/0'/0/0",
   addressFormat: "ADDRESS_FORMAT_BITCOIN_MAINNET_P2WPKH",
+} as const;
+// What the product's SDK asks for when an app signs JWTs with a wallet key (tkhq/sdk jwtSigning()).
+const P256_COMPRESSED = {
+  curve: "CURVE_P256",
+  pathFormat: "PATH_FORMAT_BIP32",
+  path: "m/44'/1'/0'/0/0",
+  addressFormat: "ADDRESS_FORMAT_COMPRESSED",
 } as const;
 const ethAt = (i: number) => ({ ...ETH, path: `m/44'/60'/0'/0/${i}` });
 
@@ -240,6 +252,98 @@ describe("private keys", () => {
     expect(JSON.parse(await h.snapshot()).private_keys).toEqual(before.private_keys);
   });
 });
+
+describe("P-256 wallet accounts (SLIP-10 nist256p1)", () => {
+  const slip10 = (mnemonic: string, path: string) => deriveKeyPair(mnemonicToSeed(mnemonic), "CURVE_P256", path).publicKey;
+  const uncompressed = (compressed: Uint8Array) => p256.Point.fromBytes(compressed).toBytes(false);
+
+  it("creates them at the SDK's jwtSigning path, compressed and uncompressed, as the mnemonic's SLIP-10 keys", async () => {
+    const created = await client.createWallet({
+      walletName: "jwt signer",
+      accounts: [P256_COMPRESSED, { ...P256_COMPRESSED, addressFormat: "ADDRESS_FORMAT_UNCOMPRESSED" }],
+    });
+    const mnemonic = await storedMnemonic(created.walletId);
+    const expected = slip10(mnemonic, P256_COMPRESSED.path);
+    expect(created.addresses).toEqual([Buffer.from(expected).toString("hex"), Buffer.from(uncompressed(expected)).toString("hex")]);
+    // OpenSSL agrees the uncompressed address is the same point.
+    expect(crypto.ECDH.convertKey(created.addresses[1]!, "prime256v1", "hex", "hex", "compressed")).toBe(created.addresses[0]);
+    const { account } = await client.getWalletAccount({ walletId: created.walletId, address: created.addresses[0]! });
+    expect(account).toMatchObject({
+      curve: "CURVE_P256",
+      pathFormat: "PATH_FORMAT_BIP32",
+      path: P256_COMPRESSED.path,
+      publicKey: created.addresses[0],
+    });
+
+    const more = await client.createWalletAccounts({
+      walletId: created.walletId,
+      accounts: [{ ...P256_COMPRESSED, path: "m/44'/1'/0'/0/1" }],
+    });
+    expect(more.addresses).toEqual([Buffer.from(slip10(mnemonic, "m/44'/1'/0'/0/1")).toString("hex")]);
+    expect((await client.getWalletAccounts({ walletId: created.walletId })).accounts).toHaveLength(3);
+  });
+
+  it("sign_raw_payload with a P-256 account verifies with node:crypto and noble p256", async () => {
+    const { addresses } = await client.createWallet({ walletName: "p256 signer", accounts: [P256_COMPRESSED] });
+    const message = Buffer.from('{"sub":"sigil","iat":1}');
+    for (const signWith of addresses) {
+      const { r, s } = await client.signRawPayload({
+        signWith,
+        payload: message.toString("hex"),
+        encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+        hashFunction: "HASH_FUNCTION_SHA256",
+      });
+      const signature = Buffer.from(r.padStart(64, "0") + s.padStart(64, "0"), "hex");
+      const publicKey = Buffer.from(addresses[0]!, "hex");
+      expect(p256.verify(signature, sha256(message), publicKey, { prehash: false })).toBe(true);
+      const spki = crypto.createPublicKey({
+        key: { kty: "EC", crv: "P-256", ...jwkCoordinates(p256.Point.fromBytes(publicKey).toBytes(false)) },
+        format: "jwk",
+      });
+      expect(crypto.verify("sha256", message, { key: spki, dsaEncoding: "ieee-p1363" }, signature)).toBe(true);
+      expect(crypto.verify("sha256", Buffer.from("another message"), { key: spki, dsaEncoding: "ieee-p1363" }, signature)).toBe(false);
+    }
+  });
+
+  it("export_wallet's mnemonic re-derives the same P-256 key", async () => {
+    const wallet = await client.createWallet({ walletName: "p256 export", accounts: [P256_COMPRESSED] });
+    const target = generateP256KeyPair();
+    const { exportBundle } = await client.exportWallet({ walletId: wallet.walletId, targetPublicKey: target.publicKeyUncompressed });
+    const mnemonic = await decryptExportBundle({
+      exportBundle,
+      embeddedKey: target.privateKey,
+      organizationId: org.organizationId,
+      returnMnemonic: true,
+      dangerouslyOverrideSignerPublicKey: await signerPublicKeyOf(h.url),
+    });
+    expect(Buffer.from(slip10(mnemonic, P256_COMPRESSED.path)).toString("hex")).toBe(wallet.addresses[0]);
+  });
+
+  it("refuses a P-256 account with an address format of another curve; nothing but the failed activity is stored", async () => {
+    const { walletId } = await client.createWallet({ walletName: "p256 refusals", accounts: [] });
+    for (const addressFormat of ["ADDRESS_FORMAT_ETHEREUM", "ADDRESS_FORMAT_SOLANA"] as const) {
+      const { failure } = await refusedLeavingOnlyItsActivity(
+        h,
+        () => client.createWallet({ walletName: `p256 as ${addressFormat}`, accounts: [{ ...P256_COMPRESSED, addressFormat }] }),
+        { code: 3, details: [expect.objectContaining({ turnkeyErrorCode: "UNSUPPORTED_ADDRESS_FORMAT" })] },
+      );
+      expect(JSON.stringify(failure)).toMatch(new RegExp(`${addressFormat} needs CURVE_\\w+`));
+      await refusedLeavingOnlyItsActivity(
+        h,
+        () => client.createWalletAccounts({ walletId, accounts: [{ ...P256_COMPRESSED, addressFormat }] }),
+        {
+          code: 3,
+          message: expect.stringContaining(`${addressFormat} needs`),
+        },
+      );
+    }
+  });
+});
+
+/** x and y of an uncompressed SEC 1 point, base64url, for a JWK. */
+function jwkCoordinates(point: Uint8Array) {
+  return { x: Buffer.from(point.subarray(1, 33)).toString("base64url"), y: Buffer.from(point.subarray(33)).toString("base64url") };
+}
 
 describe("secrets at rest", () => {
   it("no mnemonic or private key appears in the database files or the server's log", async () => {

@@ -1,11 +1,12 @@
 // HD wallet plumbing: BIP-39 mnemonics, BIP-32 paths and key derivation per curve. Every primitive
 // comes from a library: @scure/bip39 (PBKDF2 seed, wordlists), @scure/bip32 (secp256k1 BIP-32),
-// micro-key-producer's slip10 (ed25519 SLIP-10) and @noble/curves for standalone keys.
+// micro-key-producer's slip10 (ed25519 SLIP-10), @noble/curves for standalone keys; SLIP-10 P-256
+// is composed from @noble/hashes HMAC-SHA512 and @noble/curves p256 (no library implements it).
 //
 // What the product documents (tkhq/docs features/wallets.mdx, networks/*.mdx, public_api.swagger.json):
 // wallets are BIP-39 seeds of 12/15/18/21/24 words (default 12); "the Wallet seed and Account curve
 // are used to create a root key pair", then the BIP-32 path derives the account key. It names the
-// curves (SECP256K1, ED25519, P256) but never says which HD scheme P-256 accounts use.
+// curves (SECP256K1, ED25519, P256) but never says which HD scheme P-256 accounts use; we use SLIP-10.
 import { HDKey as Bip32Key } from "@scure/bip32";
 import * as bip39 from "@scure/bip39";
 import { wordlist as czech } from "@scure/bip39/wordlists/czech.js";
@@ -20,6 +21,10 @@ import { wordlist as traditionalChinese } from "@scure/bip39/wordlists/tradition
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { p256 } from "@noble/curves/nist.js";
 import { secp256k1 } from "@noble/curves/secp256k1.js";
+import { bytesToNumberBE } from "@noble/curves/utils.js";
+import { hmac } from "@noble/hashes/hmac.js";
+import { sha512 } from "@noble/hashes/sha2.js";
+import { concatBytes, utf8ToBytes } from "@noble/hashes/utils.js";
 import { HDKey as Slip10Ed25519Key } from "micro-key-producer/slip10.js";
 
 export type Curve = "CURVE_SECP256K1" | "CURVE_ED25519" | "CURVE_P256";
@@ -170,6 +175,58 @@ export function parsePath(path: string): number[] {
 
 const formatPath = (indexes: number[]) => ["m", ...indexes.map((i) => (i >= HARDENED ? `${i - HARDENED}'` : String(i)))].join("/");
 
+// SLIP-10 for NIST P-256 (satoshilabs/slips slip-0010.md), composed from @noble/hashes (HMAC-SHA512)
+// and @noble/curves (scalar field mod n, point multiplication, SEC 1 compressed encoding): no
+// well-kept library implements it (@scure/bip32 is secp256k1 only, micro-key-producer's slip10
+// ed25519 only), so only the SLIP-10 steps are written here.
+interface Slip10P256Key {
+  scalar: bigint;
+  chainCode: Uint8Array;
+}
+
+const P256_ORDER = p256.Point.Fn.ORDER;
+const NIST256P1_SEED_KEY = utf8ToBytes("Nist256p1 seed");
+
+function ser32(index: number): Uint8Array {
+  const out = new Uint8Array(4);
+  new DataView(out.buffer).setUint32(0, index, false);
+  return out;
+}
+
+/** Master key: I = HMAC-SHA512("Nist256p1 seed", S); while I_L is 0 or >= n, S := I and repeat. */
+function slip10P256Master(seed: Uint8Array): Slip10P256Key {
+  let data = seed;
+  for (;;) {
+    const i = hmac(sha512, NIST256P1_SEED_KEY, data);
+    const scalar = bytesToNumberBE(i.subarray(0, 32));
+    if (scalar !== 0n && scalar < P256_ORDER) return { scalar, chainCode: i.slice(32) };
+    data = i;
+  }
+}
+
+/** CKDpriv: hardened steps hash 0x00 || ser256(k), normal steps serP(point(k)); when I_L >= n or
+ * the child is 0, SLIP-10 (unlike BIP-32, which skips the index) rehashes 0x01 || I_R || ser32(i). */
+function slip10P256Child(parent: Slip10P256Key, index: number): Slip10P256Key {
+  const parentBytes = p256.Point.Fn.toBytes(parent.scalar);
+  const head = index >= HARDENED ? concatBytes(new Uint8Array([0]), parentBytes) : p256.getPublicKey(parentBytes, true);
+  let i = hmac(sha512, parent.chainCode, concatBytes(head, ser32(index)));
+  for (;;) {
+    const tweak = bytesToNumberBE(i.subarray(0, 32));
+    const scalar = p256.Point.Fn.create(tweak + parent.scalar);
+    if (tweak < P256_ORDER && scalar !== 0n) return { scalar, chainCode: i.slice(32) };
+    i = hmac(sha512, parent.chainCode, concatBytes(new Uint8Array([1]), i.subarray(32), ser32(index)));
+  }
+}
+
+/** The SLIP-10 nist256p1 key at `indexes` (from parsePath) with its chain code; the chain code is
+ * exported for the spec's test vectors, the server only needs the key pair. */
+export function slip10P256Derive(seed: Uint8Array, indexes: number[]): KeyPair & { chainCode: Uint8Array } {
+  let key = slip10P256Master(seed);
+  for (const index of indexes) key = slip10P256Child(key, index);
+  const privateKey = p256.Point.Fn.toBytes(key.scalar);
+  return { privateKey, publicKey: p256.getPublicKey(privateKey, true), chainCode: key.chainCode };
+}
+
 export function deriveKeyPair(seed: Uint8Array, curve: Curve, path: string): KeyPair {
   if (!(seed instanceof Uint8Array) || seed.length < 16 || seed.length > 64) {
     throw new DerivationError("seed must be 16 to 64 bytes (a BIP-39 seed is 64)");
@@ -202,17 +259,13 @@ export function deriveKeyPair(seed: Uint8Array, curve: Curve, path: string): Key
       for (const index of indexes) key = key.deriveChild(index);
       return { privateKey: Uint8Array.from(key.privateKey), publicKey: Uint8Array.from(key.publicKeyRaw) };
     }
-    case "CURVE_P256":
-      // The product names CURVE_P256 among wallet account curves but documents no HD scheme for it:
-      // its wallets page lists secp256k1 and ed25519 accounts only, and its examples make P-256 keys
-      // as private keys (create_private_keys). SLIP-10 defines one for NIST P-256 ("Nist256p1 seed"),
-      // but a wallet whose P-256 accounts differed from the product's (an imported mnemonic opening
-      // other keys) would be worse than none; no well-kept library implements it either (@scure/bip32
-      // is secp256k1 only, micro-key-producer's SLIP-10 ed25519 only). Refused, saying what works.
-      throw new DerivationError(
-        "CURVE_P256 HD derivation is not supported: no derivation scheme is documented for P-256 wallet accounts; " +
-          "create a CURVE_P256 private key (create_private_keys) instead, or use CURVE_SECP256K1 / CURVE_ED25519 wallet accounts",
-      );
+    case "CURVE_P256": {
+      // SLIP-10 nist256p1: the only standard HD scheme for P-256. The product names no scheme for
+      // its P-256 wallet accounts (its SDK's jwtSigning() helper creates them at m/44'/1'/0'/0/0), so
+      // equality with its derivation is unconfirmed; see docs/wallets.md.
+      const { privateKey, publicKey } = slip10P256Derive(seed, indexes);
+      return { privateKey, publicKey };
+    }
     default:
       throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
   }
