@@ -460,6 +460,12 @@ export const ERROR_CATALOG = {
     meaning: "no such user in the organization (or no single user with the email or phone number given)",
   },
   USER_TAG_NOT_FOUND: { status: "NotFound", meaning: "no user tag with that id in the organization" },
+  SESSION_PROFILE_NOT_FOUND: {
+    status: "NotFound",
+    meaning:
+      "a login (stamp_login, otp_login, oauth_login) names a sessionProfileId, and Sigil has no session profiles yet (create_session_profile is " +
+      "not served): the login is refused rather than given a session the profile would have narrowed; log in without sessionProfileId",
+  },
   API_KEY_NOT_FOUND: { status: "NotFound", meaning: "no API key with that id (for that user)" },
   AUTHENTICATOR_NOT_FOUND: { status: "NotFound", meaning: "no authenticator (passkey) with that id (for that user)" },
   OAUTH_PROVIDER_NOT_FOUND: {

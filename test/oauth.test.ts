@@ -114,6 +114,26 @@ describe("oauth (credential bundle)", () => {
 });
 
 describe("oauth_login (session JWT)", () => {
+  it("refuses a login naming a session profile (none exist on this server), issuing no session", async () => {
+    const user = await socialUser();
+    const sessionKey = newKeyPair();
+    const oidcToken = await idToken({ sub: user.subject, nonce: nonceFor(sessionKey.publicKey) });
+    expect(
+      await errorOf(
+        parentSdk.oauthLogin({
+          organizationId: user.subOrganizationId,
+          oidcToken,
+          publicKey: sessionKey.publicKey,
+          sessionProfileId: "3c6a9b4e-2f1d-4c8b-9a7e-5d0f1b2c3d4e",
+        }),
+      ),
+    ).toContain("SESSION_PROFILE_NOT_FOUND");
+    // No session key was registered: it stamps nothing.
+    expect(await errorOf(h.sdk({ organizationId: user.subOrganizationId }, sessionKey, fastPoller).getWhoami({}))).toContain(
+      "PUBLIC_KEY_NOT_FOUND",
+    );
+  });
+
   it("publicKey becomes a session key of the linked user; the client's parser reads the JWT", async () => {
     const user = await socialUser();
     const sessionKey = newKeyPair();

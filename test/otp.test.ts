@@ -681,6 +681,22 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
     ).toContain("VERIFICATION_TOKEN_ALREADY_USED");
   });
 
+  it("refuses a login naming a session profile (none exist on this server), leaving the token unspent", async () => {
+    const user = await endUser();
+    const { verificationToken, sessionKey } = await verified(user);
+    const login = async (extra: { sessionProfileId?: string }) =>
+      parentSdk.otpLogin({
+        organizationId: user.subOrganizationId,
+        verificationToken,
+        publicKey: sessionKey.publicKey,
+        clientSignature: await loginSignature(verificationToken, sessionKey),
+        ...extra,
+      });
+    expect(await errorOf(login({ sessionProfileId: "3c6a9b4e-2f1d-4c8b-9a7e-5d0f1b2c3d4e" }))).toContain("SESSION_PROFILE_NOT_FOUND");
+    // Nothing was spent: the same token still logs in once, without the profile.
+    expect((await login({})).session).toEqual(expect.any(String));
+  });
+
   it("refuses a login without the token key's signature, or signed for another session key", async () => {
     const user = await endUser();
     const { verificationToken, sessionKey } = await verified(user);

@@ -7,7 +7,14 @@ import { createLocalJWKSet, jwtVerify } from "jose";
 import { parseSession as coreParseSession } from "@turnkey/core/dist/utils.js";
 import { generateP256KeyPair } from "@turnkey/crypto";
 import { TurnkeyBrowserClient } from "@turnkey/sdk-browser";
-import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
+import {
+  startHarness,
+  newKeyPair,
+  refusedLeavingOnlyItsActivity,
+  signedRequest,
+  type Harness,
+  type TestOrganization,
+} from "./helpers/harness.js";
 import { fastPoller, organizationWith } from "./helpers/organizations.js";
 import { errorOf, keyFromBundle } from "./helpers/logins.js";
 
@@ -58,6 +65,15 @@ describe("stamp_login", () => {
     const { apiKeys } = await sdk.getApiKeys({ userId: org.userId });
     const stored = apiKeys.find((k) => k.credential.publicKey === sessionKey.publicKey);
     expect(stored?.expirationSeconds).toBe("900");
+  });
+
+  it("refuses a login naming a session profile (none exist on this server), issuing no session", async () => {
+    const { failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () => sdk.stampLogin({ publicKey: newKeyPair().publicKey, sessionProfileId: "3c6a9b4e-2f1d-4c8b-9a7e-5d0f1b2c3d4e" }),
+      { message: expect.stringContaining("SESSION_PROFILE_NOT_FOUND") },
+    );
+    expect(JSON.stringify(failure)).toContain("SESSION_PROFILE_NOT_FOUND");
   });
 
   it("a session key stops working when the session expires: API_KEY_EXPIRED", async () => {

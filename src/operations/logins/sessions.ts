@@ -196,6 +196,20 @@ async function organizationAndUser(ctx: ActivityContext, userId: string) {
   return { organizationId: ctx.organizationId, organizationName: organization.name, userId: user.id, username: user.name };
 }
 
+/**
+ * A login naming a session profile. A profile narrows what the session may do and how long it lives;
+ * Sigil serves no session profiles yet, so any id is unknown here, and a session issued while ignoring
+ * it would be broader than the app asked for. Refused before anything is spent or issued.
+ */
+export function refuseUnknownSessionProfile(parameters: { sessionProfileId?: string }): void {
+  const id = parameters.sessionProfileId;
+  if (id !== undefined && id !== "")
+    throw serviceError(
+      "SESSION_PROFILE_NOT_FOUND",
+      `no session profile ${id}: this server has no session profiles; log in without sessionProfileId`,
+    );
+}
+
 /** The activity's own user may always log itself in (unless a policy denies it); another user's
  * session needs a policy or the root quorum. */
 const ownUser = (userId: string | undefined, principal: { userId: string }) => userId ?? principal.userId;
@@ -213,6 +227,7 @@ export const sessionOperations = [
       invalidate_existing: p.invalidateExisting ?? false,
     }),
     async execute(ctx, p) {
+      refuseUnknownSessionProfile(p);
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
       const session = await issueSession(ctx, {
         userId: ctx.principal.userId,
