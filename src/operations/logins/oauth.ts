@@ -11,14 +11,7 @@ import { unverifiedOidcClaims, type OidcIdentity } from "../../auth/oidc.js";
 import { defineActivity, defineQuery, type ActivityContext, type OperationEnvironment } from "../../registry/registry.js";
 import { distinct, renderOauthProvider, requireAtMost, requireUser } from "../resources.js";
 import { addOauthProviders, oauthProviderAsRecorded, warmOidcKeys } from "../identity/users.js";
-import {
-  defaultKeyName,
-  issueCredentialBundle,
-  issueSession,
-  refuseUnknownSessionProfile,
-  sessionPublicKey,
-  sessionSeconds,
-} from "./sessions.js";
+import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 
 const nonceOf = (publicKey: string) =>
   crypto
@@ -114,7 +107,6 @@ export const oauthOperations = [
     }),
     precheck: warmUp,
     async execute(ctx, p) {
-      refuseUnknownSessionProfile(p);
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
       const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
       const userId = await verifiedUser(ctx, p.oidcToken, p.publicKey);
@@ -125,6 +117,7 @@ export const oauthOperations = [
         name: defaultKeyName("OAuth Login", ctx.now),
         seconds,
         invalidateExisting: p.invalidateExisting,
+        sessionProfileId: p.sessionProfileId,
       });
       return { session };
     },

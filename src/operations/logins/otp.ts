@@ -22,14 +22,7 @@ import { consumeOtp, countWrongCode } from "./otp-codes.js";
 import { requestedAppName, type OtpInitParams } from "./otp-messages.js";
 import { startOtp } from "./otp-sending.js";
 import { requireFeature } from "../organizations/features.js";
-import {
-  defaultKeyName,
-  issueCredentialBundle,
-  issueSession,
-  refuseUnknownSessionProfile,
-  sessionPublicKey,
-  sessionSeconds,
-} from "./sessions.js";
+import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 import { issueVerificationToken, spendVerificationToken, verificationTokenSeconds } from "./verification-tokens.js";
 
 /** The feature that lets an organization's users log in by a code of this type: on by default in
@@ -147,7 +140,6 @@ export const otpOperations = [
       invalidate_existing: p.invalidateExisting ?? false,
     }),
     async execute(ctx, p, type) {
-      refuseUnknownSessionProfile(p);
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
       const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
       const claims = await spendVerificationToken(ctx, p.verificationToken);
@@ -167,6 +159,7 @@ export const otpOperations = [
         name: defaultKeyName("OTP Login", ctx.now),
         seconds,
         invalidateExisting: p.invalidateExisting,
+        sessionProfileId: p.sessionProfileId,
       });
       return { session };
     },

@@ -138,14 +138,21 @@ export function sessionJwt(
 /** A session for a key the client holds: the key becomes the user's until expiry; returns the JWT. */
 export async function issueSession(
   ctx: ActivityContext,
-  request: Omit<SessionKeyRequest, "type"> & { type?: SessionType },
+  { sessionProfileId, ...request }: Omit<SessionKeyRequest, "type"> & { type?: SessionType; sessionProfileId?: string },
 ): Promise<string> {
+  // A session profile narrows the session's scope and lifetime. Sigil serves no session profiles yet,
+  // so any id is unknown, and a session issued while ignoring it would be broader than asked: refused
+  // (the activity's savepoint rolls back whatever the login spent before, a verification token included).
+  if (sessionProfileId !== undefined && sessionProfileId !== "")
+    throw serviceError(
+      "SESSION_PROFILE_NOT_FOUND",
+      `no session profile ${sessionProfileId}: this server has no session profiles; log in without sessionProfileId`,
+    );
   const type = request.type ?? "SESSION_TYPE_READ_WRITE";
   const { expiresAt } = await createSessionKey(ctx, { ...request, type });
   return sessionJwt(ctx, { userId: request.userId, publicKey: request.publicKey, type, expiresAt });
 }
 
-/** A session key made here, its private half sealed to `targetPublicKey` as a credential bundle. */
 /** The key a credential bundle is sealed to (uncompressed P-256), or INVALID_TARGET_PUBLIC_KEY. */
 export function bundleReceiver(targetPublicKey: string): Uint8Array {
   try {
@@ -156,6 +163,7 @@ export function bundleReceiver(targetPublicKey: string): Uint8Array {
   }
 }
 
+/** A session key made here, its private half sealed to `targetPublicKey` as a credential bundle. */
 export async function issueCredentialBundle(
   ctx: ActivityContext,
   targetPublicKey: string,
@@ -196,20 +204,6 @@ async function organizationAndUser(ctx: ActivityContext, userId: string) {
   return { organizationId: ctx.organizationId, organizationName: organization.name, userId: user.id, username: user.name };
 }
 
-/**
- * A login naming a session profile. A profile narrows what the session may do and how long it lives;
- * Sigil serves no session profiles yet, so any id is unknown here, and a session issued while ignoring
- * it would be broader than the app asked for. Refused before anything is spent or issued.
- */
-export function refuseUnknownSessionProfile(parameters: { sessionProfileId?: string }): void {
-  const id = parameters.sessionProfileId;
-  if (id !== undefined && id !== "")
-    throw serviceError(
-      "SESSION_PROFILE_NOT_FOUND",
-      `no session profile ${id}: this server has no session profiles; log in without sessionProfileId`,
-    );
-}
-
 /** The activity's own user may always log itself in (unless a policy denies it); another user's
  * session needs a policy or the root quorum. */
 const ownUser = (userId: string | undefined, principal: { userId: string }) => userId ?? principal.userId;
@@ -227,7 +221,6 @@ export const sessionOperations = [
       invalidate_existing: p.invalidateExisting ?? false,
     }),
     async execute(ctx, p) {
-      refuseUnknownSessionProfile(p);
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
       const session = await issueSession(ctx, {
         userId: ctx.principal.userId,
@@ -236,6 +229,7 @@ export const sessionOperations = [
         name: defaultKeyName("Login Session", ctx.now),
         seconds: sessionSeconds(ctx.env.sessions, p.expirationSeconds),
         invalidateExisting: p.invalidateExisting,
+        sessionProfileId: p.sessionProfileId,
       });
       return { session };
     },
