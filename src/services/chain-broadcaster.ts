@@ -332,7 +332,13 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
       );
       return;
     }
-    const hash = row.tx_hash;
+    const fields = {
+      sendTransactionStatusId: row.id,
+      organizationId: row.organization_id,
+      caip2: row.caip2,
+      txHash: row.tx_hash,
+      nonce: row.nonce,
+    };
     if (change.status === "INCLUDED" || change.status === "FAILED") {
       await this.store.transact("exclusive", (trx) =>
         recordWithStatusEvent(
@@ -353,19 +359,13 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
           }),
         ),
       );
-      const fields = {
-        sendTransactionStatusId: row.id,
-        organizationId: row.organization_id,
-        caip2: row.caip2,
-        txHash: hash,
-        nonce: row.nonce,
-      };
       if (change.status === "INCLUDED")
         this.logger.info({ ...fields, blockNumber: change.blockNumber, reverted: !!change.error }, "transaction included");
       else this.logger.warn({ ...fields, error: change.error.message }, "transaction failed");
       return;
     }
     // Not final: looked at again after the backoff, which starts over when the status changed.
+    const changed = change.status !== row.status || change.broadcasts !== row.broadcasts;
     const attempts = change.reset ? 0 : attempt;
     const wait = change.reset ? this.config.pollMs : retryInMs;
     await this.store.transact("exclusive", (trx) =>
@@ -380,21 +380,13 @@ export class ChainBroadcaster extends OutboxWorker<ClaimedSend> {
           attempts,
           next_attempt_at: now + wait,
           lease_until: null,
-          updated_at: change.status !== row.status || change.broadcasts !== row.broadcasts ? now : row.updated_at,
+          updated_at: changed ? now : row.updated_at,
         }),
       ),
     );
-    if (change.status !== row.status || change.broadcasts !== row.broadcasts)
+    if (changed)
       this.logger.info(
-        {
-          sendTransactionStatusId: row.id,
-          organizationId: row.organization_id,
-          caip2: row.caip2,
-          txHash: hash,
-          nonce: row.nonce,
-          broadcasts: change.broadcasts,
-          note: change.note,
-        },
+        { ...fields, broadcasts: change.broadcasts, note: change.note },
         change.broadcasts > 1 ? "transaction sent again" : "transaction broadcast",
       );
     else if (change.note) this.logger.debug({ sendTransactionStatusId: row.id, note: change.note }, "transaction not final yet");
