@@ -7,7 +7,14 @@ import { generateKeyPair } from "jose";
 import { startOidcIssuer, TEST_AUDIENCE as AUDIENCE, type TestIssuer } from "./helpers/oidc-issuer.js";
 import { generateP256KeyPair } from "@turnkey/crypto";
 import { parseSession } from "@turnkey/core/dist/utils.js";
-import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization } from "./helpers/harness.js";
+import {
+  startHarness,
+  newKeyPair,
+  refusedLeavingOnlyItsActivity,
+  signedRequest,
+  type Harness,
+  type TestOrganization,
+} from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
 import { errorOf, keyFromBundle } from "./helpers/logins.js";
 
@@ -118,16 +125,17 @@ describe("oauth_login (session JWT)", () => {
     const user = await socialUser();
     const sessionKey = newKeyPair();
     const oidcToken = await idToken({ sub: user.subject, nonce: nonceFor(sessionKey.publicKey) });
-    expect(
-      await errorOf(
+    await refusedLeavingOnlyItsActivity(
+      h,
+      () =>
         parentSdk.oauthLogin({
           organizationId: user.subOrganizationId,
           oidcToken,
           publicKey: sessionKey.publicKey,
           sessionProfileId: "3c6a9b4e-2f1d-4c8b-9a7e-5d0f1b2c3d4e",
         }),
-      ),
-    ).toContain("SESSION_PROFILE_NOT_FOUND");
+      { message: expect.stringContaining("SESSION_PROFILE_NOT_FOUND") },
+    );
     // No session key was registered: it stamps nothing.
     expect(await errorOf(h.sdk({ organizationId: user.subOrganizationId }, sessionKey, fastPoller).getWhoami({}))).toContain(
       "PUBLIC_KEY_NOT_FOUND",
