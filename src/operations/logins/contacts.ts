@@ -10,6 +10,12 @@ export type OtpType = "OTP_TYPE_EMAIL" | "OTP_TYPE_SMS";
 export const EMAIL = /^[^\s@<>()",;:\\]+@[^\s@<>()",;:\\]+\.[^\s@<>()",;:\\]+$/;
 const PHONE = /^\+[1-9]\d{6,14}$/;
 
+/** The address trimmed, if it is one the courier can deliver to (one mailbox, at most 320 characters). */
+export function deliverableEmail(value: unknown): string | undefined {
+  const email = String(value ?? "").trim();
+  return EMAIL.test(email) && email.length <= 320 ? email : undefined;
+}
+
 /** A contact as a request gives it (`field` names it in the refusal: "contact", or email_auth's "email"). */
 export function requireContact(
   otpType: unknown,
@@ -17,8 +23,8 @@ export function requireContact(
   field = "contact",
 ): { otpType: OtpType; contact: string; channel: Channel } {
   if (otpType === "OTP_TYPE_EMAIL") {
-    const email = String(contact ?? "").trim();
-    if (!EMAIL.test(email) || email.length > 320)
+    const email = deliverableEmail(contact);
+    if (email === undefined)
       throw serviceError(
         "INVALID_CONTACT",
         `${field} must be an email address${field === "contact" ? " for OTP_TYPE_EMAIL" : ""}, got "${String(contact)}"`,

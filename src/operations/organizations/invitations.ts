@@ -16,7 +16,7 @@ import { newId } from "../../store/ids.js";
 import { distinct, requireAtMost, requireUser, requireUserTags, timestamp } from "../resources.js";
 import { requireName } from "../identity/credentials.js";
 import { createUser } from "../identity/users.js";
-import { EMAIL, foldEmail } from "../logins/contacts.js";
+import { deliverableEmail, foldEmail } from "../logins/contacts.js";
 import { queueMessage, requesterParent } from "../logins/outgoing-messages.js";
 import { escapeHtml } from "../logins/otp-messages.js";
 
@@ -89,8 +89,8 @@ function invitationEmail(sender: string, organization: string, receiver: string,
 
 /** The invitee's email as an invitation may name it: one address the courier can deliver to. */
 function receiverEmail(value: string, field: string): string {
-  const email = value.trim();
-  if (!EMAIL.test(email) || email.length > 320) throw serviceError("REQUEST_INVALID", `${field} is not an email address: "${value}"`);
+  const email = deliverableEmail(value);
+  if (email === undefined) throw serviceError("REQUEST_INVALID", `${field} is not an email address: "${value}"`);
   return email;
 }
 
