@@ -385,6 +385,12 @@ export const ERROR_CATALOG = {
     status: "PermissionDenied",
     meaning: "the policies (or the default rules) do not allow the activity; the message gives the outcome and the reason",
   },
+  SESSION_SCOPE_DENIED: {
+    status: "PermissionDenied",
+    meaning:
+      "the request was stamped by a session key issued with a session profile, and the profile's scope (a policy condition) does not hold for it; " +
+      "no policy or approval can lift that: log in with a profile whose scope allows it, or without one",
+  },
   VOTE_NOT_ALLOWED: {
     status: "PermissionDenied",
     meaning: "the user is neither in the root quorum nor named by the consensus of a policy in force for the activity",
@@ -463,8 +469,8 @@ export const ERROR_CATALOG = {
   SESSION_PROFILE_NOT_FOUND: {
     status: "NotFound",
     meaning:
-      "a login (stamp_login, otp_login, oauth_login) names a sessionProfileId, and Sigil has no session profiles yet (create_session_profile is " +
-      "not served): the login is refused rather than given a session the profile would have narrowed; log in without sessionProfileId",
+      "no session profile with that id in the organization or its parent organization (a login's sessionProfileId, or get_session_profile): " +
+      "a profile of an unrelated organization is refused the same way, and the login issues no session",
   },
   API_KEY_NOT_FOUND: { status: "NotFound", meaning: "no API key with that id (for that user)" },
   AUTHENTICATOR_NOT_FOUND: { status: "NotFound", meaning: "no authenticator (passkey) with that id (for that user)" },
@@ -531,6 +537,11 @@ export const ERROR_CATALOG = {
   SMART_CONTRACT_INTERFACE_ALREADY_EXISTS: {
     status: "AlreadyExists",
     meaning: "the organization already has an interface for this address (or program id) and chain: delete it first to replace it",
+  },
+  SESSION_PROFILE_ALREADY_EXISTS: {
+    status: "AlreadyExists",
+    meaning:
+      "the organization already has a session profile with this name (the name is the session JWT's session_type); profiles are immutable, so choose another name",
   },
   USER_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a user tag with this name" },
   PRIVATE_KEY_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a private key tag with this name" },

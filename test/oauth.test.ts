@@ -121,7 +121,7 @@ describe("oauth (credential bundle)", () => {
 });
 
 describe("oauth_login (session JWT)", () => {
-  it("refuses a login naming a session profile (none exist on this server), issuing no session", async () => {
+  it("refuses a login naming an unknown session profile, issuing no session", async () => {
     const user = await socialUser();
     const sessionKey = newKeyPair();
     const oidcToken = await idToken({ sub: user.subject, nonce: nonceFor(sessionKey.publicKey) });

@@ -689,7 +689,32 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
     ).toContain("VERIFICATION_TOKEN_ALREADY_USED");
   });
 
-  it("refuses a login naming a session profile (none exist on this server), leaving the token unspent", async () => {
+  it("logs in with the parent's session profile: its name, id and scope in the JWT, its lifetime the ceiling", async () => {
+    const { sessionProfileId } = await parentSdk.createSessionProfile({
+      sessionProfileName: `otp wallet session ${Date.now()}`,
+      scope: "activity.resource == 'WALLET'",
+      expirationSeconds: "300",
+    });
+    const user = await endUser();
+    const { verificationToken, sessionKey } = await verified(user);
+    const { session } = await parentSdk.otpLogin({
+      organizationId: user.subOrganizationId,
+      verificationToken,
+      publicKey: sessionKey.publicKey,
+      clientSignature: await loginSignature(verificationToken, sessionKey),
+      expirationSeconds: "3600",
+      sessionProfileId,
+    });
+    const parsed = parseSession(session);
+    expect(parsed).toMatchObject({ sessionProfileId, scope: "activity.resource == 'WALLET'", userId: user.userId });
+    expect(parsed.sessionType).toMatch(/^otp wallet session/);
+    expect(parsed.expiry - Date.now() / 1000).toBeLessThanOrEqual(301);
+    // The scope holds for the session's key in the sub-organization.
+    const asUser = h.sdk({ organizationId: user.subOrganizationId }, sessionKey, fastPoller);
+    expect(await errorOf(asUser.createUserTag({ userTagName: "outside", userIds: [] }))).toContain("SESSION_SCOPE_DENIED");
+  });
+
+  it("refuses a login naming an unknown session profile, leaving the token unspent", async () => {
     const user = await endUser();
     const { verificationToken, sessionKey } = await verified(user);
     const login = async (extra: { sessionProfileId?: string }) =>

@@ -67,7 +67,7 @@ describe("stamp_login", () => {
     expect(stored?.expirationSeconds).toBe("900");
   });
 
-  it("refuses a login naming a session profile (none exist on this server), issuing no session", async () => {
+  it("refuses a login naming an unknown session profile, issuing no session", async () => {
     const { failure } = await refusedLeavingOnlyItsActivity(
       h,
       () => sdk.stampLogin({ publicKey: newKeyPair().publicKey, sessionProfileId: "3c6a9b4e-2f1d-4c8b-9a7e-5d0f1b2c3d4e" }),

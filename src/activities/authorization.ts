@@ -29,12 +29,15 @@ import { evaluationTurn } from "../policy/turns.js";
 import type { Value } from "../policy/types.js";
 import { STEP_BUDGET } from "../policy/compile.js";
 import type { StoredVote } from "../operations/activities/records.js";
+import { sessionProfileScope } from "../operations/logins/session-profiles.js";
 
 export interface Decision {
   outcome: "OUTCOME_ALLOW" | "OUTCOME_DENY_EXPLICIT" | "OUTCOME_DENY_IMPLICIT" | "OUTCOME_REQUIRES_CONSENSUS";
   verdicts: PolicyVerdict[];
   /** Why, in words: goes into the error message of a denial and the operator's log. */
   reason: string;
+  /** Denied because the requester's session profile's scope does not hold (SESSION_SCOPE_DENIED). */
+  outsideSessionScope?: boolean;
 }
 
 /** The activity being decided, as policies see it. */
@@ -54,6 +57,10 @@ export interface ActivitySubject {
   /** What the operation's precheck prepared (the fees, gas and nonce a send's transaction is built
    * with): its policy keywords are computed on it. Absent when the precheck failed or there is none. */
   prepared?: unknown;
+  /** The session profile of the requester's session key, whose scope must hold for the activity
+   * before anything else is weighed. Set for the request as submitted only: approvals are judged
+   * under their own voters' scopes (voteWithinScope). */
+  sessionProfileId?: string;
 }
 
 const authorityOf = (subject: ActivitySubject) => subject.authorityOrganizationId ?? subject.organizationId;
@@ -218,7 +225,71 @@ async function evaluationInput(trx: Tx | Db, subject: ActivitySubject, approverI
   };
 }
 
+/** A session profile's scope as the engine evaluates it: one allow policy whose condition is the
+ * scope, so it is compiled, charged and judged exactly as a policy condition is. */
+async function scopePolicy(trx: Tx | Db, sessionProfileId: string): Promise<PolicySource[]> {
+  // A profile that cannot be found (its sub-organization deleted) allows nothing: never fail open.
+  const scope = (await sessionProfileScope(trx, sessionProfileId)) ?? "false";
+  return [{ id: sessionProfileId, effect: "EFFECT_ALLOW", condition: scope, consensus: null, time: null }];
+}
+
+/**
+ * The session profile's scope, evaluated on the activity with the same keywords policies see (for an
+ * activity signing with several keys, on each key's): in scope only when the scope holds for every
+ * one. A scope that fails to evaluate (a keyword this activity lacks) does not hold.
+ */
+async function outsideSessionScope(trx: Tx, subject: ActivitySubject, sessionProfileId: string): Promise<Decision | undefined> {
+  const policies = await scopePolicy(trx, sessionProfileId);
+  const inputs = await evaluationInputs(trx, subject, []);
+  await evaluationTurn(authorityOf(subject));
+  if (evaluateEach(policies, inputs).outcome === "OUTCOME_ALLOW") return undefined;
+  return {
+    outcome: "OUTCOME_DENY_EXPLICIT",
+    verdicts: [],
+    reason: `outside the scope of session profile ${sessionProfileId}, which the requesting session key was issued with`,
+    outsideSessionScope: true,
+  };
+}
+
+/** `activity` of the policy language for a vote (approve_activity / reject_activity) in `organizationId`. */
+function voteActivity(voteType: string, organizationId: string) {
+  return {
+    type: voteType,
+    kind: activityKind(voteType),
+    resource: "ACTIVITY",
+    action: voteType === ActivityTypes.ACTIVITY_TYPE_REJECT_ACTIVITY ? "REJECT" : "APPROVE",
+    params: {},
+    organization_id: organizationId,
+  };
+}
+
+/** Whether a vote stamped by a session key issued with a session profile is within the profile's
+ * scope: a vote is a request of its own (ACTIVITY_TYPE_APPROVE_ACTIVITY / REJECT_ACTIVITY). */
+export async function voteWithinScope(
+  trx: Tx | Db,
+  sessionProfileId: string,
+  voteType: string,
+  organizationId: string,
+  now: number,
+): Promise<boolean> {
+  const policies = await scopePolicy(trx, sessionProfileId);
+  const input: EvaluationInput = {
+    condition: { activity: voteActivity(voteType, organizationId) },
+    approvers: [],
+    credentials: [],
+    nowMs: now,
+  };
+  await evaluationTurn(organizationId);
+  return evaluatePolicies(policies, input).outcome === "OUTCOME_ALLOW";
+}
+
 export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Promise<Decision> {
+  // A session profile's scope bounds its session whoever else approves: not even the root quorum
+  // lifts it (the key's holder can log in again without the profile if their policies allow).
+  if (asSubmitted.sessionProfileId) {
+    const refusal = await outsideSessionScope(trx, asSubmitted, asSubmitted.sessionProfileId);
+    if (refusal) return refusal;
+  }
   const subject = await withLiveVotes(trx, asSubmitted);
   const quorum = await rootQuorum(trx, authorityOf(subject));
   const approvers = approvedBy(subject.votes);
@@ -277,6 +348,8 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
 
 /** The words a caller sees when an activity is refused. */
 export function denialError(subject: Pick<ActivitySubject, "type" | "requesterId">, decision: Decision) {
+  if (decision.outsideSessionScope)
+    return serviceError("SESSION_SCOPE_DENIED", `${subject.type} by user ${subject.requesterId} is not allowed: ${decision.reason}`);
   return serviceError(
     "POLICY_DENIED",
     `${subject.type} by user ${subject.requesterId} is not allowed: ${decision.outcome} (${decision.reason})`,
@@ -304,16 +377,7 @@ export async function mayVote(
   // A vote is judged as an activity of its own first: a policy that explicitly denies this user
   // approving (or rejecting) wins over being named by a consensus.
   const voteInput: EvaluationInput = {
-    condition: {
-      activity: {
-        type: voteType,
-        kind: activityKind(voteType),
-        resource: "ACTIVITY",
-        action: voteType === ActivityTypes.ACTIVITY_TYPE_REJECT_ACTIVITY ? "REJECT" : "APPROVE",
-        params: {},
-        organization_id: subject.organizationId,
-      },
-    },
+    condition: { activity: voteActivity(voteType, subject.organizationId) },
     approvers: [voterValue],
     credentials: [credentialValue(voter)],
     nowMs: subject.now,

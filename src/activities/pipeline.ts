@@ -39,7 +39,15 @@ import { CLIENT_TYPE_SPELLINGS, swagger } from "../registry/registry.js";
 import { checkRequestText, validateActivityRequest, validateQueryRequest } from "../registry/validation.js";
 import { assertRootQuorumReachable } from "../operations/organizations/organizations.js";
 import { newId } from "../store/ids.js";
-import { decideActivity, denialError, mayVote, stillApprovable, type ActivitySubject, type Decision } from "./authorization.js";
+import {
+  decideActivity,
+  denialError,
+  mayVote,
+  stillApprovable,
+  voteWithinScope,
+  type ActivitySubject,
+  type Decision,
+} from "./authorization.js";
 import { operationByActivityType } from "../operations/catalog.js";
 import {
   insertActivity,
@@ -379,6 +387,7 @@ export function draftActivity(
     // quorum and policies: the requester is one of the parent's users.
     ...(principal.organizationId !== envelope.organizationId ? { authorityOrganizationId: principal.organizationId } : {}),
     ...(precheck?.kind === "passed" ? { prepared: precheck.prepared } : {}),
+    ...(principal.sessionProfileId ? { sessionProfileId: principal.sessionProfileId } : {}),
   };
   return { row, vote, subject };
 }
@@ -739,6 +748,11 @@ export class Pipeline {
         .executeTakeFirst();
       if (!row)
         throw serviceError("ACTIVITY_NOT_FOUND", `no activity of organization ${envelope.organizationId} has fingerprint ${fingerprint}`);
+      if (principal.sessionProfileId && !(await voteWithinScope(trx, principal.sessionProfileId, envelope.type, row.organization_id, now)))
+        throw serviceError(
+          "SESSION_SCOPE_DENIED",
+          `${envelope.type} by user ${principal.userId} is not allowed: outside the scope of session profile ${principal.sessionProfileId}, which the stamping session key was issued with`,
+        );
       const votes = JSON.parse(row.votes) as StoredVote[];
       const ballot = ballotOn(row, votes, principal, operation.selection, request.raw, now);
       if (ballot.kind === "answered") return { status: 200, body: { activity: renderActivity(row) } };

@@ -28,6 +28,9 @@ export interface Principal {
   /** The login that made the API key, when a login did (RECOVERY: a recovery credential, which may only
    * call the activities that accept one). */
   sessionKind?: string;
+  /** The session profile a login issued the API key with: its scope bounds every activity the key
+   * requests (activities/authorization.ts). */
+  sessionProfileId?: string;
 }
 
 /** The credential type the API reports for an API key of each curve. */
@@ -165,6 +168,7 @@ export async function authenticate(
       userEmail: key.user_email,
       ...(key.session_type ? { sessionType: key.session_type } : {}),
       ...(key.session_kind ? { sessionKind: key.session_kind } : {}),
+      ...(key.session_profile_id ? { sessionProfileId: key.session_profile_id } : {}),
     };
   }
 

@@ -22,6 +22,7 @@ import { webhookOperations } from "./webhooks/webhooks.js";
 import { exportOperations } from "./wallets/exports.js";
 import { importOperations } from "./wallets/imports.js";
 import { sessionOperations } from "./logins/sessions.js";
+import { sessionProfileOperations } from "./logins/session-profiles.js";
 import { otpOperations } from "./logins/otp.js";
 import { oauthOperations } from "./logins/oauth.js";
 import { emailCredentialOperations } from "./logins/email-credentials.js";
@@ -47,6 +48,7 @@ export const operations: Operation[] = [
   ...exportOperations,
   ...importOperations,
   ...sessionOperations,
+  ...sessionProfileOperations,
   ...otpOperations,
   ...oauthOperations,
   ...emailCredentialOperations,

@@ -19,7 +19,11 @@ export function timestamp(ms: number): Timestamp {
 
 export function renderApiKey(row: Selectable<ApiKeysTable>) {
   return {
-    credential: { publicKey: row.public_key, type: API_KEY_CREDENTIAL_TYPES[row.curve] },
+    credential: {
+      publicKey: row.public_key,
+      type: API_KEY_CREDENTIAL_TYPES[row.curve],
+      ...(row.session_profile_id ? { sessionProfileId: row.session_profile_id } : {}),
+    },
     apiKeyId: row.id,
     apiKeyName: row.name,
     createdAt: timestamp(row.created_at),

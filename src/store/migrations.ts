@@ -608,6 +608,27 @@ const invitations: Migration = {
   },
 };
 
+/** Session profiles (create_session_profile): a name, a scope in the policy language that every
+ * activity of a session issued with the profile must satisfy, and a ceiling on such sessions' lifetime.
+ * Immutable once made, as in the product. A session key remembers the profile it was issued with. */
+const sessionProfiles: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("session_profiles")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("scope", "text", (c) => c.notNull())
+      .addColumn("expiration_seconds", "text")
+      .addColumn("notes", "text")
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .addUniqueConstraint("session_profiles_name_unique", ["organization_id", "name"])
+      .execute();
+    await db.schema.alterTable("api_keys").addColumn("session_profile_id", "text").execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -623,6 +644,7 @@ export const migrations: Record<string, Migration> = {
   "0012_activity_prepared": activityPrepared,
   "0013_email_events": emailEvents,
   "0014_invitations": invitations,
+  "0016_session_profiles": sessionProfiles,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -269,6 +269,24 @@ export interface ApiKeysTable {
   session_kind: ColumnType<string | null, string | null | undefined, string | null>;
   /** SESSION_TYPE_READ_ONLY keys may only query; null or SESSION_TYPE_READ_WRITE may do anything. */
   session_type: ColumnType<string | null, string | null | undefined, string | null>;
+  /** The session profile a login issued the key with: its scope bounds every activity the key
+   * requests. Null for any other key. */
+  session_profile_id: ColumnType<string | null, string | null | undefined, string | null>;
+  created_at: number;
+  updated_at: number;
+}
+
+/** A session profile (create_session_profile). Never changed or removed once made. */
+export interface SessionProfilesTable {
+  id: string;
+  organization_id: string;
+  /** Unique in its organization; the session JWT's session_type. */
+  name: string;
+  /** A condition in the policy language. */
+  scope: string;
+  /** The longest session issued with it (seconds, a decimal string); null: the login decides. */
+  expiration_seconds: string | null;
+  notes: string | null;
   created_at: number;
   updated_at: number;
 }
@@ -491,6 +509,7 @@ export interface Database {
   root_quorum_members: RootQuorumMembersTable;
   users: UsersTable;
   api_keys: ApiKeysTable;
+  session_profiles: SessionProfilesTable;
   authenticators: AuthenticatorsTable;
   oauth_providers: OauthProvidersTable;
   tags: TagsTable;

@@ -104,18 +104,18 @@ export const oauthOperations = [
       public_key: p.publicKey,
       expiration_seconds: p.expirationSeconds ?? "",
       oidc_issuer: unverifiedOidcClaims(p.oidcToken)?.iss ?? "",
+      session_profile_id: p.sessionProfileId ?? "",
     }),
     precheck: warmUp,
     async execute(ctx, p) {
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
-      const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
       const userId = await verifiedUser(ctx, p.oidcToken, p.publicKey);
       const session = await issueSession(ctx, {
         userId,
         publicKey,
         kind: "LOGIN",
         name: defaultKeyName("OAuth Login", ctx.now),
-        seconds,
+        expirationSeconds: p.expirationSeconds,
         invalidateExisting: p.invalidateExisting,
         sessionProfileId: p.sessionProfileId,
       });

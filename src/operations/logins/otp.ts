@@ -138,10 +138,10 @@ export const otpOperations = [
       public_key: p.publicKey,
       expiration_seconds: p.expirationSeconds ?? "",
       invalidate_existing: p.invalidateExisting ?? false,
+      session_profile_id: p.sessionProfileId ?? "",
     }),
     async execute(ctx, p, type) {
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
-      const seconds = sessionSeconds(ctx.env.sessions, p.expirationSeconds);
       const claims = await spendVerificationToken(ctx, p.verificationToken);
       checkClientSignature(
         p.clientSignature,
@@ -157,7 +157,7 @@ export const otpOperations = [
         publicKey,
         kind: "LOGIN",
         name: defaultKeyName("OTP Login", ctx.now),
-        seconds,
+        expirationSeconds: p.expirationSeconds,
         invalidateExisting: p.invalidateExisting,
         sessionProfileId: p.sessionProfileId,
       });

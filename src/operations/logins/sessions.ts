@@ -18,6 +18,7 @@ import { defineActivity, type ActivityContext } from "../../registry/registry.js
 import type { SessionSettings } from "../../services/login-settings.js";
 import { requireUser, secondsParameter } from "../resources.js";
 import { newId } from "../../store/ids.js";
+import { usableSessionProfile } from "./session-profiles.js";
 
 /** The login that made a session key. RECOVERY is a recovery credential (init_user_email_recovery): it may
  * only call recover_user. */
@@ -30,17 +31,23 @@ const EXPIRED_KEY_GRACE_MS = 24 * 3600 * 1000;
 
 const base58check = createBase58check(sha256Hash);
 
-/** A session's validity in seconds: the request's, within the configured maximum, or the default. */
-export function sessionSeconds(settings: SessionSettings, requested: string | undefined, field = "expirationSeconds"): number {
+/** The validity a login asks for (expirationSeconds), within the configured maximum; undefined when absent. */
+function requestedSessionSeconds(
+  settings: SessionSettings,
+  requested: string | undefined,
+  field = "expirationSeconds",
+): number | undefined {
   const tooLong = (value: string) =>
     serviceError(
       "SESSION_EXPIRATION_TOO_LONG",
       `${field} ${value} exceeds the longest session this server grants (${settings.maxSeconds} seconds, SIGIL_SESSION_MAX_SECONDS)`,
     );
-  return (
-    secondsParameter(requested, { field, max: settings.maxSeconds, of: "a session", code: "INVALID_EXPIRATION", tooLong }) ??
-    settings.defaultSeconds
-  );
+  return secondsParameter(requested, { field, max: settings.maxSeconds, of: "a session", code: "INVALID_EXPIRATION", tooLong });
+}
+
+/** A session's validity in seconds: the request's, within the configured maximum, or the default. */
+export function sessionSeconds(settings: SessionSettings, requested: string | undefined, field = "expirationSeconds"): number {
+  return requestedSessionSeconds(settings, requested, field) ?? settings.defaultSeconds;
 }
 
 /** A client's P-256 public key as stored for API keys (compressed, lowercase hex). */
@@ -63,6 +70,8 @@ export interface SessionKeyRequest {
   name: string;
   seconds: number;
   invalidateExisting?: boolean;
+  /** The session profile the key is issued with: its scope bounds what the key may request. */
+  sessionProfileId?: string;
 }
 
 /**
@@ -112,6 +121,7 @@ export async function createSessionKey(ctx: ActivityContext, request: SessionKey
       expires_at: expiresAt,
       session_kind: request.kind,
       session_type: request.type,
+      session_profile_id: request.sessionProfileId ?? null,
       created_at: now,
       updated_at: now,
     })
@@ -119,38 +129,69 @@ export async function createSessionKey(ctx: ActivityContext, request: SessionKey
   return { apiKeyId, expiresAt };
 }
 
-/** The session JWT the clients decode: expiry, the session key, its type, the user and organization. */
+/** A session profile as the session JWT names it (what @turnkey/core's parseSession reads). */
+interface ProfileClaims {
+  id: string;
+  name: string;
+  scope: string;
+}
+
+/** The session JWT the clients decode: expiry, the session key, its type, the user and organization;
+ * for a session issued with a profile, the profile's name as session_type, its id and its scope. */
 export function sessionJwt(
   ctx: ActivityContext,
-  claims: { userId: string; publicKey: string; type: SessionType; expiresAt: number; credentialId?: string },
+  claims: { userId: string; publicKey: string; type: SessionType; expiresAt: number; credentialId?: string; profile?: ProfileClaims },
 ): string {
+  const { profile } = claims;
   return ctx.env.sessions.signer.sign({
     ...(claims.credentialId ? { credential_id: claims.credentialId, jti: newId() } : {}),
     exp: Math.floor(claims.expiresAt / 1000),
     iat: Math.floor(ctx.now / 1000),
     public_key: claims.publicKey,
-    session_type: claims.type,
+    session_type: profile ? profile.name : claims.type,
+    ...(profile ? { session_profile_id: profile.id, scope: profile.scope } : {}),
     user_id: claims.userId,
     organization_id: ctx.organizationId,
   });
 }
 
-/** A session for a key the client holds: the key becomes the user's until expiry; returns the JWT. */
+/**
+ * A session for a key the client holds: the key becomes the user's until expiry; returns the JWT.
+ * With a session profile (the organization's own, or its parent's), the key is bound to the profile,
+ * whose scope then bounds every activity it requests (activities/authorization.ts), and the session
+ * lasts no longer than the profile allows: the shorter of the request's and the profile's lifetimes,
+ * whichever is given, else the default.
+ */
 export async function issueSession(
   ctx: ActivityContext,
-  { sessionProfileId, ...request }: Omit<SessionKeyRequest, "type"> & { type?: SessionType; sessionProfileId?: string },
+  {
+    sessionProfileId,
+    expirationSeconds,
+    ...request
+  }: Omit<SessionKeyRequest, "type" | "seconds" | "sessionProfileId"> & {
+    type?: SessionType;
+    /** As the login sent it: absent or "" is not given. */
+    expirationSeconds?: string;
+    sessionProfileId?: string;
+  },
 ): Promise<string> {
-  // A session profile narrows the session's scope and lifetime. Sigil serves no session profiles yet,
-  // so any id is unknown, and a session issued while ignoring it would be broader than asked: refused
-  // (the activity's savepoint rolls back whatever the login spent before, a verification token included).
-  if (sessionProfileId !== undefined && sessionProfileId !== "")
-    throw serviceError(
-      "SESSION_PROFILE_NOT_FOUND",
-      `no session profile ${sessionProfileId}: this server has no session profiles; log in without sessionProfileId`,
-    );
+  const settings = ctx.env.sessions;
+  const requested = requestedSessionSeconds(settings, expirationSeconds);
+  // "" is how the product's policies see an omitted profile (activity.params.session_profile_id).
+  const profile = sessionProfileId ? await usableSessionProfile(ctx.trx, ctx.organizationId, sessionProfileId) : undefined;
+  // The profile's ceiling, within the server's maximum (which may have been lowered since it was made).
+  const ceiling = profile?.expiration_seconds != null ? Math.min(Number(profile.expiration_seconds), settings.maxSeconds) : undefined;
+  const seconds =
+    ceiling === undefined ? (requested ?? settings.defaultSeconds) : requested === undefined ? ceiling : Math.min(requested, ceiling);
   const type = request.type ?? "SESSION_TYPE_READ_WRITE";
-  const { expiresAt } = await createSessionKey(ctx, { ...request, type });
-  return sessionJwt(ctx, { userId: request.userId, publicKey: request.publicKey, type, expiresAt });
+  const { expiresAt } = await createSessionKey(ctx, { ...request, type, seconds, sessionProfileId: profile?.id });
+  return sessionJwt(ctx, {
+    userId: request.userId,
+    publicKey: request.publicKey,
+    type,
+    expiresAt,
+    ...(profile ? { profile: { id: profile.id, name: profile.name, scope: profile.scope } } : {}),
+  });
 }
 
 /** The key a credential bundle is sealed to (uncompressed P-256), or INVALID_TARGET_PUBLIC_KEY. */
@@ -219,6 +260,7 @@ export const sessionOperations = [
       public_key: p.publicKey,
       expiration_seconds: p.expirationSeconds ?? "",
       invalidate_existing: p.invalidateExisting ?? false,
+      session_profile_id: p.sessionProfileId ?? "",
     }),
     async execute(ctx, p) {
       const publicKey = sessionPublicKey(p.publicKey, "publicKey");
@@ -227,7 +269,7 @@ export const sessionOperations = [
         publicKey,
         kind: "LOGIN",
         name: defaultKeyName("Login Session", ctx.now),
-        seconds: sessionSeconds(ctx.env.sessions, p.expirationSeconds),
+        expirationSeconds: p.expirationSeconds,
         invalidateExisting: p.invalidateExisting,
         sessionProfileId: p.sessionProfileId,
       });

@@ -196,6 +196,7 @@ async function deleteSubOrganization(ctx: ActivityContext, deleteWithoutExport: 
   // Pending invitations' links must not create users in a deleted organization.
   await trx.deleteFrom("invitations").where("organization_id", "=", id).execute();
   await trx.deleteFrom("smart_contract_interfaces").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("session_profiles").where("organization_id", "=", id).execute();
   await trx.deleteFrom("organization_features").where("organization_id", "=", id).execute();
   await trx.deleteFrom("import_targets").where("organization_id", "=", id).execute();
   await trx.deleteFrom("otps").where("organization_id", "=", id).execute();
