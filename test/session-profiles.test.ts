@@ -156,7 +156,8 @@ describe("a login with a session profile", () => {
   it("puts the profile in the session JWT, caps its lifetime, and binds the key to it", async () => {
     const { org, root } = await organizationWith(h, []);
     const { sessionProfileId } = await root.createSessionProfile({
-      sessionProfileName: "ten minutes",
+      // Not ASCII, and '~', '?' and '>', which the JWT escapes so the clients' base64 decoding reads it.
+      sessionProfileName: "ten minutes ~ café? >",
       scope: "activity.action != 'EXPORT'",
       expirationSeconds: "600",
     });
@@ -164,7 +165,7 @@ describe("a login with a session profile", () => {
     // The request asks for an hour: the profile allows ten minutes.
     const { session } = await root.stampLogin({ publicKey: sessionKey.publicKey, expirationSeconds: "3600", sessionProfileId });
     expect(parseSession(session)).toMatchObject({
-      sessionType: "ten minutes",
+      sessionType: "ten minutes ~ café? >",
       sessionProfileId,
       scope: "activity.action != 'EXPORT'",
       userId: org.userId,
