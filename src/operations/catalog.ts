@@ -21,6 +21,7 @@ import { invitationOperations } from "./organizations/invitations.js";
 import { webhookOperations } from "./webhooks/webhooks.js";
 import { exportOperations } from "./wallets/exports.js";
 import { importOperations } from "./wallets/imports.js";
+import { secretOperations } from "./secrets/secrets.js";
 import { sessionOperations } from "./logins/sessions.js";
 import { otpOperations } from "./logins/otp.js";
 import { oauthOperations } from "./logins/oauth.js";
@@ -46,6 +47,7 @@ export const operations: Operation[] = [
   ...undelegationOperations,
   ...exportOperations,
   ...importOperations,
+  ...secretOperations,
   ...sessionOperations,
   ...otpOperations,
   ...oauthOperations,
