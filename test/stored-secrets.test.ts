@@ -10,7 +10,14 @@ import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sql } from "kysely";
 import { decryptSecretBundle, encryptSecretToBundle, generateP256KeyPair } from "@turnkey/crypto";
-import { refusedLeavingOnlyItsActivity, signerPublicKeyOf, startHarness, type Harness } from "./helpers/harness.js";
+import {
+  newKeyPair,
+  refusedLeavingOnlyItsActivity,
+  signedRequest,
+  signerPublicKeyOf,
+  startHarness,
+  type Harness,
+} from "./helpers/harness.js";
 import { fastPoller, organizationWith, type Member } from "./helpers/organizations.js";
 import { backend } from "./helpers/backend.js";
 import { Keyring } from "../src/crypto/envelope.js";
@@ -182,6 +189,41 @@ describe("stored secrets through the official clients", () => {
   });
 });
 
+describe("stored secrets of a sub-organization", () => {
+  it("are its own (its parent's credential cannot export them) and go with it when it is deleted", async () => {
+    const { org, root } = await organizationWith(h, []);
+    const key = newKeyPair();
+    const sub = await root.createSubOrganization({
+      subOrganizationName: unique("vault"),
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        {
+          userName: "vault owner",
+          apiKeys: [{ apiKeyName: "owner key", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
+    const subId = sub.subOrganizationId;
+    const owner = h.sdk({ organizationId: subId }, key, fastPoller);
+    const [secretId] = await importSecrets(owner, subId, [{ plaintext: "sub secret", name: "shared name" }]);
+    // Names are unique per organization: the parent may use the same one.
+    await importSecrets(root, org.organizationId, [{ plaintext: "parent secret", name: "shared name" }]);
+    await expect(exportSecrets(root, subId, [secretId!])).rejects.toMatchObject({
+      code: 7,
+      message: expect.stringContaining("cannot write in them"),
+    });
+    expect((await root.listSecrets({ organizationId: subId })).secrets.map((s) => s.secretId)).toEqual([secretId]);
+    expect(await exportSecrets(owner, subId, [secretId!])).toEqual(["sub secret"]);
+
+    await owner.deleteSubOrganization({ organizationId: subId, deleteWithoutExport: true });
+    const db = h.server.store.db;
+    expect(await db.selectFrom("secrets").select("id").where("organization_id", "=", subId).execute()).toEqual([]);
+    expect(await db.selectFrom("secrets").select("id").where("organization_id", "=", org.organizationId).execute()).toHaveLength(1);
+  });
+});
+
 describe("policies on stored secrets", () => {
   const EXPORT = "activity.resource == 'SECRET' && activity.action == 'EXPORT'";
 
@@ -210,6 +252,23 @@ describe("policies on stored secrets", () => {
     expect(failure.details[0].turnkeyErrorCode).toBe("POLICY_DENIED");
     // All or nothing: the allowed card does not leave beside the refused key.
     await refusedLeavingOnlyItsActivity(h, () => exportSecrets(agent.client, org.organizationId, [card!, apiKey!]), { code: 7 });
+
+    // The target key is activity.params.target_public_key, in one spelling however it was sent.
+    const watched = generateP256KeyPair();
+    await root.createPolicy({
+      policyName: "not to the watched key",
+      effect: "EFFECT_DENY",
+      condition: `${EXPORT} && activity.params.target_public_key == '${watched.publicKeyUncompressed}'`,
+      notes: "",
+    });
+    await refusedLeavingOnlyItsActivity(
+      h,
+      () =>
+        agent.client.exportSecrets({
+          secrets: [{ secretId: card!, targetPublicKey: watched.publicKey, encryptionSuite: SUITE }],
+        }),
+      { message: expect.stringContaining("OUTCOME_DENY_EXPLICIT") },
+    );
 
     // secret.name and secret.id are there to be named too; a deny wins over the allow.
     await root.createPolicy({
@@ -247,6 +306,22 @@ describe("policies on stored secrets", () => {
     const approved = (await browser.client.approveActivity({ fingerprint: pending.activity.fingerprint })) as any;
     expect(approved.activity).toMatchObject({ id: pending.activity.id, status: "ACTIVITY_STATUS_COMPLETED" });
     const [secretPayload] = approved.activity.result.exportSecretsResult.secretPayloads;
+
+    // The byte-identical body stamped by the other agent is refused, not counted as its approval.
+    const body = JSON.stringify({
+      type: "ACTIVITY_TYPE_EXPORT_SECRETS",
+      timestampMs: String(Date.now()),
+      organizationId: org.organizationId,
+      parameters: { secrets: [{ secretId: card!, targetPublicKey: target.publicKeyUncompressed, encryptionSuite: SUITE }] },
+    });
+    const first = signedRequest(body, payments.key);
+    expect((await h.post("/public/v1/submit/export_secrets", first.body, first.headers)).json.activity.status).toBe(
+      "ACTIVITY_STATUS_CONSENSUS_NEEDED",
+    );
+    const second = signedRequest(body, browser.key);
+    const duplicate = await h.post("/public/v1/submit/export_secrets", second.body, second.headers);
+    expect(duplicate.status).toBe(409);
+    expect(duplicate.json.details[0].turnkeyErrorCode).toBe("DUPLICATE_REQUEST");
     expect(
       await decryptSecretBundle({
         secretPayload,
@@ -498,6 +573,29 @@ describe("refusals", () => {
       { code: 3 },
     );
     expect(failure.details[0].turnkeyErrorCode).toBe("INVALID_TARGET_PUBLIC_KEY");
+    // One export, one target key: the same key compressed is the same key; another key is refused.
+    const pair = generateP256KeyPair();
+    expect(
+      (
+        await root.exportSecrets({
+          secrets: [
+            { secretId: mine!, targetPublicKey: pair.publicKeyUncompressed, encryptionSuite: SUITE },
+            { secretId: mine!, targetPublicKey: pair.publicKey, encryptionSuite: SUITE },
+          ],
+        })
+      ).secretPayloads,
+    ).toHaveLength(2);
+    await refusedLeavingOnlyItsActivity(
+      h,
+      () =>
+        root.exportSecrets({
+          secrets: [
+            { secretId: mine!, targetPublicKey: pair.publicKeyUncompressed, encryptionSuite: SUITE },
+            { secretId: mine!, targetPublicKey: key, encryptionSuite: SUITE },
+          ],
+        }),
+      { code: 3, message: expect.stringContaining("must name the same targetPublicKey") },
+    );
   });
 
   it("an expired target: IMPORT_TARGET_EXPIRED, the target used up, nothing stored", async () => {

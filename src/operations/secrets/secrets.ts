@@ -223,8 +223,8 @@ export const secretOperations = [
     summary: "Export stored secrets, each encrypted (HPKE) to the target public key named beside it, in signed bundles.",
     resource: "SECRET",
     action: "EXPORT",
-    // One target key for the whole request is shown to policies; a request mixing keys shows none, so
-    // a rule about the key cannot be met by a request that also sends elsewhere.
+    // An export goes to one target key (execute refuses a request mixing keys: a deny on one key must
+    // not be sidestepped by sending elsewhere too), and policies see it as activity.params.target_public_key.
     policyParameters(p) {
       const keys = new Set(p.secrets.map((s) => policyTargetKey(s.targetPublicKey)));
       return keys.size === 1 ? { target_public_key: [...keys][0]! } : {};
@@ -240,7 +240,12 @@ export const secretOperations = [
     },
     async execute(ctx, p) {
       requireCount(p.secrets.length, "the number of secrets");
-      for (const s of p.secrets) targetKey(s.targetPublicKey);
+      const keys = new Set(p.secrets.map((s) => Buffer.from(targetKey(s.targetPublicKey)).toString("hex")));
+      if (keys.size > 1)
+        throw serviceError(
+          "REQUEST_INVALID",
+          "every secret of one export_secrets must name the same targetPublicKey: export to each key in its own request",
+        );
       const rows: Selectable<SecretsTable>[] = [];
       for (const { secretId } of p.secrets) {
         const row = await findSecret(ctx.trx, ctx.organizationId, secretId);
