@@ -119,7 +119,7 @@ export const ERROR_CATALOG = {
   INVALID_IMPORT_BUNDLE: {
     status: "InvalidArgument",
     meaning:
-      "encryptedBundle is not the {encappedPublic, ciphertext} JSON the import helpers produce, or does not decrypt with the import target",
+      "encryptedBundle (secretPayload) is not the {encappedPublic, ciphertext} JSON the import helpers produce, or does not decrypt with the import target",
   },
   INVALID_MNEMONIC: {
     status: "InvalidArgument",
@@ -281,7 +281,7 @@ export const ERROR_CATALOG = {
   },
   IMPORT_TARGET_EXPIRED: {
     status: "FailedPrecondition",
-    meaning: "the import target from init_import_wallet / init_import_private_key expired: call it again",
+    meaning: "the import target from init_import_wallet / init_import_private_key / init_import_secrets expired: call it again",
   },
   FEATURE_NOT_ENABLED: {
     status: "FailedPrecondition",
@@ -485,6 +485,7 @@ export const ERROR_CATALOG = {
     meaning: "no wallet account with that id, address or path (an address of a private key is not one)",
   },
   PRIVATE_KEY_NOT_FOUND: { status: "NotFound", meaning: "no private key with that id in the organization" },
+  SECRET_NOT_FOUND: { status: "NotFound", meaning: "no stored secret with that id in the organization" },
   PRIVATE_KEY_TAG_NOT_FOUND: { status: "NotFound", meaning: "no private key tag with that id in the organization" },
   SIGNER_NOT_FOUND: {
     status: "NotFound",
@@ -498,7 +499,8 @@ export const ERROR_CATALOG = {
   },
   IMPORT_TARGET_NOT_FOUND: {
     status: "NotFound",
-    meaning: "no import target for the user: call init_import_wallet / init_import_private_key first (a target serves one import)",
+    meaning:
+      "no import target for the user (for import_secrets: none with that targetPublicKey): call init_import_wallet / init_import_private_key / init_import_secrets first (a target serves one import)",
   },
   OTP_NOT_FOUND: { status: "NotFound", meaning: "no one-time password with that id in the organization" },
   SMART_CONTRACT_INTERFACE_NOT_FOUND: { status: "NotFound", meaning: "no smart contract interface with that id in the organization" },
@@ -546,6 +548,10 @@ export const ERROR_CATALOG = {
   USER_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a user tag with this name" },
   PRIVATE_KEY_TAG_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a private key tag with this name" },
   WALLET_ALREADY_EXISTS: { status: "AlreadyExists", meaning: "the organization already has a wallet with this name" },
+  SECRET_ALREADY_EXISTS: {
+    status: "AlreadyExists",
+    meaning: "the organization already has a stored secret with this name, or the import names it twice (names are unique)",
+  },
   PRIVATE_KEY_ALREADY_EXISTS: {
     status: "AlreadyExists",
     meaning: "the organization already has a private key with this name, or (import) this very key",

@@ -284,15 +284,39 @@ export function answerRetry(
   return { kind: "repeated", activity: existing };
 }
 
+/** A secret parameter's name: a top-level field ("encryptedBundle"), or a field of each element of a
+ * list ("secrets[].secretPayload"). */
+function secretPath(name: string): { list?: string; field: string } {
+  const nested = /^(\w+)\[\]\.(\w+)$/.exec(name);
+  return nested ? { list: nested[1]!, field: nested[2]! } : { field: name };
+}
+
+const elementsOf = (value: unknown): unknown[] => (Array.isArray(value) ? value : []);
+const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null;
+
 function removeSecrets(parameters: Record<string, unknown>, secrets: string[] | undefined): Record<string, unknown> {
   if (!secrets?.length) return parameters;
-  return Object.fromEntries(Object.entries(parameters).map(([k, v]) => [k, secrets.includes(k) && v !== undefined ? "<redacted>" : v]));
+  let out = { ...parameters };
+  for (const { list, field } of secrets.map(secretPath)) {
+    if (!list) {
+      if (out[field] !== undefined) out[field] = "<redacted>";
+      continue;
+    }
+    if (!Array.isArray(out[list])) continue;
+    const redacted = elementsOf(out[list]).map((e) => (isRecord(e) && e[field] !== undefined ? { ...e, [field]: "<redacted>" } : e));
+    out = { ...out, [list]: redacted };
+  }
+  return out;
 }
 
 /** Whether this request carries one of the operation's secret parameters (then neither its intent
  * nor its signed body is kept whole, and it cannot wait for approvals). */
 const carriesSecrets = (operation: ActivityOperation, parameters: Record<string, unknown>) =>
-  !!operation.secretParameters?.some((name) => parameters?.[name] !== undefined);
+  !!operation.secretParameters
+    ?.map(secretPath)
+    .some(({ list, field }) =>
+      list ? elementsOf(parameters?.[list]).some((e) => isRecord(e) && e[field] !== undefined) : parameters?.[field] !== undefined,
+    );
 
 /** A parent organization's credential reads its sub-organizations (authentication accepts it for
  * them) but writes only in its own organization — except the logins a parent's backend runs for its

@@ -26,7 +26,7 @@ import { ChainBroadcaster } from "../services/chain-broadcaster.js";
 import { ChainRpc, type ContractAbiLookup } from "../services/chain-rpc.js";
 import { ETHEREUM, findContractInterface } from "../operations/contracts/interfaces.js";
 import { oidcVerifier } from "../auth/oidc.js";
-import { purgeExpiredImportTargets } from "../operations/wallets/imports.js";
+import { purgeExpiredImportTargets } from "../operations/secure-channel.js";
 import { loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../services/sealed-secrets.js";
 import fs from "node:fs";

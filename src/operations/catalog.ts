@@ -21,6 +21,7 @@ import { invitationOperations } from "./organizations/invitations.js";
 import { webhookOperations } from "./webhooks/webhooks.js";
 import { exportOperations } from "./wallets/exports.js";
 import { importOperations } from "./wallets/imports.js";
+import { secretOperations } from "./secrets/secrets.js";
 import { sessionOperations } from "./logins/sessions.js";
 import { sessionProfileOperations } from "./logins/session-profiles.js";
 import { otpOperations } from "./logins/otp.js";
@@ -47,6 +48,7 @@ export const operations: Operation[] = [
   ...undelegationOperations,
   ...exportOperations,
   ...importOperations,
+  ...secretOperations,
   ...sessionOperations,
   ...sessionProfileOperations,
   ...otpOperations,

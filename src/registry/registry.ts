@@ -157,7 +157,8 @@ export interface VotingRights {
 }
 
 /** `activity.resource` / `activity.action` of the policy language, with the values the product's
- * policy docs list (tkhq/docs features/policies/language.mdx, "Activity resources and actions"). */
+ * policy docs list (tkhq/docs features/policies/language.mdx, "Activity resources and actions"), and
+ * SECRET for stored secrets, which that list does not name yet. */
 export type PolicyResource =
   | "AUTH"
   | "AUTH_PROXY"
@@ -173,6 +174,7 @@ export type PolicyResource =
   | "POLICY"
   | "PRIVATE_KEY"
   | "RECOVERY"
+  | "SECRET"
   | "SESSION_PROFILE"
   | "SMART_CONTRACT_INTERFACE"
   | "SPONSORSHIP"
@@ -228,7 +230,8 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
   types: T[];
   resource: PolicyResource;
   action: PolicyAction;
-  /** Parameters that are secrets: never stored in the intent or echoed in a vote's message. */
+  /** Parameters that are secrets: never stored in the intent or echoed in a vote's message. A name is
+   * a top-level field, or "list[].field" for a field of each element of a list. */
   secretParameters?: string[];
   /** Result fields that are credentials: returned to the requester, recorded as "<redacted>" (the
    * audit log, other readers, webhooks and a retry's answer see that). */

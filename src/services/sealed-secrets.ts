@@ -5,8 +5,8 @@ import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
 
 /** A column holding sealed secrets, and the identity each row's secret is bound to. */
 interface SecretColumn {
-  table: "wallets" | "wallet_accounts" | "private_keys" | "service_keys" | "import_targets" | "outbound_messages" | "otps";
-  column: "sealed_mnemonic" | "sealed_private_key" | "sealed_message" | "sealed_target_key";
+  table: "wallets" | "wallet_accounts" | "private_keys" | "service_keys" | "import_targets" | "outbound_messages" | "otps" | "secrets";
+  column: "sealed_mnemonic" | "sealed_private_key" | "sealed_message" | "sealed_target_key" | "sealed_secret";
   kind: string;
 }
 
@@ -20,6 +20,8 @@ export const SECRET_COLUMNS: SecretColumn[] = [
   { table: "outbound_messages", column: "sealed_message", kind: "outbound_message" },
   // The one-use keys verify_otp's encrypted codes are sealed to (init_otp V2 and later).
   { table: "otps", column: "sealed_target_key", kind: "otp_target" },
+  // Secrets clients imported (import_secrets).
+  { table: "secrets", column: "sealed_secret", kind: "secret" },
 ];
 
 export interface RotationReport {

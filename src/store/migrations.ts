@@ -629,6 +629,27 @@ const sessionProfiles: Migration = {
   },
 };
 
+/** Stored secrets (import_secrets): arbitrary secrets a client imported through the secure channel,
+ * sealed under the master key like keys, with an optional name unique in the organization and the
+ * static properties policies read. */
+const storedSecrets: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("secrets")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      // Null when the import named none: both databases let a unique index hold any number of nulls.
+      .addColumn("name", "text")
+      .addColumn("static_properties", "text", (c) => c.notNull())
+      .addColumn("sealed_secret", "text", (c) => c.notNull())
+      .addColumn("imported_by", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema.createIndex("secrets_name_unique").on("secrets").columns(["organization_id", "name"]).unique().execute();
+    await db.schema.createIndex("secrets_by_organization").on("secrets").columns(["organization_id", "created_at", "id"]).execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -645,6 +666,7 @@ export const migrations: Record<string, Migration> = {
   "0013_email_events": emailEvents,
   "0014_invitations": invitations,
   "0016_session_profiles": sessionProfiles,
+  "0017_stored_secrets": storedSecrets,
 };
 
 export const migrationProvider: MigrationProvider = {

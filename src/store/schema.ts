@@ -99,11 +99,24 @@ export interface WebhookDeliveriesTable {
 }
 
 /** A target key handed out by init_import_wallet / init_import_private_key: one import may use it. */
+/** A secret a client imported (import_secrets); its plaintext only ever sealed. */
+export interface SecretsTable {
+  id: string;
+  organization_id: string;
+  name: string | null;
+  /** JSON [{key, value}], in the order imported: what policies read as secret.static_properties. */
+  static_properties: string;
+  sealed_secret: string;
+  /** The user whose import brought it in. */
+  imported_by: string;
+  created_at: number;
+}
+
 export interface ImportTargetsTable {
   id: string;
   organization_id: string;
   user_id: string;
-  /** "wallet" | "private_key" */
+  /** "wallet" | "private_key" | "secret" */
   kind: string;
   /** Uncompressed P-256, hex. */
   public_key: string;
@@ -520,6 +533,7 @@ export interface Database {
   organization_features: OrganizationFeaturesTable;
   service_keys: ServiceKeysTable;
   import_targets: ImportTargetsTable;
+  secrets: SecretsTable;
   otps: OtpsTable;
   otp_sends: OtpSendsTable;
   verification_tokens: VerificationTokensTable;

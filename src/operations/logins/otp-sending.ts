@@ -6,7 +6,7 @@ import { p256 } from "@noble/curves/nist.js";
 import { recordSend } from "../../services/send-budgets.js";
 import type { ActivityContext } from "../../registry/registry.js";
 import { newId } from "../../store/ids.js";
-import { signedBundle } from "../wallets/exports.js";
+import { signedBundle } from "../secure-channel.js";
 import { requireContact } from "./contacts.js";
 import { EXPIRED_CODE_KEPT_MS, codeShape, generateCode, hashOf, otpSeconds, targetIdentity, type Flow } from "./otp-codes.js";
 import { checkCustomization, composeMessage, type OtpInitParams } from "./otp-messages.js";

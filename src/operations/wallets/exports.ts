@@ -3,53 +3,11 @@
 // deployment's bundle signer — the format `decryptExportBundle` of @turnkey/crypto opens. A
 // successful export marks the wallet or key as exported (deletion rules depend on it).
 import { serviceError } from "../../errors.js";
-import { HpkeError, sealTo, uncompressedP256 } from "../../crypto/hpke.js";
-import type { BundleSigner } from "../../services/service-keys.js";
-import { defineActivity, type ActivityContext } from "../../registry/registry.js";
+import { defineActivity } from "../../registry/registry.js";
+import { exportBundle, policyTargetKey, targetKey } from "../secure-channel.js";
 import { mnemonicIdentity, requireWallet, walletContext } from "./wallets.js";
 import { privateKeyIdentity, privateKeyKeyword, requirePrivateKey, tagsOf } from "./private-keys.js";
 import { findSigner, openSigner, signerKeywords } from "./signers.js";
-
-/** The signed bundle: `data` is the hex of the JSON that carries the sealed secret. */
-export async function signedBundle(signer: BundleSigner, fields: Record<string, string>): Promise<string> {
-  const data = Buffer.from(JSON.stringify(fields), "utf8");
-  return JSON.stringify({
-    version: "v1.0.0",
-    data: data.toString("hex"),
-    dataSignature: signer.sign(data).toString("hex"),
-    enclaveQuorumPublic: signer.publicKey,
-  });
-}
-
-/** Seals `secret` to `targetPublicKey` and wraps it in a signed export bundle; wipes `secret`. */
-async function exportBundle(ctx: ActivityContext, targetPublicKey: string, secret: Buffer): Promise<string> {
-  try {
-    const receiver = targetKey(targetPublicKey);
-    const sealed = await sealTo(receiver, secret);
-    return await signedBundle(ctx.env.bundles, { ...sealed, organizationId: ctx.organizationId });
-  } finally {
-    secret.fill(0);
-  }
-}
-
-/** The target key as policies see it: one spelling (uncompressed, lowercase hex) however it was sent,
- * so a rule about a key cannot be sidestepped by compressing it or changing its letter case. */
-function policyTargetKey(targetPublicKey: string): string {
-  try {
-    return Buffer.from(uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey")).toString("hex");
-  } catch {
-    return String(targetPublicKey ?? "");
-  }
-}
-
-function targetKey(targetPublicKey: string): Uint8Array {
-  try {
-    return uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
-  } catch (error) {
-    if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
-    throw error;
-  }
-}
 
 export const exportOperations = [
   defineActivity({

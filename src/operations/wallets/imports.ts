@@ -4,24 +4,20 @@
 // read). import_wallet / import_private_key open the client's encryptedBundle with that key, check
 // the secret (BIP-39 checksum; a valid scalar for the curve), store it sealed, and discard the
 // target. An import always targets the requesting user (the product's rule).
-import { p256 } from "@noble/curves/nist.js";
 import { serviceError } from "../../errors.js";
-import { HpkeError, openWith, type Sealed } from "../../crypto/hpke.js";
 import { detectMnemonicLanguage, keyPairFromPrivateKey, DerivationError } from "../../crypto/hd.js";
 import { defineActivity, type ActivityContext } from "../../registry/registry.js";
-import { newId } from "../../store/ids.js";
-import type { Tx } from "../../store/handles.js";
-import { signedBundle } from "./exports.js";
+import {
+  discardImportTargets,
+  issueImportTargets,
+  openWithImportTarget,
+  parseEncryptedPayload,
+  requireLiveTarget,
+} from "../secure-channel.js";
 import { createWallet } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 
 type TargetKind = "wallet" | "private_key";
-
-const identity = (row: { id: string; organization_id: string }) => ({
-  organizationId: row.organization_id,
-  kind: "import_target",
-  resourceId: row.id,
-});
 
 function requireOwnUser(ctx: ActivityContext, userId: string): void {
   if (userId !== ctx.principal.userId) {
@@ -32,71 +28,21 @@ function requireOwnUser(ctx: ActivityContext, userId: string): void {
 /** The requester's target of `kind` is used up by a failed import too (one attempt per target). */
 async function discardTarget(ctx: ActivityContext, userId: string, kind: TargetKind): Promise<void> {
   if (userId !== ctx.principal.userId) return;
-  await ctx.trx
-    .deleteFrom("import_targets")
-    .where("organization_id", "=", ctx.organizationId)
-    .where("user_id", "=", userId)
-    .where("kind", "=", kind)
-    .execute();
-}
-
-/** Expired targets serve nobody: each init clears them away (the server does at start too). */
-export async function purgeExpiredImportTargets(trx: Tx, now: number): Promise<void> {
-  await trx.deleteFrom("import_targets").where("expires_at", "<=", now).execute();
+  await discardImportTargets(ctx, userId, kind);
 }
 
 /** A fresh target key for the user; earlier unused ones of the same kind stop working. */
 async function initImport(ctx: ActivityContext, userId: string, kind: TargetKind): Promise<string> {
   requireOwnUser(ctx, userId);
-  await purgeExpiredImportTargets(ctx.trx, ctx.now);
-  const secret = p256.utils.randomSecretKey();
-  const publicKey = Buffer.from(p256.getPublicKey(secret, false)).toString("hex");
-  const id = newId();
-  await ctx.trx
-    .deleteFrom("import_targets")
-    .where("organization_id", "=", ctx.organizationId)
-    .where("user_id", "=", userId)
-    .where("kind", "=", kind)
-    .execute();
-  await ctx.trx
-    .insertInto("import_targets")
-    .values({
-      id,
-      organization_id: ctx.organizationId,
-      user_id: userId,
-      kind,
-      public_key: publicKey,
-      sealed_private_key: ctx.env.keyring.seal(secret, identity({ id, organization_id: ctx.organizationId })),
-      expires_at: ctx.now + ctx.env.importTargetTtlMs,
-      created_at: ctx.now,
-    })
-    .execute();
-  secret.fill(0);
-  return signedBundle(ctx.env.bundles, { organizationId: ctx.organizationId, userId, targetPublic: publicKey });
-}
-
-function parseEncryptedBundle(raw: string): Sealed {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(raw);
-  } catch {
-    throw serviceError(
-      "INVALID_IMPORT_BUNDLE",
-      "encryptedBundle must be the JSON {encappedPublic, ciphertext} that encryptWalletToBundle / encryptPrivateKeyToBundle return",
-    );
-  }
-  const { encappedPublic, ciphertext } = (parsed ?? {}) as Record<string, unknown>;
-  if (typeof encappedPublic !== "string" || typeof ciphertext !== "string")
-    throw serviceError("INVALID_IMPORT_BUNDLE", "encryptedBundle lacks encappedPublic or ciphertext");
-  return { encappedPublic, ciphertext };
+  const [bundle] = await issueImportTargets(ctx, userId, kind, 1);
+  return bundle!;
 }
 
 /** Opens the client's bundle with the user's live target key, and discards the key (one use). */
 async function openImport(ctx: ActivityContext, userId: string, kind: TargetKind, encryptedBundle: string): Promise<Buffer> {
-  const trx = ctx.trx;
   requireOwnUser(ctx, userId);
-  const sealed = parseEncryptedBundle(encryptedBundle);
-  const target = await trx
+  const sealed = parseEncryptedPayload(encryptedBundle, "encryptedBundle", "encryptWalletToBundle / encryptPrivateKeyToBundle");
+  const target = await ctx.trx
     .selectFrom("import_targets")
     .selectAll()
     .where("organization_id", "=", ctx.organizationId)
@@ -104,24 +50,13 @@ async function openImport(ctx: ActivityContext, userId: string, kind: TargetKind
     .where("kind", "=", kind)
     .executeTakeFirst();
   const init = kind === "wallet" ? "init_import_wallet" : "init_import_private_key";
-  if (!target)
-    throw serviceError("IMPORT_TARGET_NOT_FOUND", `no import target for user ${userId}: call ${init} first (a target serves one import)`);
-  if (target.expires_at <= ctx.now)
-    throw serviceError(
-      "IMPORT_TARGET_EXPIRED",
-      `the import target from ${init} expired at ${new Date(target.expires_at).toISOString()}: call ${init} again`,
-    );
-  const secret = ctx.env.keyring.open(target.sealed_private_key, identity(target));
-  try {
-    const plaintext = await openWith(secret, Buffer.from(target.public_key, "hex"), sealed);
-    await trx.deleteFrom("import_targets").where("id", "=", target.id).execute();
-    return Buffer.from(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength);
-  } catch (error) {
-    if (error instanceof HpkeError) throw serviceError("INVALID_IMPORT_BUNDLE", `encryptedBundle: ${error.message}`);
-    throw error;
-  } finally {
-    secret.fill(0);
-  }
+  const live = requireLiveTarget(
+    target,
+    ctx.now,
+    `no import target for user ${userId}: call ${init} first (a target serves one import)`,
+    init,
+  );
+  return openWithImportTarget(ctx, live, sealed, "encryptedBundle");
 }
 
 /** The mnemonic of an import bundle: BIP-39 valid in one of the word lists, no passphrase. */
