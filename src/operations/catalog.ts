@@ -24,6 +24,7 @@ import { importOperations } from "./wallets/imports.js";
 import { sessionOperations } from "./logins/sessions.js";
 import { otpOperations } from "./logins/otp.js";
 import { oauthOperations } from "./logins/oauth.js";
+import { oauth2Operations } from "./logins/oauth2.js";
 import { emailCredentialOperations } from "./logins/email-credentials.js";
 import { emailEventOperations } from "./logins/email-events.js";
 import { activityQueries } from "./activities/queries.js";
@@ -49,6 +50,7 @@ export const operations: Operation[] = [
   ...sessionOperations,
   ...otpOperations,
   ...oauthOperations,
+  ...oauth2Operations,
   ...emailCredentialOperations,
   ...emailEventOperations,
   ...organizationOperations,

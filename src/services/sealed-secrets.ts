@@ -5,8 +5,16 @@ import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
 
 /** A column holding sealed secrets, and the identity each row's secret is bound to. */
 interface SecretColumn {
-  table: "wallets" | "wallet_accounts" | "private_keys" | "service_keys" | "import_targets" | "outbound_messages" | "otps";
-  column: "sealed_mnemonic" | "sealed_private_key" | "sealed_message" | "sealed_target_key";
+  table:
+    | "wallets"
+    | "wallet_accounts"
+    | "private_keys"
+    | "service_keys"
+    | "import_targets"
+    | "outbound_messages"
+    | "otps"
+    | "oauth2_credentials";
+  column: "sealed_mnemonic" | "sealed_private_key" | "sealed_message" | "sealed_target_key" | "sealed_client_secret";
   kind: string;
 }
 
@@ -20,6 +28,8 @@ export const SECRET_COLUMNS: SecretColumn[] = [
   { table: "outbound_messages", column: "sealed_message", kind: "outbound_message" },
   // The one-use keys verify_otp's encrypted codes are sealed to (init_otp V2 and later).
   { table: "otps", column: "sealed_target_key", kind: "otp_target" },
+  // OAuth 2.0 client secrets (create_oauth2_credential), opened to exchange authorization codes.
+  { table: "oauth2_credentials", column: "sealed_client_secret", kind: "oauth2_client_secret" },
 ];
 
 export interface RotationReport {
