@@ -624,7 +624,8 @@ export const settings = {
     defaultText: "*(unset)*",
     meaning:
       "the absolute base URL of this deployment as its users reach it (e.g. `https://wallet.example.com`): links in the emails Sigil " +
-      "sends are built on it; unset, `create_invitations` is refused (`PUBLIC_URL_NOT_CONFIGURED`), since its email's link would point nowhere",
+      "sends are built on it, and it is the issuer (`iss`) of the OIDC tokens `oauth2_authenticate` issues (its discovery document is " +
+      "served under it); unset, `create_invitations` and `oauth2_authenticate` are refused (`PUBLIC_URL_NOT_CONFIGURED`)",
   }),
 
   masterKey: setting({

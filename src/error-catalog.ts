@@ -593,7 +593,7 @@ export const ERROR_CATALOG = {
   OAUTH2_PROVIDER_UNAVAILABLE: {
     status: "Unavailable",
     meaning:
-      "the OAuth 2.0 provider's token or user-info endpoint (SIGIL_OAUTH2_*_URL) did not answer in time, failed (5xx) or answered " +
+      "the OAuth 2.0 provider's token or user-info endpoint (its setting, e.g. SIGIL_OAUTH2_X_TOKEN_URL) did not answer in time, failed (5xx) or answered " +
       "something that is not its API's: the authorization code may still be good, try again",
   },
 } as const satisfies Record<string, ErrorEntry>;

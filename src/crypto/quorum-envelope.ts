@@ -4,7 +4,8 @@
 // keyed by ephemeral public ‖ receiver public ‖ x over the label "qos_encryption_hmac_message" gives
 // the AES-256-GCM key (its first 32 bytes), and the AAD binds both public keys with their lengths.
 // The envelope is Borsh: a 12-byte nonce, the 65-byte ephemeral key, then a u32 (little-endian)
-// length and the ciphertext with its tag. Only opening is needed here; the primitives are node:crypto's.
+// length and the ciphertext with its tag: three fixed fields, read here rather than through the
+// `borsh` package (not otherwise a dependency). Only opening is needed; the primitives are node:crypto's.
 import crypto from "node:crypto";
 
 const NONCE_BYTES = 12;

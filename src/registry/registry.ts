@@ -131,7 +131,7 @@ export interface OperationEnvironment {
 }
 
 export interface Oauth2Environment {
-  /** The providers' token and user-info endpoints (SIGIL_OAUTH2_*_URL). */
+  /** The providers' token and user-info endpoints (SIGIL_OAUTH2_X_TOKEN_URL and the three like it). */
   providers: Oauth2Providers;
   /** The key client secrets arrive encrypted to (published as tlsFetcherEncryptPublicKey). */
   clientSecrets: ClientSecretKey;

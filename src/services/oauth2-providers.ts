@@ -1,7 +1,7 @@
 // The OAuth 2.0 providers oauth2_authenticate talks to (X, Discord): an authorization code (with its
 // PKCE code_verifier) exchanged at the provider's token endpoint with the organization's client id and
 // secret, then the access token shown to the provider's user-info endpoint to learn who the user is.
-// Only the endpoints the operator configured (SIGIL_OAUTH2_*_URL) are contacted, with no redirects
+// Only the endpoints the operator configured (SIGIL_OAUTH2_X_TOKEN_URL and the three like it) are contacted, with no redirects
 // followed, a deadline per request and a cap on what is read. What a provider answers goes into error
 // messages only as its OAuth error code and description, never the secret, the code or the token.
 import type { Oauth2Endpoints, Oauth2ProviderConfig } from "../config.js";
