@@ -17,7 +17,7 @@ import {
   type Harness,
   type TestOrganization,
 } from "./helpers/harness.js";
-import { fastPoller } from "./helpers/organizations.js";
+import { fastPoller, organizationWith } from "./helpers/organizations.js";
 import { errorOf } from "./helpers/logins.js";
 import { pkcePair, startOauth2Provider, type Provider, type TestOauth2Provider } from "./helpers/oauth2-provider.js";
 import { receiver } from "./helpers/webhook-receiver.js";
@@ -234,6 +234,54 @@ describe("credentials", () => {
       expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CREDENTIAL_NOT_FOUND");
     }
     expect(await errorOf(parentSdk.getOauth2Credential({ oauth2CredentialId: unknown }))).toContain("not found");
+  });
+});
+
+describe("policies", () => {
+  it("govern credentials and oauth2_authenticate as resource AUTH, actions CREATE, UPDATE and DELETE", async () => {
+    const { root: owner, members } = await organizationWith(h, ["backend"]);
+    const backend = members.backend!;
+    const encryptedClientSecret = await encryptOauth2ClientSecret(X_SECRET, tlsFetcherKey);
+    const create = () =>
+      backend.client.createOauth2Credential({ provider: "OAUTH2_PROVIDER_X", clientId: X_CLIENT, encryptedClientSecret });
+    await refusedLeavingOnlyItsActivity(h, create, { code: 7, message: expect.stringContaining("OUTCOME_DENY_IMPLICIT") });
+    await owner.createPolicy({
+      policyName: "backend keeps and uses OAuth 2.0 credentials",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${backend.userId}')`,
+      condition: "activity.resource == 'AUTH' && activity.action == 'CREATE'",
+      notes: "",
+    });
+    const { oauth2CredentialId } = await create();
+    // CREATE covers oauth2_authenticate too (it reaches the provider, which refuses the made-up code)…
+    const refusal = await errorOf(
+      backend.client.oauth2Authenticate({ oauth2CredentialId, authCode: "made-up", redirectUri: REDIRECT, codeVerifier: "v", nonce: "n" }),
+    );
+    expect(refusal).toContain("X's token endpoint refused the authorization code");
+    // …but not UPDATE or DELETE.
+    await refusedLeavingOnlyItsActivity(
+      h,
+      () =>
+        backend.client.updateOauth2Credential({
+          oauth2CredentialId,
+          provider: "OAUTH2_PROVIDER_X",
+          clientId: "other",
+          encryptedClientSecret,
+        }),
+      { code: 7, message: expect.stringContaining("OUTCOME_DENY_IMPLICIT") },
+    );
+    await refusedLeavingOnlyItsActivity(h, () => backend.client.deleteOauth2Credential({ oauth2CredentialId }), {
+      code: 7,
+      message: expect.stringContaining("OUTCOME_DENY_IMPLICIT"),
+    });
+    await owner.createPolicy({
+      policyName: "backend deletes them",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${backend.userId}')`,
+      condition: "activity.resource == 'AUTH' && activity.action == 'DELETE' && activity.type == 'ACTIVITY_TYPE_DELETE_OAUTH2_CREDENTIAL'",
+      notes: "",
+    });
+    await backend.client.deleteOauth2Credential({ oauth2CredentialId });
   });
 });
 
