@@ -234,6 +234,19 @@ describe("credentials", () => {
       expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CREDENTIAL_NOT_FOUND");
     }
     expect(await errorOf(parentSdk.getOauth2Credential({ oauth2CredentialId: unknown }))).toContain("not found");
+    // Another organization neither reads nor changes this one's credentials.
+    const mine = await createCredential("discord");
+    const stranger = await h.organization("Stranger");
+    const strangerSdk = h.sdk(stranger, stranger.key, fastPoller);
+    expect(await errorOf(strangerSdk.getOauth2Credential({ oauth2CredentialId: mine }))).toContain(
+      `OAuth 2.0 credential ${mine} not found in organization ${stranger.organizationId}`,
+    );
+    expect((await strangerSdk.listOauth2Credentials({})).oauth2Credentials).toEqual([]);
+    const { failure } = await refusedLeavingOnlyItsActivity(h, () => strangerSdk.deleteOauth2Credential({ oauth2CredentialId: mine }), {
+      code: 5,
+    });
+    expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CREDENTIAL_NOT_FOUND");
+    expect((await parentSdk.getOauth2Credential({ oauth2CredentialId: mine })).oauth2Credential.clientId).toBe(DISCORD_CLIENT);
   });
 });
 
