@@ -48,6 +48,22 @@ export interface Config {
   oidcAllowedIssuers: string[];
   chains: ChainConfig;
   invitations: InvitationConfig;
+  /** Where oauth2_authenticate exchanges codes and asks who the user is, by provider. */
+  oauth2Providers: Oauth2ProviderConfig;
+}
+
+/** The endpoints of the OAuth 2.0 providers oauth2_authenticate talks to (docs/oauth2-providers.md):
+ * no other host is contacted for them. */
+export interface Oauth2ProviderConfig {
+  x: Oauth2Endpoints;
+  discord: Oauth2Endpoints;
+}
+
+export interface Oauth2Endpoints {
+  /** Authorization codes are exchanged for access tokens here. */
+  tokenUrl: string;
+  /** The access token is shown here to learn the user's id. */
+  userInfoUrl: string;
 }
 
 /** What invitation emails are built on (docs/invitations.md). */
@@ -319,6 +335,13 @@ const publicUrl = url(["https:", "http:"], {
   accepts: "with no query, fragment or user name (a path is allowed: `https://wallet.example.com/sigil`)",
   check: (base) =>
     base.search || base.hash ? "a base URL has no query or fragment" : base.username || base.password ? "no user name or password" : null,
+});
+
+/** An OAuth 2.0 provider's endpoint: client secrets and access tokens are sent to it, so never with a fragment or credentials. */
+const providerEndpoint = url(["https:", "http:"], {
+  accepts: "with no fragment, user name or password",
+  check: (endpoint) =>
+    endpoint.hash ? "an endpoint has no fragment" : endpoint.username || endpoint.password ? "no user name or password" : null,
 });
 
 const databaseUrl: Kind<string> = {
@@ -601,7 +624,8 @@ export const settings = {
     defaultText: "*(unset)*",
     meaning:
       "the absolute base URL of this deployment as its users reach it (e.g. `https://wallet.example.com`): links in the emails Sigil " +
-      "sends are built on it; unset, `create_invitations` is refused (`PUBLIC_URL_NOT_CONFIGURED`), since its email's link would point nowhere",
+      "sends are built on it, and it is the issuer (`iss`) of the OIDC tokens `oauth2_authenticate` issues (its discovery document is " +
+      "served under it); unset, `create_invitations` and `oauth2_authenticate` are refused (`PUBLIC_URL_NOT_CONFIGURED`)",
   }),
 
   masterKey: setting({
@@ -727,6 +751,36 @@ export const settings = {
     default: [],
     defaultText: "*(any)*",
     meaning: "comma-separated origins accepted in passkey stamps and registrations",
+  }),
+  oauth2XTokenUrl: setting({
+    variable: "SIGIL_OAUTH2_X_TOKEN_URL",
+    group: LOGINS,
+    kind: providerEndpoint,
+    default: "https://api.x.com/2/oauth2/token",
+    meaning:
+      "X's OAuth 2.0 token endpoint: `oauth2_authenticate` exchanges X authorization codes there (client id and secret by HTTP Basic)",
+  }),
+  oauth2XUserInfoUrl: setting({
+    variable: "SIGIL_OAUTH2_X_USERINFO_URL",
+    group: LOGINS,
+    kind: providerEndpoint,
+    default: "https://api.x.com/2/users/me",
+    meaning: "X's endpoint naming the user an access token belongs to (`data.id` becomes the OIDC token's subject `x:<id>`)",
+  }),
+  oauth2DiscordTokenUrl: setting({
+    variable: "SIGIL_OAUTH2_DISCORD_TOKEN_URL",
+    group: LOGINS,
+    kind: providerEndpoint,
+    default: "https://discord.com/api/oauth2/token",
+    meaning:
+      "Discord's OAuth 2.0 token endpoint: `oauth2_authenticate` exchanges Discord authorization codes there (client id and secret in the form)",
+  }),
+  oauth2DiscordUserInfoUrl: setting({
+    variable: "SIGIL_OAUTH2_DISCORD_USERINFO_URL",
+    group: LOGINS,
+    kind: providerEndpoint,
+    default: "https://discord.com/api/users/@me",
+    meaning: "Discord's endpoint naming the user an access token belongs to (`id` becomes the OIDC token's subject `discord:<id>`)",
   }),
   oidcAllowedIssuers: setting({
     variable: "SIGIL_OIDC_ALLOWED_ISSUERS",
@@ -1132,5 +1186,9 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
     },
     // Without its trailing slash, so a path is appended to it as `${publicUrl}/invitations/accept`.
     invitations: { publicUrl: s.publicUrl?.replace(/\/+$/, "") ?? null, lifetimeMs: s.invitationSeconds * 1000 },
+    oauth2Providers: {
+      x: { tokenUrl: s.oauth2XTokenUrl, userInfoUrl: s.oauth2XUserInfoUrl },
+      discord: { tokenUrl: s.oauth2DiscordTokenUrl, userInfoUrl: s.oauth2DiscordUserInfoUrl },
+    },
   };
 }

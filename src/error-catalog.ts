@@ -33,6 +33,18 @@ export interface ErrorEntry {
 
 export const ERROR_CATALOG = {
   // ── 400, gRPC 3 InvalidArgument: the request itself is wrong; sending it again will not help ──
+  OAUTH2_CLIENT_SECRET_INVALID: {
+    status: "InvalidArgument",
+    meaning:
+      "encryptedClientSecret is not a client secret encrypted (encryptOauth2ClientSecret) to this deployment's tlsFetcherEncryptPublicKey " +
+      "(/.well-known/sigil.json, `sigil info`): encrypt it to that key, not the product's",
+  },
+  OAUTH2_PROVIDER_REFUSED: {
+    status: "InvalidArgument",
+    meaning:
+      "the OAuth 2.0 provider refused the authorization code (wrong, used or expired code, a code_verifier that does not match the " +
+      "challenge, another redirect_uri) or the credential's client id and secret; the message carries the provider's error: start the login again",
+  },
   REQUEST_INVALID: {
     status: "InvalidArgument",
     meaning:
@@ -305,7 +317,9 @@ export const ERROR_CATALOG = {
   VERIFICATION_TOKEN_EXPIRED: { status: "FailedPrecondition", meaning: "the verification token expired: verify a new one-time password" },
   PUBLIC_URL_NOT_CONFIGURED: {
     status: "FailedPrecondition",
-    meaning: "SIGIL_PUBLIC_URL is unset, so an invitation email's link would point nowhere: the operator sets it, then invite again",
+    meaning:
+      "SIGIL_PUBLIC_URL is unset, so an invitation email's link would point nowhere, and oauth2_authenticate has no issuer to issue " +
+      "OIDC tokens as: the operator sets it, then the request is sent again",
   },
   INVITATION_NOT_PENDING: {
     status: "FailedPrecondition",
@@ -474,6 +488,7 @@ export const ERROR_CATALOG = {
   },
   API_KEY_NOT_FOUND: { status: "NotFound", meaning: "no API key with that id (for that user)" },
   AUTHENTICATOR_NOT_FOUND: { status: "NotFound", meaning: "no authenticator (passkey) with that id (for that user)" },
+  OAUTH2_CREDENTIAL_NOT_FOUND: { status: "NotFound", meaning: "no OAuth 2.0 credential with that id in the organization" },
   OAUTH_PROVIDER_NOT_FOUND: {
     status: "NotFound",
     meaning: "no OAuth provider with that id, or no user linked to the OIDC token's issuer and subject",
@@ -591,6 +606,12 @@ export const ERROR_CATALOG = {
   OIDC_DISCOVERY_FAILED: {
     status: "Unavailable",
     meaning: "the OIDC issuer's discovery document or keys could not be fetched, or do not match the issuer",
+  },
+  OAUTH2_PROVIDER_UNAVAILABLE: {
+    status: "Unavailable",
+    meaning:
+      "the OAuth 2.0 provider's token or user-info endpoint (its setting, e.g. SIGIL_OAUTH2_X_TOKEN_URL) did not answer in time, failed (5xx) or answered " +
+      "something that is not its API's: the authorization code may still be good, try again",
   },
 } as const satisfies Record<string, ErrorEntry>;
 

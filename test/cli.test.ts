@@ -267,9 +267,14 @@ describe("sigil CLI", () => {
     expect(code).toBe(0);
     const line = JSON.parse(stdout);
     expect(line.signerPublicKey).toMatch(/^[0-9a-f]{66,130}$/);
-    expect(line.signerPublicKey).toBe(
-      ((await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as { signerPublicKey: string }).signerPublicKey,
-    );
+    const published = (await (await fetch(`${baseUrl}/.well-known/sigil.json`)).json()) as {
+      signerPublicKey: string;
+      tlsFetcherEncryptPublicKey: string;
+    };
+    expect(line.signerPublicKey).toBe(published.signerPublicKey);
+    // What clients encrypt OAuth 2.0 client secrets to (encryptOauth2ClientSecret).
+    expect(line.tlsFetcherEncryptPublicKey).toMatch(/^04[0-9a-f]{128}$/);
+    expect(line.tlsFetcherEncryptPublicKey).toBe(published.tlsFetcherEncryptPublicKey);
   });
 });
 

@@ -132,6 +132,10 @@ describe("defaults", () => {
     },
     chains: { rpcUrls: {}, pollMs: 2000, timeoutMs: 10_000, nonceWaitMs: 600_000, assets: {} },
     invitations: { publicUrl: null, lifetimeMs: 604_800_000 },
+    oauth2Providers: {
+      x: { tokenUrl: "https://api.x.com/2/oauth2/token", userInfoUrl: "https://api.x.com/2/users/me" },
+      discord: { tokenUrl: "https://discord.com/api/oauth2/token", userInfoUrl: "https://discord.com/api/users/@me" },
+    },
   });
 
   it("with nothing set, every setting has the default Sigil had before the catalog", () => {
@@ -169,6 +173,10 @@ describe("accepted values", () => {
     SIGIL_WEBAUTHN_RP_IDS: "app.example.com",
     SIGIL_WEBAUTHN_ORIGINS: "https://app.example.com",
     SIGIL_OIDC_ALLOWED_ISSUERS: "https://accounts.example.com",
+    SIGIL_OAUTH2_X_TOKEN_URL: "http://127.0.0.1:7001/2/oauth2/token",
+    SIGIL_OAUTH2_X_USERINFO_URL: "http://127.0.0.1:7001/2/users/me",
+    SIGIL_OAUTH2_DISCORD_TOKEN_URL: "http://127.0.0.1:7002/api/oauth2/token",
+    SIGIL_OAUTH2_DISCORD_USERINFO_URL: "http://127.0.0.1:7002/api/users/@me",
     SIGIL_SESSION_DEFAULT_SECONDS: "60",
     SIGIL_SESSION_MAX_SECONDS: "86400",
     SIGIL_READ_ONLY_SESSION_SECONDS: "60",

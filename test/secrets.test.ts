@@ -7,6 +7,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sql } from "kysely";
+import { encryptOauth2ClientSecret } from "@turnkey/crypto";
 import { Keyring, SecretError, keyIdOf } from "../src/crypto/envelope.js";
 import { loadKeyring, parseMasterKey } from "../src/crypto/master-key.js";
 import { loadConfig } from "../src/config.js";
@@ -141,10 +142,25 @@ describe("sigil rotate-master-key", () => {
     const { privateKeys } = await client.createPrivateKeys({
       privateKeys: [{ privateKeyName: "rotated key", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: [] }],
     });
+    // An OAuth 2.0 client secret, encrypted to the deployment's published key as a client does it.
+    const { tlsFetcherEncryptPublicKey } = (await (await fetch(`${h.url}/.well-known/sigil.json`)).json()) as {
+      tlsFetcherEncryptPublicKey: string;
+    };
+    const { oauth2CredentialId } = await client.createOauth2Credential({
+      provider: "OAUTH2_PROVIDER_DISCORD",
+      clientId: "rotated-client",
+      encryptedClientSecret: await encryptOauth2ClientSecret("rotated-client-secret", tlsFetcherEncryptPublicKey),
+    });
     const db = h.server.store.db;
     const read = async () => ({
       wallet: await db.selectFrom("wallets").selectAll().where("id", "=", walletId).executeTakeFirstOrThrow(),
       key: await db.selectFrom("private_keys").selectAll().where("id", "=", privateKeys[0]!.privateKeyId!).executeTakeFirstOrThrow(),
+      credential: await db.selectFrom("oauth2_credentials").selectAll().where("id", "=", oauth2CredentialId).executeTakeFirstOrThrow(),
+    });
+    const credentialIdentity = (row: { id: string; organization_id: string }) => ({
+      organizationId: row.organization_id,
+      kind: "oauth2_client_secret",
+      resourceId: row.id,
     });
     const before = await read();
     const oldKeyring = loadKeyring(h.config.masterKey).keyring;
@@ -158,7 +174,7 @@ describe("sigil rotate-master-key", () => {
     const { stdout } = await run(process.execPath, [CLI, "rotate-master-key", "--data-dir", h.config.dataDir], { env });
     const report = JSON.parse(stdout);
     expect(report).toMatchObject({ from: oldKeyring.currentKeyId });
-    expect(report.resealed).toBeGreaterThanOrEqual(2);
+    expect(report.resealed).toBeGreaterThanOrEqual(3);
     expect(report.to).not.toBe(report.from);
     expect(stdout).not.toContain(secret);
 
@@ -169,6 +185,10 @@ describe("sigil rotate-master-key", () => {
     expect(Keyring.keyIdOf(after.key.sealed_private_key)).toBe(report.to);
     expect(newKeyring.open(after.wallet.sealed_mnemonic, mnemonicIdentity(after.wallet)).toString()).toBe(mnemonic);
     expect(newKeyring.open(after.key.sealed_private_key, privateKeyIdentity(after.key)).toString("hex")).toBe(secret);
+    expect(Keyring.keyIdOf(after.credential.sealed_client_secret)).toBe(report.to);
+    expect(newKeyring.open(after.credential.sealed_client_secret, credentialIdentity(after.credential)).toString()).toBe(
+      "rotated-client-secret",
+    );
     // The new key alone opens them: nothing is left under the old one.
     const onlyNew = new Keyring(parseMasterKey(fs.readFileSync(h.config.masterKey.file, "utf8"), "master.key"));
     expect(onlyNew.open(after.key.sealed_private_key, privateKeyIdentity(after.key)).toString("hex")).toBe(secret);

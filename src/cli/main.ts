@@ -461,7 +461,7 @@ async function rotateMasterKey(values: Values) {
 /** The deployment's public keys (made by the first `sigil serve`), as /.well-known/sigil.json shows them. */
 async function info(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const { BUNDLE_SIGNER, SESSION_SIGNER, WEBHOOK_SIGNING } = await import("../services/service-keys.js");
+  const { BUNDLE_SIGNER, SESSION_SIGNER, TLS_FETCHER_ENCRYPT, WEBHOOK_SIGNING } = await import("../services/service-keys.js");
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
   const store = await openDatabase(config, "read-only", readOnlyAdvice);
   try {
@@ -473,6 +473,8 @@ async function info(values: Values) {
       signerPublicKey: of(BUNDLE_SIGNER),
       webhookSigningPublicKey: of(WEBHOOK_SIGNING),
       sessionSigningPublicKey: of(SESSION_SIGNER),
+      // What clients pass to encryptOauth2ClientSecret (create_oauth2_credential).
+      tlsFetcherEncryptPublicKey: of(TLS_FETCHER_ENCRYPT),
     };
     process.stdout.write(JSON.stringify(line) + "\n");
   } finally {

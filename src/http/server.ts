@@ -13,10 +13,14 @@ import type { OperationEnvironment } from "../registry/registry.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
 import {
   bundleSigner,
+  clientSecretKey,
+  identityTokenSigner,
   otpCodeHasher,
   serviceSigningKey,
   sessionSigner,
   type BundleSigner,
+  type ClientSecretKey,
+  type IdentityTokenSigner,
   type ServiceSigningKey,
   type SessionSigner,
 } from "../services/service-keys.js";
@@ -26,6 +30,7 @@ import { ChainBroadcaster } from "../services/chain-broadcaster.js";
 import { ChainRpc, type ContractAbiLookup } from "../services/chain-rpc.js";
 import { ETHEREUM, findContractInterface } from "../operations/contracts/interfaces.js";
 import { oidcVerifier } from "../auth/oidc.js";
+import { oauth2Providers } from "../services/oauth2-providers.js";
 import { purgeExpiredImportTargets } from "../operations/secure-channel.js";
 import { loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../services/sealed-secrets.js";
@@ -72,6 +77,9 @@ const ACCEPT_PAGE = [
   "</body></html>",
 ].join("\n");
 
+/** Where the keys of the OIDC tokens Sigil issues are published (the discovery document names it). */
+const IDENTITY_JWKS_PATH = "/oauth2/jwks";
+
 /** How long /health waits for the database before it answers 503. */
 const HEALTH_CHECK_TIMEOUT_MS = 5_000;
 
@@ -102,6 +110,10 @@ export interface ServerParts {
   bundles: BundleSigner;
   /** Signs session JWTs; published as a JWKS. */
   sessions: SessionSigner;
+  /** The key OAuth 2.0 client secrets arrive encrypted to; published as `tlsFetcherEncryptPublicKey`. */
+  clientSecrets: ClientSecretKey;
+  /** Signs the OIDC tokens oauth2_authenticate issues; published in Sigil's issuer JWKS. */
+  identityTokens: IdentityTokenSigner;
   /** HMAC under the deployment's OTP key (codes are stored only as such hashes). */
   otpCodeHash: (message: string) => string;
   /** The chain nodes (SIGIL_CHAIN_RPC_URLS). */
@@ -128,6 +140,8 @@ export function buildApp(
     webhookKey,
     bundles,
     sessions,
+    clientSecrets,
+    identityTokens,
     otpCodeHash,
     chains,
     onWebhookEventsQueued,
@@ -146,6 +160,7 @@ export function buildApp(
     logController: new LogController({ disableRequestLogging: true }),
   });
   limitConnections(app.server, config.http, logger);
+  const issuer = config.invitations.publicUrl;
   const env: OperationEnvironment = {
     webauthn: config.webauthn,
     keyring,
@@ -155,10 +170,12 @@ export function buildApp(
     importTargetTtlMs: config.importTargetTtlMs,
     sessions: { ...config.sessions, signer: sessions },
     otp: { ...config.otp, codeHash: otpCodeHash, messaging: config.messages },
-    oidc: oidcVerifier(config.oidcAllowedIssuers, { clock: options.clock }),
+    // Sigil's own issuer is verified like any other: through its discovery document and JWKS.
+    oidc: oidcVerifier([...config.oidcAllowedIssuers, ...(issuer ? [issuer] : [])], { clock: options.clock }),
     chains,
     findContractAbi,
     invitations: config.invitations,
+    oauth2: { providers: oauth2Providers(config.oauth2Providers), clientSecrets, issuer, identityTokens },
   };
   const pipeline = new Pipeline({
     store,
@@ -239,11 +256,47 @@ export function buildApp(
   // sessionJwks: the keys session JWTs and verification tokens are signed with (ES256), also at
   // /.well-known/jwks.json for libraries that want a JWKS URL.
   const sessionJwks = { keys: [sessions.jwk] };
+  // tlsFetcherEncryptPublicKey: what clients pass to encryptOauth2ClientSecret (the product's name).
   app.get("/.well-known/sigil.json", async () => ({
     signerPublicKey: bundles.publicKey,
     webhookVerificationKeys: [webhookVerificationKey],
     sessionJwks,
+    tlsFetcherEncryptPublicKey: clientSecrets.publicKey,
   }));
+  // Sigil as an OIDC issuer (the tokens oauth2_authenticate issues): the discovery document at
+  // <SIGIL_PUBLIC_URL>/.well-known/openid-configuration, where verifiers (Sigil's own included) find
+  // the JWKS. Without SIGIL_PUBLIC_URL there is no issuer, and no document.
+  const identityJwks = { keys: [identityTokens.jwk] };
+  app.get(IDENTITY_JWKS_PATH, async (_request, reply) => {
+    reply.header("cache-control", "public, max-age=3600");
+    return identityJwks;
+  });
+  if (issuer) {
+    const discovery = {
+      issuer,
+      jwks_uri: `${issuer}${IDENTITY_JWKS_PATH}`,
+      response_types_supported: ["id_token"],
+      subject_types_supported: ["public"],
+      id_token_signing_alg_values_supported: ["ES256"],
+      claims_supported: [
+        "iss",
+        "sub",
+        "aud",
+        "exp",
+        "iat",
+        "nonce",
+        "preferred_username",
+        "name",
+        "email",
+        "email_verified",
+        "encrypted_bearer_token",
+      ],
+    };
+    app.get("/.well-known/openid-configuration", async (_request, reply) => {
+      reply.header("cache-control", "public, max-age=3600");
+      return discovery;
+    });
+  }
   app.get("/.well-known/jwks.json", async (_request, reply) => {
     reply.header("cache-control", "public, max-age=3600");
     return sessionJwks;
@@ -338,6 +391,8 @@ export async function startServer(config: Config, logger = createLogger(config),
     const bundles = await bundleSigner(store, keyring);
     const sessions = await sessionSigner(store, keyring);
     const otpCodeHash = await otpCodeHasher(store, keyring);
+    const clientSecrets = await clientSecretKey(store, keyring);
+    const identityTokens = await identityTokenSigner(store, keyring);
     // Import targets that expired while no server ran are of no use to anyone: drop them.
     await store.transact("exclusive", (trx) => purgeExpiredImportTargets(trx, (options.clock ?? Date.now)()));
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
@@ -353,6 +408,8 @@ export async function startServer(config: Config, logger = createLogger(config),
         webhookKey,
         bundles,
         sessions,
+        clientSecrets,
+        identityTokens,
         otpCodeHash,
         onWebhookEventsQueued: () => dispatcher.notify(),
         chains,

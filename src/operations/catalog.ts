@@ -26,6 +26,7 @@ import { sessionOperations } from "./logins/sessions.js";
 import { sessionProfileOperations } from "./logins/session-profiles.js";
 import { otpOperations } from "./logins/otp.js";
 import { oauthOperations } from "./logins/oauth.js";
+import { oauth2Operations } from "./logins/oauth2.js";
 import { emailCredentialOperations } from "./logins/email-credentials.js";
 import { emailEventOperations } from "./logins/email-events.js";
 import { activityQueries } from "./activities/queries.js";
@@ -53,6 +54,7 @@ export const operations: Operation[] = [
   ...sessionProfileOperations,
   ...otpOperations,
   ...oauthOperations,
+  ...oauth2Operations,
   ...emailCredentialOperations,
   ...emailEventOperations,
   ...organizationOperations,

@@ -8,7 +8,8 @@ import type { Principal } from "../auth/authenticate.js";
 import type { WebauthnPolicy } from "../auth/webauthn.js";
 import type { SignatureThreads } from "../crypto/signature-threads.js";
 import type { DestinationPolicy } from "../services/webhook-destinations.js";
-import type { BundleSigner } from "../services/service-keys.js";
+import type { BundleSigner, ClientSecretKey, IdentityTokenSigner } from "../services/service-keys.js";
+import type { Oauth2Providers } from "../services/oauth2-providers.js";
 import type { OtpSettings, SessionSettings } from "../services/login-settings.js";
 import type { OidcVerifier } from "../auth/oidc.js";
 import type { ChainRpc, ContractAbiLookup } from "../services/chain-rpc.js";
@@ -125,6 +126,19 @@ export interface OperationEnvironment {
   findContractAbi: ContractAbiLookup;
   /** Where invitation links point (SIGIL_PUBLIC_URL) and how long they last. */
   invitations: InvitationConfig;
+  /** OAuth 2.0 providers (oauth2_authenticate) and the credentials kept for them. */
+  oauth2: Oauth2Environment;
+}
+
+export interface Oauth2Environment {
+  /** The providers' token and user-info endpoints (SIGIL_OAUTH2_X_TOKEN_URL and the three like it). */
+  providers: Oauth2Providers;
+  /** The key client secrets arrive encrypted to (published as tlsFetcherEncryptPublicKey). */
+  clientSecrets: ClientSecretKey;
+  /** The `iss` of the OIDC tokens Sigil issues: SIGIL_PUBLIC_URL without its trailing slash; null when unset. */
+  issuer: string | null;
+  /** Signs those tokens (its key is in the JWKS the issuer's discovery document names). */
+  identityTokens: IdentityTokenSigner;
 }
 
 export interface ActivityContext {

@@ -5,8 +5,17 @@ import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
 
 /** A column holding sealed secrets, and the identity each row's secret is bound to. */
 interface SecretColumn {
-  table: "wallets" | "wallet_accounts" | "private_keys" | "service_keys" | "import_targets" | "outbound_messages" | "otps" | "secrets";
-  column: "sealed_mnemonic" | "sealed_private_key" | "sealed_message" | "sealed_target_key" | "sealed_secret";
+  table:
+    | "wallets"
+    | "wallet_accounts"
+    | "private_keys"
+    | "service_keys"
+    | "import_targets"
+    | "outbound_messages"
+    | "otps"
+    | "secrets"
+    | "oauth2_credentials";
+  column: "sealed_mnemonic" | "sealed_private_key" | "sealed_message" | "sealed_target_key" | "sealed_secret" | "sealed_client_secret";
   kind: string;
 }
 
@@ -22,6 +31,8 @@ export const SECRET_COLUMNS: SecretColumn[] = [
   { table: "otps", column: "sealed_target_key", kind: "otp_target" },
   // Secrets clients imported (import_secrets).
   { table: "secrets", column: "sealed_secret", kind: "secret" },
+  // OAuth 2.0 client secrets (create_oauth2_credential), opened to exchange authorization codes.
+  { table: "oauth2_credentials", column: "sealed_client_secret", kind: "oauth2_client_secret" },
 ];
 
 export interface RotationReport {

@@ -1,12 +1,14 @@
 // Keys the deployment itself holds (not an organization's): created on first start, sealed at rest
 // like every secret, and the same for every server process sharing the database: the Ed25519 key
-// webhook deliveries are signed with, and the P-256 key export/import bundles are signed with. Their
-// public halves are published (/.well-known/sigil.json).
+// webhook deliveries are signed with, the P-256 key export/import bundles are signed with, the P-256
+// key OAuth 2.0 client secrets are encrypted to, and the key the OIDC tokens Sigil issues are signed
+// with. Their public halves are published (/.well-known/sigil.json, the JWKS routes).
 import crypto from "node:crypto";
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { p256 } from "@noble/curves/nist.js";
 import { signEs256Jwt, verifyEs256Jwt } from "../crypto/jwt.js";
 import type { Keyring } from "../crypto/envelope.js";
+import { openQuorumEnvelope } from "../crypto/quorum-envelope.js";
 import type { Store } from "../store/database.js";
 import type { ServiceKeysTable } from "../store/schema.js";
 import { newId } from "../store/ids.js";
@@ -146,4 +148,40 @@ export async function otpCodeHasher(store: Store, keyring: Keyring): Promise<(me
   const key = Buffer.from(secret);
   secret.fill(0);
   return (message) => crypto.createHmac("sha256", key).update(message).digest("hex");
+}
+
+export const TLS_FETCHER_ENCRYPT = "tls_fetcher_encrypt";
+
+/** The P-256 key OAuth 2.0 client secrets are encrypted to (the product's "TLS Fetcher" quorum key,
+ * published as `tlsFetcherEncryptPublicKey`): what a client passes to encryptOauth2ClientSecret. */
+export interface ClientSecretKey {
+  /** Uncompressed, lowercase hex (04…). */
+  publicKey: string;
+  /** The secret inside an envelope encrypted to this key (QuorumEnvelopeError otherwise). */
+  open(envelopeHex: string): Buffer;
+}
+
+export async function clientSecretKey(store: Store, keyring: Keyring): Promise<ClientSecretKey> {
+  const { row, point, privateKey } = await p256ServiceKey(store, keyring, TLS_FETCHER_ENCRYPT);
+  return { publicKey: row.public_key, open: (envelopeHex) => openQuorumEnvelope(privateKey, point, envelopeHex) };
+}
+
+export const OIDC_ISSUER = "oidc_issuer";
+
+/** The ES256 key the OIDC tokens oauth2_authenticate issues are signed with, published in the JWKS
+ * that Sigil's discovery document names. Its own key: a session JWT is never mistaken for an identity token. */
+export interface IdentityTokenSigner {
+  keyId: string;
+  jwk: { kty: "EC"; crv: "P-256"; x: string; y: string; kid: string; alg: "ES256"; use: "sig" };
+  sign(claims: Record<string, unknown>): string;
+}
+
+export async function identityTokenSigner(store: Store, keyring: Keyring): Promise<IdentityTokenSigner> {
+  const { point, x, y, privateKey } = await p256ServiceKey(store, keyring, OIDC_ISSUER);
+  const keyId = `oidc_${crypto.createHash("sha256").update(point).digest("hex").slice(0, 16)}`;
+  return {
+    keyId,
+    jwk: { kty: "EC", crv: "P-256", x, y, kid: keyId, alg: "ES256", use: "sig" },
+    sign: (claims) => signEs256Jwt(privateKey, claims, { kid: keyId }),
+  };
 }

@@ -650,6 +650,30 @@ const storedSecrets: Migration = {
   },
 };
 
+/** OAuth 2.0 credentials (create_oauth2_credential): a provider's client id and secret, with which
+ * oauth2_authenticate exchanges authorization codes. The secret is kept sealed under the master key;
+ * beside it, the envelope the client sent (encrypted to the deployment's key), which the queries answer with. */
+const oauth2Credentials: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("oauth2_credentials")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("provider", "text", (c) => c.notNull())
+      .addColumn("client_id", "text", (c) => c.notNull())
+      .addColumn("encrypted_client_secret", "text", (c) => c.notNull())
+      .addColumn("sealed_client_secret", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex("oauth2_credentials_by_organization")
+      .on("oauth2_credentials")
+      .columns(["organization_id", "created_at"])
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -667,6 +691,7 @@ export const migrations: Record<string, Migration> = {
   "0014_invitations": invitations,
   "0016_session_profiles": sessionProfiles,
   "0017_stored_secrets": storedSecrets,
+  "0018_oauth2_credentials": oauth2Credentials,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -222,6 +222,20 @@ export interface EmailEventsTable {
 
 /** An invitation to join an organization (create_invitations); the token its link carries is stored
  * only as a hash (SHA-256 of its bytes: it is 32 random bytes, so no slower hash is needed). */
+export interface Oauth2CredentialsTable {
+  id: string;
+  organization_id: string;
+  /** OAUTH2_PROVIDER_X | OAUTH2_PROVIDER_DISCORD */
+  provider: string;
+  client_id: string;
+  /** The envelope as the client sent it, encrypted to the deployment's client-secret key (hex). */
+  encrypted_client_secret: string;
+  /** The client secret, sealed under the master key. */
+  sealed_client_secret: string;
+  created_at: number;
+  updated_at: number;
+}
+
 export interface InvitationsTable {
   id: string;
   organization_id: string;
@@ -540,6 +554,7 @@ export interface Database {
   outbound_messages: OutboundMessagesTable;
   email_events: EmailEventsTable;
   invitations: InvitationsTable;
+  oauth2_credentials: Oauth2CredentialsTable;
   webhook_endpoints: WebhookEndpointsTable;
   smart_contract_interfaces: SmartContractInterfacesTable;
   webhook_subscriptions: WebhookSubscriptionsTable;

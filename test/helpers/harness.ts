@@ -1,5 +1,6 @@
 // A real server on loopback with a real database, plus the clients a user's program would use.
 import crypto from "node:crypto";
+import net from "node:net";
 import { expect } from "vitest";
 import pino from "pino";
 import { Turnkey } from "@turnkey/sdk-server";
@@ -75,7 +76,8 @@ export async function startHarness(env: Record<string, string> = {}, options: { 
     { SIGIL_LOG_LEVEL: "info", ...env, ...(database.databaseUrl ? { SIGIL_DATABASE_URL: database.databaseUrl } : {}) },
     { host: "127.0.0.1", dataDir: database.dataDir },
   );
-  config.port = 0; // any free port
+  // Any free port, unless the test named one (a SIGIL_PUBLIC_URL that must reach this server).
+  if (!env.SIGIL_PORT) config.port = 0;
   const logLines: string[] = [];
   const logger = pino({ level: config.logLevel }, { write: (line: string) => void logLines.push(line) });
   const server = await startServer(config, logger, options);
@@ -148,6 +150,15 @@ export async function startHarness(env: Record<string, string> = {}, options: { 
     },
   };
   return harness;
+}
+
+/** A port nothing listens on now, for a server that must know its own URL before it starts. */
+export async function freePort(): Promise<number> {
+  const probe = net.createServer();
+  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+  const { port } = probe.address() as net.AddressInfo;
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+  return port;
 }
 
 /** A stamped submit request body and headers, for raw-HTTP tests. */

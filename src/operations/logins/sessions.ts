@@ -204,6 +204,14 @@ export function bundleReceiver(targetPublicKey: string): Uint8Array {
   }
 }
 
+/** `plaintext` sealed (HPKE) to `receiver` as a credential bundle: base58check of the compressed
+ * encapsulated key and the ciphertext, what @turnkey/crypto's decryptCredentialBundle opens. */
+export async function credentialBundleOf(receiver: Uint8Array, plaintext: Uint8Array): Promise<string> {
+  const sealed = await sealTo(receiver, plaintext);
+  const encapped = compressP256(Buffer.from(sealed.encappedPublic, "hex"));
+  return base58check.encode(Buffer.concat([Buffer.from(encapped, "hex"), Buffer.from(sealed.ciphertext, "hex")]));
+}
+
 /** A session key made here, its private half sealed to `targetPublicKey` as a credential bundle. */
 export async function issueCredentialBundle(
   ctx: ActivityContext,
@@ -215,10 +223,7 @@ export async function issueCredentialBundle(
   try {
     const publicKey = Buffer.from(p256.getPublicKey(secret, true)).toString("hex");
     const { apiKeyId } = await createSessionKey(ctx, { ...request, publicKey, type: "SESSION_TYPE_READ_WRITE" });
-    const sealed = await sealTo(receiver, secret);
-    const encapped = compressP256(Buffer.from(sealed.encappedPublic, "hex"));
-    const credentialBundle = base58check.encode(Buffer.concat([Buffer.from(encapped, "hex"), Buffer.from(sealed.ciphertext, "hex")]));
-    return { apiKeyId, credentialBundle };
+    return { apiKeyId, credentialBundle: await credentialBundleOf(receiver, secret) };
   } finally {
     secret.fill(0);
   }

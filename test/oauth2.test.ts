@@ -1,0 +1,547 @@
+// OAuth 2.0 providers (X, Discord) through the official clients, against an OAuth 2.0 server the test
+// runs on loopback (test/helpers/oauth2-provider.ts): credentials kept with their secret encrypted by
+// @turnkey/crypto's encryptOauth2ClientSecret to the deployment's published key; oauth2_authenticate
+// exchanging a PKCE code and issuing Sigil's own OIDC token, which creates a sub-organization and logs
+// in through oauth_login, verified through Sigil's discovery document like any issuer's; the bearer
+// token bundle; then every way the request can be wrong, each leaving only its failed activity.
+import crypto from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { decodeJwt, decodeProtectedHeader } from "jose";
+import { decryptCredentialBundle, encryptOauth2ClientSecret, generateP256KeyPair } from "@turnkey/crypto";
+import { parseSession } from "@turnkey/core/dist/utils.js";
+import {
+  freePort,
+  newKeyPair,
+  refusedLeavingOnlyItsActivity,
+  startHarness,
+  type Harness,
+  type TestOrganization,
+} from "./helpers/harness.js";
+import { fastPoller, organizationWith } from "./helpers/organizations.js";
+import { errorOf } from "./helpers/logins.js";
+import { pkcePair, startOauth2Provider, type Provider, type TestOauth2Provider } from "./helpers/oauth2-provider.js";
+import { receiver } from "./helpers/webhook-receiver.js";
+
+let provider: TestOauth2Provider;
+let h: Harness;
+let publicUrl: string;
+let tlsFetcherKey: string;
+let parent: TestOrganization;
+let parentSdk: ReturnType<Harness["sdk"]>;
+let hooks: Awaited<ReturnType<typeof receiver>>;
+
+const X_CLIENT = "x-client-id-123";
+const X_SECRET = "x-client-secret-ABCdef0123456789";
+const DISCORD_CLIENT = "1234567890123456789";
+const DISCORD_SECRET = "discord-secret-Zyx987654321";
+const REDIRECT = "https://app.example.com/oauth/callback";
+/** Every secret the suite hands out, searched for in logs, tables and webhooks at the end. */
+const secrets: string[] = [X_SECRET, DISCORD_SECRET];
+
+const nonceFor = (publicKey: string) => crypto.createHash("sha256").update(publicKey).digest("hex");
+
+beforeAll(async () => {
+  provider = await startOauth2Provider();
+  provider.register("x", X_CLIENT, X_SECRET);
+  provider.register("discord", DISCORD_CLIENT, DISCORD_SECRET);
+  const port = await freePort();
+  publicUrl = `http://127.0.0.1:${port}`;
+  h = await startHarness({
+    SIGIL_PORT: String(port),
+    SIGIL_PUBLIC_URL: `${publicUrl}/`,
+    SIGIL_WEBHOOK_ALLOW_LOOPBACK: "true",
+    SIGIL_WEBHOOK_POLL_MS: "50",
+    ...provider.settings,
+  });
+  tlsFetcherKey = ((await (await fetch(`${h.url}/.well-known/sigil.json`)).json()) as { tlsFetcherEncryptPublicKey: string })
+    .tlsFetcherEncryptPublicKey;
+  parent = await h.organization("Social app");
+  parentSdk = h.sdk(parent, parent.key, fastPoller);
+  hooks = await receiver();
+});
+afterAll(async () => {
+  await h.close();
+  await provider.close();
+  await hooks.close();
+});
+
+const createCredential = async (kind: Provider, sdk = parentSdk) =>
+  (
+    await sdk.createOauth2Credential({
+      provider: kind === "x" ? "OAUTH2_PROVIDER_X" : "OAUTH2_PROVIDER_DISCORD",
+      clientId: kind === "x" ? X_CLIENT : DISCORD_CLIENT,
+      encryptedClientSecret: await encryptOauth2ClientSecret(kind === "x" ? X_SECRET : DISCORD_SECRET, tlsFetcherKey),
+    })
+  ).oauth2CredentialId;
+
+let users = 0;
+/** The user's side at the provider: consent given for this PKCE challenge; the code the browser gets. */
+function consent(kind: Provider, codeChallenge: string, redirectUri = REDIRECT) {
+  users += 1;
+  const user = {
+    id: `${1_000_000 + users}`,
+    username: `user${users}`,
+    name: `User ${users}`,
+    ...(kind === "discord" ? { email: `user${users}@example.com` } : {}),
+  };
+  const code = provider.authorize(kind, { clientId: kind === "x" ? X_CLIENT : DISCORD_CLIENT, codeChallenge, redirectUri, user });
+  secrets.push(code);
+  return { user, code };
+}
+
+async function authenticate(kind: Provider, options: { bearer?: boolean } = {}) {
+  const credentialId = await createCredential(kind);
+  const session = generateP256KeyPair();
+  const pkce = pkcePair();
+  secrets.push(pkce.verifier);
+  const { user, code } = consent(kind, pkce.challenge);
+  const bearer = options.bearer ? generateP256KeyPair() : undefined;
+  const { oidcToken } = await parentSdk.oauth2Authenticate({
+    oauth2CredentialId: credentialId,
+    authCode: code,
+    redirectUri: REDIRECT,
+    codeVerifier: pkce.verifier,
+    nonce: nonceFor(session.publicKey),
+    ...(bearer ? { bearerTokenTargetPublicKey: bearer.publicKeyUncompressed } : {}),
+  });
+  secrets.push(oidcToken, provider.accessTokens.at(-1)!);
+  return { credentialId, session, user, oidcToken, bearer };
+}
+
+/** The sub-organization the parent's backend makes for a new social user, with the token as its identity. */
+async function subOrganizationFor(oidcToken: string, providerName: string) {
+  const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({
+    subOrganizationName: `${providerName} user ${Date.now()}-${Math.random()}`,
+    rootQuorumThreshold: 1,
+    rootUsers: [{ userName: "social user", apiKeys: [], authenticators: [], oauthProviders: [{ providerName, oidcToken }] }],
+  });
+  return { subOrganizationId, userId: rootUserIds![0]! };
+}
+
+describe("the deployment's keys and issuer", () => {
+  it("publishes tlsFetcherEncryptPublicKey (uncompressed P-256) and an OIDC discovery document at SIGIL_PUBLIC_URL", async () => {
+    expect(tlsFetcherKey).toMatch(/^04[0-9a-f]{128}$/);
+    const discovery = (await (await fetch(`${publicUrl}/.well-known/openid-configuration`)).json()) as Record<string, unknown>;
+    expect(discovery).toMatchObject({
+      issuer: publicUrl,
+      jwks_uri: `${publicUrl}/oauth2/jwks`,
+      id_token_signing_alg_values_supported: ["ES256"],
+    });
+    const jwks = (await (await fetch(String(discovery.jwks_uri))).json()) as { keys: Array<Record<string, string>> };
+    expect(jwks.keys).toEqual([expect.objectContaining({ kty: "EC", crv: "P-256", alg: "ES256", kid: expect.stringMatching(/^oidc_/) })]);
+  });
+});
+
+describe("credentials", () => {
+  it("create, get, list, update and delete: the secret is kept sealed, answered only as it was sent (encrypted)", async () => {
+    const encrypted = await encryptOauth2ClientSecret(X_SECRET, tlsFetcherKey);
+    const { oauth2CredentialId } = await parentSdk.createOauth2Credential({
+      provider: "OAUTH2_PROVIDER_X",
+      clientId: X_CLIENT,
+      encryptedClientSecret: encrypted,
+    });
+    const { oauth2Credential } = await parentSdk.getOauth2Credential({ oauth2CredentialId });
+    expect(oauth2Credential).toEqual({
+      oauth2CredentialId,
+      organizationId: parent.organizationId,
+      provider: "OAUTH2_PROVIDER_X",
+      clientId: X_CLIENT,
+      encryptedClientSecret: encrypted,
+      createdAt: expect.objectContaining({ seconds: expect.any(String) }),
+      updatedAt: expect.objectContaining({ seconds: expect.any(String) }),
+    });
+    const row = await h.server.store.db
+      .selectFrom("oauth2_credentials")
+      .selectAll()
+      .where("id", "=", oauth2CredentialId)
+      .executeTakeFirstOrThrow();
+    expect(row.sealed_client_secret).toMatch(/^v1\./);
+    expect(JSON.stringify(row)).not.toContain(X_SECRET);
+
+    const newSecret = "rotated-secret-0000";
+    secrets.push(newSecret);
+    const reencrypted = await encryptOauth2ClientSecret(newSecret, tlsFetcherKey);
+    await parentSdk.updateOauth2Credential({
+      oauth2CredentialId,
+      provider: "OAUTH2_PROVIDER_DISCORD",
+      clientId: "other-client",
+      encryptedClientSecret: reencrypted,
+    });
+    const listed = (await parentSdk.listOauth2Credentials({})).oauth2Credentials.find((c) => c.oauth2CredentialId === oauth2CredentialId);
+    expect(listed).toMatchObject({ provider: "OAUTH2_PROVIDER_DISCORD", clientId: "other-client", encryptedClientSecret: reencrypted });
+
+    await parentSdk.deleteOauth2Credential({ oauth2CredentialId });
+    expect(await errorOf(parentSdk.getOauth2Credential({ oauth2CredentialId }))).toContain(
+      `OAuth 2.0 credential ${oauth2CredentialId} not found`,
+    );
+    expect((await parentSdk.listOauth2Credentials({})).oauth2Credentials.map((c) => c.oauth2CredentialId)).not.toContain(
+      oauth2CredentialId,
+    );
+  });
+
+  it("refuses a client secret not encrypted to the published key, storing nothing (create and update)", async () => {
+    const otherKey = generateP256KeyPair().publicKeyUncompressed;
+    for (const encryptedClientSecret of [await encryptOauth2ClientSecret(X_SECRET, otherKey), "00ff", "not hex at all"]) {
+      const { failure } = await refusedLeavingOnlyItsActivity(
+        h,
+        () => parentSdk.createOauth2Credential({ provider: "OAUTH2_PROVIDER_X", clientId: X_CLIENT, encryptedClientSecret }),
+        { message: expect.stringContaining("encryptedClientSecret does not open with this deployment's key") },
+      );
+      expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CLIENT_SECRET_INVALID");
+    }
+    const id = await createCredential("x");
+    const { failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      async () =>
+        parentSdk.updateOauth2Credential({
+          oauth2CredentialId: id,
+          provider: "OAUTH2_PROVIDER_X",
+          clientId: X_CLIENT,
+          encryptedClientSecret: await encryptOauth2ClientSecret("another", otherKey),
+        }),
+      { code: 3 },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CLIENT_SECRET_INVALID");
+  });
+
+  it("refuses a blank client id, and an unknown credential id to update, delete or get", async () => {
+    await refusedLeavingOnlyItsActivity(
+      h,
+      async () =>
+        parentSdk.createOauth2Credential({
+          provider: "OAUTH2_PROVIDER_X",
+          clientId: "  ",
+          encryptedClientSecret: await encryptOauth2ClientSecret(X_SECRET, tlsFetcherKey),
+        }),
+      { code: 3, message: expect.stringContaining("clientId must be set") },
+    );
+    const unknown = crypto.randomUUID();
+    const encryptedClientSecret = await encryptOauth2ClientSecret(X_SECRET, tlsFetcherKey);
+    for (const attempt of [
+      () =>
+        parentSdk.updateOauth2Credential({
+          oauth2CredentialId: unknown,
+          provider: "OAUTH2_PROVIDER_X",
+          clientId: X_CLIENT,
+          encryptedClientSecret,
+        }),
+      () => parentSdk.deleteOauth2Credential({ oauth2CredentialId: unknown }),
+    ]) {
+      const { failure } = await refusedLeavingOnlyItsActivity(h, attempt, {
+        code: 5,
+        message: expect.stringContaining(`credential ${unknown} not found`),
+      });
+      expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CREDENTIAL_NOT_FOUND");
+    }
+    expect(await errorOf(parentSdk.getOauth2Credential({ oauth2CredentialId: unknown }))).toContain("not found");
+    // Another organization neither reads nor changes this one's credentials.
+    const mine = await createCredential("discord");
+    const stranger = await h.organization("Stranger");
+    const strangerSdk = h.sdk(stranger, stranger.key, fastPoller);
+    expect(await errorOf(strangerSdk.getOauth2Credential({ oauth2CredentialId: mine }))).toContain(
+      `OAuth 2.0 credential ${mine} not found in organization ${stranger.organizationId}`,
+    );
+    expect((await strangerSdk.listOauth2Credentials({})).oauth2Credentials).toEqual([]);
+    const { failure } = await refusedLeavingOnlyItsActivity(h, () => strangerSdk.deleteOauth2Credential({ oauth2CredentialId: mine }), {
+      code: 5,
+    });
+    expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CREDENTIAL_NOT_FOUND");
+    expect((await parentSdk.getOauth2Credential({ oauth2CredentialId: mine })).oauth2Credential.clientId).toBe(DISCORD_CLIENT);
+  });
+});
+
+describe("policies", () => {
+  it("govern credentials and oauth2_authenticate as resource AUTH, actions CREATE, UPDATE and DELETE", async () => {
+    const { root: owner, members } = await organizationWith(h, ["backend"]);
+    const backend = members.backend!;
+    const encryptedClientSecret = await encryptOauth2ClientSecret(X_SECRET, tlsFetcherKey);
+    const create = () =>
+      backend.client.createOauth2Credential({ provider: "OAUTH2_PROVIDER_X", clientId: X_CLIENT, encryptedClientSecret });
+    await refusedLeavingOnlyItsActivity(h, create, { code: 7, message: expect.stringContaining("OUTCOME_DENY_IMPLICIT") });
+    await owner.createPolicy({
+      policyName: "backend keeps and uses OAuth 2.0 credentials",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${backend.userId}')`,
+      condition: "activity.resource == 'AUTH' && activity.action == 'CREATE'",
+      notes: "",
+    });
+    const { oauth2CredentialId } = await create();
+    // CREATE covers oauth2_authenticate too (it reaches the provider, which refuses the made-up code)…
+    const refusal = await errorOf(
+      backend.client.oauth2Authenticate({ oauth2CredentialId, authCode: "made-up", redirectUri: REDIRECT, codeVerifier: "v", nonce: "n" }),
+    );
+    expect(refusal).toContain("X's token endpoint refused the authorization code");
+    // …but not UPDATE or DELETE.
+    await refusedLeavingOnlyItsActivity(
+      h,
+      () =>
+        backend.client.updateOauth2Credential({
+          oauth2CredentialId,
+          provider: "OAUTH2_PROVIDER_X",
+          clientId: "other",
+          encryptedClientSecret,
+        }),
+      { code: 7, message: expect.stringContaining("OUTCOME_DENY_IMPLICIT") },
+    );
+    await refusedLeavingOnlyItsActivity(h, () => backend.client.deleteOauth2Credential({ oauth2CredentialId }), {
+      code: 7,
+      message: expect.stringContaining("OUTCOME_DENY_IMPLICIT"),
+    });
+    await owner.createPolicy({
+      policyName: "backend deletes them",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${backend.userId}')`,
+      condition: "activity.resource == 'AUTH' && activity.action == 'DELETE' && activity.type == 'ACTIVITY_TYPE_DELETE_OAUTH2_CREDENTIAL'",
+      notes: "",
+    });
+    await backend.client.deleteOauth2Credential({ oauth2CredentialId });
+  });
+});
+
+describe("oauth2_authenticate", () => {
+  for (const kind of ["x", "discord"] as const) {
+    it(`${kind}: the code is exchanged, the user looked up, and Sigil's token creates a sub-organization and logs in through oauth_login`, async () => {
+      const { session, user, oidcToken } = await authenticate(kind);
+      const exchange = provider.requests.filter((r) => r.method === "POST").at(-1)!;
+      if (kind === "x") {
+        // X: the app's credentials by HTTP Basic, never in the form.
+        expect(exchange.headers.authorization).toBe(`Basic ${Buffer.from(`${X_CLIENT}:${X_SECRET}`).toString("base64")}`);
+        expect(new URLSearchParams(exchange.body).has("client_secret")).toBe(false);
+      } else {
+        expect(Object.fromEntries(new URLSearchParams(exchange.body))).toMatchObject({
+          client_id: DISCORD_CLIENT,
+          client_secret: DISCORD_SECRET,
+        });
+      }
+      expect(Object.fromEntries(new URLSearchParams(exchange.body))).toMatchObject({
+        grant_type: "authorization_code",
+        redirect_uri: REDIRECT,
+      });
+
+      const claims = decodeJwt(oidcToken);
+      expect(decodeProtectedHeader(oidcToken)).toMatchObject({ alg: "ES256", kid: expect.stringMatching(/^oidc_/) });
+      expect(claims).toMatchObject({
+        iss: publicUrl,
+        sub: `${kind}:${user.id}`,
+        aud: kind === "x" ? X_CLIENT : DISCORD_CLIENT,
+        nonce: nonceFor(session.publicKey),
+        preferred_username: user.username,
+      });
+      expect(claims.exp! - claims.iat!).toBe(600);
+      expect(claims.encrypted_bearer_token).toBeUndefined();
+      if (kind === "discord") expect(claims).toMatchObject({ email: user.email, email_verified: true });
+
+      const { subOrganizationId, userId } = await subOrganizationFor(oidcToken, kind === "x" ? "X" : "Discord");
+      const { user: created } = await parentSdk.getUser({ organizationId: subOrganizationId, userId });
+      expect(created.oauthProviders).toEqual([
+        expect.objectContaining({ issuer: publicUrl, subject: `${kind}:${user.id}`, audience: kind === "x" ? X_CLIENT : DISCORD_CLIENT }),
+      ]);
+      const { organizationIds } = await parentSdk.getSubOrgIds({ filterType: "OIDC_TOKEN", filterValue: oidcToken });
+      expect(organizationIds).toEqual([subOrganizationId]);
+
+      const { session: jwt } = await parentSdk.oauthLogin({ organizationId: subOrganizationId, oidcToken, publicKey: session.publicKey });
+      const parsed = parseSession(jwt);
+      expect(parsed).toMatchObject({ userId, organizationId: subOrganizationId, publicKey: session.publicKey });
+      // The session key now acts for the user.
+      const asUser = h.sdk(
+        { organizationId: subOrganizationId },
+        { publicKey: session.publicKey, privateKey: session.privateKey },
+        fastPoller,
+      );
+      expect((await asUser.getWhoami({})).userId).toBe(userId);
+    });
+  }
+
+  it("encrypts the provider's bearer token to bearerTokenTargetPublicKey (the encrypted_bearer_token claim), opened by @turnkey/crypto", async () => {
+    const { oidcToken, bearer } = await authenticate("x", { bearer: true });
+    const bundle = decodeJwt(oidcToken).encrypted_bearer_token as string;
+    const opened = Buffer.from(decryptCredentialBundle(bundle, bearer!.privateKey), "hex").toString("utf8");
+    expect(opened).toBe(provider.accessTokens.at(-1));
+  });
+
+  it("oauth_login refuses Sigil's token for a key other than the one its nonce names", async () => {
+    const { oidcToken } = await authenticate("discord");
+    const { subOrganizationId } = await subOrganizationFor(oidcToken, "Discord");
+    const other = newKeyPair();
+    const { failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () => parentSdk.oauthLogin({ organizationId: subOrganizationId, oidcToken, publicKey: other.publicKey }),
+      { message: expect.stringContaining("nonce") },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("OIDC_NONCE_MISMATCH");
+  });
+
+  /** An oauth2_authenticate that must be refused with `code`, leaving only its failed activity. */
+  async function refused(parameters: Parameters<typeof parentSdk.oauth2Authenticate>[0], code: string, message: string, sdk = parentSdk) {
+    const { failure } = await refusedLeavingOnlyItsActivity(h, () => sdk.oauth2Authenticate(parameters), {
+      message: expect.stringContaining(message),
+    });
+    expect(failure.details[0].turnkeyErrorCode).toBe(code);
+  }
+
+  it("refuses an unknown credential, and another organization's", async () => {
+    const pkce = pkcePair();
+    const { code } = consent("x", pkce.challenge);
+    const request = { authCode: code, redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce: nonceFor(newKeyPair().publicKey) };
+    const unknown = crypto.randomUUID();
+    await refused({ ...request, oauth2CredentialId: unknown }, "OAUTH2_CREDENTIAL_NOT_FOUND", `credential ${unknown} not found`);
+    const mine = await createCredential("x");
+    const other = await h.organization("Another app");
+    await refused(
+      { ...request, oauth2CredentialId: mine },
+      "OAUTH2_CREDENTIAL_NOT_FOUND",
+      `credential ${mine} not found in organization ${other.organizationId}`,
+      h.sdk(other, other.key, fastPoller),
+    );
+    // Neither reached the provider: the code is still good.
+    const { oidcToken } = await parentSdk.oauth2Authenticate({ ...request, oauth2CredentialId: mine });
+    secrets.push(oidcToken);
+  });
+
+  it("refuses what the provider refuses: a wrong code, a wrong PKCE verifier, another redirect URI, a code used twice", async () => {
+    const credentialId = await createCredential("discord");
+    const nonce = nonceFor(newKeyPair().publicKey);
+    const pkce = pkcePair();
+    await refused(
+      { oauth2CredentialId: credentialId, authCode: "made-up-code", redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce },
+      "OAUTH2_PROVIDER_REFUSED",
+      "Discord's token endpoint refused the authorization code: invalid_grant: Invalid authorization code",
+    );
+    const wrongVerifier = consent("discord", pkce.challenge);
+    await refused(
+      { oauth2CredentialId: credentialId, authCode: wrongVerifier.code, redirectUri: REDIRECT, codeVerifier: pkcePair().verifier, nonce },
+      "OAUTH2_PROVIDER_REFUSED",
+      "code_verifier does not match",
+    );
+    const wrongRedirect = consent("discord", pkce.challenge);
+    await refused(
+      {
+        oauth2CredentialId: credentialId,
+        authCode: wrongRedirect.code,
+        redirectUri: "https://evil.example.com/cb",
+        codeVerifier: pkce.verifier,
+        nonce,
+      },
+      "OAUTH2_PROVIDER_REFUSED",
+      "redirect_uri does not match",
+    );
+    const once = consent("discord", pkce.challenge);
+    const request = { oauth2CredentialId: credentialId, authCode: once.code, redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce };
+    secrets.push((await parentSdk.oauth2Authenticate(request)).oidcToken, provider.accessTokens.at(-1)!);
+    await refused({ ...request }, "OAUTH2_PROVIDER_REFUSED", "Invalid authorization code");
+  });
+
+  it("refuses when the stored client secret is no longer the provider's (invalid_client)", async () => {
+    const credentialId = await createCredential("x");
+    const stale = "an-old-secret";
+    secrets.push(stale);
+    await parentSdk.updateOauth2Credential({
+      oauth2CredentialId: credentialId,
+      provider: "OAUTH2_PROVIDER_X",
+      clientId: X_CLIENT,
+      encryptedClientSecret: await encryptOauth2ClientSecret(stale, tlsFetcherKey),
+    });
+    const pkce = pkcePair();
+    const { code } = consent("x", pkce.challenge);
+    await refused(
+      { oauth2CredentialId: credentialId, authCode: code, redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce: "n" },
+      "OAUTH2_PROVIDER_REFUSED",
+      "invalid_client",
+    );
+  });
+
+  it("refuses when the provider is down, and missing parameters or a bad bearer target before calling it", async () => {
+    const credentialId = await createCredential("x");
+    const pkce = pkcePair();
+    const { code } = consent("x", pkce.challenge);
+    const request = { oauth2CredentialId: credentialId, authCode: code, redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce: "n" };
+    const before = provider.requests.length;
+    await refused({ ...request, authCode: "" }, "REQUEST_INVALID", "authCode must be set");
+    await refused({ ...request, codeVerifier: " " }, "REQUEST_INVALID", "codeVerifier must be set");
+    await refused({ ...request, nonce: "" }, "REQUEST_INVALID", "nonce must be set");
+    await refused(
+      { ...request, bearerTokenTargetPublicKey: "04abcd" },
+      "INVALID_TARGET_PUBLIC_KEY",
+      "bearerTokenTargetPublicKey must be a P-256 public key",
+    );
+    expect(provider.requests.length).toBe(before);
+    provider.setDown(true);
+    try {
+      await refused(request, "OAUTH2_PROVIDER_UNAVAILABLE", "X's token endpoint (http://127.0.0.1:");
+    } finally {
+      provider.setDown(false);
+    }
+  });
+
+  it("is refused without SIGIL_PUBLIC_URL (no issuer to issue tokens as), before the provider is called", async () => {
+    const plain = await startHarness(provider.settings);
+    try {
+      const org = await plain.organization();
+      const sdk = plain.sdk(org, org.key, fastPoller);
+      const key = ((await (await fetch(`${plain.url}/.well-known/sigil.json`)).json()) as { tlsFetcherEncryptPublicKey: string })
+        .tlsFetcherEncryptPublicKey;
+      const { oauth2CredentialId } = await sdk.createOauth2Credential({
+        provider: "OAUTH2_PROVIDER_X",
+        clientId: X_CLIENT,
+        encryptedClientSecret: await encryptOauth2ClientSecret(X_SECRET, key),
+      });
+      expect((await fetch(`${plain.url}/.well-known/openid-configuration`)).status).toBe(404);
+      const pkce = pkcePair();
+      const { code } = consent("x", pkce.challenge);
+      const before = provider.requests.length;
+      const { failure } = await refusedLeavingOnlyItsActivity(
+        plain,
+        () =>
+          sdk.oauth2Authenticate({ oauth2CredentialId, authCode: code, redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce: "n" }),
+        { message: expect.stringContaining("SIGIL_PUBLIC_URL") },
+      );
+      expect(failure.details[0].turnkeyErrorCode).toBe("PUBLIC_URL_NOT_CONFIGURED");
+      expect(provider.requests.length).toBe(before);
+    } finally {
+      await plain.close();
+    }
+  });
+});
+
+describe("secrets", () => {
+  it("no client secret, code, verifier, bearer token or issued token is in a log line, a table or a webhook", async () => {
+    // From here on every activity of the parent is delivered to a webhook: one that succeeds with a
+    // bearer token, one the provider refuses, and a credential made.
+    await parentSdk.createWebhookEndpoint({ name: "audit", url: hooks.url, subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
+    await authenticate("x", { bearer: true });
+    const credentialId = await createCredential("discord");
+    const pkce = pkcePair();
+    secrets.push(pkce.verifier);
+    await errorOf(
+      parentSdk.oauth2Authenticate({
+        oauth2CredentialId: credentialId,
+        authCode: "wrong",
+        redirectUri: REDIRECT,
+        codeVerifier: pkce.verifier,
+        nonce: "n",
+      }),
+    );
+    const deadline = Date.now() + 10_000;
+    while (hooks.received.length < 4 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    const delivered = hooks.activities().map((a) => a.type);
+    expect(delivered).toEqual(expect.arrayContaining(["ACTIVITY_TYPE_OAUTH2_AUTHENTICATE", "ACTIVITY_TYPE_CREATE_OAUTH2_CREDENTIAL"]));
+    const places = {
+      logs: h.logLines.join("\n"),
+      tables: await h.snapshot(),
+      webhooks: hooks.received.map((r) => r.body.toString("utf8")).join("\n"),
+    };
+    expect(secrets.length).toBeGreaterThan(10);
+    for (const [place, text] of Object.entries(places))
+      for (const secret of secrets) expect(text.includes(secret), `${place} holds a secret`).toBe(false);
+    // The recorded oauth2_authenticate shows what was asked, with the code, verifier and token redacted.
+    const recorded = (await parentSdk.getActivities({ filterByType: ["ACTIVITY_TYPE_OAUTH2_AUTHENTICATE"] } as never)).activities.find(
+      (a) => a.status === "ACTIVITY_STATUS_COMPLETED",
+    )!;
+    expect(recorded.intent.oauth2AuthenticateIntent).toMatchObject({
+      authCode: "<redacted>",
+      codeVerifier: "<redacted>",
+      redirectUri: REDIRECT,
+    });
+    expect(recorded.result.oauth2AuthenticateResult).toEqual({ oidcToken: "<redacted>" });
+  });
+});
