@@ -91,6 +91,7 @@ describe("defaults", () => {
       keepAliveTimeoutMs: 72_000,
       maxConnections: 1024,
       maxConnectionsPerAddress: 128,
+      trustedProxies: [],
     },
     queryCredentialMaxAgeMs: null,
     webauthn: { rpIds: [], origins: [] },

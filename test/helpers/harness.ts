@@ -69,11 +69,15 @@ function uncompressedXY(compressedHex: string) {
   return { x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") };
 }
 
-export async function startHarness(env: Record<string, string> = {}, options: { clock?: () => number } = {}): Promise<Harness> {
+/** `host`: what the server listens on (default 127.0.0.1); "localhost" listens on 127.0.0.1 and ::1 both. */
+export async function startHarness(
+  env: Record<string, string> = {},
+  options: { clock?: () => number; host?: string } = {},
+): Promise<Harness> {
   const database = await createTestDatabase();
   const config = loadConfig(
     { SIGIL_LOG_LEVEL: "info", ...env, ...(database.databaseUrl ? { SIGIL_DATABASE_URL: database.databaseUrl } : {}) },
-    { host: "127.0.0.1", dataDir: database.dataDir },
+    { host: options.host ?? "127.0.0.1", dataDir: database.dataDir },
   );
   config.port = 0; // any free port
   const logLines: string[] = [];
