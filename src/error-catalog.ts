@@ -397,7 +397,7 @@ export const ERROR_CATALOG = {
     status: "PermissionDenied",
     meaning:
       "the request comes from an address outside the IP allowlist in force for its API key (docs/ip-allowlists.md), or from one " +
-      "that could not be read while the list's onEvaluationError is DENY; it was refused before anything was read or changed",
+      "that could not be read while the list's onEvaluationError is DENY; it was refused before it was authorized, recorded or run",
   },
   ORGANIZATION_MISMATCH: {
     status: "PermissionDenied",

@@ -85,7 +85,7 @@ export async function enforceIpAllowlist(db: Db, organizationId: string, apiKeyI
     .execute();
   const organizationList = rows.find((r) => r.api_key_id === ORGANIZATION_LIST);
   // A key's list is enforced only while the organization's list is enabled (the product's rule).
-  if (!organizationList || organizationList.enabled !== 1) return;
+  if (organizationList?.enabled !== 1) return;
   const keyList = apiKeyId ? rows.find((r) => r.api_key_id === apiKeyId) : undefined;
   const keyRules = keyList ? (JSON.parse(keyList.rules) as StoredRule[]) : [];
   // A key's list with no rules falls back to the organization's.
