@@ -509,3 +509,34 @@ describe("the way back for a locked-out organization", () => {
     await from("127.0.0.2", () => root.getWhoami({}));
   });
 });
+
+describe("a retry answered from the audit log", () => {
+  it("is held to the organization's list when the key that made it is gone", async () => {
+    const org = await h.organization();
+    const root = client(org, org.key);
+    const rotating = newKeyPair();
+    const { apiKeyIds } = await root.createApiKeys({
+      userId: org.userId,
+      apiKeys: [{ apiKeyName: "rotating", publicKey: rotating.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
+    const body = JSON.stringify({
+      type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+      timestampMs: String(Date.now()),
+      organizationId: org.organizationId,
+      parameters: { userTagName: "made before the key went", userIds: [] },
+    });
+    const { headers } = signedRequest(body, rotating);
+    const first = await from("127.0.0.1", () => h.post("/public/v1/submit/create_user_tag", body, headers));
+    expect(first.json.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    await root.deleteApiKeys({ userId: org.userId, apiKeyIds });
+    await lockTo(org, ["127.0.0.1/32"]);
+
+    const before = await h.snapshot();
+    const refused = await from("127.0.0.2", () => h.post("/public/v1/submit/create_user_tag", body, headers));
+    expect(refused.status).toBe(403);
+    expect(refused.json.details[0].turnkeyErrorCode).toBe("IP_NOT_ALLOWED");
+    const answered = await from("127.0.0.1", () => h.post("/public/v1/submit/create_user_tag", body, headers));
+    expect(answered.json.activity.id).toBe(first.json.activity.id);
+    expect(await h.snapshot()).toEqual(before);
+  });
+});

@@ -555,7 +555,14 @@ export class Pipeline {
     if (operation.kind === "vote") return this.vote(operation, request, received, client);
     const fingerprint = fingerprintOf(raw);
     const caller = await this.authenticateRequester(request, received, fingerprint);
-    if (caller.kind === "answered") return respond(caller.activity);
+    if (caller.kind === "answered") {
+      // The key is gone (and its own list with it), but the organization's list still stands between
+      // the audit log and an address it refuses.
+      const first = (JSON.parse(caller.activity.votes) as StoredVote[])[0];
+      if (first?.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR")
+        await enforceIpAllowlist(this.options.store.reader, caller.activity.organization_id, ORGANIZATION_LIST, client);
+      return respond(caller.activity);
+    }
     const { principal } = caller;
     await this.checkIpAllowlist(principal, client);
     mayWrite(principal, envelope.organizationId, operation);

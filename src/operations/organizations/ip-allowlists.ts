@@ -63,7 +63,7 @@ export function normalizeRules(rules: Array<{ cidr: string; label?: string }>, p
     counts[normalized.family] += 1;
     if (counts[normalized.family] > MAX_RULES_PER_FAMILY) {
       throw serviceError(
-        "TOO_MANY_ITEMS",
+        "REQUEST_INVALID",
         `rules hold more than ${MAX_RULES_PER_FAMILY} distinct ${normalized.family === "ipv4" ? "IPv4" : "IPv6"} blocks ` +
           `(rules[${i}] is one too many): an allowlist holds at most ${MAX_RULES_PER_FAMILY} of each family`,
       );
