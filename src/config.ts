@@ -7,6 +7,7 @@ import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
 import addressparser from "nodemailer/lib/addressparser";
+import ipaddr from "ipaddr.js";
 import { parseMasterKey, type MasterKeyConfig } from "./crypto/master-key.js";
 import { defaultSignatureThreads } from "./crypto/signature-threads.js";
 import { checkDatabaseUrl } from "./store/database-url.js";
@@ -116,6 +117,8 @@ export interface HttpLimits {
   maxConnections: number;
   /** Connections open at once from one remote address; further ones from it are closed as they arrive. */
   maxConnectionsPerAddress: number;
+  /** CIDR blocks of the reverse proxies whose X-Forwarded-For is believed; empty: none is. */
+  trustedProxies: string[];
 }
 
 export interface MessagingConfig {
@@ -249,6 +252,24 @@ const logLevel: Kind<string> = {
   parse(raw, reading) {
     const level = raw.toLowerCase();
     return LOG_LEVELS.includes(level) ? level : reading.refuse();
+  },
+};
+
+/** A CIDR block (a bare address is read as the block of that one address). */
+const cidrBlock: Kind<string> = {
+  accepts: "an IPv4 or IPv6 address, or a CIDR block such as `10.0.0.0/8` or `fd00::/8`",
+  parse(raw, reading) {
+    if (ipaddr.isValid(raw) && !raw.includes("%") && (ipaddr.IPv6.isValid(raw) || ipaddr.IPv4.isValidFourPartDecimal(raw))) return raw;
+    const [address = "", prefix] = raw.split("/");
+    if (prefix !== undefined && /^\d{1,3}$/.test(prefix) && (ipaddr.IPv4.isValidFourPartDecimal(address) || ipaddr.IPv6.isValid(address))) {
+      try {
+        ipaddr.parseCIDR(raw);
+        return raw;
+      } catch {
+        // refused below
+      }
+    }
+    return reading.refuse();
   },
 };
 
@@ -724,6 +745,17 @@ export const settings = {
       "unanswered; `0`: no limit. Behind a reverse proxy every connection comes from the proxy: set `0` (or above the proxy's " +
       "upstream connections) and let the proxy limit clients",
   }),
+  trustedProxies: setting({
+    variable: "SIGIL_TRUSTED_PROXIES",
+    group: REQUESTS,
+    kind: list(cidrBlock),
+    default: [],
+    defaultText: "*(none)*",
+    meaning:
+      "comma-separated CIDR blocks of the reverse proxies in front of Sigil. A request whose TCP peer is in one has its client address " +
+      "read from `X-Forwarded-For`: the right-most address that is not itself a trusted proxy. Unset, the header is never read and the " +
+      "client is the TCP peer. The client address is what IP allowlists are checked against (docs/ip-allowlists.md) and what logs show",
+  }),
   queryCredentialMaxAgeSeconds: setting({
     variable: "SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS",
     group: REQUESTS,
@@ -1129,6 +1161,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       keepAliveTimeoutMs: s.keepAliveTimeoutMs,
       maxConnections: s.maxConnections,
       maxConnectionsPerAddress: s.maxConnectionsPerAddress,
+      trustedProxies: s.trustedProxies,
     },
     queryCredentialMaxAgeMs: s.queryCredentialMaxAgeSeconds * 1000 || null,
     webauthn: { rpIds: s.webauthnRpIds, origins: s.webauthnOrigins },

@@ -255,6 +255,10 @@ export const ERROR_CATALOG = {
   HEADERS_TOO_LARGE: { status: "InvalidArgument", http: 431, meaning: "the request headers exceed 16 KiB; the connection is closed" },
 
   // ── 400, gRPC 9 FailedPrecondition: the request is well-formed but the state it meets does not allow it ──
+  IP_ALLOWLIST_PARENT_ONLY: {
+    status: "FailedPrecondition",
+    meaning: "IP allowlists belong to top-level organizations: a sub-organization has none, and its requests are not held to any",
+  },
   RESULT_NOT_REPEATABLE: {
     status: "FailedPrecondition",
     meaning: "a retry of a completed activity whose result was a credential, shown only once: send a new request (a new timestampMs)",
@@ -409,6 +413,12 @@ export const ERROR_CATALOG = {
     status: "PermissionDenied",
     meaning: "the user is neither in the root quorum nor named by the consensus of a policy in force for the activity",
   },
+  IP_NOT_ALLOWED: {
+    status: "PermissionDenied",
+    meaning:
+      "the request comes from an address outside the IP allowlist in force for its API key (docs/ip-allowlists.md), or from one " +
+      "that could not be read while the list's onEvaluationError is DENY; it was refused before it was authorized, recorded or run",
+  },
   ORGANIZATION_MISMATCH: {
     status: "PermissionDenied",
     meaning: "the credential (or read-only session) does not belong to the organization named in organizationId",
@@ -507,6 +517,10 @@ export const ERROR_CATALOG = {
     meaning: "signWith is neither a wallet account address, a private key id nor a private key address of the organization",
   },
   ACTIVITY_NOT_FOUND: { status: "NotFound", meaning: "no activity with that id (or, for a vote, that fingerprint) in the organization" },
+  IP_ALLOWLIST_NOT_FOUND: {
+    status: "NotFound",
+    meaning: "remove_ip_allowlist: the organization (or the API key named by publicKey) has no IP allowlist",
+  },
   FEATURE_NOT_FOUND: { status: "NotFound", meaning: "the feature removed is not set in the organization" },
   INVITATION_NOT_FOUND: {
     status: "NotFound",

@@ -20,7 +20,7 @@ import { migrations } from "../src/store/migrations.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");
-const COMMANDS = ["serve", "keygen", "bootstrap", "rotate-master-key", "info", "outbox", "webhooks"];
+const COMMANDS = ["serve", "keygen", "bootstrap", "rotate-master-key", "info", "outbox", "remove-ip-allowlist", "webhooks"];
 const READ_ONLY = ["info", "outbox", "webhooks"];
 const PASSWORD = "pw-never-shown";
 
@@ -387,6 +387,22 @@ describe("a command line that is not right is refused: exit 2, the reason and th
 });
 
 describe("commands that find no Sigil database create none", () => {
+  it("remove-ip-allowlist fails naming the file or URL, and creates no directory, file or table", async () => {
+    const empty = await noSigilDatabase();
+    try {
+      const outcome = await sigil(["remove-ip-allowlist", "--organization", "any", "--data-dir", empty.dataDir], { env: empty.env });
+      expect(outcome.code).toBe(1);
+      expect(outcome.stdout).toBe("");
+      expect(outcome.stderr).toContain(`no Sigil database at ${empty.location} (`);
+      expect(outcome.stderr).toContain("nothing was created");
+      expect(outcome.stderr).not.toContain(PASSWORD);
+      expect(fs.existsSync(empty.dataDir)).toBe(false);
+      expect(await empty.tables()).toEqual([]);
+    } finally {
+      await empty.drop();
+    }
+  });
+
   it("info, outbox and webhooks fail naming the file or URL (never its password), and create no directory, file or table", async () => {
     const empty = await noSigilDatabase();
     try {

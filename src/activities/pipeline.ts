@@ -1,17 +1,17 @@
 // The road every request walks (DESIGN.md, "One request, one path"), one named step each:
 //   submit: read (stamp, JSON, envelope schema) ─► liveness (timestamp window) and fingerprint ─►
 //           authenticate (who; a retry by a key since removed is answered from the audit log) ─►
-//           precheck (network checks, before any lock) ─► in one transaction holding the
+//           IP allowlist (may this key send from where the request came?) ─► precheck (network checks, before any lock) ─► in one transaction holding the
 //           organization's lock: authorize (root quorum, policies, consensus) ─► execute (the
 //           operation and the quorum safety check, or the wait for approvals, or the refusal) ─►
 //           record (the activity row built from those outcomes; its fingerprint is unique, so a
 //           retry is rolled back and answered with the first) and its policy evaluation ─► publish
 //           (webhook event and log line in the transaction; after commit, the dispatcher and the
 //           courier are told and the response is sent)
-//   vote:   read ─► liveness ─► authenticate, then in one transaction: find the pending activity ─►
+//   vote:   read ─► liveness ─► authenticate ─► IP allowlist, then in one transaction: find the pending activity ─►
 //           ballot (a new vote, an approval repeated, or a retry) ─► may they vote? ─► the same
 //           authorize ─► execute ─► record ─► publish
-//   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► read
+//   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► IP allowlist ─► read
 //           ─► response envelope
 // A step that refuses a request leaving no record throws a ServiceError (http/ answers it); every
 // outcome that is recorded is a value a step returns, and each step builds its own data from the
@@ -32,6 +32,7 @@ import {
   stampVerifiesWith,
   type Principal,
 } from "../auth/authenticate.js";
+import { enforceIpAllowlist, heldToIpAllowlists, ORGANIZATION_LIST } from "../auth/ip-allowlists.js";
 import { sha256 } from "../crypto/keys.js";
 import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../registry/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
@@ -579,16 +580,24 @@ export class Pipeline {
     this.clock = options.clock ?? Date.now;
   }
 
-  async submit(operation: SubmitOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
+  async submit(operation: SubmitOperation, raw: Buffer, headers: Headers, client?: string): Promise<PipelineResponse> {
     const request = readRequest(operation, raw, headers);
     const { envelope } = request;
     const received = this.clock();
     checkLiveness(envelope.timestampMs, received, this.options.timestampWindowMs);
-    if (operation.kind === "vote") return this.vote(operation, request, received);
+    if (operation.kind === "vote") return this.vote(operation, request, received, client);
     const fingerprint = fingerprintOf(raw);
     const caller = await this.authenticateRequester(request, received, fingerprint);
-    if (caller.kind === "answered") return respond(caller.activity);
+    if (caller.kind === "answered") {
+      // The key is gone (and its own list with it), but the organization's list still stands between
+      // the audit log and an address it refuses.
+      const first = (JSON.parse(caller.activity.votes) as StoredVote[])[0];
+      if (first?.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR")
+        await enforceIpAllowlist(this.options.store.reader, caller.activity.organization_id, ORGANIZATION_LIST, client);
+      return respond(caller.activity);
+    }
     const { principal } = caller;
+    await this.checkIpAllowlist(principal, client);
     mayWrite(principal, envelope.organizationId, operation);
     const precheck = await this.precheck(operation, envelope);
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
@@ -651,6 +660,16 @@ export class Pipeline {
         return { kind: "answered", activity: earlier };
       throw error;
     }
+  }
+
+  /**
+   * Step IP allowlist: a request an API key stamped is refused (IP_NOT_ALLOWED) unless the allowlists
+   * of the key's organization let its client address in (auth/ip-allowlists.ts). It runs as soon as the
+   * key is known, before anything is locked, recorded or changed: a refused request leaves no activity.
+   */
+  private async checkIpAllowlist(principal: Principal, client: string | undefined): Promise<void> {
+    if (!heldToIpAllowlists(principal)) return;
+    await enforceIpAllowlist(this.options.store.reader, principal.organizationId, principal.credentialId, client);
   }
 
   /** Step precheck: the operation's network checks, run before the organization's lock is taken. */
@@ -755,9 +774,10 @@ export class Pipeline {
    * fingerprint and decides it again. The answer is that activity as it now stands, so a client
    * reads the result of an activity its approval completed from the approval's response.
    */
-  private async vote(operation: VoteOperation, request: SubmitRequest, received: number): Promise<PipelineResponse> {
+  private async vote(operation: VoteOperation, request: SubmitRequest, received: number, client?: string): Promise<PipelineResponse> {
     const { envelope } = request;
     const principal = await this.authenticate(request, received);
+    await this.checkIpAllowlist(principal, client);
     mayWrite(principal, envelope.organizationId);
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
     const precheck =
@@ -851,7 +871,7 @@ export class Pipeline {
    * an ACTIVITY_TYPE_ACCEPT_INVITATION_V2 activity of the new user (the audit log and webhooks see it;
    * its intent and vote never hold the token). A refusal changes nothing and records nothing.
    */
-  async acceptInvitation(raw: Buffer, headers: Headers): Promise<PipelineResponse> {
+  async acceptInvitation(raw: Buffer, headers: Headers, client?: string): Promise<PipelineResponse> {
     const stamp = readStamp(headers);
     const acceptance = readAcceptance(parseBody(raw));
     const { publicKey } = acceptance.apiKey;
@@ -865,6 +885,8 @@ export class Pipeline {
     const tokenHash = invitationTokenHash(acceptance.token);
     const { store, env } = this.options;
     const organizationId = await organizationOfInvitation(store.reader, tokenHash);
+    // The key is not the organization's yet, so only the organization's own list can apply to it.
+    await enforceIpAllowlist(store.reader, organizationId, ORGANIZATION_LIST, client);
     return this.inOrganization(organizationId, "exclusive", async (trx, now) => {
       const activityId = newId();
       const pending: Principal = {
@@ -963,7 +985,7 @@ export class Pipeline {
     };
   }
 
-  async query(operation: QueryOperation, raw: Buffer, headers: Headers): Promise<PipelineResponse> {
+  async query(operation: QueryOperation, raw: Buffer, headers: Headers, client?: string): Promise<PipelineResponse> {
     const { store, env } = this.options;
     const session = readOnlySessionHeader(headers);
     const stamp = session === undefined ? readStamp(headers) : undefined;
@@ -978,6 +1000,7 @@ export class Pipeline {
           apiKeyMaxAgeMs: maxAgeMs,
         })
       : await authenticateReadOnlySession(store.reader, session!, env.sessions.signer.verify, organizationId, now, maxAgeMs);
+    await this.checkIpAllowlist(principal, client);
     if (principal.sessionKind === RECOVERY) throw recoveryOnly(principal);
     // Authentication already decided who may read: every user of the organization and of its parent
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).

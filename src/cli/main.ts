@@ -129,6 +129,21 @@ const commands: Record<string, CommandSpec> = {
     },
     run: outbox,
   },
+  "remove-ip-allowlist": {
+    summary: "removes an organization's (or one API key's) IP allowlist: the way back for a locked-out organization",
+    description:
+      "Removes the IP allowlist of the organization, or with --api-key that of one of its API keys, directly in the database, and " +
+      'prints {"organizationId","apiKeyId","removed":true}. For an operator whose organization locked its own API keys out ' +
+      "(docs/ip-allowlists.md); servers sharing the database apply the change to their next request. It records no activity: the " +
+      "operator's log line on stderr and this command's output are the record. Refuses, changing nothing, where there is no such " +
+      "organization or list, and where there is no database.",
+    options: {
+      organization: { value: "ID", summary: "the organization whose allowlist goes", required: true },
+      "api-key": { value: "ID", summary: "the API key (its id) whose own allowlist goes, instead of the organization's" },
+      "data-dir": dataDirOption,
+    },
+    run: removeIpAllowlistCommand,
+  },
   webhooks: {
     summary: "prints the webhook delivery log, newest first",
     description:
@@ -477,6 +492,33 @@ async function info(values: Values) {
       tlsFetcherEncryptPublicKey: of(TLS_FETCHER_ENCRYPT),
     };
     process.stdout.write(JSON.stringify(line) + "\n");
+  } finally {
+    await store.close();
+  }
+}
+
+/** Removes an IP allowlist outside the API: the way back for an organization whose lists refuse every
+ * address its keys can reach the server from. */
+async function removeIpAllowlistCommand(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { removeIpAllowlist } = await import("../operations/organizations/ip-allowlists.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const organizationId = text(values, "organization")!;
+  const apiKeyId = text(values, "api-key") ?? "";
+  const store = await openDatabase(config, "existing", readOnlyAdvice);
+  try {
+    await store.transact("exclusive", async (trx) => {
+      const organization = await trx.selectFrom("organizations").select("id").where("id", "=", organizationId).executeTakeFirst();
+      if (!organization) throw new Error(`no organization ${organizationId} in ${store.location}: nothing was changed`);
+      if (!(await removeIpAllowlist(trx, organizationId, apiKeyId)))
+        throw new Error(
+          `${apiKeyId ? `API key ${apiKeyId} of organization ${organizationId}` : `organization ${organizationId}`} has no IP allowlist: nothing was changed`,
+        );
+    });
+    process.stderr.write(
+      `removed the IP allowlist of ${apiKeyId ? `API key ${apiKeyId} of ` : ""}organization ${organizationId} (${store.location})\n`,
+    );
+    process.stdout.write(JSON.stringify({ organizationId, apiKeyId: apiKeyId || null, removed: true }) + "\n");
   } finally {
     await store.close();
   }

@@ -158,6 +158,10 @@ export function buildApp(
     clientErrorHandler: clientErrorHandler(config.http),
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true }),
+    // request.ip is the client: the TCP peer, or, when the peer is a trusted proxy (SIGIL_TRUSTED_PROXIES),
+    // the right-most X-Forwarded-For address that is not one. Never trusted by default: anyone can write
+    // the header, and IP allowlists are checked against this address.
+    trustProxy: config.http.trustedProxies.length > 0 ? config.http.trustedProxies : false,
   });
   limitConnections(app.server, config.http, logger);
   const issuer = config.invitations.publicUrl;
@@ -325,7 +329,7 @@ export function buildApp(
   const raw = (body: unknown) => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
   for (const operation of activityOperations) {
     app.post(`/public/v1/submit/${operation.name}`, async (request, reply) => {
-      const response = await pipeline.submit(operation, raw(request.body), request.raw.headersDistinct);
+      const response = await pipeline.submit(operation, raw(request.body), request.raw.headersDistinct, request.ip);
       const retryAfter = retryAfterOf(response.status, response.body);
       if (retryAfter) reply.header("retry-after", retryAfter);
       return reply.status(response.status).send(response.body);
@@ -333,14 +337,14 @@ export function buildApp(
   }
   for (const operation of queryOperations) {
     app.post(`/public/v1/query/${operation.name}`, async (request, reply) => {
-      const response = await pipeline.query(operation, raw(request.body), request.raw.headersDistinct);
+      const response = await pipeline.query(operation, raw(request.body), request.raw.headersDistinct, request.ip);
       return reply.status(response.status).send(response.body);
     });
   }
   // Sigil's own acceptance of an invitation (docs/invitations.md): the link in the invitation email
   // points here; a program or a console page POSTs the token with the key to register, stamped by it.
   app.post(ACCEPT_PATH, async (request, reply) => {
-    const response = await pipeline.acceptInvitation(raw(request.body), request.raw.headersDistinct);
+    const response = await pipeline.acceptInvitation(raw(request.body), request.raw.headersDistinct, request.ip);
     return reply.status(response.status).send(response.body);
   });
   app.get(ACCEPT_PATH, async (_request, reply) =>

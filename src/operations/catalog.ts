@@ -18,6 +18,7 @@ import { undelegationOperations } from "./transactions/undelegation.js";
 import { subOrganizationOperations } from "./organizations/sub-organizations.js";
 import { featureOperations } from "./organizations/features.js";
 import { invitationOperations } from "./organizations/invitations.js";
+import { ipAllowlistOperations } from "./organizations/ip-allowlists.js";
 import { webhookOperations } from "./webhooks/webhooks.js";
 import { exportOperations } from "./wallets/exports.js";
 import { importOperations } from "./wallets/imports.js";
@@ -62,6 +63,7 @@ export const operations: Operation[] = [
   ...subOrganizationOperations,
   ...featureOperations,
   ...invitationOperations,
+  ...ipAllowlistOperations,
   ...webhookOperations,
   ...voteOperations,
   ...activityQueries,

@@ -608,6 +608,25 @@ const invitations: Migration = {
   },
 };
 
+/** IP allowlists (set_ip_allowlist): one per organization (api_key_id "") and one per API key, each
+ * row holding its whole rule set, so that the check every signed request makes is one read of at most
+ * two rows by primary key. */
+const ipAllowlists: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("ip_allowlists")
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("api_key_id", "text", (c) => c.notNull())
+      .addColumn("enabled", "integer")
+      .addColumn("on_evaluation_error", "text", (c) => c.notNull())
+      .addColumn("rules", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .addPrimaryKeyConstraint("ip_allowlists_pk", ["organization_id", "api_key_id"])
+      .execute();
+  },
+};
+
 /** Session profiles (create_session_profile): a name, a scope in the policy language that every
  * activity of a session issued with the profile must satisfy, and a ceiling on such sessions' lifetime.
  * Immutable once made, as in the product. A session key remembers the profile it was issued with. */
@@ -689,6 +708,7 @@ export const migrations: Record<string, Migration> = {
   "0012_activity_prepared": activityPrepared,
   "0013_email_events": emailEvents,
   "0014_invitations": invitations,
+  "0015_ip_allowlists": ipAllowlists,
   "0016_session_profiles": sessionProfiles,
   "0017_stored_secrets": storedSecrets,
   "0018_oauth2_credentials": oauth2Credentials,

@@ -259,6 +259,21 @@ export interface InvitationsTable {
   updated_at: number;
 }
 
+/** An IP allowlist: the organization's (api_key_id "") or one API key's (docs/ip-allowlists.md). */
+export interface IpAllowlistsTable {
+  organization_id: string;
+  /** The API key it applies to; "" for the organization's own list. */
+  api_key_id: string;
+  /** 1 or 0 for the organization's list (only an enabled one is enforced); null for a key's. */
+  enabled: number | null;
+  /** ALLOW | DENY: what happens when the client's address cannot be read. */
+  on_evaluation_error: string;
+  /** JSON array of {cidr, label, createdAt}: normalized CIDR blocks, in the order given. */
+  rules: string;
+  created_at: number;
+  updated_at: number;
+}
+
 export interface RootQuorumMembersTable {
   organization_id: string;
   user_id: string;
@@ -554,6 +569,7 @@ export interface Database {
   outbound_messages: OutboundMessagesTable;
   email_events: EmailEventsTable;
   invitations: InvitationsTable;
+  ip_allowlists: IpAllowlistsTable;
   oauth2_credentials: Oauth2CredentialsTable;
   webhook_endpoints: WebhookEndpointsTable;
   smart_contract_interfaces: SmartContractInterfacesTable;

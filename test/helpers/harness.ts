@@ -28,6 +28,8 @@ export interface Harness {
   server: RunningServer;
   config: Config;
   url: string;
+  /** The same server on [::1], when started with `ipv6`. */
+  urlIpv6?: string;
   database: TestDatabase;
   /** Lines the server logged, for checks that nothing secret was written. */
   logLines: string[];
@@ -70,7 +72,11 @@ function uncompressedXY(compressedHex: string) {
   return { x: point.subarray(1, 33).toString("base64url"), y: point.subarray(33).toString("base64url") };
 }
 
-export async function startHarness(env: Record<string, string> = {}, options: { clock?: () => number } = {}): Promise<Harness> {
+/** `ipv6`: the server is reachable on [::1] too, at the same port (`urlIpv6`), besides 127.0.0.1. */
+export async function startHarness(
+  env: Record<string, string> = {},
+  options: { clock?: () => number; ipv6?: boolean } = {},
+): Promise<Harness> {
   const database = await createTestDatabase();
   const config = loadConfig(
     { SIGIL_LOG_LEVEL: "info", ...env, ...(database.databaseUrl ? { SIGIL_DATABASE_URL: database.databaseUrl } : {}) },
@@ -80,16 +86,26 @@ export async function startHarness(env: Record<string, string> = {}, options: { 
   if (!env.SIGIL_PORT) config.port = 0;
   const logLines: string[] = [];
   const logger = pino({ level: config.logLevel }, { write: (line: string) => void logLines.push(line) });
-  const server = await startServer(config, logger, options);
+  const server = await startServer(config, logger, { clock: options.clock });
   const url = server.url;
+  // The server listens on one address; a second listener on ::1 hands its connections to the same
+  // HTTP server, which sees their real IPv6 peer address.
+  let ipv6Listener: net.Server | undefined;
+  if (options.ipv6) {
+    const listener = net.createServer((socket) => server.app.server.emit("connection", socket));
+    await new Promise<void>((resolve, reject) => listener.once("error", reject).listen(Number(new URL(url).port), "::1", resolve));
+    ipv6Listener = listener;
+  }
 
   const harness: Harness = {
     server,
     config,
     url,
+    urlIpv6: options.ipv6 ? `http://[::1]:${new URL(url).port}` : undefined,
     database,
     logLines,
     async close() {
+      await new Promise((resolve) => (ipv6Listener ? ipv6Listener.close(resolve) : resolve(undefined)));
       await server.close();
       await database.drop();
     },

@@ -5,6 +5,7 @@ import { verifyPasskeyRegistration } from "../../auth/webauthn.js";
 import { defineActivity, defineQuery, type ActivityContext, type AnyVersionOf, type ParametersOf } from "../../registry/registry.js";
 import { distinct, renderApiKey, renderAuthenticator, requireUser, secondsParameter } from "../resources.js";
 import { newId } from "../../store/ids.js";
+import { forgetApiKeyAllowlists } from "../organizations/ip-allowlists.js";
 
 /** An API key as any version of create_api_keys sends it (the oldest have no curveType: they only knew P-256). */
 export type ApiKeyParams = AnyVersionOf<ParametersOf<"create_api_keys">["apiKeys"][number]>;
@@ -150,6 +151,7 @@ async function deleteUserCredentials(
       `${what} ${missing} not found for user ${userId}`,
     );
   }
+  if (table === "api_keys") await forgetApiKeyAllowlists(ctx.trx, ctx.organizationId, ids);
   await ctx.trx.deleteFrom(table).where("id", "in", ids).execute();
   return ids;
 }

@@ -14,6 +14,7 @@ import { spendVerificationToken } from "../logins/verification-tokens.js";
 import { sessionPublicKey } from "../logins/sessions.js";
 import { distinct, loadUsers, requireUser, requireUserTags, requireUsers } from "../resources.js";
 import { newId } from "../../store/ids.js";
+import { forgetApiKeyAllowlists } from "../organizations/ip-allowlists.js";
 
 /** An OIDC identity to link: a token (every version), or (V2) the claims themselves. */
 export type OauthProviderParams = NonNullable<ParametersOf<"create_oauth_providers">["oauthProviders"]>[number];
@@ -314,6 +315,12 @@ export const userOperations = [
       const ids = distinct(p.userIds, "userIds");
       if (ids.length === 0) throw serviceError("REQUEST_INVALID", "userIds must list at least one user");
       await requireUsers(ctx.trx, ctx.organizationId, ids);
+      const keys = await ctx.trx.selectFrom("api_keys").select("id").where("user_id", "in", ids).execute();
+      await forgetApiKeyAllowlists(
+        ctx.trx,
+        ctx.organizationId,
+        keys.map((k) => k.id),
+      );
       // Their unused import targets go too: nobody may use them any more.
       for (const table of [
         "api_keys",

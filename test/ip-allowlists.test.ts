@@ -1,0 +1,542 @@
+// IP allowlists end to end, through @turnkey/sdk-server as a backend drives them: set_ip_allowlist,
+// get_ip_allowlist and remove_ip_allowlist, and their enforcement on real connections. The server
+// is reached on both loopback families (127.0.0.1 and ::1); a client binds its source address (127.0.0.1,
+// 127.0.0.2, ::1) through an undici Agent's `localAddress` (the global dispatcher fetch uses), so the allowed and the refused path
+// both run over TCP. A refusal leaves every table as it was (the full-table snapshot), not even an
+// activity; the way back for a locked-out organization is the operator's command or a root passkey.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execFile } from "node:child_process";
+import path from "node:path";
+import { promisify } from "node:util";
+import { Agent, getGlobalDispatcher, setGlobalDispatcher } from "undici";
+import { Turnkey } from "@turnkey/sdk-server";
+import { TurnkeyClient } from "@turnkey/http";
+import { WebauthnStamper } from "@turnkey/webauthn-stamper";
+import {
+  newKeyPair,
+  refusedLeavingOnlyItsActivity,
+  signedRequest,
+  startHarness,
+  type ApiKeyPair,
+  type Harness,
+  type TestOrganization,
+} from "./helpers/harness.js";
+import { fastPoller, organizationWith } from "./helpers/organizations.js";
+import { SoftwarePasskey } from "./helpers/passkey.js";
+
+let h: Harness;
+let v4: string;
+let v6: string;
+
+beforeAll(async () => {
+  h = await startHarness({}, { ipv6: true });
+  v4 = h.url;
+  v6 = h.urlIpv6!;
+});
+afterAll(() => h.close());
+
+/** Runs `work` with every fetch of this process leaving from `localAddress`. */
+async function from<T>(localAddress: string, work: () => Promise<T>): Promise<T> {
+  const previous = getGlobalDispatcher();
+  // undici 5 takes the source address as the Agent's own option (its `connect.localAddress` is overridden).
+  const agent = new Agent({ localAddress });
+  setGlobalDispatcher(agent);
+  try {
+    return await work();
+  } finally {
+    setGlobalDispatcher(previous);
+    await agent.close();
+  }
+}
+
+/** sdk-server's client for `org` with `key`, at `base` (v4 or v6). */
+function client(org: { organizationId: string }, key: ApiKeyPair, base = v4) {
+  return new Turnkey({
+    apiBaseUrl: base,
+    apiPublicKey: key.publicKey,
+    apiPrivateKey: key.privateKey,
+    defaultOrganizationId: org.organizationId,
+    ...fastPoller,
+  }).apiClient();
+}
+
+/** A submit whose refusal changed nothing at all: no activity, no row anywhere. */
+async function refusedChangingNothing(attempt: () => Promise<unknown>, rejection: Record<string, unknown>) {
+  const before = await h.snapshot();
+  await expect(attempt()).rejects.toMatchObject(rejection);
+  expect(await h.snapshot()).toEqual(before);
+}
+
+const notAllowed = (address: string) => ({ code: 7, message: expect.stringContaining(`requests from ${address} are not allowed`) });
+
+async function lockTo(org: TestOrganization, cidrs: string[], extra: Record<string, unknown> = {}) {
+  await from("127.0.0.1", () =>
+    client(org, org.key).setIpAllowlist({ enabled: true, rules: cidrs.map((cidr) => ({ cidr, label: "test" })), ...extra }),
+  );
+}
+
+describe("set_ip_allowlist and get_ip_allowlist", () => {
+  it("stores the organization's list normalized (host bits cleared, duplicates kept once with the first label) and answers it", async () => {
+    const org = await h.organization();
+    const root = client(org, org.key);
+    expect(await root.getIpAllowlist({})).toEqual(
+      expect.objectContaining({ allowlist: { organizationId: org.organizationId, rules: [] } }),
+    );
+    const set = await root.setIpAllowlist({
+      enabled: false,
+      rules: [
+        { cidr: "192.168.1.100/24", label: "Office" },
+        { cidr: "2001:DB8:0:0:1::5/48" },
+        { cidr: "192.168.1.7/24", label: "again" },
+        { cidr: "203.0.113.42/32", label: "Server" },
+      ],
+    });
+    expect(set.activity).toMatchObject({ status: "ACTIVITY_STATUS_COMPLETED", type: "ACTIVITY_TYPE_SET_IP_ALLOWLIST" });
+    expect(set.activity.intent.setIpAllowlistIntent).toMatchObject({ enabled: false });
+    const { allowlist } = await root.getIpAllowlist({});
+    expect(allowlist).toMatchObject({ organizationId: org.organizationId, enabled: false, onEvaluationError: "DENY" });
+    expect(allowlist.publicKey).toBeUndefined();
+    expect(allowlist.rules.map((r) => [r.cidr, r.label])).toEqual([
+      ["192.168.1.0/24", "Office"],
+      ["2001:db8::/48", ""],
+      ["203.0.113.42/32", "Server"],
+    ]);
+    const firstCreatedAt = allowlist.rules[0]!.createdAt;
+    expect(Number(firstCreatedAt)).toBeGreaterThan(0);
+
+    // A replacement is whole: the rule left out is gone, a kept block keeps its createdAt.
+    await root.setIpAllowlist({ enabled: false, onEvaluationError: "ALLOW", rules: [{ cidr: "192.168.1.0/24", label: "Renamed" }] });
+    const replaced = (await root.getIpAllowlist({})).allowlist;
+    expect(replaced).toMatchObject({
+      onEvaluationError: "ALLOW",
+      rules: [{ cidr: "192.168.1.0/24", label: "Renamed", createdAt: firstCreatedAt }],
+    });
+
+    // A disabled list is stored, not enforced: 127.0.0.2 is outside it and still gets through.
+    await from("127.0.0.2", () => root.getWhoami({}));
+  });
+
+  it("keeps one list per API key, answered under its public key, with no enabled switch of its own", async () => {
+    const { org, root, members } = await organizationWith(h, ["app"]);
+    await root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "10.1.2.3/24", label: "App" }] });
+    const { allowlist } = await root.getIpAllowlist({ publicKey: members.app!.key.publicKey });
+    expect(allowlist).toMatchObject({
+      organizationId: org.organizationId,
+      publicKey: members.app!.key.publicKey,
+      onEvaluationError: "DENY",
+      rules: [{ cidr: "10.1.2.0/24", label: "App" }],
+    });
+    expect(allowlist.enabled).toBeUndefined();
+    expect((await root.getIpAllowlist({})).allowlist.rules).toEqual([]);
+
+    // Deleting the key deletes its list.
+    const keyId = (await root.getApiKeys({ userId: members.app!.userId })).apiKeys[0]!.apiKeyId;
+    await root.deleteApiKeys({ userId: members.app!.userId, apiKeyIds: [keyId] });
+    const left = await h.server.store.db
+      .selectFrom("ip_allowlists")
+      .select("api_key_id")
+      .where("organization_id", "=", org.organizationId)
+      .execute();
+    expect(left).toEqual([]);
+  });
+});
+
+describe("bad lists are refused, changing nothing but their failed activity", () => {
+  let org: TestOrganization;
+  let root: ReturnType<typeof client>;
+  beforeAll(async () => {
+    org = await h.organization();
+    root = client(org, org.key);
+    await root.setIpAllowlist({ enabled: false, rules: [{ cidr: "198.51.100.0/24", label: "kept" }] });
+  });
+  const refused = (parameters: Record<string, unknown>, rejection: Record<string, unknown>) =>
+    refusedLeavingOnlyItsActivity(h, () => root.setIpAllowlist(parameters as never), rejection);
+
+  it("a malformed CIDR, naming its index and value", async () => {
+    for (const cidr of [
+      "10.0.0.0",
+      "10.0.0.256/24",
+      "10.0.0.0/33",
+      "010.0.0.0/24",
+      "2001:db8::/129",
+      "fe80::1%eth0/64",
+      "example.com/24",
+      "10.0.0.0/",
+    ]) {
+      await refused(
+        { enabled: true, rules: [{ cidr: "198.51.100.0/24" }, { cidr }] },
+        { code: 3, message: expect.stringContaining(`rules[1].cidr ${JSON.stringify(cidr)}`) },
+      );
+    }
+  });
+
+  it("a block wider than /20 (IPv4) or /48 (IPv6)", async () => {
+    await refused({ enabled: true, rules: [{ cidr: "10.0.0.0/8" }] }, { code: 3, message: expect.stringContaining("wider than /20") });
+    await refused({ enabled: true, rules: [{ cidr: "2001:db8::/32" }] }, { code: 3, message: expect.stringContaining("wider than /48") });
+  });
+
+  it("more than 10 IPv4 or 10 IPv6 blocks (duplicates count once)", async () => {
+    const v4Rules = Array.from({ length: 11 }, (_, i) => ({ cidr: `10.0.${i}.0/24` }));
+    await refused({ enabled: true, rules: v4Rules }, { code: 3, message: expect.stringContaining("more than 10 distinct IPv4 blocks") });
+    const v6Rules = Array.from({ length: 11 }, (_, i) => ({ cidr: `2001:db8:${i}::/48` }));
+    await refused({ enabled: true, rules: v6Rules }, { code: 3, message: expect.stringContaining("more than 10 distinct IPv6 blocks") });
+    // Ten distinct blocks, one given twice (once with host bits set): accepted, stored once.
+    const withDuplicate = [...v4Rules.slice(0, 10), { cidr: "10.0.3.9/24" }];
+    await root.setIpAllowlist({ enabled: false, rules: withDuplicate });
+    expect((await root.getIpAllowlist({})).allowlist.rules).toHaveLength(10);
+    await root.setIpAllowlist({ enabled: false, rules: [{ cidr: "198.51.100.0/24", label: "kept" }] });
+  });
+
+  it("an unknown API key, and another organization's", async () => {
+    await refused(
+      { publicKey: newKeyPair().publicKey, rules: [] },
+      { code: 5, message: expect.stringContaining(`in organization ${org.organizationId}`) },
+    );
+    const other = await h.organization("Other");
+    await refused(
+      { publicKey: other.key.publicKey, rules: [] },
+      { code: 5, message: expect.stringContaining("no API key with public key") },
+    );
+    await refusedLeavingOnlyItsActivity(h, () => root.removeIpAllowlist({ publicKey: other.key.publicKey }), { code: 5 });
+    await expect(root.getIpAllowlist({ publicKey: other.key.publicKey })).rejects.toMatchObject({ code: 5 });
+  });
+
+  it("an onEvaluationError other than ALLOW or DENY, no rules, no enabled for the organization's list", async () => {
+    await refused(
+      { enabled: true, rules: [], onEvaluationError: "MAYBE" },
+      { code: 3, message: expect.stringContaining('"MAYBE" is not ALLOW or DENY') },
+    );
+    await refused({ enabled: true }, { code: 3, message: expect.stringContaining("rules is required") });
+    await refused({ rules: [] }, { code: 3, message: expect.stringContaining("enabled is required") });
+  });
+
+  it("a list in a sub-organization", async () => {
+    const subKey = newKeyPair();
+    const { subOrganizationId } = await root.createSubOrganization({
+      subOrganizationName: "sub",
+      rootUsers: [
+        {
+          userName: "sub root",
+          apiKeys: [{ apiKeyName: "k", publicKey: subKey.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+      rootQuorumThreshold: 1,
+    });
+    const sub = client({ organizationId: subOrganizationId }, subKey);
+    await refusedLeavingOnlyItsActivity(h, () => sub.setIpAllowlist({ enabled: true, rules: [] }), {
+      code: 9,
+      message: expect.stringContaining("is a sub-organization"),
+    });
+    await refusedLeavingOnlyItsActivity(h, () => sub.removeIpAllowlist({}), { code: 9 });
+  });
+});
+
+describe("enforcement", () => {
+  it("IPv4: lets 127.0.0.1 in and refuses 127.0.0.2 before anything happens (activities and queries), logging the attempt without its body", async () => {
+    const org = await h.organization();
+    await lockTo(org, ["127.0.0.1/32"]);
+    const root = client(org, org.key);
+    const tag = await from("127.0.0.1", () => root.createUserTag({ userTagName: "from inside", userIds: [] }));
+    expect(tag.userTagId).toBeTruthy();
+
+    const secretName = "tag-name-that-must-not-be-logged";
+    await from("127.0.0.2", () =>
+      refusedChangingNothing(() => root.createUserTag({ userTagName: secretName, userIds: [] }), notAllowed("127.0.0.2")),
+    );
+    await from("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
+    await from("127.0.0.2", () => refusedChangingNothing(() => root.getIpAllowlist({}), notAllowed("127.0.0.2")));
+    // Approvals are activities too.
+    await from("127.0.0.2", () => refusedChangingNothing(() => root.approveActivity({ fingerprint: "none" }), notAllowed("127.0.0.2")));
+
+    const refusals = h.logLines.map((line) => JSON.parse(line)).filter((line) => line.errorCode === "IP_NOT_ALLOWED");
+    expect(refusals.length).toBeGreaterThanOrEqual(4);
+    expect(refusals[0]).toMatchObject({ msg: "request refused", ip: "127.0.0.2", status: 403, url: "/public/v1/submit/create_user_tag" });
+    expect(h.logLines.join("\n")).not.toContain(secretName);
+    // The answer names the code in the body the clients parse.
+    const raw = await from("127.0.0.2", () =>
+      h.post(
+        "/public/v1/query/whoami",
+        ...(Object.values(signedRequest({ organizationId: org.organizationId }, org.key)) as [string, Record<string, string>]),
+      ),
+    );
+    expect(raw.status).toBe(403);
+    expect(raw.json.details[0].turnkeyErrorCode).toBe("IP_NOT_ALLOWED");
+  });
+
+  it("IPv6: ::1 is let in by ::1/128 and refused by a list without it", async () => {
+    const org = await h.organization();
+    await lockTo(org, ["127.0.0.1/32", "::1/128"]);
+    expect((await from("::1", () => client(org, org.key, v6).getWhoami({}))).organizationId).toBe(org.organizationId);
+    await lockTo(org, ["127.0.0.1/32", "2001:db8::/48"]);
+    await from("::1", () => refusedChangingNothing(() => client(org, org.key, v6).getWhoami({}), notAllowed("::1")));
+    await from("127.0.0.1", () => client(org, org.key).getWhoami({}));
+  });
+
+  it("an API key's own list overrides the organization's; an empty one falls back; a disabled organization list enforces none", async () => {
+    const { org, root, members } = await organizationWith(h, ["app"]);
+    const app = client(org, members.app!.key);
+    await lockTo(org, ["127.0.0.1/32"]);
+    await from("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "127.0.0.2/32" }] }));
+
+    await from("127.0.0.2", () => app.getWhoami({}));
+    await from("127.0.0.1", () =>
+      refusedChangingNothing(() => app.getWhoami({}), {
+        code: 7,
+        message: expect.stringContaining("127.0.0.1 are not allowed by API key"),
+      }),
+    );
+    // The root key has no list of its own: the organization's applies.
+    await from("127.0.0.1", () => root.getWhoami({}));
+    await from("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
+
+    // A key list with no rules falls back to the organization's.
+    await from("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [] }));
+    await from("127.0.0.1", () => app.getWhoami({}));
+    await from("127.0.0.2", () => refusedChangingNothing(() => app.getWhoami({}), notAllowed("127.0.0.2")));
+
+    // With the organization's list disabled, no list is enforced, the key's included.
+    await from("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "10.0.0.0/24" }] }));
+    await from("127.0.0.1", () => root.setIpAllowlist({ enabled: false, rules: [{ cidr: "127.0.0.1/32" }] }));
+    await from("127.0.0.2", () => app.getWhoami({}));
+    await from("127.0.0.2", () => root.getWhoami({}));
+
+    // An enabled organization list with no rules refuses every address.
+    await from("127.0.0.1", () => root.setIpAllowlist({ enabled: true, rules: [] }));
+    await from("127.0.0.1", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.1")));
+  });
+
+  it("holds a parent's key to the parent's list when it names a sub-organization; the sub-organization's own keys to none", async () => {
+    const org = await h.organization();
+    const root = client(org, org.key);
+    const subKey = newKeyPair();
+    const { subOrganizationId } = await from("127.0.0.1", () =>
+      root.createSubOrganization({
+        subOrganizationName: "sub",
+        rootUsers: [
+          {
+            userName: "sub root",
+            apiKeys: [{ apiKeyName: "k", publicKey: subKey.publicKey, curveType: "API_KEY_CURVE_P256" }],
+            authenticators: [],
+            oauthProviders: [],
+          },
+        ],
+        rootQuorumThreshold: 1,
+      }),
+    );
+    await lockTo(org, ["127.0.0.1/32"]);
+    const parentInSub = client({ organizationId: subOrganizationId }, org.key);
+    await from("127.0.0.1", () => parentInSub.getUsers({}));
+    await from("127.0.0.2", () => refusedChangingNothing(() => parentInSub.getUsers({}), notAllowed("127.0.0.2")));
+    const sub = client({ organizationId: subOrganizationId }, subKey);
+    await from("127.0.0.2", () => sub.createUserTag({ userTagName: "sub tag", userIds: [] }));
+  });
+
+  it("policies decide who may set and remove a list (resource CONFIG, actions UPDATE and DELETE)", async () => {
+    const { org, root, members } = await organizationWith(h, ["admin"]);
+    const admin = client(org, members.admin!.key);
+    await refusedLeavingOnlyItsActivity(h, () => admin.setIpAllowlist({ enabled: false, rules: [] }), {
+      code: 7,
+      message: expect.stringContaining("OUTCOME_DENY"),
+    });
+    await root.createPolicy({
+      policyName: "admin sets allowlists",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(user, user.id == '${members.admin!.userId}')`,
+      condition: "activity.resource == 'CONFIG' && activity.action == 'UPDATE'",
+      notes: "",
+    });
+    expect((await admin.setIpAllowlist({ enabled: false, rules: [{ cidr: "10.0.0.0/24" }] })).activity.status).toBe(
+      "ACTIVITY_STATUS_COMPLETED",
+    );
+    await refusedLeavingOnlyItsActivity(h, () => admin.removeIpAllowlist({}), { code: 7 });
+    await root.createPolicy({
+      policyName: "admin removes allowlists",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(user, user.id == '${members.admin!.userId}')`,
+      condition: "activity.type == 'ACTIVITY_TYPE_REMOVE_IP_ALLOWLIST' && activity.action == 'DELETE'",
+      notes: "",
+    });
+    await admin.removeIpAllowlist({});
+    expect((await root.getIpAllowlist({})).allowlist.rules).toEqual([]);
+    await refusedLeavingOnlyItsActivity(h, () => admin.removeIpAllowlist({}), {
+      code: 5,
+      message: expect.stringContaining("has no IP allowlist"),
+    });
+  });
+});
+
+describe("behind a trusted proxy (SIGIL_TRUSTED_PROXIES)", () => {
+  let proxied: Harness;
+  let org: TestOrganization;
+  beforeAll(async () => {
+    proxied = await startHarness({ SIGIL_TRUSTED_PROXIES: "127.0.0.2/32" });
+    org = await proxied.organization();
+    await proxied.sdk(org, org.key).setIpAllowlist({
+      enabled: true,
+      rules: [{ cidr: "203.0.113.0/24", label: "clients" }, { cidr: "127.0.0.1/32" }],
+    });
+  });
+  afterAll(() => proxied.close());
+
+  /** whoami, stamped by the root key, sent from `peer` with the X-Forwarded-For given (if any). */
+  async function whoamiFrom(peer: string, forwardedFor?: string) {
+    const { body, headers } = signedRequest({ organizationId: org.organizationId }, org.key);
+    const before = await proxied.snapshot();
+    const response = await from(peer, () =>
+      proxied.post("/public/v1/query/whoami", body, {
+        ...headers,
+        ...(forwardedFor !== undefined ? { "X-Forwarded-For": forwardedFor } : {}),
+      }),
+    );
+    expect(await proxied.snapshot()).toEqual(before);
+    return response;
+  }
+  const refusedFrom = (response: { status: number; json: any }, address: string) => {
+    expect(response.status).toBe(403);
+    expect(response.json).toMatchObject({ code: 7, message: expect.stringContaining(`requests from ${address} are not allowed`) });
+  };
+
+  it("reads the client from X-Forwarded-For when the peer is a trusted proxy: the right-most hop that is not one", async () => {
+    expect((await whoamiFrom("127.0.0.2", "203.0.113.9")).status).toBe(200);
+    refusedFrom(await whoamiFrom("127.0.0.2", "198.51.100.1"), "198.51.100.1");
+    // The proxy's own hop is skipped; an address written further left by the client is not believed.
+    expect((await whoamiFrom("127.0.0.2", "203.0.113.9, 127.0.0.2")).status).toBe(200);
+    refusedFrom(await whoamiFrom("127.0.0.2", "203.0.113.9, 198.51.100.1"), "198.51.100.1");
+    // Without the header the client is the proxy itself.
+    refusedFrom(await whoamiFrom("127.0.0.2"), "127.0.0.2");
+  });
+
+  it("ignores X-Forwarded-For from a peer that is not a trusted proxy", async () => {
+    expect((await whoamiFrom("127.0.0.1", "198.51.100.1")).status).toBe(200);
+    refusedFrom(await whoamiFrom("127.0.0.3", "203.0.113.9"), "127.0.0.3");
+  });
+
+  it("applies onEvaluationError when the forwarded address cannot be read", async () => {
+    const denied = await whoamiFrom("127.0.0.2", "not-an-address");
+    expect(denied.status).toBe(403);
+    expect(denied.json.message).toContain("could not be determined");
+    await from("127.0.0.1", () =>
+      proxied.sdk(org, org.key).setIpAllowlist({
+        enabled: true,
+        onEvaluationError: "ALLOW",
+        rules: [{ cidr: "203.0.113.0/24", label: "clients" }, { cidr: "127.0.0.1/32" }],
+      }),
+    );
+    expect((await whoamiFrom("127.0.0.2", "not-an-address")).status).toBe(200);
+    // ALLOW lets in only what cannot be read: a readable address outside the list is still refused.
+    refusedFrom(await whoamiFrom("127.0.0.2", "198.51.100.1"), "198.51.100.1");
+  });
+});
+
+describe("the way back for a locked-out organization", () => {
+  const CLI = path.resolve("bin/sigil.js");
+  const run = promisify(execFile);
+  async function sigil(args: string[]) {
+    const env = {
+      PATH: process.env.PATH,
+      ...(h.database.databaseUrl ? { SIGIL_DATABASE_URL: h.database.databaseUrl } : {}),
+    };
+    return run(process.execPath, [CLI, ...args, "--data-dir", h.database.dataDir], { env, timeout: 30_000 }).then(
+      ({ stdout, stderr }) => ({ code: 0, stdout, stderr }),
+      (error: { code: number; stdout: string; stderr: string }) => ({ code: error.code, stdout: error.stdout, stderr: error.stderr }),
+    );
+  }
+
+  it("the operator's `sigil remove-ip-allowlist` removes the organization's list, or one key's", async () => {
+    const { org, root, members } = await organizationWith(h, ["app"]);
+    const app = client(org, members.app!.key);
+    await from("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "10.9.8.0/24" }] }));
+    await lockTo(org, []);
+    await from("127.0.0.1", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.1")));
+
+    const before = await h.snapshot();
+    const none = await sigil(["remove-ip-allowlist", "--organization", org.organizationId, "--api-key", org.apiKeyId]);
+    expect(none.code).toBe(1);
+    expect(none.stderr).toContain(`API key ${org.apiKeyId} of organization ${org.organizationId} has no IP allowlist`);
+    const unknown = await sigil(["remove-ip-allowlist", "--organization", "no-such-organization"]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain("no organization no-such-organization");
+    expect((await sigil(["remove-ip-allowlist"])).code).toBe(2);
+    expect(await h.snapshot()).toEqual(before);
+
+    const removed = await sigil(["remove-ip-allowlist", "--organization", org.organizationId]);
+    expect(removed.code).toBe(0);
+    expect(JSON.parse(removed.stdout)).toEqual({ organizationId: org.organizationId, apiKeyId: null, removed: true });
+    // The running server applies it to the very next request.
+    await from("127.0.0.2", () => root.getWhoami({}));
+    expect((await root.getIpAllowlist({})).allowlist.rules).toEqual([]);
+
+    // The key's list is not enforced without an enabled organization list, and can be removed the same way.
+    await from("127.0.0.2", () => app.getWhoami({}));
+    const appKeyId = (await root.getApiKeys({ userId: members.app!.userId })).apiKeys[0]!.apiKeyId;
+    const keyRemoved = await sigil(["remove-ip-allowlist", "--organization", org.organizationId, "--api-key", appKeyId]);
+    expect(keyRemoved.code).toBe(0);
+    expect((await root.getIpAllowlist({ publicKey: members.app!.key.publicKey })).allowlist.rules).toEqual([]);
+  });
+
+  it("a root user's passkey is never held to the lists: the root quorum removes the list from anywhere", async () => {
+    const org = await h.organization();
+    const root = client(org, org.key);
+    const passkey = new SoftwarePasskey();
+    const registration = passkey.register();
+    await root.createAuthenticators({
+      userId: org.userId,
+      authenticators: [
+        { authenticatorName: "root passkey", challenge: registration.challenge, attestation: registration.attestation as any },
+      ],
+    });
+    await lockTo(org, []);
+    await from("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
+
+    const restore = passkey.installAsNavigator();
+    try {
+      const withPasskey = new TurnkeyClient({ baseUrl: h.url }, new WebauthnStamper({ rpId: passkey.rpId }));
+      const removal = await from("127.0.0.2", () =>
+        withPasskey.removeIpAllowlist({
+          type: "ACTIVITY_TYPE_REMOVE_IP_ALLOWLIST",
+          timestampMs: String(Date.now()),
+          organizationId: org.organizationId,
+          parameters: {},
+        }),
+      );
+      expect(removal.activity).toMatchObject({ status: "ACTIVITY_STATUS_COMPLETED", type: "ACTIVITY_TYPE_REMOVE_IP_ALLOWLIST" });
+      expect(removal.activity.votes[0]).toMatchObject({ userId: org.userId, scheme: "SIGNATURE_SCHEME_TK_WEBAUTHN" });
+    } finally {
+      restore();
+    }
+    await from("127.0.0.2", () => root.getWhoami({}));
+  });
+});
+
+describe("a retry answered from the audit log", () => {
+  it("is held to the organization's list when the key that made it is gone", async () => {
+    const org = await h.organization();
+    const root = client(org, org.key);
+    const rotating = newKeyPair();
+    const { apiKeyIds } = await root.createApiKeys({
+      userId: org.userId,
+      apiKeys: [{ apiKeyName: "rotating", publicKey: rotating.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
+    const body = JSON.stringify({
+      type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+      timestampMs: String(Date.now()),
+      organizationId: org.organizationId,
+      parameters: { userTagName: "made before the key went", userIds: [] },
+    });
+    const { headers } = signedRequest(body, rotating);
+    const first = await from("127.0.0.1", () => h.post("/public/v1/submit/create_user_tag", body, headers));
+    expect(first.json.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    await root.deleteApiKeys({ userId: org.userId, apiKeyIds });
+    await lockTo(org, ["127.0.0.1/32"]);
+
+    const before = await h.snapshot();
+    const refused = await from("127.0.0.2", () => h.post("/public/v1/submit/create_user_tag", body, headers));
+    expect(refused.status).toBe(403);
+    expect(refused.json.details[0].turnkeyErrorCode).toBe("IP_NOT_ALLOWED");
+    const answered = await from("127.0.0.1", () => h.post("/public/v1/submit/create_user_tag", body, headers));
+    expect(answered.json.activity.id).toBe(first.json.activity.id);
+    expect(await h.snapshot()).toEqual(before);
+  });
+});
