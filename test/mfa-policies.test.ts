@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TurnkeyApiClient } from "@turnkey/sdk-server";
 import { WebauthnStamper } from "@turnkey/webauthn-stamper";
 import { newKeyPair, refusedLeavingOnlyItsActivity, signedRequest, startHarness, type Harness } from "./helpers/harness.js";
-import { fastPoller, noCredentials } from "./helpers/organizations.js";
+import { fastPoller, noCredentials, organizationWith } from "./helpers/organizations.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
 
 let h: Harness;
@@ -282,6 +282,67 @@ describe("an activity matching an MFA policy", () => {
       message: expect.stringContaining("returns a credential and cannot wait for it"),
     });
     expect(failure.details[0].turnkeyErrorCode).toBe("AUTHENTICATORS_NOT_SUPPORTED");
+  });
+});
+
+describe("an approver's MFA policy", () => {
+  it("holds the approver's vote back until their own approvals have proven its steps", async () => {
+    const { org, root, members } = await organizationWith(h, ["alice", "bob"]);
+    const bob = members.bob!;
+    const bobSecond = newKeyPair();
+    const {
+      apiKeyIds: [bobSecondId],
+    } = await root.createApiKeys({
+      userId: bob.userId,
+      apiKeys: [{ apiKeyName: "bob's other key", publicKey: bobSecond.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
+    await root.createPolicy({
+      policyName: "two approve tags",
+      effect: "EFFECT_ALLOW",
+      condition: CREATE_USER_TAG,
+      consensus: "approvers.count() >= 2",
+      notes: "",
+    });
+    const { mfaPolicyId } = await root.createMfaPolicy({
+      userId: bob.userId,
+      mfaPolicyName: "bob approves with two keys",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [step(API_KEY), step(API_KEY)],
+      order: 0,
+    });
+    const proposed = await members.alice!.client.createUserTag({ userTagName: "agreed", userIds: [] });
+    expect(proposed.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    const { fingerprint, id: activityId } = proposed.activity;
+
+    const held = await bob.client.approveActivity({ fingerprint });
+    expect(held.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect((await root.getActivity({ activityId })).activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    expect(await tagNames(root)).toEqual([]);
+    const bobKeyId = (await root.getUser({ userId: bob.userId })).user.apiKeys.find((k) => k.apiKeyId !== bobSecondId)!.apiKeyId;
+    const pending = {
+      mfaPolicyId,
+      userId: bob.userId,
+      satisfied: false,
+      satisfiedMethods: [{ type: API_KEY, id: bobKeyId }],
+      requiredMethods: [{ any: [{ type: API_KEY }] }, { any: [{ type: API_KEY }] }],
+    };
+    // The requester had no MFA policy: only the approver is listed.
+    expect((await root.getMfaStatus({ activityId })).mfaStatuses).toEqual([pending]);
+    const before = await h.snapshot();
+    expect((await bob.client.approveActivity({ fingerprint })).activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect(await h.snapshot()).toBe(before);
+
+    const done = await h.sdk(org, bobSecond).approveActivity({ fingerprint });
+    expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect(done.activity.votes.map((v: { userId: string }) => v.userId)).toEqual([members.alice!.userId, bob.userId]);
+    expect(await tagNames(root)).toEqual(["agreed"]);
+    expect((await root.getMfaStatus({ activityId, userId: bob.userId })).mfaStatuses[0]).toMatchObject({
+      satisfied: true,
+      satisfiedMethods: [
+        { type: API_KEY, id: bobKeyId },
+        { type: API_KEY, id: bobSecondId },
+      ],
+    });
   });
 });
 

@@ -2,13 +2,15 @@
 // approvals), the requester's MFA policies are evaluated in order; the first whose condition holds is
 // enforced: the credential that stamped the request proves one step, and the activity waits
 // (ACTIVITY_STATUS_AUTHENTICATORS_NEEDED) until approvals by the requester, stamped with the other
-// steps' credentials, prove the rest. Then it is decided again and runs (pipeline.ts, vote).
+// steps' credentials, prove the rest. Then it is decided again and runs (pipeline.ts, vote). An
+// approver of an activity waiting for consensus is held to their own MFA policies the same way: their
+// vote counts once their approvals have proven its steps.
 import type { Principal } from "../auth/authenticate.js";
 import { serviceError } from "../errors.js";
 import { evaluatePolicies, newBudget } from "../policy/engine.js";
 import { evaluationTurn } from "../policy/turns.js";
 import type { Tx } from "../store/handles.js";
-import type { ActivitiesTable, MfaPoliciesTable } from "../store/schema.js";
+import type { ActivitiesTable, ActivityAuthenticationsTable, MfaPoliciesTable } from "../store/schema.js";
 import {
   advances,
   fullySatisfied,
@@ -71,11 +73,16 @@ async function enforcedPolicy(trx: Tx, subject: ActivitySubject, userId: string)
  * the enforced policy's steps, the credential that stamped the request already proving one of them
  * where it fits. The pipeline makes the activity wait while some step is unproven.
  */
-export async function authenticationDemanded(trx: Tx, subject: ActivitySubject, principal: Principal): Promise<Authentication | undefined> {
+export async function authenticationDemanded(
+  trx: Tx,
+  subject: ActivitySubject,
+  principal: Principal,
+  stamped = subject.type,
+): Promise<Authentication | undefined> {
   const policy = await enforcedPolicy(trx, subject, principal.userId);
   if (!policy) return undefined;
   const steps = JSON.parse(policy.required_methods) as AuthenticationStep[];
-  const first = proofOf(principal, subject.type, subject.now);
+  const first = proofOf(principal, stamped, subject.now);
   return { policyId: policy.id, userId: principal.userId, steps, proofs: advances(steps, [], first) ? [first] : [] };
 }
 
@@ -97,11 +104,49 @@ export async function saveAuthentication(trx: Tx, activity: ActivitiesTable, aut
     .execute();
 }
 
+/** The authentication `userId` owes `activityId`, if an MFA policy asked them for one. */
+export function authenticationOf(trx: Tx, activityId: string, userId: string) {
+  return trx
+    .selectFrom("activity_authentications")
+    .selectAll()
+    .where("activity_id", "=", activityId)
+    .where("user_id", "=", userId)
+    .executeTakeFirst();
+}
+
 /**
- * An approval of an activity waiting for authentication: its credential proves one more step, or it is
- * refused (AUTHENTICATION_METHOD_NOT_ACCEPTED) leaving everything as it was. The same credential
- * approving again is a retry, answered with the activity as it stands. Returns whether every step is
- * now satisfied.
+ * A credential offered to prove one more step of the authentication `stored` records: a credential
+ * already counted is a retry ("repeated"); one that fits no step still unproven is refused
+ * (AUTHENTICATION_METHOD_NOT_ACCEPTED), leaving everything as it was. Returns whether every step is
+ * now proven.
+ */
+export async function addProof(
+  trx: Tx,
+  stored: ActivityAuthenticationsTable,
+  proof: AuthenticationProof,
+  now: number,
+): Promise<"repeated" | "advanced" | "satisfied"> {
+  const steps = JSON.parse(stored.required_methods) as AuthenticationStep[];
+  const proofs = JSON.parse(stored.proofs) as AuthenticationProof[];
+  if (proofs.some((p) => p.credentialId === proof.credentialId)) return fullySatisfied(steps, proofs) ? "satisfied" : "repeated";
+  if (!advances(steps, proofs, proof))
+    throw serviceError(
+      "AUTHENTICATION_METHOD_NOT_ACCEPTED",
+      `activity ${stored.activity_id} waits for user ${stored.user_id} to authenticate further: ${proof.type} ${proof.credentialId} satisfies none of the steps of MFA policy ${stored.mfa_policy_id} still to be proven (get_mfa_status lists them)`,
+    );
+  const next = [...proofs, proof];
+  await trx
+    .updateTable("activity_authentications")
+    .set({ proofs: JSON.stringify(next), updated_at: now })
+    .where("activity_id", "=", stored.activity_id)
+    .where("user_id", "=", stored.user_id)
+    .execute();
+  return fullySatisfied(steps, next) ? "satisfied" : "advanced";
+}
+
+/**
+ * An approval of an activity waiting for its requester's authentication: only the requester's
+ * approvals prove steps; anyone else's vote, and a rejection, are refused.
  */
 export async function proveStep(
   trx: Tx,
@@ -122,26 +167,29 @@ export async function proveStep(
       "AUTHENTICATION_METHOD_NOT_ACCEPTED",
       `${waitsFor}: a rejection proves nothing; approve it with the credential a step requires`,
     );
-  const stored = await trx
-    .selectFrom("activity_authentications")
-    .selectAll()
-    .where("activity_id", "=", row.id)
-    .where("user_id", "=", principal.userId)
-    .executeTakeFirstOrThrow();
-  const steps = JSON.parse(stored.required_methods) as AuthenticationStep[];
-  const proofs = JSON.parse(stored.proofs) as AuthenticationProof[];
-  if (proofs.some((p) => p.credentialId === proof.credentialId)) return "repeated";
-  if (!advances(steps, proofs, proof))
-    throw serviceError(
-      "AUTHENTICATION_METHOD_NOT_ACCEPTED",
-      `${waitsFor}: ${proof.type} ${proof.credentialId} satisfies none of the steps of MFA policy ${stored.mfa_policy_id} still to be proven (get_mfa_status lists them)`,
-    );
-  const next = [...proofs, proof];
-  await trx
-    .updateTable("activity_authentications")
-    .set({ proofs: JSON.stringify(next), updated_at: now })
-    .where("activity_id", "=", row.id)
-    .where("user_id", "=", principal.userId)
-    .execute();
-  return fullySatisfied(steps, next) ? "satisfied" : "advanced";
+  const stored = await authenticationOf(trx, row.id, principal.userId);
+  if (!stored) throw new Error(`activity ${row.id} waits for authentication but records none`);
+  return addProof(trx, stored, proof, now);
+}
+
+/**
+ * An approver's own MFA (the product holds approvers to their MFA policies too): the first approval
+ * of an approver whose MFA policy applies to the activity records what it requires, its credential
+ * proving the step it fits; their vote counts only once every step is proven by their approvals.
+ * Returns whether the vote may count now.
+ */
+export async function approverAuthenticated(
+  trx: Tx,
+  subject: ActivitySubject,
+  row: ActivitiesTable,
+  principal: Principal,
+  proof: AuthenticationProof,
+  now: number,
+): Promise<boolean> {
+  const stored = await authenticationOf(trx, row.id, principal.userId);
+  if (stored) return (await addProof(trx, stored, proof, now)) === "satisfied";
+  const demanded = await authenticationDemanded(trx, subject, principal, proof.activityType);
+  if (!demanded) return true;
+  await saveAuthentication(trx, row, demanded, now);
+  return authenticated(demanded);
 }

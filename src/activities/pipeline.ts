@@ -44,7 +44,15 @@ import { assertRootQuorumReachable } from "../operations/organizations/organizat
 import { newId } from "../store/ids.js";
 import { decideActivity, denialError, mayVote, stillApprovable, type ActivitySubject, type Decision } from "./authorization.js";
 import { operationByActivityType } from "../operations/catalog.js";
-import { authenticated, authenticationDemanded, proofOf, proveStep, saveAuthentication, type Authentication } from "./mfa.js";
+import {
+  approverAuthenticated,
+  authenticated,
+  authenticationDemanded,
+  proofOf,
+  proveStep,
+  saveAuthentication,
+  type Authentication,
+} from "./mfa.js";
 import {
   insertActivity,
   recordEvaluation,
@@ -807,6 +815,13 @@ export class Pipeline {
           `user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`,
         );
       }
+      // An approver's MFA policy holds their vote back until their approvals have proven its steps.
+      if (
+        ballot.kind === "new" &&
+        operation.selection === "VOTE_SELECTION_APPROVED" &&
+        !(await approverAuthenticated(trx, asFound, row, principal, proofOf(principal, envelope.type, now), now))
+      )
+        return { status: 200, body: { activity: { ...renderActivity(row), status: "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED" } } };
       const subject = ballot.kind === "new" ? { ...asFound, votes: [...votes, ballot.vote] } : asFound;
       const authorization = await authorizeVote(trx, subject, operation.selection);
       const requester = requesterOf(votes[0]!, row.organization_id);
