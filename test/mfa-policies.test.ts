@@ -91,6 +91,7 @@ describe("an activity matching an MFA policy", () => {
       notes: "passkey and key",
     });
     expect((await root.getMfaPolicies({ userId: org.userId })).mfaPolicies).toEqual([mfaPolicy]);
+    expect((await root.getUser({ userId: org.userId })).user.mfaPolicies).toEqual([mfaPolicy]);
 
     const waiting = await root.createUserTag({ userTagName: "guarded", userIds: [] });
     expect(waiting.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
@@ -343,6 +344,10 @@ describe("an approver's MFA policy", () => {
         { type: API_KEY, id: bobSecondId },
       ],
     });
+    // Deleting the user deletes their MFA policies; what their authentication proved stays in the log.
+    await root.deleteUsers({ userIds: [bob.userId] });
+    expect(await h.server.store.db.selectFrom("mfa_policies").select("id").where("user_id", "=", bob.userId).execute()).toEqual([]);
+    expect((await root.getMfaStatus({ activityId })).mfaStatuses).toHaveLength(1);
   });
 });
 

@@ -9,7 +9,7 @@ import { defineActivity, defineQuery, type ActivityContext, type ParametersOf } 
 // MFA conditions may name the transaction keywords, so they must be declared before any is checked.
 import "../wallets/transaction-keywords.js";
 import { requireName } from "../identity/credentials.js";
-import { requireUser, timestamp } from "../resources.js";
+import { renderMfaPolicy, requireUser } from "../resources.js";
 import { newId } from "../../store/ids.js";
 
 export type AuthenticationType = ParametersOf<"create_mfa_policy">["requiredAuthenticationMethods"][number]["any"][number]["type"];
@@ -87,19 +87,6 @@ export const fullySatisfied = (steps: AuthenticationStep[], proofs: Authenticati
   stepsSatisfied(steps, proofs) === steps.length;
 
 const methodView = (m: AuthenticationMethod) => ({ type: m.type, ...(m.id !== undefined ? { id: m.id } : {}) });
-
-export function renderMfaPolicy(row: MfaPoliciesTable) {
-  return {
-    mfaPolicyId: row.id,
-    mfaPolicyName: row.name,
-    condition: row.condition,
-    requiredAuthenticationMethods: (JSON.parse(row.required_methods) as AuthenticationStep[]).map((s) => ({ any: s.any.map(methodView) })),
-    order: row.evaluation_order,
-    notes: row.notes,
-    createdAt: timestamp(row.created_at),
-    updatedAt: timestamp(row.updated_at),
-  };
-}
 
 /** get_mfa_status's entry for one user's authentication of one activity. */
 export function renderMfaStatus(row: ActivityAuthenticationsTable) {
