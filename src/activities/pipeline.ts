@@ -8,12 +8,14 @@
 //           retry is rolled back and answered with the first) and its policy evaluation ─► publish
 //           (webhook event and log line in the transaction; after commit, the dispatcher and the
 //           courier are told and the response is sent)
-//           An allowed activity whose requester's MFA policy applies waits instead until the requester
-//           has authenticated with each of its steps (activities/mfa.ts).
+//           Between authorize and execute, an activity allowed (or left waiting for approvals) whose
+//           requester's MFA policy the request's credential does not satisfy waits instead until the
+//           requester has proven each of its steps (demandAuthentication; activities/mfa.ts).
 //   vote:   read ─► liveness ─► authenticate, then in one transaction: find the pending activity ─►
-//           (waiting for authentication: the approval proves a step, and the last one decides and runs
-//           it as a vote would) ─► ballot (a new vote, an approval repeated, or a retry) ─► may they vote? ─► the same
-//           authorize ─► execute ─► record ─► publish
+//           (waiting for its requester's authentication: the approval proves a step, and the last one
+//           decides and runs it as a vote would) ─► ballot (a new vote, an approval repeated, or a
+//           retry) ─► may they vote? ─► (an approver's own MFA policy holds the vote back until their
+//           approvals prove its steps) ─► the same authorize ─► execute ─► record ─► publish
 //   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► read
 //           ─► response envelope
 // A step that refuses a request leaving no record throws a ServiceError (http/ answers it); every
