@@ -10,6 +10,7 @@ import { WebauthnStamper } from "@turnkey/webauthn-stamper";
 import { newKeyPair, refusedLeavingOnlyItsActivity, signedRequest, startHarness, type Harness } from "./helpers/harness.js";
 import { fastPoller, noCredentials, organizationWith } from "./helpers/organizations.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
+import { stepsSatisfied } from "../src/operations/mfa/mfa-policies.js";
 
 let h: Harness;
 
@@ -68,6 +69,26 @@ async function rootWithThreeCredentials() {
 async function tagNames(client: ReturnType<Harness["sdk"]>) {
   return (await client.listUserTags({})).userTags.map((t) => t.tagName);
 }
+
+describe("which proofs satisfy which steps", () => {
+  const key = (credentialId: string) => ({ type: API_KEY, credentialId });
+  const passkey = (credentialId: string) => ({ type: PASSKEY, credentialId });
+
+  it("places a credential that fits two steps where it leaves the others provable, whatever the order given", () => {
+    const steps = [step(API_KEY, PASSKEY), step(PASSKEY)];
+    expect(stepsSatisfied(steps, [passkey("p"), key("k")])).toBe(2);
+    expect(stepsSatisfied(steps, [key("k"), passkey("p")])).toBe(2);
+    expect(stepsSatisfied(steps, [key("k"), key("k2")])).toBe(1);
+  });
+
+  it("counts one credential for one step only, and honours a method's id", () => {
+    expect(stepsSatisfied([step(API_KEY), step(API_KEY)], [key("k")])).toBe(1);
+    expect(stepsSatisfied([step(API_KEY), step(API_KEY)], [key("k"), key("k2")])).toBe(2);
+    const only = [{ any: [{ type: PASSKEY, id: "mine" }] }];
+    expect(stepsSatisfied(only, [passkey("theirs")])).toBe(0);
+    expect(stepsSatisfied(only, [passkey("mine")])).toBe(1);
+  });
+});
 
 describe("an activity matching an MFA policy", () => {
   it("waits for the remaining steps, is refused a credential no remaining step accepts, and runs once when the last is proven", async () => {
