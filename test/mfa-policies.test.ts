@@ -556,6 +556,28 @@ describe("bad input", () => {
       "no session profiles",
     );
     await refused(() => root.createMfaPolicy({ ...valid(), order: -1 }), 3, "REQUEST_INVALID", "order must be a whole number from 0");
+    await refused(
+      () => root.createMfaPolicy({ ...valid(), requiredAuthenticationMethods: Array.from({ length: 11 }, () => step(API_KEY)) }),
+      3,
+      "REQUEST_INVALID",
+      "lists 11 steps; at most 10",
+    );
+    await refused(
+      () =>
+        root.createMfaPolicy({
+          ...valid(),
+          requiredAuthenticationMethods: [{ any: Array.from({ length: 11 }, () => ({ type: API_KEY })) }],
+        }),
+      3,
+      "REQUEST_INVALID",
+      "lists 11 methods; at most 10",
+    );
+    await refused(
+      () => root.updateMfaPolicy({ userId: org.userId, mfaPolicyId, mfaPolicyName: " " }),
+      3,
+      "REQUEST_INVALID",
+      "mfaPolicyName must not be empty",
+    );
   });
 
   it("refuses an unknown authentication method before recording anything", async () => {
