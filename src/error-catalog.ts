@@ -112,6 +112,11 @@ export const ERROR_CATALOG = {
     status: "InvalidArgument",
     meaning: "targetPublicKey of an export or a login is not a P-256 public key (hex) to encrypt the bundle to",
   },
+  MFA_METHOD_UNSUPPORTED: {
+    status: "InvalidArgument",
+    meaning:
+      "an MFA policy step only this server cannot verify (email OTP, SMS OTP and OAuth need attested stamps, not accepted yet), or a session method naming a session profile: add a passkey, API key or session method to the step",
+  },
   POLICY_INVALID: {
     status: "InvalidArgument",
     meaning: "a policy's condition or consensus does not parse or type-check, or is over a size limit; the message points at the problem",
@@ -267,6 +272,16 @@ export const ERROR_CATALOG = {
     status: "FailedPrecondition",
     meaning:
       "the activity needs approvals but cannot wait for them (it carries or returns secrets, or a parent requested it): get it allowed outright",
+  },
+  AUTHENTICATORS_NOT_SUPPORTED: {
+    status: "FailedPrecondition",
+    meaning:
+      "the requester's MFA policy requires further authentication, but the activity cannot wait for it (it carries or returns secrets, or a parent requested it): stamp it with a credential that satisfies the policy, or narrow the policy's condition",
+  },
+  AUTHENTICATION_METHOD_NOT_ACCEPTED: {
+    status: "FailedPrecondition",
+    meaning:
+      "an approval of an activity waiting for its requester's authentication proves no step still needed (another user, a rejection, or a credential no remaining step accepts); get_mfa_status lists what is needed",
   },
   ACTIVITY_NOT_PENDING: {
     status: "FailedPrecondition",
@@ -504,6 +519,7 @@ export const ERROR_CATALOG = {
     meaning: "no OAuth provider with that id, or no user linked to the OIDC token's issuer and subject",
   },
   POLICY_NOT_FOUND: { status: "NotFound", meaning: "no policy with that id in the organization" },
+  MFA_POLICY_NOT_FOUND: { status: "NotFound", meaning: "no MFA policy with that id for that user in the organization" },
   WALLET_NOT_FOUND: { status: "NotFound", meaning: "no wallet with that id in the organization" },
   WALLET_ACCOUNT_NOT_FOUND: {
     status: "NotFound",

@@ -179,6 +179,12 @@ async function evaluationInputs(trx: Tx | Db, subject: ActivitySubject, approver
   return contexts.length ? contexts.map((extra) => ({ ...base, condition: { ...extra, ...base.condition } })) : [base];
 }
 
+/** What policies' conditions judge the activity on, with its approvals so far: an MFA policy's
+ * condition is judged on the very same keywords. */
+export function conditionInputs(trx: Tx | Db, subject: ActivitySubject): Promise<EvaluationInput[]> {
+  return evaluationInputs(trx, subject, approvedBy(subject.votes));
+}
+
 /** The strictest of several keys' results: an explicit deny, else anything short of allowed or waiting
  * for approvals (one that ran out of the shared budget first, so the refusal says so), else waiting
  * for approvals, else allowed (all were). */

@@ -8,9 +8,14 @@
 //           retry is rolled back and answered with the first) and its policy evaluation ─► publish
 //           (webhook event and log line in the transaction; after commit, the dispatcher and the
 //           courier are told and the response is sent)
+//           Between authorize and execute, an activity allowed (or left waiting for approvals) whose
+//           requester's MFA policy the request's credential does not satisfy waits instead until the
+//           requester has proven each of its steps (demandAuthentication; activities/mfa.ts).
 //   vote:   read ─► liveness ─► authenticate ─► IP allowlist, then in one transaction: find the pending activity ─►
-//           ballot (a new vote, an approval repeated, or a retry) ─► may they vote? ─► the same
-//           authorize ─► execute ─► record ─► publish
+//           (waiting for its requester's authentication: the approval proves a step, and the last one
+//           decides and runs it as a vote would) ─► ballot (a new vote, an approval repeated, or a
+//           retry) ─► may they vote? ─► (an approver's own MFA policy holds the vote back until their
+//           approvals prove its steps) ─► the same authorize ─► execute ─► record ─► publish
 //   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► IP allowlist ─► read
 //           ─► response envelope
 // A step that refuses a request leaving no record throws a ServiceError (http/ answers it); every
@@ -50,6 +55,15 @@ import {
   type Decision,
 } from "./authorization.js";
 import { operationByActivityType } from "../operations/catalog.js";
+import {
+  approverAuthenticated,
+  authenticated,
+  authenticationDemanded,
+  proofOf,
+  proveStep,
+  saveAuthentication,
+  type Authentication,
+} from "./mfa.js";
 import {
   insertActivity,
   recordEvaluation,
@@ -133,14 +147,16 @@ export type Authorization =
   | { kind: "allowed"; outcome: "OUTCOME_ALLOW"; verdicts: PolicyVerdict[] }
   | { kind: "waiting"; outcome: "OUTCOME_REQUIRES_CONSENSUS"; verdicts: PolicyVerdict[] }
   | { kind: "refused"; outcome: Decision["outcome"]; verdicts: PolicyVerdict[]; error: ServiceError }
-  | { kind: "rejected"; outcome: "OUTCOME_REJECTED"; verdicts: PolicyVerdict[] };
+  | { kind: "rejected"; outcome: "OUTCOME_REJECTED"; verdicts: PolicyVerdict[] }
+  | { kind: "authenticating"; outcome: "OUTCOME_REQUIRES_AUTHENTICATORS"; verdicts: PolicyVerdict[] };
 
 /** execute's outcome. A completed result is whole: record redacts what the operation declares secret. */
 export type Execution =
   | { kind: "completed"; result: Record<string, unknown> }
   | { kind: "failed"; error: ServiceError }
   | { kind: "pending" }
-  | { kind: "rejected" };
+  | { kind: "rejected" }
+  | { kind: "authenticating" };
 
 /** What execute runs, and for whom. */
 interface Run {
@@ -455,26 +471,59 @@ export function ruleOn(decision: Decision, subject: ActivitySubject): Authorizat
   if (outcome === "OUTCOME_DENY_EXPLICIT" || outcome === "OUTCOME_DENY_IMPLICIT")
     return { kind: "refused", outcome, verdicts, error: denialError(subject, decision) };
   if (outcome === "OUTCOME_ALLOW") return { kind: "allowed", outcome, verdicts };
-  const cannotWait = carriesSecrets(subject.operation, subject.parameters)
-    ? "carries secrets and cannot wait for approvals"
-    : subject.operation.secretResults?.length
-      ? "returns a credential and cannot wait for approvals"
-      : subject.authorityOrganizationId
-        ? "requested by the parent organization cannot wait for approvals"
-        : undefined;
-  if (cannotWait)
+  const why = cannotWait(subject);
+  if (why)
     return {
       kind: "refused",
       outcome,
       verdicts,
-      error: serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} ${cannotWait}: ${decision.reason}`),
+      error: serviceError("CONSENSUS_NOT_SUPPORTED", `${subject.type} ${why} for approvals: ${decision.reason}`),
     };
   return { kind: "waiting", outcome, verdicts };
+}
+
+/** Why an activity cannot wait (for approvals, or for its requester's further authentication). */
+function cannotWait(subject: ActivitySubject): string | undefined {
+  return carriesSecrets(subject.operation, subject.parameters)
+    ? "carries secrets and cannot wait"
+    : subject.operation.secretResults?.length
+      ? "returns a credential and cannot wait"
+      : subject.authorityOrganizationId
+        ? "requested by the parent organization cannot wait"
+        : undefined;
 }
 
 /** Step authorize: the root quorum and the policies decide (authorization.ts), then ruleOn. */
 export async function authorize(trx: Tx, subject: ActivitySubject): Promise<Authorization> {
   return ruleOn(await decideActivity(trx, subject), subject);
+}
+
+/**
+ * Step authenticate further, after authorize: what it decided, unless an MFA policy of the requester
+ * applies (activities/mfa.ts) and the request's own credential does not satisfy it; then the activity
+ * waits for the remaining steps, if it can wait (else it fails). A refused activity is asked for nothing.
+ */
+export async function demandAuthentication(
+  trx: Tx,
+  subject: ActivitySubject,
+  principal: Principal,
+  decided: Authorization,
+): Promise<{ authorization: Authorization; authentication?: Authentication }> {
+  if (decided.kind !== "allowed" && decided.kind !== "waiting") return { authorization: decided };
+  const authentication = await authenticationDemanded(trx, subject, principal);
+  if (!authentication || authenticated(authentication)) return { authorization: decided, authentication };
+  const why = cannotWait(subject);
+  if (why) {
+    const error = serviceError(
+      "AUTHENTICATORS_NOT_SUPPORTED",
+      `MFA policy ${authentication.policyId} requires further authentication of user ${principal.userId}, but ${subject.type} ${why} for it`,
+    );
+    return { authorization: { kind: "refused", outcome: decided.outcome, verdicts: decided.verdicts, error } };
+  }
+  return {
+    authorization: { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: decided.verdicts },
+    authentication,
+  };
 }
 
 /** Step authorize for a vote: an approval decides the activity again; a rejection rejects it once
@@ -490,6 +539,7 @@ const STATUS: Record<Execution["kind"], ActivityStatus> = {
   failed: "ACTIVITY_STATUS_FAILED",
   pending: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
   rejected: "ACTIVITY_STATUS_REJECTED",
+  authenticating: "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED",
 };
 
 /**
@@ -605,10 +655,12 @@ export class Pipeline {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
         await confirmCredential(trx, principal, now);
         const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now, precheck);
-        const authorization = await authorize(trx, subject);
+        const decided = await authorize(trx, subject);
+        const { authorization, authentication } = await demandAuthentication(trx, subject, principal, decided);
         const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester: principal, precheck });
         const secretResults = operation.secretResults;
         const recorded = await record(trx, { base: row, stored: false, vote, authorization, execution, secretResults, precheck }, now);
+        if (authentication) await saveAuthentication(trx, recorded, authentication, now);
         return this.publish(
           trx,
           {
@@ -713,6 +765,7 @@ export class Pipeline {
     if (authorization.kind === "refused") return { kind: "failed", error: authorization.error };
     if (authorization.kind === "waiting") return { kind: "pending" };
     if (authorization.kind === "rejected") return { kind: "rejected" };
+    if (authorization.kind === "authenticating") return { kind: "authenticating" };
     const { subject, activityId } = run;
     if (run.precheck?.kind === "failed") return { kind: "failed", error: this.asServiceError(run.precheck.error, activityId) };
     const { store, env } = this.options;
@@ -797,6 +850,8 @@ export class Pipeline {
           "SESSION_SCOPE_DENIED",
           `${envelope.type} by user ${principal.userId} is not allowed: outside the scope of session profile ${principal.sessionProfileId}, which the stamping session key was issued with`,
         );
+      if (row.status === "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED")
+        return this.authenticateFurther(trx, operation, envelope.type, row, principal, precheck, now);
       const votes = JSON.parse(row.votes) as StoredVote[];
       const ballot = ballotOn(row, votes, principal, operation.selection, request.raw, now);
       if (ballot.kind === "answered") return { status: 200, body: { activity: renderActivity(row) } };
@@ -820,6 +875,13 @@ export class Pipeline {
           `user ${principal.userId} may not vote on activity ${row.id}: not in the root quorum, and not named by the consensus of any policy in force for it`,
         );
       }
+      // An approver's MFA policy holds their vote back until their approvals have proven its steps.
+      if (
+        ballot.kind === "new" &&
+        operation.selection === "VOTE_SELECTION_APPROVED" &&
+        !(await approverAuthenticated(trx, asFound, row, principal, proofOf(principal, envelope.type, now), now))
+      )
+        return { status: 200, body: { activity: { ...renderActivity(row), status: "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED" } } };
       const subject = ballot.kind === "new" ? { ...asFound, votes: [...votes, ballot.vote] } : asFound;
       const authorization = await authorizeVote(trx, subject, operation.selection);
       const requester = requesterOf(votes[0]!, row.organization_id);
@@ -846,6 +908,60 @@ export class Pipeline {
   }
 
   /**
+   * An approval of an activity waiting for its requester's authentication (activities/mfa.ts): its
+   * credential proves one more step. Once every step is proven, the activity is decided again (policies
+   * may have changed meanwhile) and runs, or waits for approvals, or fails, as a submitted one would.
+   */
+  private async authenticateFurther(
+    trx: OpenTx,
+    operation: VoteOperation,
+    voteType: string,
+    row: ActivitiesTable,
+    principal: Principal,
+    precheck: Precheck | undefined,
+    now: number,
+  ): Promise<PipelineResponse | (() => PipelineResponse)> {
+    const progress = await proveStep(trx, row, principal, operation.selection, proofOf(principal, voteType, now), now);
+    if (progress === "repeated") return { status: 200, body: { activity: renderActivity(row) } };
+    const target = operationByActivityType.get(row.type);
+    if (target?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
+    const votes = JSON.parse(row.votes) as StoredVote[];
+    const subject: ActivitySubject = {
+      organizationId: row.organization_id,
+      type: row.type,
+      operation: target,
+      parameters: JSON.parse(row.intent),
+      requesterId: row.user_id ?? "",
+      votes,
+      now,
+      confirmed: [principal.credentialId],
+      ...(precheck?.kind === "passed" ? { prepared: precheck.prepared } : {}),
+    };
+    const authorization: Authorization =
+      progress === "satisfied"
+        ? await authorize(trx, subject)
+        : { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: [] };
+    const requester = requesterOf(votes[0]!, row.organization_id);
+    const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
+    const base = { ...row, updated_at: now };
+    const entry = { base, stored: true, vote: votes[0]!, authorization, execution, secretResults: target.secretResults, precheck };
+    const recorded = await record(trx, entry, now);
+    return this.publish(
+      trx,
+      {
+        recorded,
+        announce: recorded.status !== row.status,
+        line: "vote",
+        fields: { userId: principal.userId, vote: operation.selection, authenticated: progress },
+        messagesQueued: !!target.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
+        broadcastsQueued: !!target.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
+        answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
+      },
+      now,
+    );
+  }
+
+  /**
    * Step precheck for an approval, which may run the activity: the pending activity's precheck, run on
    * its recorded parameters before the lock is taken, so the node is read afresh (fees, nonce,
    * blockhash as they are at approval) and never under the lock. Read from committed rows: the
@@ -858,7 +974,7 @@ export class Pipeline {
       .where("organization_id", "=", organizationId)
       .where("fingerprint", "=", fingerprint)
       .executeTakeFirst();
-    if (row?.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED") return undefined;
+    if (row?.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" && row?.status !== "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED") return undefined;
     const target = operationByActivityType.get(row.type);
     if (target?.kind !== "activity" || !target.precheck) return undefined;
     return this.precheck(target, { parameters: JSON.parse(row.intent), type: row.type });

@@ -7,6 +7,7 @@ import { tagOperations } from "./identity/tags.js";
 import { organizationOperations } from "./organizations/organizations.js";
 import { organizationDataOperations } from "./organizations/organization-data.js";
 import { policyOperations } from "./policies/policies.js";
+import { mfaPolicyOperations } from "./mfa/mfa-policies.js";
 import { walletOperations } from "./wallets/wallets.js";
 import { privateKeyOperations } from "./wallets/private-keys.js";
 import { signingOperations } from "./wallets/signing.js";
@@ -39,6 +40,7 @@ export const operations: Operation[] = [
   ...credentialOperations,
   ...tagOperations,
   ...policyOperations,
+  ...mfaPolicyOperations,
   ...walletOperations,
   ...privateKeyOperations,
   ...signingOperations,

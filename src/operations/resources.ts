@@ -2,7 +2,7 @@
 import { sql, type ExpressionBuilder, type SelectQueryBuilder } from "kysely";
 import type { Db, Tx } from "../store/handles.js";
 import type { Selectable } from "kysely";
-import type { ApiKeysTable, AuthenticatorsTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
+import type { ApiKeysTable, AuthenticatorsTable, MfaPoliciesTable, OauthProvidersTable, UsersTable } from "../store/schema.js";
 import { serviceError, type ServiceError } from "../errors.js";
 import { API_KEY_CREDENTIAL_TYPES } from "../auth/authenticate.js";
 
@@ -59,6 +59,20 @@ export function renderOauthProvider(row: OauthProvidersTable) {
   };
 }
 
+/** An MFA policy as the API shows it (its steps are stored as they are shown). */
+export function renderMfaPolicy(row: MfaPoliciesTable) {
+  return {
+    mfaPolicyId: row.id,
+    mfaPolicyName: row.name,
+    condition: row.condition,
+    requiredAuthenticationMethods: JSON.parse(row.required_methods) as Array<{ any: Array<{ type: string; id?: string }> }>,
+    order: row.evaluation_order,
+    notes: row.notes,
+    createdAt: timestamp(row.created_at),
+    updatedAt: timestamp(row.updated_at),
+  };
+}
+
 /** Users with their credentials and tags, in creation order, loaded in a fixed number of queries. */
 export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: string[]) {
   if (userIds && userIds.length === 0) return [];
@@ -67,11 +81,19 @@ export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: s
   const users = await usersQuery.orderBy("created_at").orderBy("id").execute();
   if (users.length === 0) return [];
   const ids = users.map((u) => u.id);
-  const [apiKeys, authenticators, providers, tags] = await Promise.all([
+  const [apiKeys, authenticators, providers, tags, mfaPolicies] = await Promise.all([
     db.selectFrom("api_keys").selectAll().where("user_id", "in", ids).orderBy("created_at").orderBy("id").execute(),
     db.selectFrom("authenticators").selectAll().where("user_id", "in", ids).orderBy("created_at").orderBy("id").execute(),
     db.selectFrom("oauth_providers").selectAll().where("user_id", "in", ids).orderBy("created_at").orderBy("id").execute(),
     db.selectFrom("user_tag_members").select(["user_id", "tag_id"]).where("user_id", "in", ids).orderBy("tag_id").execute(),
+    db
+      .selectFrom("mfa_policies")
+      .selectAll()
+      .where("user_id", "in", ids)
+      .orderBy("evaluation_order")
+      .orderBy("created_at")
+      .orderBy("id")
+      .execute(),
   ]);
   const byUser = <T extends { user_id: string }>(rows: T[]) => {
     const map = new Map<string, T[]>();
@@ -85,7 +107,8 @@ export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: s
   const keysBy = byUser(apiKeys),
     authsBy = byUser(authenticators),
     providersBy = byUser(providers),
-    tagsBy = byUser(tags);
+    tagsBy = byUser(tags),
+    mfaPoliciesBy = byUser(mfaPolicies);
   return users.map((user: Selectable<UsersTable>) => ({
     userId: user.id,
     userName: user.name,
@@ -95,6 +118,7 @@ export async function loadUsers(db: Db | Tx, organizationId: string, userIds?: s
     apiKeys: (keysBy.get(user.id) ?? []).map(renderApiKey),
     userTags: (tagsBy.get(user.id) ?? []).map((t) => t.tag_id),
     oauthProviders: (providersBy.get(user.id) ?? []).map(renderOauthProvider),
+    mfaPolicies: (mfaPoliciesBy.get(user.id) ?? []).map(renderMfaPolicy),
     createdAt: timestamp(user.created_at),
     updatedAt: timestamp(user.updated_at),
   }));

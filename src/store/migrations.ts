@@ -693,6 +693,44 @@ const oauth2Credentials: Migration = {
   },
 };
 
+/** MFA policies (create_mfa_policy): per user, a condition in the policy language and the ordered steps
+ * of authentication it requires (JSON). And, for each activity an MFA policy applied to, what that
+ * policy required of its requester and the proofs given so far (get_mfa_status reads them). */
+const mfaPolicies: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("mfa_policies")
+      .addColumn("id", "text", (c) => c.primaryKey())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("user_id", "text", (c) => c.notNull().references("users.id"))
+      .addColumn("name", "text", (c) => c.notNull())
+      .addColumn("condition", "text", (c) => c.notNull())
+      .addColumn("required_methods", "text", (c) => c.notNull())
+      .addColumn("evaluation_order", "bigint", (c) => c.notNull())
+      .addColumn("notes", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex("mfa_policies_by_user")
+      .on("mfa_policies")
+      .columns(["user_id", "evaluation_order", "created_at", "id"])
+      .execute();
+    await db.schema
+      .createTable("activity_authentications")
+      .addColumn("activity_id", "text", (c) => c.notNull().references("activities.id"))
+      .addColumn("user_id", "text", (c) => c.notNull())
+      .addColumn("organization_id", "text", (c) => c.notNull().references("organizations.id"))
+      .addColumn("mfa_policy_id", "text", (c) => c.notNull())
+      .addColumn("required_methods", "text", (c) => c.notNull())
+      .addColumn("proofs", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .addPrimaryKeyConstraint("activity_authentications_pk", ["activity_id", "user_id"])
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -712,6 +750,7 @@ export const migrations: Record<string, Migration> = {
   "0016_session_profiles": sessionProfiles,
   "0017_stored_secrets": storedSecrets,
   "0018_oauth2_credentials": oauth2Credentials,
+  "0019_mfa_policies": mfaPolicies,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -420,6 +420,39 @@ export interface PoliciesTable {
 }
 
 /** One evaluation of an organization's policies for one vote on an activity. */
+export interface MfaPoliciesTable {
+  id: string;
+  organization_id: string;
+  /** The user the MFA policy applies to: it is evaluated for that user's activities only. */
+  user_id: string;
+  name: string;
+  /** A policy-language condition, as written. */
+  condition: string;
+  /** JSON: the ordered steps, each { any: [{ type, id? }] }. */
+  required_methods: string;
+  /** Lower is evaluated first; the first policy whose condition holds is the one enforced. */
+  evaluation_order: number;
+  notes: string;
+  created_at: number;
+  updated_at: number;
+}
+
+export interface ActivityAuthenticationsTable {
+  activity_id: string;
+  /** The user who must authenticate (the activity's requester). */
+  user_id: string;
+  organization_id: string;
+  /** The MFA policy that applied when the activity was submitted (it may since have been changed or
+   * deleted: its steps are kept here as they were). */
+  mfa_policy_id: string;
+  /** JSON: the policy's steps, as when the activity was submitted. */
+  required_methods: string;
+  /** JSON: the credentials that proved a step so far, in the order they were given. */
+  proofs: string;
+  created_at: number;
+  updated_at: number;
+}
+
 export interface PolicyEvaluationsTable {
   id: string;
   organization_id: string;
@@ -559,6 +592,8 @@ export interface Database {
   activities: ActivitiesTable;
   policies: PoliciesTable;
   policy_evaluations: PolicyEvaluationsTable;
+  mfa_policies: MfaPoliciesTable;
+  activity_authentications: ActivityAuthenticationsTable;
   organization_features: OrganizationFeaturesTable;
   service_keys: ServiceKeysTable;
   import_targets: ImportTargetsTable;

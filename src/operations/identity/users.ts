@@ -330,6 +330,7 @@ export const userOperations = [
         "root_quorum_members",
         "import_targets",
         "otps",
+        "mfa_policies",
       ] as const) {
         await ctx.trx.deleteFrom(table).where("user_id", "in", ids).execute();
       }

@@ -194,6 +194,7 @@ async function deleteSubOrganization(ctx: ActivityContext, deleteWithoutExport: 
     .execute();
   await trx.deleteFrom("tags").where("organization_id", "=", id).execute();
   await trx.deleteFrom("policies").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("mfa_policies").where("organization_id", "=", id).execute();
   // Pending invitations' links must not create users in a deleted organization.
   await trx.deleteFrom("invitations").where("organization_id", "=", id).execute();
   await trx.deleteFrom("smart_contract_interfaces").where("organization_id", "=", id).execute();

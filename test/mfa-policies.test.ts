@@ -1,0 +1,604 @@
+// MFA policies through @turnkey/sdk-server, as a backend drives them: create/update/delete_mfa_policy
+// and the queries; an activity whose requester's first matching MFA policy (by order) is not satisfied
+// by the request's own credential waits in ACTIVITY_STATUS_AUTHENTICATORS_NEEDED; get_mfa_status says
+// what is proven and what is required; approvals by the requester stamped with the other credentials
+// (a real WebAuthn passkey through @turnkey/webauthn-stamper, another API key) prove the remaining
+// steps, and the last one runs the activity, once. Every refusal changes nothing (full-table snapshot).
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TurnkeyApiClient } from "@turnkey/sdk-server";
+import { WebauthnStamper } from "@turnkey/webauthn-stamper";
+import { newKeyPair, refusedLeavingOnlyItsActivity, signedRequest, startHarness, type Harness } from "./helpers/harness.js";
+import { fastPoller, noCredentials, organizationWith } from "./helpers/organizations.js";
+import { SoftwarePasskey } from "./helpers/passkey.js";
+import { stepsSatisfied } from "../src/operations/mfa/mfa-policies.js";
+
+let h: Harness;
+
+beforeAll(async () => {
+  h = await startHarness();
+});
+afterAll(() => h.close());
+
+const API_KEY = "AUTHENTICATION_TYPE_API_KEY" as const;
+const PASSKEY = "AUTHENTICATION_TYPE_PASSKEY" as const;
+const step = (...types: Array<typeof API_KEY | typeof PASSKEY | "AUTHENTICATION_TYPE_EMAIL_OTP" | "AUTHENTICATION_TYPE_SMS_OTP">) => ({
+  any: types.map((type) => ({ type })),
+});
+const CREATE_USER_TAG = "activity.type == 'ACTIVITY_TYPE_CREATE_USER_TAG'";
+
+/**
+ * An organization whose root user holds two API keys and a passkey: `root` stamps with the first key,
+ * `second` with the other, `withPasskey` runs calls stamped by the passkey (the official stamper, the
+ * software authenticator installed as navigator.credentials).
+ */
+async function rootWithThreeCredentials() {
+  const org = await h.organization();
+  const root = h.sdk(org, org.key, fastPoller);
+  const secondKey = newKeyPair();
+  const {
+    apiKeyIds: [secondKeyId],
+  } = await root.createApiKeys({
+    userId: org.userId,
+    apiKeys: [{ apiKeyName: "second", publicKey: secondKey.publicKey, curveType: "API_KEY_CURVE_P256" }],
+  });
+  const passkey = new SoftwarePasskey();
+  const registration = passkey.register();
+  const {
+    authenticatorIds: [passkeyId],
+  } = await root.createAuthenticators({
+    userId: org.userId,
+    authenticators: [{ authenticatorName: "laptop", challenge: registration.challenge, attestation: registration.attestation as any }],
+  });
+  const passkeyClient = new TurnkeyApiClient({
+    stamper: new WebauthnStamper({ rpId: passkey.rpId }),
+    apiBaseUrl: h.url,
+    organizationId: org.organizationId,
+    activityPoller: fastPoller.activityPoller,
+  });
+  const withPasskey = async <T>(call: (client: TurnkeyApiClient) => Promise<T>): Promise<T> => {
+    const restore = passkey.installAsNavigator();
+    try {
+      return await call(passkeyClient);
+    } finally {
+      restore();
+    }
+  };
+  return { org, root, second: h.sdk(org, secondKey, fastPoller), secondKeyId: secondKeyId!, passkeyId: passkeyId!, withPasskey };
+}
+
+async function tagNames(client: ReturnType<Harness["sdk"]>) {
+  return (await client.listUserTags({})).userTags.map((t) => t.tagName);
+}
+
+describe("which proofs satisfy which steps", () => {
+  const key = (credentialId: string) => ({ type: API_KEY, credentialId });
+  const passkey = (credentialId: string) => ({ type: PASSKEY, credentialId });
+
+  it("places a credential that fits two steps where it leaves the others provable, whatever the order given", () => {
+    const steps = [step(API_KEY, PASSKEY), step(PASSKEY)];
+    expect(stepsSatisfied(steps, [passkey("p"), key("k")])).toBe(2);
+    expect(stepsSatisfied(steps, [key("k"), passkey("p")])).toBe(2);
+    expect(stepsSatisfied(steps, [key("k"), key("k2")])).toBe(1);
+  });
+
+  it("counts one credential for one step only, and honours a method's id", () => {
+    expect(stepsSatisfied([step(API_KEY), step(API_KEY)], [key("k")])).toBe(1);
+    expect(stepsSatisfied([step(API_KEY), step(API_KEY)], [key("k"), key("k2")])).toBe(2);
+    const only = [{ any: [{ type: PASSKEY, id: "mine" }] }];
+    expect(stepsSatisfied(only, [passkey("theirs")])).toBe(0);
+    expect(stepsSatisfied(only, [passkey("mine")])).toBe(1);
+  });
+});
+
+describe("an activity matching an MFA policy", () => {
+  it("waits for the remaining steps, is refused a credential no remaining step accepts, and runs once when the last is proven", async () => {
+    const { org, root, second, secondKeyId, passkeyId, withPasskey } = await rootWithThreeCredentials();
+    // The steps are listed passkey first: the docs let them be proven in any order.
+    const { mfaPolicyId } = await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "tags need a passkey",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [step(PASSKEY), step(API_KEY)],
+      order: 0,
+      notes: "passkey and key",
+    });
+    const { mfaPolicy } = await root.getMfaPolicy({ userId: org.userId, mfaPolicyId });
+    expect(mfaPolicy).toMatchObject({
+      mfaPolicyId,
+      mfaPolicyName: "tags need a passkey",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [{ any: [{ type: PASSKEY }] }, { any: [{ type: API_KEY }] }],
+      order: 0,
+      notes: "passkey and key",
+    });
+    expect((await root.getMfaPolicies({ userId: org.userId })).mfaPolicies).toEqual([mfaPolicy]);
+    expect((await root.getUser({ userId: org.userId })).user.mfaPolicies).toEqual([mfaPolicy]);
+
+    const waiting = await root.createUserTag({ userTagName: "guarded", userIds: [] });
+    expect(waiting.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    const activityId = waiting.activity.id;
+    const fingerprint = waiting.activity.fingerprint;
+    expect(await tagNames(root)).toEqual([]);
+    const required = [{ any: [{ type: PASSKEY }] }, { any: [{ type: API_KEY }] }];
+    expect((await root.getMfaStatus({ activityId })).mfaStatuses).toEqual([
+      {
+        mfaPolicyId,
+        userId: org.userId,
+        satisfied: false,
+        satisfiedMethods: [{ type: API_KEY, id: org.apiKeyId }],
+        requiredMethods: required,
+      },
+    ]);
+    expect((await root.getActivity({ activityId })).activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+
+    // Another API key proves nothing more: the only API-key step is already proven.
+    const before = await h.snapshot();
+    await expect(second.approveActivity({ fingerprint })).rejects.toMatchObject({
+      code: 9,
+      message: expect.stringContaining(`AUTHENTICATION_TYPE_API_KEY ${secondKeyId} satisfies none of the steps`),
+    });
+    // The key that made the request approving again is a retry: answered as the activity stands.
+    const again = await root.approveActivity({ fingerprint });
+    expect(again.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect(await h.snapshot()).toBe(before);
+    // Another user cannot authenticate for the requester, nor can a rejection.
+    const otherKey = newKeyPair();
+    await root.createPrivateKeyTag({ privateKeyTagName: "unguarded", privateKeyIds: [] });
+    await root.createUsers({
+      users: [
+        {
+          userName: "other",
+          apiKeys: [{ apiKeyName: "k", publicKey: otherKey.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          ...noCredentials,
+        },
+      ],
+    });
+    const afterOther = await h.snapshot();
+    await expect(h.sdk(org, otherKey).approveActivity({ fingerprint })).rejects.toMatchObject({
+      code: 9,
+      message: expect.stringContaining("cannot vote on it or authenticate for them"),
+    });
+    await expect(root.rejectActivity({ fingerprint })).rejects.toMatchObject({
+      code: 9,
+      message: expect.stringContaining("a rejection proves nothing"),
+    });
+    expect(await h.snapshot()).toBe(afterOther);
+    expect((await root.getMfaStatus({ activityId, userId: org.userId })).mfaStatuses[0].satisfiedMethods).toEqual([
+      { type: API_KEY, id: org.apiKeyId },
+    ]);
+
+    // The passkey proves the last step: the activity runs, and the approval's answer is its result.
+    const done = await withPasskey((client) => client.approveActivity({ fingerprint }));
+    expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect(done.activity.result.createUserTagResult?.userTagId).toBeTruthy();
+    expect(await tagNames(root)).toEqual(["guarded"]);
+    expect((await root.getMfaStatus({ activityId })).mfaStatuses).toEqual([
+      {
+        mfaPolicyId,
+        userId: org.userId,
+        satisfied: true,
+        satisfiedMethods: [
+          { type: API_KEY, id: org.apiKeyId },
+          { type: PASSKEY, id: passkeyId },
+        ],
+        requiredMethods: required,
+      },
+    ]);
+    // Approving a completed activity again runs nothing a second time.
+    const after = await withPasskey((client) => client.approveActivity({ fingerprint }));
+    expect(after.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    await root.approveActivity({ fingerprint });
+    expect(await tagNames(root)).toEqual(["guarded"]);
+    // One activity, completed: the approvals changed it rather than adding activities of their own.
+    const rows = await h.server.store.db.selectFrom("activities").select(["id", "status"]).where("id", "=", activityId).execute();
+    expect(rows).toEqual([{ id: activityId, status: "ACTIVITY_STATUS_COMPLETED" }]);
+  });
+
+  it("counts the request's own credential only where a step accepts it, and a passkey request then needs the API key", async () => {
+    const { org, root, withPasskey } = await rootWithThreeCredentials();
+    await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "keys for tags",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [step(API_KEY)],
+      order: 0,
+    });
+    // Stamped by the passkey: the API-key step is still to be proven.
+    const waiting = await withPasskey((client) => client.createUserTag({ userTagName: "by passkey", userIds: [] }));
+    expect(waiting.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect((await root.getMfaStatus({ activityId: waiting.activity.id })).mfaStatuses[0]).toMatchObject({
+      satisfied: false,
+      satisfiedMethods: [],
+    });
+    // Stamped by an API key: the policy is satisfied by the request itself, and it runs at once.
+    const direct = await root.createUserTag({ userTagName: "by key", userIds: [] });
+    expect(direct.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await root.getMfaStatus({ activityId: direct.activity.id })).mfaStatuses[0]).toMatchObject({
+      satisfied: true,
+      satisfiedMethods: [{ type: API_KEY, id: org.apiKeyId }],
+    });
+    const done = await root.approveActivity({ fingerprint: waiting.activity.fingerprint });
+    expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await tagNames(root)).sort()).toEqual(["by key", "by passkey"]);
+  });
+
+  it("runs an activity no MFA policy matches at once, and stops asking once the policy is deleted", async () => {
+    const { org, root } = await rootWithThreeCredentials();
+    const { mfaPolicyId } = await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "passkey for tags",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [step(PASSKEY)],
+      order: 0,
+    });
+    const other = await root.createPrivateKeyTag({ privateKeyTagName: "unguarded", privateKeyIds: [] });
+    expect(other.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await root.getMfaStatus({ activityId: other.activity.id })).mfaStatuses).toEqual([]);
+    const waiting = await root.createUserTag({ userTagName: "first", userIds: [] });
+    expect(waiting.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+
+    await root.deleteMfaPolicy({ userId: org.userId, mfaPolicyId });
+    expect((await root.getMfaPolicies({ userId: org.userId })).mfaPolicies).toEqual([]);
+    const now = await root.createUserTag({ userTagName: "second", userIds: [] });
+    expect(now.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    // The activity submitted before still waits for the steps its policy asked for then.
+    expect((await root.getActivity({ activityId: waiting.activity.id })).activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect(await tagNames(root)).toEqual(["second"]);
+  });
+
+  it("enforces only the first matching policy by order, and follows a change of order", async () => {
+    const { org, root, withPasskey } = await rootWithThreeCredentials();
+    const { mfaPolicyId: catchAll } = await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "everything needs an API key",
+      condition: "true",
+      requiredAuthenticationMethods: [step(API_KEY)],
+      order: 1,
+    });
+    const { mfaPolicyId: strict } = await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "tags need key and passkey",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [step(API_KEY), step(PASSKEY)],
+      order: 0,
+    });
+    expect((await root.getMfaPolicies({ userId: org.userId })).mfaPolicies.map((p: { mfaPolicyId: string }) => p.mfaPolicyId)).toEqual([
+      strict,
+      catchAll,
+    ]);
+    const tag = await root.createUserTag({ userTagName: "strict", userIds: [] });
+    expect(tag.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect((await root.getMfaStatus({ activityId: tag.activity.id })).mfaStatuses[0].mfaPolicyId).toBe(strict);
+    const other = await root.createPrivateKeyTag({ privateKeyTagName: "caught", privateKeyIds: [] });
+    expect(other.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await root.getMfaStatus({ activityId: other.activity.id })).mfaStatuses[0]).toMatchObject({
+      mfaPolicyId: catchAll,
+      satisfied: true,
+    });
+    // The catch-all asks a passkey request for an API key.
+    const byPasskey = await withPasskey((client) => client.createPrivateKeyTag({ privateKeyTagName: "by passkey", privateKeyIds: [] }));
+    expect(byPasskey.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect((await root.approveActivity({ fingerprint: byPasskey.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+
+    // Moved after the catch-all, the strict policy is never reached for tags.
+    await root.updateMfaPolicy({ userId: org.userId, mfaPolicyId: strict, order: 2 });
+    const { mfaPolicy } = await root.getMfaPolicy({ userId: org.userId, mfaPolicyId: strict });
+    expect(mfaPolicy).toMatchObject({ order: 2, mfaPolicyName: "tags need key and passkey", condition: CREATE_USER_TAG });
+    const relaxed = await root.createUserTag({ userTagName: "relaxed", userIds: [] });
+    expect(relaxed.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect((await root.getMfaStatus({ activityId: relaxed.activity.id })).mfaStatuses[0].mfaPolicyId).toBe(catchAll);
+    expect(await tagNames(root)).toEqual(["relaxed"]);
+  });
+
+  it("fails an activity that cannot wait (its result is a credential) when the request does not satisfy the policy", async () => {
+    const { org, root } = await rootWithThreeCredentials();
+    await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "sessions need a passkey",
+      condition: "activity.type == 'ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION'",
+      requiredAuthenticationMethods: [step(PASSKEY)],
+      order: 0,
+    });
+    const { failure } = await refusedLeavingOnlyItsActivity(h, () => root.createReadOnlySession({}), {
+      code: 9,
+      message: expect.stringContaining("returns a credential and cannot wait for it"),
+    });
+    expect(failure.details[0].turnkeyErrorCode).toBe("AUTHENTICATORS_NOT_SUPPORTED");
+  });
+});
+
+describe("an approver's MFA policy", () => {
+  it("holds the approver's vote back until their own approvals have proven its steps", async () => {
+    const { org, root, members } = await organizationWith(h, ["alice", "bob"]);
+    const bob = members.bob!;
+    const bobSecond = newKeyPair();
+    const {
+      apiKeyIds: [bobSecondId],
+    } = await root.createApiKeys({
+      userId: bob.userId,
+      apiKeys: [{ apiKeyName: "bob's other key", publicKey: bobSecond.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
+    await root.createPolicy({
+      policyName: "two approve tags",
+      effect: "EFFECT_ALLOW",
+      condition: CREATE_USER_TAG,
+      consensus: "approvers.count() >= 2",
+      notes: "",
+    });
+    const { mfaPolicyId } = await root.createMfaPolicy({
+      userId: bob.userId,
+      mfaPolicyName: "bob approves with two keys",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [step(API_KEY), step(API_KEY)],
+      order: 0,
+    });
+    const proposed = await members.alice!.client.createUserTag({ userTagName: "agreed", userIds: [] });
+    expect(proposed.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    const { fingerprint, id: activityId } = proposed.activity;
+
+    const held = await bob.client.approveActivity({ fingerprint });
+    expect(held.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect((await root.getActivity({ activityId })).activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    expect(await tagNames(root)).toEqual([]);
+    const bobKeyId = (await root.getUser({ userId: bob.userId })).user.apiKeys.find((k) => k.apiKeyId !== bobSecondId)!.apiKeyId;
+    const pending = {
+      mfaPolicyId,
+      userId: bob.userId,
+      satisfied: false,
+      satisfiedMethods: [{ type: API_KEY, id: bobKeyId }],
+      requiredMethods: [{ any: [{ type: API_KEY }] }, { any: [{ type: API_KEY }] }],
+    };
+    // The requester had no MFA policy: only the approver is listed.
+    expect((await root.getMfaStatus({ activityId })).mfaStatuses).toEqual([pending]);
+    const before = await h.snapshot();
+    expect((await bob.client.approveActivity({ fingerprint })).activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect(await h.snapshot()).toBe(before);
+
+    const done = await h.sdk(org, bobSecond).approveActivity({ fingerprint });
+    expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect(done.activity.votes.map((v: { userId: string }) => v.userId)).toEqual([members.alice!.userId, bob.userId]);
+    expect(await tagNames(root)).toEqual(["agreed"]);
+    expect((await root.getMfaStatus({ activityId, userId: bob.userId })).mfaStatuses[0]).toMatchObject({
+      satisfied: true,
+      satisfiedMethods: [
+        { type: API_KEY, id: bobKeyId },
+        { type: API_KEY, id: bobSecondId },
+      ],
+    });
+    // Deleting the user deletes their MFA policies; what their authentication proved stays in the log.
+    await root.deleteUsers({ userIds: [bob.userId] });
+    expect(await h.server.store.db.selectFrom("mfa_policies").select("id").where("user_id", "=", bob.userId).execute()).toEqual([]);
+    expect((await root.getMfaStatus({ activityId })).mfaStatuses).toHaveLength(1);
+  });
+});
+
+describe("who may manage MFA policies", () => {
+  it("is decided by policies on activity.resource 'MFA_POLICY' and its actions", async () => {
+    const org = await h.organization();
+    const root = h.sdk(org, org.key, fastPoller);
+    const key = newKeyPair();
+    const {
+      userIds: [delegate],
+    } = await root.createUsers({
+      users: [
+        {
+          userName: "delegate",
+          apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          ...noCredentials,
+        },
+      ],
+    });
+    await root.createPolicy({
+      policyName: "delegate creates MFA policies",
+      effect: "EFFECT_ALLOW",
+      condition: `activity.resource == 'MFA_POLICY' && activity.action == 'CREATE'`,
+      consensus: `approvers.any(user, user.id == '${delegate}')`,
+      notes: "",
+    });
+    const client = h.sdk(org, key, fastPoller);
+    const { mfaPolicyId } = await client.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "from the delegate",
+      condition: "activity.action == 'SIGN'",
+      requiredAuthenticationMethods: [step(API_KEY)],
+      order: 0,
+    });
+    expect(mfaPolicyId).toBeTruthy();
+    const { failure } = await refusedLeavingOnlyItsActivity(h, () => client.deleteMfaPolicy({ userId: org.userId, mfaPolicyId }), {
+      code: 7,
+    });
+    expect(failure.details[0].turnkeyErrorCode).toBe("POLICY_DENIED");
+    expect((await root.getMfaPolicies({ userId: org.userId })).mfaPolicies).toHaveLength(1);
+  });
+});
+
+describe("bad input", () => {
+  let org: Awaited<ReturnType<Harness["organization"]>>;
+  let root: ReturnType<Harness["sdk"]>;
+  let mfaPolicyId: string;
+  let stranger: { organizationId: string; userId: string; mfaPolicyId: string };
+  let otherUserPasskey: string;
+  const valid = () => ({
+    userId: org.userId,
+    mfaPolicyName: "valid",
+    condition: "true",
+    requiredAuthenticationMethods: [step(API_KEY)],
+    order: 0,
+  });
+
+  beforeAll(async () => {
+    org = await h.organization();
+    root = h.sdk(org, org.key, fastPoller);
+    // A policy that never matches, so the refusals below are not themselves asked for more.
+    ({ mfaPolicyId } = await root.createMfaPolicy({ ...valid(), condition: "activity.action == 'EXPORT'" }));
+    const other = await h.organization();
+    const otherRoot = h.sdk(other, other.key, fastPoller);
+    const created = await otherRoot.createMfaPolicy({ ...valid(), userId: other.userId, condition: "false" });
+    stranger = { organizationId: other.organizationId, userId: other.userId, mfaPolicyId: created.mfaPolicyId };
+    const passkey = new SoftwarePasskey();
+    const registration = passkey.register();
+    ({
+      authenticatorIds: [otherUserPasskey],
+    } = await otherRoot.createAuthenticators({
+      userId: other.userId,
+      authenticators: [{ authenticatorName: "theirs", challenge: registration.challenge, attestation: registration.attestation as any }],
+    }));
+  });
+
+  const refused = async (attempt: () => Promise<unknown>, code: number, errorCode: string, message: string | RegExp) => {
+    const { failure } = await refusedLeavingOnlyItsActivity(h, attempt, {
+      code,
+      message: typeof message === "string" ? expect.stringContaining(message) : expect.stringMatching(message),
+    });
+    expect(failure.details[0].turnkeyErrorCode).toBe(errorCode);
+  };
+
+  it("refuses a condition that does not compile, with the policy compiler's words", async () => {
+    await refused(
+      () => root.createMfaPolicy({ ...valid(), condition: "activity.type ==" }),
+      3,
+      "POLICY_INVALID",
+      "expected a value but found end of input",
+    );
+    await refused(
+      () => root.createMfaPolicy({ ...valid(), condition: "activity.type == 1" }),
+      3,
+      "POLICY_INVALID",
+      "cannot compare string with int",
+    );
+    await refused(() => root.createMfaPolicy({ ...valid(), condition: "activity.type" }), 3, "POLICY_INVALID", "must be a bool expression");
+    await refused(() => root.createMfaPolicy({ ...valid(), condition: "  " }), 3, "POLICY_INVALID", "condition must not be empty");
+    await refused(
+      () => root.updateMfaPolicy({ userId: org.userId, mfaPolicyId, condition: "activity.bogus == 'x'" }),
+      3,
+      "POLICY_INVALID",
+      'Activity has no field "bogus"',
+    );
+  });
+
+  it("refuses an unknown user and another organization's user or policy", async () => {
+    await refused(
+      () => root.createMfaPolicy({ ...valid(), userId: "00000000-0000-4000-8000-000000000000" }),
+      5,
+      "USER_NOT_FOUND",
+      "not found",
+    );
+    await refused(() => root.createMfaPolicy({ ...valid(), userId: stranger.userId }), 5, "USER_NOT_FOUND", stranger.userId);
+    await refused(
+      () => root.updateMfaPolicy({ userId: stranger.userId, mfaPolicyId: stranger.mfaPolicyId, order: 3 }),
+      5,
+      "USER_NOT_FOUND",
+      stranger.userId,
+    );
+    await refused(
+      () => root.deleteMfaPolicy({ userId: org.userId, mfaPolicyId: stranger.mfaPolicyId }),
+      5,
+      "MFA_POLICY_NOT_FOUND",
+      stranger.mfaPolicyId,
+    );
+    await refused(
+      () => root.createMfaPolicy({ ...valid(), requiredAuthenticationMethods: [{ any: [{ type: PASSKEY, id: otherUserPasskey }] }] }),
+      3,
+      "REQUEST_INVALID",
+      `is not a AUTHENTICATION_TYPE_PASSKEY credential of user ${org.userId}`,
+    );
+    const before = await h.snapshot();
+    await expect(root.getMfaPolicy({ userId: org.userId, mfaPolicyId: stranger.mfaPolicyId })).rejects.toMatchObject({
+      code: 5,
+      message: expect.stringContaining("MFA policy"),
+    });
+    await expect(root.getMfaPolicies({ userId: stranger.userId })).rejects.toMatchObject({ code: 5 });
+    expect(await h.snapshot()).toBe(before);
+  });
+
+  it("refuses update and delete of an MFA policy that does not exist", async () => {
+    const missing = "00000000-0000-4000-8000-000000000001";
+    await refused(() => root.updateMfaPolicy({ userId: org.userId, mfaPolicyId: missing, order: 1 }), 5, "MFA_POLICY_NOT_FOUND", missing);
+    await refused(() => root.deleteMfaPolicy({ userId: org.userId, mfaPolicyId: missing }), 5, "MFA_POLICY_NOT_FOUND", missing);
+  });
+
+  it("refuses no steps, an empty step, a method with an id it cannot have, a step nothing here can verify, and a negative order", async () => {
+    await refused(() => root.createMfaPolicy({ ...valid(), requiredAuthenticationMethods: [] }), 3, "REQUEST_INVALID", "at least one step");
+    await refused(
+      () => root.updateMfaPolicy({ userId: org.userId, mfaPolicyId, requiredAuthenticationMethods: [step(API_KEY), { any: [] }] }),
+      3,
+      "REQUEST_INVALID",
+      "requiredAuthenticationMethods[1].any must list at least one method",
+    );
+    await refused(
+      () =>
+        root.createMfaPolicy({
+          ...valid(),
+          requiredAuthenticationMethods: [{ any: [{ type: "AUTHENTICATION_TYPE_EMAIL_OTP", id: "x" }] }],
+        }),
+      3,
+      "REQUEST_INVALID",
+      "has no id",
+    );
+    await refused(
+      () =>
+        root.createMfaPolicy({
+          ...valid(),
+          requiredAuthenticationMethods: [step("AUTHENTICATION_TYPE_EMAIL_OTP", "AUTHENTICATION_TYPE_SMS_OTP")],
+        }),
+      3,
+      "MFA_METHOD_UNSUPPORTED",
+      "cannot be verified by this server",
+    );
+    await refused(
+      () =>
+        root.createMfaPolicy({
+          ...valid(),
+          requiredAuthenticationMethods: [{ any: [{ type: "AUTHENTICATION_TYPE_SESSION", id: "11111111-1111-1111-1111-111111111111" }] }],
+        }),
+      3,
+      "MFA_METHOD_UNSUPPORTED",
+      "no session profiles",
+    );
+    await refused(() => root.createMfaPolicy({ ...valid(), order: -1 }), 3, "REQUEST_INVALID", "order must be a whole number from 0");
+    await refused(
+      () => root.createMfaPolicy({ ...valid(), requiredAuthenticationMethods: Array.from({ length: 11 }, () => step(API_KEY)) }),
+      3,
+      "REQUEST_INVALID",
+      "lists 11 steps; at most 10",
+    );
+    await refused(
+      () =>
+        root.createMfaPolicy({
+          ...valid(),
+          requiredAuthenticationMethods: [{ any: Array.from({ length: 11 }, () => ({ type: API_KEY })) }],
+        }),
+      3,
+      "REQUEST_INVALID",
+      "lists 11 methods; at most 10",
+    );
+    await refused(
+      () => root.updateMfaPolicy({ userId: org.userId, mfaPolicyId, mfaPolicyName: " " }),
+      3,
+      "REQUEST_INVALID",
+      "mfaPolicyName must not be empty",
+    );
+  });
+
+  it("refuses an unknown authentication method before recording anything", async () => {
+    const before = await h.snapshot();
+    const { body, headers } = signedRequest(
+      {
+        type: "ACTIVITY_TYPE_CREATE_MFA_POLICY",
+        timestampMs: String(Date.now()),
+        organizationId: org.organizationId,
+        parameters: { ...valid(), requiredAuthenticationMethods: [{ any: [{ type: "AUTHENTICATION_TYPE_CARRIER_PIGEON" }] }] },
+      },
+      org.key,
+    );
+    const response = await h.post("/public/v1/submit/create_mfa_policy", body, headers);
+    expect(response.status).toBe(400);
+    expect(response.json.details[0].turnkeyErrorCode).toBe("REQUEST_INVALID");
+    expect(response.json.message).toContain("type");
+    expect(await h.snapshot()).toBe(before);
+  });
+
+  it("answers get_mfa_status for an unknown activity with ACTIVITY_NOT_FOUND", async () => {
+    await expect(root.getMfaStatus({ activityId: "00000000-0000-4000-8000-000000000002" })).rejects.toMatchObject({ code: 5 });
+  });
+});
