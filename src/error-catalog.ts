@@ -508,7 +508,7 @@ export const ERROR_CATALOG = {
   SESSION_PROFILE_NOT_FOUND: {
     status: "NotFound",
     meaning:
-      "no session profile with that id in the organization or its parent organization (a login's sessionProfileId, or get_session_profile): " +
+      "no session profile with that id in the organization or its parent organization (a login's sessionProfileId, get_session_profile, or the id of an MFA policy's session method): " +
       "a profile of an unrelated organization is refused the same way, and the login issues no session",
   },
   API_KEY_NOT_FOUND: { status: "NotFound", meaning: "no API key with that id (for that user)" },

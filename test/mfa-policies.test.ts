@@ -222,6 +222,45 @@ describe("an activity matching an MFA policy", () => {
     expect((await tagNames(root)).sort()).toEqual(["by key", "by passkey"]);
   });
 
+  it("accepts for a session method naming a profile only a session key issued with that profile", async () => {
+    const { org, root } = await rootWithThreeCredentials();
+    const { sessionProfileId } = await root.createSessionProfile({ sessionProfileName: "step-up", scope: "true" });
+    const SESSION = "AUTHENTICATION_TYPE_SESSION" as const;
+    await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "tags need a step-up session",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [step(API_KEY), { any: [{ type: SESSION, id: sessionProfileId }] }],
+      order: 0,
+    });
+    const plainKey = newKeyPair();
+    const profiledKey = newKeyPair();
+    await root.stampLogin({ publicKey: plainKey.publicKey });
+    await root.stampLogin({ publicKey: profiledKey.publicKey, sessionProfileId });
+    const waiting = await root.createUserTag({ userTagName: "stepped up", userIds: [] });
+    expect(waiting.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    const { fingerprint } = waiting.activity;
+
+    // A session, but not of that profile: it proves nothing, and nothing changes.
+    const before = await h.snapshot();
+    await expect(h.sdk(org, plainKey, fastPoller).approveActivity({ fingerprint })).rejects.toMatchObject({
+      code: 9,
+      message: expect.stringContaining("satisfies none of the steps"),
+    });
+    expect(await h.snapshot()).toBe(before);
+
+    const done = await h.sdk(org, profiledKey, fastPoller).approveActivity({ fingerprint });
+    expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect(await tagNames(root)).toEqual(["stepped up"]);
+    expect((await root.getMfaStatus({ activityId: waiting.activity.id })).mfaStatuses[0]).toMatchObject({
+      satisfied: true,
+      satisfiedMethods: [
+        { type: API_KEY, id: org.apiKeyId },
+        { type: SESSION, id: sessionProfileId },
+      ],
+    });
+  });
+
   it("runs an activity no MFA policy matches at once, and stops asking once the policy is deleted", async () => {
     const { org, root } = await rootWithThreeCredentials();
     const { mfaPolicyId } = await root.createMfaPolicy({
@@ -416,7 +455,7 @@ describe("bad input", () => {
   let org: Awaited<ReturnType<Harness["organization"]>>;
   let root: ReturnType<Harness["sdk"]>;
   let mfaPolicyId: string;
-  let stranger: { organizationId: string; userId: string; mfaPolicyId: string };
+  let stranger: { organizationId: string; userId: string; mfaPolicyId: string; sessionProfileId: string };
   let otherUserPasskey: string;
   const valid = () => ({
     userId: org.userId,
@@ -434,7 +473,8 @@ describe("bad input", () => {
     const other = await h.organization();
     const otherRoot = h.sdk(other, other.key, fastPoller);
     const created = await otherRoot.createMfaPolicy({ ...valid(), userId: other.userId, condition: "false" });
-    stranger = { organizationId: other.organizationId, userId: other.userId, mfaPolicyId: created.mfaPolicyId };
+    const { sessionProfileId } = await otherRoot.createSessionProfile({ sessionProfileName: "theirs", scope: "true" });
+    stranger = { organizationId: other.organizationId, userId: other.userId, mfaPolicyId: created.mfaPolicyId, sessionProfileId };
     const passkey = new SoftwarePasskey();
     const registration = passkey.register();
     ({
@@ -517,7 +557,7 @@ describe("bad input", () => {
     await refused(() => root.deleteMfaPolicy({ userId: org.userId, mfaPolicyId: missing }), 5, "MFA_POLICY_NOT_FOUND", missing);
   });
 
-  it("refuses no steps, an empty step, a method with an id it cannot have, a step nothing here can verify, and a negative order", async () => {
+  it("refuses no steps, an empty step, a method with an id it cannot have or an unknown session profile, a step nothing here can verify, and a negative order", async () => {
     await refused(() => root.createMfaPolicy({ ...valid(), requiredAuthenticationMethods: [] }), 3, "REQUEST_INVALID", "at least one step");
     await refused(
       () => root.updateMfaPolicy({ userId: org.userId, mfaPolicyId, requiredAuthenticationMethods: [step(API_KEY), { any: [] }] }),
@@ -551,9 +591,20 @@ describe("bad input", () => {
           ...valid(),
           requiredAuthenticationMethods: [{ any: [{ type: "AUTHENTICATION_TYPE_SESSION", id: "11111111-1111-1111-1111-111111111111" }] }],
         }),
-      3,
-      "MFA_METHOD_UNSUPPORTED",
-      "no session profiles",
+      5,
+      "SESSION_PROFILE_NOT_FOUND",
+      "no session profile 11111111-1111-1111-1111-111111111111",
+    );
+    // Another organization's session profile is as unknown.
+    await refused(
+      () =>
+        root.createMfaPolicy({
+          ...valid(),
+          requiredAuthenticationMethods: [{ any: [{ type: "AUTHENTICATION_TYPE_SESSION", id: stranger.sessionProfileId }] }],
+        }),
+      5,
+      "SESSION_PROFILE_NOT_FOUND",
+      `no session profile ${stranger.sessionProfileId}`,
     );
     await refused(() => root.createMfaPolicy({ ...valid(), order: -1 }), 3, "REQUEST_INVALID", "order must be a whole number from 0");
     await refused(

@@ -39,6 +39,7 @@ export function proofOf(principal: Principal, activityType: string, now: number)
   return {
     type,
     credentialId: principal.credentialId,
+    ...(principal.sessionProfileId ? { sessionProfileId: principal.sessionProfileId } : {}),
     publicKey: principal.publicKey,
     scheme: principal.scheme,
     signature: principal.signature,

@@ -10,6 +10,7 @@ import { defineActivity, defineQuery, type ActivityContext, type ParametersOf } 
 import "../wallets/transaction-keywords.js";
 import { requireName } from "../identity/credentials.js";
 import { renderMfaPolicy, requireUser } from "../resources.js";
+import { usableSessionProfile } from "../logins/session-profiles.js";
 import { newId } from "../../store/ids.js";
 
 export type AuthenticationType = ParametersOf<"create_mfa_policy">["requiredAuthenticationMethods"][number]["any"][number]["type"];
@@ -27,8 +28,10 @@ export interface AuthenticationStep {
 /** A credential that proved a step: what it was (its method) and the stamp that proved it. */
 export interface AuthenticationProof {
   type: AuthenticationType;
-  /** The API key or authenticator id (a session key's id too: a session profile id is not known here). */
+  /** The API key or authenticator id (a session key's own id for a session). */
   credentialId: string;
+  /** A session key's session profile, which a session method's `id` names (tkhq/docs, satisfying MFA). */
+  sessionProfileId?: string;
   publicKey: string;
   scheme: string;
   signature: string;
@@ -50,17 +53,22 @@ const VERIFIABLE: ReadonlySet<AuthenticationType> = new Set([
   "AUTHENTICATION_TYPE_SESSION",
 ]);
 
-/** Whether `proof` is a credential `method` accepts: its type, and its very id when the method names one. */
-const accepts = (method: AuthenticationMethod, proof: Pick<AuthenticationProof, "type" | "credentialId">) =>
-  method.type === proof.type &&
-  (method.id === undefined || (method.type !== "AUTHENTICATION_TYPE_SESSION" && method.id === proof.credentialId));
+type ProofIdentity = Pick<AuthenticationProof, "type" | "credentialId" | "sessionProfileId">;
+
+/** The id a method names this proof by: a session's profile, any other credential's own id. */
+const idOf = (proof: ProofIdentity) => (proof.type === "AUTHENTICATION_TYPE_SESSION" ? proof.sessionProfileId : proof.credentialId);
+
+/** Whether `proof` is a credential `method` accepts: its type, and its very id (for a session: the
+ * profile it was issued with) when the method names one. */
+const accepts = (method: AuthenticationMethod, proof: ProofIdentity) =>
+  method.type === proof.type && (method.id === undefined || method.id === idOf(proof));
 
 /**
  * The most steps distinct proofs can satisfy, each proof serving one step (a bipartite matching, by
  * augmenting paths). Steps may be satisfied in any order (tkhq/docs, MFA overview): a proof counts
  * wherever it fits, and one fitting two steps is placed where it leaves the others satisfiable.
  */
-export function stepsSatisfied(steps: AuthenticationStep[], proofs: Pick<AuthenticationProof, "type" | "credentialId">[]): number {
+export function stepsSatisfied(steps: AuthenticationStep[], proofs: ProofIdentity[]): number {
   const proofOfStep = new Array<number>(steps.length).fill(-1);
   const place = (p: number, visited: Set<number>): boolean => {
     for (const [s, step] of steps.entries()) {
@@ -96,8 +104,8 @@ export function renderMfaStatus(row: ActivityAuthenticationsTable) {
     mfaPolicyId: row.mfa_policy_id,
     userId: row.user_id,
     satisfied: fullySatisfied(steps, proofs),
-    // A session key's id is not a session profile id: the method is shown without one.
-    satisfiedMethods: proofs.map((p) => ({ type: p.type, ...(p.type !== "AUTHENTICATION_TYPE_SESSION" ? { id: p.credentialId } : {}) })),
+    // As a method names it: a session by its profile (none for a session issued without one).
+    satisfiedMethods: proofs.map((p) => ({ type: p.type, ...(idOf(p) !== undefined ? { id: idOf(p) } : {}) })),
     requiredMethods: steps.map((s) => ({ any: s.any.map(methodView) })),
   };
 }
@@ -170,11 +178,11 @@ async function checkMethodId(trx: Tx, organizationId: string, userId: string, ty
     AUTHENTICATION_TYPE_PASSKEY: "authenticators",
     AUTHENTICATION_TYPE_OAUTH: "oauth_providers",
   } as const;
-  if (type === "AUTHENTICATION_TYPE_SESSION")
-    throw serviceError(
-      "MFA_METHOD_UNSUPPORTED",
-      `${where}.id names a session profile; this server has no session profiles yet: leave id out to accept any session`,
-    );
+  // A session method's id is a session profile the organization may issue sessions with.
+  if (type === "AUTHENTICATION_TYPE_SESSION") {
+    await usableSessionProfile(trx, organizationId, id);
+    return;
+  }
   if (!(type in table)) throw serviceError("REQUEST_INVALID", `${where}: ${type} has no id (one-time passwords are not credentials)`);
   const found = await trx
     .selectFrom(table[type as keyof typeof table])
