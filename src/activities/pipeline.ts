@@ -620,6 +620,33 @@ function failureOf(row: ActivitiesTable): { errorCode?: string; error?: string }
   return { errorCode: failure.details?.[0]?.turnkeyErrorCode, error: failure.message };
 }
 
+/** What this run's precheck prepared, when it passed. */
+const preparedBy = (precheck: Precheck): { prepared?: unknown } => (precheck.kind === "passed" ? { prepared: precheck.prepared } : {});
+
+/** A stored pending activity as the pipeline decides on it again: its operation, intent and votes as
+ * recorded, judged at `now` with the credential now voting (or authenticating) confirmed. */
+function pendingSubject(
+  row: ActivitiesTable,
+  votes: StoredVote[],
+  principal: Principal,
+  now: number,
+  prepared: { prepared?: unknown },
+): ActivitySubject {
+  const operation = operationByActivityType.get(row.type);
+  if (operation?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
+  return {
+    organizationId: row.organization_id,
+    type: row.type,
+    operation,
+    parameters: JSON.parse(row.intent),
+    requesterId: row.user_id ?? "",
+    votes,
+    now,
+    confirmed: [principal.credentialId],
+    ...prepared,
+  };
+}
+
 /** What a pending activity's precheck prepared, as stored with it. */
 const preparedOf = (row: ActivitiesTable): { prepared?: unknown } => (row.prepared !== null ? { prepared: JSON.parse(row.prepared) } : {});
 
@@ -855,20 +882,9 @@ export class Pipeline {
       const votes = JSON.parse(row.votes) as StoredVote[];
       const ballot = ballotOn(row, votes, principal, operation.selection, request.raw, now);
       if (ballot.kind === "answered") return { status: 200, body: { activity: renderActivity(row) } };
-      const target = operationByActivityType.get(row.type);
-      if (target?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
-      const asFound: ActivitySubject = {
-        organizationId: row.organization_id,
-        type: row.type,
-        operation: target,
-        parameters: JSON.parse(row.intent),
-        requesterId: row.user_id ?? "",
-        votes,
-        now,
-        confirmed: [principal.credentialId],
-        // An approval decides on what its own precheck read; a rejection on what the request's did.
-        ...(precheck ? (precheck.kind === "passed" ? { prepared: precheck.prepared } : {}) : preparedOf(row)),
-      };
+      // An approval decides on what its own precheck read; a rejection on what the request's did.
+      const asFound = pendingSubject(row, votes, principal, now, precheck ? preparedBy(precheck) : preparedOf(row));
+      const target = asFound.operation;
       if (ballot.kind === "new" && !(await mayVote(trx, asFound, ballot.vote, envelope.type))) {
         throw serviceError(
           "VOTE_NOT_ALLOWED",
@@ -923,20 +939,9 @@ export class Pipeline {
   ): Promise<PipelineResponse | (() => PipelineResponse)> {
     const progress = await proveStep(trx, row, principal, operation.selection, proofOf(principal, voteType, now), now);
     if (progress === "repeated") return { status: 200, body: { activity: renderActivity(row) } };
-    const target = operationByActivityType.get(row.type);
-    if (target?.kind !== "activity") throw new Error(`pending activity ${row.id} has type ${row.type}, which no operation runs`);
     const votes = JSON.parse(row.votes) as StoredVote[];
-    const subject: ActivitySubject = {
-      organizationId: row.organization_id,
-      type: row.type,
-      operation: target,
-      parameters: JSON.parse(row.intent),
-      requesterId: row.user_id ?? "",
-      votes,
-      now,
-      confirmed: [principal.credentialId],
-      ...(precheck?.kind === "passed" ? { prepared: precheck.prepared } : {}),
-    };
+    const subject = pendingSubject(row, votes, principal, now, precheck ? preparedBy(precheck) : {});
+    const target = subject.operation;
     const authorization: Authorization =
       progress === "satisfied"
         ? await authorize(trx, subject)

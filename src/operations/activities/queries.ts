@@ -1,21 +1,14 @@
 // Reading the audit log: one activity, or a page of them.
-import { serviceError } from "../../errors.js";
 import { defineQuery } from "../../registry/registry.js";
 import { readPage } from "../resources.js";
-import { renderActivity, renderPolicyEvaluation } from "./records.js";
+import { renderActivity, renderPolicyEvaluation, requireActivity } from "./records.js";
 
 export const activityQueries = [
   defineQuery({
     name: "get_policy_evaluations",
     summary: "How the organization's policies judged an activity: one evaluation per vote, with each policy's outcome.",
     async run(ctx, body) {
-      const activity = await ctx.db
-        .selectFrom("activities")
-        .select("id")
-        .where("organization_id", "=", ctx.organizationId)
-        .where("id", "=", body.activityId)
-        .executeTakeFirst();
-      if (!activity) throw serviceError("ACTIVITY_NOT_FOUND", `activity ${body.activityId} not found`);
+      const activity = await requireActivity(ctx.db, ctx.organizationId, body.activityId);
       const rows = await ctx.db
         .selectFrom("policy_evaluations")
         .selectAll()
@@ -31,13 +24,7 @@ export const activityQueries = [
     name: "get_activity",
     summary: "One activity of the audit log.",
     async run(ctx, body) {
-      const row = await ctx.db
-        .selectFrom("activities")
-        .selectAll()
-        .where("organization_id", "=", ctx.organizationId)
-        .where("id", "=", body.activityId)
-        .executeTakeFirst();
-      if (!row) throw serviceError("ACTIVITY_NOT_FOUND", `activity ${body.activityId} not found`);
+      const row = await requireActivity(ctx.db, ctx.organizationId, body.activityId);
       return { activity: renderActivity(row, await ctx.votingRights(row)) };
     },
   }),

@@ -1,13 +1,13 @@
 // The activity record: stored once per accepted submit request and kept for ever as the audit log.
 // Rendered in both envelopes the clients and the spec read (shared/reference/compatibility.md).
 import type { ActivitiesTable, PolicyEvaluationsTable } from "../../store/schema.js";
-import type { Tx } from "../../store/handles.js";
+import type { Db, Tx } from "../../store/handles.js";
 import { keysOf, type VotingRights } from "../../registry/registry.js";
 import { timestamp } from "../resources.js";
 import { newId } from "../../store/ids.js";
 import type { Principal } from "../../auth/authenticate.js";
 import type { PolicyVerdict } from "../../policy/engine.js";
-import type { ErrorBody } from "../../errors.js";
+import { serviceError, type ErrorBody } from "../../errors.js";
 
 export type ActivityStatus =
   | "ACTIVITY_STATUS_CREATED"
@@ -141,4 +141,16 @@ export function renderPolicyEvaluation(row: PolicyEvaluationsTable) {
     policyEvaluations: JSON.parse(row.evaluations) as PolicyVerdict[],
     createdAt: timestamp(row.created_at),
   };
+}
+
+/** The organization's activity `activityId`, or ACTIVITY_NOT_FOUND (another organization's is as unknown). */
+export async function requireActivity(db: Db | Tx, organizationId: string, activityId: string): Promise<ActivitiesTable> {
+  const row = await db
+    .selectFrom("activities")
+    .selectAll()
+    .where("organization_id", "=", organizationId)
+    .where("id", "=", activityId)
+    .executeTakeFirst();
+  if (!row) throw serviceError("ACTIVITY_NOT_FOUND", `activity ${activityId} not found`);
+  return row;
 }

@@ -11,6 +11,7 @@ import "../wallets/transaction-keywords.js";
 import { requireName } from "../identity/credentials.js";
 import { renderMfaPolicy, requireUser } from "../resources.js";
 import { usableSessionProfile } from "../logins/session-profiles.js";
+import { requireActivity } from "../activities/records.js";
 import { newId } from "../../store/ids.js";
 
 export type AuthenticationType = ParametersOf<"create_mfa_policy">["requiredAuthenticationMethods"][number]["any"][number]["type"];
@@ -306,13 +307,7 @@ export const mfaPolicyOperations = [
     summary:
       "What an activity's MFA policy requires of its requester, and which methods they have proven so far (empty when no MFA policy applied).",
     async run(ctx, body) {
-      const activity = await ctx.db
-        .selectFrom("activities")
-        .select("id")
-        .where("organization_id", "=", ctx.organizationId)
-        .where("id", "=", body.activityId)
-        .executeTakeFirst();
-      if (!activity) throw serviceError("ACTIVITY_NOT_FOUND", `activity ${body.activityId} not found`);
+      await requireActivity(ctx.db, ctx.organizationId, body.activityId);
       let rows = ctx.db.selectFrom("activity_authentications").selectAll().where("activity_id", "=", body.activityId);
       if (body.userId) rows = rows.where("user_id", "=", body.userId);
       return { mfaStatuses: (await rows.orderBy("created_at").orderBy("user_id").execute()).map(renderMfaStatus) };
