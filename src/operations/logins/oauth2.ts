@@ -2,10 +2,11 @@
 // client id and secret of its app with each (create/update/delete_oauth2_credential; the secret arrives
 // encrypted to the deployment's published key, is kept sealed under the master key, and is never
 // answered), and oauth2_authenticate runs the end of the Authorization Code + PKCE flow with them — the
-// code exchanged at the provider, the user looked up — then issues, as Sigil's own OIDC issuer
-// (SIGIL_PUBLIC_URL), a short-lived identity token naming that user, bound to the caller's key by
-// `nonce`. oauth_login and sub-organization creation accept it like any allowed issuer's token: its
-// keys are found through Sigil's discovery document (auth/oidc.ts). See docs/oauth2-providers.md.
+// code exchanged at the provider, the user looked up, in its precheck before the organization's lock —
+// then issues, under the lock, as Sigil's own OIDC issuer (SIGIL_PUBLIC_URL), a short-lived identity
+// token naming that user, bound to the caller's key by `nonce`. oauth_login and sub-organization
+// creation accept it like any allowed issuer's token: its keys are found through Sigil's discovery
+// document (auth/oidc.ts). See docs/oauth2-providers.md.
 import type { Selectable } from "kysely";
 import { serviceError } from "../../errors.js";
 import { HpkeError, uncompressedP256 } from "../../crypto/hpke.js";
