@@ -301,8 +301,8 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
    * still the value the network work used) and fails the activity when it no longer does. What they
    * return is handed to policyContext(s) and execute, and stored with the activity while it waits for
    * approvals: it must be plain JSON and hold no secret in the clear (a secret it must carry, it
-   * carries encrypted to the requester's key). It is the keywords a listing's canApprove / canReject
-   * are weighed on. Their failure is the activity's: recorded as FAILED once policies have allowed the
+   * carries encrypted to the requester's key); a listing weighs canApprove / canReject on the
+   * keywords computed from it. Their failure is the activity's: recorded as FAILED once policies have allowed the
    * activity (policies are decided after them, under the lock, so a refused request has still run its
    * precheck). An approval that may run the activity runs it again, so what it reads is read afresh then. */
   precheck?(parameters: P, env: OperationEnvironment, type: T, committed: CommittedState): Promise<R>;
