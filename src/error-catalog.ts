@@ -513,7 +513,12 @@ export const ERROR_CATALOG = {
   },
   API_KEY_NOT_FOUND: { status: "NotFound", meaning: "no API key with that id (for that user)" },
   AUTHENTICATOR_NOT_FOUND: { status: "NotFound", meaning: "no authenticator (passkey) with that id (for that user)" },
-  OAUTH2_CREDENTIAL_NOT_FOUND: { status: "NotFound", meaning: "no OAuth 2.0 credential with that id in the organization" },
+  OAUTH2_CREDENTIAL_NOT_FOUND: {
+    status: "NotFound",
+    meaning:
+      "no OAuth 2.0 credential with that id in the organization; for oauth2_authenticate, also one deleted or given another provider or " +
+      "client id while the code was exchanged: start the sign-in again",
+  },
   OAUTH_PROVIDER_NOT_FOUND: {
     status: "NotFound",
     meaning: "no OAuth provider with that id, or no user linked to the OIDC token's issuer and subject",

@@ -296,6 +296,58 @@ describe("policies", () => {
     });
     await backend.client.deleteOauth2Credential({ oauth2CredentialId });
   });
+
+  it("a request the policies deny has still exchanged its code (the provider is asked before policies decide), and keeps nothing of it", async () => {
+    const { root: owner, members } = await organizationWith(h, ["backend"]);
+    const oauth2CredentialId = await createCredential("x", owner);
+    const pkce = pkcePair();
+    secrets.push(pkce.verifier);
+    const { code } = consent("x", pkce.challenge);
+    const request = { oauth2CredentialId, authCode: code, redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce: "n" };
+    const exchanges = () => provider.requests.filter((r) => r.method === "POST").length;
+    const before = exchanges();
+    await refusedLeavingOnlyItsActivity(h, () => members.backend!.client.oauth2Authenticate(request), {
+      code: 7,
+      message: expect.stringContaining("OUTCOME_DENY_IMPLICIT"),
+    });
+    expect(exchanges()).toBe(before + 1);
+    secrets.push(provider.accessTokens.at(-1)!);
+    // The code is spent at the provider: the owner cannot use it either.
+    expect(await errorOf(owner.oauth2Authenticate(request))).toContain("Invalid authorization code");
+  });
+
+  it("cannot wait for approvals (it carries the code): refused with CONSENSUS_NOT_SUPPORTED, nothing its precheck prepared stored", async () => {
+    const { root: owner, members } = await organizationWith(h, ["backend", "approver"]);
+    await owner.createPolicy({
+      policyName: "the approver agrees to each login",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(u, u.id == '${members.approver!.userId}')`,
+      condition: "activity.resource == 'AUTH' && activity.action == 'CREATE'",
+      notes: "",
+    });
+    const oauth2CredentialId = await createCredential("discord", owner);
+    const pkce = pkcePair();
+    secrets.push(pkce.verifier);
+    const { user, code } = consent("discord", pkce.challenge);
+    const { id, failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () =>
+        members.backend!.client.oauth2Authenticate({
+          oauth2CredentialId,
+          authCode: code,
+          redirectUri: REDIRECT,
+          codeVerifier: pkce.verifier,
+          nonce: "n",
+          bearerTokenTargetPublicKey: generateP256KeyPair().publicKeyUncompressed,
+        }),
+      { message: expect.stringContaining("carries secrets and cannot wait for approvals") },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("CONSENSUS_NOT_SUPPORTED");
+    secrets.push(provider.accessTokens.at(-1)!);
+    const row = await h.server.store.db.selectFrom("activities").selectAll().where("id", "=", id).executeTakeFirstOrThrow();
+    expect(row.prepared).toBeNull();
+    expect(JSON.stringify(row)).not.toContain(user.email!);
+  });
 });
 
 describe("oauth2_authenticate", () => {
@@ -501,6 +553,94 @@ describe("oauth2_authenticate", () => {
       await plain.close();
     }
   });
+});
+
+describe("the provider is asked before the organization's lock is taken", () => {
+  /** Starts oauth2_authenticate with a fresh code while the provider holds its token answers, and
+   * waits until the exchange is held there. */
+  async function heldAtTheProvider(kind: Provider, oauth2CredentialId: string) {
+    const pkce = pkcePair();
+    secrets.push(pkce.verifier);
+    const { user, code } = consent(kind, pkce.challenge);
+    const session = generateP256KeyPair();
+    provider.stallTokens();
+    const authenticating = parentSdk.oauth2Authenticate({
+      oauth2CredentialId,
+      authCode: code,
+      redirectUri: REDIRECT,
+      codeVerifier: pkce.verifier,
+      nonce: nonceFor(session.publicKey),
+    });
+    // Awaited by the test; this keeps a test that fails before then from leaving it unhandled.
+    authenticating.catch(() => undefined);
+    while (provider.heldTokens() === 0) await new Promise((resolve) => setTimeout(resolve, 20));
+    return { user, authenticating };
+  }
+
+  it("while the provider holds its answer, the organization's and another organization's writes commit; then the login completes", async () => {
+    const credentialId = await createCredential("x");
+    const neighbour = await h.organization("Busy neighbour");
+    const neighbourSdk = h.sdk(neighbour, neighbour.key, fastPoller);
+    const policy = (policyName: string) => ({
+      policyName,
+      effect: "EFFECT_ALLOW" as const,
+      consensus: "approvers.count() >= 1",
+      condition: "activity.resource == 'WALLET' && activity.action == 'CREATE'",
+      notes: "",
+    });
+    const { user, authenticating } = await heldAtTheProvider("x", credentialId);
+    try {
+      // Were the exchange made under the lock, these would wait for the provider: on SQLite every
+      // organization's writes (one writer), on PostgreSQL this organization's (a policy takes its lock
+      // exclusive; the login holds it shared).
+      const { policyId: theirs } = await neighbourSdk.createPolicy(policy("made by another organization meanwhile"));
+      const { policyId: ours } = await parentSdk.createPolicy(policy("made by this organization meanwhile"));
+      expect((await neighbourSdk.getPolicy({ policyId: theirs })).policy.policyName).toBe("made by another organization meanwhile");
+      expect((await parentSdk.getPolicy({ policyId: ours })).policy.policyName).toBe("made by this organization meanwhile");
+      expect(provider.heldTokens()).toBe(1);
+    } finally {
+      provider.answerTokens();
+    }
+    const { oidcToken } = await authenticating;
+    secrets.push(oidcToken, provider.accessTokens.at(-1)!);
+    expect(decodeJwt(oidcToken)).toMatchObject({ iss: publicUrl, sub: `x:${user.id}`, aud: X_CLIENT });
+  });
+
+  for (const change of ["deleted", "given another client id"] as const)
+    it(`a credential ${change} while its code is exchanged: the login fails, leaving only its activity`, async () => {
+      const credentialId = await createCredential("discord");
+      const { authenticating } = await heldAtTheProvider("discord", credentialId);
+      try {
+        if (change === "deleted") await parentSdk.deleteOauth2Credential({ oauth2CredentialId: credentialId });
+        else
+          await parentSdk.updateOauth2Credential({
+            oauth2CredentialId: credentialId,
+            provider: "OAUTH2_PROVIDER_DISCORD",
+            clientId: "another-discord-app",
+            encryptedClientSecret: await encryptOauth2ClientSecret(DISCORD_SECRET, tlsFetcherKey),
+          });
+      } catch (error) {
+        provider.answerTokens();
+        throw error;
+      }
+      const { failure } = await refusedLeavingOnlyItsActivity(
+        h,
+        () => {
+          provider.answerTokens();
+          return authenticating;
+        },
+        {
+          message: expect.stringContaining(
+            change === "deleted"
+              ? `credential ${credentialId} not found in organization ${parent.organizationId}`
+              : `credential ${credentialId} was updated while the code was exchanged`,
+          ),
+        },
+      );
+      expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CREDENTIAL_NOT_FOUND");
+      // The provider did answer (the code is spent): its token was made, and must be kept nowhere.
+      secrets.push(provider.accessTokens.at(-1)!);
+    });
 });
 
 describe("secrets", () => {

@@ -1,7 +1,7 @@
 // The road every request walks (DESIGN.md, "One request, one path"), one named step each:
 //   submit: read (stamp, JSON, envelope schema) ─► liveness (timestamp window) and fingerprint ─►
 //           authenticate (who; a retry by a key since removed is answered from the audit log) ─►
-//           IP allowlist (may this key send from where the request came?) ─► precheck (network checks, before any lock) ─► in one transaction holding the
+//           IP allowlist (may this key send from where the request came?) ─► precheck (network checks and committed reads, before any lock) ─► in one transaction holding the
 //           organization's lock: authorize (root quorum, policies, consensus) ─► execute (the
 //           operation and the quorum safety check, or the wait for approvals, or the refusal) ─►
 //           record (the activity row built from those outcomes; its fingerprint is unique, so a
@@ -751,10 +751,15 @@ export class Pipeline {
     await enforceIpAllowlist(this.options.store.reader, principal.organizationId, principal.credentialId, client);
   }
 
-  /** Step precheck: the operation's network checks, run before the organization's lock is taken. */
-  private async precheck(operation: ActivityOperation, envelope: Pick<Envelope, "parameters" | "type">): Promise<Precheck> {
+  /** Step precheck: the operation's network checks and its reads of committed rows, run before the
+   * organization's lock is taken (on the reader, which no write holds up). */
+  private async precheck(
+    operation: ActivityOperation,
+    envelope: Pick<Envelope, "parameters" | "type" | "organizationId">,
+  ): Promise<Precheck> {
     if (!operation.precheck) return { kind: "passed", prepared: undefined };
-    return operation.precheck(envelope.parameters, this.options.env, envelope.type).then(
+    const committed = { db: this.options.store.reader, organizationId: envelope.organizationId };
+    return operation.precheck(envelope.parameters, this.options.env, envelope.type, committed).then(
       (prepared) => ({ kind: "passed", prepared }) as const,
       (error: unknown) => ({ kind: "failed", error: error ?? new Error("precheck failed") }) as const,
     );
@@ -982,7 +987,7 @@ export class Pipeline {
     if (row?.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" && row?.status !== "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED") return undefined;
     const target = operationByActivityType.get(row.type);
     if (target?.kind !== "activity" || !target.precheck) return undefined;
-    return this.precheck(target, { parameters: JSON.parse(row.intent), type: row.type });
+    return this.precheck(target, { parameters: JSON.parse(row.intent), type: row.type, organizationId });
   }
 
   /**

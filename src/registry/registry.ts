@@ -141,6 +141,14 @@ export interface Oauth2Environment {
   identityTokens: IdentityTokenSigner;
 }
 
+/** What a precheck may read: the organization's committed rows, without its lock (see precheck). */
+export interface CommittedState {
+  /** The read-only handle (on SQLite, a reader beside the one writer): never waits for a write. */
+  db: Db;
+  /** The organization the activity is for. */
+  organizationId: string;
+}
+
 export interface ActivityContext {
   trx: Tx;
   dialect: Dialect;
@@ -286,13 +294,18 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
   /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
   intentOf?(parameters: P, type: T): Record<string, unknown>;
   /** Checks and reads that wait on the network (a webhook host's DNS; a chain node's fees, gas
-   * estimate, pending nonce or blockhash), run before the organization's lock is taken so a slow
-   * answer holds up nobody else. They must not read the database. What they return is handed to
-   * policyContext(s) and execute, and stored with the activity while it waits for approvals (so it must
-   * be plain JSON and hold no secret): the keywords a listing's canApprove / canReject are weighed on.
-   * Their failure is the activity's: recorded as FAILED once policies have allowed the activity. An
-   * approval that may run the activity runs it again, so what it reads is read afresh then. */
-  precheck?(parameters: P, env: OperationEnvironment, type: T): Promise<R>;
+   * estimate, pending nonce or blockhash; an OAuth 2.0 provider's code exchange), run before the
+   * organization's lock is taken so a slow answer holds up nobody else. They may read the database
+   * through `committed` only: committed rows, read without the lock, which may change before execute
+   * runs — so execute re-reads under the lock whatever must still hold (a row still there, a field
+   * still the value the network work used) and fails the activity when it no longer does. What they
+   * return is handed to policyContext(s) and execute, and stored with the activity while it waits for
+   * approvals: it must be plain JSON and hold no secret in the clear (a secret it must carry, it
+   * carries encrypted to the requester's key); a listing weighs canApprove / canReject on the
+   * keywords computed from it. Their failure is the activity's: recorded as FAILED once policies have allowed the
+   * activity (policies are decided after them, under the lock, so a refused request has still run its
+   * precheck). An approval that may run the activity runs it again, so what it reads is read afresh then. */
+  precheck?(parameters: P, env: OperationEnvironment, type: T, committed: CommittedState): Promise<R>;
   /** What a failed run must still change, after its own writes were rolled back (an import target
    * is used up by a failed import too: it serves one attempt). Runs in the activity's transaction. */
   afterFailure?(ctx: ActivityContext, parameters: P): Promise<void>;

@@ -39,6 +39,12 @@ export interface TestOauth2Provider {
   requests: Array<{ method: string; path: string; headers: http.IncomingHttpHeaders; body: string }>;
   /** While down, every connection is dropped without an answer. */
   setDown(down: boolean): void;
+  /** From now on token requests are held unanswered (as a slow provider would) until answerTokens. */
+  stallTokens(): void;
+  /** How many token requests are held unanswered. */
+  heldTokens(): number;
+  /** Answers the held token requests, and stops holding them. */
+  answerTokens(): void;
   close(): Promise<void>;
 }
 
@@ -55,6 +61,8 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
   const accessTokens: string[] = [];
   const requests: TestOauth2Provider["requests"] = [];
   let down = false;
+  let stalling = false;
+  let held: Array<() => void> = [];
 
   const json = (response: http.ServerResponse, status: number, body: unknown) =>
     response.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
@@ -122,6 +130,8 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
       const body = Buffer.concat(chunks).toString("utf8");
       const path = request.url ?? "";
       requests.push({ method: request.method ?? "", path, headers: request.headers, body });
+      if (stalling && request.method === "POST" && path.endsWith("/oauth2/token"))
+        return void held.push(() => token(path.startsWith("/x/") ? "x" : "discord", request, body, response));
       if (request.method === "POST" && path === "/x/2/oauth2/token") return token("x", request, body, response);
       if (request.method === "GET" && path === "/x/2/users/me") return me("x", request, response);
       if (request.method === "POST" && path === "/discord/api/oauth2/token") return token("discord", request, body, response);
@@ -154,6 +164,14 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
     accessTokens,
     requests,
     setDown: (value) => void (down = value),
+    stallTokens: () => void (stalling = true),
+    heldTokens: () => held.length,
+    answerTokens() {
+      stalling = false;
+      const waiting = held;
+      held = [];
+      for (const answer of waiting) answer();
+    },
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

@@ -2,19 +2,27 @@
 // client id and secret of its app with each (create/update/delete_oauth2_credential; the secret arrives
 // encrypted to the deployment's published key, is kept sealed under the master key, and is never
 // answered), and oauth2_authenticate runs the end of the Authorization Code + PKCE flow with them — the
-// code exchanged at the provider, the user looked up — then issues, as Sigil's own OIDC issuer
-// (SIGIL_PUBLIC_URL), a short-lived identity token naming that user, bound to the caller's key by
-// `nonce`. oauth_login and sub-organization creation accept it like any allowed issuer's token: its
-// keys are found through Sigil's discovery document (auth/oidc.ts). See docs/oauth2-providers.md.
+// code exchanged at the provider, the user looked up, in its precheck before the organization's lock —
+// then issues, under the lock, as Sigil's own OIDC issuer (SIGIL_PUBLIC_URL), a short-lived identity
+// token naming that user, bound to the caller's key by `nonce`. oauth_login and sub-organization
+// creation accept it like any allowed issuer's token: its keys are found through Sigil's discovery
+// document (auth/oidc.ts). See docs/oauth2-providers.md.
 import type { Selectable } from "kysely";
 import { serviceError } from "../../errors.js";
 import { HpkeError, uncompressedP256 } from "../../crypto/hpke.js";
 import { QuorumEnvelopeError } from "../../crypto/quorum-envelope.js";
-import type { Oauth2ProviderName } from "../../services/oauth2-providers.js";
+import type { Oauth2ProviderName, ProviderUser } from "../../services/oauth2-providers.js";
 import type { Db, Tx } from "../../store/handles.js";
 import type { Oauth2CredentialsTable } from "../../store/schema.js";
 import { newId } from "../../store/ids.js";
-import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
+import {
+  defineActivity,
+  defineQuery,
+  type ActivityContext,
+  type CommittedState,
+  type OperationEnvironment,
+  type ParametersOf,
+} from "../../registry/registry.js";
 import { timestamp } from "../resources.js";
 import { credentialBundleOf } from "./sessions.js";
 
@@ -103,6 +111,78 @@ function openClientSecret(ctx: ActivityContext, envelope: string): Buffer {
   return secret;
 }
 
+/** SIGIL_PUBLIC_URL without its trailing slash: the issuer of the tokens oauth2_authenticate answers. */
+function issuerOf(env: OperationEnvironment): string {
+  const { issuer } = env.oauth2;
+  if (!issuer)
+    throw serviceError(
+      "PUBLIC_URL_NOT_CONFIGURED",
+      "this server has no SIGIL_PUBLIC_URL, which is the issuer (iss) of the OIDC tokens oauth2_authenticate answers and where their " +
+        "keys are found: the operator must set it; the code was not used",
+    );
+  return issuer;
+}
+
+/** What oauth2_authenticate's precheck learned from the provider, for execute: plain JSON, the access
+ * token only sealed to the requester's bearerTokenTargetPublicKey (the client secret not at all). */
+interface CodeExchanged {
+  oauth2CredentialId: string;
+  provider: Oauth2ProviderName;
+  clientId: string;
+  user: ProviderUser;
+  /** The access token as a credential bundle for bearerTokenTargetPublicKey; absent without one. */
+  encryptedBearerToken?: string;
+}
+
+/**
+ * oauth2_authenticate's precheck: the request's own checks, the credential as committed, then the code
+ * exchanged at the provider and the user looked up — all before the organization's lock. Every check
+ * that needs no provider comes first, so a request refused by one of them leaves the code unused.
+ */
+async function exchangeCode(
+  p: ParametersOf<"oauth2_authenticate">,
+  env: OperationEnvironment,
+  committed: CommittedState,
+): Promise<CodeExchanged> {
+  issuerOf(env);
+  const code = required(p.authCode, "authCode");
+  const redirectUri = required(p.redirectUri, "redirectUri");
+  const codeVerifier = required(p.codeVerifier, "codeVerifier");
+  required(p.nonce, "nonce", 256);
+  let bearerReceiver: Uint8Array | undefined;
+  if (p.bearerTokenTargetPublicKey !== undefined && p.bearerTokenTargetPublicKey !== "") {
+    try {
+      bearerReceiver = uncompressedP256(p.bearerTokenTargetPublicKey, "bearerTokenTargetPublicKey");
+    } catch (error) {
+      if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
+      throw error;
+    }
+  }
+  const row = await requireCredential(committed.db, committed.organizationId, p.oauth2CredentialId);
+  const provider = row.provider as Oauth2ProviderName;
+  const secret = env.keyring.open(row.sealed_client_secret, secretIdentity(row));
+  let accessToken: string;
+  try {
+    accessToken = await env.oauth2.providers.exchangeCode(provider, {
+      clientId: row.client_id,
+      clientSecret: secret.toString("utf8"),
+      code,
+      redirectUri,
+      codeVerifier,
+    });
+  } finally {
+    secret.fill(0);
+  }
+  const user = await env.oauth2.providers.userOf(provider, accessToken);
+  return {
+    oauth2CredentialId: row.id,
+    provider,
+    clientId: row.client_id,
+    user,
+    ...(bearerReceiver ? { encryptedBearerToken: await credentialBundleOf(bearerReceiver, Buffer.from(accessToken, "utf8")) } : {}),
+  };
+}
+
 export const oauth2Operations = [
   defineActivity({
     name: "create_oauth2_credential",
@@ -188,56 +268,33 @@ export const oauth2Operations = [
     secretParameters: ["authCode", "codeVerifier"],
     secretResults: ["oidcToken"],
     leavesOrganizationUnchanged: true,
-    async execute(ctx, p) {
-      const issuer = ctx.env.oauth2.issuer;
-      if (!issuer)
+    // The provider is asked before the organization's lock is taken: under it, a slow provider would
+    // hold up the organization's writes (on SQLite, every organization's) until its deadline.
+    precheck: (p, env, _type, committed) => exchangeCode(p, env, committed),
+    async execute(ctx, p, _type, exchange) {
+      const issuer = issuerOf(ctx.env);
+      // Read again under the lock: the code was exchanged with the credential as it was committed then.
+      const row = await requireCredential(ctx.trx, ctx.organizationId, exchange.oauth2CredentialId);
+      if (row.provider !== exchange.provider || row.client_id !== exchange.clientId)
         throw serviceError(
-          "PUBLIC_URL_NOT_CONFIGURED",
-          "this server has no SIGIL_PUBLIC_URL, which is the issuer (iss) of the OIDC tokens oauth2_authenticate answers and where their " +
-            "keys are found: the operator must set it; the code was not used",
+          "OAUTH2_CREDENTIAL_NOT_FOUND",
+          `OAuth 2.0 credential ${row.id} was updated while the code was exchanged: it no longer has the provider and client id the code ` +
+            "was exchanged with, which the token's audience would name; start the sign-in again",
         );
-      const code = required(p.authCode, "authCode");
-      const redirectUri = required(p.redirectUri, "redirectUri");
-      const codeVerifier = required(p.codeVerifier, "codeVerifier");
-      const nonce = required(p.nonce, "nonce", 256);
-      let bearerReceiver: Uint8Array | undefined;
-      if (p.bearerTokenTargetPublicKey !== undefined && p.bearerTokenTargetPublicKey !== "") {
-        try {
-          bearerReceiver = uncompressedP256(p.bearerTokenTargetPublicKey, "bearerTokenTargetPublicKey");
-        } catch (error) {
-          if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
-          throw error;
-        }
-      }
-      const row = await requireCredential(ctx.trx, ctx.organizationId, p.oauth2CredentialId);
-      const provider = row.provider as Oauth2ProviderName;
-      const secret = ctx.env.keyring.open(row.sealed_client_secret, secretIdentity(row));
-      let accessToken: string;
-      try {
-        accessToken = await ctx.env.oauth2.providers.exchangeCode(provider, {
-          clientId: row.client_id,
-          clientSecret: secret.toString("utf8"),
-          code,
-          redirectUri,
-          codeVerifier,
-        });
-      } finally {
-        secret.fill(0);
-      }
-      const user = await ctx.env.oauth2.providers.userOf(provider, accessToken);
+      const { user } = exchange;
       const issuedAt = Math.floor(ctx.now / 1000);
       const claims: Record<string, unknown> = {
         iss: issuer,
-        sub: `${SUBJECT_PREFIX[provider]}:${user.id}`,
-        aud: row.client_id,
-        nonce,
+        sub: `${SUBJECT_PREFIX[exchange.provider]}:${user.id}`,
+        aud: exchange.clientId,
+        nonce: String(p.nonce),
         iat: issuedAt,
         exp: issuedAt + IDENTITY_TOKEN_SECONDS,
         ...(user.username ? { preferred_username: user.username } : {}),
         ...(user.name ? { name: user.name } : {}),
         ...(user.email ? { email: user.email, email_verified: user.emailVerified === true } : {}),
+        ...(exchange.encryptedBearerToken ? { encrypted_bearer_token: exchange.encryptedBearerToken } : {}),
       };
-      if (bearerReceiver) claims.encrypted_bearer_token = await credentialBundleOf(bearerReceiver, Buffer.from(accessToken, "utf8"));
       return { oidcToken: ctx.env.oauth2.identityTokens.sign(claims) };
     },
   }),
