@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startOidcIssuer, type TestIssuer } from "./helpers/oidc-issuer.js";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
+import { encryptOauth2ClientSecret } from "@turnkey/crypto";
 import { SoftwarePasskey } from "./helpers/passkey.js";
 
 let h: Harness;
@@ -469,6 +470,24 @@ describe("delete_sub_organization", () => {
     for (const [table, rows] of Object.entries(JSON.parse(before)))
       if (table !== "activities" && table !== "policy_evaluations") expect(unchanged[table], table).toEqual(rows);
 
+    // Something of every kind the organization can hold beyond its wallet and users: each must go too.
+    const { tlsFetcherEncryptPublicKey } = (await (await fetch(`${h.url}/.well-known/sigil.json`)).json()) as {
+      tlsFetcherEncryptPublicKey: string;
+    };
+    await sub.sdk.createOauth2Credential({
+      provider: "OAUTH2_PROVIDER_X",
+      clientId: "doomed-client",
+      encryptedClientSecret: await encryptOauth2ClientSecret("doomed-client-secret", tlsFetcherEncryptPublicKey),
+    });
+    await sub.sdk.createSessionProfile({ sessionProfileName: "doomed", scope: "true" });
+    await sub.sdk.createMfaPolicy({
+      userId: (await sub.sdk.getWhoami({})).userId,
+      mfaPolicyName: "never",
+      condition: "false",
+      requiredAuthenticationMethods: [{ any: [{ type: "AUTHENTICATION_TYPE_API_KEY" }] }],
+      order: 0,
+    });
+
     const deleted = await sub.sdk.deleteSubOrganization({ organizationId: sub.subOrganizationId, deleteWithoutExport: true });
     expect(deleted.subOrganizationUuid).toBe(sub.subOrganizationId);
     await expect(sub.sdk.getWhoami({ organizationId: sub.subOrganizationId })).rejects.toThrow(/PUBLIC_KEY_NOT_FOUND|no API key/);
@@ -480,6 +499,17 @@ describe("delete_sub_organization", () => {
     expect(
       (await db.selectFrom("activities").select("id").where("organization_id", "=", sub.subOrganizationId).execute()).length,
     ).toBeGreaterThan(0);
+    // Only the audit log (and the organization's own row, marked deleted) remains: any table a later
+    // change adds is held to this too.
+    const left = Object.entries(JSON.parse(await h.snapshot()) as Record<string, string[]>)
+      .filter(([table, rows]) =>
+        rows
+          .map((row) => JSON.parse(row))
+          .some((row) => (table === "organizations" ? row.id : row.organization_id) === sub.subOrganizationId),
+      )
+      .map(([table]) => table)
+      .sort();
+    expect(left).toEqual(["activities", "organizations", "policy_evaluations"]);
   });
 });
 

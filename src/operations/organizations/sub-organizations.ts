@@ -188,6 +188,7 @@ async function deleteSubOrganization(ctx: ActivityContext, deleteWithoutExport: 
   await trx.deleteFrom("wallet_accounts").where("organization_id", "=", id).execute();
   await trx.deleteFrom("wallets").where("organization_id", "=", id).execute();
   await trx.deleteFrom("secrets").where("organization_id", "=", id).execute();
+  await trx.deleteFrom("oauth2_credentials").where("organization_id", "=", id).execute();
   await trx
     .deleteFrom("user_tag_members")
     .where("tag_id", "in", trx.selectFrom("tags").select("id").where("organization_id", "=", id))
