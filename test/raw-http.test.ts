@@ -269,6 +269,7 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
           updatedAt: at,
         },
       ],
+      mfaPolicies: [],
       createdAt: at,
       updatedAt: at,
     });
@@ -298,6 +299,7 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
       ],
       userTags: [],
       oauthProviders: [],
+      mfaPolicies: [],
       createdAt: timestamp,
       updatedAt: timestamp,
     });
