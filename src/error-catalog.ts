@@ -281,7 +281,12 @@ export const ERROR_CATALOG = {
   AUTHENTICATION_METHOD_NOT_ACCEPTED: {
     status: "FailedPrecondition",
     meaning:
-      "an approval of an activity waiting for its requester's authentication proves no step still needed (another user, a rejection, or a credential no remaining step accepts); get_mfa_status lists what is needed",
+      "a vote on an activity waiting for its requester's authentication that it does not take: another user's approval, a rejection by someone neither its requester nor in the root quorum, or a credential no remaining step accepts; get_mfa_status lists what is needed",
+  },
+  REQUESTING_CREDENTIAL_GONE: {
+    status: "FailedPrecondition",
+    meaning:
+      "the credential that stamped an activity waiting for its requester's authentication was deleted or expired meanwhile: the activity failed rather than run on the others' authority; send the request again stamped with a live credential",
   },
   ACTIVITY_NOT_PENDING: {
     status: "FailedPrecondition",

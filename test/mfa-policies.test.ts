@@ -7,7 +7,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TurnkeyApiClient } from "@turnkey/sdk-server";
 import { WebauthnStamper } from "@turnkey/webauthn-stamper";
-import { newKeyPair, refusedLeavingOnlyItsActivity, signedRequest, startHarness, type Harness } from "./helpers/harness.js";
+import {
+  newKeyPair,
+  refusedLeavingOnlyItsActivity,
+  signedRequest,
+  signerPublicKeyOf,
+  startHarness,
+  type Harness,
+} from "./helpers/harness.js";
+import { encryptWalletToBundle } from "@turnkey/crypto";
 import { fastPoller, noCredentials, organizationWith } from "./helpers/organizations.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
 import { stepsSatisfied } from "../src/operations/mfa/mfa-policies.js";
@@ -141,7 +149,7 @@ describe("an activity matching an MFA policy", () => {
     const again = await root.approveActivity({ fingerprint });
     expect(again.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
     expect(await h.snapshot()).toBe(before);
-    // Another user cannot authenticate for the requester, nor can a rejection.
+    // Another user can neither authenticate for the requester nor, outside the root quorum, reject it.
     const otherKey = newKeyPair();
     await root.createPrivateKeyTag({ privateKeyTagName: "unguarded", privateKeyIds: [] });
     await root.createUsers({
@@ -158,9 +166,9 @@ describe("an activity matching an MFA policy", () => {
       code: 9,
       message: expect.stringContaining("cannot vote on it or authenticate for them"),
     });
-    await expect(root.rejectActivity({ fingerprint })).rejects.toMatchObject({
+    await expect(h.sdk(org, otherKey).rejectActivity({ fingerprint })).rejects.toMatchObject({
       code: 9,
-      message: expect.stringContaining("a rejection proves nothing"),
+      message: expect.stringContaining("only the requester and the root quorum may reject it"),
     });
     expect(await h.snapshot()).toBe(afterOther);
     expect((await root.getMfaStatus({ activityId, userId: org.userId })).mfaStatuses[0].satisfiedMethods).toEqual([
@@ -409,6 +417,347 @@ describe("an approver's MFA policy", () => {
     expect(await h.server.store.db.selectFrom("mfa_policies").select("id").where("user_id", "=", bob.userId).execute()).toEqual([]);
     expect((await root.getMfaStatus({ activityId })).mfaStatuses).toHaveLength(1);
   });
+});
+
+/** Every table but the activities and their evaluations, as a snapshot holds it: what a vote that
+ * only decides an activity (fails or rejects it) must leave as it was. */
+async function beyondActivities(): Promise<Record<string, string[]>> {
+  const tables = JSON.parse(await h.snapshot()) as Record<string, string[]>;
+  delete tables.activities;
+  delete tables.policy_evaluations;
+  return tables;
+}
+
+/** A non-root user holding keys k1, k2 (and k3), whom a policy lets create user tags, and whose MFA
+ * policy asks every activity for two API keys. */
+async function userWithTwoKeySteps() {
+  const org = await h.organization();
+  const root = h.sdk(org, org.key, fastPoller);
+  const keys = [newKeyPair(), newKeyPair(), newKeyPair()];
+  const {
+    userIds: [userId],
+  } = await root.createUsers({
+    users: [
+      {
+        userName: "u",
+        apiKeys: keys.map((key, i) => ({ apiKeyName: `k${i + 1}`, publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" as const })),
+        ...noCredentials,
+      },
+    ],
+  });
+  await root.createPolicy({ policyName: "tags", effect: "EFFECT_ALLOW", condition: CREATE_USER_TAG, notes: "" });
+  await root.createMfaPolicy({
+    userId: userId!,
+    mfaPolicyName: "two keys",
+    condition: "true",
+    requiredAuthenticationMethods: [step(API_KEY), step(API_KEY)],
+    order: 0,
+  });
+  const { user } = await root.getUser({ userId: userId! });
+  const keyIds = ["k1", "k2", "k3"].map((name) => user.apiKeys.find((k) => k.apiKeyName === name)!.apiKeyId);
+  const via = keys.map((key) => h.sdk(org, key, fastPoller));
+  return { org, root, userId: userId!, keyIds, via };
+}
+
+describe("an activity waiting for its requester's authentication, when credentials go", () => {
+  it("fails, running nothing, when the key that made the request is deleted before the last step is proven", async () => {
+    const { root, userId, keyIds, via } = await userWithTwoKeySteps();
+    const waiting = await via[0]!.createUserTag({ userTagName: "stolen", userIds: [] });
+    expect(waiting.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    await root.deleteApiKeys({ userId, apiKeyIds: [keyIds[0]!] });
+    const before = await beyondActivities();
+    // The approval is answered with the activity as it now stands: failed, with the reason.
+    const failed = await via[1]!.approveActivity({ fingerprint: waiting.activity.fingerprint });
+    expect(failed.activity.status).toBe("ACTIVITY_STATUS_FAILED");
+    expect((failed.activity as any).failure).toMatchObject({ details: [{ turnkeyErrorCode: "REQUESTING_CREDENTIAL_GONE" }] });
+    expect(await beyondActivities()).toEqual(before);
+    expect(await tagNames(root)).toEqual([]);
+    const row = await h.server.store.db
+      .selectFrom("activities")
+      .select("failure")
+      .where("id", "=", waiting.activity.id)
+      .executeTakeFirstOrThrow();
+    const failure = JSON.parse(row.failure!);
+    expect(failure.details[0].turnkeyErrorCode).toBe("REQUESTING_CREDENTIAL_GONE");
+    expect(failure.message).toContain(`credential ${keyIds[0]}, which stamped the request, was deleted or has expired`);
+    // It stays failed: another approval is answered as it stands and runs nothing.
+    const afterFailure = await h.snapshot();
+    expect((await via[2]!.approveActivity({ fingerprint: waiting.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_FAILED");
+    expect(await h.snapshot()).toBe(afterFailure);
+    expect(await tagNames(root)).toEqual([]);
+  });
+
+  it("fails a root user's request whose key is deleted with that reason, not a policy denial", async () => {
+    const org = await h.organization();
+    const root = h.sdk(org, org.key, fastPoller);
+    const [k1, k2] = [newKeyPair(), newKeyPair()];
+    const { apiKeyIds } = await root.createApiKeys({
+      userId: org.userId,
+      apiKeys: [
+        { apiKeyName: "k1", publicKey: k1.publicKey, curveType: "API_KEY_CURVE_P256" },
+        { apiKeyName: "k2", publicKey: k2.publicKey, curveType: "API_KEY_CURVE_P256" },
+      ],
+    });
+    await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "two keys",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [step(API_KEY), step(API_KEY)],
+      order: 0,
+    });
+    const waiting = await h.sdk(org, k1, fastPoller).createUserTag({ userTagName: "t", userIds: [] });
+    expect(waiting.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    await root.deleteApiKeys({ userId: org.userId, apiKeyIds: [apiKeyIds[0]!] });
+    const before = await beyondActivities();
+    await h
+      .sdk(org, k2, fastPoller)
+      .approveActivity({ fingerprint: waiting.activity.fingerprint })
+      .catch(() => undefined);
+    expect(await beyondActivities()).toEqual(before);
+    const row = await h.server.store.db
+      .selectFrom("activities")
+      .select(["status", "failure"])
+      .where("id", "=", waiting.activity.id)
+      .executeTakeFirstOrThrow();
+    expect(row.status).toBe("ACTIVITY_STATUS_FAILED");
+    expect(JSON.parse(row.failure!).details[0].turnkeyErrorCode).toBe("REQUESTING_CREDENTIAL_GONE");
+    expect(await tagNames(root)).toEqual([]);
+  });
+
+  it("no longer counts a step proven by a key deleted since: it must be proven again", async () => {
+    const org = await h.organization();
+    const root = h.sdk(org, org.key, fastPoller);
+    const [k2, k3, k4] = [newKeyPair(), newKeyPair(), newKeyPair()];
+    const { apiKeyIds } = await root.createApiKeys({
+      userId: org.userId,
+      apiKeys: [
+        { apiKeyName: "k2", publicKey: k2.publicKey, curveType: "API_KEY_CURVE_P256" },
+        { apiKeyName: "k3", publicKey: k3.publicKey, curveType: "API_KEY_CURVE_P256" },
+      ],
+    });
+    const [k2Id, k3Id] = apiKeyIds as [string, string];
+    const { mfaPolicyId } = await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "three keys",
+      condition: CREATE_USER_TAG,
+      requiredAuthenticationMethods: [step(API_KEY), step(API_KEY), step(API_KEY)],
+      order: 0,
+    });
+    const waiting = await root.createUserTag({ userTagName: "t", userIds: [] });
+    const { fingerprint, id: activityId } = waiting.activity;
+    expect((await h.sdk(org, k2, fastPoller).approveActivity({ fingerprint })).activity.status).toBe(
+      "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED",
+    );
+    await root.deleteApiKeys({ userId: org.userId, apiKeyIds: [k2Id] });
+    // k3 proves a step, but k2's proof is gone: two live keys prove two of the three steps.
+    expect((await h.sdk(org, k3, fastPoller).approveActivity({ fingerprint })).activity.status).toBe(
+      "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED",
+    );
+    expect(await tagNames(root)).toEqual([]);
+    expect((await root.getMfaStatus({ activityId })).mfaStatuses).toEqual([
+      {
+        mfaPolicyId,
+        userId: org.userId,
+        satisfied: false,
+        satisfiedMethods: [
+          { type: API_KEY, id: org.apiKeyId },
+          { type: API_KEY, id: k3Id },
+        ],
+        requiredMethods: [{ any: [{ type: API_KEY }] }, { any: [{ type: API_KEY }] }, { any: [{ type: API_KEY }] }],
+      },
+    ]);
+    // A third live key proves the last step.
+    const {
+      apiKeyIds: [k4Id],
+    } = await root.createApiKeys({
+      userId: org.userId,
+      apiKeys: [{ apiKeyName: "k4", publicKey: k4.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
+    expect((await h.sdk(org, k4, fastPoller).approveActivity({ fingerprint })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    expect(await tagNames(root)).toEqual(["t"]);
+    expect((await root.getMfaStatus({ activityId })).mfaStatuses[0]).toMatchObject({
+      satisfied: true,
+      satisfiedMethods: [
+        { type: API_KEY, id: org.apiKeyId },
+        { type: API_KEY, id: k3Id },
+        { type: API_KEY, id: k4Id },
+      ],
+    });
+  });
+});
+
+describe("rejecting an activity waiting for its requester's authentication", () => {
+  it("the requester withdraws it with another of their keys: rejected, nothing runs, and it stays so", async () => {
+    const { root, userId, via } = await userWithTwoKeySteps();
+    const waiting = await via[0]!.createUserTag({ userTagName: "withdrawn", userIds: [] });
+    const { fingerprint, id: activityId } = waiting.activity;
+    const before = await beyondActivities();
+    const rejected = await via[1]!.rejectActivity({ fingerprint });
+    expect(rejected.activity.status).toBe("ACTIVITY_STATUS_REJECTED");
+    expect(await beyondActivities()).toEqual(before);
+    expect(rejected.activity.votes.map((v: { userId: string; selection: string }) => [v.userId, v.selection])).toEqual([
+      [userId, "VOTE_SELECTION_APPROVED"],
+      [userId, "VOTE_SELECTION_REJECTED"],
+    ]);
+    // The rejection sent again is answered as the activity stands; an approval now changes nothing.
+    expect((await via[1]!.rejectActivity({ fingerprint })).activity.status).toBe("ACTIVITY_STATUS_REJECTED");
+    const afterRejection = await h.snapshot();
+    await expect(via[2]!.approveActivity({ fingerprint })).rejects.toMatchObject({
+      code: 9,
+      message: expect.stringContaining("VOTE_ALREADY_CAST"),
+    });
+    expect(await h.snapshot()).toBe(afterRejection);
+    expect((await root.getActivity({ activityId })).activity.status).toBe("ACTIVITY_STATUS_REJECTED");
+    expect(await tagNames(root)).toEqual([]);
+  });
+
+  it("the root quorum rejects it: one member of a one-member quorum at once, a two-member quorum once both have", async () => {
+    const { root, via, org } = await userWithTwoKeySteps();
+    const first = await via[0]!.createUserTag({ userTagName: "first", userIds: [] });
+    const before = await beyondActivities();
+    expect((await root.rejectActivity({ fingerprint: first.activity.fingerprint })).activity.status).toBe("ACTIVITY_STATUS_REJECTED");
+    expect(await beyondActivities()).toEqual(before);
+
+    const second = newKeyPair();
+    const {
+      userIds: [secondRoot],
+    } = await root.createUsers({
+      users: [
+        {
+          userName: "second root",
+          apiKeys: [{ apiKeyName: "k", publicKey: second.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          ...noCredentials,
+        },
+      ],
+    });
+    await root.updateRootQuorum({ threshold: 2, userIds: [org.userId, secondRoot!] });
+    const waiting = await via[0]!.createUserTag({ userTagName: "second", userIds: [] });
+    const { fingerprint, id: activityId } = waiting.activity;
+    const noted = await root.rejectActivity({ fingerprint });
+    expect(noted.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    // Sent again, the same rejection changes nothing.
+    const afterOne = await h.snapshot();
+    expect((await root.rejectActivity({ fingerprint })).activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+    expect(await h.snapshot()).toBe(afterOne);
+    expect((await h.sdk(org, second, fastPoller).rejectActivity({ fingerprint })).activity.status).toBe("ACTIVITY_STATUS_REJECTED");
+    expect((await root.getActivity({ activityId })).activity.votes).toHaveLength(3);
+    expect(await tagNames(root)).toEqual([]);
+  });
+});
+
+describe("an activity that cannot wait for its requester's authentication", () => {
+  it("fails an import (it carries secrets) the policy applies to, leaving the import target to be used", async () => {
+    const org = await h.organization();
+    const root = h.sdk(org, org.key, fastPoller);
+    await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "imports need two keys",
+      condition: "activity.type == 'ACTIVITY_TYPE_IMPORT_WALLET'",
+      requiredAuthenticationMethods: [step(API_KEY), step(API_KEY)],
+      order: 0,
+    });
+    const { importBundle } = await root.initImportWallet({ userId: org.userId });
+    const mnemonic = "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about";
+    const encryptedBundle = await encryptWalletToBundle({
+      mnemonic,
+      importBundle,
+      userId: org.userId,
+      organizationId: org.organizationId,
+      dangerouslyOverrideSignerPublicKey: await signerPublicKeyOf(h.url),
+    });
+    const account = {
+      curve: "CURVE_SECP256K1",
+      pathFormat: "PATH_FORMAT_BIP32",
+      path: "m/44'/60'/0'/0/0",
+      addressFormat: "ADDRESS_FORMAT_ETHEREUM",
+    } as const;
+    const { id, failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () => root.importWallet({ userId: org.userId, walletName: "imported", encryptedBundle, accounts: [account] }),
+      { code: 9, message: expect.stringContaining("carries secrets and cannot wait for it") },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("AUTHENTICATORS_NOT_SUPPORTED");
+    expect(
+      await h.server.store.db.selectFrom("activity_authentications").select("activity_id").where("activity_id", "=", id).execute(),
+    ).toEqual([]);
+    expect(JSON.stringify(await h.server.store.db.selectFrom("activities").selectAll().where("id", "=", id).execute())).not.toContain(
+      encryptedBundle,
+    );
+    expect((await root.getWallets({})).wallets).toEqual([]);
+  });
+
+  it("fails a parent organization's request in a sub-organization the parent user's policy applies to", async () => {
+    const org = await h.organization();
+    const root = h.sdk(org, org.key, fastPoller);
+    const { subOrganizationId } = await root.createSubOrganization({
+      subOrganizationName: "end user",
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        {
+          userName: "u",
+          userEmail: "u@example.com",
+          apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
+    await root.createMfaPolicy({
+      userId: org.userId,
+      mfaPolicyName: "logins need two keys",
+      condition: "activity.resource == 'OTP'",
+      requiredAuthenticationMethods: [step(API_KEY), step(API_KEY)],
+      order: 0,
+    });
+    const { id, failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () => root.initOtp({ organizationId: subOrganizationId, otpType: "OTP_TYPE_EMAIL", contact: "u@example.com", appName: "Demo" }),
+      { code: 9, message: expect.stringContaining("requested by the parent organization cannot wait for it") },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("AUTHENTICATORS_NOT_SUPPORTED");
+    const row = await h.server.store.db.selectFrom("activities").select("organization_id").where("id", "=", id).executeTakeFirstOrThrow();
+    expect(row.organization_id).toBe(subOrganizationId);
+  });
+});
+
+describe("approvals of a waiting activity at the same time", () => {
+  for (const same of [false, true]) {
+    it(`run it exactly once (${same ? "the same key twice" : "two proving keys"})`, async () => {
+      const org = await h.organization();
+      const root = h.sdk(org, org.key, fastPoller);
+      const [k2, k3] = [newKeyPair(), newKeyPair()];
+      await root.createApiKeys({
+        userId: org.userId,
+        apiKeys: [
+          { apiKeyName: "k2", publicKey: k2.publicKey, curveType: "API_KEY_CURVE_P256" },
+          { apiKeyName: "k3", publicKey: k3.publicKey, curveType: "API_KEY_CURVE_P256" },
+        ],
+      });
+      await root.createMfaPolicy({
+        userId: org.userId,
+        mfaPolicyName: "two keys",
+        condition: CREATE_USER_TAG,
+        requiredAuthenticationMethods: [step(API_KEY), step(API_KEY)],
+        order: 0,
+      });
+      const waiting = await root.createUserTag({ userTagName: "once", userIds: [] });
+      const { fingerprint, id: activityId } = waiting.activity;
+      const answers = await Promise.all([
+        h.sdk(org, k2, fastPoller).approveActivity({ fingerprint }),
+        h.sdk(org, same ? k2 : k3, fastPoller).approveActivity({ fingerprint }),
+      ]);
+      expect(answers.map((a) => a.activity.status)).toEqual(["ACTIVITY_STATUS_COMPLETED", "ACTIVITY_STATUS_COMPLETED"]);
+      expect(await tagNames(root)).toEqual(["once"]);
+      const evaluations = await h.server.store.db
+        .selectFrom("policy_evaluations")
+        .select("id")
+        .where("activity_id", "=", activityId)
+        .execute();
+      // The submission and the approval that completed it: the other was answered as it stood.
+      expect(evaluations).toHaveLength(2);
+      expect((await root.getMfaStatus({ activityId })).mfaStatuses[0].satisfiedMethods).toHaveLength(2);
+    });
+  }
 });
 
 describe("who may manage MFA policies", () => {

@@ -93,26 +93,45 @@ async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<Polic
   return rows.map((r) => ({ ...r, effect: r.effect as Effect }));
 }
 
+/** A credential that signed something earlier (a vote, an MFA step's proof), as its liveness is read. */
+export interface SigningCredential {
+  credentialId: string;
+  passkey: boolean;
+}
+
 /**
- * The votes that still count: an approval signed with a credential that has since been deleted or
- * has expired no longer counts, just as that credential could no longer make the request itself.
+ * Which of these credentials still exist and have not expired at `now`: what a credential signed
+ * earlier counts only while that credential could still make the request itself. The `confirmed`
+ * ones (the caller's, checked in this transaction) are not read again.
  */
-async function withLiveVotes(trx: Tx | Db, subject: ActivitySubject): Promise<ActivitySubject> {
-  const confirmed = new Set(subject.confirmed ?? []);
-  const unconfirmed = subject.votes.filter((v) => !confirmed.has(v.credentialId));
-  const passkeyIds = [
-    ...new Set(unconfirmed.filter((v) => v.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId)),
-  ];
-  const keyIds = [
-    ...new Set(unconfirmed.filter((v) => v.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR").map((v) => v.credentialId)),
-  ];
+export async function liveCredentialIds(
+  trx: Tx | Db,
+  credentials: SigningCredential[],
+  now: number,
+  confirmed: readonly string[] = [],
+): Promise<Set<string>> {
+  const known = new Set(confirmed);
+  const unconfirmed = credentials.filter((c) => !known.has(c.credentialId));
+  const passkeyIds = [...new Set(unconfirmed.filter((c) => c.passkey).map((c) => c.credentialId))];
+  const keyIds = [...new Set(unconfirmed.filter((c) => !c.passkey).map((c) => c.credentialId))];
   const keys = keyIds.length ? await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "in", keyIds).execute() : [];
   const passkeys = passkeyIds.length ? await trx.selectFrom("authenticators").select("id").where("id", "in", passkeyIds).execute() : [];
-  const live = new Set([
-    ...confirmed,
-    ...keys.filter((k) => k.expires_at === null || k.expires_at > subject.now).map((k) => k.id),
+  return new Set([
+    ...known,
+    ...keys.filter((k) => k.expires_at === null || k.expires_at > now).map((k) => k.id),
     ...passkeys.map((p) => p.id),
   ]);
+}
+
+/** A vote's credential, as its liveness is read. */
+export const votingCredential = (vote: Pick<StoredVote, "credentialId" | "credentialType">): SigningCredential => ({
+  credentialId: vote.credentialId,
+  passkey: vote.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR",
+});
+
+/** The votes that still count: an approval signed with a credential since deleted or expired does not. */
+async function withLiveVotes(trx: Tx | Db, subject: ActivitySubject): Promise<ActivitySubject> {
+  const live = await liveCredentialIds(trx, subject.votes.map(votingCredential), subject.now, subject.confirmed);
   return { ...subject, votes: subject.votes.filter((v) => live.has(v.credentialId)) };
 }
 
@@ -350,6 +369,24 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
     return { outcome, verdicts, reason: `waiting for the approvals policy ${deciding(outcome)} requires` };
   if (rootPending) return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `waiting for the root quorum (${quorumText})` };
   return { outcome: "OUTCOME_DENY_IMPLICIT", verdicts, reason: "no policy allows it" };
+}
+
+/**
+ * Where the root quorum stands on rejecting an activity waiting for its requester's authentication:
+ * whether `userId` is one of its members, and how many members have rejected it with a credential
+ * still live. The quorum rejects it once as many members reject as its threshold.
+ */
+export async function rootRejections(
+  trx: Tx,
+  subject: ActivitySubject,
+  userId: string,
+): Promise<{ member: boolean; rejecting: number; threshold: number }> {
+  const live = await withLiveVotes(trx, subject);
+  const quorum = await rootQuorum(trx, subject.organizationId);
+  const rejecting = new Set(
+    live.votes.filter((v) => v.selection === "VOTE_SELECTION_REJECTED" && quorum.members.has(v.userId)).map((v) => v.userId),
+  );
+  return { member: quorum.members.has(userId), rejecting: rejecting.size, threshold: quorum.threshold };
 }
 
 /** The words a caller sees when an activity is refused. */

@@ -6,7 +6,7 @@
 // approver of an activity waiting for consensus is held to their own MFA policies the same way: their
 // vote counts once their approvals have proven its steps.
 import type { Principal } from "../auth/authenticate.js";
-import { serviceError } from "../errors.js";
+import { serviceError, type ServiceError } from "../errors.js";
 import { evaluatePolicies, newBudget } from "../policy/engine.js";
 import { evaluationTurn } from "../policy/turns.js";
 import type { Tx } from "../store/handles.js";
@@ -18,7 +18,8 @@ import {
   type AuthenticationProof,
   type AuthenticationStep,
 } from "../operations/mfa/mfa-policies.js";
-import { conditionInputs, type ActivitySubject } from "./authorization.js";
+import type { StoredVote } from "../operations/activities/records.js";
+import { conditionInputs, liveCredentialIds, rootRejections, votingCredential, type ActivitySubject } from "./authorization.js";
 
 /** The authentication an MFA policy asks of the requester of one activity, and the proofs so far. */
 export interface Authentication {
@@ -116,8 +117,19 @@ export function authenticationOf(trx: Tx, activityId: string, userId: string) {
 }
 
 /**
- * A credential offered to prove one more step of the authentication `stored` records: a credential
- * already counted is a retry ("repeated"); one that fits no step still unproven is refused
+ * The proofs still standing: one made with a credential since deleted or expired no longer counts,
+ * just as a vote does not (authorization.ts, liveCredentialIds); its step must be proven again.
+ */
+async function liveProofs(trx: Tx, proofs: AuthenticationProof[], now: number, confirmed: string): Promise<AuthenticationProof[]> {
+  const credentials = proofs.map((p) => ({ credentialId: p.credentialId, passkey: p.type === "AUTHENTICATION_TYPE_PASSKEY" }));
+  const live = await liveCredentialIds(trx, credentials, now, [confirmed]);
+  return proofs.filter((p) => live.has(p.credentialId));
+}
+
+/**
+ * A credential offered to prove one more step of the authentication `stored` records. Proofs whose
+ * credentials are gone are dropped first (and the record with them, so get_mfa_status shows it). A
+ * credential already counted is a retry ("repeated"); one that fits no step still unproven is refused
  * (AUTHENTICATION_METHOD_NOT_ACCEPTED), leaving everything as it was. Returns whether every step is
  * now proven.
  */
@@ -128,49 +140,93 @@ export async function addProof(
   now: number,
 ): Promise<"repeated" | "advanced" | "satisfied"> {
   const steps = JSON.parse(stored.required_methods) as AuthenticationStep[];
-  const proofs = JSON.parse(stored.proofs) as AuthenticationProof[];
-  if (proofs.some((p) => p.credentialId === proof.credentialId)) return fullySatisfied(steps, proofs) ? "satisfied" : "repeated";
+  const recorded = JSON.parse(stored.proofs) as AuthenticationProof[];
+  const proofs = await liveProofs(trx, recorded, now, proof.credentialId);
+  const save = (next: AuthenticationProof[]) =>
+    trx
+      .updateTable("activity_authentications")
+      .set({ proofs: JSON.stringify(next), updated_at: now })
+      .where("activity_id", "=", stored.activity_id)
+      .where("user_id", "=", stored.user_id)
+      .execute();
+  if (proofs.some((p) => p.credentialId === proof.credentialId)) {
+    if (proofs.length !== recorded.length) await save(proofs);
+    return fullySatisfied(steps, proofs) ? "satisfied" : "repeated";
+  }
   if (!advances(steps, proofs, proof))
     throw serviceError(
       "AUTHENTICATION_METHOD_NOT_ACCEPTED",
       `activity ${stored.activity_id} waits for user ${stored.user_id} to authenticate further: ${proof.type} ${proof.credentialId} satisfies none of the steps of MFA policy ${stored.mfa_policy_id} still to be proven (get_mfa_status lists them)`,
     );
   const next = [...proofs, proof];
-  await trx
-    .updateTable("activity_authentications")
-    .set({ proofs: JSON.stringify(next), updated_at: now })
-    .where("activity_id", "=", stored.activity_id)
-    .where("user_id", "=", stored.user_id)
-    .execute();
+  await save(next);
   return fullySatisfied(steps, next) ? "satisfied" : "advanced";
 }
 
+/** What a vote on an activity waiting for its requester's authentication does. */
+export type WaitingVote =
+  /** Nothing changes: a credential already counted, or a rejection already cast. */
+  | { kind: "repeated" }
+  /** One more step proven; others remain. */
+  | { kind: "advanced" }
+  /** Every step proven: the activity is decided again. */
+  | { kind: "satisfied" }
+  /** A root-quorum member's rejection, short of the quorum's threshold: kept, the activity still waits. */
+  | { kind: "rejection noted" }
+  /** Withdrawn by its requester, or rejected by the root quorum. */
+  | { kind: "rejected" }
+  /** The credential that stamped the request is gone: the activity fails with this error. */
+  | { kind: "orphaned"; error: ServiceError };
+
 /**
- * An approval of an activity waiting for its requester's authentication: only the requester's
- * approvals prove steps; anyone else's vote, and a rejection, are refused.
+ * A vote on an activity waiting for its requester's authentication (`subject.votes` as stored, the
+ * requester's first). Only the requester's approvals prove steps, and only while the credential that
+ * stamped the request is still live: a request whose credential was deleted or has expired since
+ * fails rather than run on the authority of the others (the requester sends it again). The requester
+ * (with any live credential) may withdraw it, and the root quorum may reject it: a rejection by
+ * anyone else, and anyone else's approval, are refused.
  */
-export async function proveStep(
+export async function voteOnWaiting(
   trx: Tx,
+  subject: ActivitySubject,
   row: ActivitiesTable,
   principal: Principal,
-  selection: "VOTE_SELECTION_APPROVED" | "VOTE_SELECTION_REJECTED",
+  vote: StoredVote,
   proof: AuthenticationProof,
   now: number,
-): Promise<"repeated" | "advanced" | "satisfied"> {
+): Promise<WaitingVote> {
   const waitsFor = `activity ${row.id} waits for its requester (user ${row.user_id}) to authenticate further`;
-  if (principal.userId !== row.user_id)
+  const requester = principal.userId === row.user_id;
+  if (vote.selection === "VOTE_SELECTION_REJECTED") {
+    if (subject.votes.some((v) => v.userId === principal.userId && v.selection === "VOTE_SELECTION_REJECTED")) return { kind: "repeated" };
+    if (requester) return { kind: "rejected" };
+    const quorum = await rootRejections(trx, { ...subject, votes: [...subject.votes, vote] }, principal.userId);
+    if (!quorum.member)
+      throw serviceError(
+        "AUTHENTICATION_METHOD_NOT_ACCEPTED",
+        `${waitsFor}: only the requester and the root quorum may reject it, and user ${principal.userId} is neither`,
+      );
+    return quorum.rejecting >= quorum.threshold ? { kind: "rejected" } : { kind: "rejection noted" };
+  }
+  if (!requester)
     throw serviceError(
       "AUTHENTICATION_METHOD_NOT_ACCEPTED",
       `${waitsFor}: user ${principal.userId} cannot vote on it or authenticate for them`,
     );
-  if (selection !== "VOTE_SELECTION_APPROVED")
-    throw serviceError(
-      "AUTHENTICATION_METHOD_NOT_ACCEPTED",
-      `${waitsFor}: a rejection proves nothing; approve it with the credential a step requires`,
-    );
+  const submitted = subject.votes[0];
+  if (!submitted) throw new Error(`activity ${row.id} waits for authentication but records no request`);
+  const live = await liveCredentialIds(trx, [votingCredential(submitted)], now, [principal.credentialId]);
+  if (!live.has(submitted.credentialId))
+    return {
+      kind: "orphaned",
+      error: serviceError(
+        "REQUESTING_CREDENTIAL_GONE",
+        `activity ${row.id} cannot run: credential ${submitted.credentialId}, which stamped the request, was deleted or has expired while it waited for its requester to authenticate further; send the request again stamped with a live credential`,
+      ),
+    };
   const stored = await authenticationOf(trx, row.id, principal.userId);
   if (!stored) throw new Error(`activity ${row.id} waits for authentication but records none`);
-  return addProof(trx, stored, proof, now);
+  return { kind: await addProof(trx, stored, proof, now) };
 }
 
 /**

@@ -60,7 +60,7 @@ import {
   authenticated,
   authenticationDemanded,
   proofOf,
-  proveStep,
+  voteOnWaiting,
   saveAuthentication,
   type Authentication,
 } from "./mfa.js";
@@ -447,7 +447,9 @@ export function ballotOn(
   raw: Buffer,
   now: number,
 ): Ballot {
-  const mine = votes.find((v) => v.userId === principal.userId);
+  // Their latest vote: a requester who withdrew an activity waiting for their authentication
+  // approved it (the request) and then rejected it.
+  const mine = votes.filter((v) => v.userId === principal.userId).at(-1);
   const pending = row.status === "ACTIVITY_STATUS_CONSENSUS_NEEDED";
   if (mine && mine.selection !== selection)
     throw serviceError(
@@ -883,7 +885,7 @@ export class Pipeline {
           `${envelope.type} by user ${principal.userId} is not allowed: outside the scope of session profile ${principal.sessionProfileId}, which the stamping session key was issued with`,
         );
       if (row.status === "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED")
-        return this.authenticateFurther(trx, operation, envelope.type, row, principal, precheck, now);
+        return this.authenticateFurther(trx, operation, envelope.type, row, principal, request.raw, precheck, now);
       const votes = JSON.parse(row.votes) as StoredVote[];
       const ballot = ballotOn(row, votes, principal, operation.selection, request.raw, now);
       if (ballot.kind === "answered") return { status: 200, body: { activity: renderActivity(row) } };
@@ -929,9 +931,11 @@ export class Pipeline {
   }
 
   /**
-   * An approval of an activity waiting for its requester's authentication (activities/mfa.ts): its
-   * credential proves one more step. Once every step is proven, the activity is decided again (policies
-   * may have changed meanwhile) and runs, or waits for approvals, or fails, as a submitted one would.
+   * A vote on an activity waiting for its requester's authentication (activities/mfa.ts): the
+   * requester's approval proves one more step, and once every step is proven the activity is decided
+   * again (policies may have changed meanwhile) and runs, or waits for approvals, or fails, as a
+   * submitted one would. The requester may withdraw it and the root quorum reject it (REJECTED); an
+   * approval once the request's own credential is gone fails it.
    */
   private async authenticateFurther(
     trx: OpenTx,
@@ -939,22 +943,32 @@ export class Pipeline {
     voteType: string,
     row: ActivitiesTable,
     principal: Principal,
+    raw: Buffer,
     precheck: Precheck | undefined,
     now: number,
   ): Promise<PipelineResponse | (() => PipelineResponse)> {
-    const progress = await proveStep(trx, row, principal, operation.selection, proofOf(principal, voteType, now), now);
-    if (progress === "repeated") return { status: 200, body: { activity: renderActivity(row) } };
     const votes = JSON.parse(row.votes) as StoredVote[];
     const subject = pendingSubject(row, votes, principal, now, precheck ? preparedBy(precheck) : {});
+    const cast = voteOf(principal, row.id, operation.selection, raw.toString("utf8"), now);
+    const outcome = await voteOnWaiting(trx, subject, row, principal, cast, proofOf(principal, voteType, now), now);
+    if (outcome.kind === "repeated") return { status: 200, body: { activity: renderActivity(row) } };
     const target = subject.operation;
     const authorization: Authorization =
-      progress === "satisfied"
+      outcome.kind === "satisfied"
         ? await authorize(trx, subject)
-        : { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: [] };
+        : outcome.kind === "rejected"
+          ? { kind: "rejected", outcome: "OUTCOME_REJECTED", verdicts: [] }
+          : outcome.kind === "orphaned"
+            ? { kind: "refused", outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], error: outcome.error }
+            : { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: [] };
     const requester = requesterOf(votes[0]!, row.organization_id);
     const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
-    const base = { ...row, updated_at: now };
-    const entry = { base, stored: true, vote: votes[0]!, authorization, execution, secretResults: target.secretResults, precheck };
+    // A rejection is kept among the votes (who withdrew or rejected it); a proof is kept with the
+    // authentication it proves (activity_authentications), the vote recorded being the request's.
+    const rejection = operation.selection === "VOTE_SELECTION_REJECTED";
+    const base = { ...row, updated_at: now, ...(rejection ? { votes: JSON.stringify([...votes, cast]) } : {}) };
+    const vote = rejection ? cast : votes[0]!;
+    const entry = { base, stored: true, vote, authorization, execution, secretResults: target.secretResults, precheck };
     const recorded = await record(trx, entry, now);
     return this.publish(
       trx,
@@ -962,7 +976,7 @@ export class Pipeline {
         recorded,
         announce: recorded.status !== row.status,
         line: "vote",
-        fields: { userId: principal.userId, vote: operation.selection, authenticated: progress },
+        fields: { userId: principal.userId, vote: operation.selection, authenticated: outcome.kind },
         messagesQueued: !!target.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
         broadcastsQueued: !!target.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
         answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
