@@ -586,6 +586,62 @@ describe("an activity waiting for its requester's authentication, when credentia
   });
 });
 
+describe("an activity waiting for its requester's authentication, when credentials expire", () => {
+  it("drops the proof of a key expired since, and fails the activity once the key that made the request has expired", async () => {
+    let now = Date.now();
+    // The liveness window is widened so the clients' own timestamps are accepted by the moved clock.
+    const clocked = await startHarness({ SIGIL_TIMESTAMP_WINDOW_SECONDS: String(24 * 3600) }, { clock: () => now });
+    try {
+      const org = await clocked.organization();
+      const root = clocked.sdk(org, org.key, fastPoller);
+      const [brief, lasting, third] = [newKeyPair(), newKeyPair(), newKeyPair()];
+      const { apiKeyIds } = await root.createApiKeys({
+        userId: org.userId,
+        apiKeys: [
+          { apiKeyName: "brief", publicKey: brief.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "60" },
+          { apiKeyName: "lasting", publicKey: lasting.publicKey, curveType: "API_KEY_CURVE_P256" },
+          { apiKeyName: "third", publicKey: third.publicKey, curveType: "API_KEY_CURVE_P256" },
+        ],
+      });
+      const [, lastingId] = apiKeyIds as [string, string, string];
+      await root.createMfaPolicy({
+        userId: org.userId,
+        mfaPolicyName: "three keys",
+        condition: CREATE_USER_TAG,
+        requiredAuthenticationMethods: [step(API_KEY), step(API_KEY), step(API_KEY)],
+        order: 0,
+      });
+      // A step proven by the brief key no longer counts once it has expired.
+      const proven = await root.createUserTag({ userTagName: "proven", userIds: [] });
+      const viaBrief = clocked.sdk(org, brief, fastPoller);
+      expect((await viaBrief.approveActivity({ fingerprint: proven.activity.fingerprint })).activity.status).toBe(
+        "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED",
+      );
+      // The brief key also makes a request of its own, which then waits.
+      const requested = await viaBrief.createUserTag({ userTagName: "requested", userIds: [] });
+      expect(requested.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
+      now += 61_000;
+      const viaLasting = clocked.sdk(org, lasting, fastPoller);
+      expect((await viaLasting.approveActivity({ fingerprint: proven.activity.fingerprint })).activity.status).toBe(
+        "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED",
+      );
+      expect((await root.getMfaStatus({ activityId: proven.activity.id })).mfaStatuses[0].satisfiedMethods).toEqual([
+        { type: API_KEY, id: org.apiKeyId },
+        { type: API_KEY, id: lastingId },
+      ]);
+      const done = await clocked.sdk(org, third, fastPoller).approveActivity({ fingerprint: proven.activity.fingerprint });
+      expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+
+      const failed = await viaLasting.approveActivity({ fingerprint: requested.activity.fingerprint });
+      expect(failed.activity.status).toBe("ACTIVITY_STATUS_FAILED");
+      expect((failed.activity as any).failure).toMatchObject({ details: [{ turnkeyErrorCode: "REQUESTING_CREDENTIAL_GONE" }] });
+      expect((await root.listUserTags({})).userTags.map((t) => t.tagName)).toEqual(["proven"]);
+    } finally {
+      await clocked.close();
+    }
+  });
+});
+
 describe("rejecting an activity waiting for its requester's authentication", () => {
   it("the requester withdraws it with another of their keys: rejected, nothing runs, and it stays so", async () => {
     const { root, userId, via } = await userWithTwoKeySteps();
