@@ -2,9 +2,10 @@
 // approvals), the requester's MFA policies are evaluated in order; the first whose condition holds is
 // enforced: the credential that stamped the request proves one step, and the activity waits
 // (ACTIVITY_STATUS_AUTHENTICATORS_NEEDED) until approvals by the requester, stamped with the other
-// steps' credentials, prove the rest. Then it is decided again and runs (pipeline.ts, vote). An
-// approver of an activity waiting for consensus is held to their own MFA policies the same way: their
-// vote counts once their approvals have proven its steps.
+// steps' credentials, prove the rest. Then it is decided again and runs (pipeline.ts, vote). Proofs,
+// like votes, count only while their credentials are live; the requester or the root quorum may
+// reject a waiting activity. An approver of an activity waiting for consensus is held to their own
+// MFA policies the same way: their vote counts once their approvals have proven its steps.
 import type { Principal } from "../auth/authenticate.js";
 import { serviceError, type ServiceError } from "../errors.js";
 import { evaluatePolicies, newBudget } from "../policy/engine.js";

@@ -12,10 +12,10 @@
 //           requester's MFA policy the request's credential does not satisfy waits instead until the
 //           requester has proven each of its steps (demandAuthentication; activities/mfa.ts).
 //   vote:   read ─► liveness ─► authenticate ─► IP allowlist, then in one transaction: find the pending activity ─►
-//           (waiting for its requester's authentication: the approval proves a step, and the last one
-//           decides and runs it as a vote would) ─► ballot (a new vote, an approval repeated, or a
-//           retry) ─► may they vote? ─► (an approver's own MFA policy holds the vote back until their
-//           approvals prove its steps) ─► the same authorize ─► execute ─► record ─► publish
+//           (waiting for its requester's authentication: the requester's approval proves a step, and the
+//           last one decides and runs it as a vote would; the requester or the root quorum may reject
+//           it) ─► ballot (a new vote, an approval repeated, or a retry) ─► may they vote? ─► (an
+//           approver's own MFA policy holds the vote back until their approvals prove its steps) ─► the same authorize ─► execute ─► record ─► publish
 //   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► IP allowlist ─► read
 //           ─► response envelope
 // A step that refuses a request leaving no record throws a ServiceError (http/ answers it); every
@@ -976,7 +976,7 @@ export class Pipeline {
         recorded,
         announce: recorded.status !== row.status,
         line: "vote",
-        fields: { userId: principal.userId, vote: operation.selection, authenticated: outcome.kind },
+        fields: { userId: principal.userId, vote: operation.selection, waitingVote: outcome.kind },
         messagesQueued: !!target.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
         broadcastsQueued: !!target.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
         answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
