@@ -45,7 +45,17 @@ export interface TestOauth2Provider {
   heldTokens(): number;
   /** Answers the held token requests, and stops holding them. */
   answerTokens(): void;
+  /** The next token request is answered by `answer` instead (a provider misbehaving): it sees what
+   * was sent (the form, and the Authorization header's client id and secret) and writes the answer. */
+  answerNextToken(answer: (response: http.ServerResponse, sent: SentToken) => void): void;
   close(): Promise<void>;
+}
+
+/** What a token request carried. */
+export interface SentToken {
+  form: URLSearchParams;
+  /** From HTTP Basic (X) or the form (Discord). */
+  clientSecret: string | null;
 }
 
 /** A PKCE pair as a client makes it (RFC 7636, S256). */
@@ -63,23 +73,26 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
   let down = false;
   let stalling = false;
   let held: Array<() => void> = [];
+  const scripted: Array<(response: http.ServerResponse, sent: SentToken) => void> = [];
 
   const json = (response: http.ServerResponse, status: number, body: unknown) =>
     response.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
 
+  function clientOf(provider: Provider, request: http.IncomingMessage, form: URLSearchParams) {
+    if (provider !== "x") return { clientId: form.get("client_id"), clientSecret: form.get("client_secret") };
+    const basic = /^Basic (.+)$/.exec(request.headers.authorization ?? "");
+    const [id, secret] = basic ? Buffer.from(basic[1]!, "base64").toString("utf8").split(":") : [];
+    return {
+      clientId: id !== undefined ? decodeURIComponent(id) : null,
+      clientSecret: secret !== undefined ? decodeURIComponent(secret) : null,
+    };
+  }
+
   function token(provider: Provider, request: http.IncomingMessage, body: string, response: http.ServerResponse) {
     const form = new URLSearchParams(body);
-    let clientId: string | null;
-    let clientSecret: string | null;
-    if (provider === "x") {
-      const basic = /^Basic (.+)$/.exec(request.headers.authorization ?? "");
-      const [id, secret] = basic ? Buffer.from(basic[1]!, "base64").toString("utf8").split(":") : [];
-      clientId = id !== undefined ? decodeURIComponent(id) : null;
-      clientSecret = secret !== undefined ? decodeURIComponent(secret) : null;
-    } else {
-      clientId = form.get("client_id");
-      clientSecret = form.get("client_secret");
-    }
+    const { clientId, clientSecret } = clientOf(provider, request, form);
+    const answer = scripted.shift();
+    if (answer) return answer(response, { form, clientSecret });
     if (!clientId || apps.get(`${provider}/${clientId}`) !== clientSecret)
       return json(response, 401, { error: "invalid_client", error_description: "Client authentication failed" });
     if (form.get("grant_type") !== "authorization_code") return json(response, 400, { error: "unsupported_grant_type" });
@@ -166,6 +179,7 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
     setDown: (value) => void (down = value),
     stallTokens: () => void (stalling = true),
     heldTokens: () => held.length,
+    answerNextToken: (answer) => void scripted.push(answer),
     answerTokens() {
       stalling = false;
       const waiting = held;
