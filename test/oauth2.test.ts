@@ -885,7 +885,7 @@ describe("secrets", () => {
     expect(recorded.result.oauth2AuthenticateResult).toEqual({ oidcToken: "<redacted>" });
   });
 
-  it("a provider echoing the code, verifier and secret (raw, URL-encoded, base64, cut at offset 170, as its error): none reaches the refusal, the audit log, a log line or a webhook", async () => {
+  it("a provider echoing the code, verifier, secret or access token (raw, URL-encoded, base64, at offset 170, as its error): none reaches the refusal, the audit log, a log line or a webhook", async () => {
     const secret = `odd secret+/=&~${crypto.randomBytes(12).toString("base64")}`;
     const { oauth2CredentialId } = await parentSdk.createOauth2Credential({
       provider: "OAUTH2_PROVIDER_DISCORD",
@@ -894,7 +894,7 @@ describe("secrets", () => {
     });
     const authCode = `code+/= ${crypto.randomBytes(18).toString("base64url")}`;
     const codeVerifier = pkcePair().verifier;
-    const parameters = { oauth2CredentialId, authCode, redirectUri: REDIRECT, codeVerifier, nonce: "n" };
+    let parameters = { oauth2CredentialId, authCode, redirectUri: REDIRECT, codeVerifier, nonce: "n" };
     const spellings = (value: string) => [
       value,
       encodeURIComponent(value),
@@ -936,23 +936,41 @@ describe("secrets", () => {
     provider.answerNextToken(echo(authCode.replace(/[^A-Za-z0-9]/g, "")));
     const second = { id: await refusedWith("Discord's token endpoint refused the authorization code: HTTP 400") };
 
+    // The user-info endpoint echoing the access token it was shown, in its `error` and its text.
+    const pkce = pkcePair();
+    const { code } = consent("discord", pkce.challenge);
+    parameters = { ...parameters, oauth2CredentialId: await createCredential("discord"), authCode: code, codeVerifier: pkce.verifier };
+    let bearer = "";
+    provider.answerNextUserInfo((response, sent) => {
+      bearer = sent ?? "";
+      const text = `${"y".repeat(170)}${bearer} ${spellings(bearer).join(" ")}`;
+      response
+        .writeHead(401, { "content-type": "application/json" })
+        .end(JSON.stringify({ error: bearer, title: text, detail: text, message: text }));
+    });
+    const third = {
+      id: await refusedWith(
+        "Discord's user-info endpoint refused the access token (HTTP 401): the app may lack the scopes identify and email",
+      ),
+    };
+    expect(bearer).toBe(provider.accessTokens.at(-1));
+    echoed.push(...spellings(bearer));
+
+    const ids = [first.id, second.id, third.id];
     const deadline = Date.now() + 10_000;
     const delivered = () => hooks.received.slice(hooked).map((r) => r.body.toString("utf8"));
-    while (delivered().filter((body) => body.includes(first.id) || body.includes(second.id)).length < 2 && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 50));
-    expect(delivered().filter((body) => body.includes(first.id) || body.includes(second.id))).toHaveLength(2);
-    const records = await h.server.store.db.selectFrom("activities").selectAll().where("id", "in", [first.id, second.id]).execute();
+    const ours = () => delivered().filter((body) => ids.some((id) => body.includes(id)));
+    while (ours().length < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(ours()).toHaveLength(3);
+    const records = await h.server.store.db.selectFrom("activities").selectAll().where("id", "in", ids).execute();
     const places = {
       activities: JSON.stringify(records),
-      answered: JSON.stringify([
-        await parentSdk.getActivity({ activityId: first.id }),
-        await parentSdk.getActivity({ activityId: second.id }),
-      ]),
+      answered: JSON.stringify(await Promise.all(ids.map((activityId) => parentSdk.getActivity({ activityId })))),
       logs: h.logLines.join("\n"),
       webhooks: delivered().join("\n"),
     };
     for (const [place, text] of Object.entries(places))
-      for (const value of [...echoed, ...[secret, authCode, codeVerifier].map((v) => v.slice(0, 16))])
+      for (const value of [...echoed, ...[secret, authCode, codeVerifier, bearer].map((v) => v.slice(0, 16))])
         expect(text.includes(value), `${place} holds ${value}`).toBe(false);
   });
 });

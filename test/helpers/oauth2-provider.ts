@@ -48,6 +48,8 @@ export interface TestOauth2Provider {
   /** The next token request is answered by `answer` instead (a provider misbehaving): it sees what
    * was sent (the form, and the Authorization header's client id and secret) and writes the answer. */
   answerNextToken(answer: (response: http.ServerResponse, sent: SentToken) => void): void;
+  /** The next user-info request is answered by `answer` instead: it sees the bearer token sent. */
+  answerNextUserInfo(answer: (response: http.ServerResponse, bearer: string | undefined) => void): void;
   close(): Promise<void>;
 }
 
@@ -74,6 +76,7 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
   let stalling = false;
   let held: Array<() => void> = [];
   const scripted: Array<(response: http.ServerResponse, sent: SentToken) => void> = [];
+  const scriptedUserInfo: Array<(response: http.ServerResponse, bearer: string | undefined) => void> = [];
 
   const json = (response: http.ServerResponse, status: number, body: unknown) =>
     response.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
@@ -120,6 +123,8 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
 
   function me(provider: Provider, request: http.IncomingMessage, response: http.ServerResponse) {
     const bearer = /^Bearer (.+)$/.exec(request.headers.authorization ?? "")?.[1];
+    const answer = scriptedUserInfo.shift();
+    if (answer) return answer(response, bearer);
     const holder = bearer ? tokens.get(bearer) : undefined;
     if (!holder || holder.provider !== provider) return json(response, 401, { title: "Unauthorized", status: 401, detail: "Unauthorized" });
     const { user } = holder;
@@ -180,6 +185,7 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
     stallTokens: () => void (stalling = true),
     heldTokens: () => held.length,
     answerNextToken: (answer) => void scripted.push(answer),
+    answerNextUserInfo: (answer) => void scriptedUserInfo.push(answer),
     answerTokens() {
       stalling = false;
       const waiting = held;
