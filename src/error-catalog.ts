@@ -39,11 +39,18 @@ export const ERROR_CATALOG = {
       "encryptedClientSecret is not a client secret encrypted (encryptOauth2ClientSecret) to this deployment's tlsFetcherEncryptPublicKey " +
       "(/.well-known/sigil.json, `sigil info`): encrypt it to that key, not the product's",
   },
+  OAUTH2_CLIENT_SECRET_IN_USE: {
+    status: "InvalidArgument",
+    meaning:
+      "encryptedClientSecret is an envelope another organization's OAuth 2.0 credential holds (copied from its get_oauth2_credential " +
+      "or list_oauth2_credentials): encrypt the client secret anew with encryptOauth2ClientSecret",
+  },
   OAUTH2_PROVIDER_REFUSED: {
     status: "InvalidArgument",
     meaning:
       "the OAuth 2.0 provider refused the authorization code (wrong, used or expired code, a code_verifier that does not match the " +
-      "challenge, another redirect_uri) or the credential's client id and secret; the message carries the provider's error: start the login again",
+      "challenge, another redirect_uri) or the credential's client id and secret; the message carries the provider's HTTP status and its " +
+      "OAuth error code (RFC 6749 and 6750 codes only, never the provider's own text): start the login again",
   },
   REQUEST_INVALID: {
     status: "InvalidArgument",
@@ -650,8 +657,9 @@ export const ERROR_CATALOG = {
   OAUTH2_PROVIDER_UNAVAILABLE: {
     status: "Unavailable",
     meaning:
-      "the OAuth 2.0 provider's token or user-info endpoint (its setting, e.g. SIGIL_OAUTH2_X_TOKEN_URL) did not answer in time, failed (5xx) or answered " +
-      "something that is not its API's: the authorization code may still be good, try again",
+      "the OAuth 2.0 provider's token or user-info endpoint (its setting, e.g. SIGIL_OAUTH2_X_TOKEN_URL) could not be reached, did not " +
+      "answer in time, failed (5xx), was overloaded (429), answered with a redirect (not followed), more than 64 KiB or something that " +
+      "is not its API's: the authorization code may still be good, try again",
   },
 } as const satisfies Record<string, ErrorEntry>;
 

@@ -5,6 +5,10 @@
 // in through oauth_login, verified through Sigil's discovery document like any issuer's; the bearer
 // token bundle; then every way the request can be wrong, each leaving only its failed activity.
 import crypto from "node:crypto";
+import path from "node:path";
+import BetterSqlite3 from "better-sqlite3";
+import { Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import { decryptCredentialBundle, encryptOauth2ClientSecret, generateP256KeyPair } from "@turnkey/crypto";
@@ -19,7 +23,10 @@ import {
 } from "./helpers/harness.js";
 import { fastPoller, organizationWith } from "./helpers/organizations.js";
 import { errorOf } from "./helpers/logins.js";
-import { pkcePair, startOauth2Provider, type Provider, type TestOauth2Provider } from "./helpers/oauth2-provider.js";
+import { pkcePair, startOauth2Provider, type Provider, type SentToken, type TestOauth2Provider } from "./helpers/oauth2-provider.js";
+import { oauth2Providers } from "../src/services/oauth2-providers.js";
+import { migrations } from "../src/store/migrations.js";
+import { createTestDatabase } from "./helpers/backend.js";
 import { receiver } from "./helpers/webhook-receiver.js";
 
 let provider: TestOauth2Provider;
@@ -37,6 +44,15 @@ const DISCORD_SECRET = "discord-secret-Zyx987654321";
 const REDIRECT = "https://app.example.com/oauth/callback";
 /** Every secret the suite hands out, searched for in logs, tables and webhooks at the end. */
 const secrets: string[] = [X_SECRET, DISCORD_SECRET];
+/** Every client-secret envelope sent: kept only in oauth2_credentials, never in the audit log, a log line or a webhook. */
+const envelopes: string[] = [];
+
+/** A client secret encrypted to the deployment's key, as a client sends it. */
+async function envelopeOf(secret: string, key = tlsFetcherKey) {
+  const envelope = await encryptOauth2ClientSecret(secret, key);
+  envelopes.push(envelope);
+  return envelope;
+}
 
 const nonceFor = (publicKey: string) => crypto.createHash("sha256").update(publicKey).digest("hex");
 
@@ -70,7 +86,7 @@ const createCredential = async (kind: Provider, sdk = parentSdk) =>
     await sdk.createOauth2Credential({
       provider: kind === "x" ? "OAUTH2_PROVIDER_X" : "OAUTH2_PROVIDER_DISCORD",
       clientId: kind === "x" ? X_CLIENT : DISCORD_CLIENT,
-      encryptedClientSecret: await encryptOauth2ClientSecret(kind === "x" ? X_SECRET : DISCORD_SECRET, tlsFetcherKey),
+      encryptedClientSecret: await envelopeOf(kind === "x" ? X_SECRET : DISCORD_SECRET),
     })
   ).oauth2CredentialId;
 
@@ -116,6 +132,15 @@ async function subOrganizationFor(oidcToken: string, providerName: string) {
     rootUsers: [{ userName: "social user", apiKeys: [], authenticators: [], oauthProviders: [{ providerName, oidcToken }] }],
   });
   return { subOrganizationId, userId: rootUserIds![0]! };
+}
+
+/** An oauth2_authenticate that must be refused with `code`, leaving only its failed activity. */
+async function refused(parameters: Parameters<typeof parentSdk.oauth2Authenticate>[0], code: string, message: string, sdk = parentSdk) {
+  const { id, failure } = await refusedLeavingOnlyItsActivity(h, () => sdk.oauth2Authenticate(parameters), {
+    message: expect.stringContaining(message),
+  });
+  expect(failure.details[0].turnkeyErrorCode).toBe(code);
+  return { id, failure };
 }
 
 describe("the deployment's keys and issuer", () => {
@@ -248,6 +273,95 @@ describe("credentials", () => {
     expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CREDENTIAL_NOT_FOUND");
     expect((await parentSdk.getOauth2Credential({ oauth2CredentialId: mine })).oauth2Credential.clientId).toBe(DISCORD_CLIENT);
   });
+  it("an envelope another organization's credential holds is refused (OAUTH2_CLIENT_SECRET_IN_USE), in any spelling; the audit log keeps none", async () => {
+    const envelope = await envelopeOf(X_SECRET);
+    const { oauth2CredentialId } = await parentSdk.createOauth2Credential({
+      provider: "OAUTH2_PROVIDER_X",
+      clientId: X_CLIENT,
+      encryptedClientSecret: envelope,
+    });
+    // What a reader of this organization sees: the envelope, in the query's answer (the API requires
+    // it there), but not in the recorded intent.
+    expect((await parentSdk.getOauth2Credential({ oauth2CredentialId })).oauth2Credential.encryptedClientSecret).toBe(envelope);
+    const recorded = (await parentSdk.getActivities({ filterByType: ["ACTIVITY_TYPE_CREATE_OAUTH2_CREDENTIAL"] } as never)).activities[0]!;
+    expect(recorded.intent.createOauth2CredentialIntent).toEqual({
+      provider: "OAUTH2_PROVIDER_X",
+      clientId: X_CLIENT,
+      encryptedClientSecret: "<redacted>",
+    });
+
+    const thief = await h.organization("Copies envelopes");
+    const thiefSdk = h.sdk(thief, thief.key, fastPoller);
+    for (const copy of [envelope, envelope.toUpperCase(), `0x${envelope}`]) {
+      const { failure } = await refusedLeavingOnlyItsActivity(
+        h,
+        () => thiefSdk.createOauth2Credential({ provider: "OAUTH2_PROVIDER_X", clientId: X_CLIENT, encryptedClientSecret: copy }),
+        {
+          code: 3,
+          message: expect.stringContaining("encryptedClientSecret is an envelope another organization's OAuth 2.0 credential holds"),
+        },
+      );
+      expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CLIENT_SECRET_IN_USE");
+    }
+    // Nor may it replace the client secret of a credential of its own.
+    const own = (
+      await thiefSdk.createOauth2Credential({
+        provider: "OAUTH2_PROVIDER_X",
+        clientId: X_CLIENT,
+        encryptedClientSecret: await envelopeOf("thief-own-secret"),
+      })
+    ).oauth2CredentialId;
+    const { failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () =>
+        thiefSdk.updateOauth2Credential({
+          oauth2CredentialId: own,
+          provider: "OAUTH2_PROVIDER_X",
+          clientId: X_CLIENT,
+          encryptedClientSecret: envelope,
+        }),
+      { code: 3 },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("OAUTH2_CLIENT_SECRET_IN_USE");
+    // A sub-organization is another organization too.
+    const { subOrganizationId } = await parentSdk.createSubOrganization({
+      subOrganizationName: `envelope copier ${Date.now()}`,
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        {
+          userName: "root",
+          apiKeys: [{ apiKeyName: "k", publicKey: thief.key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
+    const subSdk = h.sdk({ organizationId: subOrganizationId }, thief.key, fastPoller);
+    await refusedLeavingOnlyItsActivity(
+      h,
+      () => subSdk.createOauth2Credential({ provider: "OAUTH2_PROVIDER_X", clientId: X_CLIENT, encryptedClientSecret: envelope }),
+      { code: 3, message: expect.stringContaining("another organization's OAuth 2.0 credential holds") },
+    );
+    // The organization that holds it may keep it again, and update a credential to it.
+    const again = (
+      await parentSdk.createOauth2Credential({ provider: "OAUTH2_PROVIDER_X", clientId: X_CLIENT, encryptedClientSecret: envelope })
+    ).oauth2CredentialId;
+    await parentSdk.updateOauth2Credential({
+      oauth2CredentialId: again,
+      provider: "OAUTH2_PROVIDER_DISCORD",
+      clientId: "same-secret-other-app",
+      encryptedClientSecret: envelope,
+    });
+    const stored = await h.server.store.db
+      .selectFrom("oauth2_credentials")
+      .select(["id", "encrypted_client_secret_digest"])
+      .where("id", "in", [oauth2CredentialId, again])
+      .execute();
+    expect(stored.map((row) => row.encrypted_client_secret_digest)).toEqual([
+      crypto.createHash("sha256").update(Buffer.from(envelope, "hex")).digest("hex"),
+      crypto.createHash("sha256").update(Buffer.from(envelope, "hex")).digest("hex"),
+    ]);
+  });
 });
 
 describe("policies", () => {
@@ -313,7 +427,7 @@ describe("policies", () => {
     expect(exchanges()).toBe(before + 1);
     secrets.push(provider.accessTokens.at(-1)!);
     // The code is spent at the provider: the owner cannot use it either.
-    expect(await errorOf(owner.oauth2Authenticate(request))).toContain("Invalid authorization code");
+    expect(await errorOf(owner.oauth2Authenticate(request))).toContain("refused the authorization code: invalid_grant (HTTP 400)");
   });
 
   it("cannot wait for approvals (it carries the code): refused with CONSENSUS_NOT_SUPPORTED, nothing its precheck prepared stored", async () => {
@@ -423,14 +537,6 @@ describe("oauth2_authenticate", () => {
     expect(failure.details[0].turnkeyErrorCode).toBe("OIDC_NONCE_MISMATCH");
   });
 
-  /** An oauth2_authenticate that must be refused with `code`, leaving only its failed activity. */
-  async function refused(parameters: Parameters<typeof parentSdk.oauth2Authenticate>[0], code: string, message: string, sdk = parentSdk) {
-    const { failure } = await refusedLeavingOnlyItsActivity(h, () => sdk.oauth2Authenticate(parameters), {
-      message: expect.stringContaining(message),
-    });
-    expect(failure.details[0].turnkeyErrorCode).toBe(code);
-  }
-
   it("refuses an unknown credential, and another organization's", async () => {
     const pkce = pkcePair();
     const { code } = consent("x", pkce.challenge);
@@ -457,13 +563,13 @@ describe("oauth2_authenticate", () => {
     await refused(
       { oauth2CredentialId: credentialId, authCode: "made-up-code", redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce },
       "OAUTH2_PROVIDER_REFUSED",
-      "Discord's token endpoint refused the authorization code: invalid_grant: Invalid authorization code",
+      "Discord's token endpoint refused the authorization code: invalid_grant (HTTP 400)",
     );
     const wrongVerifier = consent("discord", pkce.challenge);
     await refused(
       { oauth2CredentialId: credentialId, authCode: wrongVerifier.code, redirectUri: REDIRECT, codeVerifier: pkcePair().verifier, nonce },
       "OAUTH2_PROVIDER_REFUSED",
-      "code_verifier does not match",
+      "refused the authorization code: invalid_grant (HTTP 400)",
     );
     const wrongRedirect = consent("discord", pkce.challenge);
     await refused(
@@ -475,12 +581,12 @@ describe("oauth2_authenticate", () => {
         nonce,
       },
       "OAUTH2_PROVIDER_REFUSED",
-      "redirect_uri does not match",
+      "refused the authorization code: invalid_grant (HTTP 400)",
     );
     const once = consent("discord", pkce.challenge);
     const request = { oauth2CredentialId: credentialId, authCode: once.code, redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce };
     secrets.push((await parentSdk.oauth2Authenticate(request)).oidcToken, provider.accessTokens.at(-1)!);
-    await refused({ ...request }, "OAUTH2_PROVIDER_REFUSED", "Invalid authorization code");
+    await refused({ ...request }, "OAUTH2_PROVIDER_REFUSED", "refused the authorization code: invalid_grant (HTTP 400)");
   });
 
   it("refuses when the stored client secret is no longer the provider's (invalid_client)", async () => {
@@ -498,7 +604,7 @@ describe("oauth2_authenticate", () => {
     await refused(
       { oauth2CredentialId: credentialId, authCode: code, redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce: "n" },
       "OAUTH2_PROVIDER_REFUSED",
-      "invalid_client",
+      "X's token endpoint refused the authorization code: invalid_client (HTTP 401)",
     );
   });
 
@@ -519,7 +625,7 @@ describe("oauth2_authenticate", () => {
     expect(provider.requests.length).toBe(before);
     provider.setDown(true);
     try {
-      await refused(request, "OAUTH2_PROVIDER_UNAVAILABLE", "X's token endpoint (http://127.0.0.1:");
+      await refused(request, "OAUTH2_PROVIDER_UNAVAILABLE", `X's token endpoint (${provider.url}) could not be reached`);
     } finally {
       provider.setDown(false);
     }
@@ -551,6 +657,92 @@ describe("oauth2_authenticate", () => {
       expect(provider.requests.length).toBe(before);
     } finally {
       await plain.close();
+    }
+  });
+});
+
+describe("a provider that misbehaves", () => {
+  /** A fresh code and the request that exchanges it with a new X credential. */
+  async function request() {
+    const credentialId = await createCredential("x");
+    const pkce = pkcePair();
+    secrets.push(pkce.verifier);
+    const { code } = consent("x", pkce.challenge);
+    return { oauth2CredentialId: credentialId, authCode: code, redirectUri: REDIRECT, codeVerifier: pkce.verifier, nonce: "n" };
+  }
+  const json =
+    (status: number, body: unknown, headers: Record<string, string> = {}) =>
+    (response: import("node:http").ServerResponse) =>
+      response.writeHead(status, { "content-type": "application/json", ...headers }).end(JSON.stringify(body));
+
+  it("more than 64 KiB in its answer: OAUTH2_PROVIDER_UNAVAILABLE, leaving only the failed activity", async () => {
+    const parameters = await request();
+    provider.answerNextToken(json(200, { token_type: "bearer", access_token: "a".repeat(70 * 1024) }));
+    await refused(parameters, "OAUTH2_PROVIDER_UNAVAILABLE", "X's token endpoint answered more than 65536 bytes: not the provider's API");
+  });
+
+  it("a token of another type than bearer: OAUTH2_PROVIDER_UNAVAILABLE, its token_type not repeated", async () => {
+    const parameters = await request();
+    provider.answerNextToken(json(200, { token_type: parameters.authCode, access_token: "some-token" }));
+    const { failure } = await refused(
+      parameters,
+      "OAUTH2_PROVIDER_UNAVAILABLE",
+      "X's token endpoint answered a token that is not a bearer token",
+    );
+    expect(JSON.stringify(failure)).not.toContain(parameters.authCode);
+  });
+
+  it("a redirect: reported as one and not followed", async () => {
+    const parameters = await request();
+    const elsewhere = `${provider.url}/x/2/oauth2/token-elsewhere`;
+    provider.answerNextToken((response) => response.writeHead(302, { location: elsewhere }).end());
+    await refused(
+      parameters,
+      "OAUTH2_PROVIDER_UNAVAILABLE",
+      `X's token endpoint (${provider.url}) answered with a redirect (HTTP 302), which is not followed`,
+    );
+    expect(provider.requests.some((r) => r.path.endsWith("token-elsewhere"))).toBe(false);
+  });
+
+  it("a 5xx or a 429: OAUTH2_PROVIDER_UNAVAILABLE (the code is not spent: the same request succeeds once the provider recovers)", async () => {
+    const parameters = await request();
+    provider.answerNextToken(json(503, { error: "temporarily_unavailable", error_description: "try later" }));
+    await refused(
+      parameters,
+      "OAUTH2_PROVIDER_UNAVAILABLE",
+      "X's token endpoint failed with temporarily_unavailable (HTTP 503): try again later",
+    );
+    provider.answerNextToken(json(500, "<html>oops</html>"));
+    await refused(parameters, "OAUTH2_PROVIDER_UNAVAILABLE", "X's token endpoint failed with HTTP 500: try again later");
+    provider.answerNextToken(json(429, { title: "Too Many Requests" }, { "retry-after": "1" }));
+    await refused(parameters, "OAUTH2_PROVIDER_UNAVAILABLE", "X's token endpoint failed with HTTP 429: try again later");
+    const { oidcToken } = await parentSdk.oauth2Authenticate(parameters);
+    secrets.push(oidcToken, provider.accessTokens.at(-1)!);
+  });
+
+  it("no answer before the deadline: OAUTH2_PROVIDER_UNAVAILABLE (the deadline shortened for the test)", async () => {
+    const providers = oauth2Providers(
+      {
+        x: { tokenUrl: provider.settings.SIGIL_OAUTH2_X_TOKEN_URL!, userInfoUrl: provider.settings.SIGIL_OAUTH2_X_USERINFO_URL! },
+        discord: {
+          tokenUrl: provider.settings.SIGIL_OAUTH2_DISCORD_TOKEN_URL!,
+          userInfoUrl: provider.settings.SIGIL_OAUTH2_DISCORD_USERINFO_URL!,
+        },
+      },
+      { timeoutMs: 200 },
+    );
+    const pkce = pkcePair();
+    const { code } = consent("discord", pkce.challenge);
+    provider.stallTokens();
+    try {
+      const exchange = { clientId: DISCORD_CLIENT, clientSecret: DISCORD_SECRET, code, redirectUri: REDIRECT, codeVerifier: pkce.verifier };
+      await expect(providers.exchangeCode("OAUTH2_PROVIDER_DISCORD", exchange)).rejects.toMatchObject({
+        turnkeyErrorCode: "OAUTH2_PROVIDER_UNAVAILABLE",
+        message: `Discord's token endpoint (${provider.url}) gave no answer within 200 ms`,
+      });
+      expect(provider.heldTokens()).toBe(1);
+    } finally {
+      provider.answerTokens();
     }
   });
 });
@@ -644,10 +836,13 @@ describe("the provider is asked before the organization's lock is taken", () => 
 });
 
 describe("secrets", () => {
-  it("no client secret, code, verifier, bearer token or issued token is in a log line, a table or a webhook", async () => {
-    // From here on every activity of the parent is delivered to a webhook: one that succeeds with a
-    // bearer token, one the provider refuses, and a credential made.
+  // From here on every activity of the parent is delivered to a webhook.
+  beforeAll(async () => {
     await parentSdk.createWebhookEndpoint({ name: "audit", url: hooks.url, subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
+  });
+
+  it("no client secret, code, verifier, bearer token or issued token is in a log line, a table or a webhook", async () => {
+    // One that succeeds with a bearer token, one the provider refuses, and a credential made.
     await authenticate("x", { bearer: true });
     const credentialId = await createCredential("discord");
     const pkce = pkcePair();
@@ -673,6 +868,11 @@ describe("secrets", () => {
     expect(secrets.length).toBeGreaterThan(10);
     for (const [place, text] of Object.entries(places))
       for (const secret of secrets) expect(text.includes(secret), `${place} holds a secret`).toBe(false);
+    // The envelopes too, except in the credentials they were kept as.
+    const { oauth2_credentials: _credentials, ...others } = JSON.parse(places.tables) as Record<string, unknown>;
+    expect(envelopes.length).toBeGreaterThan(5);
+    for (const [place, text] of Object.entries({ ...places, tables: JSON.stringify(others) }))
+      for (const envelope of envelopes) expect(text.includes(envelope), `${place} holds an envelope`).toBe(false);
     // The recorded oauth2_authenticate shows what was asked, with the code, verifier and token redacted.
     const recorded = (await parentSdk.getActivities({ filterByType: ["ACTIVITY_TYPE_OAUTH2_AUTHENTICATE"] } as never)).activities.find(
       (a) => a.status === "ACTIVITY_STATUS_COMPLETED",
@@ -683,5 +883,146 @@ describe("secrets", () => {
       redirectUri: REDIRECT,
     });
     expect(recorded.result.oauth2AuthenticateResult).toEqual({ oidcToken: "<redacted>" });
+  });
+
+  it("a provider echoing the code, verifier, secret or access token (raw, URL-encoded, base64, at offset 170, as its error): none reaches the refusal, the audit log, a log line or a webhook", async () => {
+    const secret = `odd secret+/=&~${crypto.randomBytes(12).toString("base64")}`;
+    const { oauth2CredentialId } = await parentSdk.createOauth2Credential({
+      provider: "OAUTH2_PROVIDER_DISCORD",
+      clientId: DISCORD_CLIENT,
+      encryptedClientSecret: await envelopeOf(secret),
+    });
+    const authCode = `code+/= ${crypto.randomBytes(18).toString("base64url")}`;
+    const codeVerifier = pkcePair().verifier;
+    let parameters = { oauth2CredentialId, authCode, redirectUri: REDIRECT, codeVerifier, nonce: "n" };
+    const spellings = (value: string) => [
+      value,
+      encodeURIComponent(value),
+      new URLSearchParams({ v: value }).toString().slice(2),
+      Buffer.from(value).toString("base64"),
+      Buffer.from(value).toString("base64url"),
+    ];
+    const echoed = [secret, authCode, codeVerifier].flatMap(spellings);
+    // What the provider was sent is what it echoes (the test checks it got the real values).
+    const echo = (error: string) => (response: import("node:http").ServerResponse, sent: SentToken) => {
+      expect([sent.clientSecret, sent.form.get("code"), sent.form.get("code_verifier")]).toEqual([secret, authCode, codeVerifier]);
+      const description = `${"x".repeat(170)}${authCode} ${echoed.join(" ")}`;
+      response
+        .writeHead(400, { "content-type": "application/json" })
+        .end(JSON.stringify({ error, error_description: description, message: description }));
+    };
+    const hooked = hooks.received.length;
+    /** Refused with exactly `message`; the failed activity's id. (Webhook deliveries are queued, so
+     * this is not refusedLeavingOnlyItsActivity: the tests above hold every table to that.) */
+    const refusedWith = async (message: string) => {
+      await expect(parentSdk.oauth2Authenticate(parameters)).rejects.toMatchObject({
+        code: 3,
+        message: expect.stringContaining(`Turnkey error 3: ${message} (Details`),
+      });
+      const row = await h.server.store.db
+        .selectFrom("activities")
+        .selectAll()
+        .where("organization_id", "=", parent.organizationId)
+        .orderBy("created_at", "desc")
+        .orderBy("id", "desc")
+        .executeTakeFirstOrThrow();
+      expect(row).toMatchObject({ type: "ACTIVITY_TYPE_OAUTH2_AUTHENTICATE", status: "ACTIVITY_STATUS_FAILED" });
+      expect(JSON.parse(row.failure!)).toMatchObject({ message, details: [{ turnkeyErrorCode: "OAUTH2_PROVIDER_REFUSED" }] });
+      return row.id;
+    };
+    provider.answerNextToken(echo("invalid_grant"));
+    const first = { id: await refusedWith("Discord's token endpoint refused the authorization code: invalid_grant (HTTP 400)") };
+    // An `error` that is not one of OAuth's registered codes (here the code itself) is not repeated.
+    provider.answerNextToken(echo(authCode.replace(/[^A-Za-z0-9]/g, "")));
+    const second = { id: await refusedWith("Discord's token endpoint refused the authorization code: HTTP 400") };
+
+    // The user-info endpoint echoing the access token it was shown, in its `error` and its text.
+    const pkce = pkcePair();
+    const { code } = consent("discord", pkce.challenge);
+    parameters = { ...parameters, oauth2CredentialId: await createCredential("discord"), authCode: code, codeVerifier: pkce.verifier };
+    let bearer = "";
+    provider.answerNextUserInfo((response, sent) => {
+      bearer = sent ?? "";
+      const text = `${"y".repeat(170)}${bearer} ${spellings(bearer).join(" ")}`;
+      response
+        .writeHead(401, { "content-type": "application/json" })
+        .end(JSON.stringify({ error: bearer, title: text, detail: text, message: text }));
+    });
+    const third = {
+      id: await refusedWith(
+        "Discord's user-info endpoint refused the access token (HTTP 401): the app may lack the scopes identify and email",
+      ),
+    };
+    expect(bearer).toBe(provider.accessTokens.at(-1));
+    echoed.push(...spellings(bearer));
+
+    const ids = [first.id, second.id, third.id];
+    const deadline = Date.now() + 10_000;
+    const delivered = () => hooks.received.slice(hooked).map((r) => r.body.toString("utf8"));
+    const ours = () => delivered().filter((body) => ids.some((id) => body.includes(id)));
+    while (ours().length < 3 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(ours()).toHaveLength(3);
+    const records = await h.server.store.db.selectFrom("activities").selectAll().where("id", "in", ids).execute();
+    const places = {
+      activities: JSON.stringify(records),
+      answered: JSON.stringify(await Promise.all(ids.map((activityId) => parentSdk.getActivity({ activityId })))),
+      logs: h.logLines.join("\n"),
+      webhooks: delivered().join("\n"),
+    };
+    for (const [place, text] of Object.entries(places))
+      for (const value of [...echoed, ...[secret, authCode, codeVerifier, bearer].map((v) => v.slice(0, 16))])
+        expect(text.includes(value), `${place} holds ${value}`).toBe(false);
+  });
+});
+
+describe("migration 0020_oauth2_envelope_digests", () => {
+  it("gives the credentials kept before it the digest of their envelope's bytes, whatever its spelling", async () => {
+    const database = await createTestDatabase();
+    // biome-ignore lint/suspicious/noExplicitAny: the schema as of migration 0019, not today's typed one
+    const db = new Kysely<any>({
+      dialect: database.databaseUrl
+        ? new PostgresDialect({ pool: new pg.Pool({ connectionString: database.databaseUrl, max: 1 }) })
+        : new SqliteDialect({ database: new BetterSqlite3(path.join(database.dataDir, "migration.db")) }),
+    });
+    const migrateThrough = async (last: string) => {
+      const chosen = Object.fromEntries(Object.entries(migrations).filter(([name]) => name <= last));
+      const { error } = await new Migrator({ db, provider: { getMigrations: async () => chosen } }).migrateToLatest();
+      expect(error).toBeUndefined();
+    };
+    try {
+      await migrateThrough("0019_mfa_policies");
+      await db
+        .insertInto("organizations")
+        .values({ id: "org", name: "before", root_quorum_threshold: 1, created_at: 1, updated_at: 1 })
+        .execute();
+      const envelope = await encryptOauth2ClientSecret(X_SECRET, tlsFetcherKey);
+      for (const [id, stored] of [
+        ["plain", envelope],
+        ["prefixed", `0x${envelope.toUpperCase()}`],
+      ])
+        await db
+          .insertInto("oauth2_credentials")
+          .values({
+            id,
+            organization_id: "org",
+            provider: "OAUTH2_PROVIDER_X",
+            client_id: X_CLIENT,
+            encrypted_client_secret: stored,
+            sealed_client_secret: "v1.sealed",
+            created_at: 1,
+            updated_at: 1,
+          })
+          .execute();
+      await migrateThrough("0020_oauth2_envelope_digests");
+      const digest = crypto.createHash("sha256").update(Buffer.from(envelope, "hex")).digest("hex");
+      const rows = await db.selectFrom("oauth2_credentials").select(["id", "encrypted_client_secret_digest"]).orderBy("id").execute();
+      expect(rows).toEqual([
+        { id: "plain", encrypted_client_secret_digest: digest },
+        { id: "prefixed", encrypted_client_secret_digest: digest },
+      ]);
+    } finally {
+      await db.destroy();
+      await database.drop();
+    }
   });
 });

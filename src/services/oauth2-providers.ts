@@ -1,15 +1,18 @@
 // The OAuth 2.0 providers oauth2_authenticate talks to (X, Discord): an authorization code (with its
 // PKCE code_verifier) exchanged at the provider's token endpoint with the organization's client id and
 // secret, then the access token shown to the provider's user-info endpoint to learn who the user is.
-// Only the endpoints the operator configured (SIGIL_OAUTH2_X_TOKEN_URL and the three like it) are contacted, with no redirects
-// followed, a deadline per request and a cap on what is read. What a provider answers goes into error
-// messages only as its OAuth error code and description, never the secret, the code or the token.
+// Only the endpoints the operator configured (SIGIL_OAUTH2_X_TOKEN_URL and the three like it) are
+// contacted, with no redirects followed, a deadline per request and a cap on what is read. Error
+// messages name what a provider answered only by its HTTP status and, when it is one of OAuth's
+// registered error codes, that code: never its free text, which may echo the code, the verifier or
+// the secret in any spelling (raw, URL-encoded, base64, cut anywhere) and would be recorded as the
+// activity's failure (audit log, webhooks, logs).
 import type { Oauth2Endpoints, Oauth2ProviderConfig } from "../config.js";
 import { serviceError } from "../errors.js";
 
 export type Oauth2ProviderName = "OAUTH2_PROVIDER_X" | "OAUTH2_PROVIDER_DISCORD";
 
-/** One request to a provider may take this long. */
+/** One request to a provider may take this long (tests shorten it through oauth2Providers' options). */
 const TIMEOUT_MS = 10_000;
 /** A token or user-info answer is a few hundred bytes; more is not the provider's API. */
 const MAX_ANSWER_BYTES = 64 * 1024;
@@ -70,50 +73,73 @@ const parseJson = (text: string): Record<string, unknown> | null => {
   }
 };
 
-/** The provider's own words for a refusal: its OAuth error code and description, on one short line,
- * with anything the request carried that must not be repeated taken out. */
-function refusalOf(body: Record<string, unknown> | null, status: number, hide: string[]): string {
-  const parts = [body?.error, body?.error_description ?? body?.detail ?? body?.title ?? body?.message]
-    .filter((part): part is string => typeof part === "string" && part.length > 0)
-    .map((part) => part.replace(/[\u0000-\u001f\u007f]/g, " ").slice(0, 200));
-  let text = parts.length ? parts.join(": ") : `HTTP ${status}`;
-  for (const secret of hide) if (secret) text = text.split(secret).join("<redacted>");
-  return text;
+/** The error codes of RFC 6749 (sections 4.1.2.1 and 5.2) and RFC 6750 (section 3.1): the only words
+ * of a provider's answer an error message repeats. A fixed list rather than "any short token": a
+ * provider may put anything in `error`, the code it was sent included. */
+const OAUTH_ERROR_CODES = new Set([
+  "invalid_request",
+  "invalid_client",
+  "invalid_grant",
+  "unauthorized_client",
+  "unsupported_grant_type",
+  "invalid_scope",
+  "access_denied",
+  "unsupported_response_type",
+  "server_error",
+  "temporarily_unavailable",
+  "invalid_token",
+  "insufficient_scope",
+]);
+
+/** What an error message says of a provider's answer: its HTTP status and, when `error` is a
+ * registered OAuth error code, that code. */
+function answerOf(body: Record<string, unknown> | null, status: number): string {
+  const error = body?.error;
+  return typeof error === "string" && OAUTH_ERROR_CODES.has(error) ? `${error} (HTTP ${status})` : `HTTP ${status}`;
 }
 
 async function call(
   url: string,
   init: RequestInit,
   what: string,
-  hide: string[],
+  timeoutMs: number,
 ): Promise<{ status: number; body: Record<string, unknown> | null }> {
   let response: Response;
   try {
-    response = await fetch(url, { ...init, redirect: "error", signal: AbortSignal.timeout(TIMEOUT_MS) });
+    // "manual": a redirect is answered as what it is (and reported so) instead of followed.
+    response = await fetch(url, { ...init, redirect: "manual", signal: AbortSignal.timeout(timeoutMs) });
   } catch (error) {
-    const reason = (error as Error).name === "TimeoutError" ? `no answer within ${TIMEOUT_MS} ms` : "could not be reached";
+    const reason = (error as Error).name === "TimeoutError" ? `gave no answer within ${timeoutMs} ms` : "could not be reached";
     throw serviceError("OAUTH2_PROVIDER_UNAVAILABLE", `${what} (${new URL(url).origin}) ${reason}`);
+  }
+  if (response.status >= 300 && response.status < 400) {
+    await response.body?.cancel();
+    throw serviceError(
+      "OAUTH2_PROVIDER_UNAVAILABLE",
+      `${what} (${new URL(url).origin}) answered with a redirect (HTTP ${response.status}), which is not followed: its setting ` +
+        "must name the endpoint itself",
+    );
   }
   let text: string;
   try {
     text = await readCapped(response, what);
   } catch (error) {
     if ((error as { turnkeyErrorCode?: string }).turnkeyErrorCode) throw error;
-    throw serviceError("OAUTH2_PROVIDER_UNAVAILABLE", `${what} broke off its answer`);
+    const reason = (error as Error).name === "TimeoutError" ? `did not finish its answer within ${timeoutMs} ms` : "broke off its answer";
+    throw serviceError("OAUTH2_PROVIDER_UNAVAILABLE", `${what} ${reason}`);
   }
   const body = parseJson(text);
+  // A failing or overloaded provider says nothing about the code: it may still be good.
   if (response.status >= 500 || response.status === 429)
-    throw serviceError(
-      "OAUTH2_PROVIDER_UNAVAILABLE",
-      `${what} failed with HTTP ${response.status} (${refusalOf(body, response.status, hide)})`,
-    );
+    throw serviceError("OAUTH2_PROVIDER_UNAVAILABLE", `${what} failed with ${answerOf(body, response.status)}: try again later`);
   return { status: response.status, body };
 }
 
 const basic = (clientId: string, clientSecret: string) =>
   `Basic ${Buffer.from(`${encodeURIComponent(clientId)}:${encodeURIComponent(clientSecret)}`).toString("base64")}`;
 
-export function oauth2Providers(config: Oauth2ProviderConfig): Oauth2Providers {
+export function oauth2Providers(config: Oauth2ProviderConfig, options: { timeoutMs?: number } = {}): Oauth2Providers {
+  const timeoutMs = options.timeoutMs ?? TIMEOUT_MS;
   const endpoints = (provider: Oauth2ProviderName): Oauth2Endpoints => (provider === "OAUTH2_PROVIDER_X" ? config.x : config.discord);
 
   return {
@@ -132,15 +158,20 @@ export function oauth2Providers(config: Oauth2ProviderConfig): Oauth2Providers {
         form.set("client_secret", exchange.clientSecret);
       }
       const what = `${LABEL[provider]}'s token endpoint`;
-      const hide = [exchange.clientSecret, exchange.code, exchange.codeVerifier];
-      const { status, body } = await call(endpoints(provider).tokenUrl, { method: "POST", headers, body: form.toString() }, what, hide);
+      const { status, body } = await call(
+        endpoints(provider).tokenUrl,
+        { method: "POST", headers, body: form.toString() },
+        what,
+        timeoutMs,
+      );
       if (status !== 200)
-        throw serviceError("OAUTH2_PROVIDER_REFUSED", `${what} refused the authorization code: ${refusalOf(body, status, hide)}`);
+        throw serviceError("OAUTH2_PROVIDER_REFUSED", `${what} refused the authorization code: ${answerOf(body, status)}`);
       const token = body?.access_token;
       if (typeof token !== "string" || token.length === 0)
         throw serviceError("OAUTH2_PROVIDER_UNAVAILABLE", `${what} answered without an access_token`);
       if (typeof body?.token_type === "string" && body.token_type.toLowerCase() !== "bearer")
-        throw serviceError("OAUTH2_PROVIDER_UNAVAILABLE", `${what} answered a ${body.token_type} token, not a bearer token`);
+        // Its token_type is not repeated: like every word of the answer, it could be anything.
+        throw serviceError("OAUTH2_PROVIDER_UNAVAILABLE", `${what} answered a token that is not a bearer token`);
       return token;
     },
 
@@ -150,12 +181,12 @@ export function oauth2Providers(config: Oauth2ProviderConfig): Oauth2Providers {
         endpoints(provider).userInfoUrl,
         { method: "GET", headers: { authorization: `Bearer ${accessToken}`, accept: "application/json" } },
         what,
-        [accessToken],
+        timeoutMs,
       );
       if (status !== 200)
         throw serviceError(
           "OAUTH2_PROVIDER_REFUSED",
-          `${what} refused the access token (HTTP ${status}: ${refusalOf(body, status, [accessToken])}): the app may lack the scopes ` +
+          `${what} refused the access token (${answerOf(body, status)}): the app may lack the scopes ` +
             (provider === "OAUTH2_PROVIDER_X" ? "tweet.read and users.read" : "identify and email"),
         );
       // X wraps the user in `data` (https://docs.x.com/x-api/users/user-lookup-me); Discord answers the user object.

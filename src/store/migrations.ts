@@ -1,5 +1,6 @@
 // One set of migrations for both dialects, written with Kysely's schema builder so the same code
 // produces SQLite and PostgreSQL DDL. Append new migrations; never edit a released one.
+import crypto from "node:crypto";
 import { sql, type Kysely, type Migration, type MigrationProvider } from "kysely";
 
 const initial: Migration = {
@@ -731,6 +732,28 @@ const mfaPolicies: Migration = {
   },
 };
 
+/** The digest of each OAuth 2.0 credential's client-secret envelope, so that an envelope one
+ * organization keeps (queries answer it) is refused to every other (create_oauth2_credential). */
+const oauth2EnvelopeDigests: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema.alterTable("oauth2_credentials").addColumn("encrypted_client_secret_digest", "text").execute();
+    const rows = await db.selectFrom("oauth2_credentials").select(["id", "encrypted_client_secret"]).execute();
+    for (const row of rows as Array<{ id: string; encrypted_client_secret: string }>) {
+      const bytes = Buffer.from(row.encrypted_client_secret.replace(/^0x/, ""), "hex");
+      await db
+        .updateTable("oauth2_credentials")
+        .set({ encrypted_client_secret_digest: crypto.createHash("sha256").update(bytes).digest("hex") })
+        .where("id", "=", row.id)
+        .execute();
+    }
+    await db.schema
+      .createIndex("oauth2_credentials_by_envelope")
+      .on("oauth2_credentials")
+      .columns(["encrypted_client_secret_digest"])
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -751,6 +774,7 @@ export const migrations: Record<string, Migration> = {
   "0017_stored_secrets": storedSecrets,
   "0018_oauth2_credentials": oauth2Credentials,
   "0019_mfa_policies": mfaPolicies,
+  "0020_oauth2_envelope_digests": oauth2EnvelopeDigests,
 };
 
 export const migrationProvider: MigrationProvider = {

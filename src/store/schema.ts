@@ -230,6 +230,8 @@ export interface Oauth2CredentialsTable {
   client_id: string;
   /** The envelope as the client sent it, encrypted to the deployment's client-secret key (hex). */
   encrypted_client_secret: string;
+  /** SHA-256 (hex) of the envelope's bytes: another organization may not keep the same envelope. */
+  encrypted_client_secret_digest: string;
   /** The client secret, sealed under the master key. */
   sealed_client_secret: string;
   created_at: number;

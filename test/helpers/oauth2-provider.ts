@@ -45,7 +45,19 @@ export interface TestOauth2Provider {
   heldTokens(): number;
   /** Answers the held token requests, and stops holding them. */
   answerTokens(): void;
+  /** The next token request is answered by `answer` instead (a provider misbehaving): it sees what
+   * was sent (the form, and the Authorization header's client id and secret) and writes the answer. */
+  answerNextToken(answer: (response: http.ServerResponse, sent: SentToken) => void): void;
+  /** The next user-info request is answered by `answer` instead: it sees the bearer token sent. */
+  answerNextUserInfo(answer: (response: http.ServerResponse, bearer: string | undefined) => void): void;
   close(): Promise<void>;
+}
+
+/** What a token request carried. */
+export interface SentToken {
+  form: URLSearchParams;
+  /** From HTTP Basic (X) or the form (Discord). */
+  clientSecret: string | null;
 }
 
 /** A PKCE pair as a client makes it (RFC 7636, S256). */
@@ -63,23 +75,27 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
   let down = false;
   let stalling = false;
   let held: Array<() => void> = [];
+  const scripted: Array<(response: http.ServerResponse, sent: SentToken) => void> = [];
+  const scriptedUserInfo: Array<(response: http.ServerResponse, bearer: string | undefined) => void> = [];
 
   const json = (response: http.ServerResponse, status: number, body: unknown) =>
     response.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
 
+  function clientOf(provider: Provider, request: http.IncomingMessage, form: URLSearchParams) {
+    if (provider !== "x") return { clientId: form.get("client_id"), clientSecret: form.get("client_secret") };
+    const basic = /^Basic (.+)$/.exec(request.headers.authorization ?? "");
+    const [id, secret] = basic ? Buffer.from(basic[1]!, "base64").toString("utf8").split(":") : [];
+    return {
+      clientId: id !== undefined ? decodeURIComponent(id) : null,
+      clientSecret: secret !== undefined ? decodeURIComponent(secret) : null,
+    };
+  }
+
   function token(provider: Provider, request: http.IncomingMessage, body: string, response: http.ServerResponse) {
     const form = new URLSearchParams(body);
-    let clientId: string | null;
-    let clientSecret: string | null;
-    if (provider === "x") {
-      const basic = /^Basic (.+)$/.exec(request.headers.authorization ?? "");
-      const [id, secret] = basic ? Buffer.from(basic[1]!, "base64").toString("utf8").split(":") : [];
-      clientId = id !== undefined ? decodeURIComponent(id) : null;
-      clientSecret = secret !== undefined ? decodeURIComponent(secret) : null;
-    } else {
-      clientId = form.get("client_id");
-      clientSecret = form.get("client_secret");
-    }
+    const { clientId, clientSecret } = clientOf(provider, request, form);
+    const answer = scripted.shift();
+    if (answer) return answer(response, { form, clientSecret });
     if (!clientId || apps.get(`${provider}/${clientId}`) !== clientSecret)
       return json(response, 401, { error: "invalid_client", error_description: "Client authentication failed" });
     if (form.get("grant_type") !== "authorization_code") return json(response, 400, { error: "unsupported_grant_type" });
@@ -107,6 +123,8 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
 
   function me(provider: Provider, request: http.IncomingMessage, response: http.ServerResponse) {
     const bearer = /^Bearer (.+)$/.exec(request.headers.authorization ?? "")?.[1];
+    const answer = scriptedUserInfo.shift();
+    if (answer) return answer(response, bearer);
     const holder = bearer ? tokens.get(bearer) : undefined;
     if (!holder || holder.provider !== provider) return json(response, 401, { title: "Unauthorized", status: 401, detail: "Unauthorized" });
     const { user } = holder;
@@ -166,6 +184,8 @@ export async function startOauth2Provider(): Promise<TestOauth2Provider> {
     setDown: (value) => void (down = value),
     stallTokens: () => void (stalling = true),
     heldTokens: () => held.length,
+    answerNextToken: (answer) => void scripted.push(answer),
+    answerNextUserInfo: (answer) => void scriptedUserInfo.push(answer),
     answerTokens() {
       stalling = false;
       const waiting = held;

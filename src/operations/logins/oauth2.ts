@@ -7,6 +7,7 @@
 // token naming that user, bound to the caller's key by `nonce`. oauth_login and sub-organization
 // creation accept it like any allowed issuer's token: its keys are found through Sigil's discovery
 // document (auth/oidc.ts). See docs/oauth2-providers.md.
+import crypto from "node:crypto";
 import type { Selectable } from "kysely";
 import { serviceError } from "../../errors.js";
 import { HpkeError, uncompressedP256 } from "../../crypto/hpke.js";
@@ -111,6 +112,38 @@ function openClientSecret(ctx: ActivityContext, envelope: string): Buffer {
   return secret;
 }
 
+/** The SHA-256 (hex) of an envelope's bytes: the same for every spelling of it (0x prefix, hex case). */
+const envelopeDigestOf = (envelopeHex: string) =>
+  crypto
+    .createHash("sha256")
+    .update(Buffer.from(envelopeHex.replace(/^0x/, ""), "hex"))
+    .digest("hex");
+
+/**
+ * The digest of an envelope no other organization's credential holds, or OAUTH2_CLIENT_SECRET_IN_USE.
+ * Queries answer encryptedClientSecret as it was sent, so anyone who reads an organization's
+ * credentials holds envelopes that open here: without this, they could keep one in their own
+ * organization and sign users in with a sealed copy of another organization's secret. A client
+ * encrypting its own secret makes a new envelope each time (a fresh ephemeral key), so it never
+ * meets this; within one organization an envelope may be kept again.
+ */
+async function unclaimedEnvelope(ctx: ActivityContext, envelopeHex: string): Promise<string> {
+  const digest = envelopeDigestOf(envelopeHex);
+  const holder = await ctx.trx
+    .selectFrom("oauth2_credentials")
+    .select("id")
+    .where("encrypted_client_secret_digest", "=", digest)
+    .where("organization_id", "<>", ctx.organizationId)
+    .executeTakeFirst();
+  if (holder)
+    throw serviceError(
+      "OAUTH2_CLIENT_SECRET_IN_USE",
+      "encryptedClientSecret is an envelope another organization's OAuth 2.0 credential holds: an organization keeps only client " +
+        "secrets it encrypted itself (encryptOauth2ClientSecret makes a new envelope each time); nothing was stored",
+    );
+  return digest;
+}
+
 /** SIGIL_PUBLIC_URL without its trailing slash: the issuer of the tokens oauth2_authenticate answers. */
 function issuerOf(env: OperationEnvironment): string {
   const { issuer } = env.oauth2;
@@ -191,6 +224,9 @@ export const oauth2Operations = [
       "deployment's tlsFetcherEncryptPublicKey and is kept sealed, never answered.",
     resource: "AUTH",
     action: "CREATE",
+    // The envelope opens only here, but anyone reading the audit log could keep it in another
+    // organization were it recorded (unclaimedEnvelope refuses that; the record need not offer it).
+    secretParameters: ["encryptedClientSecret"],
     async execute(ctx, p) {
       const clientId = clientIdOf(p.clientId);
       const secret = openClientSecret(ctx, p.encryptedClientSecret);
@@ -204,6 +240,7 @@ export const oauth2Operations = [
             provider: p.provider,
             client_id: clientId,
             encrypted_client_secret: p.encryptedClientSecret,
+            encrypted_client_secret_digest: await unclaimedEnvelope(ctx, p.encryptedClientSecret),
             sealed_client_secret: ctx.env.keyring.seal(secret, secretIdentity({ id, organization_id: ctx.organizationId })),
             created_at: ctx.now,
             updated_at: ctx.now,
@@ -221,6 +258,7 @@ export const oauth2Operations = [
     summary: "Replace an OAuth 2.0 credential's provider, client id and (encrypted) client secret.",
     resource: "AUTH",
     action: "UPDATE",
+    secretParameters: ["encryptedClientSecret"],
     async execute(ctx, p) {
       const row = await requireCredential(ctx.trx, ctx.organizationId, p.oauth2CredentialId);
       const clientId = clientIdOf(p.clientId);
@@ -232,6 +270,7 @@ export const oauth2Operations = [
             provider: p.provider,
             client_id: clientId,
             encrypted_client_secret: p.encryptedClientSecret,
+            encrypted_client_secret_digest: await unclaimedEnvelope(ctx, p.encryptedClientSecret),
             sealed_client_secret: ctx.env.keyring.seal(secret, secretIdentity(row)),
             updated_at: ctx.now,
           })
