@@ -76,6 +76,14 @@ describe("create_session_profile, get_session_profile, get_session_profiles", ()
       await refused({ sessionProfileName: "n".repeat(257), scope: "true" }, "REQUEST_INVALID", "at most 256 characters");
     });
 
+    it("a name starting with SESSION_TYPE_, which a client would read as one of the product's session types", async () => {
+      for (const sessionProfileName of ["SESSION_TYPE_READ_WRITE", "SESSION_TYPE_READ_ONLY", "SESSION_TYPE_CUSTOM"])
+        await refused({ sessionProfileName, scope: "true" }, "REQUEST_INVALID", 'may not start with "SESSION_TYPE_"');
+      // Only the prefix is reserved.
+      const { sessionProfileId } = await root.createSessionProfile({ sessionProfileName: "my SESSION_TYPE_READ_WRITE", scope: "true" });
+      expect(sessionProfileId).toBeTruthy();
+    });
+
     it("a name the organization already gave a profile", async () => {
       await refused({ sessionProfileName: "taken", scope: "activity.action == 'SIGN'" }, "SESSION_PROFILE_ALREADY_EXISTS", 'named "taken"');
     });
