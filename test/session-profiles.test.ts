@@ -281,6 +281,11 @@ describe("a login with a session profile", () => {
     const { sessionProfileId } = await root.createSessionProfile({ sessionProfileName: "signing", scope: "activity.action == 'SIGN'" });
     const sessionKey = newKeyPair();
     await root.stampLogin({ publicKey: sessionKey.publicKey, sessionProfileId });
+    // The listing says so: the root user may vote, this session of theirs may not.
+    const seenWith = async (key: ApiKeyPair) =>
+      (await h.sdk(org, key, fastPoller).getActivity({ activityId: pending.activity.id })).activity;
+    expect(await seenWith(org.key)).toMatchObject({ canApprove: true, canReject: true });
+    expect(await seenWith(sessionKey)).toMatchObject({ canApprove: false, canReject: false });
     const before = await h.snapshot();
     await expect(h.sdk(org, sessionKey, fastPoller).approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({
       code: 7,
@@ -294,6 +299,13 @@ describe("a login with a session profile", () => {
     });
     const approverKey = newKeyPair();
     await root.stampLogin({ publicKey: approverKey.publicKey, sessionProfileId: approver.sessionProfileId });
+    expect(await seenWith(approverKey)).toMatchObject({ canApprove: true, canReject: false });
+    expect(
+      (await h.sdk(org, approverKey, fastPoller).getActivities({})).activities.find((a) => a.id === pending.activity.id),
+    ).toMatchObject({
+      canApprove: true,
+      canReject: false,
+    });
     const approved = await h.sdk(org, approverKey, fastPoller).approveActivity({ fingerprint: pending.activity.fingerprint });
     expect(approved.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
   });

@@ -1126,9 +1126,14 @@ export class Pipeline {
       credentialType: principal.credentialType,
       publicKey: principal.publicKey,
     };
+    // A session key issued with a profile votes only as far as its scope lets it (as vote() checks).
+    const sessionProfileId = principal.sessionProfileId;
+    const may = async (voteType: string) =>
+      (!sessionProfileId || (await voteWithinScope(db, sessionProfileId, voteType, row.organization_id, now))) &&
+      (await mayVote(db, subject, voter, voteType));
     return {
-      canApprove: await mayVote(db, subject, voter, ActivityTypes.ACTIVITY_TYPE_APPROVE_ACTIVITY),
-      canReject: await mayVote(db, subject, voter, ActivityTypes.ACTIVITY_TYPE_REJECT_ACTIVITY),
+      canApprove: await may(ActivityTypes.ACTIVITY_TYPE_APPROVE_ACTIVITY),
+      canReject: await may(ActivityTypes.ACTIVITY_TYPE_REJECT_ACTIVITY),
     };
   }
 
