@@ -2,7 +2,7 @@
 // keep-alive timeouts, the overall connection cap) and what it does not (a cap per remote address).
 import { maxHeaderSize, type Server } from "node:http";
 import type { Socket } from "node:net";
-import ipaddr from "ipaddr.js";
+import type ipaddr from "ipaddr.js";
 import { clientAddress } from "../auth/ip-allowlists.js";
 import type pino from "pino";
 import type { HttpLimits } from "../config.js";
