@@ -262,6 +262,8 @@ const cidrBlock: Kind<string> = {
     if (ipaddr.isValid(raw) && !raw.includes("%") && (ipaddr.IPv6.isValid(raw) || ipaddr.IPv4.isValidFourPartDecimal(raw))) return raw;
     const [address = "", prefix] = raw.split("/");
     if (prefix !== undefined && /^\d{1,3}$/.test(prefix) && (ipaddr.IPv4.isValidFourPartDecimal(address) || ipaddr.IPv6.isValid(address))) {
+      // A proxy block of every address would let any peer write the client's address into X-Forwarded-For.
+      if (Number(prefix) === 0) reading.refuse("a /0 block trusts every peer to name the client: list the proxies' own addresses");
       try {
         ipaddr.parseCIDR(raw);
         return raw;
@@ -754,7 +756,8 @@ export const settings = {
     meaning:
       "comma-separated CIDR blocks of the reverse proxies in front of Sigil. A request whose TCP peer is in one has its client address " +
       "read from `X-Forwarded-For`: the right-most address that is not itself a trusted proxy. Unset, the header is never read and the " +
-      "client is the TCP peer. The client address is what IP allowlists are checked against (docs/ip-allowlists.md) and what logs show",
+      "client is the TCP peer. A `/0` block (every peer a proxy) is refused. The client address is what IP allowlists are checked " +
+      "against (docs/ip-allowlists.md) and what logs show",
   }),
   queryCredentialMaxAgeSeconds: setting({
     variable: "SIGIL_QUERY_CREDENTIAL_MAX_AGE_SECONDS",

@@ -401,6 +401,11 @@ describe("refused values: the message names the variable and what is expected", 
       /^SIGIL_TRUSTED_PROXIES must be .* a CIDR block .*: item 2 "10.0.0.0\/33" is not$/,
     ],
     [{ SIGIL_TRUSTED_PROXIES: "proxy.internal" }, /^SIGIL_TRUSTED_PROXIES must be .*: item 1 "proxy.internal" is not$/],
+    [
+      { SIGIL_TRUSTED_PROXIES: "10.0.0.0/8,0.0.0.0/0" },
+      /^SIGIL_TRUSTED_PROXIES must be .*: item 2 "0.0.0.0\/0" is not \(a \/0 block trusts every peer to name the client: list the proxies' own addresses\)$/,
+    ],
+    [{ SIGIL_TRUSTED_PROXIES: "::/0" }, /^SIGIL_TRUSTED_PROXIES must be .*: item 1 "::\/0" is not \(a \/0 block trusts every peer/],
     [{ SIGIL_TRUSTED_PROXIES: "010.0.0.1" }, /^SIGIL_TRUSTED_PROXIES must be .*: item 1 "010.0.0.1" is not$/],
     [
       { SIGIL_WEBAUTHN_RP_IDS: "https://app.example.com" },

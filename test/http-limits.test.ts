@@ -172,6 +172,8 @@ describe("connection caps", () => {
   it("count an IPv4 address (also IPv4-mapped) as itself, and an IPv6 address as its /64", () => {
     expect(clientOf("203.0.113.7")).toBe("203.0.113.7");
     expect(clientOf("::ffff:203.0.113.7")).toBe("203.0.113.7");
+    // Not IPv4-mapped: an IPv6 address (::cb00:7107), counted in its /64 and not against 203.0.113.7.
+    expect(clientOf("::203.0.113.7")).toBe("0:0:0:0::/64");
     // Any address a host picks in its /64 counts as the same client.
     expect(clientOf("2001:db8:aa:1::1")).toBe("2001:db8:aa:1::/64");
     expect(clientOf("2001:0db8:00aa:0001:dead:beef:0:2")).toBe("2001:db8:aa:1::/64");

@@ -6,6 +6,7 @@
 // activity; the way back for a locked-out organization is the operator's command or a root passkey.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFile } from "node:child_process";
+import net from "node:net";
 import path from "node:path";
 import { promisify } from "node:util";
 import { Agent, getGlobalDispatcher, setGlobalDispatcher } from "undici";
@@ -23,6 +24,8 @@ import {
 } from "./helpers/harness.js";
 import { fastPoller, organizationWith } from "./helpers/organizations.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
+import { TurnkeyBrowserClient } from "@turnkey/sdk-browser";
+import { clientAddress, normalizeCidr, trustedProxyTest } from "../src/auth/ip-allowlists.js";
 
 let h: Harness;
 let v4: string;
@@ -141,6 +144,109 @@ describe("set_ip_allowlist and get_ip_allowlist", () => {
   });
 });
 
+describe("IPv6 addresses with an embedded IPv4 tail", () => {
+  it("reads ::a.b.c.d as an IPv6 address, and only ::ffff:a.b.c.d as IPv4", () => {
+    // Node reports a peer ::cb00:7105 as "::203.0.113.5": it is an IPv6 client, not 203.0.113.5.
+    const peer = clientAddress("::203.0.113.5")!;
+    expect(peer.kind()).toBe("ipv6");
+    expect(peer.toString()).toBe("::cb00:7105");
+    expect(clientAddress("::ffff:203.0.113.5")!.toString()).toBe("203.0.113.5");
+    expect(clientAddress("0:0:0:0:0:ffff:203.0.113.5")!.toString()).toBe("203.0.113.5");
+    expect(clientAddress("::1.2.3.4.5")).toBeUndefined();
+    expect(clientAddress("127.1")).toBeUndefined();
+    // Rules: ::a.b.c.d stays IPv6; an IPv4-mapped block is stored as the IPv4 block it maps.
+    expect(normalizeCidr("::127.0.0.2/128")).toEqual({ cidr: "::7f00:2/128", family: "ipv6" });
+    expect(normalizeCidr("::ffff:127.0.0.2/128")).toEqual({ cidr: "127.0.0.2/32", family: "ipv4" });
+    expect(normalizeCidr("::ffff:203.0.113.7/120")).toEqual({ cidr: "203.0.113.0/24", family: "ipv4" });
+  });
+
+  it("a trusted proxy block of IPv4 addresses does not take in an IPv6 peer or hop that ends in one of them", () => {
+    const trusted = trustedProxyTest(["10.0.0.0/8", "2001:db8::/48"]);
+    expect(trusted("10.1.2.3")).toBe(true);
+    expect(trusted("::ffff:10.1.2.3")).toBe(true);
+    expect(trusted("2001:db8::1")).toBe(true);
+    expect(trusted("::10.1.2.3")).toBe(false);
+    expect(trusted("::ffff:11.0.0.1")).toBe(false);
+    expect(trusted("not-an-address")).toBe(false);
+  });
+
+  it("stores ::a.b.c.d and ::ffff:a.b.c.d rules as what they are, and matches clients accordingly", async () => {
+    const org = await h.organization();
+    const root = client(org, org.key);
+    await from("127.0.0.1", () =>
+      root.setIpAllowlist({
+        enabled: true,
+        rules: [{ cidr: "::127.0.0.2/128" }, { cidr: "::ffff:127.0.0.1/128" }, { cidr: "::1/128" }],
+      }),
+    );
+    expect((await from("127.0.0.1", () => root.getIpAllowlist({}))).allowlist.rules.map((r) => r.cidr)).toEqual([
+      "::7f00:2/128",
+      "127.0.0.1/32",
+      "::1/128",
+    ]);
+    // 127.0.0.1 is let in by the mapped rule; 127.0.0.2 is not by ::127.0.0.2, an IPv6 address.
+    await from("127.0.0.1", () => root.getWhoami({}));
+    await from("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
+  });
+
+  describe("requests from such a peer (a loopback connection whose socket reports that address, as Node would)", () => {
+    let proxied: Harness;
+    let org: TestOrganization;
+    beforeAll(async () => {
+      proxied = await startHarness({ SIGIL_TRUSTED_PROXIES: "127.0.0.2/32" });
+      org = await proxied.organization();
+      await proxied.sdk(org, org.key).setIpAllowlist({
+        enabled: true,
+        rules: [{ cidr: "203.0.113.0/24" }, { cidr: "127.0.0.1/32" }],
+      });
+    });
+    afterAll(() => proxied.close());
+
+    /** whoami, stamped by the root key, over a connection the server sees as coming from `remoteAddress`. */
+    async function whoamiFrom(remoteAddress: string, forwardedFor?: string) {
+      const listener = net.createServer((socket) => {
+        Object.defineProperty(socket, "remoteAddress", { value: remoteAddress });
+        proxied.server.app.server.emit("connection", socket);
+      });
+      await new Promise<void>((resolve) => listener.listen(0, "127.0.0.1", resolve));
+      const { port } = listener.address() as net.AddressInfo;
+      const { body, headers } = signedRequest({ organizationId: org.organizationId }, org.key);
+      const before = await proxied.snapshot();
+      try {
+        const response = await fetch(`http://127.0.0.1:${port}/public/v1/query/whoami`, {
+          method: "POST",
+          body,
+          headers: { ...headers, "content-type": "application/json", ...(forwardedFor ? { "x-forwarded-for": forwardedFor } : {}) },
+        });
+        expect(await proxied.snapshot()).toEqual(before);
+        return { status: response.status, json: (await response.json()) as any };
+      } finally {
+        listener.close();
+      }
+    }
+
+    it("an IPv6 peer ::203.0.113.5 is not the IPv4 client 203.0.113.5", async () => {
+      expect((await whoamiFrom("203.0.113.5")).status).toBe(200);
+      expect((await whoamiFrom("::ffff:203.0.113.5")).status).toBe(200);
+      const refused = await whoamiFrom("::203.0.113.5");
+      expect(refused.status).toBe(403);
+      expect(refused.json.message).toContain("requests from ::cb00:7105 are not allowed");
+    });
+
+    it("an IPv6 peer ::127.0.0.2 is not the trusted proxy 127.0.0.2: its X-Forwarded-For is not read", async () => {
+      expect((await whoamiFrom("127.0.0.2", "203.0.113.9")).status).toBe(200);
+      expect((await whoamiFrom("::ffff:127.0.0.2", "203.0.113.9")).status).toBe(200);
+      const refused = await whoamiFrom("::127.0.0.2", "203.0.113.9");
+      expect(refused.status).toBe(403);
+      expect(refused.json.message).toContain("requests from ::7f00:2 are not allowed");
+      // Nor is such a hop a trusted proxy's: the client is the hop itself, an IPv6 address.
+      const hop = await whoamiFrom("127.0.0.2", "203.0.113.9, ::127.0.0.2");
+      expect(hop.status).toBe(403);
+      expect(hop.json.message).toContain("requests from ::7f00:2 are not allowed");
+    });
+  });
+});
+
 describe("bad lists are refused, changing nothing but their failed activity", () => {
   let org: TestOrganization;
   let root: ReturnType<typeof client>;
@@ -173,6 +279,13 @@ describe("bad lists are refused, changing nothing but their failed activity", ()
   it("a block wider than /20 (IPv4) or /48 (IPv6)", async () => {
     await refused({ enabled: true, rules: [{ cidr: "10.0.0.0/8" }] }, { code: 3, message: expect.stringContaining("wider than /20") });
     await refused({ enabled: true, rules: [{ cidr: "2001:db8::/32" }] }, { code: 3, message: expect.stringContaining("wider than /48") });
+  });
+
+  it("an IPv4-mapped block wider than /20 once read as the IPv4 block it maps", async () => {
+    await refused(
+      { enabled: true, rules: [{ cidr: "::ffff:10.0.0.0/100" }] },
+      { code: 3, message: expect.stringContaining("wider than /20, the widest IPv4 block a rule may name (an IPv4-mapped block") },
+    );
   });
 
   it("more than 10 IPv4 or 10 IPv6 blocks (duplicates count once)", async () => {
@@ -235,6 +348,7 @@ describe("bad lists are refused, changing nothing but their failed activity", ()
 
 describe("enforcement", () => {
   it("IPv4: lets 127.0.0.1 in and refuses 127.0.0.2 before anything happens (activities and queries), logging the attempt without its body", async () => {
+    const logged = h.logLines.length;
     const org = await h.organization();
     await lockTo(org, ["127.0.0.1/32"]);
     const root = client(org, org.key);
@@ -250,7 +364,10 @@ describe("enforcement", () => {
     // Approvals are activities too.
     await from("127.0.0.2", () => refusedChangingNothing(() => root.approveActivity({ fingerprint: "none" }), notAllowed("127.0.0.2")));
 
-    const refusals = h.logLines.map((line) => JSON.parse(line)).filter((line) => line.errorCode === "IP_NOT_ALLOWED");
+    const refusals = h.logLines
+      .slice(logged)
+      .map((line) => JSON.parse(line))
+      .filter((line) => line.errorCode === "IP_NOT_ALLOWED");
     expect(refusals.length).toBeGreaterThanOrEqual(4);
     expect(refusals[0]).toMatchObject({ msg: "request refused", ip: "127.0.0.2", status: 403, url: "/public/v1/submit/create_user_tag" });
     expect(h.logLines.join("\n")).not.toContain(secretName);
@@ -538,5 +655,140 @@ describe("a retry answered from the audit log", () => {
     const answered = await from("127.0.0.1", () => h.post("/public/v1/submit/create_user_tag", body, headers));
     expect(answered.json.activity.id).toBe(first.json.activity.id);
     expect(await h.snapshot()).toEqual(before);
+  });
+
+  it("is held to the parent's list when the parent's key that made it acted in a sub-organization", async () => {
+    const org = await h.organization();
+    const root = client(org, org.key);
+    const { subOrganizationId } = await root.createSubOrganization({
+      subOrganizationName: "sub",
+      rootUsers: [
+        {
+          userName: "sub root",
+          apiKeys: [{ apiKeyName: "k", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+      rootQuorumThreshold: 1,
+    });
+    const rotating = newKeyPair();
+    const { apiKeyIds } = await root.createApiKeys({
+      userId: org.userId,
+      apiKeys: [{ apiKeyName: "rotating", publicKey: rotating.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
+    // A login step a parent requests in its sub-organization (it fails: no user has the address, and is recorded).
+    const body = JSON.stringify({
+      type: "ACTIVITY_TYPE_INIT_OTP_AUTH_V3",
+      timestampMs: String(Date.now()),
+      organizationId: subOrganizationId,
+      parameters: { otpType: "OTP_TYPE_EMAIL", contact: "nobody@example.com", appName: "Demo" },
+    });
+    const { headers } = signedRequest(body, rotating);
+    const first = await from("127.0.0.1", () => h.post("/public/v1/submit/init_otp_auth", body, headers));
+    const recorded = await h.server.store.db
+      .selectFrom("activities")
+      .select("id")
+      .where("organization_id", "=", subOrganizationId)
+      .where("type", "=", "ACTIVITY_TYPE_INIT_OTP_AUTH_V3")
+      .execute();
+    expect(recorded).toHaveLength(1);
+    await root.deleteApiKeys({ userId: org.userId, apiKeyIds });
+    await lockTo(org, ["127.0.0.1/32"]);
+
+    const before = await h.snapshot();
+    const refused = await from("127.0.0.2", () => h.post("/public/v1/submit/init_otp_auth", body, headers));
+    expect(refused.status).toBe(403);
+    expect(refused.json.message).toContain(
+      `requests from 127.0.0.2 are not allowed by the IP allowlist of organization ${org.organizationId}`,
+    );
+    const answered = await from("127.0.0.1", () => h.post("/public/v1/submit/init_otp_auth", body, headers));
+    expect(answered).toEqual(first);
+    expect(await h.snapshot()).toEqual(before);
+  });
+
+  it("is held to an expired key's own list", async () => {
+    let now = Date.now();
+    const timed = await startHarness({}, { clock: () => now });
+    try {
+      const org = await timed.organization();
+      const root = timed.sdk(org, org.key, fastPoller);
+      const expiring = newKeyPair();
+      await root.createApiKeys({
+        userId: org.userId,
+        apiKeys: [{ apiKeyName: "expiring", publicKey: expiring.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "60" }],
+      });
+      await root.setIpAllowlist({ enabled: true, rules: [{ cidr: "127.0.0.1/32" }, { cidr: "127.0.0.2/32" }] });
+      await root.setIpAllowlist({ publicKey: expiring.publicKey, rules: [{ cidr: "127.0.0.1/32" }] });
+      const body = JSON.stringify({
+        type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+        timestampMs: String(now),
+        organizationId: org.organizationId,
+        parameters: { userTagName: "made before the key expired", userIds: [] },
+      });
+      const { headers } = signedRequest(body, expiring);
+      const first = await from("127.0.0.1", () => timed.post("/public/v1/submit/create_user_tag", body, headers));
+      expect(first.json.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+      now += 120_000;
+
+      const before = await timed.snapshot();
+      // The organization's list lets 127.0.0.2 in; the key's own does not, expired or not.
+      const refused = await from("127.0.0.2", () => timed.post("/public/v1/submit/create_user_tag", body, headers));
+      expect(refused.status).toBe(403);
+      expect(refused.json.message).toContain("requests from 127.0.0.2 are not allowed by API key");
+      const answered = await from("127.0.0.1", () => timed.post("/public/v1/submit/create_user_tag", body, headers));
+      expect(answered.json.activity.id).toBe(first.json.activity.id);
+      expect(await timed.snapshot()).toEqual(before);
+    } finally {
+      await timed.close();
+    }
+  });
+});
+
+describe("read-only sessions and session keys", () => {
+  it("a read-only session a passkey opened is held to the organization's list: its token can be replayed, a passkey's stamp cannot", async () => {
+    const org = await h.organization();
+    const root = client(org, org.key);
+    const passkey = new SoftwarePasskey();
+    const registration = passkey.register();
+    await root.createAuthenticators({
+      userId: org.userId,
+      authenticators: [{ authenticatorName: "passkey", challenge: registration.challenge, attestation: registration.attestation as any }],
+    });
+    const restore = passkey.installAsNavigator();
+    let session: string;
+    const withPasskey = new TurnkeyClient({ baseUrl: h.url }, new WebauthnStamper({ rpId: passkey.rpId }));
+    try {
+      const { activity } = await withPasskey.createReadOnlySession({
+        type: "ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION",
+        timestampMs: String(Date.now()),
+        organizationId: org.organizationId,
+        parameters: {},
+      });
+      session = activity.result.createReadOnlySessionResult!.session;
+    } finally {
+      restore();
+    }
+    await lockTo(org, ["127.0.0.1/32"]);
+    const reader = new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: session, organizationId: org.organizationId });
+    expect((await from("127.0.0.1", () => reader.getWhoami({ organizationId: org.organizationId }))).userId).toBe(org.userId);
+    const before = await h.snapshot();
+    await expect(from("127.0.0.2", () => reader.getWhoami({ organizationId: org.organizationId }))).rejects.toMatchObject({
+      message: expect.stringContaining("requests from 127.0.0.2 are not allowed"),
+    });
+    expect(await h.snapshot()).toEqual(before);
+  });
+
+  it("a login that replaces a user's session keys removes the lists kept for them", async () => {
+    const org = await h.organization();
+    const root = client(org, org.key);
+    const sessionKey = newKeyPair();
+    await root.stampLogin({ publicKey: sessionKey.publicKey });
+    await root.setIpAllowlist({ publicKey: sessionKey.publicKey, rules: [{ cidr: "10.0.0.0/24" }] });
+    const lists = () =>
+      h.server.store.db.selectFrom("ip_allowlists").select("api_key_id").where("organization_id", "=", org.organizationId).execute();
+    expect(await lists()).toHaveLength(1);
+    await root.stampLogin({ publicKey: newKeyPair().publicKey, invalidateExisting: true });
+    expect(await lists()).toEqual([]);
   });
 });

@@ -142,6 +142,42 @@ describe("oauth_login (session JWT)", () => {
     );
   });
 
+  it("with a session profile: the profile caps the lifetime, and its scope holds on the session key", async () => {
+    const user = await socialUser();
+    // The parent's profile, as the sub-organization sees its parent's.
+    const { sessionProfileId } = await parentSdk.createSessionProfile({
+      sessionProfileName: "tags only",
+      scope: "activity.type == 'ACTIVITY_TYPE_CREATE_USER_TAG'",
+      expirationSeconds: "300",
+    });
+    const sessionKey = newKeyPair();
+    const { session } = await parentSdk.oauthLogin({
+      organizationId: user.subOrganizationId,
+      oidcToken: await idToken({ sub: user.subject, nonce: nonceFor(sessionKey.publicKey) }),
+      publicKey: sessionKey.publicKey,
+      expirationSeconds: "3600",
+      sessionProfileId,
+    });
+    expect(parseSession(session)).toMatchObject({ sessionType: "tags only", sessionProfileId, userId: user.userId });
+    const lifetime = parseSession(session).expiry - Date.now() / 1000;
+    expect(lifetime).toBeGreaterThan(290);
+    expect(lifetime).toBeLessThanOrEqual(301);
+
+    const asSession = h.sdk({ organizationId: user.subOrganizationId }, sessionKey, fastPoller);
+    const { apiKeys } = await asSession.getApiKeys({ userId: user.userId });
+    expect(apiKeys.find((k) => k.credential.publicKey === sessionKey.publicKey)?.credential).toMatchObject({ sessionProfileId });
+    expect((await asSession.createUserTag({ userTagName: "allowed", userIds: [] })).userTagId).toBeTruthy();
+    // The sub-organization's root user, and still the scope refuses what it does not name.
+    const { failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      () => asSession.createPrivateKeyTag({ privateKeyTagName: "no", privateKeyIds: [] }),
+      {
+        message: expect.stringContaining("SESSION_SCOPE_DENIED"),
+      },
+    );
+    expect(failure.message).toContain(sessionProfileId);
+  });
+
   it("publicKey becomes a session key of the linked user; the client's parser reads the JWT", async () => {
     const user = await socialUser();
     const sessionKey = newKeyPair();

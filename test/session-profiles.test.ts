@@ -76,6 +76,14 @@ describe("create_session_profile, get_session_profile, get_session_profiles", ()
       await refused({ sessionProfileName: "n".repeat(257), scope: "true" }, "REQUEST_INVALID", "at most 256 characters");
     });
 
+    it("a name starting with SESSION_TYPE_, which a client would read as one of the product's session types", async () => {
+      for (const sessionProfileName of ["SESSION_TYPE_READ_WRITE", "SESSION_TYPE_READ_ONLY", "SESSION_TYPE_CUSTOM"])
+        await refused({ sessionProfileName, scope: "true" }, "REQUEST_INVALID", 'may not start with "SESSION_TYPE_"');
+      // Only the prefix is reserved.
+      const { sessionProfileId } = await root.createSessionProfile({ sessionProfileName: "my SESSION_TYPE_READ_WRITE", scope: "true" });
+      expect(sessionProfileId).toBeTruthy();
+    });
+
     it("a name the organization already gave a profile", async () => {
       await refused({ sessionProfileName: "taken", scope: "activity.action == 'SIGN'" }, "SESSION_PROFILE_ALREADY_EXISTS", 'named "taken"');
     });
@@ -273,6 +281,11 @@ describe("a login with a session profile", () => {
     const { sessionProfileId } = await root.createSessionProfile({ sessionProfileName: "signing", scope: "activity.action == 'SIGN'" });
     const sessionKey = newKeyPair();
     await root.stampLogin({ publicKey: sessionKey.publicKey, sessionProfileId });
+    // The listing says so: the root user may vote, this session of theirs may not.
+    const seenWith = async (key: ApiKeyPair) =>
+      (await h.sdk(org, key, fastPoller).getActivity({ activityId: pending.activity.id })).activity;
+    expect(await seenWith(org.key)).toMatchObject({ canApprove: true, canReject: true });
+    expect(await seenWith(sessionKey)).toMatchObject({ canApprove: false, canReject: false });
     const before = await h.snapshot();
     await expect(h.sdk(org, sessionKey, fastPoller).approveActivity({ fingerprint: pending.activity.fingerprint })).rejects.toMatchObject({
       code: 7,
@@ -286,6 +299,13 @@ describe("a login with a session profile", () => {
     });
     const approverKey = newKeyPair();
     await root.stampLogin({ publicKey: approverKey.publicKey, sessionProfileId: approver.sessionProfileId });
+    expect(await seenWith(approverKey)).toMatchObject({ canApprove: true, canReject: false });
+    expect(
+      (await h.sdk(org, approverKey, fastPoller).getActivities({})).activities.find((a) => a.id === pending.activity.id),
+    ).toMatchObject({
+      canApprove: true,
+      canReject: false,
+    });
     const approved = await h.sdk(org, approverKey, fastPoller).approveActivity({ fingerprint: pending.activity.fingerprint });
     expect(approved.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
   });

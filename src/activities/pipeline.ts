@@ -668,11 +668,13 @@ export class Pipeline {
     const fingerprint = fingerprintOf(raw);
     const caller = await this.authenticateRequester(request, received, fingerprint);
     if (caller.kind === "answered") {
-      // The key is gone (and its own list with it), but the organization's list still stands between
-      // the audit log and an address it refuses.
+      // The key may be gone or expired, but the lists it was held to still stand between the audit log
+      // and an address they refuse.
       const first = (JSON.parse(caller.activity.votes) as StoredVote[])[0];
-      if (first?.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR")
-        await enforceIpAllowlist(this.options.store.reader, caller.activity.organization_id, ORGANIZATION_LIST, client);
+      if (first && first.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
+        const owner = await this.credentialOrganization(first, caller.activity.organization_id);
+        await enforceIpAllowlist(this.options.store.reader, owner, first.credentialId, client);
+      }
       return respond(caller.activity);
     }
     const { principal } = caller;
@@ -750,7 +752,26 @@ export class Pipeline {
    */
   private async checkIpAllowlist(principal: Principal, client: string | undefined): Promise<void> {
     if (!heldToIpAllowlists(principal)) return;
-    await enforceIpAllowlist(this.options.store.reader, principal.organizationId, principal.credentialId, client);
+    // A read-only session a passkey opened names the passkey, which has no list of its own.
+    const listed = principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR" ? ORGANIZATION_LIST : principal.credentialId;
+    await enforceIpAllowlist(this.options.store.reader, principal.organizationId, listed, client);
+  }
+
+  /**
+   * The organization whose lists hold the API key that cast `vote` in organization `named`, which may
+   * be a parent's key acting in a sub-organization, and may have been deleted since: the key's own
+   * organization while it exists (expired or not), else its user's, else (both gone) the organization
+   * named when it is top-level and its parent when not, the only ones with lists a key acting there
+   * can have been held to.
+   */
+  private async credentialOrganization(vote: StoredVote, named: string): Promise<string> {
+    const db = this.options.store.reader;
+    const key = await db.selectFrom("api_keys").select("organization_id").where("id", "=", vote.credentialId).executeTakeFirst();
+    if (key) return key.organization_id;
+    const user = await db.selectFrom("users").select("organization_id").where("id", "=", vote.userId).executeTakeFirst();
+    if (user) return user.organization_id;
+    const organization = await db.selectFrom("organizations").select("parent_organization_id").where("id", "=", named).executeTakeFirst();
+    return organization?.parent_organization_id ?? named;
   }
 
   /** Step precheck: the operation's network checks and its reads of committed rows, run before the
@@ -1119,9 +1140,14 @@ export class Pipeline {
       credentialType: principal.credentialType,
       publicKey: principal.publicKey,
     };
+    // A session key issued with a profile votes only as far as its scope lets it (as vote() checks).
+    const sessionProfileId = principal.sessionProfileId;
+    const may = async (voteType: string) =>
+      (!sessionProfileId || (await voteWithinScope(db, sessionProfileId, voteType, row.organization_id, now))) &&
+      (await mayVote(db, subject, voter, voteType));
     return {
-      canApprove: await mayVote(db, subject, voter, ActivityTypes.ACTIVITY_TYPE_APPROVE_ACTIVITY),
-      canReject: await mayVote(db, subject, voter, ActivityTypes.ACTIVITY_TYPE_REJECT_ACTIVITY),
+      canApprove: await may(ActivityTypes.ACTIVITY_TYPE_APPROVE_ACTIVITY),
+      canReject: await may(ActivityTypes.ACTIVITY_TYPE_REJECT_ACTIVITY),
     };
   }
 

@@ -28,50 +28,124 @@ export interface NormalizedCidr {
   family: "ipv4" | "ipv6";
 }
 
+export type Address = ipaddr.IPv4 | ipaddr.IPv6;
+
 /**
- * A CIDR block as a rule stores it, or why it is not one. Addresses are read strictly (dotted four-part
- * decimal IPv4; IPv6 without a zone), host bits are cleared (192.168.1.100/24 is 192.168.1.0/24), and
- * a block wider than WIDEST_PREFIX is refused.
+ * IPv6 text with its last 32 bits written as dotted IPv4, rewritten in hex (undefined when the dotted
+ * part is not an IPv4 address). ipaddr.js reads every such address as IPv4-mapped (::203.0.113.5 as
+ * ::ffff:203.0.113.5, which would make an IPv6 client an IPv4 one), so it is only ever given hex.
+ */
+function hexTail(text: string): string | undefined {
+  const last = text.lastIndexOf(":");
+  const dotted = text.slice(last + 1);
+  if (!dotted.includes(".")) return text;
+  if (!ipaddr.IPv4.isValidFourPartDecimal(dotted)) return undefined;
+  const [a = 0, b = 0, c = 0, d = 0] = ipaddr.IPv4.parse(dotted).octets;
+  return `${text.slice(0, last + 1)}${((a << 8) | b).toString(16)}:${((c << 8) | d).toString(16)}`;
+}
+
+/** An address read strictly, or undefined: dotted four-part decimal IPv4, or IPv6 without a zone
+ * (::a.b.c.d is the IPv6 address whose last 32 bits those are, never the IPv4 address). */
+export function parseAddress(text: string): Address | undefined {
+  if (ipaddr.IPv4.isValidFourPartDecimal(text)) return ipaddr.IPv4.parse(text);
+  if (!text.includes(":") || text.includes("%")) return undefined;
+  const hex = hexTail(text);
+  return hex !== undefined && ipaddr.IPv6.isValid(hex) ? ipaddr.IPv6.parse(hex) : undefined;
+}
+
+/** The IPv4 address an IPv4-mapped IPv6 address (::ffff:a.b.c.d, and only that form) stands for. */
+const unmapped = (address: Address): Address =>
+  address.kind() === "ipv6" && (address as ipaddr.IPv6).isIPv4MappedAddress() ? (address as ipaddr.IPv6).toIPv4Address() : address;
+
+export interface Block {
+  /** The block's first address (host bits cleared). */
+  network: Address;
+  prefix: number;
+}
+
+/**
+ * A block read from text (a bare address is a block of one), or why it is not one. An IPv4-mapped
+ * block (::ffff:a.b.c.d/N, N of 96 or more) is the IPv4 block it maps, /N-96: clients with such
+ * addresses are matched as IPv4, so that is the only way it can ever match.
+ */
+export function parseBlock(text: string): Block | string {
+  const slash = text.indexOf("/");
+  const addressText = slash < 0 ? text : text.slice(0, slash);
+  const prefixText = slash < 0 ? undefined : text.slice(slash + 1);
+  const address = parseAddress(addressText);
+  if (!address) return "is not an IPv4 or IPv6 address followed by a prefix length";
+  const bits = address.kind() === "ipv4" ? 32 : 128;
+  if (prefixText !== undefined && !/^\d{1,3}$/.test(prefixText))
+    return "has no prefix length after the slash (0 to 32 for IPv4, 0 to 128 for IPv6)";
+  const prefix = prefixText === undefined ? bits : Number(prefixText);
+  if (prefix > bits) return `has a prefix length above ${bits}, the most an ${bits === 32 ? "IPv4" : "IPv6"} block may have`;
+  const mapped = unmapped(address);
+  if (mapped !== address && prefix >= 96) return blockOf(mapped, prefix - 96);
+  return blockOf(address, prefix);
+}
+
+function blockOf(address: Address, prefix: number): Block {
+  const mask = (address.kind() === "ipv4" ? ipaddr.IPv4 : ipaddr.IPv6).subnetMaskFromPrefixLength(prefix).toByteArray();
+  const network = ipaddr.fromByteArray(address.toByteArray().map((byte, i) => byte & mask[i]!));
+  return { network, prefix };
+}
+
+/**
+ * A CIDR block as a rule stores it, or why it is not one. Addresses are read strictly (parseAddress),
+ * host bits are cleared (192.168.1.100/24 is 192.168.1.0/24), an IPv4-mapped block is stored as the
+ * IPv4 block it maps (parseBlock), and a block wider than WIDEST_PREFIX is refused.
  */
 export function normalizeCidr(text: string): NormalizedCidr | string {
-  const slash = text.indexOf("/");
-  if (slash < 0) return "is not a CIDR block (an address, a slash and a prefix length, e.g. 192.168.1.0/24 or 2001:db8::/48)";
-  const address = text.slice(0, slash);
-  const prefixText = text.slice(slash + 1);
-  if (!/^\d{1,3}$/.test(prefixText)) return "has no prefix length after the slash (0 to 32 for IPv4, 0 to 128 for IPv6)";
-  const prefix = Number(prefixText);
-  if (ipaddr.IPv4.isValidFourPartDecimal(address)) {
-    if (prefix > 32) return "has a prefix length above 32, the most an IPv4 block may have";
-    if (prefix < WIDEST_PREFIX.ipv4) return `is wider than /${WIDEST_PREFIX.ipv4}, the widest IPv4 block a rule may name`;
-    return { cidr: `${ipaddr.IPv4.networkAddressFromCIDR(`${address}/${prefix}`).toString()}/${prefix}`, family: "ipv4" };
-  }
-  if (!address.includes("%") && ipaddr.IPv6.isValid(address)) {
-    if (prefix > 128) return "has a prefix length above 128, the most an IPv6 block may have";
-    if (prefix < WIDEST_PREFIX.ipv6) return `is wider than /${WIDEST_PREFIX.ipv6}, the widest IPv6 block a rule may name`;
-    return { cidr: `${ipaddr.IPv6.networkAddressFromCIDR(`${address}/${prefix}`).toString()}/${prefix}`, family: "ipv6" };
-  }
-  return "is not an IPv4 or IPv6 address followed by a prefix length";
+  if (!text.includes("/")) return "is not a CIDR block (an address, a slash and a prefix length, e.g. 192.168.1.0/24 or 2001:db8::/48)";
+  const block = parseBlock(text);
+  if (typeof block === "string") return block;
+  const family = block.network.kind();
+  const widest = WIDEST_PREFIX[family];
+  // An IPv4-mapped block was read as the IPv4 block it maps: say so, or /100 being "wider than /20" puzzles.
+  const mapped = family === "ipv4" && text.includes(":") ? " (an IPv4-mapped block ::ffff:a.b.c.d/N is the IPv4 block /N-96)" : "";
+  if (block.prefix < widest)
+    return `is wider than /${widest}, the widest ${family === "ipv4" ? "IPv4" : "IPv6"} block a rule may name${mapped}`;
+  return { cidr: `${block.network.toString()}/${block.prefix}`, family };
 }
 
 /** A client's address as rules are matched against it: IPv4-mapped IPv6 (::ffff:10.0.0.1, what a
  * dual-stack socket reports) read as the IPv4 address; undefined when it is not an address at all. */
-export function clientAddress(text: string | undefined): ipaddr.IPv4 | ipaddr.IPv6 | undefined {
-  if (!text || !ipaddr.isValid(text) || text.includes("%")) return undefined;
-  return ipaddr.process(text);
+export function clientAddress(text: string | undefined): Address | undefined {
+  const address = text === undefined ? undefined : parseAddress(text);
+  return address && unmapped(address);
 }
 
-function matches(address: ipaddr.IPv4 | ipaddr.IPv6, rules: StoredRule[]): boolean {
+const inBlock = (address: Address, block: Block) => block.network.kind() === address.kind() && address.match(block.network, block.prefix);
+
+function matches(address: Address, rules: StoredRule[]): boolean {
   return rules.some((rule) => {
-    const [network, prefix] = ipaddr.parseCIDR(rule.cidr);
-    return network.kind() === address.kind() && address.match(network, prefix);
+    const block = parseBlock(rule.cidr);
+    return typeof block !== "string" && inBlock(address, block);
   });
 }
 
 /**
+ * Whether an address is a trusted proxy's (SIGIL_TRUSTED_PROXIES), as Fastify asks of the TCP peer and
+ * then of each X-Forwarded-For hop from the right. Read with parseAddress, not by Fastify's proxy-addr,
+ * whose ipaddr.js takes ::10.0.0.1 (an IPv6 peer) for 10.0.0.1 and would let it forge the header.
+ */
+export function trustedProxyTest(blocks: string[]): (address: string) => boolean {
+  const parsed = blocks.map((text) => {
+    const block = parseBlock(text);
+    if (typeof block === "string") throw new Error(`trusted proxy ${text} ${block}`);
+    return block;
+  });
+  return (text) => {
+    const address = clientAddress(text);
+    return address !== undefined && parsed.some((block) => inBlock(address, block));
+  };
+}
+
+/**
  * Refuses (IP_NOT_ALLOWED) a request of `principal` coming from `client` (the address the HTTP layer
- * read, or undefined) unless the lists in force let it in. Only API keys are held to them (session keys
- * included): a passkey stamp is a person at a browser, as the product's dashboard is, and is never
- * refused, so a root user with a passkey can always reach a locked-out organization. The lists are the
+ * read, or undefined) unless the lists in force let it in. API keys (session keys included) and read-only
+ * sessions are held to them (heldToIpAllowlists): a passkey's stamp is a person at a browser, as the
+ * product's dashboard is, and is never refused, so a root user with a passkey can always reach a locked-out organization. The lists are the
  * credential's own organization's: a sub-organization has none, and a parent's key naming one of its
  * sub-organizations is held to the parent's lists all the same. `apiKeyId` "" checks the
  * organization's list alone (a request whose key is not registered yet: an invitation's acceptance).
@@ -106,5 +180,8 @@ export async function enforceIpAllowlist(db: Db, organizationId: string, apiKeyI
   }
 }
 
-/** Whether a principal's requests are held to IP allowlists: API keys are, passkeys are not. */
-export const heldToIpAllowlists = (principal: Principal) => principal.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR";
+/** Whether a principal's requests are held to IP allowlists: API keys are, and so is every read-only
+ * session (X-Session), a passkey's included: its bearer token, unlike a passkey's stamp, can be replayed
+ * by whoever copies it. Only a passkey's own WebAuthn stamp is not held. */
+export const heldToIpAllowlists = (principal: Principal) =>
+  principal.scheme === "SESSION" || principal.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR";

@@ -2,7 +2,8 @@
 // keep-alive timeouts, the overall connection cap) and what it does not (a cap per remote address).
 import { maxHeaderSize, type Server } from "node:http";
 import type { Socket } from "node:net";
-import ipaddr from "ipaddr.js";
+import type ipaddr from "ipaddr.js";
+import { clientAddress } from "../auth/ip-allowlists.js";
 import type pino from "pino";
 import type { HttpLimits } from "../config.js";
 import { type ServiceError, serviceError } from "../errors.js";
@@ -64,8 +65,9 @@ export function clientErrorHandler(limits: HttpLimits) {
  * in it, so counting single IPv6 addresses would not cap anyone.
  */
 export function clientOf(address: string): string {
-  if (!ipaddr.isValid(address)) return address;
-  const parsed = ipaddr.process(address); // IPv4-mapped IPv6 becomes IPv4
+  // Read as IP allowlists read it: IPv4-mapped IPv6 becomes IPv4, ::a.b.c.d stays IPv6.
+  const parsed = clientAddress(address);
+  if (!parsed) return address;
   if (parsed.kind() === "ipv4") return parsed.toString();
   return `${(parsed as ipaddr.IPv6).parts
     .slice(0, 4)

@@ -30,6 +30,7 @@ import { ChainBroadcaster } from "../services/chain-broadcaster.js";
 import { ChainRpc, type ContractAbiLookup } from "../services/chain-rpc.js";
 import { ETHEREUM, findContractInterface } from "../operations/contracts/interfaces.js";
 import { oidcVerifier } from "../auth/oidc.js";
+import { trustedProxyTest } from "../auth/ip-allowlists.js";
 import { oauth2Providers } from "../services/oauth2-providers.js";
 import { purgeExpiredImportTargets } from "../operations/secure-channel.js";
 import { loadKeyring } from "../crypto/master-key.js";
@@ -160,8 +161,9 @@ export function buildApp(
     logController: new LogController({ disableRequestLogging: true }),
     // request.ip is the client: the TCP peer, or, when the peer is a trusted proxy (SIGIL_TRUSTED_PROXIES),
     // the right-most X-Forwarded-For address that is not one. Never trusted by default: anyone can write
-    // the header, and IP allowlists are checked against this address.
-    trustProxy: config.http.trustedProxies.length > 0 ? config.http.trustedProxies : false,
+    // the header, and IP allowlists are checked against this address. A function, so that addresses are
+    // read as the allowlists read them (auth/ip-allowlists.ts), not by proxy-addr's parser.
+    trustProxy: config.http.trustedProxies.length > 0 ? trustedProxyTest(config.http.trustedProxies) : false,
   });
   limitConnections(app.server, config.http, logger);
   const issuer = config.invitations.publicUrl;

@@ -19,7 +19,7 @@ import { requireUser } from "../resources.js";
 import { requireContact, userWithContact } from "./contacts.js";
 import { checkCustomization, composeEmail } from "./otp-messages.js";
 import { queueMessage, requesterParent } from "./outgoing-messages.js";
-import { bundleReceiver, defaultKeyName, issueCredentialBundle, sessionSeconds, type SessionKind } from "./sessions.js";
+import { bundleReceiver, defaultKeyName, deleteSessionKeys, issueCredentialBundle, sessionSeconds, type SessionKind } from "./sessions.js";
 
 export const EMAIL_AUTH_FEATURE = "FEATURE_NAME_EMAIL_AUTH";
 export const EMAIL_RECOVERY_FEATURE = "FEATURE_NAME_EMAIL_RECOVERY";
@@ -150,7 +150,8 @@ export const emailCredentialOperations = [
       await requireUser(ctx.trx, ctx.organizationId, p.userId);
       await requireFeature(ctx.trx, ctx.organizationId, EMAIL_RECOVERY_FEATURE, "email recovery");
       const authenticatorId = await addAuthenticators(ctx, p.userId, [p.authenticator], "authenticator");
-      await ctx.trx.deleteFrom("api_keys").where("id", "=", key.id).execute();
+      // Spent: the recovery credential goes, with any IP allowlist kept for it.
+      await deleteSessionKeys(ctx, [key.id]);
       return { authenticatorId };
     },
   }),

@@ -74,6 +74,9 @@ function checkScope(scope: string): string {
 
 const MAX_NOTES = 1024;
 
+/** The prefix of the product's session types (SESSION_TYPE_READ_WRITE, SESSION_TYPE_READ_ONLY). */
+const RESERVED_NAME_PREFIX = "SESSION_TYPE_";
+
 export const sessionProfileOperations = [
   defineActivity({
     name: "create_session_profile",
@@ -83,6 +86,13 @@ export const sessionProfileOperations = [
     action: "CREATE",
     async execute(ctx, p) {
       const name = requireName(p.sessionProfileName, "sessionProfileName");
+      // The name becomes the session JWT's session_type: one spelled like the product's own types would
+      // make a client take a scoped session for an unscoped one.
+      if (name.startsWith(RESERVED_NAME_PREFIX))
+        throw serviceError(
+          "REQUEST_INVALID",
+          `sessionProfileName may not start with "${RESERVED_NAME_PREFIX}": the name is the session JWT's session_type, and those are the product's own session types`,
+        );
       const scope = checkScope(p.scope);
       const { maxSeconds } = ctx.env.sessions;
       // A profile's lifetime is a session's: within what this server grants any session.

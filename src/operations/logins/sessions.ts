@@ -18,6 +18,7 @@ import { defineActivity, type ActivityContext } from "../../registry/registry.js
 import type { SessionSettings } from "../../services/login-settings.js";
 import { requireUser, secondsParameter } from "../resources.js";
 import { newId } from "../../store/ids.js";
+import { forgetApiKeyAllowlists } from "../organizations/ip-allowlists.js";
 import { usableSessionProfile } from "./session-profiles.js";
 
 /** The login that made a session key. RECOVERY is a recovery credential (init_user_email_recovery): it may
@@ -74,6 +75,13 @@ export interface SessionKeyRequest {
   sessionProfileId?: string;
 }
 
+/** Deletes session keys of the organization, and the IP allowlists kept for them. */
+export async function deleteSessionKeys(ctx: Pick<ActivityContext, "trx" | "organizationId">, ids: string[]): Promise<void> {
+  if (ids.length === 0) return;
+  await forgetApiKeyAllowlists(ctx.trx, ctx.organizationId, ids);
+  await ctx.trx.deleteFrom("api_keys").where("organization_id", "=", ctx.organizationId).where("id", "in", ids).execute();
+}
+
 /**
  * Makes `publicKey` an API key of the user until the session ends. A key the same user already holds
  * as a session key is renewed (a client logging in again with its key pair); any other holder of the
@@ -81,14 +89,28 @@ export interface SessionKeyRequest {
  */
 export async function createSessionKey(ctx: ActivityContext, request: SessionKeyRequest): Promise<{ apiKeyId: string; expiresAt: number }> {
   const { trx, organizationId, now } = ctx;
-  await trx
-    .deleteFrom("api_keys")
+  const expired = await trx
+    .selectFrom("api_keys")
+    .select("id")
     .where("user_id", "=", request.userId)
     .where("session_kind", "is not", null)
     .where("expires_at", "<=", now - EXPIRED_KEY_GRACE_MS)
     .execute();
+  await deleteSessionKeys(
+    ctx,
+    expired.map((k) => k.id),
+  );
   if (request.invalidateExisting) {
-    await trx.deleteFrom("api_keys").where("user_id", "=", request.userId).where("session_kind", "=", request.kind).execute();
+    const earlier = await trx
+      .selectFrom("api_keys")
+      .select("id")
+      .where("user_id", "=", request.userId)
+      .where("session_kind", "=", request.kind)
+      .execute();
+    await deleteSessionKeys(
+      ctx,
+      earlier.map((k) => k.id),
+    );
   }
   const existing = await trx
     .selectFrom("api_keys")
@@ -104,7 +126,7 @@ export async function createSessionKey(ctx: ActivityContext, request: SessionKey
         "FailedPrecondition",
       );
     }
-    await trx.deleteFrom("api_keys").where("id", "=", existing.id).execute();
+    await deleteSessionKeys(ctx, [existing.id]);
   }
   const apiKeyId = newId();
   const expiresAt = now + request.seconds * 1000;
