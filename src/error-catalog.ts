@@ -119,11 +119,6 @@ export const ERROR_CATALOG = {
     status: "InvalidArgument",
     meaning: "targetPublicKey of an export or a login is not a P-256 public key (hex) to encrypt the bundle to",
   },
-  MFA_METHOD_UNSUPPORTED: {
-    status: "InvalidArgument",
-    meaning:
-      "an MFA policy step only this server cannot verify (email OTP, SMS OTP and OAuth need attested stamps, not accepted yet), or a session method naming a session profile: add a passkey, API key or session method to the step",
-  },
   POLICY_INVALID: {
     status: "InvalidArgument",
     meaning: "a policy's condition or consensus does not parse or type-check, or is over a size limit; the message points at the problem",
@@ -386,7 +381,20 @@ export const ERROR_CATALOG = {
 
   // ── 401, gRPC 16 Unauthenticated: who sent the request is not established ──
   SIGNATURE_MISSING: { status: "Unauthenticated", meaning: "the request is not stamped: send exactly one of X-Stamp or X-Stamp-Webauthn" },
-  MULTIPLE_STAMPS: { status: "Unauthenticated", meaning: "the request carries both stamp headers, or one of them twice: send exactly one" },
+  MULTIPLE_STAMPS: {
+    status: "Unauthenticated",
+    meaning:
+      "the request carries more than one stamp header (X-Stamp, X-Stamp-Webauthn, X-Stamp-Attested), or one of them twice: send exactly one",
+  },
+  ATTESTED_IDENTITY_UNKNOWN: {
+    status: "Unauthenticated",
+    meaning:
+      "the attested stamp's token names a contact or OAuth identity no user of the request's organization holds (or holds verified), or the OAuth provider it named was deleted",
+  },
+  ATTESTED_IDENTITY_AMBIGUOUS: {
+    status: "Unauthenticated",
+    meaning: "several users of the request's organization hold the contact or OAuth identity the attested stamp's token names",
+  },
   MALFORMED_STAMP: {
     status: "Unauthenticated",
     meaning: "the stamp header is not the base64url JSON the stampers produce, or names an unknown scheme (the message says which part)",
@@ -439,6 +447,11 @@ export const ERROR_CATALOG = {
   VOTE_NOT_ALLOWED: {
     status: "PermissionDenied",
     meaning: "the user is neither in the root quorum nor named by the consensus of a policy in force for the activity",
+  },
+  ATTESTED_STAMP_NOT_ACCEPTED: {
+    status: "PermissionDenied",
+    meaning:
+      "an attested stamp (X-Stamp-Attested) only proves an MFA step: it is accepted on approve_activity and reject_activity of an activity waiting for its requester's authentication (docs/authentication.md)",
   },
   IP_NOT_ALLOWED: {
     status: "PermissionDenied",

@@ -982,16 +982,6 @@ describe("bad input", () => {
       () =>
         root.createMfaPolicy({
           ...valid(),
-          requiredAuthenticationMethods: [step("AUTHENTICATION_TYPE_EMAIL_OTP", "AUTHENTICATION_TYPE_SMS_OTP")],
-        }),
-      3,
-      "MFA_METHOD_UNSUPPORTED",
-      "cannot be verified by this server",
-    );
-    await refused(
-      () =>
-        root.createMfaPolicy({
-          ...valid(),
           requiredAuthenticationMethods: [{ any: [{ type: "AUTHENTICATION_TYPE_SESSION", id: "11111111-1111-1111-1111-111111111111" }] }],
         }),
       5,

@@ -2,7 +2,7 @@
 // approvals), the requester's MFA policies are evaluated in order; the first whose condition holds is
 // enforced: the credential that stamped the request proves one step, and the activity waits
 // (ACTIVITY_STATUS_AUTHENTICATORS_NEEDED) until approvals by the requester, stamped with the other
-// steps' credentials, prove the rest. Then it is decided again and runs (pipeline.ts, vote). Proofs,
+// steps' credentials (or, for email OTP, SMS OTP and OAuth steps, attested stamps), prove the rest. Then it is decided again and runs (pipeline.ts, vote). Proofs,
 // like votes, count only while their credentials are live; the requester or the root quorum may
 // reject a waiting activity. An approver of an activity waiting for consensus is held to their own
 // MFA policies the same way: their vote counts once their approvals have proven its steps.
@@ -30,14 +30,16 @@ export interface Authentication {
   proofs: AuthenticationProof[];
 }
 
-/** What a credential proves: a passkey, a session key (an API key a login made), or an API key. */
+/** What a credential proves: a passkey, a session key (an API key a login made), an API key, or the
+ * identity an attested stamp's token vouches for (email OTP, SMS OTP, OAuth). */
 export function proofOf(principal: Principal, activityType: string, now: number): AuthenticationProof {
   const type =
-    principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR"
+    principal.attestedMethod ??
+    (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR"
       ? "AUTHENTICATION_TYPE_PASSKEY"
       : principal.sessionType
         ? "AUTHENTICATION_TYPE_SESSION"
-        : "AUTHENTICATION_TYPE_API_KEY";
+        : "AUTHENTICATION_TYPE_API_KEY");
   return {
     type,
     credentialId: principal.credentialId,
@@ -117,14 +119,31 @@ export function authenticationOf(trx: Tx, activityId: string, userId: string) {
     .executeTakeFirst();
 }
 
+/** Proofs by attested stamps: their tokens were checked when they were made, and name no credential. */
+const ATTESTED: ReadonlySet<string> = new Set([
+  "AUTHENTICATION_TYPE_EMAIL_OTP",
+  "AUTHENTICATION_TYPE_SMS_OTP",
+  "AUTHENTICATION_TYPE_OAUTH",
+]);
+
 /**
  * The proofs still standing: one made with a credential since deleted or expired no longer counts,
- * just as a vote does not (authorization.ts, liveCredentialIds); its step must be proven again.
+ * just as a vote does not (authorization.ts, liveCredentialIds); its step must be proven again. An
+ * attested proof stands as made (its token was valid then, and no credential was registered), except
+ * an OAuth proof whose provider has since been deleted.
  */
 async function liveProofs(trx: Tx, proofs: AuthenticationProof[], now: number, confirmed: string): Promise<AuthenticationProof[]> {
-  const credentials = proofs.map((p) => ({ credentialId: p.credentialId, passkey: p.type === "AUTHENTICATION_TYPE_PASSKEY" }));
+  const stamped = proofs.filter((p) => !ATTESTED.has(p.type));
+  const credentials = stamped.map((p) => ({ credentialId: p.credentialId, passkey: p.type === "AUTHENTICATION_TYPE_PASSKEY" }));
   const live = await liveCredentialIds(trx, credentials, now, [confirmed]);
-  return proofs.filter((p) => live.has(p.credentialId));
+  const providerIds = proofs
+    .filter((p) => p.type === "AUTHENTICATION_TYPE_OAUTH" && p.credentialId !== confirmed)
+    .map((p) => p.credentialId);
+  const providers = providerIds.length ? await trx.selectFrom("oauth_providers").select("id").where("id", "in", providerIds).execute() : [];
+  for (const provider of providers) live.add(provider.id);
+  return proofs.filter(
+    (p) => live.has(p.credentialId) || p.type === "AUTHENTICATION_TYPE_EMAIL_OTP" || p.type === "AUTHENTICATION_TYPE_SMS_OTP",
+  );
 }
 
 /**

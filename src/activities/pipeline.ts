@@ -11,7 +11,8 @@
 //           Between authorize and execute, an activity allowed (or left waiting for approvals) whose
 //           requester's MFA policy the request's credential does not satisfy waits instead until the
 //           requester has proven each of its steps (demandAuthentication; activities/mfa.ts).
-//   vote:   read ─► liveness ─► authenticate ─► IP allowlist, then in one transaction: find the pending activity ─►
+//   vote:   read ─► liveness ─► authenticate (also by an attested stamp: operations/logins/attested-stamps.ts,
+//           which only proves or withdraws its own waiting activity) ─► IP allowlist, then in one transaction: find the pending activity ─►
 //           (waiting for its requester's authentication: the requester's approval proves a step, and the
 //           last one decides and runs it as a vote would; the requester or the root quorum may reject
 //           it) ─► ballot (a new vote, an approval repeated, or a retry) ─► may they vote? ─► (an
@@ -28,7 +29,8 @@ import type { OpenTx, Tx } from "../store/handles.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
-import { readStamp, type Stamp } from "../auth/stamps.js";
+import { attestedStampNotAccepted, readStamp, type AttestedStamp, type Stamp } from "../auth/stamps.js";
+import { authenticateAttested } from "../operations/logins/attested-stamps.js";
 import {
   authenticate as verifyStamp,
   authenticateReadOnlySession,
@@ -119,7 +121,8 @@ interface Envelope {
  * exact bytes (the stamp signed them; their hash is the fingerprint). */
 export interface SubmitRequest {
   raw: Buffer;
-  stamp: Stamp;
+  /** An attested stamp only on a vote (readRequest refuses it elsewhere). */
+  stamp: Stamp | AttestedStamp;
   envelope: Envelope;
 }
 
@@ -233,7 +236,7 @@ function parseBody(raw: Buffer): unknown {
 export function readRequest(operation: SubmitOperation, raw: Buffer, headers: Headers): SubmitRequest {
   if (readOnlySessionHeader(headers) !== undefined)
     throw serviceError("READ_ONLY_SESSION", "a read-only session (X-Session) may only query: stamp activities with a key");
-  const stamp = readStamp(headers);
+  const stamp = readStamp(headers, operation.kind === "vote");
   const body = parseBody(raw);
   const sent = (body as { type?: unknown })?.type;
   if (typeof sent !== "string") throw serviceError("REQUEST_INVALID", 'missing required field "type"');
@@ -724,6 +727,8 @@ export class Pipeline {
   /** Step authenticate: who stamped the request (auth/authenticate.ts checks the stamp and the credential). */
   private authenticate(request: SubmitRequest, received: number): Promise<Principal> {
     const { store, env } = this.options;
+    if (request.stamp.kind === "ATTESTED")
+      return authenticateAttested(store.reader, request.stamp, request.raw, request.envelope.organizationId, received, env);
     return verifyStamp(store.reader, request.stamp, request.raw, request.envelope.organizationId, received, env.webauthn);
   }
 
@@ -739,7 +744,11 @@ export class Pipeline {
       return { kind: "authenticated", principal: await this.authenticate(request, received) };
     } catch (error) {
       const earlier = await store.reader.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
-      if (earlier && stampVerifiesWith(request.stamp, request.raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn))
+      if (
+        earlier &&
+        request.stamp.kind !== "ATTESTED" &&
+        stampVerifiesWith(request.stamp, request.raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn)
+      )
         return { kind: "answered", activity: earlier };
       throw error;
     }
@@ -753,7 +762,11 @@ export class Pipeline {
   private async checkIpAllowlist(principal: Principal, client: string | undefined): Promise<void> {
     if (!heldToIpAllowlists(principal)) return;
     // A read-only session a passkey opened names the passkey, which has no list of its own.
-    const listed = principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR" ? ORGANIZATION_LIST : principal.credentialId;
+    // So does an attested stamp's key, which is no stored credential.
+    const listed =
+      principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR" || principal.attestedMethod
+        ? ORGANIZATION_LIST
+        : principal.credentialId;
     await enforceIpAllowlist(this.options.store.reader, principal.organizationId, listed, client);
   }
 
@@ -905,6 +918,10 @@ export class Pipeline {
           "SESSION_SCOPE_DENIED",
           `${envelope.type} by user ${principal.userId} is not allowed: outside the scope of session profile ${principal.sessionProfileId}, which the stamping session key was issued with`,
         );
+      // An attested stamp proves a step of its requester's MFA (or withdraws it); it is no credential
+      // to vote with, nor one whose rejection the root quorum could count (liveCredentialIds).
+      if (principal.attestedMethod && (row.status !== "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED" || row.user_id !== principal.userId))
+        throw attestedStampNotAccepted();
       if (row.status === "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED")
         return this.authenticateFurther(trx, operation, envelope.type, row, principal, request.raw, precheck, now);
       const votes = JSON.parse(row.votes) as StoredVote[];

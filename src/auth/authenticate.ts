@@ -12,8 +12,11 @@ export interface Principal {
     | "CREDENTIAL_TYPE_API_KEY_P256"
     | "CREDENTIAL_TYPE_API_KEY_SECP256K1"
     | "CREDENTIAL_TYPE_API_KEY_ED25519"
-    | "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR";
-  /** The API key id or authenticator id. */
+    | "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR"
+    | "CREDENTIAL_TYPE_OTP_AUTH_KEY_P256"
+    | "CREDENTIAL_TYPE_OAUTH_KEY_P256";
+  /** The API key id or authenticator id; for an attested stamp, the OAuth provider's id or the contact
+   * ("email:<address>", "sms:<number>"). */
   credentialId: string;
   publicKey: string;
   scheme: string;
@@ -31,6 +34,9 @@ export interface Principal {
   /** The session profile a login issued the API key with: its scope bounds every activity the key
    * requests (activities/authorization.ts). */
   sessionProfileId?: string;
+  /** Set for an attested stamp (X-Stamp-Attested): the MFA method its token proves. Its key is no
+   * stored credential; the token vouched for it when the request was authenticated. */
+  attestedMethod?: "AUTHENTICATION_TYPE_EMAIL_OTP" | "AUTHENTICATION_TYPE_SMS_OTP" | "AUTHENTICATION_TYPE_OAUTH";
 }
 
 /** The credential type the API reports for an API key of each curve. */
@@ -301,6 +307,17 @@ export async function authenticateReadOnlySession(
 export async function confirmCredential(trx: Tx, principal: Principal, now: number): Promise<void> {
   const gone = () =>
     serviceError("PUBLIC_KEY_NOT_FOUND", `the credential ${principal.credentialId} that stamped this request no longer exists`);
+  if (principal.attestedMethod === "AUTHENTICATION_TYPE_OAUTH") {
+    const row = await trx.selectFrom("oauth_providers").select("id").where("id", "=", principal.credentialId).executeTakeFirst();
+    if (!row)
+      throw serviceError(
+        "ATTESTED_IDENTITY_UNKNOWN",
+        `the OAuth provider ${principal.credentialId} the attested stamp named no longer exists`,
+      );
+    return;
+  }
+  // An OTP proof names a contact, not a credential: nothing to find again.
+  if (principal.attestedMethod) return;
   if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
     const row = await trx.selectFrom("authenticators").select("id").where("id", "=", principal.credentialId).executeTakeFirst();
     if (!row) throw gone();

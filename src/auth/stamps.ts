@@ -1,10 +1,12 @@
-// The two stamp headers: what they look like on the wire and whether their signatures hold.
+// The stamp headers: what they look like on the wire and whether their signatures hold.
 // Looking up who owns the key is authenticate.ts's job; this module touches no database.
 import { serviceError } from "../errors.js";
 import { isHex, verifyEd25519, verifyP256Der, verifySecp256k1Der, verifySecp256k1Eip191Der } from "../crypto/keys.js";
 
 export const API_KEY_STAMP_HEADER = "x-stamp";
 export const WEBAUTHN_STAMP_HEADER = "x-stamp-webauthn";
+/** A key that is no stored credential, vouched for by a token naming it (auth/attested.ts). */
+export const ATTESTED_STAMP_HEADER = "x-stamp-attested";
 
 export type StampScheme =
   | "SIGNATURE_SCHEME_TK_API_P256"
@@ -37,27 +39,60 @@ export interface WebauthnStamp {
 
 export type Stamp = ApiKeyStamp | WebauthnStamp;
 
+/** Which token vouches for an attested stamp's key: a verification token (email or SMS OTP) or an OIDC token. */
+export type AttestedScheme = "STAMP_ATTESTED_SCHEME_P256_VERIFICATION_TOKEN" | "STAMP_ATTESTED_SCHEME_P256_OIDC";
+const ATTESTED_SCHEMES: ReadonlySet<string> = new Set(["STAMP_ATTESTED_SCHEME_P256_VERIFICATION_TOKEN", "STAMP_ATTESTED_SCHEME_P256_OIDC"]);
+
+export interface AttestedStamp {
+  kind: "ATTESTED";
+  publicKey: string;
+  signature: string;
+  /** The token binding `publicKey` to an identity; a bearer credential while it lives, never stored or logged. */
+  attestation: string;
+  scheme: AttestedScheme;
+}
+
 const malformed = (why: string) => serviceError("MALFORMED_STAMP", `malformed stamp: ${why}`);
 const BASE64URL = /^[A-Za-z0-9_-]*={0,2}$/;
 
-/** Picks the one stamp a request carries; none or both is refused. */
-export function readStamp(headers: Record<string, string | string[] | undefined>): Stamp {
+/** The refusal of an attested stamp where it proves nothing (everywhere but a vote). */
+export const attestedStampNotAccepted = () =>
+  serviceError(
+    "ATTESTED_STAMP_NOT_ACCEPTED",
+    "X-Stamp-Attested is accepted only on approve_activity and reject_activity by the requester of an activity waiting for their authentication (to prove an MFA step, or withdraw it): stamp this request with X-Stamp or X-Stamp-Webauthn",
+  );
+
+/**
+ * Picks the one stamp a request carries; none or several is refused. An attested stamp is read only
+ * where `attested` says it may prove something, and refused elsewhere.
+ */
+export function readStamp(headers: Record<string, string | string[] | undefined>): Stamp;
+export function readStamp(headers: Record<string, string | string[] | undefined>, attested: boolean): Stamp | AttestedStamp;
+export function readStamp(headers: Record<string, string | string[] | undefined>, attested = false): Stamp | AttestedStamp {
   const apiKey = headers[API_KEY_STAMP_HEADER];
   const webauthn = headers[WEBAUTHN_STAMP_HEADER];
-  if (apiKey === undefined && webauthn === undefined) {
+  const attestedHeader = headers[ATTESTED_STAMP_HEADER];
+  const sent = [apiKey, webauthn, attestedHeader].filter((h) => h !== undefined);
+  if (sent.length === 0) {
     throw serviceError("SIGNATURE_MISSING", "request is not stamped: send exactly one of X-Stamp or X-Stamp-Webauthn");
   }
-  if (apiKey !== undefined && webauthn !== undefined) {
-    throw serviceError("MULTIPLE_STAMPS", "request carries both X-Stamp and X-Stamp-Webauthn: send exactly one");
+  if (sent.length > 1) {
+    throw serviceError(
+      "MULTIPLE_STAMPS",
+      "request carries more than one of X-Stamp, X-Stamp-Webauthn and X-Stamp-Attested: send exactly one",
+    );
   }
+  if (attestedHeader !== undefined && !attested) throw attestedStampNotAccepted();
   // Repeated header lines arrive as arrays (the HTTP layer passes them distinct); a proxy may instead
   // have joined them with ", ", which base64url never contains.
   const repeated = (value: string | string[] | undefined) => Array.isArray(value) && value.length > 1;
-  if (repeated(apiKey) || repeated(webauthn) || (typeof apiKey === "string" ? apiKey : (apiKey?.[0] ?? "")).includes(",")) {
+  const single = (value: string | string[]) => (Array.isArray(value) ? value[0]! : value);
+  if (repeated(sent[0]) || (apiKey !== undefined || attestedHeader !== undefined ? single(sent[0]!) : "").includes(",")) {
     throw serviceError("MULTIPLE_STAMPS", "the stamp header appears more than once: send exactly one");
   }
-  const single = (value: string | string[]) => (Array.isArray(value) ? value[0] : value);
-  return apiKey !== undefined ? parseApiKeyStamp(single(apiKey)) : parseWebauthnStamp(single(webauthn!));
+  if (apiKey !== undefined) return parseApiKeyStamp(single(apiKey));
+  if (attestedHeader !== undefined) return parseAttestedStamp(single(attestedHeader));
+  return parseWebauthnStamp(single(webauthn!));
 }
 
 function parseJsonObject(text: string, what: string): Record<string, unknown> {
@@ -98,6 +133,25 @@ export function parseWebauthnStamp(header: string): WebauthnStamp {
   >;
   for (const f of fields) if (!BASE64URL.test(values[f])) throw malformed(`X-Stamp-Webauthn ${f} is not base64url`);
   return { kind: "WEBAUTHN", ...values };
+}
+
+export function parseAttestedStamp(header: string): AttestedStamp {
+  if (!BASE64URL.test(header)) throw malformed("X-Stamp-Attested is not base64url");
+  const obj = parseJsonObject(Buffer.from(header, "base64url").toString("utf8"), "X-Stamp-Attested");
+  const publicKey = stringField(obj, "publicKey", "X-Stamp-Attested");
+  const signature = stringField(obj, "signature", "X-Stamp-Attested");
+  const attestation = stringField(obj, "publicKeyAttestation", "X-Stamp-Attested");
+  const scheme = stringField(obj, "scheme", "X-Stamp-Attested");
+  if (!ATTESTED_SCHEMES.has(scheme)) throw malformed(`unsupported attested stamp scheme "${scheme}"`);
+  if (!isHex(publicKey)) throw malformed("publicKey is not hex");
+  if (!isHex(signature)) throw malformed("signature is not hex");
+  return {
+    kind: "ATTESTED",
+    publicKey: publicKey.toLowerCase(),
+    signature: signature.toLowerCase(),
+    attestation,
+    scheme: scheme as AttestedScheme,
+  };
 }
 
 /** Whether an API-key stamp's signature covers exactly these body bytes. */

@@ -13,7 +13,8 @@ import { distinct, renderOauthProvider, requireAtMost, requireUser } from "../re
 import { addOauthProviders, oauthProviderAsRecorded, warmOidcKeys } from "../identity/users.js";
 import { defaultKeyName, issueCredentialBundle, issueSession, sessionPublicKey, sessionSeconds } from "./sessions.js";
 
-const nonceOf = (publicKey: string) =>
+/** The nonce an OIDC token carries for a key: sha256 of its hex, as hex. */
+export const nonceOf = (publicKey: string) =>
   crypto
     .createHash("sha256")
     .update(String(publicKey ?? ""), "utf8")

@@ -46,18 +46,16 @@ export interface AuthenticationProof {
 const MAX_STEPS = 10;
 const MAX_METHODS_PER_STEP = 10;
 
-/** Methods this server can verify: a stamp by an API key, a passkey or a session key. Email OTP, SMS
- * OTP and OAuth are proven by attested stamps, which Sigil does not accept yet. */
-const VERIFIABLE: ReadonlySet<AuthenticationType> = new Set([
-  "AUTHENTICATION_TYPE_API_KEY",
-  "AUTHENTICATION_TYPE_PASSKEY",
-  "AUTHENTICATION_TYPE_SESSION",
-]);
-
 type ProofIdentity = Pick<AuthenticationProof, "type" | "credentialId" | "sessionProfileId">;
 
-/** The id a method names this proof by: a session's profile, any other credential's own id. */
-const idOf = (proof: ProofIdentity) => (proof.type === "AUTHENTICATION_TYPE_SESSION" ? proof.sessionProfileId : proof.credentialId);
+/** The id a method names this proof by: a session's profile, an OAuth proof's provider, any other
+ * credential's own id; none for a one-time password (its proof's credentialId is the contact). */
+const idOf = (proof: ProofIdentity) =>
+  proof.type === "AUTHENTICATION_TYPE_SESSION"
+    ? proof.sessionProfileId
+    : proof.type === "AUTHENTICATION_TYPE_EMAIL_OTP" || proof.type === "AUTHENTICATION_TYPE_SMS_OTP"
+      ? undefined
+      : proof.credentialId;
 
 /** Whether `proof` is a credential `method` accepts: its type, and its very id (for a session: the
  * profile it was issued with) when the method names one. */
@@ -144,8 +142,8 @@ function checkOrder(order: number): number {
 /**
  * The steps as stored. Refused: no step (such a policy would require nothing, and, as the first whose
  * condition holds, would stop the evaluation before the policies that do require something), a step
- * with no method, an id where the method has none, an id that is not one of the user's own
- * credentials, and a step no method of which this server can verify (it could never be satisfied).
+ * with no method, an id where the method has none, and an id that is not one of the user's own
+ * credentials. Every method can be proven: email OTP, SMS OTP and OAuth by attested stamps.
  */
 async function checkSteps(trx: Tx, organizationId: string, userId: string, steps: AuthenticationStep[]): Promise<AuthenticationStep[]> {
   const field = "requiredAuthenticationMethods";
@@ -163,11 +161,6 @@ async function checkSteps(trx: Tx, organizationId: string, userId: string, steps
       if (id !== undefined) await checkMethodId(trx, organizationId, userId, method.type, id, `${where}[${j}]`);
       methods.push({ type: method.type, ...(id !== undefined ? { id } : {}) });
     }
-    if (!methods.some((m) => VERIFIABLE.has(m.type)))
-      throw serviceError(
-        "MFA_METHOD_UNSUPPORTED",
-        `${where}: ${methods.map((m) => m.type).join(", ")} cannot be verified by this server (email OTP, SMS OTP and OAuth need attested stamps, not accepted yet): add AUTHENTICATION_TYPE_PASSKEY, AUTHENTICATION_TYPE_API_KEY or AUTHENTICATION_TYPE_SESSION to the step`,
-      );
     stored.push({ any: methods });
   }
   return stored;
