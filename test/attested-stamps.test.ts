@@ -9,6 +9,8 @@ import { ApiKeyStamper } from "@turnkey/api-key-stamper";
 import { encryptOtpCodeToBundle } from "@turnkey/crypto";
 import { TurnkeyApiClient } from "@turnkey/sdk-server";
 import crypto from "node:crypto";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
 // The stamper @turnkey/core's client uses for attested stamps (not exported from its index).
 import { AttestedScheme, AttestedStamper } from "@turnkey/core/dist/__stampers__/attested/base.js";
 import { newKeyPair, signerPublicKeyOf, startHarness, type ApiKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
@@ -24,13 +26,25 @@ let parent: TestOrganization;
 let parentSdk: ReturnType<Harness["sdk"]>;
 let signerPublicKey: string;
 let offset = 0;
+let smsServer: http.Server;
+const texts: Array<{ to: string; body: string }> = [];
 
 beforeAll(async () => {
   smtp = await startSmtp();
   oidc = await startOidcIssuer();
+  smsServer = http.createServer((request, response) => {
+    let body = "";
+    request.on("data", (chunk: Buffer) => (body += chunk.toString("utf8")));
+    request.on("end", () => {
+      texts.push(JSON.parse(body) as { to: string; body: string });
+      response.writeHead(202).end();
+    });
+  });
+  await new Promise<void>((resolve) => smsServer.listen(0, "127.0.0.1", resolve));
   h = await startHarness(
     {
       SIGIL_SMTP_URL: smtp.url,
+      SIGIL_SMS_URL: `http://127.0.0.1:${(smsServer.address() as AddressInfo).port}/sms`,
       SIGIL_MESSAGE_POLL_MS: "50",
       SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com",
       SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400",
@@ -41,12 +55,14 @@ beforeAll(async () => {
   parent = await h.organization("App backend");
   parentSdk = h.sdk(parent, parent.key, fastPoller);
   await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
+  await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_SMS_AUTH", value: "" });
   signerPublicKey = await signerPublicKeyOf(h.url);
 });
 afterAll(async () => {
   await h?.close();
   await smtp?.close();
   await oidc?.close();
+  await new Promise<void>((resolve) => (smsServer ? smsServer.close(() => resolve()) : resolve()));
 });
 
 const API_KEY = { any: [{ type: "AUTHENTICATION_TYPE_API_KEY" as const }] };
@@ -72,6 +88,7 @@ let counter = 0;
 async function waitingUser(second: (providerId: string) => { any: Array<{ type: any; id?: string }> }, verified = true) {
   counter += 1;
   const email = `mfa${counter}.${Date.now()}@example.com`;
+  const phone = `+1555${String(Date.now()).slice(-6)}${counter % 10}`;
   const subject = `oidc-user-${counter}-${Date.now()}`;
   const key = newKeyPair();
   const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({
@@ -81,6 +98,7 @@ async function waitingUser(second: (providerId: string) => { any: Array<{ type: 
       {
         userName: `mfa ${counter}`,
         userEmail: email,
+        userPhoneNumber: phone,
         apiKeys: [{ apiKeyName: "device", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
         authenticators: [],
         oauthProviders: [],
@@ -90,7 +108,10 @@ async function waitingUser(second: (providerId: string) => { any: Array<{ type: 
   const userId = rootUserIds![0]!;
   const own = h.sdk({ organizationId: subOrganizationId }, key, fastPoller);
   // The user proves the email is theirs (a token bound to their own key): only a verified contact vouches.
-  if (verified) await own.updateUserEmail({ userId, userEmail: email, verificationToken: await verificationToken(email, key) });
+  if (verified) {
+    await own.updateUserEmail({ userId, userEmail: email, verificationToken: await verificationToken(email, key) });
+    await own.updateUserPhoneNumber({ userId, userPhoneNumber: phone, verificationToken: await smsVerificationToken(phone, key) });
+  }
   const {
     providerIds: [providerId],
   } = await own.createOauthProviders({
@@ -106,7 +127,7 @@ async function waitingUser(second: (providerId: string) => { any: Array<{ type: 
   });
   const waiting = await own.createUserTag({ userTagName: "guarded", userIds: [] });
   expect(waiting.activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
-  return { subOrganizationId, userId, email, subject, providerId: providerId!, mfaPolicyId, key, own, waiting: waiting.activity };
+  return { subOrganizationId, userId, email, phone, subject, providerId: providerId!, mfaPolicyId, key, own, waiting: waiting.activity };
 }
 
 /** init_otp → verify_otp for `email`, the code read from the delivered email: a verification token bound to `clientKey`. */
@@ -117,6 +138,21 @@ async function verificationToken(email: string, clientKey: ApiKeyPair, expiratio
   const code = /verification code is ([0-9A-Z]{6,9})/.exec(mail.raw.replace(/=\r?\n/g, ""))![1]!;
   const encryptedOtpBundle = await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, clientKey.publicKey, signerPublicKey);
   return (await backend.verifyOtp({ otpId, encryptedOtpBundle, ...(expirationSeconds ? { expirationSeconds } : {}) })).verificationToken;
+}
+
+/** The same by text message: the code read from what the SMS endpoint received. */
+async function smsVerificationToken(phone: string, clientKey: ApiKeyPair): Promise<string> {
+  const before = texts.length;
+  const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({
+    otpType: "OTP_TYPE_SMS",
+    contact: phone,
+    appName: "Demo",
+    smsCustomization: { template: "Demo code: {{.OtpCode}}" },
+  });
+  const text = await until(() => texts.slice(before).find((t) => t.to === phone), `a text to ${phone}`);
+  const code = /Demo code: ([0-9A-Z]{6,9})$/.exec(text.body)![1]!;
+  const encryptedOtpBundle = await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, clientKey.publicKey, signerPublicKey);
+  return (await parentSdk.verifyOtp({ otpId, encryptedOtpBundle })).verificationToken;
 }
 
 /** A client of `organizationId` stamping with an AttestedStamper: `signer` signs, `publicKey` is the key the stamp names. */
@@ -167,6 +203,24 @@ describe("an attested stamp proves an MFA step", () => {
     expect(h.logLines.join("\n")).not.toContain(token);
     expect(JSON.stringify(await h.server.store.db.selectFrom("activities").selectAll().execute())).not.toContain(token);
     expect(JSON.stringify(await h.server.store.db.selectFrom("activity_authentications").selectAll().execute())).not.toContain(token);
+  });
+
+  it("SMS_OTP: a verification token for the user's phone number, in a step beside a passkey method", async () => {
+    const user = await waitingUser(() => ({ any: [{ type: "AUTHENTICATION_TYPE_PASSKEY" }, { type: "AUTHENTICATION_TYPE_SMS_OTP" }] }));
+    const clientKey = newKeyPair();
+    const token = await smsVerificationToken(user.phone, clientKey);
+    const client = attestedClient(
+      user.subOrganizationId,
+      { attestedIdentity: token, publicKey: clientKey.publicKey, scheme: AttestedScheme.P256_VERIFICATION_TOKEN },
+      clientKey,
+    );
+    const done = await client.approveActivity({ fingerprint: user.waiting.fingerprint });
+    expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    const { mfaStatuses } = await user.own.getMfaStatus({ activityId: user.waiting.id });
+    expect(mfaStatuses[0].satisfiedMethods).toEqual([
+      { type: "AUTHENTICATION_TYPE_API_KEY", id: expect.any(String) },
+      { type: "AUTHENTICATION_TYPE_SMS_OTP" },
+    ]);
   });
 
   it("OAUTH: an OIDC token whose nonce is sha256 of the client key, for the provider the method names", async () => {
