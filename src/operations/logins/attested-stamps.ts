@@ -11,7 +11,7 @@ import type { AttestedStamp } from "../../auth/stamps.js";
 import { verifyP256Der } from "../../crypto/keys.js";
 import type { Db } from "../../store/handles.js";
 import type { OperationEnvironment } from "../../registry/registry.js";
-import { foldEmail } from "./contacts.js";
+import { foldEmail, usersWithContact } from "./contacts.js";
 import { nonceOf } from "./oauth.js";
 import type { VerificationClaims } from "./verification-tokens.js";
 
@@ -75,19 +75,12 @@ async function verifiedContact(
       );
   }
   const byEmail = row.otp_type === "OTP_TYPE_EMAIL";
-  const users = await db
-    .selectFrom("users")
-    .select(["id", "email", "phone_number", "email_verified_at", "phone_verified_at"])
-    .where("organization_id", "=", organizationId)
-    .where(byEmail ? "email" : "phone_number", "is not", null)
-    .execute();
-  const wanted = byEmail ? foldEmail(row.contact) : row.contact;
-  const holders = users.filter((u) => (byEmail ? foldEmail(u.email!) : u.phone_number!.replace(/[\s().-]/g, "")) === wanted);
+  const holders = await usersWithContact(db, organizationId, row.otp_type, row.contact);
   const what = `${byEmail ? "email" : "phone number"} ${row.contact}`;
   if (holders.length === 0) throw unknownIdentity(what, organizationId);
   if (holders.length > 1) throw ambiguousIdentity(holders.length, what, organizationId);
   // A contact set on a user but never proven may be a typo, someone else's mailbox: it vouches for nobody.
-  if ((byEmail ? holders[0]!.email_verified_at : holders[0]!.phone_verified_at) === null)
+  if (holders[0]!.verifiedAt === null)
     throw serviceError(
       "ATTESTED_IDENTITY_UNKNOWN",
       `user ${holders[0]!.id} has ${what} but has never verified it (otp_login, or update_user_email / update_user_phone_number with a verification token, verifies it): it proves no MFA step yet`,
@@ -96,7 +89,7 @@ async function verifiedContact(
   return {
     userId: holders[0]!.id,
     method: byEmail ? "AUTHENTICATION_TYPE_EMAIL_OTP" : "AUTHENTICATION_TYPE_SMS_OTP",
-    credentialId: `${byEmail ? "email" : "sms"}:${wanted}`,
+    credentialId: byEmail ? `email:${foldEmail(row.contact)}` : `sms:${row.contact}`,
   };
 }
 

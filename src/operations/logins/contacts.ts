@@ -3,6 +3,7 @@
 // numbers in E.164 form, without the spaces and punctuation people type.
 import { serviceError } from "../../errors.js";
 import type { ActivityContext } from "../../registry/registry.js";
+import type { Db, Tx } from "../../store/handles.js";
 import { foldAscii, type Channel } from "../../services/message-courier.js";
 
 export type OtpType = "OTP_TYPE_EMAIL" | "OTP_TYPE_SMS";
@@ -32,7 +33,7 @@ export function requireContact(
     return { otpType, contact: email, channel: "email" };
   }
   if (otpType === "OTP_TYPE_SMS") {
-    const phone = String(contact ?? "").replace(/[\s().-]/g, "");
+    const phone = bareNumber(String(contact ?? ""));
     if (!PHONE.test(phone))
       throw serviceError(
         "INVALID_CONTACT",
@@ -47,21 +48,32 @@ export function requireContact(
  * such as the Kelvin sign into "k"). */
 export const foldEmail = foldAscii;
 
+/** A phone number as compared and stored: without the spaces, brackets, dots and dashes people write in it. */
+const bareNumber = (phone: string) => phone.replace(/[\s().-]/g, "");
+
+/** The users of the organization holding this email (ASCII case-insensitive) or phone number: each with
+ * the contact as stored (where a code goes) and when they proved it (null: never). */
+export async function usersWithContact(db: Db | Tx, organizationId: string, otpType: string, contact: string) {
+  const byEmail = otpType === "OTP_TYPE_EMAIL";
+  const rows = await db
+    .selectFrom("users")
+    .select(["id", "email", "phone_number", "email_verified_at", "phone_verified_at"])
+    .where("organization_id", "=", organizationId)
+    .where(byEmail ? "email" : "phone_number", "is not", null)
+    .execute();
+  const wanted = byEmail ? foldEmail(contact) : bareNumber(contact);
+  return rows.flatMap((r) => {
+    const stored = byEmail ? r.email! : r.phone_number!;
+    const verifiedAt = byEmail ? r.email_verified_at : r.phone_verified_at;
+    return (byEmail ? foldEmail(stored) : bareNumber(stored)) === wanted ? [{ id: r.id, contact: stored, verifiedAt }] : [];
+  });
+}
+
 /** The user of the organization with this email (ASCII case-insensitive) or phone number, and the
  * contact as stored for it (where the code goes). */
 export async function userWithContact(ctx: ActivityContext, otpType: string, contact: string): Promise<{ id: string; contact: string }> {
   const byEmail = otpType === "OTP_TYPE_EMAIL";
-  const rows = await ctx.trx
-    .selectFrom("users")
-    .select(["id", "email", "phone_number"])
-    .where("organization_id", "=", ctx.organizationId)
-    .where(byEmail ? "email" : "phone_number", "is not", null)
-    .execute();
-  const wanted = byEmail ? foldEmail(contact) : contact;
-  const found = rows.flatMap((r) => {
-    const stored = byEmail ? r.email! : r.phone_number!;
-    return (byEmail ? foldEmail(stored) : stored.replace(/[\s().-]/g, "")) === wanted ? [{ id: r.id, contact: stored }] : [];
-  });
+  const found = await usersWithContact(ctx.trx, ctx.organizationId, otpType, contact);
   if (found.length === 0)
     throw serviceError(
       "USER_NOT_FOUND",
@@ -72,7 +84,7 @@ export async function userWithContact(ctx: ActivityContext, otpType: string, con
       "CONTACT_AMBIGUOUS",
       `${found.length} users of organization ${ctx.organizationId} share ${contact}: a one-time password cannot tell them apart`,
     );
-  return found[0]!;
+  return { id: found[0]!.id, contact: found[0]!.contact };
 }
 
 /** Marks the contact proven on the user (list_verified_suborgs reads it). */
