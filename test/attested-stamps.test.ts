@@ -17,7 +17,7 @@ import { newKeyPair, signerPublicKeyOf, startHarness, type ApiKeyPair, type Harn
 import { fastPoller } from "./helpers/organizations.js";
 import { startSmtp, until, type TestSmtp } from "./helpers/smtp.js";
 import { startOidcIssuer, type TestIssuer } from "./helpers/oidc-issuer.js";
-import { Agent, getGlobalDispatcher, setGlobalDispatcher } from "undici";
+import { fromAddress } from "./helpers/source-address.js";
 
 let h: Harness;
 let smtp: TestSmtp;
@@ -68,19 +68,6 @@ afterAll(async () => {
 const API_KEY = { any: [{ type: "AUTHENTICATION_TYPE_API_KEY" as const }] };
 const CREATE_USER_TAG = "activity.type == 'ACTIVITY_TYPE_CREATE_USER_TAG'";
 const nonceOf = (publicKey: string) => crypto.createHash("sha256").update(publicKey).digest("hex");
-
-/** Runs `work` with every fetch of this process leaving from `localAddress` (any 127.x address is loopback). */
-async function from<T>(localAddress: string, work: () => Promise<T>): Promise<T> {
-  const previous = getGlobalDispatcher();
-  const agent = new Agent({ localAddress });
-  setGlobalDispatcher(agent);
-  try {
-    return await work();
-  } finally {
-    setGlobalDispatcher(previous);
-    await agent.close();
-  }
-}
 
 let counter = 0;
 /** A sub-organization whose root user has an email, an OAuth identity and an API key, and an MFA
@@ -425,20 +412,20 @@ describe("a bad attested stamp is refused and changes nothing", () => {
     const token = await verificationToken(email, clientKey, undefined, root);
     const { activity } = await root.createUserTag({ userTagName: "guarded", userIds: [] });
     expect(activity.status).toBe("ACTIVITY_STATUS_AUTHENTICATORS_NEEDED");
-    await from("127.0.0.1", () => root.setIpAllowlist({ enabled: true, rules: [{ cidr: "127.0.0.1/32", label: "office" }] }));
+    await fromAddress("127.0.0.1", () => root.setIpAllowlist({ enabled: true, rules: [{ cidr: "127.0.0.1/32", label: "office" }] }));
     const client = attestedClient(
       org.organizationId,
       { attestedIdentity: token, publicKey: clientKey.publicKey, scheme: AttestedScheme.P256_VERIFICATION_TOKEN },
       clientKey,
     );
-    await from("127.0.0.2", () =>
+    await fromAddress("127.0.0.2", () =>
       refusedChangingNothing(
         () => client.approveActivity({ fingerprint: activity.fingerprint }),
         7,
         "requests from 127.0.0.2 are not allowed",
       ),
     );
-    const done = await from("127.0.0.1", () => client.approveActivity({ fingerprint: activity.fingerprint }));
+    const done = await fromAddress("127.0.0.1", () => client.approveActivity({ fingerprint: activity.fingerprint }));
     expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
   });
 

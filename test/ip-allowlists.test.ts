@@ -9,7 +9,7 @@ import { execFile } from "node:child_process";
 import net from "node:net";
 import path from "node:path";
 import { promisify } from "node:util";
-import { Agent, getGlobalDispatcher, setGlobalDispatcher } from "undici";
+import { fromAddress } from "./helpers/source-address.js";
 import { Turnkey } from "@turnkey/sdk-server";
 import { TurnkeyClient } from "@turnkey/http";
 import { WebauthnStamper } from "@turnkey/webauthn-stamper";
@@ -38,20 +38,6 @@ beforeAll(async () => {
 });
 afterAll(() => h.close());
 
-/** Runs `work` with every fetch of this process leaving from `localAddress`. */
-async function from<T>(localAddress: string, work: () => Promise<T>): Promise<T> {
-  const previous = getGlobalDispatcher();
-  // undici 5 takes the source address as the Agent's own option (its `connect.localAddress` is overridden).
-  const agent = new Agent({ localAddress });
-  setGlobalDispatcher(agent);
-  try {
-    return await work();
-  } finally {
-    setGlobalDispatcher(previous);
-    await agent.close();
-  }
-}
-
 /** sdk-server's client for `org` with `key`, at `base` (v4 or v6). */
 function client(org: { organizationId: string }, key: ApiKeyPair, base = v4) {
   return new Turnkey({
@@ -73,7 +59,7 @@ async function refusedChangingNothing(attempt: () => Promise<unknown>, rejection
 const notAllowed = (address: string) => ({ code: 7, message: expect.stringContaining(`requests from ${address} are not allowed`) });
 
 async function lockTo(org: TestOrganization, cidrs: string[], extra: Record<string, unknown> = {}) {
-  await from("127.0.0.1", () =>
+  await fromAddress("127.0.0.1", () =>
     client(org, org.key).setIpAllowlist({ enabled: true, rules: cidrs.map((cidr) => ({ cidr, label: "test" })), ...extra }),
   );
 }
@@ -116,7 +102,7 @@ describe("set_ip_allowlist and get_ip_allowlist", () => {
     });
 
     // A disabled list is stored, not enforced: 127.0.0.2 is outside it and still gets through.
-    await from("127.0.0.2", () => root.getWhoami({}));
+    await fromAddress("127.0.0.2", () => root.getWhoami({}));
   });
 
   it("keeps one list per API key, answered under its public key, with no enabled switch of its own", async () => {
@@ -173,20 +159,20 @@ describe("IPv6 addresses with an embedded IPv4 tail", () => {
   it("stores ::a.b.c.d and ::ffff:a.b.c.d rules as what they are, and matches clients accordingly", async () => {
     const org = await h.organization();
     const root = client(org, org.key);
-    await from("127.0.0.1", () =>
+    await fromAddress("127.0.0.1", () =>
       root.setIpAllowlist({
         enabled: true,
         rules: [{ cidr: "::127.0.0.2/128" }, { cidr: "::ffff:127.0.0.1/128" }, { cidr: "::1/128" }],
       }),
     );
-    expect((await from("127.0.0.1", () => root.getIpAllowlist({}))).allowlist.rules.map((r) => r.cidr)).toEqual([
+    expect((await fromAddress("127.0.0.1", () => root.getIpAllowlist({}))).allowlist.rules.map((r) => r.cidr)).toEqual([
       "::7f00:2/128",
       "127.0.0.1/32",
       "::1/128",
     ]);
     // 127.0.0.1 is let in by the mapped rule; 127.0.0.2 is not by ::127.0.0.2, an IPv6 address.
-    await from("127.0.0.1", () => root.getWhoami({}));
-    await from("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
+    await fromAddress("127.0.0.1", () => root.getWhoami({}));
+    await fromAddress("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
   });
 
   describe("requests from such a peer (a loopback connection whose socket reports that address, as Node would)", () => {
@@ -352,17 +338,19 @@ describe("enforcement", () => {
     const org = await h.organization();
     await lockTo(org, ["127.0.0.1/32"]);
     const root = client(org, org.key);
-    const tag = await from("127.0.0.1", () => root.createUserTag({ userTagName: "from inside", userIds: [] }));
+    const tag = await fromAddress("127.0.0.1", () => root.createUserTag({ userTagName: "from inside", userIds: [] }));
     expect(tag.userTagId).toBeTruthy();
 
     const secretName = "tag-name-that-must-not-be-logged";
-    await from("127.0.0.2", () =>
+    await fromAddress("127.0.0.2", () =>
       refusedChangingNothing(() => root.createUserTag({ userTagName: secretName, userIds: [] }), notAllowed("127.0.0.2")),
     );
-    await from("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
-    await from("127.0.0.2", () => refusedChangingNothing(() => root.getIpAllowlist({}), notAllowed("127.0.0.2")));
+    await fromAddress("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
+    await fromAddress("127.0.0.2", () => refusedChangingNothing(() => root.getIpAllowlist({}), notAllowed("127.0.0.2")));
     // Approvals are activities too.
-    await from("127.0.0.2", () => refusedChangingNothing(() => root.approveActivity({ fingerprint: "none" }), notAllowed("127.0.0.2")));
+    await fromAddress("127.0.0.2", () =>
+      refusedChangingNothing(() => root.approveActivity({ fingerprint: "none" }), notAllowed("127.0.0.2")),
+    );
 
     const refusals = h.logLines
       .slice(logged)
@@ -372,7 +360,7 @@ describe("enforcement", () => {
     expect(refusals[0]).toMatchObject({ msg: "request refused", ip: "127.0.0.2", status: 403, url: "/public/v1/submit/create_user_tag" });
     expect(h.logLines.join("\n")).not.toContain(secretName);
     // The answer names the code in the body the clients parse.
-    const raw = await from("127.0.0.2", () =>
+    const raw = await fromAddress("127.0.0.2", () =>
       h.post(
         "/public/v1/query/whoami",
         ...(Object.values(signedRequest({ organizationId: org.organizationId }, org.key)) as [string, Record<string, string>]),
@@ -385,50 +373,50 @@ describe("enforcement", () => {
   it("IPv6: ::1 is let in by ::1/128 and refused by a list without it", async () => {
     const org = await h.organization();
     await lockTo(org, ["127.0.0.1/32", "::1/128"]);
-    expect((await from("::1", () => client(org, org.key, v6).getWhoami({}))).organizationId).toBe(org.organizationId);
+    expect((await fromAddress("::1", () => client(org, org.key, v6).getWhoami({}))).organizationId).toBe(org.organizationId);
     await lockTo(org, ["127.0.0.1/32", "2001:db8::/48"]);
-    await from("::1", () => refusedChangingNothing(() => client(org, org.key, v6).getWhoami({}), notAllowed("::1")));
-    await from("127.0.0.1", () => client(org, org.key).getWhoami({}));
+    await fromAddress("::1", () => refusedChangingNothing(() => client(org, org.key, v6).getWhoami({}), notAllowed("::1")));
+    await fromAddress("127.0.0.1", () => client(org, org.key).getWhoami({}));
   });
 
   it("an API key's own list overrides the organization's; an empty one falls back; a disabled organization list enforces none", async () => {
     const { org, root, members } = await organizationWith(h, ["app"]);
     const app = client(org, members.app!.key);
     await lockTo(org, ["127.0.0.1/32"]);
-    await from("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "127.0.0.2/32" }] }));
+    await fromAddress("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "127.0.0.2/32" }] }));
 
-    await from("127.0.0.2", () => app.getWhoami({}));
-    await from("127.0.0.1", () =>
+    await fromAddress("127.0.0.2", () => app.getWhoami({}));
+    await fromAddress("127.0.0.1", () =>
       refusedChangingNothing(() => app.getWhoami({}), {
         code: 7,
         message: expect.stringContaining("127.0.0.1 are not allowed by API key"),
       }),
     );
     // The root key has no list of its own: the organization's applies.
-    await from("127.0.0.1", () => root.getWhoami({}));
-    await from("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
+    await fromAddress("127.0.0.1", () => root.getWhoami({}));
+    await fromAddress("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
 
     // A key list with no rules falls back to the organization's.
-    await from("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [] }));
-    await from("127.0.0.1", () => app.getWhoami({}));
-    await from("127.0.0.2", () => refusedChangingNothing(() => app.getWhoami({}), notAllowed("127.0.0.2")));
+    await fromAddress("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [] }));
+    await fromAddress("127.0.0.1", () => app.getWhoami({}));
+    await fromAddress("127.0.0.2", () => refusedChangingNothing(() => app.getWhoami({}), notAllowed("127.0.0.2")));
 
     // With the organization's list disabled, no list is enforced, the key's included.
-    await from("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "10.0.0.0/24" }] }));
-    await from("127.0.0.1", () => root.setIpAllowlist({ enabled: false, rules: [{ cidr: "127.0.0.1/32" }] }));
-    await from("127.0.0.2", () => app.getWhoami({}));
-    await from("127.0.0.2", () => root.getWhoami({}));
+    await fromAddress("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "10.0.0.0/24" }] }));
+    await fromAddress("127.0.0.1", () => root.setIpAllowlist({ enabled: false, rules: [{ cidr: "127.0.0.1/32" }] }));
+    await fromAddress("127.0.0.2", () => app.getWhoami({}));
+    await fromAddress("127.0.0.2", () => root.getWhoami({}));
 
     // An enabled organization list with no rules refuses every address.
-    await from("127.0.0.1", () => root.setIpAllowlist({ enabled: true, rules: [] }));
-    await from("127.0.0.1", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.1")));
+    await fromAddress("127.0.0.1", () => root.setIpAllowlist({ enabled: true, rules: [] }));
+    await fromAddress("127.0.0.1", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.1")));
   });
 
   it("holds a parent's key to the parent's list when it names a sub-organization; the sub-organization's own keys to none", async () => {
     const org = await h.organization();
     const root = client(org, org.key);
     const subKey = newKeyPair();
-    const { subOrganizationId } = await from("127.0.0.1", () =>
+    const { subOrganizationId } = await fromAddress("127.0.0.1", () =>
       root.createSubOrganization({
         subOrganizationName: "sub",
         rootUsers: [
@@ -444,10 +432,10 @@ describe("enforcement", () => {
     );
     await lockTo(org, ["127.0.0.1/32"]);
     const parentInSub = client({ organizationId: subOrganizationId }, org.key);
-    await from("127.0.0.1", () => parentInSub.getUsers({}));
-    await from("127.0.0.2", () => refusedChangingNothing(() => parentInSub.getUsers({}), notAllowed("127.0.0.2")));
+    await fromAddress("127.0.0.1", () => parentInSub.getUsers({}));
+    await fromAddress("127.0.0.2", () => refusedChangingNothing(() => parentInSub.getUsers({}), notAllowed("127.0.0.2")));
     const sub = client({ organizationId: subOrganizationId }, subKey);
-    await from("127.0.0.2", () => sub.createUserTag({ userTagName: "sub tag", userIds: [] }));
+    await fromAddress("127.0.0.2", () => sub.createUserTag({ userTagName: "sub tag", userIds: [] }));
   });
 
   it("policies decide who may set and remove a list (resource CONFIG, actions UPDATE and DELETE)", async () => {
@@ -501,7 +489,7 @@ describe("behind a trusted proxy (SIGIL_TRUSTED_PROXIES)", () => {
   async function whoamiFrom(peer: string, forwardedFor?: string) {
     const { body, headers } = signedRequest({ organizationId: org.organizationId }, org.key);
     const before = await proxied.snapshot();
-    const response = await from(peer, () =>
+    const response = await fromAddress(peer, () =>
       proxied.post("/public/v1/query/whoami", body, {
         ...headers,
         ...(forwardedFor !== undefined ? { "X-Forwarded-For": forwardedFor } : {}),
@@ -534,7 +522,7 @@ describe("behind a trusted proxy (SIGIL_TRUSTED_PROXIES)", () => {
     const denied = await whoamiFrom("127.0.0.2", "not-an-address");
     expect(denied.status).toBe(403);
     expect(denied.json.message).toContain("could not be determined");
-    await from("127.0.0.1", () =>
+    await fromAddress("127.0.0.1", () =>
       proxied.sdk(org, org.key).setIpAllowlist({
         enabled: true,
         onEvaluationError: "ALLOW",
@@ -564,9 +552,9 @@ describe("the way back for a locked-out organization", () => {
   it("the operator's `sigil remove-ip-allowlist` removes the organization's list, or one key's", async () => {
     const { org, root, members } = await organizationWith(h, ["app"]);
     const app = client(org, members.app!.key);
-    await from("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "10.9.8.0/24" }] }));
+    await fromAddress("127.0.0.1", () => root.setIpAllowlist({ publicKey: members.app!.key.publicKey, rules: [{ cidr: "10.9.8.0/24" }] }));
     await lockTo(org, []);
-    await from("127.0.0.1", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.1")));
+    await fromAddress("127.0.0.1", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.1")));
 
     const before = await h.snapshot();
     const none = await sigil(["remove-ip-allowlist", "--organization", org.organizationId, "--api-key", org.apiKeyId]);
@@ -582,11 +570,11 @@ describe("the way back for a locked-out organization", () => {
     expect(removed.code).toBe(0);
     expect(JSON.parse(removed.stdout)).toEqual({ organizationId: org.organizationId, apiKeyId: null, removed: true });
     // The running server applies it to the very next request.
-    await from("127.0.0.2", () => root.getWhoami({}));
+    await fromAddress("127.0.0.2", () => root.getWhoami({}));
     expect((await root.getIpAllowlist({})).allowlist.rules).toEqual([]);
 
     // The key's list is not enforced without an enabled organization list, and can be removed the same way.
-    await from("127.0.0.2", () => app.getWhoami({}));
+    await fromAddress("127.0.0.2", () => app.getWhoami({}));
     const appKeyId = (await root.getApiKeys({ userId: members.app!.userId })).apiKeys[0]!.apiKeyId;
     const keyRemoved = await sigil(["remove-ip-allowlist", "--organization", org.organizationId, "--api-key", appKeyId]);
     expect(keyRemoved.code).toBe(0);
@@ -605,12 +593,12 @@ describe("the way back for a locked-out organization", () => {
       ],
     });
     await lockTo(org, []);
-    await from("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
+    await fromAddress("127.0.0.2", () => refusedChangingNothing(() => root.getWhoami({}), notAllowed("127.0.0.2")));
 
     const restore = passkey.installAsNavigator();
     try {
       const withPasskey = new TurnkeyClient({ baseUrl: h.url }, new WebauthnStamper({ rpId: passkey.rpId }));
-      const removal = await from("127.0.0.2", () =>
+      const removal = await fromAddress("127.0.0.2", () =>
         withPasskey.removeIpAllowlist({
           type: "ACTIVITY_TYPE_REMOVE_IP_ALLOWLIST",
           timestampMs: String(Date.now()),
@@ -623,7 +611,7 @@ describe("the way back for a locked-out organization", () => {
     } finally {
       restore();
     }
-    await from("127.0.0.2", () => root.getWhoami({}));
+    await fromAddress("127.0.0.2", () => root.getWhoami({}));
   });
 });
 
@@ -643,16 +631,16 @@ describe("a retry answered from the audit log", () => {
       parameters: { userTagName: "made before the key went", userIds: [] },
     });
     const { headers } = signedRequest(body, rotating);
-    const first = await from("127.0.0.1", () => h.post("/public/v1/submit/create_user_tag", body, headers));
+    const first = await fromAddress("127.0.0.1", () => h.post("/public/v1/submit/create_user_tag", body, headers));
     expect(first.json.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
     await root.deleteApiKeys({ userId: org.userId, apiKeyIds });
     await lockTo(org, ["127.0.0.1/32"]);
 
     const before = await h.snapshot();
-    const refused = await from("127.0.0.2", () => h.post("/public/v1/submit/create_user_tag", body, headers));
+    const refused = await fromAddress("127.0.0.2", () => h.post("/public/v1/submit/create_user_tag", body, headers));
     expect(refused.status).toBe(403);
     expect(refused.json.details[0].turnkeyErrorCode).toBe("IP_NOT_ALLOWED");
-    const answered = await from("127.0.0.1", () => h.post("/public/v1/submit/create_user_tag", body, headers));
+    const answered = await fromAddress("127.0.0.1", () => h.post("/public/v1/submit/create_user_tag", body, headers));
     expect(answered.json.activity.id).toBe(first.json.activity.id);
     expect(await h.snapshot()).toEqual(before);
   });
@@ -685,7 +673,7 @@ describe("a retry answered from the audit log", () => {
       parameters: { otpType: "OTP_TYPE_EMAIL", contact: "nobody@example.com", appName: "Demo" },
     });
     const { headers } = signedRequest(body, rotating);
-    const first = await from("127.0.0.1", () => h.post("/public/v1/submit/init_otp_auth", body, headers));
+    const first = await fromAddress("127.0.0.1", () => h.post("/public/v1/submit/init_otp_auth", body, headers));
     const recorded = await h.server.store.db
       .selectFrom("activities")
       .select("id")
@@ -697,12 +685,12 @@ describe("a retry answered from the audit log", () => {
     await lockTo(org, ["127.0.0.1/32"]);
 
     const before = await h.snapshot();
-    const refused = await from("127.0.0.2", () => h.post("/public/v1/submit/init_otp_auth", body, headers));
+    const refused = await fromAddress("127.0.0.2", () => h.post("/public/v1/submit/init_otp_auth", body, headers));
     expect(refused.status).toBe(403);
     expect(refused.json.message).toContain(
       `requests from 127.0.0.2 are not allowed by the IP allowlist of organization ${org.organizationId}`,
     );
-    const answered = await from("127.0.0.1", () => h.post("/public/v1/submit/init_otp_auth", body, headers));
+    const answered = await fromAddress("127.0.0.1", () => h.post("/public/v1/submit/init_otp_auth", body, headers));
     expect(answered).toEqual(first);
     expect(await h.snapshot()).toEqual(before);
   });
@@ -727,16 +715,16 @@ describe("a retry answered from the audit log", () => {
         parameters: { userTagName: "made before the key expired", userIds: [] },
       });
       const { headers } = signedRequest(body, expiring);
-      const first = await from("127.0.0.1", () => timed.post("/public/v1/submit/create_user_tag", body, headers));
+      const first = await fromAddress("127.0.0.1", () => timed.post("/public/v1/submit/create_user_tag", body, headers));
       expect(first.json.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
       now += 120_000;
 
       const before = await timed.snapshot();
       // The organization's list lets 127.0.0.2 in; the key's own does not, expired or not.
-      const refused = await from("127.0.0.2", () => timed.post("/public/v1/submit/create_user_tag", body, headers));
+      const refused = await fromAddress("127.0.0.2", () => timed.post("/public/v1/submit/create_user_tag", body, headers));
       expect(refused.status).toBe(403);
       expect(refused.json.message).toContain("requests from 127.0.0.2 are not allowed by API key");
-      const answered = await from("127.0.0.1", () => timed.post("/public/v1/submit/create_user_tag", body, headers));
+      const answered = await fromAddress("127.0.0.1", () => timed.post("/public/v1/submit/create_user_tag", body, headers));
       expect(answered.json.activity.id).toBe(first.json.activity.id);
       expect(await timed.snapshot()).toEqual(before);
     } finally {
@@ -771,9 +759,9 @@ describe("read-only sessions and session keys", () => {
     }
     await lockTo(org, ["127.0.0.1/32"]);
     const reader = new TurnkeyBrowserClient({ apiBaseUrl: h.url, readOnlySession: session, organizationId: org.organizationId });
-    expect((await from("127.0.0.1", () => reader.getWhoami({ organizationId: org.organizationId }))).userId).toBe(org.userId);
+    expect((await fromAddress("127.0.0.1", () => reader.getWhoami({ organizationId: org.organizationId }))).userId).toBe(org.userId);
     const before = await h.snapshot();
-    await expect(from("127.0.0.2", () => reader.getWhoami({ organizationId: org.organizationId }))).rejects.toMatchObject({
+    await expect(fromAddress("127.0.0.2", () => reader.getWhoami({ organizationId: org.organizationId }))).rejects.toMatchObject({
       message: expect.stringContaining("requests from 127.0.0.2 are not allowed"),
     });
     expect(await h.snapshot()).toEqual(before);

@@ -628,12 +628,13 @@ function failureOf(row: ActivitiesTable): { errorCode?: string; error?: string }
 /** What this run's precheck prepared, when it passed. */
 const preparedBy = (precheck: Precheck): { prepared?: unknown } => (precheck.kind === "passed" ? { prepared: precheck.prepared } : {});
 
-/** A stored pending activity as the pipeline decides on it again: its operation, intent and votes as
- * recorded, judged at `now` with the credential now voting (or authenticating) confirmed. */
+/** A stored pending activity as the pipeline decides on it again (or weighs a vote on it): its
+ * operation, intent and votes as recorded, judged at `now`, with the credential now voting (or
+ * authenticating), if any, confirmed. */
 function pendingSubject(
   row: ActivitiesTable,
   votes: StoredVote[],
-  principal: Principal,
+  voter: Principal | undefined,
   now: number,
   prepared: { prepared?: unknown },
 ): ActivitySubject {
@@ -647,7 +648,7 @@ function pendingSubject(
     requesterId: row.user_id ?? "",
     votes,
     now,
-    confirmed: [principal.credentialId],
+    ...(voter ? { confirmed: [voter.credentialId] } : {}),
     ...prepared,
   };
 }
@@ -1141,16 +1142,7 @@ export class Pipeline {
     const operation = operationByActivityType.get(row.type);
     if (votes.some((v) => v.userId === principal.userId) || operation?.kind !== "activity") return none;
     const db = this.options.store.reader;
-    const subject: ActivitySubject = {
-      organizationId: row.organization_id,
-      type: row.type,
-      operation,
-      parameters: JSON.parse(row.intent),
-      requesterId: row.user_id ?? "",
-      votes,
-      now,
-      ...preparedOf(row),
-    };
+    const subject = pendingSubject(row, votes, undefined, now, preparedOf(row));
     const voter = {
       userId: principal.userId,
       credentialId: principal.credentialId,
