@@ -1,225 +1,189 @@
 // HTTP load against a started server (the built CLI in a child process), on SQLite and, when
-// BENCH_DATABASE_URL or TEST_DATABASE_URL names a PostgreSQL server, on a fresh PostgreSQL database.
-// Prints one JSON summary: requests/s and p50/p99 latency at concurrency 1 and 32, the server's peak
-// RSS, and, for sign_raw_payload, the in-process ceiling (stamp verification + one signature on one
-// core, measured just before and after the run) with the share of it achieved.
+// BENCH_DATABASE_URL or TEST_DATABASE_URL names a PostgreSQL server, on a fresh PostgreSQL database
+// per run (one server process, then BENCH_PG_WORKERS more). sign_raw_payload is compared, in the same
+// run, with two references: the crypto ceiling (the request's unavoidable crypto on one core, with
+// the fastest signer here) and the bare floor (bench/floor-server.ts: a minimal Fastify server that
+// verifies and signs, no database, no policy), loaded by the same generator just before or after
+// Sigil at each concurrency. Prints one JSON summary, then a table.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import pg from "pg";
 import { sql } from "kysely";
 import { serializeTransaction } from "viem";
-import { secp256k1 } from "@noble/curves/secp256k1.js";
-import { keccak_256 } from "@noble/hashes/sha3.js";
-import { parseApiKeyStamp, verifyApiKeyStamp } from "../src/auth/stamps.js";
-import { generateP256KeyPair, decompressP256 } from "../src/crypto/keys.js";
 import { loadConfig } from "../src/config.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
 import { openStore } from "../src/store/database.js";
-import { measure } from "./measure.js";
+import { type Ceiling, compareSigners, measureCeiling } from "./ceiling.js";
+import { apiKey, Client, type Key, load, type RunResult, type Scenario, signRawPayloadParameters } from "./generator.js";
+import type { RecoverableSigner } from "./signers.js";
 
 const CLI = path.resolve("bin/sigil.js");
+const FLOOR = path.resolve("bench/floor-server.ts");
 const SECONDS_PER_RUN = Number(process.env.BENCH_SECONDS ?? 3);
+/** BENCH_RUNS=3 (the default): each measurement is repeated, and reported as median, min and max. */
+const RUNS = Math.max(1, Number(process.env.BENCH_RUNS ?? 3));
 const ACCOUNTS = Number(process.env.BENCH_ACCOUNTS ?? 100_000);
 /** BENCH_ONLY=sign_raw_payload,get_wallet runs just those scenarios (for profiling one path). */
 const ONLY = process.env.BENCH_ONLY?.split(",").filter(Boolean);
-/** BENCH_SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the server process. */
+/** BENCH_SERVER_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof" profiles the servers (Sigil and the floor alike). */
 const SERVER_NODE_ARGS = process.env.BENCH_SERVER_NODE_ARGS?.split(" ").filter(Boolean) ?? [];
 const selected = (scenario: string) => !ONLY || ONLY.includes(scenario);
-/** BENCH_CONCURRENCY=1,32 (the default): the concurrency levels each scenario runs at. */
-const [LOW, HIGH] = (process.env.BENCH_CONCURRENCY ?? "1,32").split(",").map(Number) as [number, number];
+/** BENCH_CONCURRENCY=1,32,128 (the default): sign_raw_payload runs at each; the other scenarios at the first two. */
+const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,32,128").split(",").filter(Boolean).map(Number);
+if (LEVELS.length === 0 || LEVELS.some((c) => !Number.isInteger(c) || c < 1))
+  throw new Error("BENCH_CONCURRENCY: positive integers, e.g. 1,32,128");
+const OTHER_LEVELS = LEVELS.slice(0, 2);
+/** BENCH_PG_WORKERS=1,2 (the default): the PostgreSQL runs, by server processes (`sigil serve --workers N` above 1). */
+const PG_WORKERS = (process.env.BENCH_PG_WORKERS ?? "1,2").split(",").filter(Boolean).map(Number);
+/** Before its first measurement each server is loaded briefly at the highest concurrency: the code is
+ * compiled and every connection the generator will use is open, for Sigil and the floor alike. */
+const WARM_UP_SECONDS = 1;
+const WARM_UP_CONCURRENCY = Math.max(...LEVELS);
+const CORES = os.cpus().length;
 
-interface Key {
-  publicKey: string;
-  privateKey: crypto.KeyObject;
+const round = (n: number, places = 2) => Math.round(n * 10 ** places) / 10 ** places;
+
+/** A figure over the BENCH_RUNS repetitions. */
+interface Spread {
+  median: number;
+  min: number;
+  max: number;
 }
 
-function apiKey(): Key {
-  const pair = generateP256KeyPair();
-  const point = decompressP256(pair.publicKey);
-  const privateKey = crypto.createPrivateKey({
-    key: {
-      kty: "EC",
-      crv: "P-256",
-      d: Buffer.from(pair.privateKey, "hex").toString("base64url"),
-      x: point.subarray(1, 33).toString("base64url"),
-      y: point.subarray(33).toString("base64url"),
-    },
-    format: "jwk",
-  });
-  return { publicKey: pair.publicKey, privateKey };
+function spread(values: number[]): Spread {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  const median = sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+  return { median: round(median), min: round(sorted[0]!), max: round(sorted[sorted.length - 1]!) };
 }
 
-function stamp(body: string, key: Key): string {
-  const signature = crypto.sign("sha256", Buffer.from(body), { key: key.privateKey, dsaEncoding: "der" }).toString("hex");
-  return Buffer.from(JSON.stringify({ publicKey: key.publicKey, scheme: "SIGNATURE_SCHEME_TK_API_P256", signature })).toString("base64url");
-}
-
-/** A request ready to send: its body and the stamp over it. */
-interface Stamped {
-  path: string;
-  body: string;
-  stamp: string;
-}
-
-/**
- * The load generator shares the machine's two cores with the server, so it does as little as it can
- * while the clock runs: requests are stamped ahead of time (each body is unique: the fingerprint is
- * the idempotency key) and sent over kept-alive sockets with node:http.
- */
-class Client {
-  private counter = 0;
-  private readonly agent: http.Agent;
-  private readonly target: URL;
-  constructor(
-    url: string,
-    private readonly key: Key,
-    readonly organizationId: string,
-  ) {
-    this.target = new URL(url);
-    this.agent = new http.Agent({ keepAlive: true, maxSockets: 64 });
-  }
-
-  stamped(kind: "submit" | "query", operation: string, body: Record<string, unknown>): Stamped {
-    const text = JSON.stringify(body);
-    return { path: `/public/v1/${kind}/${operation}`, body: text, stamp: stamp(text, this.key) };
-  }
-
-  submitBody(operation: string, type: string, parameters: (unique: number) => Record<string, unknown>): Stamped {
-    return this.stamped("submit", operation, {
-      type,
-      organizationId: this.organizationId,
-      timestampMs: String(Date.now()),
-      parameters: parameters(++this.counter),
-    });
-  }
-
-  queryBody(operation: string, body: Record<string, unknown>): Stamped {
-    return this.stamped("query", operation, { organizationId: this.organizationId, ...body });
-  }
-
-  send(request: Stamped): Promise<any> {
-    return new Promise((resolve, reject) => {
-      const outgoing = http.request(
-        {
-          host: this.target.hostname,
-          port: this.target.port,
-          path: request.path,
-          method: "POST",
-          agent: this.agent,
-          headers: { "content-type": "application/json", "content-length": Buffer.byteLength(request.body), "X-Stamp": request.stamp },
-        },
-        (response) => {
-          const chunks: Buffer[] = [];
-          response.on("data", (chunk: Buffer) => chunks.push(chunk));
-          response.on("end", () => {
-            const text = Buffer.concat(chunks).toString("utf8");
-            if (response.statusCode !== 200) reject(new Error(`${request.path}: ${response.statusCode} ${text}`));
-            else resolve(JSON.parse(text));
-          });
-          response.on("error", reject);
-        },
-      );
-      outgoing.on("error", reject);
-      outgoing.end(request.body);
-    });
-  }
-
-  submit(operation: string, type: string, parameters: (unique: number) => Record<string, unknown>) {
-    return this.send(this.submitBody(operation, type, parameters));
-  }
-
-  query(operation: string, body: Record<string, unknown>) {
-    return this.send(this.queryBody(operation, body));
-  }
-
-  close() {
-    this.agent.destroy();
-  }
-}
-
-/** How a scenario makes its next request; `fresh` says each request needs a new body and stamp. */
-interface Scenario {
-  make: () => Stamped;
-  fresh: boolean;
-}
-
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
-
-interface RunResult {
-  requestsPerSecond: number;
-  p50Ms: number;
-  p99Ms: number;
-  requests: number;
-}
-
-/** Requests stamped before a run: enough for the fastest rate this machine could plausibly serve. */
-const STAMPED_AHEAD_PER_SECOND = 2500;
-
-async function load(client: Client, concurrency: number, scenario: Scenario): Promise<RunResult> {
-  const ready: Stamped[] = [];
-  const one = scenario.fresh ? undefined : scenario.make();
-  if (scenario.fresh) for (let i = 0; i < SECONDS_PER_RUN * STAMPED_AHEAD_PER_SECOND; i++) ready.push(scenario.make());
-  const next = () => one ?? ready.pop() ?? scenario.make();
-  const latencies: number[] = [];
-  const activities = new Set<string>();
-  const deadline = Date.now() + SECONDS_PER_RUN * 1000;
-  const started = process.hrtime.bigint();
-  await Promise.all(
-    Array.from({ length: concurrency }, async () => {
-      while (Date.now() < deadline) {
-        const request = next();
-        const t0 = process.hrtime.bigint();
-        const answer = await client.send(request);
-        latencies.push(Number(process.hrtime.bigint() - t0) / 1e6);
-        if (scenario.fresh) activities.add(answer.activity.id);
-      }
-    }),
-  );
-  const elapsed = Number(process.hrtime.bigint() - started) / 1e9;
-  // A measurement of retries answered from the audit log would flatter the server: refuse it.
-  if (scenario.fresh && activities.size !== latencies.length)
-    throw new Error(
-      `${latencies.length - activities.size} requests were answered as retries of earlier ones: their bodies were not unique`,
-    );
-  latencies.sort((a, b) => a - b);
-  const round = (n: number) => Math.round(n * 100) / 100;
+/** One concurrency level's measurements over the repetitions. */
+function figures(results: RunResult[]) {
   return {
-    requestsPerSecond: round(latencies.length / elapsed),
-    p50Ms: round(percentile(latencies, 50)),
-    p99Ms: round(percentile(latencies, 99)),
-    requests: latencies.length,
+    requestsPerSecond: spread(results.map((r) => r.requestsPerSecond)),
+    p50Ms: spread(results.map((r) => r.p50Ms)),
+    p99Ms: spread(results.map((r) => r.p99Ms)),
+    p99ToP50: spread(results.map((r) => r.p99Ms / r.p50Ms)),
+    requests: results.reduce((sum, r) => sum + r.requests, 0),
+    generatorCpuUsPerRequest: spread(results.map((r) => r.generatorCpuUsPerRequest)).median,
+    generatorCoresAtMost: Math.max(...results.map((r) => r.generatorCores)),
+    stampedDuringRun: results.reduce((sum, r) => sum + r.stampedDuringRun, 0),
   };
 }
+type Figures = ReturnType<typeof figures>;
 
-function peakRssMb(child: ChildProcess): number {
-  const status = fs.readFileSync(`/proc/${child.pid}/status`, "utf8");
-  const kb = Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0);
-  return Math.round(kb / 1024);
+/**
+ * How many requests to stamp before a run: no more than the machine could serve (every core doing
+ * nothing but the ceiling's crypto), and once a rate was seen at this level, a margin above it; a
+ * level not yet seen gets four times the fastest rate seen at another.
+ */
+class StampSizer {
+  private readonly seen = new Map<string, number[]>();
+  constructor(private readonly machineBound: number) {}
+  ahead(scenario: string, level: number): number {
+    const here = this.seen.get(`${scenario}@${level}`);
+    const anywhere = [...this.seen.entries()].filter(([k]) => k.startsWith(`${scenario}@`)).flatMap(([, v]) => v);
+    const rate = here ? 1.3 * Math.max(...here) : anywhere.length ? 4 * Math.max(...anywhere) : this.machineBound;
+    return Math.ceil(Math.min(rate, 1.3 * this.machineBound) * SECONDS_PER_RUN * 1.1);
+  }
+  note(scenario: string, level: number, result: RunResult) {
+    const key = `${scenario}@${level}`;
+    this.seen.set(key, [...(this.seen.get(key) ?? []), result.requestsPerSecond]);
+  }
 }
 
-async function startServer(env: NodeJS.ProcessEnv, dataDir: string) {
-  const port = 20000 + Math.floor(Math.random() * 20000);
-  const child = spawn(process.execPath, [...SERVER_NODE_ARGS, CLI, "serve", "--port", String(port), "--data-dir", dataDir], {
-    env,
-    stdio: ["ignore", "ignore", "inherit"],
+async function measured(sizer: StampSizer, key: string, client: Client, level: number, scenario: Scenario) {
+  const result = await load(client, level, scenario, SECONDS_PER_RUN, sizer.ahead(key, level));
+  sizer.note(key, level, result);
+  return result;
+}
+
+/** The process and its descendants (node:cluster workers are children of the primary). */
+function processTree(pid: number): number[] {
+  let children: number[] = [];
+  try {
+    for (const task of fs.readdirSync(`/proc/${pid}/task`)) {
+      const listed = fs.readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
+      if (listed) children = children.concat(listed.split(/\s+/).map(Number));
+    }
+  } catch {
+    return [];
+  }
+  return [pid, ...children.flatMap(processTree)];
+}
+
+/** Peak resident memory (VmHWM) of a server: the sum over its processes, read before it stops. */
+function peakRss(pid: number) {
+  const processes = processTree(pid).map((p) => {
+    const status = fs.readFileSync(`/proc/${p}/status`, "utf8");
+    return { pid: p, mb: Math.round(Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024) };
   });
+  return { totalMb: processes.reduce((sum, p) => sum + p.mb, 0), processes };
+}
+
+function healthy(url: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    // A connection of its own (agent: false), closed after: it must not linger next to the generator's.
+    const request = http.get(`${url}/health`, { agent: false }, (response) => {
+      response.resume();
+      resolve(response.statusCode === 200);
+    });
+    request.on("error", () => resolve(false));
+  });
+}
+
+interface Started {
+  pid: number;
+  url: string;
+  /** Stops the server and any processes it started (cluster workers), and waits for it to exit. */
+  stop: () => Promise<void>;
+}
+
+/** Starts a server process on a random loopback port; resolves once it answers /health. */
+async function startProcess(args: (port: number) => string[], env: NodeJS.ProcessEnv, processes = 1): Promise<Started> {
+  const port = 20000 + Math.floor(Math.random() * 20000);
+  const child = spawn(process.execPath, [...SERVER_NODE_ARGS, ...args(port)], { env, stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  child.stderr!.on("data", (chunk: Buffer) => {
+    process.stderr.write(chunk);
+    stderr = (stderr + chunk.toString("utf8")).slice(-2000);
+  });
+  let exited: number | null | undefined;
+  child.on("exit", (code) => (exited = code));
   const url = `http://127.0.0.1:${port}`;
-  for (let i = 0; i < 200; i++) {
-    if (
-      await fetch(`${url}/health`).then(
-        (r) => r.ok,
-        () => false,
-      )
-    )
-      return { child, url };
+  for (let i = 0; i < 300 && exited === undefined; i++) {
+    if (await healthy(url)) {
+      // Several processes: wait (a little) for all of them, so that none starts in the middle of a run.
+      for (let j = 0; j < 100 && processTree(child.pid!).length < processes; j++) await new Promise((r) => setTimeout(r, 100));
+      const stop = async () => {
+        const gone = new Promise<void>((resolve) => (exited !== undefined ? resolve() : child.once("exit", () => resolve())));
+        for (const pid of processTree(child.pid!).reverse()) {
+          try {
+            process.kill(pid, "SIGTERM");
+          } catch {
+            // already gone
+          }
+        }
+        await Promise.race([gone, new Promise((r) => setTimeout(r, 10_000))]);
+      };
+      return { pid: child.pid!, url, stop };
+    }
     await new Promise((r) => setTimeout(r, 50));
   }
   child.kill();
-  throw new Error("the server did not start");
+  throw new Error(
+    `the server did not start${exited !== undefined ? ` (exit code ${exited})` : ""}: ${stderr.trim().split("\n").slice(-3).join(" | ")}`,
+  );
+}
+
+/** Whether the built CLI's `serve` takes --workers (added by the clustering work; absent before). */
+function serveTakesWorkers(): boolean {
+  const help = spawnSync(process.execPath, [CLI, "serve", "--help"], { encoding: "utf8" });
+  return /--workers\b/.test(help.stdout ?? "");
 }
 
 /** Adds accounts straight into the store (sealed like real ones), to measure reads at scale. */
@@ -264,13 +228,79 @@ async function fillAccounts(
   }
 }
 
-async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) {
+/** The references sign_raw_payload is compared with: the floor server and the crypto ceiling's signer. */
+interface References {
+  floor: { client: Client; scenario: Scenario };
+  signer: RecoverableSigner;
+  sizer: StampSizer;
+}
+
+/**
+ * sign_raw_payload on Sigil against the floor, alternating at each level (floor first in odd runs,
+ * Sigil first in even ones, so that a drift of the machine's speed favours neither), with the
+ * ceiling measured before the first run and after each: a run's ratio to the ceiling uses the mean
+ * of the ceilings on either side of it.
+ */
+async function signingAgainstReferences(label: string, client: Client, scenario: Scenario, refs: References) {
+  await load(client, WARM_UP_CONCURRENCY, scenario, WARM_UP_SECONDS, refs.sizer.ahead(`${label}/warm-up`, WARM_UP_CONCURRENCY));
+  const ceilings: Ceiling[] = [measureCeiling(refs.signer)];
+  const runs: Array<Record<number, { sigil: RunResult; floor: RunResult }>> = [];
+  for (let run = 0; run < RUNS; run++) {
+    const levels: Record<number, { sigil: RunResult; floor: RunResult }> = {};
+    for (const level of LEVELS) {
+      const measureSigil = () => measured(refs.sizer, label, client, level, scenario);
+      const measureFloor = () => measured(refs.sizer, "floor", refs.floor.client, level, refs.floor.scenario);
+      if (run % 2 === 0) {
+        const floor = await measureFloor();
+        levels[level] = { floor, sigil: await measureSigil() };
+      } else {
+        const sigil = await measureSigil();
+        levels[level] = { sigil, floor: await measureFloor() };
+      }
+    }
+    runs.push(levels);
+    ceilings.push(measureCeiling(refs.signer));
+  }
+  const ceilingOfRun = (run: number) => (ceilings[run]!.singleCoreRequestsPerSecond + ceilings[run + 1]!.singleCoreRequestsPerSecond) / 2;
+  const byLevel: Record<string, { sigil: Figures; floor: Figures; sigilToFloor: Spread; sigilToCeiling: Spread; floorToCeiling: Spread }> =
+    {};
+  for (const level of LEVELS) {
+    const at = runs.map((r) => r[level]!);
+    byLevel[`c${level}`] = {
+      sigil: figures(at.map((m) => m.sigil)),
+      floor: figures(at.map((m) => m.floor)),
+      sigilToFloor: spread(at.map((m) => m.sigil.requestsPerSecond / m.floor.requestsPerSecond)),
+      sigilToCeiling: spread(at.map((m, run) => m.sigil.requestsPerSecond / ceilingOfRun(run))),
+      floorToCeiling: spread(at.map((m, run) => m.floor.requestsPerSecond / ceilingOfRun(run))),
+    };
+  }
+  return {
+    ...byLevel,
+    ceiling: {
+      signer: refs.signer.name,
+      singleCoreRequestsPerSecond: spread(ceilings.map((c) => c.singleCoreRequestsPerSecond)),
+    },
+  };
+}
+
+/** Each scenario at each of `levels`, the whole set repeated RUNS times, as figures per level. */
+async function repeated(sizer: StampSizer, label: string, client: Client, scenario: Scenario, levels: number[]) {
+  const results: Record<number, RunResult[]> = {};
+  for (let run = 0; run < RUNS; run++)
+    for (const level of levels) (results[level] ??= []).push(await measured(sizer, label, client, level, scenario));
+  return Object.fromEntries(levels.map((level) => [`c${level}`, figures(results[level]!)]));
+}
+
+async function backendRun(backend: "sqlite" | "postgres", workers: number, refs: References, databaseUrl?: string) {
+  const label = `${backend}×${workers}`;
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "sigil-bench-"));
-  const env: NodeJS.ProcessEnv = { ...process.env, SIGIL_LOG_LEVEL: "warn" };
+  // The generator is one address holding up to max(BENCH_CONCURRENCY) connections: no per-address cap.
+  const env: NodeJS.ProcessEnv = { ...process.env, SIGIL_LOG_LEVEL: "warn", SIGIL_MAX_CONNECTIONS_PER_ADDRESS: "0" };
   delete env.SIGIL_MASTER_KEY;
   delete env.SIGIL_DATABASE_URL;
+  delete env.SIGIL_WORKERS; // the number of processes is this run's to choose (--workers)
   if (databaseUrl) env.SIGIL_DATABASE_URL = databaseUrl;
-  const key = apiKey();
+  const key: Key = apiKey();
   const boot = spawnSync(
     process.execPath,
     [CLI, "bootstrap", "--create", "--data-dir", dataDir, "--org-name", "bench", "--user-name", "bench", "--api-public-key", key.publicKey],
@@ -278,8 +308,19 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
   );
   if (boot.status !== 0) throw new Error(`bootstrap failed: ${boot.stderr}`);
   const { organizationId } = JSON.parse(boot.stdout);
-  const { child, url } = await startServer(env, dataDir);
-  const client = new Client(url, key, organizationId);
+  let server: Started;
+  try {
+    server = await startProcess(
+      (port) => [CLI, "serve", "--port", String(port), "--data-dir", dataDir, ...(workers > 1 ? ["--workers", String(workers)] : [])],
+      env,
+      workers > 1 ? workers + 1 : 1,
+    );
+  } catch (error) {
+    fs.rmSync(dataDir, { recursive: true, force: true });
+    if (workers > 1) return { backend, workers, skipped: (error as Error).message };
+    throw error;
+  }
+  const client = new Client(server.url, key, organizationId, Math.max(...LEVELS));
   try {
     const eth = {
       curve: "CURVE_SECP256K1",
@@ -303,17 +344,16 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
         maxPriorityFeePerGas: 1n,
       }).slice(2);
 
-    const scenarios: Record<string, Scenario> = {
-      sign_raw_payload: {
+    const results: Record<string, unknown> = {};
+    if (selected("sign_raw_payload")) {
+      const signing: Scenario = {
         fresh: true,
         make: () =>
-          client.submitBody("sign_raw_payload", "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", (n) => ({
-            signWith,
-            payload: Buffer.from(`payload ${n}`).toString("hex"),
-            encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
-            hashFunction: "HASH_FUNCTION_KECCAK256",
-          })),
-      },
+          client.submitBody("sign_raw_payload", "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", (n) => signRawPayloadParameters(signWith, n)),
+      };
+      results.sign_raw_payload = await signingAgainstReferences(label, client, signing, refs);
+    }
+    const others: Record<string, Scenario> = {
       sign_transaction: {
         fresh: true,
         make: () =>
@@ -332,102 +372,224 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl?: string) 
           })),
       },
     };
-    const results: Record<string, unknown> = {};
-    for (const [name, request] of Object.entries(scenarios)) {
-      if (!selected(name)) continue;
-      const c1 = await load(client, LOW, request);
-      if (name !== "sign_raw_payload") {
-        results[name] = { c1, c32: await load(client, HIGH, request) };
-        continue;
-      }
-      // The machine's speed drifts (shared cores): the ceiling is measured right before and right
-      // after the run it is compared with, and the ratio uses their mean.
-      const before = ceiling();
-      const c32 = await load(client, HIGH, request);
-      const after = ceiling();
-      const perSecond = (before.singleCoreRequestsPerSecond + after.singleCoreRequestsPerSecond) / 2;
-      results[name] = {
-        c1,
-        c32,
-        ceilingRequestsPerSecond: { before: before.singleCoreRequestsPerSecond, after: after.singleCoreRequestsPerSecond },
-        shareOfCeiling: Math.round((c32.requestsPerSecond / perSecond) * 100) / 100,
-      };
-    }
-    if (!selected("get_wallet") && !selected("list_wallet_accounts")) return { backend, ...results, peakRssMb: peakRssMb(child) };
+    for (const [name, scenario] of Object.entries(others))
+      if (selected(name)) results[name] = await repeated(refs.sizer, `${label}/${name}`, client, scenario, OTHER_LEVELS);
 
-    // Reads at 1,000 accounts, then at ACCOUNTS: flat means the same latency.
-    // A query is not an activity: the same stamped body may be sent again and again.
-    const reads: Record<string, Scenario> = {
-      get_wallet: { fresh: false, make: () => client.queryBody("get_wallet", { walletId }) },
-      list_wallet_accounts: {
-        fresh: false,
-        make: () => client.queryBody("list_wallet_accounts", { walletId, paginationOptions: { limit: "10" } }),
-      },
-    };
-    await fillAccounts(env, dataDir, organizationId, walletId, 1000, 1);
-    const small: Record<string, { c1: RunResult; c32: RunResult }> = {};
-    for (const [name, request] of Object.entries(reads))
-      small[name] = { c1: await load(client, LOW, request), c32: await load(client, HIGH, request) };
-    await fillAccounts(env, dataDir, organizationId, walletId, ACCOUNTS, 1000);
-    for (const [name, request] of Object.entries(reads)) {
-      const large = { c1: await load(client, LOW, request), c32: await load(client, HIGH, request) };
-      results[name] = {
-        [`at${1000}`]: small[name],
-        [`at${ACCOUNTS}`]: large,
-        p50RatioLargeToSmall: Math.round((large.c1.p50Ms / small[name]!.c1.p50Ms) * 100) / 100,
+    // Reads at 1,000 accounts, then at ACCOUNTS: flat means the same latency. Their cost is in the
+    // SQL, not in the number of server processes: measured with one.
+    const readsSelected = selected("get_wallet") || selected("list_wallet_accounts");
+    if (readsSelected && workers > 1) results.reads = "measured with one server process only";
+    if (readsSelected && workers === 1) {
+      // A query is not an activity: the same stamped body may be sent again and again.
+      const reads: Record<string, Scenario> = {
+        get_wallet: { fresh: false, make: () => client.queryBody("get_wallet", { walletId }) },
+        list_wallet_accounts: {
+          fresh: false,
+          make: () => client.queryBody("list_wallet_accounts", { walletId, paginationOptions: { limit: "10" } }),
+        },
       };
+      const chosen = Object.entries(reads).filter(([name]) => selected(name));
+      await fillAccounts(env, dataDir, organizationId, walletId, 1000, 1);
+      const small: Record<string, Record<string, Figures>> = {};
+      for (const [name, scenario] of chosen) small[name] = await repeated(refs.sizer, `${label}/${name}`, client, scenario, OTHER_LEVELS);
+      await fillAccounts(env, dataDir, organizationId, walletId, ACCOUNTS, 1000);
+      for (const [name, scenario] of chosen) {
+        const large = await repeated(refs.sizer, `${label}/${name}`, client, scenario, OTHER_LEVELS);
+        const c = `c${OTHER_LEVELS[0]}`;
+        results[name] = {
+          [`at${1000}`]: small[name],
+          [`at${ACCOUNTS}`]: large,
+          p50RatioLargeToSmall: round(large[c]!.p50Ms.median / small[name]![c]!.p50Ms.median),
+        };
+      }
     }
-    return { backend, ...results, peakRssMb: peakRssMb(child) };
+    return { backend, workers, ...results, peakRss: peakRss(server.pid) };
   } finally {
     client.close();
-    child.kill();
+    await server.stop();
     fs.rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
-/** The work no server can avoid for one signing request, in this process: the ceiling. */
-function ceiling() {
-  const key = apiKey();
-  const body = JSON.stringify({
-    type: "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2",
-    organizationId: crypto.randomUUID(),
-    timestampMs: String(Date.now()),
-    parameters: { payload: "00" },
-  });
-  const header = stamp(body, key);
-  const secret = secp256k1.utils.randomSecretKey();
-  const nsPerOp = measure("ceiling: stamp verify + keccak + secp256k1 signature", 3000, () => {
-    if (!verifyApiKeyStamp(parseApiKeyStamp(header), Buffer.from(body))) throw new Error("stamp did not verify");
-    secp256k1.sign(keccak_256(Buffer.from(body)), secret, { prehash: false, format: "recovered" });
-  });
-  return { microsecondsPerRequest: Math.round(nsPerOp / 10) / 100, singleCoreRequestsPerSecond: Math.round(1e9 / nsPerOp) };
+async function withFreshPostgres<T>(adminUrl: string, run: (url: string) => Promise<T>): Promise<T> {
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const name = `sigil_bench_${crypto.randomBytes(4).toString("hex")}`;
+  await admin.query(`CREATE DATABASE ${name}`);
+  try {
+    const url = new URL(adminUrl);
+    url.pathname = `/${name}`;
+    return await run(url.toString());
+  } finally {
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await admin.end();
+  }
 }
 
 export async function runLoad() {
-  const runs = [await backendRun("sqlite")];
-  const pgUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
-  if (pgUrl) {
-    const admin = new pg.Client({ connectionString: pgUrl });
-    await admin.connect();
-    const name = `sigil_bench_${crypto.randomBytes(4).toString("hex")}`;
-    await admin.query(`CREATE DATABASE ${name}`);
-    try {
-      const url = new URL(pgUrl);
-      url.pathname = `/${name}`;
-      runs.push(await backendRun("postgres", url.toString()));
-    } finally {
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.end();
+  const loadAverage = os.loadavg().map((l) => round(l));
+  const signers = await compareSigners();
+  const single = signers.fastest.ceiling.singleCoreRequestsPerSecond;
+  const sizer = new StampSizer(CORES * single);
+
+  const floorKey = apiKey();
+  const floorServer = await startProcess(
+    (port) => [
+      "--import",
+      "tsx",
+      FLOOR,
+      "--port",
+      String(port),
+      "--public-key",
+      floorKey.publicKey,
+      "--signer",
+      signers.fastest.signer.name,
+    ],
+    { ...process.env },
+  );
+  const floorClient = new Client(floorServer.url, floorKey, crypto.randomUUID(), Math.max(...LEVELS));
+  const floorScenario: Scenario = {
+    fresh: true,
+    make: () =>
+      floorClient.submitBody("sign_raw_payload", "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", (n) =>
+        signRawPayloadParameters(`0x${"ab".repeat(20)}`, n),
+      ),
+  };
+  const refs: References = { floor: { client: floorClient, scenario: floorScenario }, signer: signers.fastest.signer, sizer };
+  const backends: unknown[] = [];
+  let floorPeakRss: ReturnType<typeof peakRss>;
+  try {
+    await load(floorClient, WARM_UP_CONCURRENCY, floorScenario, WARM_UP_SECONDS, sizer.ahead("floor/warm-up", WARM_UP_CONCURRENCY));
+    backends.push(await backendRun("sqlite", 1, refs));
+    const pgUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
+    if (pgUrl) {
+      const takesWorkers = serveTakesWorkers();
+      for (const workers of PG_WORKERS) {
+        if (workers > 1 && !takesWorkers) {
+          backends.push({ backend: "postgres", workers, skipped: "`sigil serve --help` lists no --workers option on this build" });
+          continue;
+        }
+        backends.push(await withFreshPostgres(pgUrl, (url) => backendRun("postgres", workers, refs, url)));
+      }
     }
+  } finally {
+    floorPeakRss = peakRss(floorServer.pid);
+    floorClient.close();
+    await floorServer.stop();
   }
   const summary = {
-    machine: { cpus: os.cpus().length, node: process.version },
+    // Other work on the machine (its 1, 5 and 15 minute load averages) weighs on every figure.
+    machine: { cpus: CORES, node: process.version, loadAverageAtStart: loadAverage, loadAverageAtEnd: os.loadavg().map((l) => round(l)) },
     secondsPerRun: SECONDS_PER_RUN,
-    concurrency: [LOW, HIGH],
-    runs,
+    runs: RUNS,
+    concurrency: LEVELS,
+    references: {
+      ceiling: {
+        signer: signers.fastest.signer.library,
+        microsecondsPerRequest: signers.fastest.ceiling.microsecondsPerRequest,
+        singleCoreRequestsPerSecond: single,
+        // No server here can sign faster than every core doing nothing but this crypto; the
+        // generator, the database and the kernel's loopback take their share of the same cores.
+        machineBoundRequestsPerSecond: CORES * single,
+        bySigner: signers.bySigner,
+        unavailable: signers.unavailable,
+      },
+      floor: { server: "bench/floor-server.ts", signer: signers.fastest.signer.name, peakRssMb: floorPeakRss.totalMb },
+    },
+    backends,
   };
   console.log(JSON.stringify(summary, null, 2));
+  console.log(table(summary));
   return summary;
+}
+
+// ---- the table printed after the JSON ----
+
+const n = (x: number) => (x >= 100 ? Math.round(x).toLocaleString("en-US") : String(round(x, x >= 10 ? 1 : 2)));
+const withSpread = (s: Spread) => (s.min === s.max ? n(s.median) : `${n(s.median)} (${n(s.min)}–${n(s.max)})`);
+
+function table(summary: { runs: number; references: any; backends: any[] }): string {
+  const ceiling = summary.references.ceiling;
+  const lines = [
+    "",
+    `crypto ceiling: ${ceiling.signer}, ${ceiling.microsecondsPerRequest} µs per request (stamp verify + keccak + signature) = ` +
+      `${n(ceiling.singleCoreRequestsPerSecond)}/s on one core; ${CORES} cores bound any server here to ${n(ceiling.machineBoundRequestsPerSecond)}/s`,
+    `figures: median of ${summary.runs} run(s) (min–max); ÷floor and ÷ceiling are per run, floor measured next to Sigil`,
+    "",
+  ];
+  const header = ["sign_raw_payload", "c", "req/s", "p50 ms", "p99 ms", "p99÷p50", "÷floor", "÷ceiling", "gen µs/req", "gen cores"];
+  const rows: string[][] = [header];
+  for (const run of summary.backends) {
+    const name = `${run.backend} ×${run.workers}`;
+    if (run.skipped) {
+      rows.push([name, "", `skipped: ${run.skipped}`]);
+      continue;
+    }
+    const signing = run.sign_raw_payload;
+    if (!signing) continue;
+    for (const level of LEVELS) {
+      const at = signing[`c${level}`];
+      for (const [who, f] of [
+        [name, at.sigil],
+        ["  floor", at.floor],
+      ] as const)
+        rows.push([
+          who,
+          String(level),
+          withSpread(f.requestsPerSecond),
+          withSpread(f.p50Ms),
+          withSpread(f.p99Ms),
+          n(f.p99ToP50.median),
+          who === name ? withSpread(at.sigilToFloor) : "",
+          withSpread(who === name ? at.sigilToCeiling : at.floorToCeiling),
+          n(f.generatorCpuUsPerRequest),
+          n(f.generatorCoresAtMost),
+        ]);
+    }
+    const rss = run.peakRss;
+    rows.push([
+      "",
+      "",
+      `peak RSS ${rss.totalMb} MB${rss.processes.length > 1 ? ` (${rss.processes.map((p: { mb: number }) => p.mb).join(" + ")})` : ""}; floor ${summary.references.floor.peakRssMb} MB`,
+    ]);
+  }
+  lines.push(...align(rows), "");
+  const other: string[][] = [["scenario", "backend", ...OTHER_LEVELS.flatMap((c) => [`c${c} req/s`, `c${c} p50 / p99 ms`])]];
+  for (const run of summary.backends) {
+    if (run.skipped) continue;
+    for (const [scenario, levels] of Object.entries(run) as [string, any][]) {
+      if (!["sign_transaction", "create_wallet", "get_wallet", "list_wallet_accounts"].includes(scenario)) continue;
+      const sets: [string, any][] = levels[`at${ACCOUNTS}`]
+        ? [
+            [`${scenario} at 1,000`, levels.at1000],
+            [`${scenario} at ${ACCOUNTS.toLocaleString("en-US")}`, levels[`at${ACCOUNTS}`]],
+          ]
+        : [[scenario, levels]];
+      for (const [title, f] of sets)
+        other.push([
+          title,
+          `${run.backend} ×${run.workers}`,
+          ...OTHER_LEVELS.flatMap((c) => [
+            withSpread(f[`c${c}`].requestsPerSecond),
+            `${n(f[`c${c}`].p50Ms.median)} / ${n(f[`c${c}`].p99Ms.median)}`,
+          ]),
+        ]);
+    }
+  }
+  if (other.length > 1) lines.push(...align(other), "");
+  return lines.join("\n");
+}
+
+function align(rows: string[][]): string[] {
+  const widths: number[] = [];
+  // A row of fewer cells (a note) does not widen the columns.
+  for (const row of rows) if (row.length > 3) row.forEach((cell, i) => (widths[i] = Math.max(widths[i] ?? 0, cell.length)));
+  return rows.map((row) =>
+    row
+      .map((cell, i) => (i < row.length - 1 ? cell.padEnd(widths[i] ?? 0) : cell))
+      .join("  ")
+      .trimEnd(),
+  );
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) await runLoad();
