@@ -262,18 +262,21 @@ async function signingAgainstReferences(label: string, client: Client, scenario:
     ceilings.push(measureCeiling(refs.signer));
   }
   const ceilingOfRun = (run: number) => (ceilings[run]!.singleCoreRequestsPerSecond + ceilings[run + 1]!.singleCoreRequestsPerSecond) / 2;
-  const byLevel: Record<string, { sigil: Figures; floor: Figures; sigilToFloor: Spread; sigilToCeiling: Spread; floorToCeiling: Spread }> =
-    {};
-  for (const level of LEVELS) {
-    const at = runs.map((r) => r[level]!);
-    byLevel[`c${level}`] = {
-      sigil: figures(at.map((m) => m.sigil)),
-      floor: figures(at.map((m) => m.floor)),
-      sigilToFloor: spread(at.map((m) => m.sigil.requestsPerSecond / m.floor.requestsPerSecond)),
-      sigilToCeiling: spread(at.map((m, run) => m.sigil.requestsPerSecond / ceilingOfRun(run))),
-      floorToCeiling: spread(at.map((m, run) => m.floor.requestsPerSecond / ceilingOfRun(run))),
-    };
-  }
+  const levelRatios = (at: Array<{ sigil: RunResult; floor: RunResult }>) => ({
+    sigil: figures(at.map((m) => m.sigil)),
+    floor: figures(at.map((m) => m.floor)),
+    // Requests per second over the references' (higher is better; 1 would be no cost at all)…
+    sigilToFloor: spread(at.map((m) => m.sigil.requestsPerSecond / m.floor.requestsPerSecond)),
+    sigilToCeiling: spread(at.map((m, run) => m.sigil.requestsPerSecond / ceilingOfRun(run))),
+    floorToCeiling: spread(at.map((m, run) => m.floor.requestsPerSecond / ceilingOfRun(run))),
+    // …and latencies over the floor's (lower is better), and the median over the ceiling's time per
+    // request (at concurrency 1, how many times its unavoidable crypto a request takes).
+    p50ToFloor: spread(at.map((m) => m.sigil.p50Ms / m.floor.p50Ms)),
+    p99ToFloor: spread(at.map((m) => m.sigil.p99Ms / m.floor.p99Ms)),
+    p50ToCeilingTime: spread(at.map((m, run) => (m.sigil.p50Ms / 1000) * ceilingOfRun(run))),
+  });
+  const byLevel: Record<string, ReturnType<typeof levelRatios>> = {};
+  for (const level of LEVELS) byLevel[`c${level}`] = levelRatios(runs.map((r) => r[level]!));
   return {
     ...byLevel,
     ceiling: {
@@ -477,6 +480,8 @@ export async function runLoad() {
     floorClient.close();
     await floorServer.stop();
   }
+  for (const run of backends as Array<{ peakRss?: { totalMb: number }; peakRssToFloor?: number }>)
+    if (run.peakRss) run.peakRssToFloor = round(run.peakRss.totalMb / floorPeakRss.totalMb);
   const summary = {
     // Other work on the machine (its 1, 5 and 15 minute load averages) weighs on every figure.
     machine: { cpus: CORES, node: process.version, loadAverageAtStart: loadAverage, loadAverageAtEnd: os.loadavg().map((l) => round(l)) },
@@ -517,7 +522,20 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     `figures: median of ${summary.runs} run(s) (min–max); ÷floor and ÷ceiling are per run, floor measured next to Sigil`,
     "",
   ];
-  const header = ["sign_raw_payload", "c", "req/s", "p50 ms", "p99 ms", "p99÷p50", "÷floor", "÷ceiling", "gen µs/req", "gen cores"];
+  const header = [
+    "sign_raw_payload",
+    "c",
+    "req/s",
+    "p50 ms",
+    "p99 ms",
+    "p99÷p50",
+    "req/s ÷floor",
+    "÷ceiling",
+    "p50 ÷floor",
+    "p99 ÷floor",
+    "gen µs/req",
+    "gen cores",
+  ];
   const rows: string[][] = [header];
   for (const run of summary.backends) {
     const name = `${run.backend} ×${run.workers}`;
@@ -542,6 +560,8 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
           n(f.p99ToP50.median),
           who === name ? withSpread(at.sigilToFloor) : "",
           withSpread(who === name ? at.sigilToCeiling : at.floorToCeiling),
+          who === name ? withSpread(at.p50ToFloor) : "",
+          who === name ? withSpread(at.p99ToFloor) : "",
           n(f.generatorCpuUsPerRequest),
           n(f.generatorCoresAtMost),
         ]);
@@ -550,7 +570,7 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     rows.push([
       "",
       "",
-      `peak RSS ${rss.totalMb} MB${rss.processes.length > 1 ? ` (${rss.processes.map((p: { mb: number }) => p.mb).join(" + ")})` : ""}; floor ${summary.references.floor.peakRssMb} MB`,
+      `peak RSS ${rss.totalMb} MB${rss.processes.length > 1 ? ` (${rss.processes.map((p: { mb: number }) => p.mb).join(" + ")})` : ""}, ${run.peakRssToFloor}× the floor's ${summary.references.floor.peakRssMb} MB`,
     ]);
   }
   lines.push(...align(rows), "");
