@@ -118,9 +118,14 @@ function processTree(pid: number): number[] {
 
 /** Peak resident memory (VmHWM) of a server: the sum over its processes, read before it stops. */
 function peakRss(pid: number) {
-  const processes = processTree(pid).map((p) => {
-    const status = fs.readFileSync(`/proc/${p}/status`, "utf8");
-    return { pid: p, mb: Math.round(Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024) };
+  const processes = processTree(pid).flatMap((p) => {
+    let status: string;
+    try {
+      status = fs.readFileSync(`/proc/${p}/status`, "utf8");
+    } catch {
+      return []; // exited since it was listed
+    }
+    return [{ pid: p, mb: Math.round(Number(/VmHWM:\s+(\d+)/.exec(status)?.[1] ?? 0) / 1024) }];
   });
   return { totalMb: processes.reduce((sum, p) => sum + p.mb, 0), processes };
 }
@@ -574,6 +579,16 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     ]);
   }
   lines.push(...align(rows), "");
+  const busiest = Math.max(
+    ...summary.backends.flatMap((run) =>
+      run.sign_raw_payload ? LEVELS.map((c) => run.sign_raw_payload[`c${c}`].floor.generatorCoresAtMost) : [],
+    ),
+  );
+  if (busiest > 0.8)
+    lines.push(
+      `the generator used ${n(busiest)} of a core against the floor: it may have been the floor's limit, and the ratios flatter Sigil`,
+      "",
+    );
   const other: string[][] = [["scenario", "backend", ...OTHER_LEVELS.flatMap((c) => [`c${c} req/s`, `c${c} p50 / p99 ms`])]];
   for (const run of summary.backends) {
     if (run.skipped) continue;
