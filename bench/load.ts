@@ -77,18 +77,20 @@ function figures(results: RunResult[]) {
 type Figures = ReturnType<typeof figures>;
 
 /**
- * How many requests to stamp before a run: no more than the machine could serve (every core doing
- * nothing but the ceiling's crypto), and once a rate was seen at this level, a margin above it; a
- * level not yet seen gets four times the fastest rate seen at another.
+ * How many requests to stamp before a run: for a scenario's first run, what the machine could serve
+ * (every core doing nothing but the ceiling's crypto); then twice the fastest rate seen for it, or
+ * eight times at a level not yet seen (concurrency 32 serves several times concurrency 1). Unsent
+ * requests stay in the pool for the next run, so a generous pool costs little; a short one costs
+ * stamping while the clock runs, which the results count (stampedDuringRun).
  */
 class StampSizer {
   private readonly seen = new Map<string, number[]>();
   constructor(private readonly machineBound: number) {}
   ahead(scenario: string, level: number): number {
-    const here = this.seen.get(`${scenario}@${level}`);
-    const anywhere = [...this.seen.entries()].filter(([k]) => k.startsWith(`${scenario}@`)).flatMap(([, v]) => v);
-    const rate = here ? 1.3 * Math.max(...here) : anywhere.length ? 4 * Math.max(...anywhere) : this.machineBound;
-    return Math.ceil(Math.min(rate, 1.3 * this.machineBound) * SECONDS_PER_RUN * 1.1);
+    const here = this.seen.has(`${scenario}@${level}`);
+    const rates = [...this.seen.entries()].filter(([k]) => k.startsWith(`${scenario}@`)).flatMap(([, v]) => v);
+    const rate = rates.length === 0 ? this.machineBound : (here ? 2 : 8) * Math.max(...rates);
+    return Math.ceil(Math.min(rate, 2 * this.machineBound) * SECONDS_PER_RUN * 1.1);
   }
   note(scenario: string, level: number, result: RunResult) {
     const key = `${scenario}@${level}`;
