@@ -66,7 +66,8 @@ describe("secp256k1 implementations", () => {
       const digest = randomDigest(i);
       const reference = noble.sign(digest, key, { prehash: false, format: "recovered" });
       const expected = { signature: hex(reference.subarray(1)), recovery: reference[0] };
-      for (const lib of libraries) {
+      // noble's wrapper is noble's own sign again: checked on every tenth case, to keep the test short.
+      for (const lib of libraries.filter((l) => l.choice !== "noble" || i % 10 === 0)) {
         const { signature, recovery } = lib.sign(digest, key);
         expect({ signature: hex(signature), recovery }, `${lib.name}, case ${i}`).toEqual(expected);
       }
@@ -89,8 +90,8 @@ describe("secp256k1 implementations", () => {
     }
   });
 
-  it("derive the public keys noble derives (compressed and uncompressed), on 2,000 random keys", () => {
-    for (let i = 0; i < 2000; i++) {
+  it("derive the public keys noble derives (compressed and uncompressed), on 1,000 random keys", () => {
+    for (let i = 0; i < 1000; i++) {
       const key = randomKey(i);
       for (const lib of libraries) {
         expect(hex(lib.publicKey(key)), lib.name).toBe(hex(noble.getPublicKey(key, true)));
@@ -100,7 +101,8 @@ describe("secp256k1 implementations", () => {
   });
 
   it("verify DER signatures as noble does: low S and high S accepted, another digest, key or signature refused", () => {
-    for (let i = 0; i < 1000; i++) {
+    // 300 cases: noble's verification is ~2 ms each, and every case verifies 4 times per library.
+    for (let i = 0; i < 300; i++) {
       const key = randomKey(i + 5);
       const publicKey = noble.getPublicKey(key, i % 2 === 0);
       const digest = crypto.randomBytes(32);
@@ -132,6 +134,7 @@ describe("secp256k1 implementations", () => {
     const cases: Uint8Array[] = [];
     for (let at = 0; at < der.length; at++) {
       for (const value of [0x00, 0x01, 0x7f, 0x80, 0xff, der[at]! ^ 0x01]) {
+        if (value === der[at]) continue;
         const changed = Uint8Array.from(der);
         changed[at] = value;
         cases.push(changed);
@@ -160,7 +163,7 @@ describe("secp256k1 implementations", () => {
       const expected = reference(signature);
       for (const lib of libraries) expect(lib.verifyDer(signature, digest, publicKey), `${lib.name}: ${hex(signature)}`).toBe(expected);
     }
-    expect(cases.filter((c) => reference(c)).length).toBeLessThan(3); // the changes are mostly refusals
+    expect(cases.filter((c) => reference(c))).toEqual([]); // none of them is a valid signature
     // Keys that are not SEC 1 points on the curve: libsecp256k1's "hybrid" 06/07 form included.
     const uncompressed = noble.getPublicKey(key, false);
     for (const badKey of [
@@ -188,14 +191,14 @@ describe("through signDigest, the stamp checks and key derivation, each choice f
       expect(secp256k1().name).toBe(SECP256K1_NAMES[choice]);
       const threads = new SignatureThreads(1);
       try {
-        for (let i = 0; i < 200; i++) {
+        for (let i = 0; i < 100; i++) {
           const key = randomKey(i + 5);
           const digest = crypto.randomBytes(32);
           const reference = noble.sign(digest, key, { prehash: false, format: "recovered" });
           const expected = { r: hex(reference.subarray(1, 33)), s: hex(reference.subarray(33)), v: `0${reference[0]}` };
           expect(signDigest("CURVE_SECP256K1", key, digest)).toEqual(expected);
           // Inline (native) or on a thread that chose the same library (wasm, noble).
-          if (i % 20 === 0) expect(await threads.signDigest("CURVE_SECP256K1", key, digest)).toEqual(expected);
+          if (i % 10 === 0) expect(await threads.signDigest("CURVE_SECP256K1", key, digest)).toEqual(expected);
           expect(hex(keyPairFromPrivateKey("CURVE_SECP256K1", key).publicKey)).toBe(hex(noble.getPublicKey(key, true)));
 
           const body = crypto.randomBytes(100);

@@ -1,15 +1,18 @@
-// Signatures computed on worker threads, unless computing them on the event loop costs it less.
+// Signatures computed on worker threads, unless computing them on the event loop costs less.
 // Curve arithmetic is the largest cost of a signing request: on the event loop it stalls every other
 // request for its duration; on its own thread it runs beside the event loop, which meanwhile verifies
 // stamps, talks to the database and answers other requests. But the hand-over is not free: postMessage
-// both ways, the copies and the promise cost the event loop ~40-55 µs a signature here, about what
-// native libsecp256k1 takes to sign (~45 µs). bench/signatures.ts measures both in one run, 32
-// signatures in flight: for native libsecp256k1 a thread cost the event loop 0.74-0.89x signing inline
-// and gave 0.52-0.58x its throughput, so secp256k1 ECDSA is signed inline when native libsecp256k1 is
-// in use. Everything slower stays on threads: libsecp256k1's WASM build (a thread: 0.22x the event
-// loop's time, 1.18x the throughput), OpenSSL's ed25519 (0.26x, 1.41x: its key import costs as much as
-// the signature), and the pure-JS @noble/curves signatures (P-256, BIP-340 Schnorr, secp256k1 ECDSA
-// when libsecp256k1 does not load), ~0.5 ms or more each. With `threads: 0` all are computed inline.
+// both ways, the copies and the promise cost the event loop some 30-85 µs a signature here, about what
+// native libsecp256k1 takes to sign (~45 µs), and add that much latency. bench/signatures.ts measures
+// both in one run, 32 signatures in flight; five runs on the shared 2-core machine: for native
+// libsecp256k1 a thread cost the event loop 0.27-0.89x signing inline and gave 0.52-1.54x its
+// throughput (below 1 in four runs of five), so secp256k1 ECDSA is signed inline when native
+// libsecp256k1 is in use: the saving is a few tens of µs, paid for in latency and in CPU spent twice.
+// Everything slower stays on threads, where the event loop's saving is large: libsecp256k1's WASM
+// build (a thread: 0.18-0.23x the event loop's time), OpenSSL's ed25519 (0.26-0.73x: its key import
+// costs as much as the signature), and the pure-JS @noble/curves signatures (P-256, BIP-340 Schnorr,
+// secp256k1 ECDSA when libsecp256k1 does not load), ~0.5 ms or more each. With `threads: 0` all are
+// computed inline.
 import os from "node:os";
 import { Worker } from "node:worker_threads";
 import type { Curve } from "./hd.js";
