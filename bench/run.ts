@@ -7,3 +7,5 @@ console.log(
 // The HTTP load run against a started server, on SQLite and (if a PostgreSQL URL is set) PostgreSQL.
 const { runLoad } = await import("./load.js");
 await runLoad();
+// Signatures: each secp256k1 library, ed25519, and a signature inline against on a signature thread.
+await import("./signatures.js");

@@ -1,11 +1,12 @@
 // The secp256k1 signers (with recovery id) this machine may have, for the references the bench
 // compares Sigil with: libsecp256k1 through its N-API binding, the same library built to WASM
-// (tiny-secp256k1), and pure JS (@noble/curves). All three give the same RFC 6979 signature.
-import { createRequire } from "node:module";
-import { secp256k1 } from "@noble/curves/secp256k1.js";
+// (tiny-secp256k1), and pure JS (@noble/curves). They are Sigil's own loaders (src/crypto/secp256k1.ts,
+// which refuse to pass one library off as another), each loaded explicitly: the ceiling is the fastest
+// one here, whichever the server happens to use. All three give the same RFC 6979 signature.
+import { loadSecp256k1, SECP256K1_CHOICES, type Secp256k1Choice } from "../src/crypto/secp256k1.js";
 
-export const SIGNER_NAMES = ["native", "wasm", "noble"] as const;
-export type SignerName = (typeof SIGNER_NAMES)[number];
+export const SIGNER_NAMES = SECP256K1_CHOICES;
+export type SignerName = Secp256k1Choice;
 
 export interface RecoverableSigner {
   name: SignerName;
@@ -14,44 +15,17 @@ export interface RecoverableSigner {
   sign(digest: Uint8Array, privateKey: Uint8Array): { signature: Uint8Array; recoveryId: number };
 }
 
-const require = createRequire(import.meta.url);
-
 /** Loads one signer; throws, saying why, when this machine cannot run it. */
 export async function loadSigner(name: SignerName): Promise<RecoverableSigner> {
-  switch (name) {
-    case "native": {
-      // `secp256k1/bindings` throws when the addon cannot load; plain `secp256k1` would fall back to
-      // its slow JS build without a word, and be measured under the wrong name.
-      const native = require("secp256k1/bindings") as {
-        ecdsaSign(digest: Uint8Array, privateKey: Uint8Array): { signature: Uint8Array; recid: number };
-      };
-      return {
-        name,
-        library: "libsecp256k1, N-API binding (secp256k1/bindings)",
-        sign: (digest, privateKey) => {
-          const { signature, recid } = native.ecdsaSign(digest, privateKey);
-          return { signature, recoveryId: recid };
-        },
-      };
-    }
-    case "wasm": {
-      const wasm = await import("tiny-secp256k1");
-      return {
-        name,
-        library: "libsecp256k1, WASM (tiny-secp256k1)",
-        sign: (digest, privateKey) => wasm.signRecoverable(digest, privateKey),
-      };
-    }
-    case "noble":
-      return {
-        name,
-        library: "pure JS (@noble/curves)",
-        sign: (digest, privateKey) => {
-          const recovered = secp256k1.sign(digest, privateKey, { prehash: false, format: "recovered" });
-          return { signature: recovered.subarray(1), recoveryId: recovered[0]! };
-        },
-      };
-  }
+  const library = loadSecp256k1(name);
+  return {
+    name,
+    library: library.name,
+    sign: (digest, privateKey) => {
+      const { signature, recovery } = library.sign(digest, privateKey);
+      return { signature, recoveryId: recovery };
+    },
+  };
 }
 
 /** Every signer that loads here, and why each other one does not. */

@@ -9,6 +9,7 @@ import path from "node:path";
 import addressparser from "nodemailer/lib/addressparser";
 import ipaddr from "ipaddr.js";
 import { parseMasterKey, type MasterKeyConfig } from "./crypto/master-key.js";
+import { SECP256K1_CHOICES, type Secp256k1Choice } from "./crypto/secp256k1.js";
 import { defaultSignatureThreads } from "./crypto/signature-threads.js";
 import { checkDatabaseUrl } from "./store/database-url.js";
 
@@ -39,6 +40,8 @@ export interface Config {
   masterKey: MasterKeyConfig;
   /** Worker threads that compute signatures; 0 computes them on the event loop. */
   signatureThreads: number;
+  /** The secp256k1 library to use (docs/cryptography.md); null: the fastest that loads. */
+  secp256k1: Secp256k1Choice | null;
   webhooks: WebhookConfig;
   /** How long an import target from init_import_* stays usable, in milliseconds. */
   importTargetTtlMs: number;
@@ -252,6 +255,14 @@ const logLevel: Kind<string> = {
   parse(raw, reading) {
     const level = raw.toLowerCase();
     return LOG_LEVELS.includes(level) ? level : reading.refuse();
+  },
+};
+
+const secp256k1Choice: Kind<Secp256k1Choice> = {
+  accepts: `one of ${SECP256K1_CHOICES.map((choice) => `\`${choice}\``).join(", ")}`,
+  parse: (raw, reading) => {
+    const choice = raw.trim().toLowerCase();
+    return (SECP256K1_CHOICES as readonly string[]).includes(choice) ? (choice as Secp256k1Choice) : reading.refuse();
   },
 };
 
@@ -637,6 +648,17 @@ export const settings = {
     default: null,
     defaultText: "cores − 1 (1–4)",
     meaning: "worker threads that compute signatures beside the event loop; `0` computes them on it",
+  }),
+  secp256k1: setting<Secp256k1Choice, null>({
+    variable: "SIGIL_SECP256K1",
+    group: SERVER,
+    kind: secp256k1Choice,
+    default: null,
+    defaultText: "*(unset: the fastest that loads)*",
+    meaning:
+      "the secp256k1 library that signs and verifies ([Cryptography](cryptography.md)): `native` (libsecp256k1's Node.js binding), " +
+      "`wasm` (libsecp256k1 compiled to WebAssembly) or `noble` (@noble/curves, pure JavaScript); unset, the first of these that " +
+      "loads, with a warning in the log naming why a faster one did not. A named one that does not load stops the start",
   }),
 
   publicUrl: setting({
@@ -1176,6 +1198,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       previous: s.masterKeyPrevious,
     },
     signatureThreads: s.signatureThreads ?? defaultSignatureThreads(),
+    secp256k1: s.secp256k1,
     importTargetTtlMs: s.importTargetTtlSeconds * 1000,
     sessions: {
       defaultSeconds: s.sessionDefaultSeconds,

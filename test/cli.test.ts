@@ -275,6 +275,24 @@ describe("sigil CLI", () => {
     // What clients encrypt OAuth 2.0 client secrets to (encryptOauth2ClientSecret).
     expect(line.tlsFetcherEncryptPublicKey).toMatch(/^04[0-9a-f]{128}$/);
     expect(line.tlsFetcherEncryptPublicKey).toBe(published.tlsFetcherEncryptPublicKey);
+    // The signature libraries: libsecp256k1's prebuilt binary loads on this platform (linux-x64).
+    expect(line.signatures).toEqual({
+      secp256k1: "libsecp256k1 (native)",
+      ed25519: "node:crypto (OpenSSL)",
+      p256: "@noble/curves",
+      bip340: "@noble/curves",
+    });
+  });
+
+  it("info names the secp256k1 library SIGIL_SECP256K1 forces", async () => {
+    for (const [choice, name] of [
+      ["wasm", "libsecp256k1 (wasm)"],
+      ["noble", "@noble/curves"],
+    ]) {
+      const { code, stdout } = await sigil(["info", "--data-dir", database.dataDir], { env: { ...env, SIGIL_SECP256K1: choice } });
+      expect(code).toBe(0);
+      expect(JSON.parse(stdout).signatures.secp256k1).toBe(name);
+    }
   });
 });
 

@@ -98,6 +98,7 @@ describe("defaults", () => {
     logLevel: "info",
     masterKey: { key: null, file: path.resolve("data", "master.key"), fileIsDefault: true, previous: [] },
     signatureThreads: Math.min(4, Math.max(1, os.availableParallelism() - 1)),
+    secp256k1: null,
     importTargetTtlMs: 1_800_000,
     sessions: { defaultSeconds: 900, maxSeconds: 604_800, readOnlySeconds: 3600 },
     messages: {
@@ -159,6 +160,7 @@ describe("accepted values", () => {
     SIGIL_DATABASE_URL: "postgres://sigil@db.example.com:5432/sigil",
     SIGIL_LOG_LEVEL: "debug",
     SIGIL_SIGNATURE_THREADS: "0",
+    SIGIL_SECP256K1: "Wasm",
     SIGIL_MASTER_KEY: KEY,
     SIGIL_MASTER_KEY_FILE: "/srv/keys/master.key",
     SIGIL_MASTER_KEY_PREVIOUS: KEY,
@@ -235,6 +237,7 @@ describe("accepted values", () => {
       importTargetTtlMs: 60_000,
       masterKey: { key: KEY, file: "/srv/keys/master.key", fileIsDefault: false, previous: [KEY] },
       signatureThreads: 0,
+      secp256k1: "wasm",
       webhooks: { allowLoopback: true, allowPrivate: true, concurrency: 2 },
       // The trailing slash goes: links are built as `${publicUrl}/invitations/accept`.
       invitations: { publicUrl: "https://wallet.example.com/sigil", lifetimeMs: 3_600_000 },
@@ -355,6 +358,7 @@ describe("refused values: the message names the variable and what is expected", 
       'SIGIL_WEBHOOK_ALLOW_PRIVATE must be `true` or `false` (`1` and `0` are accepted too), got "TRUE"',
     ],
     [{ SIGIL_LOG_LEVEL: "verbose" }, `SIGIL_LOG_LEVEL must be one of ${LEVELS} (any case), got "verbose"`],
+    [{ SIGIL_SECP256K1: "elliptic" }, 'SIGIL_SECP256K1 must be one of `native`, `wasm`, `noble`, got "elliptic"'],
     [{ SIGIL_HOST: "[::1]" }, 'SIGIL_HOST must be an IP address or a host name (`0.0.0.0` or `::` listens on every address), got "[::1]"'],
     [{ SIGIL_HOST: "http://localhost" }, /^SIGIL_HOST must be an IP address or a host name .*, got "http:\/\/localhost"$/],
     // Empty, these two listened on every address and kept the database in the working directory before the catalog.

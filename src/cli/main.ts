@@ -477,7 +477,17 @@ async function rotateMasterKey(values: Values) {
 async function info(values: Values) {
   const { loadConfig } = await import("../config.js");
   const { BUNDLE_SIGNER, SESSION_SIGNER, TLS_FETCHER_ENCRYPT, WEBHOOK_SIGNING } = await import("../services/service-keys.js");
+  const { selectSecp256k1 } = await import("../crypto/secp256k1.js");
+  const { signatureLibraries } = await import("../crypto/sign.js");
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  // The libraries `sigil serve` would sign with here, chosen as it chooses them.
+  let signatures: Record<string, unknown>;
+  try {
+    const { fallbacks } = selectSecp256k1(config.secp256k1);
+    signatures = { ...signatureLibraries(), ...(fallbacks.length > 0 ? { secp256k1NotLoaded: fallbacks } : {}) };
+  } catch (error) {
+    signatures = { secp256k1: `SIGIL_SECP256K1 is ${config.secp256k1}, but ${(error as Error).message}` };
+  }
   const store = await openDatabase(config, "read-only", readOnlyAdvice);
   try {
     const keys = await store.reader.selectFrom("service_keys").select(["purpose", "public_key"]).execute();
@@ -490,6 +500,7 @@ async function info(values: Values) {
       sessionSigningPublicKey: of(SESSION_SIGNER),
       // What clients pass to encryptOauth2ClientSecret (create_oauth2_credential).
       tlsFetcherEncryptPublicKey: of(TLS_FETCHER_ENCRYPT),
+      signatures,
     };
     process.stdout.write(JSON.stringify(line) + "\n");
   } finally {

@@ -1,5 +1,6 @@
 // HD wallet plumbing: BIP-39 mnemonics, BIP-32 paths and key derivation per curve. Every primitive
-// comes from a library: @scure/bip39 (PBKDF2 seed, wordlists), @scure/bip32 (secp256k1 BIP-32),
+// comes from a library: @scure/bip39 (wordlists, checksums), node:crypto (the seed's PBKDF2, OpenSSL's:
+// 7x @scure/bip39's pure-JS one, the largest cost of create_wallet), @scure/bip32 (secp256k1 BIP-32),
 // micro-key-producer's slip10 (ed25519 SLIP-10), @noble/curves for standalone keys; SLIP-10 P-256
 // is composed from @noble/hashes HMAC-SHA512 and @noble/curves p256 (no library implements it).
 //
@@ -7,6 +8,7 @@
 // wallets are BIP-39 seeds of 12/15/18/21/24 words (default 12); "the Wallet seed and Account curve
 // are used to create a root key pair", then the BIP-32 path derives the account key. It names the
 // curves (SECP256K1, ED25519, P256) but never says which HD scheme P-256 accounts use; we use SLIP-10.
+import crypto from "node:crypto";
 import { HDKey as Bip32Key } from "@scure/bip32";
 import * as bip39 from "@scure/bip39";
 import { wordlist as czech } from "@scure/bip39/wordlists/czech.js";
@@ -26,6 +28,7 @@ import { hmac } from "@noble/hashes/hmac.js";
 import { sha512 } from "@noble/hashes/sha2.js";
 import { concatBytes, utf8ToBytes } from "@noble/hashes/utils.js";
 import { HDKey as Slip10Ed25519Key } from "micro-key-producer/slip10.js";
+import { secp256k1 as fastSecp256k1 } from "./secp256k1.js";
 
 export type Curve = "CURVE_SECP256K1" | "CURVE_ED25519" | "CURVE_P256";
 
@@ -141,7 +144,22 @@ export function detectMnemonicLanguage(mnemonic: string): MnemonicLanguage | und
 export function mnemonicToSeed(mnemonic: string, passphrase = ""): Uint8Array {
   const problem = mnemonicProblem(mnemonic);
   if (problem) throw new DerivationError(problem);
-  return bip39.mnemonicToSeedSync(normalizeMnemonic(mnemonic), passphrase);
+  return bip39Seed(normalizeMnemonic(mnemonic), passphrase);
+}
+
+/** BIP-39's seed: PBKDF2-HMAC-SHA512, 2048 rounds, 64 bytes, of the NFKD sentence with the salt
+ * "mnemonic" + the NFKD passphrase; what @scure/bip39's mnemonicToSeedSync computes (a test holds
+ * them to the same bytes and to the BIP-39 vectors), by OpenSSL. */
+export function bip39Seed(normalizedMnemonic: string, passphrase = ""): Uint8Array {
+  if (typeof passphrase !== "string") throw new DerivationError("passphrase must be a string");
+  const seed = crypto.pbkdf2Sync(
+    Buffer.from(normalizedMnemonic.normalize("NFKD"), "utf8"),
+    Buffer.from(`mnemonic${passphrase}`.normalize("NFKD"), "utf8"),
+    2048,
+    64,
+    "sha512",
+  );
+  return new Uint8Array(seed.buffer, seed.byteOffset, seed.length);
 }
 
 export const HARDENED = 0x80000000;
@@ -285,7 +303,10 @@ export function keyPairFromPrivateKey(curve: Curve, privateKey: Uint8Array): Key
       if (!ecdsa.utils.isValidSecretKey(copy)) {
         throw new DerivationError(`private key is not a valid ${curve.replace("CURVE_", "")} scalar (must be 1 .. n-1)`);
       }
-      return { privateKey: copy, publicKey: ecdsa.getPublicKey(copy, true) };
+      return {
+        privateKey: copy,
+        publicKey: curve === "CURVE_SECP256K1" ? fastSecp256k1().publicKey(copy) : ecdsa.getPublicKey(copy, true),
+      };
     }
     case "CURVE_ED25519":
       return { privateKey: copy, publicKey: ed25519.getPublicKey(copy) };

@@ -1,8 +1,10 @@
 // Public-key plumbing for the curves API keys and passkeys use. Signature math is node:crypto's
-// (OpenSSL) for P-256 and Ed25519, and @noble/curves' for secp256k1; nothing here is hand-rolled.
+// (OpenSSL) for P-256 and Ed25519, and libsecp256k1's (or its fallbacks', see secp256k1.ts) for
+// secp256k1; nothing here is hand-rolled.
 import crypto from "node:crypto";
 import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { keccak_256 } from "@noble/hashes/sha3.js";
+import { secp256k1 as fastSecp256k1 } from "./secp256k1.js";
 
 export type ApiKeyCurve = "API_KEY_CURVE_P256" | "API_KEY_CURVE_SECP256K1" | "API_KEY_CURVE_ED25519";
 
@@ -80,14 +82,14 @@ export function verifyP256Der(publicKeyHex: string, message: Uint8Array, derSign
 /** ECDSA secp256k1 over SHA-256(message), signature DER. High-s signatures are accepted: stamps are
  * replay-protected by the body fingerprint, not by signature uniqueness. */
 export function verifySecp256k1Der(publicKeyHex: string, message: Uint8Array, derSignature: Uint8Array): boolean {
-  return secp256k1.verify(derSignature, message, Buffer.from(publicKeyHex, "hex"), { format: "der", lowS: false });
+  return fastSecp256k1().verifyDer(derSignature, sha256(message), Buffer.from(publicKeyHex, "hex"));
 }
 
 /** ECDSA secp256k1 over the EIP-191 personal-message hash of `message` (Ethereum wallets), signature DER. */
 export function verifySecp256k1Eip191Der(publicKeyHex: string, message: Uint8Array, derSignature: Uint8Array): boolean {
   const prefix = Buffer.from(`\x19Ethereum Signed Message:\n${message.length}`, "utf8");
   const digest = keccak_256(Buffer.concat([prefix, message]));
-  return secp256k1.verify(derSignature, digest, Buffer.from(publicKeyHex, "hex"), { format: "der", lowS: false, prehash: false });
+  return fastSecp256k1().verifyDer(derSignature, digest, Buffer.from(publicKeyHex, "hex"));
 }
 
 export function verifyEd25519(publicKeyHex: string, message: Uint8Array, signature: Uint8Array): boolean {

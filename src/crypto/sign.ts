@@ -1,17 +1,25 @@
-// Signatures with the service's keys (@noble/curves): secp256k1 and P-256 over a 32-byte digest,
-// with the recovery id; ed25519 over the message itself; BIP-340 Schnorr by the key itself (Spark
-// identity keys) or by its Taproot output key.
-import { schnorr, secp256k1 } from "@noble/curves/secp256k1.js";
+// Signatures with the service's keys: secp256k1 over a 32-byte digest with the recovery id
+// (libsecp256k1 when it loads, see secp256k1.ts); P-256 likewise (@noble/curves); ed25519 over the
+// message itself (node:crypto, OpenSSL); BIP-340 Schnorr by the key itself (Spark identity keys) or
+// by its Taproot output key (@noble/curves). docs/cryptography.md says which library does what.
+import crypto from "node:crypto";
+import { schnorr } from "@noble/curves/secp256k1.js";
 import { taprootTweakPrivKey } from "@scure/btc-signer/utils.js";
 import { p256 } from "@noble/curves/nist.js";
-import { ed25519 } from "@noble/curves/ed25519.js";
 import type { Curve } from "./hd.js";
+import { secp256k1 } from "./secp256k1.js";
 
 /** r, s and v as the API carries them: hex without 0x; v is the recovery id ("00" or "01"). */
 export interface RawSignature {
   r: string;
   s: string;
   v: string;
+}
+
+/** Which library computes each kind of signature in this process, as `sigil info` and the start-up log
+ * name them (docs/cryptography.md says why). */
+export function signatureLibraries(): { secp256k1: string; ed25519: string; p256: string; bip340: string } {
+  return { secp256k1: secp256k1().name, ed25519: "node:crypto (OpenSSL)", p256: "@noble/curves", bip340: "@noble/curves" };
 }
 
 const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex");
@@ -26,13 +34,30 @@ export function signDigest(curve: Exclude<Curve, "CURVE_ED25519">, privateKey: U
     throw new SigningError(
       `a ${curve} signature is over a 32-byte digest, got ${digest.length} bytes: hash the payload (hashFunction) or send its 32-byte hash`,
     );
-  const recovered = (curve === "CURVE_SECP256K1" ? secp256k1 : p256).sign(digest, privateKey, { prehash: false, format: "recovered" });
+  if (curve === "CURVE_SECP256K1") {
+    const { signature, recovery } = secp256k1().sign(digest, privateKey);
+    return { r: hex(signature.subarray(0, 32)), s: hex(signature.subarray(32, 64)), v: recovery.toString(16).padStart(2, "0") };
+  }
+  // P-256 stays with noble: OpenSSL (node:crypto) would sign with a random nonce and give no recovery
+  // id, so the same request would get a different signature each time and no v; P-256 wallet
+  // signatures are rare besides (stamps are verified with OpenSSL, see keys.ts).
+  const recovered = p256.sign(digest, privateKey, { prehash: false, format: "recovered" });
   return { r: hex(recovered.subarray(1, 33)), s: hex(recovered.subarray(33, 65)), v: recovered[0]!.toString(16).padStart(2, "0") };
 }
 
-/** Signs a message with ed25519 (which hashes internally): r and s are the two 32-byte halves. */
+/** Signs a message with ed25519 (which hashes internally): r and s are the two 32-byte halves.
+ * RFC 8032 signatures are deterministic: OpenSSL gives the bytes @noble/curves gave (a test holds
+ * them to that on thousands of keys), about 10x faster. */
 export function signEd25519(privateKey: Uint8Array, message: Uint8Array): RawSignature {
-  const signature = ed25519.sign(message, privateKey);
+  if (privateKey.length !== 32) throw new SigningError(`an ed25519 private key is 32 bytes, got ${privateKey.length}`);
+  // A JWK, not PKCS#8 DER: OpenSSL 3 decodes DER keys through its slow decoder framework (~450 µs a
+  // key here, against ~35 µs). Node reads only `d` of a private OKP JWK and derives the public key
+  // itself, but wants `x` to be a string: the empty one says we have none.
+  const key = crypto.createPrivateKey({
+    key: { kty: "OKP", crv: "Ed25519", d: Buffer.from(privateKey.buffer, privateKey.byteOffset, 32).toString("base64url"), x: "" },
+    format: "jwk",
+  });
+  const signature = crypto.sign(null, message, key);
   return { r: hex(signature.subarray(0, 32)), s: hex(signature.subarray(32)), v: "00" };
 }
 

@@ -1,10 +1,22 @@
-// Signatures computed on worker threads. The curve arithmetic (pure JS, @noble/curves) is the largest
-// cost of a signing request; on the event loop it would stall every other request for its duration.
-// On its own thread it runs beside the event loop, which meanwhile verifies stamps, talks to the
-// database and answers other requests. With `threads: 0` signatures are computed inline.
+// Signatures computed on worker threads, unless computing them on the event loop costs less.
+// Curve arithmetic is the largest cost of a signing request: on the event loop it stalls every other
+// request for its duration; on its own thread it runs beside the event loop, which meanwhile verifies
+// stamps, talks to the database and answers other requests. But the hand-over is not free: postMessage
+// both ways, the copies and the promise cost the event loop some 30-85 µs a signature here, about what
+// native libsecp256k1 takes to sign (~45 µs), and add that much latency. bench/signatures.ts measures
+// both in one run, 32 signatures in flight; five runs on the shared 2-core machine: for native
+// libsecp256k1 a thread cost the event loop 0.27-0.89x signing inline and gave 0.52-1.54x its
+// throughput (below 1 in four runs of five), so secp256k1 ECDSA is signed inline when native
+// libsecp256k1 is in use: the saving is a few tens of µs, paid for in latency and in CPU spent twice.
+// Everything slower stays on threads, where the event loop's saving is large: libsecp256k1's WASM
+// build (a thread: 0.18-0.23x the event loop's time), OpenSSL's ed25519 (0.26-0.73x: its key import
+// costs as much as the signature), and the pure-JS @noble/curves signatures (P-256, BIP-340 Schnorr,
+// secp256k1 ECDSA when libsecp256k1 does not load), ~0.5 ms or more each. With `threads: 0` all are
+// computed inline.
 import os from "node:os";
 import { Worker } from "node:worker_threads";
 import type { Curve } from "./hd.js";
+import { secp256k1 } from "./secp256k1.js";
 import { signDigest, signEd25519, signSchnorr, signTaprootKeyPath, type RawSignature } from "./sign.js";
 
 /** One request to a signature thread. The key is a copy the thread wipes after use. */
@@ -16,6 +28,10 @@ export interface SignatureTask {
   privateKey: Uint8Array;
   /** A 32-byte digest (secp256k1, P-256) or the message itself (ed25519). */
   message: Uint8Array;
+}
+
+export interface SignatureWorkerData {
+  secp256k1: ReturnType<typeof secp256k1>["choice"];
 }
 
 export type SignatureAnswer = { id: number; signature: RawSignature } | { id: number; error: string };
@@ -42,12 +58,14 @@ class SignatureThread {
 
   private start(): Worker {
     // Under the test runner this module is TypeScript source; the worker then loads it through tsx.
+    // The thread signs secp256k1 (when it does) with the library this process chose, however it chose.
+    const workerData: SignatureWorkerData = { secp256k1: secp256k1().choice };
     const worker = import.meta.url.endsWith(".ts")
       ? new Worker(
           `import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./signature-worker.ts", import.meta.url).href)}); });`,
-          { eval: true },
+          { eval: true, workerData },
         )
-      : new Worker(new URL("./signature-worker.js", import.meta.url));
+      : new Worker(new URL("./signature-worker.js", import.meta.url), { workerData });
     worker.on("message", (answer: SignatureAnswer) => {
       const task = this.pending.get(answer.id);
       if (!task) return;
@@ -93,11 +111,19 @@ class SignatureThread {
   }
 }
 
+export interface SignatureThreadOptions {
+  /** Sign on a thread even what is cheaper inline (native libsecp256k1): for the benchmark that
+   * measures the difference. */
+  threadsForAll?: boolean;
+}
+
 export class SignatureThreads {
   private readonly threads: SignatureThread[];
+  private readonly threadsForAll: boolean;
 
-  constructor(count: number = defaultSignatureThreads()) {
+  constructor(count: number = defaultSignatureThreads(), options: SignatureThreadOptions = {}) {
     this.threads = Array.from({ length: count }, () => new SignatureThread());
+    this.threadsForAll = options.threadsForAll ?? false;
   }
 
   /** The least busy thread, or none when signatures are computed inline. */
@@ -107,11 +133,16 @@ export class SignatureThreads {
     return best;
   }
 
+  /** A thread for work that is slow on the event loop; none for what costs it less inline (see the top). */
+  private pickFor(fastInline: boolean): SignatureThread | undefined {
+    return fastInline && !this.threadsForAll ? undefined : this.pick();
+  }
+
   /** Signs a 32-byte digest with secp256k1 (low S) or P-256, with the recovery id. */
   async signDigest(curve: Exclude<Curve, "CURVE_ED25519">, privateKey: Uint8Array, digest: Uint8Array): Promise<RawSignature> {
     // Checked here, so the caller gets the same SigningError whether or not a thread signs.
     if (digest.length !== 32) return signDigest(curve, privateKey, digest);
-    const thread = this.pick();
+    const thread = this.pickFor(curve === "CURVE_SECP256K1" && secp256k1().choice === "native");
     return thread ? thread.sign(curve, privateKey, digest) : signDigest(curve, privateKey, digest);
   }
 

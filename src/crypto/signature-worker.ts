@@ -1,11 +1,13 @@
 // The body of a signature thread (see signature-threads.ts): takes a key and what to sign, answers
 // with the signature, and wipes its copy of the key. It knows nothing of organizations or storage.
-import { parentPort } from "node:worker_threads";
+import { parentPort, workerData } from "node:worker_threads";
+import { selectSecp256k1 } from "./secp256k1.js";
 import { signDigest, signEd25519, signSchnorr, signTaprootKeyPath } from "./sign.js";
-import type { SignatureTask, SignatureAnswer } from "./signature-threads.js";
+import type { SignatureTask, SignatureAnswer, SignatureWorkerData } from "./signature-threads.js";
 
 if (!parentPort) throw new Error("signature-worker.ts runs as a worker thread");
 const port = parentPort;
+selectSecp256k1((workerData as SignatureWorkerData).secp256k1);
 
 port.on("message", (task: SignatureTask) => {
   let answer: SignatureAnswer;

@@ -3,7 +3,7 @@
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import pino from "pino";
 import { sql } from "kysely";
-import type { Config } from "../config.js";
+import { ConfigError, type Config } from "../config.js";
 import { ServiceError, serviceError } from "../errors.js";
 import { RETRY_INFO_TYPE } from "../services/send-budgets.js";
 import { openStore, type Store } from "../store/database.js";
@@ -11,6 +11,8 @@ import { Pipeline } from "../activities/pipeline.js";
 import type { Keyring } from "../crypto/envelope.js";
 import type { OperationEnvironment } from "../registry/registry.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
+import { selectSecp256k1, type Secp256k1Selection } from "../crypto/secp256k1.js";
+import { signatureLibraries } from "../crypto/sign.js";
 import {
   bundleSigner,
   clientSecretKey,
@@ -364,6 +366,17 @@ export function buildApp(
 }
 
 export async function startServer(config: Config, logger = createLogger(config), options: ServerOptions = {}): Promise<RunningServer> {
+  // Chosen before anything is created: a library SIGIL_SECP256K1 names that does not load stops the start.
+  let secp256k1: Secp256k1Selection;
+  try {
+    secp256k1 = selectSecp256k1(config.secp256k1);
+  } catch (error) {
+    throw new ConfigError(`SIGIL_SECP256K1 is ${config.secp256k1}, but ${(error as Error).message}`);
+  }
+  if (secp256k1.fallbacks.length > 0) {
+    logger.warn({ secp256k1: secp256k1.implementation.name, notLoaded: secp256k1.fallbacks }, "secp256k1: a faster library did not load");
+  }
+  logger.info(signatureLibraries(), "signature libraries");
   const { keyring, source, created } = loadKeyring(config.masterKey);
   // A key made just now for a database that cannot be opened, or that already has secrets sealed
   // under another key, is useless: do not leave it behind to be mistaken for the real one.
