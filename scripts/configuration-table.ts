@@ -16,7 +16,7 @@ export function renderConfigurationPage(): string {
     "",
     "Generated from the settings catalog in `src/config.ts` by `npm run docs`; do not edit by hand.",
     "",
-    "Sigil reads its settings from environment variables when a command starts. `sigil serve`'s flags `--host` and `--port`, and",
+    "Sigil reads its settings from environment variables when a command starts. `sigil serve`'s flags `--host`, `--port` and `--workers`, and",
     "every command's `--data-dir`, win over their variables. An empty variable counts as unset, except where a setting below says",
     "otherwise.",
     "",

@@ -5,6 +5,7 @@
 // from the same declarations (`npm run docs`) and checked by a test, so the docs cannot drift.
 import fs from "node:fs";
 import net from "node:net";
+import os from "node:os";
 import path from "node:path";
 import addressparser from "nodemailer/lib/addressparser";
 import ipaddr from "ipaddr.js";
@@ -16,6 +17,9 @@ import { checkDatabaseUrl } from "./store/database-url.js";
 export interface Config {
   host: string;
   port: number;
+  /** Server processes `sigil serve` runs on the one port (node:cluster); 1 runs the server in the
+   * command's own process. `auto` is read as the machine's available parallelism on PostgreSQL, 1 on SQLite. */
+  workers: number;
   /** Directory of the embedded SQLite database and the default master key file. */
   dataDir: string;
   /** postgres://… or postgresql://… to keep all state in PostgreSQL instead of SQLite. */
@@ -193,6 +197,7 @@ export interface ConfigFlags {
   host?: string;
   port?: string | number;
   dataDir?: string;
+  workers?: string | number;
 }
 
 // ---- kinds of value ----------------------------------------------------------------------------
@@ -238,6 +243,19 @@ function integer(min: number, max: number = Number.MAX_SAFE_INTEGER): Kind<numbe
     },
   };
 }
+
+/** The most server processes `sigil serve --workers` starts. Each holds a database pool (10 PostgreSQL
+ * connections), signature threads and its own heap: far more than the cores of any one machine only
+ * costs memory and connections. */
+export const MAX_WORKERS = 64;
+
+/** A number of workers, or `auto` (resolved in loadConfig, which knows the database). */
+const workerCount: Kind<number | "auto"> = {
+  accepts: `a whole number from 1 to ${MAX_WORKERS}, or \`auto\` (one per available core on PostgreSQL, 1 on SQLite)`,
+  parse(raw, reading) {
+    return raw.trim() === "auto" ? "auto" : integer(1, MAX_WORKERS).parse(raw, reading);
+  },
+};
 
 const milliseconds = (min: number, max = TIMER_MAX_MS) => integer(min, max);
 const seconds = (min: number) => integer(min, DURATION_MAX_SECONDS);
@@ -612,6 +630,17 @@ export const settings = {
     kind: integer(1, 65_535),
     default: 8080,
     meaning: "port to listen on",
+  }),
+  workers: setting({
+    variable: "SIGIL_WORKERS",
+    flag: "--workers",
+    group: SERVER,
+    kind: workerCount,
+    default: 1,
+    meaning:
+      "server processes `sigil serve` runs on the one port, sharing the database (PostgreSQL only); with more than one, a primary " +
+      "process prepares the deployment and keeps them running. Each has its own connection limits and database pool: see " +
+      "[Several processes](running.md#several-processes)",
   }),
   dataDir: setting({
     variable: "SIGIL_DATA_DIR",
@@ -1170,12 +1199,26 @@ function readSettings(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}): SettingV
   return read;
 }
 
+/**
+ * The default signature threads of each server process: the cores beyond the one event loop of the
+ * single process (defaultSignatureThreads), or, with several workers, the cores beyond their event
+ * loops shared between them, and at least one, so a signature never stalls the event loop that
+ * verifies the next stamps. On 2 cores: 1 thread for 1 worker, and 1 for each of 2.
+ */
+function signatureThreadsPerWorker(workers: number): number {
+  if (workers <= 1) return defaultSignatureThreads();
+  return Math.min(4, Math.max(1, Math.floor((os.availableParallelism() - workers) / workers)));
+}
+
 export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFlags = {}): Config {
   const s = readSettings(env, flags);
   const dataDir = path.resolve(s.dataDir);
+  // SQLite gains nothing from several processes (docs/running.md#sqlite): `auto` is one there.
+  const workers = s.workers === "auto" ? (s.databaseUrl ? Math.min(MAX_WORKERS, os.availableParallelism()) : 1) : s.workers;
   return {
     host: s.host,
     port: s.port,
+    workers,
     dataDir,
     databaseUrl: s.databaseUrl,
     timestampWindowMs: s.timestampWindowSeconds * 1000,
@@ -1197,7 +1240,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       fileIsDefault: !s.masterKeyFile,
       previous: s.masterKeyPrevious,
     },
-    signatureThreads: s.signatureThreads ?? defaultSignatureThreads(),
+    signatureThreads: s.signatureThreads ?? signatureThreadsPerWorker(workers),
     secp256k1: s.secp256k1,
     importTargetTtlMs: s.importTargetTtlSeconds * 1000,
     sessions: {

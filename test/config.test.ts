@@ -55,7 +55,7 @@ describe("the catalog", () => {
     const flags = declared.flatMap((s) => (s.flag ? [s.flag] : []));
     expect(new Set(variables).size).toBe(variables.length);
     expect(new Set(flags).size).toBe(flags.length);
-    expect(flags.sort()).toEqual(["--data-dir", "--host", "--port"]);
+    expect(flags.sort()).toEqual(["--data-dir", "--host", "--port", "--workers"]);
   });
 
   it("each default is a value its own kind accepts, written the same way", () => {
@@ -81,6 +81,7 @@ describe("defaults", () => {
   const today = (): Config => ({
     host: "127.0.0.1",
     port: 8080,
+    workers: 1,
     dataDir: path.resolve("data"),
     databaseUrl: null,
     timestampWindowMs: 300_000,
@@ -156,6 +157,7 @@ describe("accepted values", () => {
   const samples: Record<string, string> = {
     SIGIL_HOST: "0.0.0.0",
     SIGIL_PORT: "9090",
+    SIGIL_WORKERS: "3",
     SIGIL_DATA_DIR: "/srv/sigil",
     SIGIL_DATABASE_URL: "postgres://sigil@db.example.com:5432/sigil",
     SIGIL_LOG_LEVEL: "debug",
@@ -231,6 +233,7 @@ describe("accepted values", () => {
     expect(config).toMatchObject({
       host: "0.0.0.0",
       port: 9090,
+      workers: 3,
       dataDir: "/srv/sigil",
       timestampWindowMs: 60_000,
       queryCredentialMaxAgeMs: 3_600_000,
@@ -298,10 +301,22 @@ describe("accepted values", () => {
 
   it("flags win over their variables, whose values are then not read", () => {
     const config = loadConfig(
-      { SIGIL_HOST: "::1", SIGIL_PORT: "not a port", SIGIL_DATA_DIR: "" },
-      { host: "0.0.0.0", port: 7070, dataDir: "flagged" },
+      { SIGIL_HOST: "::1", SIGIL_PORT: "not a port", SIGIL_DATA_DIR: "", SIGIL_WORKERS: "none" },
+      { host: "0.0.0.0", port: 7070, dataDir: "flagged", workers: 2 },
     );
-    expect(config).toMatchObject({ host: "0.0.0.0", port: 7070, dataDir: path.resolve("flagged") });
+    expect(config).toMatchObject({ host: "0.0.0.0", port: 7070, dataDir: path.resolve("flagged"), workers: 2 });
+  });
+
+  it("SIGIL_WORKERS=auto is one worker per available core (at most 64) on PostgreSQL, one on SQLite; each has a share of the spare cores as signature threads", () => {
+    const cores = os.availableParallelism();
+    const postgres = { SIGIL_DATABASE_URL: "postgres://sigil@db.example.com:5432/sigil" };
+    expect(loadConfig({ ...postgres, SIGIL_WORKERS: "auto" }, {}).workers).toBe(Math.min(64, cores));
+    expect(loadConfig(postgres, { workers: "auto" }).workers).toBe(Math.min(64, cores));
+    expect(loadConfig({ SIGIL_WORKERS: "auto" }, {}).workers).toBe(1);
+    // The cores beyond the workers' event loops, shared between them; at least one thread each.
+    expect(loadConfig({ SIGIL_WORKERS: "2" }, {}).signatureThreads).toBe(Math.min(4, Math.max(1, Math.floor((cores - 2) / 2))));
+    expect(loadConfig({ SIGIL_WORKERS: "64" }, {}).signatureThreads).toBe(1);
+    expect(loadConfig({ SIGIL_WORKERS: "2", SIGIL_SIGNATURE_THREADS: "3" }, {}).signatureThreads).toBe(3);
   });
 });
 
@@ -328,6 +343,10 @@ describe("refused values: the message names the variable and what is expected", 
     [{ SIGIL_CHAIN_RPC_URLS: "eip155:1=" }, /: the URL of eip155:1 is not an http:\/\/ or https:\/\/ URL \(it is not a URL\)$/],
     [{ SIGIL_PORT: "65536" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "65536"'],
     [{ SIGIL_PORT: "80a" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "80a"'],
+    ...["0", "-1", "1.5", "65", "1e2", "two", "AUTO"].map((workers): [Record<string, string>, string] => [
+      { SIGIL_WORKERS: workers },
+      `SIGIL_WORKERS must be a whole number from 1 to 64, or \`auto\` (one per available core on PostgreSQL, 1 on SQLite), got "${workers}"`,
+    ]),
     [{ SIGIL_BODY_LIMIT_BYTES: "1.5" }, 'SIGIL_BODY_LIMIT_BYTES must be a whole number, 1 or more, got "1.5"'],
     [{ SIGIL_MAX_CONNECTIONS: "-1" }, 'SIGIL_MAX_CONNECTIONS must be a whole number, 0 or more, got "-1"'],
     // A blank was read as 0 (no limit) before the catalog.
@@ -497,6 +516,10 @@ describe("sigil serve with a bad setting", () => {
     if (database.databaseUrl) base.SIGIL_DATABASE_URL = database.databaseUrl;
     const cases: [NodeJS.ProcessEnv, string][] = [
       [{ SIGIL_WEBHOOK_POLL_MS: "3000000000" }, 'SIGIL_WEBHOOK_POLL_MS must be a whole number from 1 to 2147483647, got "3000000000"'],
+      [
+        { SIGIL_WORKERS: "0" },
+        'SIGIL_WORKERS must be a whole number from 1 to 64, or `auto` (one per available core on PostgreSQL, 1 on SQLite), got "0"',
+      ],
       [
         { SIGIL_HOST: "" },
         "SIGIL_HOST is set but empty: unset it to listen on 127.0.0.1, or write 0.0.0.0 or :: to listen on every address",

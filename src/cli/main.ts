@@ -17,7 +17,7 @@ interface OptionSpec {
   required?: boolean;
   /** The value must be a whole number in this range (written in decimal digits only). */
   range?: readonly [number, number];
-  /** The value must be one of these. */
+  /** The value must be one of these (or, with `range`, a number in the range or one of these). */
   choices?: readonly string[];
 }
 
@@ -58,11 +58,22 @@ const commands: Record<string, CommandSpec> = {
     summary: "runs the server; creates the database and the master key on first start",
     description:
       "Runs the server until SIGINT or SIGTERM. The first start makes the data directory, the database (or Sigil's tables in the " +
-      "PostgreSQL database, which must exist) and the master key; later starts bring the schema up to date.",
+      "PostgreSQL database, which must exist) and the master key; later starts bring the schema up to date. With --workers N " +
+      "(PostgreSQL only) a primary process does that once, then runs N server processes on the one port, replaces one that dies " +
+      "and stops them all on SIGINT or SIGTERM (docs/running.md).",
     options: {
       host: { value: "H", summary: "address to listen on (default: SIGIL_HOST, else 127.0.0.1)" },
       port: { value: "P", summary: "port to listen on, 1 to 65535 (default: SIGIL_PORT, else 8080)", range: [1, 65_535] },
       "data-dir": dataDirOption,
+      workers: {
+        value: "N",
+        summary:
+          "server processes sharing the port and the database (PostgreSQL only), 1 to 64, or auto: one per core " +
+          "(default: SIGIL_WORKERS, else 1)",
+        // 64: MAX_WORKERS in config.ts, which SIGIL_WORKERS is checked against.
+        range: [1, 64],
+        choices: ["auto"],
+      },
     },
     run: serve,
   },
@@ -164,7 +175,8 @@ const commands: Record<string, CommandSpec> = {
 
 function usageLine(name: string): string {
   const parts = Object.entries(commands[name]!.options).map(([option, spec]) => {
-    const written = spec.value ? `--${option} ${spec.choices ? spec.choices.join("|") : spec.value}` : `--${option}`;
+    const placeholder = spec.choices ? [...(spec.range ? [spec.value] : []), ...spec.choices].join("|") : spec.value;
+    const written = spec.value ? `--${option} ${placeholder}` : `--${option}`;
     return spec.required ? written : `[${written}]`;
   });
   return ["sigil", name, ...parts].join(" ");
@@ -188,7 +200,7 @@ function commandHelp(name: string): string {
   const spec = commands[name]!;
   const options: [string, string][] = Object.entries(spec.options).map(([option, o]) => [
     `--${option}${o.value ? ` ${o.value}` : ""}`,
-    o.choices ? `${o.summary}: ${o.choices.join(", ")}` : o.summary,
+    o.choices && !o.range ? `${o.summary}: ${o.choices.join(", ")}` : o.summary,
   ]);
   options.push(["-h, --help", "print this help"]);
   const width = Math.max(...options.map(([left]) => left.length)) + 2;
@@ -260,10 +272,15 @@ function parseCommandLine(name: string, args: string[]): Values | "help" {
       throw refuse(`--${token.name} needs a value (${option.value})`);
     }
     if (value === "") throw refuse(`--${token.name} must not be empty`);
-    if (option.range) {
+    if (option.range && option.choices?.includes(value)) {
+      values[token.name] = value;
+    } else if (option.range) {
       const [min, max] = option.range;
       const number = /^\d{1,15}$/.test(value) ? Number(value) : NaN;
-      if (!(number >= min && number <= max)) throw refuse(`--${token.name} must be a whole number from ${min} to ${max}, got "${value}"`);
+      if (!(number >= min && number <= max)) {
+        const or = option.choices ? `, or ${option.choices.join(", ")}` : "";
+        throw refuse(`--${token.name} must be a whole number from ${min} to ${max}${or}, got "${value}"`);
+      }
       values[token.name] = number;
     } else if (option.choices && !option.choices.includes(value)) {
       throw refuse(`--${token.name} must be one of ${option.choices.join(", ")}, got "${value}"`);
@@ -338,16 +355,42 @@ async function serve(values: Values) {
     host: text(values, "host"),
     port: values.port as number | undefined,
     dataDir: text(values, "data-dir"),
+    workers: values.workers as number | string | undefined,
   });
-  const { startServer } = await import("../http/server.js");
-  const server = await startServer(config);
-  const stop = async (signal: string) => {
-    server.app.log.info({ signal }, "shutting down");
-    await server.close();
-    process.exit(0);
-  };
-  process.once("SIGINT", () => void stop("SIGINT"));
-  process.once("SIGTERM", () => void stop("SIGTERM"));
+  if (config.workers > 1 && !config.databaseUrl) {
+    // Measured in docs/running.md#sqlite: slower than one process, with stalls of seconds.
+    throw new Error(
+      `sigil serve: ${config.workers} workers need PostgreSQL (SIGIL_DATABASE_URL); nothing was started. On SQLite every write ` +
+        "holds the one file's lock, so more processes add no write capacity: they lose the sharing of commits one process " +
+        "does, and each waits for the others' writes with its event loop blocked. Run one process (--workers 1), or see docs/running.md#sqlite.",
+    );
+  }
+  const { default: cluster } = await import("node:cluster");
+  if (cluster.isWorker) {
+    // A worker of `serve --workers N` (cluster runs this command line again): the primary prepared the deployment.
+    const { runWorker } = await import("./cluster.js");
+    return runWorker(async () => {
+      const { createLogger, startServer } = await import("../http/server.js");
+      const logger = createLogger(config).child({ worker: cluster.worker!.id, pid: process.pid });
+      return { server: await startServer(config, logger, { prepared: true }), logger };
+    });
+  }
+  const { createLogger, prepareDeployment, startServer } = await import("../http/server.js");
+  if (config.workers === 1) {
+    const server = await startServer(config);
+    const stop = async (signal: string) => {
+      server.app.log.info({ signal }, "shutting down");
+      await server.close();
+      process.exit(0);
+    };
+    process.once("SIGINT", () => void stop("SIGINT"));
+    process.once("SIGTERM", () => void stop("SIGTERM"));
+    return;
+  }
+  const { runPrimary } = await import("./cluster.js");
+  const logger = createLogger(config).child({ role: "primary", pid: process.pid });
+  const { location } = await prepareDeployment(config, logger);
+  process.exitCode = await runPrimary(config, logger, location);
 }
 
 async function keygen(values: Values) {

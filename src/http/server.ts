@@ -101,6 +101,9 @@ export function createLogger(config: Pick<Config, "logLevel">): pino.Logger {
 export interface ServerOptions {
   /** The trusted server time (liveness window, policies' time.now). Tests replace it to move time. */
   clock?: () => number;
+  /** Set in a worker of `sigil serve --workers N`: its primary has made the database, the master key
+   * and the deployment's keys (prepareDeployment), so this process only opens them. */
+  prepared?: boolean;
 }
 
 export interface ServerParts {
@@ -365,8 +368,12 @@ export function buildApp(
   return app;
 }
 
-export async function startServer(config: Config, logger = createLogger(config), options: ServerOptions = {}): Promise<RunningServer> {
-  // Chosen before anything is created: a library SIGIL_SECP256K1 names that does not load stops the start.
+/**
+ * Chooses the secp256k1 library (SIGIL_SECP256K1, else the fastest that loads) before anything is
+ * created: a library the operator named that does not load stops the start. A fallback is a warning;
+ * the choice itself is said at `level` (a cluster's primary says it once for its workers).
+ */
+function chooseSignatureLibraries(config: Config, logger: pino.Logger, level: "info" | "debug"): void {
   let secp256k1: Secp256k1Selection;
   try {
     secp256k1 = selectSecp256k1(config.secp256k1);
@@ -376,15 +383,23 @@ export async function startServer(config: Config, logger = createLogger(config),
   if (secp256k1.fallbacks.length > 0) {
     logger.warn({ secp256k1: secp256k1.implementation.name, notLoaded: secp256k1.fallbacks }, "secp256k1: a faster library did not load");
   }
-  logger.info(signatureLibraries(), "signature libraries");
+  logger[level](signatureLibraries(), "signature libraries");
+}
+
+/**
+ * Opens the deployment's database and master key and checks that the key opens what the database
+ * holds. `create`: makes whichever is missing (the first start). A key made just now for a database
+ * that cannot be opened, or that already has secrets sealed under another key, is useless: it is not
+ * left behind to be mistaken for the real one.
+ */
+async function openDeployment(config: Config, logger: pino.Logger, mode: "create" | "existing") {
   const { keyring, source, created } = loadKeyring(config.masterKey);
-  // A key made just now for a database that cannot be opened, or that already has secrets sealed
-  // under another key, is useless: do not leave it behind to be mistaken for the real one.
   const forgetNewKey = () => created && fs.rmSync(config.masterKey.file, { force: true });
   let store: Store;
   try {
     store = await openStore({
       ...config,
+      mode,
       onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect"),
     });
   } catch (error) {
@@ -398,22 +413,64 @@ export async function startServer(config: Config, logger = createLogger(config),
     await store.close();
     throw error;
   }
-  if (created) logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it");
-  else logger.info({ masterKey: source }, "master key loaded");
+  return { store, keyring, source, created };
+}
+
+/** The deployment's own keys, made (sealed) on the first start, and the expired import targets
+ * dropped: what any start does once before serving. */
+async function deploymentKeys(store: Store, keyring: Keyring, clock: () => number) {
+  const keys = {
+    webhookKey: await serviceSigningKey(store, keyring),
+    bundles: await bundleSigner(store, keyring),
+    sessions: await sessionSigner(store, keyring),
+    otpCodeHash: await otpCodeHasher(store, keyring),
+    clientSecrets: await clientSecretKey(store, keyring),
+    identityTokens: await identityTokenSigner(store, keyring),
+  };
+  // Import targets that expired while no server ran are of no use to anyone: drop them.
+  await store.transact("exclusive", (trx) => purgeExpiredImportTargets(trx, clock()));
+  return keys;
+}
+
+const logMasterKey = (logger: pino.Logger, source: string, created: boolean) =>
+  created
+    ? logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it")
+    : logger.info({ masterKey: source }, "master key loaded");
+
+/**
+ * What the primary of `sigil serve --workers N` does once before it starts its workers, so that they
+ * do not race each other on a fresh deployment: makes and migrates the database, makes the master
+ * key, checks that the key opens the database, and makes the deployment's keys. It serves nothing.
+ */
+export async function prepareDeployment(config: Config, logger: pino.Logger): Promise<{ location: string }> {
+  chooseSignatureLibraries(config, logger, "info");
+  const { store, keyring, source, created } = await openDeployment(config, logger, "create");
+  try {
+    await deploymentKeys(store, keyring, Date.now);
+  } finally {
+    await store.close();
+  }
+  logMasterKey(logger, source, created);
+  return { location: store.location };
+}
+
+export async function startServer(config: Config, logger = createLogger(config), options: ServerOptions = {}): Promise<RunningServer> {
+  chooseSignatureLibraries(config, logger, options.prepared ? "debug" : "info");
+  // A worker's deployment was made by its primary (prepareDeployment): it opens, never creates.
+  const { store, keyring, source, created } = await openDeployment(config, logger, options.prepared ? "existing" : "create");
+  if (options.prepared) logger.debug({ masterKey: source }, "master key loaded");
+  else logMasterKey(logger, source, created);
   const signatures = new SignatureThreads(config.signatureThreads);
   let dispatcher: WebhookDispatcher;
   let courier: MessageCourier;
   let broadcaster: ChainBroadcaster;
   let app: FastifyInstance;
   try {
-    const webhookKey = await serviceSigningKey(store, keyring);
-    const bundles = await bundleSigner(store, keyring);
-    const sessions = await sessionSigner(store, keyring);
-    const otpCodeHash = await otpCodeHasher(store, keyring);
-    const clientSecrets = await clientSecretKey(store, keyring);
-    const identityTokens = await identityTokenSigner(store, keyring);
-    // Import targets that expired while no server ran are of no use to anyone: drop them.
-    await store.transact("exclusive", (trx) => purgeExpiredImportTargets(trx, (options.clock ?? Date.now)()));
+    const { webhookKey, bundles, sessions, otpCodeHash, clientSecrets, identityTokens } = await deploymentKeys(
+      store,
+      keyring,
+      options.clock ?? Date.now,
+    );
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
     courier = new MessageCourier(store, keyring, config.messages, logger, options.clock);
     const chains = new ChainRpc(config.chains);
@@ -451,7 +508,8 @@ export async function startServer(config: Config, logger = createLogger(config),
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
-  logger.info({ url: `http://${host}:${port}`, database: store.location }, "sigil is accepting requests");
+  // A worker's primary says it once for all of them.
+  logger[options.prepared ? "debug" : "info"]({ url: `http://${host}:${port}`, database: store.location }, "sigil is accepting requests");
   return {
     app,
     store,
