@@ -150,10 +150,18 @@ interface Started {
   stop: () => Promise<void>;
 }
 
-/** Starts a server process on a random loopback port; resolves once it answers /health. */
-async function startProcess(args: (port: number) => string[], env: NodeJS.ProcessEnv, processes = 1): Promise<Started> {
+/**
+ * Starts a server process on a random loopback port; resolves once it answers /health and, when
+ * `readyLog` names a file, once its log there says it accepts requests: a cluster's primary says so
+ * only when every worker listens (before that, connections opened by the generator would all go to
+ * the first worker). The log goes to a file, not through the generator.
+ */
+async function startProcess(args: (port: number) => string[], env: NodeJS.ProcessEnv, processes = 1, readyLog?: string): Promise<Started> {
   const port = 20000 + Math.floor(Math.random() * 20000);
-  const child = spawn(process.execPath, [...SERVER_NODE_ARGS, ...args(port)], { env, stdio: ["ignore", "ignore", "pipe"] });
+  const stdout = readyLog ? fs.openSync(readyLog, "w") : "ignore";
+  const child = spawn(process.execPath, [...SERVER_NODE_ARGS, ...args(port)], { env, stdio: ["ignore", stdout, "pipe"] });
+  if (typeof stdout === "number") fs.closeSync(stdout);
+  const saysReady = () => !readyLog || fs.readFileSync(readyLog, "utf8").includes('"msg":"sigil is accepting requests"');
   let stderr = "";
   child.stderr!.on("data", (chunk: Buffer) => {
     process.stderr.write(chunk);
@@ -164,8 +172,9 @@ async function startProcess(args: (port: number) => string[], env: NodeJS.Proces
   const url = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 300 && exited === undefined; i++) {
     if (await healthy(url)) {
-      // Several processes: wait (a little) for all of them, so that none starts in the middle of a run.
-      for (let j = 0; j < 100 && processTree(child.pid!).length < processes; j++) await new Promise((r) => setTimeout(r, 100));
+      // Several processes: wait for all of them, so that none starts in the middle of a run.
+      for (let j = 0; j < 600 && (processTree(child.pid!).length < processes || !saysReady()); j++)
+        await new Promise((r) => setTimeout(r, 100));
       const stop = async () => {
         const gone = new Promise<void>((resolve) => (exited !== undefined ? resolve() : child.once("exit", () => resolve())));
         for (const pid of processTree(child.pid!).reverse()) {
@@ -305,7 +314,8 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
   const label = `${backend}×${workers}`;
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "sigil-bench-"));
   // The generator is one address holding up to max(BENCH_CONCURRENCY) connections: no per-address cap.
-  const env: NodeJS.ProcessEnv = { ...process.env, SIGIL_LOG_LEVEL: "warn", SIGIL_MAX_CONNECTIONS_PER_ADDRESS: "0" };
+  // The default log level (info: one line per activity), as operators run it; the log goes to a file.
+  const env: NodeJS.ProcessEnv = { ...process.env, SIGIL_LOG_LEVEL: "info", SIGIL_MAX_CONNECTIONS_PER_ADDRESS: "0" };
   delete env.SIGIL_MASTER_KEY;
   delete env.SIGIL_DATABASE_URL;
   delete env.SIGIL_WORKERS; // the number of processes is this run's to choose (--workers)
@@ -324,6 +334,7 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
       (port) => [CLI, "serve", "--port", String(port), "--data-dir", dataDir, ...(workers > 1 ? ["--workers", String(workers)] : [])],
       env,
       workers > 1 ? workers + 1 : 1,
+      path.join(dataDir, "server.log"),
     );
   } catch (error) {
     fs.rmSync(dataDir, { recursive: true, force: true });
