@@ -83,6 +83,7 @@ describe("defaults", () => {
     port: 8080,
     dataDir: path.resolve("data"),
     databaseUrl: null,
+    databasePoolSize: 10,
     timestampWindowMs: 300_000,
     bodyLimitBytes: 1_048_576,
     http: {
@@ -157,6 +158,7 @@ describe("accepted values", () => {
     SIGIL_PORT: "9090",
     SIGIL_DATA_DIR: "/srv/sigil",
     SIGIL_DATABASE_URL: "postgres://sigil@db.example.com:5432/sigil",
+    SIGIL_DATABASE_POOL_SIZE: "24",
     SIGIL_LOG_LEVEL: "debug",
     SIGIL_SIGNATURE_THREADS: "0",
     SIGIL_MASTER_KEY: KEY,
@@ -230,6 +232,7 @@ describe("accepted values", () => {
       host: "0.0.0.0",
       port: 9090,
       dataDir: "/srv/sigil",
+      databasePoolSize: 24,
       timestampWindowMs: 60_000,
       queryCredentialMaxAgeMs: 3_600_000,
       importTargetTtlMs: 60_000,
