@@ -24,6 +24,8 @@ export interface Config {
   dataDir: string;
   /** postgres://… or postgresql://… to keep all state in PostgreSQL instead of SQLite. */
   databaseUrl: string | null;
+  /** How many connections to PostgreSQL a server process keeps at most. */
+  databasePoolSize: number;
   /** A request's timestampMs must lie within this many milliseconds of the server's clock, either side. */
   timestampWindowMs: number;
   /** Largest accepted request body, in bytes. */
@@ -662,6 +664,16 @@ export const settings = {
     meaning: "`postgres://user@host:5432/db` keeps all state in PostgreSQL; the database must exist (Sigil makes its tables)",
     secret: true,
   }),
+  databasePoolSize: setting({
+    variable: "SIGIL_DATABASE_POOL_SIZE",
+    group: SERVER,
+    // Each connection is a PostgreSQL backend process: a few per core of the database server serve
+    // best (docs/benchmarks.md, "Where the time goes on PostgreSQL").
+    kind: integer(1, 1000),
+    default: 10,
+    meaning:
+      "connections to PostgreSQL each server process keeps at most (unused with SQLite); more than the database server's cores can keep busy only queue in it",
+  }),
   logLevel: setting({
     variable: "SIGIL_LOG_LEVEL",
     group: SERVER,
@@ -1221,6 +1233,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
     workers,
     dataDir,
     databaseUrl: s.databaseUrl,
+    databasePoolSize: s.databasePoolSize,
     timestampWindowMs: s.timestampWindowSeconds * 1000,
     bodyLimitBytes: s.bodyLimitBytes,
     http: {

@@ -84,6 +84,7 @@ describe("defaults", () => {
     workers: 1,
     dataDir: path.resolve("data"),
     databaseUrl: null,
+    databasePoolSize: 10,
     timestampWindowMs: 300_000,
     bodyLimitBytes: 1_048_576,
     http: {
@@ -160,6 +161,7 @@ describe("accepted values", () => {
     SIGIL_WORKERS: "3",
     SIGIL_DATA_DIR: "/srv/sigil",
     SIGIL_DATABASE_URL: "postgres://sigil@db.example.com:5432/sigil",
+    SIGIL_DATABASE_POOL_SIZE: "24",
     SIGIL_LOG_LEVEL: "debug",
     SIGIL_SIGNATURE_THREADS: "0",
     SIGIL_SECP256K1: "Wasm",
@@ -235,6 +237,7 @@ describe("accepted values", () => {
       port: 9090,
       workers: 3,
       dataDir: "/srv/sigil",
+      databasePoolSize: 24,
       timestampWindowMs: 60_000,
       queryCredentialMaxAgeMs: 3_600_000,
       importTargetTtlMs: 60_000,

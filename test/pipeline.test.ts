@@ -246,7 +246,7 @@ describe("credential re-check under the organization lock", () => {
       userEmail: null,
     };
     const db = h.server.store.db;
-    await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).resolves.toBeUndefined();
+    await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).resolves.toEqual({ mfaPolicies: false });
     await client.deleteApiKeys({ userId: org.userId, apiKeyIds });
     await expect(db.transaction().execute((trx) => confirmCredential(trx, principal, Date.now()))).rejects.toMatchObject({
       turnkeyErrorCode: "PUBLIC_KEY_NOT_FOUND",

@@ -58,7 +58,8 @@ export function proofOf(principal: Principal, activityType: string, now: number)
  * hold, as with policies; one cut short by the step budget is taken to hold (the activity then waits
  * for authentication rather than slipping past a policy nobody finished evaluating).
  */
-async function enforcedPolicy(trx: Tx, subject: ActivitySubject, userId: string): Promise<MfaPoliciesTable | undefined> {
+async function enforcedPolicy(trx: Tx, subject: ActivitySubject, userId: string, any: boolean): Promise<MfaPoliciesTable | undefined> {
+  if (!any) return undefined;
   const policies = await mfaPoliciesOf(trx, userId);
   if (policies.length === 0) return undefined;
   const inputs = await conditionInputs(trx, subject);
@@ -76,15 +77,17 @@ async function enforcedPolicy(trx: Tx, subject: ActivitySubject, userId: string)
 /**
  * What the requester's MFA policies ask of this activity: nothing (undefined) when none applies, else
  * the enforced policy's steps, the credential that stamped the request already proving one of them
- * where it fits. The pipeline makes the activity wait while some step is unproven.
+ * where it fits. The pipeline makes the activity wait while some step is unproven. `mfaPolicies`
+ * false says the requester has none (confirmCredential read that in this transaction): nothing to read.
  */
 export async function authenticationDemanded(
   trx: Tx,
   subject: ActivitySubject,
   principal: Principal,
   stamped = subject.type,
+  mfaPolicies = true,
 ): Promise<Authentication | undefined> {
-  const policy = await enforcedPolicy(trx, subject, principal.userId);
+  const policy = await enforcedPolicy(trx, subject, principal.userId, mfaPolicies);
   if (!policy) return undefined;
   const steps = JSON.parse(policy.required_methods) as AuthenticationStep[];
   const first = proofOf(principal, stamped, subject.now);

@@ -37,9 +37,10 @@ import {
   confirmCredential,
   readOnlySessionHeader,
   stampVerifiesWith,
+  type Confirmation,
   type Principal,
 } from "../auth/authenticate.js";
-import { enforceIpAllowlist, heldToIpAllowlists, ORGANIZATION_LIST } from "../auth/ip-allowlists.js";
+import { applyIpAllowlists, enforceIpAllowlist, heldToIpAllowlists, ORGANIZATION_LIST } from "../auth/ip-allowlists.js";
 import { sha256 } from "../crypto/keys.js";
 import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../registry/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
@@ -513,9 +514,10 @@ export async function demandAuthentication(
   subject: ActivitySubject,
   principal: Principal,
   decided: Authorization,
+  confirmation: Confirmation = { mfaPolicies: true },
 ): Promise<{ authorization: Authorization; authentication?: Authentication }> {
   if (decided.kind !== "allowed" && decided.kind !== "waiting") return { authorization: decided };
-  const authentication = await authenticationDemanded(trx, subject, principal);
+  const authentication = await authenticationDemanded(trx, subject, principal, subject.type, confirmation.mfaPolicies);
   if (!authentication || authenticated(authentication)) return { authorization: decided, authentication };
   const why = cannotWait(subject);
   if (why) {
@@ -688,10 +690,10 @@ export class Pipeline {
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
-        await confirmCredential(trx, principal, now);
+        const confirmation = await confirmCredential(trx, principal, now);
         const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now, precheck);
         const decided = await authorize(trx, subject);
-        const { authorization, authentication } = await demandAuthentication(trx, subject, principal, decided);
+        const { authorization, authentication } = await demandAuthentication(trx, subject, principal, decided, confirmation);
         const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester: principal, precheck });
         const secretResults = operation.secretResults;
         const recorded = await record(trx, { base: row, stored: false, vote, authorization, execution, secretResults, precheck }, now);
@@ -768,6 +770,9 @@ export class Pipeline {
       principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR" || principal.attestedMethod
         ? ORGANIZATION_LIST
         : principal.credentialId;
+    // An API key's stamp brought its lists along (read with the key, in one statement).
+    if (principal.ipAllowlists && listed === principal.credentialId)
+      return applyIpAllowlists(principal.ipAllowlists, principal.organizationId, listed, client);
     await enforceIpAllowlist(this.options.store.reader, principal.organizationId, listed, client);
   }
 

@@ -1,8 +1,11 @@
 // Who sent a request: the stamp's signature is checked and its key traced to a credential of a user.
+import type { ExpressionBuilder } from "kysely";
 import type { Db, Tx } from "../store/handles.js";
+import type { Database } from "../store/schema.js";
 import { ServiceError, serviceError } from "../errors.js";
 import { SCHEME_CURVES, verifyApiKeyStamp, type Stamp } from "./stamps.js";
 import { toBase64url, verifyWebauthnStamp, type WebauthnPolicy } from "./webauthn.js";
+import { ORGANIZATION_LIST, type ApplicableLists } from "./ip-allowlists.js";
 
 export interface Principal {
   /** The organization the credential belongs to. */
@@ -37,6 +40,9 @@ export interface Principal {
   /** Set for an attested stamp (X-Stamp-Attested): the MFA method its token proves. Its key is no
    * stored credential; the token vouched for it when the request was authenticated. */
   attestedMethod?: "AUTHENTICATION_TYPE_EMAIL_OTP" | "AUTHENTICATION_TYPE_SMS_OTP" | "AUTHENTICATION_TYPE_OAUTH";
+  /** The IP allowlists an API key's stamp is held to (its organization's and its own), read in the
+   * statement that found the key: the allowlist step applies them without a read of its own. */
+  ipAllowlists?: ApplicableLists;
 }
 
 /** The credential type the API reports for an API key of each curve. */
@@ -146,12 +152,32 @@ export async function authenticate(
 ): Promise<Principal> {
   if (stamp.kind === "API_KEY") {
     if (!verifyApiKeyStamp(stamp, body)) throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
+    // The key's IP allowlists come with it (by primary key, at most two rows joined): a signed request
+    // would otherwise pay a round trip more for them (auth/ip-allowlists.ts).
     const candidates = await db
       .selectFrom("api_keys")
       .innerJoin("users", "users.id", "api_keys.user_id")
       .innerJoin("organizations", "organizations.id", "api_keys.organization_id")
+      .leftJoin("ip_allowlists as organization_list", (join) =>
+        join
+          .onRef("organization_list.organization_id", "=", "api_keys.organization_id")
+          .on("organization_list.api_key_id", "=", ORGANIZATION_LIST),
+      )
+      .leftJoin("ip_allowlists as key_list", (join) =>
+        join.onRef("key_list.organization_id", "=", "api_keys.organization_id").onRef("key_list.api_key_id", "=", "api_keys.id"),
+      )
       .selectAll("api_keys")
-      .select(["users.name as user_name", "users.email as user_email", "organizations.parent_organization_id as organization_parent"])
+      .select([
+        "users.name as user_name",
+        "users.email as user_email",
+        "organizations.parent_organization_id as organization_parent",
+        "organization_list.enabled as organization_list_enabled",
+        "organization_list.on_evaluation_error as organization_list_on_evaluation_error",
+        "organization_list.rules as organization_list_rules",
+        "key_list.enabled as key_list_enabled",
+        "key_list.on_evaluation_error as key_list_on_evaluation_error",
+        "key_list.rules as key_list_rules",
+      ])
       .where("api_keys.public_key", "=", stamp.publicKey)
       .execute();
     if (candidates.length === 0) throw serviceError("PUBLIC_KEY_NOT_FOUND", `no API key with public key ${stamp.publicKey}`);
@@ -175,6 +201,20 @@ export async function authenticate(
       ...(key.session_type ? { sessionType: key.session_type } : {}),
       ...(key.session_kind ? { sessionKind: key.session_kind } : {}),
       ...(key.session_profile_id ? { sessionProfileId: key.session_profile_id } : {}),
+      ipAllowlists: {
+        organization:
+          key.organization_list_rules === null
+            ? null
+            : {
+                enabled: key.organization_list_enabled,
+                on_evaluation_error: key.organization_list_on_evaluation_error!,
+                rules: key.organization_list_rules,
+              },
+        key:
+          key.key_list_rules === null
+            ? null
+            : { enabled: key.key_list_enabled, on_evaluation_error: key.key_list_on_evaluation_error!, rules: key.key_list_rules },
+      },
     };
   }
 
@@ -303,29 +343,57 @@ export async function authenticateReadOnlySession(
   };
 }
 
-/** Whether the credential a principal authenticated with still exists (and has not expired). */
-export async function confirmCredential(trx: Tx, principal: Principal, now: number): Promise<void> {
+/** What confirming a credential learned on the way. */
+export interface Confirmation {
+  /** False when the requester has no MFA policy at all (read in the same statement, under the lock):
+   * the MFA step then has nothing to read. True when they have some, or when it was not read. */
+  mfaPolicies: boolean;
+}
+
+/**
+ * Whether the credential a principal authenticated with still exists (and has not expired), read in
+ * the activity's transaction once the organization's lock is held. The same statement asks whether
+ * the requester has MFA policies (activities/mfa.ts), which most users do not: one round trip for both.
+ */
+export async function confirmCredential(trx: Tx, principal: Principal, now: number): Promise<Confirmation> {
   const gone = () =>
     serviceError("PUBLIC_KEY_NOT_FOUND", `the credential ${principal.credentialId} that stamped this request no longer exists`);
+  const mfaPolicies = (eb: ExpressionBuilder<Database, keyof Database>) =>
+    eb
+      .exists(eb.selectFrom("mfa_policies").select("mfa_policies.id").where("mfa_policies.user_id", "=", principal.userId))
+      .as("mfa_policies");
   if (principal.attestedMethod === "AUTHENTICATION_TYPE_OAUTH") {
-    const row = await trx.selectFrom("oauth_providers").select("id").where("id", "=", principal.credentialId).executeTakeFirst();
+    const row = await trx
+      .selectFrom("oauth_providers")
+      .select(["id", mfaPolicies])
+      .where("id", "=", principal.credentialId)
+      .executeTakeFirst();
     if (!row)
       throw serviceError(
         "ATTESTED_IDENTITY_UNKNOWN",
         `the OAuth provider ${principal.credentialId} the attested stamp named no longer exists`,
       );
-    return;
+    return { mfaPolicies: Boolean(row.mfa_policies) };
   }
   // An OTP proof names a contact, not a credential: nothing to find again.
-  if (principal.attestedMethod) return;
+  if (principal.attestedMethod) return { mfaPolicies: true };
   if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
-    const row = await trx.selectFrom("authenticators").select("id").where("id", "=", principal.credentialId).executeTakeFirst();
+    const row = await trx
+      .selectFrom("authenticators")
+      .select(["id", mfaPolicies])
+      .where("id", "=", principal.credentialId)
+      .executeTakeFirst();
     if (!row) throw gone();
-    return;
+    return { mfaPolicies: Boolean(row.mfa_policies) };
   }
-  const key = await trx.selectFrom("api_keys").select(["id", "expires_at"]).where("id", "=", principal.credentialId).executeTakeFirst();
+  const key = await trx
+    .selectFrom("api_keys")
+    .select(["id", "expires_at", mfaPolicies])
+    .where("id", "=", principal.credentialId)
+    .executeTakeFirst();
   if (!key) throw gone();
   if (key.expires_at !== null && key.expires_at <= now) throw serviceError("API_KEY_EXPIRED", `API key ${key.id} has expired`);
+  return { mfaPolicies: Boolean(key.mfa_policies) };
 }
 
 /** Whether a stamp's signature over `body` holds for a given public key (no database involved). */

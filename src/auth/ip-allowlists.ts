@@ -1,11 +1,11 @@
 // Where a request may come from: the IP allowlists of an organization and of its API keys
 // (docs/ip-allowlists.md), read and applied right after a stamp names its key. Every signed request
-// pays for this check, so it is one read by primary key of at most two small rows, never cached: a
-// change made through another server process sharing the database applies to the very next request.
+// pays for this check, so the lists are read by primary key in the very statement that finds an API
+// key (auth/authenticate.ts), and never cached: a change made through another server process sharing
+// the database applies to the very next request.
 import ipaddr from "ipaddr.js";
 import type { Db } from "../store/handles.js";
 import { serviceError } from "../errors.js";
-import type { Principal } from "./authenticate.js";
 
 /** The `api_key_id` of an organization's own list. */
 export const ORGANIZATION_LIST = "";
@@ -141,26 +141,47 @@ export function trustedProxyTest(blocks: string[]): (address: string) => boolean
   };
 }
 
-/**
- * Refuses (IP_NOT_ALLOWED) a request of `principal` coming from `client` (the address the HTTP layer
- * read, or undefined) unless the lists in force let it in. API keys (session keys included) and read-only
- * sessions are held to them (heldToIpAllowlists): a passkey's stamp is a person at a browser, as the
- * product's dashboard is, and is never refused, so a root user with a passkey can always reach a locked-out organization. The lists are the
- * credential's own organization's: a sub-organization has none, and a parent's key naming one of its
- * sub-organizations is held to the parent's lists all the same. `apiKeyId` "" checks the
- * organization's list alone (a request whose key is not registered yet: an invitation's acceptance).
- */
-export async function enforceIpAllowlist(db: Db, organizationId: string, apiKeyId: string, client: string | undefined): Promise<void> {
+/** One list as enforcing it reads it. */
+export interface EnforcedList {
+  enabled: number | null;
+  on_evaluation_error: string;
+  rules: string;
+}
+
+/** The two lists that may apply to a request: its organization's own, and its API key's (each null when absent). */
+export interface ApplicableLists {
+  organization: EnforcedList | null;
+  key: EnforcedList | null;
+}
+
+/** The lists `apiKeyId` ("" for none) of `organizationId` is held to: one read by primary key of at most two rows. */
+export async function readIpAllowlists(db: Db, organizationId: string, apiKeyId: string): Promise<ApplicableLists> {
   const rows = await db
     .selectFrom("ip_allowlists")
     .select(["api_key_id", "enabled", "on_evaluation_error", "rules"])
     .where("organization_id", "=", organizationId)
     .where("api_key_id", "in", apiKeyId ? [ORGANIZATION_LIST, apiKeyId] : [ORGANIZATION_LIST])
     .execute();
-  const organizationList = rows.find((r) => r.api_key_id === ORGANIZATION_LIST);
+  return {
+    organization: rows.find((r) => r.api_key_id === ORGANIZATION_LIST) ?? null,
+    key: (apiKeyId && rows.find((r) => r.api_key_id === apiKeyId)) || null,
+  };
+}
+
+/**
+ * Refuses (IP_NOT_ALLOWED) a request coming from `client` (the address the HTTP layer read, or
+ * undefined) unless `lists` — those of the credential's own organization, and of its API key — let it
+ * in. API keys (session keys included) and read-only sessions are held to them (heldToIpAllowlists): a
+ * passkey's stamp is a person at a browser, as the product's dashboard is, and is never refused, so a
+ * root user with a passkey can always reach a locked-out organization. A sub-organization has no lists
+ * of its own use here: a parent's key naming one of its sub-organizations is held to the parent's lists
+ * all the same. A key's list is enforced only while the organization's list is enabled.
+ */
+export function applyIpAllowlists(lists: ApplicableLists, organizationId: string, apiKeyId: string, client: string | undefined): void {
+  const organizationList = lists.organization;
   // A key's list is enforced only while the organization's list is enabled (the product's rule).
   if (organizationList?.enabled !== 1) return;
-  const keyList = apiKeyId ? rows.find((r) => r.api_key_id === apiKeyId) : undefined;
+  const keyList = apiKeyId ? lists.key : null;
   const keyRules = keyList ? (JSON.parse(keyList.rules) as StoredRule[]) : [];
   // A key's list with no rules falls back to the organization's.
   const [list, rules, whose] =
@@ -180,8 +201,18 @@ export async function enforceIpAllowlist(db: Db, organizationId: string, apiKeyI
   }
 }
 
+/**
+ * Reads the lists of `organizationId` that apply to `apiKeyId` and applies them (applyIpAllowlists).
+ * `apiKeyId` "" checks the organization's list alone (a request whose key is not registered yet: an
+ * invitation's acceptance). An API key's stamp brings its lists with it (authenticate reads them with
+ * the key, in the same statement) and is checked without this read.
+ */
+export async function enforceIpAllowlist(db: Db, organizationId: string, apiKeyId: string, client: string | undefined): Promise<void> {
+  applyIpAllowlists(await readIpAllowlists(db, organizationId, apiKeyId), organizationId, apiKeyId, client);
+}
+
 /** Whether a principal's requests are held to IP allowlists: API keys are, and so is every read-only
  * session (X-Session), a passkey's included: its bearer token, unlike a passkey's stamp, can be replayed
  * by whoever copies it. Only a passkey's own WebAuthn stamp is not held. */
-export const heldToIpAllowlists = (principal: Principal) =>
+export const heldToIpAllowlists = (principal: { scheme: string; credentialType: string }) =>
   principal.scheme === "SESSION" || principal.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR";

@@ -19,7 +19,8 @@ import type { Database } from "./schema.js";
 import { migrationProvider, migrations } from "./migrations.js";
 import { GroupCommit, type LockMode } from "./group-commit.js";
 import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
-import type { Db, Dialect, OpenTx, Tx } from "./handles.js";
+import { preparingPool, StatementNames } from "./postgres-pool.js";
+import type { Db, Dialect, OpenTx, StatementTally, Tx } from "./handles.js";
 
 export interface Store {
   /** Migrations, administration and tests; the pipeline writes through `transact`. */
@@ -43,8 +44,15 @@ export interface Store {
   location: string;
   /** Whether this opening made the database (the SQLite file, or Sigil's tables in PostgreSQL). */
   created: boolean;
+  /** Every statement sent to the database so far, by any connection of this store. */
+  statements: StatementTally;
   close(): Promise<void>;
 }
+
+const tally = (statements: StatementTally, sqlText: string) => {
+  statements.count++;
+  statements.texts?.push(sqlText);
+};
 
 /**
  * What opening may do to the database:
@@ -75,6 +83,8 @@ export interface StoreOptions {
   onConnectionError?: (error: Error) => void;
   /** Default `create`. */
   mode?: OpenMode;
+  /** PostgreSQL only: the most connections kept open at once (SIGIL_DATABASE_POOL_SIZE). Default 10. */
+  databasePoolSize?: number;
 }
 
 /**
@@ -119,11 +129,13 @@ export const SQLITE_FILE_NAME = "sigil.db";
  * The service issues a small, fixed set of SQL texts, so prepared statements are kept and reused
  * (better-sqlite3 statements are reusable; queries run one at a time on the one connection).
  */
-function withStatementCache(sqlite: BetterSqlite3.Database) {
+function withStatementCache(sqlite: BetterSqlite3.Database, tallied: StatementTally) {
   const statements = new Map<string, BetterSqlite3.Statement>();
   return {
     close: () => sqlite.close(),
+    // Kysely asks for the statement of every query it runs, cached or not: one query each.
     prepare(sql: string) {
+      tally(tallied, sql);
       let statement = statements.get(sql);
       if (!statement) {
         // Bounded, in case a caller builds SQL texts without end (IN lists of varying length do).
@@ -188,7 +200,8 @@ function openSqlite(dataDir: string, mode: OpenMode): Omit<Store, "reader"> & { 
     sqlite.pragma("synchronous = FULL");
   }
   sqlite.pragma("foreign_keys = ON");
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite) }) });
+  const statements: StatementTally = { count: 0, texts: null };
+  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, statements) }) });
   const writes = new GroupCommit(db);
   let reader: Kysely<Database> | null = null;
   return {
@@ -196,13 +209,14 @@ function openSqlite(dataDir: string, mode: OpenMode): Omit<Store, "reader"> & { 
     dialect: "sqlite",
     location: file,
     created,
+    statements,
     transact: (lockMode, work) => writes.run(lockMode, work),
     // Opened once the schema exists. A WAL reader never waits for the writer, so the busy timeout
     // (which would block the event loop) only covers the rare recovery of another process's crash.
     openReader() {
       if (mode === "read-only") return db;
       const connection = new BetterSqlite3(file, { readonly: true, timeout: 2_000 });
-      reader = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(connection) }) });
+      reader = new Kysely<Database>({ dialect: new SqliteDialect({ database: withStatementCache(connection, statements) }) });
       return reader;
     },
     // A WAL read transaction keeps the snapshot of its first read until it ends.
@@ -214,23 +228,27 @@ function openSqlite(dataDir: string, mode: OpenMode): Omit<Store, "reader"> & { 
   };
 }
 
-function openPostgres(url: string, onConnectionError: (error: Error) => void): Omit<Store, "created"> {
+function openPostgres(url: string, poolSize: number, onConnectionError: (error: Error) => void): Omit<Store, "created"> {
+  const statements: StatementTally = { count: 0, texts: null };
   // int8 columns hold millisecond timestamps, well inside Number's exact range.
   const types = {
     // biome-ignore lint/suspicious/noExplicitAny: pg's own parser signature types `format` as any
     getTypeParser: (oid: number, format?: any) =>
       oid === pg.types.builtins.INT8 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format),
   };
-  const pool = new pg.Pool({ connectionString: url, max: 10, types });
+  const pool = new pg.Pool({ connectionString: url, max: poolSize, types });
   pool.on("error", onConnectionError);
   // The pool listens for errors of idle connections only; one that dies while checked out (the
   // server restarts mid-query) emits "error" on the connection itself, which would otherwise be an
   // uncaught exception that stops the process. Its query fails on its own and the pool replaces it.
   pool.on("connect", (connection) => connection.on("error", onConnectionError));
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) });
+  // Named prepared statements: PostgreSQL parses and plans each recurring text once per connection
+  // (measured: about half of PostgreSQL's CPU per signature; docs/benchmarks.md).
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: preparingPool(pool, statements, new StatementNames()) }) });
   return {
     db,
     reader: db,
+    statements,
     // READ COMMITTED (the default) would give each statement its own snapshot.
     readSnapshot: (work) => db.transaction().setIsolationLevel("repeatable read").setAccessMode("read only").execute(work),
     dialect: "postgres",
@@ -275,7 +293,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   const mode = options.mode ?? "create";
   const onConnectionError = options.onConnectionError ?? ((error: Error) => console.error(`database connection lost: ${error.message}`));
   if (options.databaseUrl) {
-    const store = openPostgres(options.databaseUrl, onConnectionError);
+    const store = openPostgres(options.databaseUrl, options.databasePoolSize ?? 10, onConnectionError);
     let created: boolean;
     try {
       const hasTables = await postgresHasSigilTables(options.databaseUrl, store.db, store.location);

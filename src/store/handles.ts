@@ -1,5 +1,5 @@
-// Typed handles on the database, declared apart from database.ts so that group-commit.ts, which
-// database.ts builds on, can name them without the two modules importing each other.
+// Typed handles on the database, declared apart from database.ts so that group-commit.ts and
+// postgres-pool.ts, which database.ts builds on, can name them without the modules importing each other.
 import type { ControlledTransaction, Kysely, Transaction } from "kysely";
 import type { Database } from "./schema.js";
 
@@ -8,3 +8,14 @@ export type Tx = Transaction<Database>;
 /** A transaction the pipeline commits itself, with savepoints around each operation. */
 export type OpenTx = ControlledTransaction<Database>;
 export type Db = Kysely<Database>;
+
+/**
+ * The statements a store has sent (BEGIN, COMMIT and savepoints included): on PostgreSQL each is a
+ * round trip, and on either database each is work, so how many a path sends is a deterministic
+ * measure of its cost (test/statement-budget.test.ts holds the signing path to its count).
+ */
+export interface StatementTally {
+  count: number;
+  /** When an array, each statement's SQL text is appended to it (for a test that reads them). */
+  texts: string[] | null;
+}

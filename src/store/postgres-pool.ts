@@ -1,0 +1,93 @@
+// pg's connection pool as Kysely's PostgresDialect takes it, with two additions: every statement is
+// tallied (handles.ts, StatementTally), and the service's recurring SQL texts run as named prepared
+// statements, so PostgreSQL parses and plans each of them once per connection rather than on every
+// execution (Kysely sends every query unnamed, and an unnamed statement is parsed and planned anew).
+import crypto from "node:crypto";
+import type pg from "pg";
+import type { PostgresPool, PostgresPoolClient } from "kysely";
+import type { StatementTally } from "./handles.js";
+
+/**
+ * Which SQL texts are prepared, by name. A text is named once it has run a few times (so a text made
+ * once, like a migration's, is not kept prepared), and at most MAX_NAMED texts ever are: PostgreSQL
+ * keeps a connection's prepared statements until it closes, and some texts vary (an IN list of
+ * varying length is a new text per length). Beyond the bound, texts run unnamed as before.
+ */
+export class StatementNames {
+  private readonly named = new Map<string, string>();
+  private readonly seen = new Map<string, number>();
+
+  constructor(
+    private readonly runsBeforeNaming = 2,
+    private readonly maxNamed = 400,
+  ) {}
+
+  /** The name `text` runs under, or undefined to run it unnamed. */
+  nameOf(text: string): string | undefined {
+    const name = this.named.get(text);
+    if (name !== undefined || this.named.size >= this.maxNamed) return name;
+    const runs = (this.seen.get(text) ?? 0) + 1;
+    if (runs < this.runsBeforeNaming) {
+      // The candidates are bounded too: a flood of one-off texts only delays naming.
+      if (this.seen.size >= 4 * this.maxNamed) this.seen.clear();
+      this.seen.set(text, runs);
+      return undefined;
+    }
+    this.seen.delete(text);
+    // The name is the text's hash, so every connection gives one text the same name.
+    const named = `sigil_${crypto.createHash("sha256").update(text).digest("base64url").slice(0, 22)}`;
+    this.named.set(text, named);
+    return named;
+  }
+}
+
+/**
+ * A prepared statement stops working when the schema under it changes its result's shape (another
+ * server process of a newer version migrated the database: "cached plan must not change result type")
+ * or when it was dropped behind pg's back. The statement fails; the connection is then discarded rather
+ * than returned to the pool, so the next one prepares afresh.
+ */
+const STALE_PREPARED_STATEMENT = new Set(["0A000", "26000"]);
+
+/** pg's pool, tallied, preparing what `names` names. */
+export function preparingPool(pool: pg.Pool, statements: StatementTally, names: StatementNames): PostgresPool {
+  const wrapped = new WeakMap<pg.PoolClient, PostgresPoolClient>();
+  const wrap = (client: pg.PoolClient): PostgresPoolClient => {
+    let stale: Error | undefined;
+    const query = async (text: string, values: readonly unknown[]) => {
+      statements.count++;
+      statements.texts?.push(text);
+      // Statements without parameters (BEGIN, COMMIT, savepoints) go by the simple protocol: one
+      // message, nothing to prepare.
+      const name = values.length > 0 ? names.nameOf(text) : undefined;
+      if (!name) return client.query(text, values as unknown[]);
+      try {
+        return await client.query({ name, text, values: values as unknown[] });
+      } catch (error) {
+        if (STALE_PREPARED_STATEMENT.has((error as { code?: string }).code ?? "")) stale = error as Error;
+        throw error;
+      }
+    };
+    return {
+      // Kysely also passes a cursor here for streamed queries, which the service does not use.
+      query: query as unknown as PostgresPoolClient["query"],
+      release: () => {
+        // Kysely reuses its wrapper of a client; a discarded client is never handed out again.
+        if (stale) wrapped.delete(client);
+        client.release(stale);
+      },
+    };
+  };
+  return {
+    async connect() {
+      const client = await pool.connect();
+      let adapter = wrapped.get(client);
+      if (!adapter) {
+        adapter = wrap(client);
+        wrapped.set(client, adapter);
+      }
+      return adapter;
+    },
+    end: () => pool.end(),
+  };
+}

@@ -1,0 +1,125 @@
+// How many statements one signature sends to the database: each is a round trip on PostgreSQL (and
+// work on either database), so the count is a deterministic measure of the signing path's cost,
+// where a timing would be noise on a shared machine. docs/benchmarks.md ("Where the time goes on
+// PostgreSQL") says where each statement comes from.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startHarness, type Harness } from "./helpers/harness.js";
+import { organizationWith, type Member } from "./helpers/organizations.js";
+import { StatementNames } from "../src/store/postgres-pool.js";
+
+let h: Harness;
+let root: Awaited<ReturnType<typeof organizationWith>>["root"];
+let alice: Member;
+let signWith: string;
+
+beforeAll(async () => {
+  h = await startHarness();
+  const made = await organizationWith(h, ["alice"]);
+  root = made.root;
+  alice = made.members.alice!;
+  const wallet = await root.createWallet({
+    walletName: "budget",
+    accounts: [
+      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+    ],
+  });
+  signWith = wallet.addresses[0]!;
+  await root.createPolicy({
+    policyName: "alice signs",
+    effect: "EFFECT_ALLOW",
+    condition: "activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2'",
+    consensus: `approvers.any(user, user.id == '${alice.userId}')`,
+    notes: "",
+  });
+});
+afterAll(() => h.close());
+
+/**
+ * The statements one signature by `client` sent, by text. The server's background services (webhook
+ * dispatcher, courier, broadcaster) poll the database now and then: of three signatures, the one with
+ * the fewest statements is the signature's own.
+ */
+async function statementsOfSignature(client: Member["client"]): Promise<string[]> {
+  const tally = h.server.store.statements;
+  let fewest: string[] | undefined;
+  try {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      tally.texts = [];
+      await sign(client);
+      if (!fewest || tally.texts.length < fewest.length) fewest = tally.texts;
+    }
+  } finally {
+    tally.texts = null;
+  }
+  return fewest!;
+}
+
+let n = 0;
+const sign = (client: Member["client"]) =>
+  client.signRawPayload({
+    signWith,
+    payload: Buffer.from(`budget ${n++}`).toString("hex"),
+    encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+    hashFunction: "HASH_FUNCTION_KECCAK256",
+  });
+
+/** The table each statement reads or writes first (subqueries left out), in order; or BEGIN / COMMIT. */
+function kinds(texts: string[]): string[] {
+  return texts.map((text) => {
+    if (/^(begin|commit)/.test(text)) return text.split(" ")[0]!;
+    let outer = text;
+    while (/\([^()]*\)/.test(outer)) outer = outer.replace(/\([^()]*\)/g, "");
+    return /^(?:insert into|update|delete from) "(\w+)"|\bfrom "(\w+)"/.exec(outer)?.slice(1).find(Boolean) ?? text;
+  });
+}
+
+describe("a signature's statements", () => {
+  // Outside the transaction: the API key with its IP allowlists (one statement). In it: the
+  // organization's lock; the credential still live, with whether its user has MFA policies; the root
+  // quorum; the signing account; the activity; its policy evaluation; the webhook subscriptions.
+  const byRoot = [
+    "api_keys",
+    "begin",
+    "organizations",
+    "api_keys",
+    "organizations",
+    "wallet_accounts",
+    "activities",
+    "policy_evaluations",
+    "webhook_endpoints",
+    "commit",
+  ];
+
+  it("by a root user: ten, BEGIN and COMMIT included", async () => {
+    await sign(root);
+    const texts = await statementsOfSignature(root);
+    expect(kinds(texts), texts.join("\n")).toEqual(byRoot);
+  });
+
+  it("by a user a policy allows: four more (the policies, the approver and their tags, the account for the policy)", async () => {
+    await sign(alice.client);
+    const texts = await statementsOfSignature(alice.client);
+    const byPolicy = [...byRoot.slice(0, 5), "policies", "users", "user_tag_members", "wallet_accounts", ...byRoot.slice(5)];
+    expect(kinds(texts), texts.join("\n")).toEqual(byPolicy);
+  });
+});
+
+describe("prepared statement names (PostgreSQL)", () => {
+  it("names a text from its second run on, by its hash, and no more than the bound", () => {
+    const names = new StatementNames(2, 3);
+    expect(names.nameOf("select 1")).toBeUndefined();
+    const name = names.nameOf("select 1");
+    expect(name).toMatch(/^sigil_[\w-]{22}$/);
+    expect(names.nameOf("select 1")).toBe(name);
+    // Another instance (another server process) gives the text the same name.
+    const elsewhere = new StatementNames(1, 3);
+    expect(elsewhere.nameOf("select 1")).toBe(name);
+    for (const text of ["select 2", "select 3"]) {
+      names.nameOf(text);
+      expect(names.nameOf(text)).toBeDefined();
+    }
+    // Three named: a fourth text runs unnamed however often, while the named ones keep their names.
+    for (let i = 0; i < 5; i++) expect(names.nameOf("select 4")).toBeUndefined();
+    expect(names.nameOf("select 1")).toBe(name);
+  });
+});
