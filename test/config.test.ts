@@ -370,6 +370,7 @@ describe("refused values: the message names the variable and what is expected", 
       'SIGIL_SESSION_MAX_SECONDS must be a whole number from 1 to 3155760000, got "3155760001"',
     ],
     [{ SIGIL_SIGNATURE_THREADS: "100000000000" }, 'SIGIL_SIGNATURE_THREADS must be a whole number from 0 to 256, got "100000000000"'],
+    [{ SIGIL_DATABASE_POOL_SIZE: "0" }, 'SIGIL_DATABASE_POOL_SIZE must be a whole number from 1 to 1000, got "0"'],
     [{ SIGIL_OTP_MAX_ATTEMPTS: "0" }, 'SIGIL_OTP_MAX_ATTEMPTS must be a whole number, 1 or more, got "0"'],
     [
       { SIGIL_WEBHOOK_ALLOW_LOOPBACK: "yes" },

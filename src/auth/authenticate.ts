@@ -5,7 +5,7 @@ import type { Database } from "../store/schema.js";
 import { ServiceError, serviceError } from "../errors.js";
 import { SCHEME_CURVES, verifyApiKeyStamp, type Stamp } from "./stamps.js";
 import { toBase64url, verifyWebauthnStamp, type WebauthnPolicy } from "./webauthn.js";
-import { ORGANIZATION_LIST, type ApplicableLists } from "./ip-allowlists.js";
+import { ORGANIZATION_LIST, type ApplicableLists, type EnforcedList } from "./ip-allowlists.js";
 
 export interface Principal {
   /** The organization the credential belongs to. */
@@ -202,18 +202,8 @@ export async function authenticate(
       ...(key.session_kind ? { sessionKind: key.session_kind } : {}),
       ...(key.session_profile_id ? { sessionProfileId: key.session_profile_id } : {}),
       ipAllowlists: {
-        organization:
-          key.organization_list_rules === null
-            ? null
-            : {
-                enabled: key.organization_list_enabled,
-                on_evaluation_error: key.organization_list_on_evaluation_error!,
-                rules: key.organization_list_rules,
-              },
-        key:
-          key.key_list_rules === null
-            ? null
-            : { enabled: key.key_list_enabled, on_evaluation_error: key.key_list_on_evaluation_error!, rules: key.key_list_rules },
+        organization: joinedList(key.organization_list_enabled, key.organization_list_on_evaluation_error, key.organization_list_rules),
+        key: joinedList(key.key_list_enabled, key.key_list_on_evaluation_error, key.key_list_rules),
       },
     };
   }
@@ -341,6 +331,11 @@ export async function authenticateReadOnlySession(
     userEmail: user.email,
     sessionType: "SESSION_TYPE_READ_ONLY",
   };
+}
+
+/** One list of a left join (rules is NOT NULL in the table: null means no list). */
+function joinedList(enabled: number | null, onEvaluationError: string | null, rules: string | null): EnforcedList | null {
+  return rules === null ? null : { enabled, on_evaluation_error: onEvaluationError!, rules };
 }
 
 /** What confirming a credential learned on the way. */
