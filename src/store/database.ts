@@ -20,7 +20,7 @@ import { migrationProvider, migrations } from "./migrations.js";
 import { GroupCommit, type LockMode } from "./group-commit.js";
 import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
 import { preparingPool, StatementNames } from "./postgres-pool.js";
-import type { Db, Dialect, OpenTx, StatementTally, Tx } from "./handles.js";
+import { tally, type Db, type Dialect, type OpenTx, type StatementTally, type Tx } from "./handles.js";
 
 export interface Store {
   /** Migrations, administration and tests; the pipeline writes through `transact`. */
@@ -48,11 +48,6 @@ export interface Store {
   statements: StatementTally;
   close(): Promise<void>;
 }
-
-const tally = (statements: StatementTally, sqlText: string) => {
-  statements.count++;
-  statements.texts?.push(sqlText);
-};
 
 /**
  * What opening may do to the database:

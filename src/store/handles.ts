@@ -19,3 +19,9 @@ export interface StatementTally {
   /** When an array, each statement's SQL text is appended to it (for a test that reads them). */
   texts: string[] | null;
 }
+
+/** Counts one statement (and keeps its text when the tally asks for texts). */
+export function tally(statements: StatementTally, sqlText: string): void {
+  statements.count++;
+  statements.texts?.push(sqlText);
+}

@@ -5,7 +5,7 @@
 import crypto from "node:crypto";
 import type pg from "pg";
 import type { PostgresPool, PostgresPoolClient } from "kysely";
-import type { StatementTally } from "./handles.js";
+import { tally, type StatementTally } from "./handles.js";
 
 /**
  * Which SQL texts are prepared, by name. A text is named once it has run a few times (so a text made
@@ -55,8 +55,7 @@ export function preparingPool(pool: pg.Pool, statements: StatementTally, names: 
   const wrap = (client: pg.PoolClient): PostgresPoolClient => {
     let stale: Error | undefined;
     const query = async (text: string, values: readonly unknown[]) => {
-      statements.count++;
-      statements.texts?.push(text);
+      tally(statements, text);
       // Statements without parameters (BEGIN, COMMIT, savepoints) go by the simple protocol: one
       // message, nothing to prepare.
       const name = values.length > 0 ? names.nameOf(text) : undefined;
