@@ -9,6 +9,7 @@
 // quorum can always undo policies that lock everyone out.
 import { ActivityTypes } from "../api/types.js";
 import type { Db, Tx } from "../store/handles.js";
+import { prepare, type Slots } from "../store/prepared.js";
 import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.js";
 import type { ActivityOperation } from "../registry/registry.js";
 import { activityKind } from "../registry/registry.js";
@@ -70,26 +71,32 @@ interface RootQuorum {
   members: Set<string>;
 }
 
-async function rootQuorum(trx: Tx | Db, organizationId: string): Promise<RootQuorum> {
-  // One round trip: the threshold beside each member (an organization always has at least one).
-  const rows = await trx
+// One round trip: the threshold beside each member (an organization always has at least one).
+const rootQuorumRows = prepare((db, slot: Slots<{ organizationId: string }>) =>
+  db
     .selectFrom("organizations as o")
     .leftJoin("root_quorum_members as m", "m.organization_id", "o.id")
     .select(["o.root_quorum_threshold as threshold", "m.user_id as userId"])
-    .where("o.id", "=", organizationId)
-    .execute();
+    .where("o.id", "=", slot("organizationId")),
+);
+
+async function rootQuorum(trx: Tx | Db, organizationId: string): Promise<RootQuorum> {
+  const rows = await rootQuorumRows.all(trx, { organizationId });
   if (rows.length === 0) throw new Error(`organization ${organizationId} vanished during its own activity`);
   return { threshold: rows[0]!.threshold, members: new Set(rows.flatMap((r) => (r.userId ? [r.userId] : []))) };
 }
 
-async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<PolicySource[]> {
-  const rows = await trx
+const policiesOf = prepare((db, slot: Slots<{ organizationId: string }>) =>
+  db
     .selectFrom("policies")
     .select(["id", "effect", "condition", "consensus", "time"])
-    .where("organization_id", "=", organizationId)
+    .where("organization_id", "=", slot("organizationId"))
     .orderBy("created_at")
-    .orderBy("id")
-    .execute();
+    .orderBy("id"),
+);
+
+async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<PolicySource[]> {
+  const rows = await policiesOf.all(trx, { organizationId });
   return rows.map((r) => ({ ...r, effect: r.effect as Effect }));
 }
 

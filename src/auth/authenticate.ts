@@ -1,5 +1,6 @@
 // Who sent a request: the stamp's signature is checked and its key traced to a credential of a user.
 import type { ExpressionBuilder } from "kysely";
+import { prepare, type Slots } from "../store/prepared.js";
 import type { Db, Tx } from "../store/handles.js";
 import type { Database } from "../store/schema.js";
 import { ServiceError, serviceError } from "../errors.js";
@@ -75,6 +76,37 @@ async function webauthnOriginsFor(db: Db, organizationId: string): Promise<strin
   const value = row?.inherited ?? row?.own;
   return value ? value.split(",") : null;
 }
+
+/** An API key's candidates by public key (one per organization holding it), with their IP allowlists:
+ * the key's allowlists come with it (by primary key, at most two rows joined), where they would
+ * otherwise cost a signed request a round trip more (auth/ip-allowlists.ts). */
+const apiKeysByPublicKey = prepare((db, slot: Slots<{ publicKey: string }>) =>
+  db
+    .selectFrom("api_keys")
+    .innerJoin("users", "users.id", "api_keys.user_id")
+    .innerJoin("organizations", "organizations.id", "api_keys.organization_id")
+    .leftJoin("ip_allowlists as organization_list", (join) =>
+      join
+        .onRef("organization_list.organization_id", "=", "api_keys.organization_id")
+        .on("organization_list.api_key_id", "=", ORGANIZATION_LIST),
+    )
+    .leftJoin("ip_allowlists as key_list", (join) =>
+      join.onRef("key_list.organization_id", "=", "api_keys.organization_id").onRef("key_list.api_key_id", "=", "api_keys.id"),
+    )
+    .selectAll("api_keys")
+    .select([
+      "users.name as user_name",
+      "users.email as user_email",
+      "organizations.parent_organization_id as organization_parent",
+      "organization_list.enabled as organization_list_enabled",
+      "organization_list.on_evaluation_error as organization_list_on_evaluation_error",
+      "organization_list.rules as organization_list_rules",
+      "key_list.enabled as key_list_enabled",
+      "key_list.on_evaluation_error as key_list_on_evaluation_error",
+      "key_list.rules as key_list_rules",
+    ])
+    .where("api_keys.public_key", "=", slot("publicKey")),
+);
 
 /** How a credential may relate to the organization a request names, and how old it may be. */
 export interface CredentialScope {
@@ -154,32 +186,7 @@ export async function authenticate(
     if (!verifyApiKeyStamp(stamp, body)) throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
     // The key's IP allowlists come with it (by primary key, at most two rows joined): a signed request
     // would otherwise pay a round trip more for them (auth/ip-allowlists.ts).
-    const candidates = await db
-      .selectFrom("api_keys")
-      .innerJoin("users", "users.id", "api_keys.user_id")
-      .innerJoin("organizations", "organizations.id", "api_keys.organization_id")
-      .leftJoin("ip_allowlists as organization_list", (join) =>
-        join
-          .onRef("organization_list.organization_id", "=", "api_keys.organization_id")
-          .on("organization_list.api_key_id", "=", ORGANIZATION_LIST),
-      )
-      .leftJoin("ip_allowlists as key_list", (join) =>
-        join.onRef("key_list.organization_id", "=", "api_keys.organization_id").onRef("key_list.api_key_id", "=", "api_keys.id"),
-      )
-      .selectAll("api_keys")
-      .select([
-        "users.name as user_name",
-        "users.email as user_email",
-        "organizations.parent_organization_id as organization_parent",
-        "organization_list.enabled as organization_list_enabled",
-        "organization_list.on_evaluation_error as organization_list_on_evaluation_error",
-        "organization_list.rules as organization_list_rules",
-        "key_list.enabled as key_list_enabled",
-        "key_list.on_evaluation_error as key_list_on_evaluation_error",
-        "key_list.rules as key_list_rules",
-      ])
-      .where("api_keys.public_key", "=", stamp.publicKey)
-      .execute();
+    const candidates = await apiKeysByPublicKey.all(db, { publicKey: stamp.publicKey });
     if (candidates.length === 0) throw serviceError("PUBLIC_KEY_NOT_FOUND", `no API key with public key ${stamp.publicKey}`);
     const key = await chooseForOrganization(db, candidates, organizationId, "the stamp's API key", scope);
     if (key.curve !== SCHEME_CURVES[stamp.scheme]) {
@@ -345,6 +352,29 @@ export interface Confirmation {
   mfaPolicies: boolean;
 }
 
+/** Whether the user `userId` has MFA policies, as a column of a credential statement. */
+type CredentialArgs = { id: string; userId: string };
+const mfaPolicies = (slot: Slots<CredentialArgs>) => (eb: ExpressionBuilder<Database, keyof Database>) =>
+  eb.exists(eb.selectFrom("mfa_policies").select("mfa_policies.id").where("mfa_policies.user_id", "=", slot("userId"))).as("mfa_policies");
+const oauthProviderWithMfaPolicies = prepare((db, slot: Slots<CredentialArgs>) =>
+  db
+    .selectFrom("oauth_providers")
+    .select(["id", mfaPolicies(slot)])
+    .where("id", "=", slot("id")),
+);
+const authenticatorWithMfaPolicies = prepare((db, slot: Slots<CredentialArgs>) =>
+  db
+    .selectFrom("authenticators")
+    .select(["id", mfaPolicies(slot)])
+    .where("id", "=", slot("id")),
+);
+const apiKeyWithMfaPolicies = prepare((db, slot: Slots<CredentialArgs>) =>
+  db
+    .selectFrom("api_keys")
+    .select(["id", "expires_at", mfaPolicies(slot)])
+    .where("id", "=", slot("id")),
+);
+
 /**
  * Whether the credential a principal authenticated with still exists (and has not expired), read in
  * the activity's transaction once the organization's lock is held. The same statement asks whether
@@ -353,16 +383,9 @@ export interface Confirmation {
 export async function confirmCredential(trx: Tx, principal: Principal, now: number): Promise<Confirmation> {
   const gone = () =>
     serviceError("PUBLIC_KEY_NOT_FOUND", `the credential ${principal.credentialId} that stamped this request no longer exists`);
-  const mfaPolicies = (eb: ExpressionBuilder<Database, keyof Database>) =>
-    eb
-      .exists(eb.selectFrom("mfa_policies").select("mfa_policies.id").where("mfa_policies.user_id", "=", principal.userId))
-      .as("mfa_policies");
+  const args = { id: principal.credentialId, userId: principal.userId };
   if (principal.attestedMethod === "AUTHENTICATION_TYPE_OAUTH") {
-    const row = await trx
-      .selectFrom("oauth_providers")
-      .select(["id", mfaPolicies])
-      .where("id", "=", principal.credentialId)
-      .executeTakeFirst();
+    const row = await oauthProviderWithMfaPolicies.first(trx, args);
     if (!row)
       throw serviceError(
         "ATTESTED_IDENTITY_UNKNOWN",
@@ -373,19 +396,11 @@ export async function confirmCredential(trx: Tx, principal: Principal, now: numb
   // An OTP proof names a contact, not a credential: nothing to find again.
   if (principal.attestedMethod) return { mfaPolicies: true };
   if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
-    const row = await trx
-      .selectFrom("authenticators")
-      .select(["id", mfaPolicies])
-      .where("id", "=", principal.credentialId)
-      .executeTakeFirst();
+    const row = await authenticatorWithMfaPolicies.first(trx, args);
     if (!row) throw gone();
     return { mfaPolicies: Boolean(row.mfa_policies) };
   }
-  const key = await trx
-    .selectFrom("api_keys")
-    .select(["id", "expires_at", mfaPolicies])
-    .where("id", "=", principal.credentialId)
-    .executeTakeFirst();
+  const key = await apiKeyWithMfaPolicies.first(trx, args);
   if (!key) throw gone();
   if (key.expires_at !== null && key.expires_at <= now) throw serviceError("API_KEY_EXPIRED", `API key ${key.id} has expired`);
   return { mfaPolicies: Boolean(key.mfa_policies) };

@@ -21,6 +21,7 @@ import { GroupCommit, type LockMode } from "./group-commit.js";
 import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
 import { preparingPool, StatementNames } from "./postgres-pool.js";
 import { tally, type Db, type Dialect, type OpenTx, type StatementTally, type Tx } from "./handles.js";
+import { prepare, type Slots } from "./prepared.js";
 
 export interface Store {
   /** Migrations, administration and tests; the pipeline writes through `transact`. */
@@ -367,10 +368,19 @@ export async function lockOrganization(
   organizationId: string,
   mode: "exclusive" | "shared" = "exclusive",
 ): Promise<boolean> {
-  let query = trx.selectFrom("organizations").select("id").where("id", "=", organizationId);
-  if (dialect === "postgres") query = mode === "shared" ? query.forShare() : query.forUpdate();
-  return (await query.executeTakeFirst()) !== undefined;
+  const statement = dialect === "sqlite" ? organizationExists : mode === "shared" ? organizationSharedLock : organizationLock;
+  return (await statement.first(trx, { organizationId })) !== undefined;
 }
+
+const organizationExists = prepare((db, slot: Slots<{ organizationId: string }>) =>
+  db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")),
+);
+const organizationLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
+  db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forUpdate(),
+);
+const organizationSharedLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
+  db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forShare(),
+);
 
 /** A second activity with the same fingerprint, inserted by a transaction running beside this one. */
 export function isDuplicateFingerprint(error: unknown): boolean {

@@ -754,6 +754,22 @@ const oauth2EnvelopeDigests: Migration = {
   },
 };
 
+// Signing finds an account by (organization, address), the oldest first when several wallets hold the
+// same address. With the creation time in the index the lookup reads the first matching entry however
+// many accounts the organization has. Without it SQLite, which keeps no statistics unless ANALYZE has
+// run, may prefer wallet_accounts_by_organization for the ORDER BY and walk the organization's
+// accounts in creation order: ~9 ms for the newest of 100,000 accounts, ~20 µs this way.
+const signerLookup: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema.dropIndex("wallet_accounts_by_address").execute();
+    await db.schema
+      .createIndex("wallet_accounts_by_address")
+      .on("wallet_accounts")
+      .columns(["organization_id", "address", "created_at"])
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -775,6 +791,7 @@ export const migrations: Record<string, Migration> = {
   "0018_oauth2_credentials": oauth2Credentials,
   "0019_mfa_policies": mfaPolicies,
   "0020_oauth2_envelope_digests": oauth2EnvelopeDigests,
+  "0021_signer_lookup": signerLookup,
 };
 
 export const migrationProvider: MigrationProvider = {

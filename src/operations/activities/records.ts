@@ -2,6 +2,7 @@
 // Rendered in both envelopes the clients and the spec read (shared/reference/compatibility.md).
 import type { ActivitiesTable, PolicyEvaluationsTable } from "../../store/schema.js";
 import type { Db, Tx } from "../../store/handles.js";
+import { prepare, rowOfSlots, type Slots } from "../../store/prepared.js";
 import { keysOf, type VotingRights } from "../../registry/registry.js";
 import { timestamp } from "../resources.js";
 import { newId } from "../../store/ids.js";
@@ -88,8 +89,29 @@ export function renderActivity(row: ActivitiesTable, rights: VotingRights = { ca
   };
 }
 
+const activityInsert = prepare((db, slot: Slots<ActivitiesTable>) =>
+  db.insertInto("activities").values(
+    rowOfSlots(slot, {
+      id: true,
+      organization_id: true,
+      type: true,
+      status: true,
+      intent: true,
+      result: true,
+      failure: true,
+      votes: true,
+      fingerprint: true,
+      timestamp_ms: true,
+      user_id: true,
+      created_at: true,
+      updated_at: true,
+      prepared: true,
+    }),
+  ),
+);
+
 export async function insertActivity(trx: Tx, row: ActivitiesTable): Promise<void> {
-  await trx.insertInto("activities").values(row).execute();
+  await activityInsert.run(trx, { ...row, failure: row.failure ?? null, user_id: row.user_id ?? null, prepared: row.prepared ?? null });
 }
 
 /** The requester of an activity as the operation sees it when the activity runs after approvals. */
@@ -108,6 +130,20 @@ export function requesterOf(firstVote: StoredVote, organizationId: string): Prin
   };
 }
 
+const evaluationInsert = prepare((db, slot: Slots<PolicyEvaluationsTable>) =>
+  db.insertInto("policy_evaluations").values(
+    rowOfSlots(slot, {
+      id: true,
+      organization_id: true,
+      activity_id: true,
+      vote_id: true,
+      outcome: true,
+      evaluations: true,
+      created_at: true,
+    }),
+  ),
+);
+
 /** One row per vote: how the organization's policies judged the activity at that vote. */
 export async function recordEvaluation(
   trx: Tx,
@@ -117,18 +153,15 @@ export async function recordEvaluation(
   verdicts: PolicyVerdict[],
   now: number,
 ): Promise<void> {
-  await trx
-    .insertInto("policy_evaluations")
-    .values({
-      id: newId(),
-      organization_id: activity.organization_id,
-      activity_id: activity.id,
-      vote_id: vote.id,
-      outcome,
-      evaluations: JSON.stringify(verdicts),
-      created_at: now,
-    })
-    .execute();
+  await evaluationInsert.run(trx, {
+    id: newId(),
+    organization_id: activity.organization_id,
+    activity_id: activity.id,
+    vote_id: vote.id,
+    outcome,
+    evaluations: JSON.stringify(verdicts),
+    created_at: now,
+  });
 }
 
 export function renderPolicyEvaluation(row: PolicyEvaluationsTable) {

@@ -4,6 +4,7 @@
 import { getAddress, isAddress } from "viem";
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/handles.js";
+import { prepare, type Slots } from "../../store/prepared.js";
 import type { PrivateKeysTable, WalletAccountsTable, WalletsTable } from "../../store/schema.js";
 import type { Curve } from "../../crypto/hd.js";
 import type { Keyring } from "../../crypto/envelope.js";
@@ -29,20 +30,24 @@ const normalized = (signWith: string) => (isAddress(signWith, { strict: false })
 /** What signing and policies need of the wallet an account belongs to (not its sealed mnemonic). */
 export type SignerWallet = Pick<WalletsTable, "id" | "name" | "imported" | "exported">;
 
-export async function findSigner(db: Db | Tx, organizationId: string, signWith: string): Promise<FoundSigner> {
-  if (typeof signWith !== "string" || signWith.trim() === "")
-    throw serviceError("REQUEST_INVALID", "signWith must name a wallet account address, a private key id or a private key address");
-  const wanted = normalized(signWith.trim());
-  // The account with its wallet in one query: signing is the hot path, a round trip costs.
-  const found = await db
+// The account with its wallet in one query: signing is the hot path, a round trip costs.
+const accountWithWallet = prepare((db, slot: Slots<{ organizationId: string; address: string }>) =>
+  db
     .selectFrom("wallet_accounts")
     .innerJoin("wallets", "wallets.id", "wallet_accounts.wallet_id")
     .selectAll("wallet_accounts")
     .select(["wallets.name as wallet_name", "wallets.imported as wallet_imported", "wallets.exported as wallet_exported"])
-    .where("wallet_accounts.organization_id", "=", organizationId)
-    .where("wallet_accounts.address", "=", wanted)
+    .where("wallet_accounts.organization_id", "=", slot("organizationId"))
+    .where("wallet_accounts.address", "=", slot("address"))
     .orderBy("wallet_accounts.created_at")
-    .executeTakeFirst();
+    .limit(1),
+);
+
+export async function findSigner(db: Db | Tx, organizationId: string, signWith: string): Promise<FoundSigner> {
+  if (typeof signWith !== "string" || signWith.trim() === "")
+    throw serviceError("REQUEST_INVALID", "signWith must name a wallet account address, a private key id or a private key address");
+  const wanted = normalized(signWith.trim());
+  const found = await accountWithWallet.first(db, { organizationId, address: wanted });
   if (found) {
     const { wallet_name, wallet_imported, wallet_exported, ...account } = found;
     const wallet = { id: account.wallet_id, name: wallet_name, imported: wallet_imported, exported: wallet_exported };

@@ -5,6 +5,7 @@
 import { sql } from "kysely";
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/handles.js";
+import { prepare, type Slots } from "../../store/prepared.js";
 import type { ActivitiesTable, WebhookEndpointsTable } from "../../store/schema.js";
 import { defineActivity, defineQuery, type ParametersOf } from "../../registry/registry.js";
 import { requireAtMost } from "../resources.js";
@@ -92,18 +93,15 @@ async function requireEndpoint(db: Db | Tx, organizationId: string, endpointId: 
   return row;
 }
 
-/**
- * Writes, in the activity's transaction, one outbox row per destination that should hear of the
- * activity as it now stands: active endpoints subscribed to ACTIVITY_UPDATES, and the
- * FEATURE_NAME_WEBHOOK URL, of its organization and of that organization's parent. Returns how many.
- */
-export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, render: () => unknown, now: number): Promise<number> {
-  const organizationId = activity.organization_id;
-  const parent = trx.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId);
+// Who hears of an organization's activities: subscribed active endpoints and the FEATURE_NAME_WEBHOOK
+// URL, of the organization and of its parent. Read for every activity, most often to find none.
+const activityDestinations = prepare((db, slot: Slots<{ organizationId: string }>) => {
+  const organizationId = slot("organizationId");
+  const parent = db.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId);
   // biome-ignore lint/suspicious/noExplicitAny: one filter for two aliased joins; Kysely's builder type for a column chosen by the caller would need both join shapes
   const owners = (column: "e.organization_id" | "f.organization_id") => (eb: any) =>
     eb.or([eb(column, "=", organizationId), eb(column, "in", parent)]);
-  const destinations = await trx
+  return db
     .selectFrom("webhook_endpoints as e")
     .innerJoin("webhook_subscriptions as s", "s.endpoint_id", "e.id")
     .select([(eb) => eb.ref("e.id").$castTo<string | null>().as("endpointId"), "e.organization_id as organizationId", "e.url as url"])
@@ -112,13 +110,22 @@ export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, r
     .where("s.event_type", "=", ACTIVITY_UPDATES)
     .where(owners("e.organization_id"))
     .unionAll(
-      trx
+      db
         .selectFrom("organization_features as f")
         .select([sql<string | null>`cast(null as text)`.as("endpointId"), "f.organization_id as organizationId", "f.value as url"])
         .where("f.name", "=", WEBHOOK_FEATURE)
         .where(owners("f.organization_id")),
-    )
-    .execute();
+    );
+});
+
+/**
+ * Writes, in the activity's transaction, one outbox row per destination that should hear of the
+ * activity as it now stands: active endpoints subscribed to ACTIVITY_UPDATES, and the
+ * FEATURE_NAME_WEBHOOK URL, of its organization and of that organization's parent. Returns how many.
+ */
+export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, render: () => unknown, now: number): Promise<number> {
+  const organizationId = activity.organization_id;
+  const destinations = await activityDestinations.all(trx, { organizationId });
   if (destinations.length === 0) return 0;
   // Rendered only when someone listens: most activities of most organizations have no destination.
   const body = JSON.stringify(render());

@@ -1,0 +1,123 @@
+// The plans SQLite picks for the statements of a signature. SQLite keeps no statistics unless ANALYZE
+// runs (Sigil does not run it), so its choice depends on the indexes alone, not on how many rows there
+// are: a plan read on a small database is the plan of a large one. A statement that scans a table,
+// or sorts rows it found by another index, costs time in proportion to the organization's size —
+// signing with the newest of 100,000 accounts took ~9 ms that way (docs/benchmarks.md).
+import { CompiledQuery } from "kysely";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startHarness, type Harness } from "./helpers/harness.js";
+import { organizationWith, type Member } from "./helpers/organizations.js";
+
+let h: Harness;
+let root: Awaited<ReturnType<typeof organizationWith>>["root"];
+let alice: Member;
+let signWith: string;
+
+beforeAll(async () => {
+  h = await startHarness();
+  const made = await organizationWith(h, ["alice"]);
+  root = made.root;
+  alice = made.members.alice!;
+  const wallet = await root.createWallet({
+    walletName: "plans",
+    accounts: [
+      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+    ],
+  });
+  signWith = wallet.addresses[0]!;
+  await root.createPolicy({
+    policyName: "alice signs",
+    effect: "EFFECT_ALLOW",
+    condition: "activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2'",
+    consensus: `approvers.any(user, user.id == '${alice.userId}')`,
+    notes: "",
+  });
+});
+afterAll(() => h.close());
+
+let n = 0;
+/** The SELECT statements one signature by `client` sends. The server's pollers (webhooks, courier,
+ * broadcaster) read now and then too: what three signatures in a row all sent is the signature's own. */
+async function selectsOfSignature(client: Member["client"]): Promise<string[]> {
+  const tally = h.server.store.statements;
+  let common: Set<string> | undefined;
+  try {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      tally.texts = [];
+      await client.signRawPayload({
+        signWith,
+        payload: Buffer.from(`plans ${n++}`).toString("hex"),
+        encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+        hashFunction: "HASH_FUNCTION_KECCAK256",
+      });
+      const selects = new Set(tally.texts.filter((text) => text.startsWith("select")));
+      common = common ? new Set([...common].filter((text) => selects.has(text))) : selects;
+    }
+  } finally {
+    tally.texts = null;
+  }
+  return [...common!];
+}
+
+/** SQLite's plan of a statement, one line per step ("SEARCH t USING INDEX …", "SCAN t", …). */
+async function planOf(text: string): Promise<string[]> {
+  const parameters = Array.from(text.matchAll(/\?/g), () => null);
+  const { rows } = await h.server.store.db.executeQuery<{ detail: string }>(CompiledQuery.raw(`explain query plan ${text}`, parameters));
+  return rows.map((row) => row.detail);
+}
+
+// How each table of a signature is reached: by these indexes only, each with the columns the
+// statement knows (a statement that names an account's address and organization must not settle for
+// an index on the organization alone and walk it). Sorting what such a search found is fine (a user's
+// few tags); a table read whole is not.
+const ACCESS_PATHS = [
+  "SEARCH api_keys USING INDEX api_keys_by_public_key (public_key=?)",
+  "SEARCH api_keys USING INDEX sqlite_autoindex_api_keys_1 (id=?)",
+  "SEARCH users USING INDEX sqlite_autoindex_users_1 (id=?)",
+  "SEARCH organizations USING INDEX sqlite_autoindex_organizations_1 (id=?)",
+  "SEARCH organizations USING COVERING INDEX sqlite_autoindex_organizations_1 (id=?)",
+  "SEARCH o USING INDEX sqlite_autoindex_organizations_1 (id=?)",
+  "SEARCH organization_list USING INDEX sqlite_autoindex_ip_allowlists_1 (organization_id=? AND api_key_id=?) LEFT-JOIN",
+  "SEARCH key_list USING INDEX sqlite_autoindex_ip_allowlists_1 (organization_id=? AND api_key_id=?) LEFT-JOIN",
+  "SEARCH mfa_policies USING COVERING INDEX mfa_policies_by_user (user_id=?)",
+  "SEARCH m USING COVERING INDEX sqlite_autoindex_root_quorum_members_1 (organization_id=?) LEFT-JOIN",
+  "SEARCH policies USING INDEX policies_by_organization (organization_id=?)",
+  "SEARCH user_tag_members USING INDEX user_tag_members_by_user (user_id=?)",
+  "SEARCH wallet_accounts USING INDEX wallet_accounts_by_address (organization_id=? AND address=?)",
+  "SEARCH wallets USING INDEX sqlite_autoindex_wallets_1 (id=?)",
+  "SEARCH e USING INDEX webhook_endpoints_by_organization (organization_id=?)",
+  "SEARCH s USING INDEX sqlite_autoindex_webhook_subscriptions_1 (endpoint_id=? AND event_type=?)",
+  "SEARCH f USING INDEX sqlite_autoindex_organization_features_1 (organization_id=? AND name=?)",
+];
+
+describe("the plans of a signature's statements (SQLite)", () => {
+  it("reach every table by an index on all the columns they name; none is read whole", async () => {
+    expect(h.server.store.dialect).toBe("sqlite");
+    const texts = [...new Set([...(await selectsOfSignature(root)), ...(await selectsOfSignature(alice.client))])];
+    // The policy path's statements are among them (the policies, the approver's tags, the account).
+    expect(texts.filter((text) => /from "(policies|user_tag_members|wallet_accounts)"/.test(text))).toHaveLength(3);
+    for (const text of texts) {
+      const steps = (await planOf(text)).filter((step) => /^(SEARCH|SCAN) /.test(step));
+      expect(steps.length, text).toBeGreaterThan(0);
+      for (const step of steps) expect(ACCESS_PATHS, `${step}\n  in ${text}`).toContain(step);
+    }
+  });
+
+  it("would catch the signer lookup by organization alone (the plan before migration 0021)", async () => {
+    // The same statement with the index it had before: SQLite then walks the organization's accounts.
+    const db = h.server.store.db;
+    const text = (await selectsOfSignature(root)).find((t) => t.includes('from "wallet_accounts"'))!;
+    await db.executeQuery(CompiledQuery.raw("drop index wallet_accounts_by_address"));
+    try {
+      await db.executeQuery(CompiledQuery.raw("create index wallet_accounts_by_address on wallet_accounts (organization_id, address)"));
+      const steps = await planOf(text);
+      expect(steps).toContain("SEARCH wallet_accounts USING INDEX wallet_accounts_by_organization (organization_id=?)");
+      expect(ACCESS_PATHS).not.toContain(steps[0]);
+    } finally {
+      await db.executeQuery(CompiledQuery.raw("drop index wallet_accounts_by_address"));
+      await db.executeQuery(
+        CompiledQuery.raw("create index wallet_accounts_by_address on wallet_accounts (organization_id, address, created_at)"),
+      );
+    }
+  });
+});
