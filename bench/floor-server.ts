@@ -37,7 +37,7 @@ export function floorServer(publicKey: string, signer: RecoverableSigner, signin
     let verified = false;
     try {
       const parsed = parseApiKeyStamp(header);
-      verified = parsed.publicKey === registeredKey && verifyApiKeyStamp(parsed, bytes);
+      verified = parsed.publicKey === registeredKey && (await verifyApiKeyStamp(parsed, bytes));
     } catch {
       // A malformed stamp proves nothing either.
     }

@@ -1,7 +1,7 @@
 // Stamp verification: our path (node:crypto, cached key object) against a pure-JS reference.
 import crypto from "node:crypto";
 import { p256 } from "@noble/curves/nist.js";
-import { parseApiKeyStamp, verifyApiKeyStamp } from "../src/auth/stamps.js";
+import { parseApiKeyStamp, verifyApiKeyStampInline } from "../src/auth/stamps.js";
 import { decompressP256, generateP256KeyPair } from "../src/crypto/keys.js";
 
 import { measure } from "./measure.js";
@@ -25,7 +25,7 @@ const header = Buffer.from(
 ).toString("base64url");
 
 export const stampVerification = measure("X-Stamp parse + verify (node:crypto)", 5000, () => {
-  if (!verifyApiKeyStamp(parseApiKeyStamp(header), body)) throw new Error("stamp did not verify");
+  if (!verifyApiKeyStampInline(parseApiKeyStamp(header), body)) throw new Error("stamp did not verify");
 });
 const reference = measure("P-256 verify, pure JS reference (@noble/curves)", 1000, () => {
   if (!p256.verify(signature, body, Buffer.from(key.publicKey, "hex"), { format: "der", lowS: false }))

@@ -750,7 +750,7 @@ export class Pipeline {
       if (
         earlier &&
         request.stamp.kind !== "ATTESTED" &&
-        stampVerifiesWith(request.stamp, request.raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn)
+        (await stampVerifiesWith(request.stamp, request.raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn))
       )
         return { kind: "answered", activity: earlier };
       throw error;
@@ -1064,7 +1064,7 @@ export class Pipeline {
         "SIGNATURE_INVALID",
         "an invitation is accepted by a request stamped (X-Stamp, P-256) with the very key it registers",
       );
-    if (!stampVerifiesWith(stamp, raw, publicKey, this.options.env.webauthn))
+    if (!(await stampVerifiesWith(stamp, raw, publicKey, this.options.env.webauthn)))
       throw serviceError("SIGNATURE_INVALID", "the stamp does not verify over the exact body sent with apiKey.publicKey");
     const tokenHash = invitationTokenHash(acceptance.token);
     const { store, env } = this.options;

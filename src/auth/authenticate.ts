@@ -108,6 +108,12 @@ const apiKeysByPublicKey = prepare((db, slot: Slots<{ publicKey: string }>) =>
     .where("api_keys.public_key", "=", slot("publicKey")),
 );
 
+/** Whether `verifies` holds for any of `items`, tried one after another (stops at the first). */
+async function someVerify<T>(items: T[], verifies: (item: T) => Promise<boolean>): Promise<boolean> {
+  for (const item of items) if (await verifies(item)) return true;
+  return false;
+}
+
 /** How a credential may relate to the organization a request names, and how old it may be. */
 export interface CredentialScope {
   /** Accept a credential of a sub-organization of the named one (whoami resolves the caller's
@@ -183,7 +189,8 @@ export async function authenticate(
   scope: CredentialScope = {},
 ): Promise<Principal> {
   if (stamp.kind === "API_KEY") {
-    if (!verifyApiKeyStamp(stamp, body)) throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
+    if (!(await verifyApiKeyStamp(stamp, body)))
+      throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
     // The key's IP allowlists come with it (by primary key, at most two rows joined): a signed request
     // would otherwise pay a round trip more for them (auth/ip-allowlists.ts).
     const candidates = await apiKeysByPublicKey.all(db, { publicKey: stamp.publicKey });
@@ -228,7 +235,7 @@ export async function authenticate(
   // Nothing about other organizations is revealed to a stamp that does not verify: a credential id
   // registered only elsewhere looks unknown unless the stamp's signature holds for it.
   const inOrganization = candidates.find((c) => c.organization_id === organizationId);
-  if (!inOrganization && !candidates.some((c) => stampVerifiesWith(stamp, body, c.public_key, webauthn))) {
+  if (!inOrganization && !(await someVerify(candidates, (c) => stampVerifiesWith(stamp, body, c.public_key, webauthn)))) {
     throw serviceError("PUBLIC_KEY_NOT_FOUND", `no authenticator with credential id ${credentialId} in organization ${organizationId}`);
   }
   const authenticator = await chooseForOrganization(db, candidates, organizationId, "the stamp's authenticator", scope);
@@ -407,9 +414,14 @@ export async function confirmCredential(trx: Tx, principal: Principal, now: numb
 }
 
 /** Whether a stamp's signature over `body` holds for a given public key (no database involved). */
-export function stampVerifiesWith(stamp: Stamp, body: Uint8Array, publicKey: string | undefined, webauthn: WebauthnPolicy): boolean {
+export async function stampVerifiesWith(
+  stamp: Stamp,
+  body: Uint8Array,
+  publicKey: string | undefined,
+  webauthn: WebauthnPolicy,
+): Promise<boolean> {
   if (!publicKey) return false;
-  if (stamp.kind === "API_KEY") return stamp.publicKey === publicKey && verifyApiKeyStamp(stamp, body);
+  if (stamp.kind === "API_KEY") return stamp.publicKey === publicKey && (await verifyApiKeyStamp(stamp, body));
   try {
     verifyWebauthnStamp(stamp, body, publicKey, webauthn);
     return true;

@@ -79,6 +79,27 @@ export function verifyP256Der(publicKeyHex: string, message: Uint8Array, derSign
   return crypto.verify("sha256", message, { key: p256PublicKeyObject(publicKeyHex), dsaEncoding: "der" }, derSignature);
 }
 
+/**
+ * verifyP256Der on a thread of libuv's pool (node:crypto's callback form), so the event loop goes on
+ * meanwhile: a P-256 verification (~70 µs) was the largest single cost of a signed request on the
+ * event loop, and the other core was mostly idle (docs/benchmarks.md). Rejects what the synchronous
+ * form throws on (a key not on the curve, a signature that does not decode).
+ */
+export function verifyP256DerOffLoop(publicKeyHex: string, message: Uint8Array, derSignature: Uint8Array): Promise<boolean> {
+  const key = { key: p256PublicKeyObject(publicKeyHex), dsaEncoding: "der" as const };
+  return new Promise((resolve, reject) =>
+    crypto.verify("sha256", message, key, derSignature, (error, valid) => (error ? reject(error) : resolve(valid))),
+  );
+}
+
+/** verifyEd25519 on a thread of libuv's pool, as verifyP256DerOffLoop. */
+export function verifyEd25519OffLoop(publicKeyHex: string, message: Uint8Array, signature: Uint8Array): Promise<boolean> {
+  const key = ed25519PublicKeyObject(publicKeyHex);
+  return new Promise((resolve, reject) =>
+    crypto.verify(null, message, key, signature, (error, valid) => (error ? reject(error) : resolve(valid))),
+  );
+}
+
 /** ECDSA secp256k1 over SHA-256(message), signature DER. High-s signatures are accepted: stamps are
  * replay-protected by the body fingerprint, not by signature uniqueness. */
 export function verifySecp256k1Der(publicKeyHex: string, message: Uint8Array, derSignature: Uint8Array): boolean {
