@@ -104,6 +104,8 @@ export interface ServerOptions {
   /** Set in a worker of `sigil serve --workers N`: its primary has made the database, the master key
    * and the deployment's keys (prepareDeployment), so this process only opens them. */
   prepared?: boolean;
+  /** SQLite: how a commit's write-ahead log reaches the disk. Tests hold it to watch what waits for it. */
+  flushWal?: (file: string) => Promise<void>;
 }
 
 export interface ServerParts {
@@ -241,6 +243,13 @@ export function buildApp(
   app.setNotFoundHandler((request, reply) =>
     refuse(request, reply, serviceError("ENDPOINT_NOT_FOUND", `no endpoint ${request.method} ${shownUrl(request.url)}`)),
   );
+
+  // An answer shows what the database holds. On SQLite a transaction is readable a moment before its
+  // write-ahead log is on disk (store/wal-flush.ts): no answer leaves before that flush is done.
+  app.addHook("onSend", async (_request, _reply, payload) => {
+    await store.settled();
+    return payload;
+  });
 
   app.addHook("onResponse", (request, reply, done) => {
     request.log.debug(
@@ -392,7 +401,12 @@ function chooseSignatureLibraries(config: Config, logger: pino.Logger, level: "i
  * that cannot be opened, or that already has secrets sealed under another key, is useless: it is not
  * left behind to be mistaken for the real one.
  */
-async function openDeployment(config: Config, logger: pino.Logger, mode: "create" | "existing") {
+async function openDeployment(
+  config: Config,
+  logger: pino.Logger,
+  mode: "create" | "existing",
+  flushWal?: (file: string) => Promise<void>,
+) {
   const { keyring, source, created } = loadKeyring(config.masterKey);
   const forgetNewKey = () => created && fs.rmSync(config.masterKey.file, { force: true });
   let store: Store;
@@ -400,6 +414,7 @@ async function openDeployment(config: Config, logger: pino.Logger, mode: "create
     store = await openStore({
       ...config,
       mode,
+      flushWal,
       onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect"),
     });
   } catch (error) {
@@ -457,7 +472,12 @@ export async function prepareDeployment(config: Config, logger: pino.Logger): Pr
 export async function startServer(config: Config, logger = createLogger(config), options: ServerOptions = {}): Promise<RunningServer> {
   chooseSignatureLibraries(config, logger, options.prepared ? "debug" : "info");
   // A worker's deployment was made by its primary (prepareDeployment): it opens, never creates.
-  const { store, keyring, source, created } = await openDeployment(config, logger, options.prepared ? "existing" : "create");
+  const { store, keyring, source, created } = await openDeployment(
+    config,
+    logger,
+    options.prepared ? "existing" : "create",
+    options.flushWal,
+  );
   if (options.prepared) logger.debug({ masterKey: source }, "master key loaded");
   else logMasterKey(logger, source, created);
   const signatures = new SignatureThreads(config.signatureThreads);

@@ -22,6 +22,7 @@ import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
 import { preparingPool, StatementNames } from "./postgres-pool.js";
 import { tally, type Db, type Dialect, type OpenTx, type StatementTally, type Tx } from "./handles.js";
 import { prepare, type Slots } from "./prepared.js";
+import { WalFlush } from "./wal-flush.js";
 
 export interface Store {
   /** Migrations, administration and tests; the pipeline writes through `transact`. */
@@ -40,6 +41,10 @@ export interface Store {
    * the organization provides the exclusion.
    */
   transact<T>(mode: LockMode, work: (trx: OpenTx) => Promise<T>): Promise<T>;
+  /** Resolves once everything committed so far is on disk: what is answered must not be less durable
+   * than what it shows. At once on PostgreSQL (its COMMIT returns when durable); on SQLite, after the
+   * write-ahead log's flush in flight, if any (wal-flush.ts). */
+  settled(): Promise<void>;
   dialect: Dialect;
   /** Human-readable location, for logs (never includes a password). */
   location: string;
@@ -81,16 +86,52 @@ export interface StoreOptions {
   mode?: OpenMode;
   /** PostgreSQL only: the most connections kept open at once (SIGIL_DATABASE_POOL_SIZE). Default 10. */
   databasePoolSize?: number;
+  /** SQLite only, for tests: how a commit's write-ahead log reaches the disk (default: fdatasync). */
+  flushWal?: (file: string) => Promise<void>;
 }
 
 /**
  * SQLite's default BEGIN is deferred: a transaction that reads first and writes later can fail with
  * SQLITE_BUSY when another process (the CLI, a second server) wrote in between. BEGIN IMMEDIATE takes
  * the write lock up front, so concurrent writers queue on the busy timeout instead.
+ *
+ * With `wal`, a transaction runs under synchronous=NORMAL and its commit flushes the WAL off the event
+ * loop (wal-flush.ts); statements outside a transaction stay under FULL. The pragma is set on the
+ * connection directly: it is no statement of the work, and SQLite refuses it inside a transaction.
  */
 class ImmediateSqliteDriver extends SqliteDriver {
+  constructor(
+    config: ConstructorParameters<typeof SqliteDriver>[0],
+    private readonly sqlite: BetterSqlite3.Database,
+    private readonly wal: WalFlush | null,
+  ) {
+    super(config);
+  }
+
   override async beginTransaction(connection: DatabaseConnection): Promise<void> {
-    await connection.executeQuery(CompiledQuery.raw("begin immediate"));
+    if (!this.wal) return void (await connection.executeQuery(CompiledQuery.raw("begin immediate")));
+    this.wal.assertUsable();
+    this.sqlite.pragma("synchronous = NORMAL");
+    try {
+      await connection.executeQuery(CompiledQuery.raw("begin immediate"));
+    } catch (error) {
+      this.sqlite.pragma("synchronous = FULL");
+      throw error;
+    }
+  }
+
+  override async commitTransaction(connection: DatabaseConnection): Promise<void> {
+    if (!this.wal) return super.commitTransaction(connection);
+    await this.wal.commit(async () => {
+      // A COMMIT that fails leaves the transaction open: the rollback that follows restores FULL.
+      await connection.executeQuery(CompiledQuery.raw("commit"));
+      this.sqlite.pragma("synchronous = FULL");
+    });
+  }
+
+  override async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
+    await super.rollbackTransaction(connection);
+    if (this.wal) this.sqlite.pragma("synchronous = FULL");
   }
 }
 
@@ -107,11 +148,15 @@ class TransactionalDdlSqliteAdapter extends SqliteAdapter {
 }
 
 class ImmediateSqliteDialect extends SqliteDialect {
-  constructor(private readonly sqliteConfig: ConstructorParameters<typeof SqliteDialect>[0]) {
+  constructor(
+    private readonly sqliteConfig: ConstructorParameters<typeof SqliteDialect>[0],
+    private readonly sqlite: BetterSqlite3.Database,
+    private readonly wal: WalFlush | null,
+  ) {
     super(sqliteConfig);
   }
   override createDriver() {
-    return new ImmediateSqliteDriver(this.sqliteConfig);
+    return new ImmediateSqliteDriver(this.sqliteConfig, this.sqlite, this.wal);
   }
   override createAdapter() {
     return new TransactionalDdlSqliteAdapter();
@@ -184,20 +229,28 @@ function openSqliteFile(file: string, mode: OpenMode): { sqlite: BetterSqlite3.D
   }
 }
 
-function openSqlite(dataDir: string, mode: OpenMode): Omit<Store, "reader"> & { openReader(): Db } {
+function openSqlite(
+  dataDir: string,
+  mode: OpenMode,
+  flushWal: ((file: string) => Promise<void>) | undefined,
+): Omit<Store, "reader"> & { openReader(): Db } {
   if (mode === "create") fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(dataDir, SQLITE_FILE_NAME);
   const { sqlite, created } = openSqliteFile(file, mode);
   // A read-only connection can neither change the journal mode nor needs to: the file is already WAL.
   if (mode !== "read-only") {
     useWal(sqlite);
-    // FULL: every commit is on disk before the client hears of it (in WAL mode, one fsync of the log
-    // per commit). A key service must not forget an activity it has answered.
+    // FULL: every commit is on disk before the client hears of it (in WAL mode, one flush of the log
+    // per commit). A key service must not forget an activity it has answered. A transaction's commit
+    // makes the same flush off the event loop (wal-flush.ts).
     sqlite.pragma("synchronous = FULL");
   }
   sqlite.pragma("foreign_keys = ON");
+  const wal = mode === "read-only" ? null : new WalFlush(`${file}-wal`, flushWal);
   const statements: StatementTally = { count: 0, texts: null };
-  const db = new Kysely<Database>({ dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, statements) }) });
+  const db = new Kysely<Database>({
+    dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, statements) }, sqlite, wal),
+  });
   const writes = new GroupCommit(db);
   let reader: Kysely<Database> | null = null;
   return {
@@ -207,6 +260,7 @@ function openSqlite(dataDir: string, mode: OpenMode): Omit<Store, "reader"> & { 
     created,
     statements,
     transact: (lockMode, work) => writes.run(lockMode, work),
+    settled: () => wal?.settled() ?? Promise.resolve(),
     // Opened once the schema exists. A WAL reader never waits for the writer, so the busy timeout
     // (which would block the event loop) only covers the rare recovery of another process's crash.
     openReader() {
@@ -247,6 +301,7 @@ function openPostgres(url: string, poolSize: number, onConnectionError: (error: 
     statements,
     // READ COMMITTED (the default) would give each statement its own snapshot.
     readSnapshot: (work) => db.transaction().setIsolationLevel("repeatable read").setAccessMode("read only").execute(work),
+    settled: () => Promise.resolve(),
     dialect: "postgres",
     location: displayDatabaseUrl(url),
     async transact(_mode, work) {
@@ -302,7 +357,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     await prepareOrClose(store, mode);
     return { ...store, created };
   }
-  const { openReader, ...store } = openSqlite(options.dataDir, mode);
+  const { openReader, ...store } = openSqlite(options.dataDir, mode, options.flushWal);
   await prepareOrClose(store, mode);
   return { ...store, reader: openReader() };
 }

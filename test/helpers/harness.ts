@@ -75,7 +75,7 @@ function uncompressedXY(compressedHex: string) {
 /** `ipv6`: the server is reachable on [::1] too, at the same port (`urlIpv6`), besides 127.0.0.1. */
 export async function startHarness(
   env: Record<string, string> = {},
-  options: { clock?: () => number; ipv6?: boolean } = {},
+  options: { clock?: () => number; ipv6?: boolean; flushWal?: (file: string) => Promise<void> } = {},
 ): Promise<Harness> {
   const database = await createTestDatabase();
   const config = loadConfig(
@@ -86,7 +86,7 @@ export async function startHarness(
   if (!env.SIGIL_PORT) config.port = 0;
   const logLines: string[] = [];
   const logger = pino({ level: config.logLevel }, { write: (line: string) => void logLines.push(line) });
-  const server = await startServer(config, logger, { clock: options.clock });
+  const server = await startServer(config, logger, { clock: options.clock, flushWal: options.flushWal });
   const url = server.url;
   // The server listens on one address; a second listener on ::1 hands its connections to the same
   // HTTP server, which sees their real IPv6 peer address.
