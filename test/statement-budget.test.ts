@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, type Harness } from "./helpers/harness.js";
 import { organizationWith, type Member } from "./helpers/organizations.js";
 import { StatementNames } from "../src/store/postgres-pool.js";
+import { backend } from "./helpers/backend.js";
 
 let h: Harness;
 let root: Awaited<ReturnType<typeof organizationWith>>["root"];
@@ -63,13 +64,14 @@ const sign = (client: Member["client"]) =>
     hashFunction: "HASH_FUNCTION_KECCAK256",
   });
 
-/** The table each statement reads or writes first (subqueries left out), in order; or BEGIN / COMMIT. */
+/** The table each statement reads or writes first (subqueries and a WITH's statements left out), in
+ * order; or BEGIN / COMMIT. */
 function kinds(texts: string[]): string[] {
   return texts.map((text) => {
     if (/^(begin|commit)/.test(text)) return text.split(" ")[0]!;
     let outer = text;
     while (/\([^()]*\)/.test(outer)) outer = outer.replace(/\([^()]*\)/g, "");
-    return /^(?:insert into|update|delete from) "(\w+)"|\bfrom "(\w+)"/.exec(outer)?.slice(1).find(Boolean) ?? text;
+    return /^(?:with "\w+" as\s+)?(?:insert into|update|delete from) "(\w+)"|\bfrom "(\w+)"/.exec(outer)?.slice(1).find(Boolean) ?? text;
   });
 }
 
@@ -77,6 +79,8 @@ describe("a signature's statements", () => {
   // Outside the transaction: the API key with its IP allowlists (one statement). In it: the
   // organization's lock; the credential still live, with whether its user has MFA policies; the root
   // quorum; the signing account; the activity; its policy evaluation; the webhook subscriptions.
+  // On PostgreSQL the activity and its evaluation are one statement (a data-modifying WITH, named
+  // by the table it inserts into last); SQLite has no round trips to save, and no such WITH.
   const byRoot = [
     "api_keys",
     "begin",
@@ -84,13 +88,13 @@ describe("a signature's statements", () => {
     "api_keys",
     "organizations",
     "wallet_accounts",
-    "activities",
+    ...(backend === "postgres" ? [] : ["activities"]),
     "policy_evaluations",
     "webhook_endpoints",
     "commit",
   ];
 
-  it("by a root user: ten, BEGIN and COMMIT included", async () => {
+  it(`by a root user: ${backend === "postgres" ? "nine" : "ten"}, BEGIN and COMMIT included`, async () => {
     await sign(root);
     const texts = await statementsOfSignature(root);
     expect(kinds(texts), texts.join("\n")).toEqual(byRoot);

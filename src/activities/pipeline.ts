@@ -25,7 +25,7 @@
 import { ActivityTypes } from "../api/types.js";
 import type pino from "pino";
 import type { Store } from "../store/database.js";
-import type { OpenTx, Tx } from "../store/handles.js";
+import type { Dialect, OpenTx, Tx } from "../store/handles.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
@@ -69,6 +69,7 @@ import {
 } from "./mfa.js";
 import {
   insertActivity,
+  insertActivityWithEvaluation,
   recordEvaluation,
   renderActivity,
   requesterOf,
@@ -577,9 +578,14 @@ export function recordedRow(
 
 /** Step record: the activity row built from the outcomes, inserted when new or updated after a vote,
  * and the policy evaluation of the vote that brought it here. */
-export async function record(trx: Tx, entry: Entry, now: number): Promise<ActivitiesTable> {
+export async function record(trx: Tx, dialect: Dialect, entry: Entry, now: number): Promise<ActivitiesTable> {
   const row = recordedRow(entry.base, entry.execution, entry.secretResults, entry.precheck);
-  if (entry.stored) {
+  const { outcome, verdicts } = entry.authorization;
+  if (!entry.stored) {
+    await insertActivityWithEvaluation(trx, dialect, row, entry.vote, outcome, verdicts, now);
+    return row;
+  }
+  {
     await trx
       .updateTable("activities")
       .set({
@@ -595,10 +601,8 @@ export async function record(trx: Tx, entry: Entry, now: number): Promise<Activi
       })
       .where("id", "=", row.id)
       .execute();
-  } else {
-    await insertActivity(trx, row);
   }
-  await recordEvaluation(trx, row, entry.vote, entry.authorization.outcome, entry.authorization.verdicts, now);
+  await recordEvaluation(trx, row, entry.vote, outcome, verdicts, now);
   return row;
 }
 
@@ -696,7 +700,12 @@ export class Pipeline {
         const { authorization, authentication } = await demandAuthentication(trx, subject, principal, decided, confirmation);
         const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester: principal, precheck });
         const secretResults = operation.secretResults;
-        const recorded = await record(trx, { base: row, stored: false, vote, authorization, execution, secretResults, precheck }, now);
+        const recorded = await record(
+          trx,
+          this.options.store.dialect,
+          { base: row, stored: false, vote, authorization, execution, secretResults, precheck },
+          now,
+        );
         if (authentication) await saveAuthentication(trx, recorded, authentication, now);
         return this.publish(
           trx,
@@ -955,7 +964,7 @@ export class Pipeline {
       const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
       const base = { ...row, votes: JSON.stringify(subject.votes), updated_at: now };
       const entry = { base, stored: true, vote: ballot.vote, authorization, execution, secretResults: target.secretResults, precheck };
-      const recorded = await record(trx, entry, now);
+      const recorded = await record(trx, this.options.store.dialect, entry, now);
       return this.publish(
         trx,
         {
@@ -1013,7 +1022,7 @@ export class Pipeline {
     const base = { ...row, updated_at: now, ...(rejection ? { votes: JSON.stringify([...votes, cast]) } : {}) };
     const vote = rejection ? cast : votes[0]!;
     const entry = { base, stored: true, vote, authorization, execution, secretResults: target.secretResults, precheck };
-    const recorded = await record(trx, entry, now);
+    const recorded = await record(trx, this.options.store.dialect, entry, now);
     return this.publish(
       trx,
       {
