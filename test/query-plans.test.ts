@@ -6,32 +6,16 @@
 import { CompiledQuery } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, type Harness } from "./helpers/harness.js";
-import { organizationWith, type Member } from "./helpers/organizations.js";
+import { signingOrganization, type Member } from "./helpers/organizations.js";
 
 let h: Harness;
-let root: Awaited<ReturnType<typeof organizationWith>>["root"];
+let root: Member["client"];
 let alice: Member;
 let signWith: string;
 
 beforeAll(async () => {
   h = await startHarness();
-  const made = await organizationWith(h, ["alice"]);
-  root = made.root;
-  alice = made.members.alice!;
-  const wallet = await root.createWallet({
-    walletName: "plans",
-    accounts: [
-      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
-    ],
-  });
-  signWith = wallet.addresses[0]!;
-  await root.createPolicy({
-    policyName: "alice signs",
-    effect: "EFFECT_ALLOW",
-    condition: "activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2'",
-    consensus: `approvers.any(user, user.id == '${alice.userId}')`,
-    notes: "",
-  });
+  ({ root, alice, signWith } = await signingOrganization(h, "plans"));
 });
 afterAll(() => h.close());
 

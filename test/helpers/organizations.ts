@@ -30,6 +30,30 @@ export async function organizationWith(h: Harness, names: string[], keyOptions: 
   return { org, root, members };
 }
 
+/**
+ * An organization whose root user holds a wallet with one Ethereum account, and a member, alice, whom
+ * a policy allows to sign raw payloads with it: both ways a signature is allowed (the root user's by
+ * the root quorum, alice's by a policy).
+ */
+export async function signingOrganization(h: Harness, walletName: string) {
+  const made = await organizationWith(h, ["alice"]);
+  const wallet = await made.root.createWallet({
+    walletName,
+    accounts: [
+      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+    ],
+  });
+  const alice = made.members.alice!;
+  await made.root.createPolicy({
+    policyName: "alice signs",
+    effect: "EFFECT_ALLOW",
+    condition: "activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2'",
+    consensus: `approvers.any(user, user.id == '${alice.userId}')`,
+    notes: "",
+  });
+  return { root: made.root, alice, signWith: wallet.addresses[0]! };
+}
+
 /** The EIP-712 specification's example message. */
 export const ETHER_MAIL = {
   domain: { name: "Ether Mail", version: "1", chainId: 1, verifyingContract: "0xCcCCccccCCCCcCCCCCCcCcCccCcCCCcCcccccccC" },

@@ -178,6 +178,17 @@ const evaluationInsert = prepare((db, slot: Slots<PolicyEvaluationsTable>) =>
   ),
 );
 
+/** The policy evaluation row of one vote on an activity. */
+const evaluationRow = (activity: ActivitiesTable, vote: StoredVote, outcome: string, verdicts: PolicyVerdict[], now: number) => ({
+  id: newId(),
+  organization_id: activity.organization_id,
+  activity_id: activity.id,
+  vote_id: vote.id,
+  outcome,
+  evaluations: JSON.stringify(verdicts),
+  created_at: now,
+});
+
 /** One row per vote: how the organization's policies judged the activity at that vote. */
 export async function recordEvaluation(
   trx: Tx,
@@ -187,15 +198,7 @@ export async function recordEvaluation(
   verdicts: PolicyVerdict[],
   now: number,
 ): Promise<void> {
-  await evaluationInsert.run(trx, {
-    id: newId(),
-    organization_id: activity.organization_id,
-    activity_id: activity.id,
-    vote_id: vote.id,
-    outcome,
-    evaluations: JSON.stringify(verdicts),
-    created_at: now,
-  });
+  await evaluationInsert.run(trx, evaluationRow(activity, vote, outcome, verdicts, now));
 }
 
 /** A new activity and its first vote's policy evaluation (insertActivity, then recordEvaluation):
@@ -214,13 +217,14 @@ export async function insertActivityWithEvaluation(
     await insertActivity(trx, activity);
     return recordEvaluation(trx, activity, vote, outcome, verdicts, now);
   }
+  const evaluation = evaluationRow(activity, vote, outcome, verdicts, now);
   await activityWithEvaluationInsert.run(trx, {
     ...storable(activity),
-    evaluation_id: newId(),
-    vote_id: vote.id,
-    outcome,
-    evaluations: JSON.stringify(verdicts),
-    evaluated_at: now,
+    evaluation_id: evaluation.id,
+    vote_id: evaluation.vote_id,
+    outcome: evaluation.outcome,
+    evaluations: evaluation.evaluations,
+    evaluated_at: evaluation.created_at,
   });
 }
 
