@@ -54,7 +54,17 @@ export function signRawPayloadParameters(signWith: string, unique: number) {
  * and sent over kept-alive sockets, so that the generator does as little as it can while the clock
  * runs.
  */
+/** CPU time (µs, user + system) spent so far by the processes a run loads, read before and after it. */
+export interface CpuProbes {
+  /** The server's processes (a cluster's primary and workers). */
+  server: () => number;
+  /** The database server's processes (PostgreSQL on this machine), when there is one. */
+  database?: () => number;
+}
+
 export class Client {
+  /** Set by the bench once the server runs: a run then reports the CPU it cost the server and database. */
+  cpuProbes?: CpuProbes;
   private counter = 0;
   private readonly agent: http.Agent;
   private readonly target: URL;
@@ -143,6 +153,10 @@ export interface RunResult {
   generatorCores: number;
   /** Requests that had to be stamped while the clock ran (the stamped-ahead pool ran out); 0 when sized right. */
   stampedDuringRun: number;
+  /** The server's CPU time per request, in µs (all its threads and processes), when probed. */
+  serverCpuUsPerRequest?: number;
+  /** The database server's CPU time per request, in µs, when probed (PostgreSQL). */
+  databaseCpuUsPerRequest?: number;
 }
 
 const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0;
@@ -177,6 +191,9 @@ export async function load(client: Client, concurrency: number, scenario: Scenar
   const latencies: number[] = [];
   const activities = new Set<string>();
   const deadline = Date.now() + seconds * 1000;
+  const probes = client.cpuProbes;
+  const serverBefore = probes?.server();
+  const databaseBefore = probes?.database?.();
   const cpuBefore = process.cpuUsage();
   const started = process.hrtime.bigint();
   await Promise.all(
@@ -192,6 +209,8 @@ export async function load(client: Client, concurrency: number, scenario: Scenar
   );
   const elapsed = Number(process.hrtime.bigint() - started) / 1e9;
   const cpu = process.cpuUsage(cpuBefore);
+  const perRequest = (before: number | undefined, now: (() => number) | undefined) =>
+    before === undefined || !now ? undefined : round((now() - before) / Math.max(1, latencies.length));
   // A measurement of retries answered from the audit log would flatter the server: refuse it.
   if (scenario.fresh && activities.size !== latencies.length)
     throw new Error(
@@ -207,5 +226,7 @@ export async function load(client: Client, concurrency: number, scenario: Scenar
     generatorCpuUsPerRequest: round(cpuUs / Math.max(1, latencies.length)),
     generatorCores: round(cpuUs / 1e6 / elapsed),
     stampedDuringRun,
+    serverCpuUsPerRequest: perRequest(serverBefore, probes?.server),
+    databaseCpuUsPerRequest: perRequest(databaseBefore, probes?.database),
   };
 }

@@ -61,6 +61,12 @@ function spread(values: number[]): Spread {
   return { median: round(median), min: round(sorted[0]!), max: round(sorted[sorted.length - 1]!) };
 }
 
+/** The median of the values measured, or undefined when none was (no probe). */
+const medianOf = (values: Array<number | undefined>) => {
+  const measured = values.filter((v): v is number => v !== undefined);
+  return measured.length ? spread(measured).median : undefined;
+};
+
 /** One concurrency level's measurements over the repetitions. */
 function figures(results: RunResult[]) {
   return {
@@ -70,6 +76,8 @@ function figures(results: RunResult[]) {
     p99ToP50: spread(results.map((r) => r.p99Ms / r.p50Ms)),
     requests: results.reduce((sum, r) => sum + r.requests, 0),
     generatorCpuUsPerRequest: spread(results.map((r) => r.generatorCpuUsPerRequest)).median,
+    serverCpuUsPerRequest: medianOf(results.map((r) => r.serverCpuUsPerRequest)),
+    databaseCpuUsPerRequest: medianOf(results.map((r) => r.databaseCpuUsPerRequest)),
     generatorCoresAtMost: Math.max(...results.map((r) => r.generatorCores)),
     stampedDuringRun: results.reduce((sum, r) => sum + r.stampedDuringRun, 0),
   };
@@ -116,6 +124,40 @@ function processTree(pid: number): number[] {
     return [];
   }
   return [pid, ...children.flatMap(processTree)];
+}
+
+const CLOCK_TICK_US = 10_000; // /proc reports CPU time in clock ticks of 1/100 s (USER_HZ on Linux)
+
+/** CPU time (µs) of one process: user + system, plus that of its children it has waited for. */
+function processCpuUs(pid: number): number {
+  try {
+    const fields = fs
+      .readFileSync(`/proc/${pid}/stat`, "utf8")
+      .replace(/^.*\) /, "")
+      .split(" ");
+    // After "pid (comm) ": state is field 3, so utime/stime/cutime/cstime (14–17) are at 11–14 here.
+    return (Number(fields[11]) + Number(fields[12]) + Number(fields[13]) + Number(fields[14])) * CLOCK_TICK_US;
+  } catch {
+    return 0; // exited since it was listed
+  }
+}
+
+/** CPU time (µs) of a server: its process and its descendants (a cluster's workers). */
+const serverCpuUs = (pid: number) => () => processTree(pid).reduce((sum, p) => sum + processCpuUs(p), 0);
+
+/** CPU time (µs) of every PostgreSQL process on this machine (backends that exited count in their
+ * parent's children's time): the database's share of a run, when PostgreSQL is local and readable. */
+function postgresCpuUs(): number {
+  let total = 0;
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${entry}/comm`, "utf8").trim() === "postgres") total += processCpuUs(Number(entry));
+    } catch {
+      // gone since listed
+    }
+  }
+  return total;
 }
 
 /** Peak resident memory (VmHWM) of a server: the sum over its processes, read before it stops. */
@@ -342,6 +384,7 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
     throw error;
   }
   const client = new Client(server.url, key, organizationId, Math.max(...LEVELS));
+  client.cpuProbes = { server: serverCpuUs(server.pid), ...(databaseUrl ? { database: postgresCpuUs } : {}) };
   try {
     const eth = {
       curve: "CURVE_SECP256K1",
@@ -469,6 +512,7 @@ export async function runLoad() {
     { ...process.env },
   );
   const floorClient = new Client(floorServer.url, floorKey, crypto.randomUUID(), Math.max(...LEVELS));
+  floorClient.cpuProbes = { server: serverCpuUs(floorServer.pid) };
   const floorScenario: Scenario = {
     fresh: true,
     make: () =>
@@ -551,6 +595,8 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     "÷ceiling",
     "p50 ÷floor",
     "p99 ÷floor",
+    "server µs/req",
+    "db µs/req",
     "gen µs/req",
     "gen cores",
   ];
@@ -580,6 +626,8 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
           withSpread(who === name ? at.sigilToCeiling : at.floorToCeiling),
           who === name ? withSpread(at.p50ToFloor) : "",
           who === name ? withSpread(at.p99ToFloor) : "",
+          f.serverCpuUsPerRequest === undefined ? "" : n(f.serverCpuUsPerRequest),
+          f.databaseCpuUsPerRequest === undefined ? "" : n(f.databaseCpuUsPerRequest),
           n(f.generatorCpuUsPerRequest),
           n(f.generatorCoresAtMost),
         ]);
