@@ -131,8 +131,22 @@ export class WebhookDispatcher extends OutboxWorker<WebhookDeliveriesTable> {
       const endpointIds = claimed.flatMap((d) => (d.endpoint_id ? [d.endpoint_id] : []));
       const featureOwners = claimed.flatMap((d) => (d.endpoint_id ? [] : [d.organization_id]));
       const endpoints = endpointIds.length
-        ? await trx.selectFrom("webhook_endpoints").select(["id", "url"]).where("id", "in", endpointIds).execute()
+        ? await trx.selectFrom("webhook_endpoints").select(["id", "url", "is_active"]).where("id", "in", endpointIds).execute()
         : [];
+      // On PostgreSQL each statement reads the database as of its own start: an endpoint paused (and
+      // perhaps moved) between the claim and this read is seen here with its new URL. Such a delivery
+      // is handed back untouched, to be sent once the endpoint is active again.
+      const paused = claimed.filter((d) => d.endpoint_id && endpoints.find((e) => e.id === d.endpoint_id)?.is_active !== 1);
+      if (paused.length > 0)
+        await trx
+          .updateTable("webhook_deliveries")
+          .set({ lease_until: null, attempts: sql`attempts - 1` })
+          .where(
+            "id",
+            "in",
+            paused.map((d) => d.id),
+          )
+          .execute();
       const features = featureOwners.length
         ? await trx
             .selectFrom("organization_features")
@@ -141,13 +155,14 @@ export class WebhookDispatcher extends OutboxWorker<WebhookDeliveriesTable> {
             .where("organization_id", "in", featureOwners)
             .execute()
         : [];
-      for (const delivery of claimed) {
+      const sendable = claimed.filter((d) => !paused.includes(d));
+      for (const delivery of sendable) {
         const current = delivery.endpoint_id
           ? endpoints.find((e) => e.id === delivery.endpoint_id)?.url
           : features.find((f) => f.organization_id === delivery.organization_id)?.value;
         if (current) delivery.url = current;
       }
-      return claimed;
+      return sendable;
     });
   }
 
