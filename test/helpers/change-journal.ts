@@ -9,6 +9,7 @@
 // other: `ChangeModel` applies the journal to a snapshot and compares the result with a later one.
 import { sql } from "kysely";
 import type { Store } from "../../src/store/database.js";
+import type { Db, Tx } from "../../src/store/handles.js";
 
 export const JOURNAL_TABLE = "sigil_test_journal";
 
@@ -84,10 +85,11 @@ export class ChangeJournal {
     return new ChangeJournal(store);
   }
 
-  /** The changes committed since the last call, in the order they were made; the journal is emptied. */
-  async take(): Promise<Change[]> {
+  /** The changes committed since the last call, in the order they were made; the journal is emptied.
+   * In `db`, a transaction, it takes the changes that transaction sees. */
+  async take(db: Db | Tx = this.store.db): Promise<Change[]> {
     const { rows } = await sql<{ seq: number | string; tbl: string; old: string | null; new: string | null }>`
-      DELETE FROM ${sql.table(JOURNAL_TABLE)} RETURNING seq, tbl, old, new`.execute(this.store.db);
+      DELETE FROM ${sql.table(JOURNAL_TABLE)} RETURNING seq, tbl, old, new`.execute(db);
     rows.sort((a, b) => Number(a.seq) - Number(b.seq));
     // SQLite's json_object and JSON.stringify write the same values differently (spacing, numbers):
     // read back, a row is written the way the snapshots write it.
