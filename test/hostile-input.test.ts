@@ -13,6 +13,8 @@ import { MAX_BODY_DEPTH } from "../src/registry/validation.js";
 import { apiKeyStamp, newKeyPair, signedRequest, startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { ETHER_MAIL, fastPoller, noCredentials } from "./helpers/organizations.js";
 import { backend } from "./helpers/backend.js";
+import type { Db, Tx } from "../src/store/handles.js";
+import { ChangeJournal, ChangeModel, JOURNAL_TABLE, journalDiff, snapshotDiff, type TableChanges } from "./helpers/change-journal.js";
 
 // Generated strings never name a host (see `harmless` below); should one slip through, a webhook URL's
 // host is still never looked up: this test sends no traffic beyond loopback.
@@ -26,25 +28,24 @@ vi.mock("node:dns/promises", async (importOriginal) => {
 
 let h: Harness;
 let tables: string[];
+let journal: ChangeJournal;
 beforeAll(async () => {
   h = await startHarness();
   tables = (await h.server.store.db.introspection.getTables())
     .map((t) => t.name)
-    .filter((name) => !name.startsWith("kysely_"))
+    .filter((name) => !name.startsWith("kysely_") && name !== JOURNAL_TABLE)
     .sort();
+  journal = await ChangeJournal.install(h.server.store, tables);
 });
 afterAll(() => h?.close());
 
 const SUBMIT = (name: string) => `/public/v1/submit/${name}`;
 const QUERY = (name: string) => `/public/v1/query/${name}`;
 
-/** Every row of every table, as harness.snapshot reads them, but in one round trip on PostgreSQL:
- * this runs after every request the test sends. */
-async function snapshotAll(): Promise<Record<string, string[]>> {
-  const db = h.server.store.db;
+/** Every row of every table, as harness.snapshot reads them, but in one round trip on PostgreSQL. */
+async function snapshotAll(db: Db | Tx = h.server.store.db): Promise<Record<string, string[]>> {
   const out: Record<string, string[]> = Object.fromEntries(tables.map((table) => [table, []]));
   if (h.server.store.dialect === "postgres") {
-    // One round trip for all tables: this runs after every request the test sends.
     const union = tables.map((table) => `SELECT '${table}' AS t, row_to_json(x)::text AS r FROM "${table}" x`).join(" UNION ALL ");
     const { rows } = await sql<{ t: string; r: string }>`${sql.raw(union)}`.execute(db);
     for (const { t, r } of rows) out[t]!.push(r);
@@ -62,15 +63,24 @@ async function snapshotAll(): Promise<Record<string, string[]>> {
 }
 
 /**
+ * Every row of every table, and the journal's changes up to that same moment (the journal emptied of
+ * them), read in one transaction: whatever the server commits meanwhile is in neither, and is in the
+ * journal's next take.
+ */
+async function snapshotWithChanges() {
+  const store = h.server.store;
+  const read = async (trx: Tx) => ({ snapshot: await snapshotAll(trx), changes: await journal.take(trx) });
+  return store.dialect === "postgres"
+    ? store.db.transaction().setIsolationLevel("repeatable read").execute(read)
+    : store.db.transaction().execute(read);
+}
+
+/**
  * What a refused request may leave behind: nothing, or (refused by policy or by the operation) its
  * FAILED activity and that activity's policy evaluations. Returns what else changed, or undefined.
  */
-function unexpectedChanges(before: Record<string, string[]>, after: Record<string, string[]>): string | undefined {
-  const diff = (table: string) => {
-    const was = new Set(before[table] ?? []);
-    const is = new Set(after[table] ?? []);
-    return { added: [...is].filter((r) => !was.has(r)), removed: [...was].filter((r) => !is.has(r)) };
-  };
+function unexpectedChanges(changes: TableChanges): string | undefined {
+  const diff = (table: string) => changes[table] ?? { added: [], removed: [] };
   const activities = diff("activities");
   const failed = new Set<string>();
   for (const row of activities.added) {
@@ -83,7 +93,7 @@ function unexpectedChanges(before: Record<string, string[]>, after: Record<strin
   if (evaluations.removed.length || evaluations.added.some((r) => !failed.has((JSON.parse(r) as { activity_id: string }).activity_id))) {
     return "a refused request changed policy evaluations other than its own";
   }
-  for (const table of Object.keys({ ...before, ...after })) {
+  for (const table of Object.keys(changes)) {
     if (table === "activities" || table === "policy_evaluations") continue;
     const { added, removed } = diff(table);
     if (added.length || removed.length)
@@ -268,7 +278,7 @@ describe("an empty string is an id like any other", () => {
     expect(response.status, JSON.stringify(response.json)).toBe(status);
     expect(response.json.details[0].turnkeyErrorCode).toBe(code);
     const after = await snapshotAll();
-    expect(unexpectedChanges(before, after)).toBeUndefined();
+    expect(unexpectedChanges(snapshotDiff(before, after))).toBeUndefined();
     expect(after.activities!.length).toBe(before.activities!.length + 1);
   }
 
@@ -297,6 +307,40 @@ describe("an empty string is an id like any other", () => {
     await expectFailed(SUBMIT("delete_api_keys"), "ACTIVITY_TYPE_DELETE_API_KEYS", apiKeys, 404, "API_KEY_NOT_FOUND");
     const accounts = { walletAccountIds: [""], deleteWithoutExport: true };
     await expectFailed(SUBMIT("delete_wallet_accounts"), "ACTIVITY_TYPE_DELETE_WALLET_ACCOUNTS", accounts, 404, "WALLET_ACCOUNT_NOT_FOUND");
+  });
+});
+
+describe("the change journal the generated requests are checked with", () => {
+  const sorted = (changes: TableChanges) =>
+    Object.fromEntries(
+      Object.entries(changes).map(([table, { added, removed }]) => [table, { added: [...added].sort(), removed: [...removed].sort() }]),
+    );
+
+  it("records inserts, updates and deletes in any table as a full read sees them, and a model missing one differs from the tables", async () => {
+    const org = await h.organization("Journal");
+    await journal.take();
+    const before = await snapshotAll();
+    const db = h.server.store.db;
+    // Written behind the server's back: an insert (a whole organization), an update, a delete.
+    await h.organization("Journal (other)");
+    await sql`UPDATE organizations SET name = ${"renamed"}, updated_at = updated_at + 1 WHERE id = ${org.organizationId}`.execute(db);
+    await sql`DELETE FROM root_quorum_members WHERE organization_id = ${org.organizationId}`.execute(db);
+    const changes = await journal.take();
+    const after = await snapshotAll();
+    const diff = journalDiff(changes);
+    expect(Object.keys(diff)).toEqual(expect.arrayContaining(["organizations", "users", "api_keys", "root_quorum_members"]));
+    expect(sorted(diff)).toEqual(sorted(snapshotDiff(before, after)));
+    expect(unexpectedChanges(diff)).toMatch(/^a refused request changed /);
+    expect(queryChanges(diff)).toMatch(/^a query changed /);
+    expect(await journal.take()).toEqual([]);
+
+    const model = new ChangeModel(before);
+    model.apply(changes);
+    expect(model.differenceFrom(after)).toBeUndefined();
+    // Had the journal missed the update (or any one change), the full read would not match it.
+    const missing = new ChangeModel(before);
+    missing.apply(changes.filter((c) => !(c.table === "organizations" && c.old !== null)));
+    expect(missing.differenceFrom(after)).toMatch(/^organizations (holds|lost) a row the journal did not record/);
   });
 });
 
@@ -613,31 +657,60 @@ async function target(name: string): Promise<{ org: TestOrganization; known: Kno
   return { org, known };
 }
 
+/**
+ * What the generated requests are checked against. After each request the change journal says what
+ * it wrote, row by row, in every table (test/helpers/change-journal.ts): reading that costs what the
+ * request changed, where reading every row of every table after each request cost the whole
+ * database, and most of this file's time. `model` is the database as the journal says it is; at the
+ * end of each operation's run every row of every table is read and compared with it, which proves
+ * the journal missed nothing (a change it had not recorded would be in the table but not the model).
+ * Undefined until the first run, and after a failed one: the next run starts from a full read.
+ */
+let model: ChangeModel | undefined;
+
 /** Sends each generated body; checks the status and, for a refusal, that nothing else changed. */
 async function drive(path: string, name: string, org: TestOrganization, arbitrary: fc.Arbitrary<unknown>, isQuery: boolean) {
-  // The state after one request is the state before the next: one snapshot per request.
-  let before = await snapshotAll();
-  await fc.assert(
-    fc.asyncProperty(arbitrary, async (body) => {
-      const text = toJson(body);
-      const response = await sendStamped(path, text, org);
-      const sent = text.length > 600 ? `${text.slice(0, 600)}… (${text.length} chars)` : text;
-      const shown = `${path} answered ${response.status} ${JSON.stringify(response.json).slice(0, 400)} to ${sent}`;
-      if (response.status >= 500) throw new Error(shown);
-      const after = await snapshotAll();
-      const was = before;
-      before = after;
-      if (response.status >= 400 || isQuery) {
-        const changed = isQuery
-          ? JSON.stringify(after) === JSON.stringify(was)
-            ? undefined
-            : "a query changed the database"
-          : unexpectedChanges(was, after);
-        if (changed) throw new Error(`${changed}; ${shown}`);
-      }
-    }),
-    { seed: seedFor(name), numRuns: RUNS_PER_TYPE, endOnFailure: true },
-  );
+  // What was written since the last run (this operation's fixtures) is taken into the model unchecked.
+  if (model) model.apply(await journal.take());
+  else model = new ChangeModel((await snapshotWithChanges()).snapshot);
+  try {
+    await fc.assert(
+      fc.asyncProperty(arbitrary, async (body) => {
+        const text = toJson(body);
+        const response = await sendStamped(path, text, org);
+        // Every change this request made to any table, in the order it was made.
+        const changes = await journal.take();
+        model!.apply(changes);
+        const sent = text.length > 600 ? `${text.slice(0, 600)}… (${text.length} chars)` : text;
+        const shown = `${path} answered ${response.status} ${JSON.stringify(response.json).slice(0, 400)} to ${sent}`;
+        if (response.status >= 500) throw new Error(shown);
+        if (response.status >= 400 || isQuery) {
+          const diff = journalDiff(changes);
+          const changed = isQuery ? queryChanges(diff) : unexpectedChanges(diff);
+          if (changed) throw new Error(`${changed}; ${shown}`);
+        }
+      }),
+      { seed: seedFor(name), numRuns: RUNS_PER_TYPE, endOnFailure: true },
+    );
+    // Anything committed after the last request's take (nothing, unless the server writes after it
+    // answers) is applied as the fixtures are: the comparison is about what the journal records.
+    const { snapshot: actual, changes: late } = await snapshotWithChanges();
+    model.apply(late);
+    const missed = model.differenceFrom(actual);
+    model = new ChangeModel(actual);
+    if (missed) throw new Error(`every row of every table, read after ${name}, is not what the change journal recorded: ${missed}`);
+  } catch (error) {
+    model = undefined;
+    throw error;
+  }
+}
+
+/** A query changes nothing: the first table it changed, or undefined. */
+function queryChanges(diff: TableChanges): string | undefined {
+  const first = Object.entries(diff)[0];
+  if (!first) return undefined;
+  const [table, { added, removed }] = first;
+  return `a query changed ${table}: +${(added[0] ?? "").slice(0, 300)} -${(removed[0] ?? "").slice(0, 300)}`;
 }
 
 describe(`generated hostile input (${backend})`, () => {
