@@ -16,6 +16,7 @@ import pg from "pg";
 import { backend, createTestDatabase } from "./helpers/backend.js";
 import { cliDeployment, freePort } from "./helpers/processes.js";
 import { signedRequest, type ApiKeyPair } from "./helpers/harness.js";
+import { MAX_QUICK_DEATHS } from "../src/cli/cluster.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");
@@ -343,6 +344,39 @@ if (backend === "postgres") {
       for (const pid of workerPids) expect(alive(pid)).toBe(false);
       await expect(request(cluster.url, "GET", "/health")).rejects.toThrow(/ECONNREFUSED/);
     }, 60_000);
+
+    it("a worker that keeps dying soon after it starts: replaced with a doubling pause, then the primary gives up (exit 1, no worker left)", async () => {
+      const dying = startCluster(deployment.database.dataDir, deployment.env, await freePort());
+      try {
+        await dying.waitFor((l) => l.msg === "sigil is accepting requests" && l.workers === 2, 90_000);
+        const survivor = dying.lines.find((l) => l.msg === "worker starting" && l.slot === 2)!.workerPid as number;
+        // Slot 1's worker, and each replacement as soon as it starts, is killed: MAX_QUICK_DEATHS (5)
+        // replacements, each after a pause twice the last, then a sixth death ends it.
+        const killed: number[] = [];
+        for (let death = 1; death <= MAX_QUICK_DEATHS + 1; death++) {
+          const victim = [...dying.lines].reverse().find((l) => l.msg === "worker starting" && l.slot === 1)!.workerPid as number;
+          expect(killed).not.toContain(victim);
+          const mark = dying.lines.length;
+          process.kill(victim, "SIGKILL");
+          killed.push(victim);
+          if (death <= MAX_QUICK_DEATHS) {
+            const exit = await dying.waitFor((l) => l.msg === "a worker exited unexpectedly: starting another in its place", 30_000, mark);
+            expect(exit).toMatchObject({ slot: 1, workerPid: victim, signal: "SIGKILL", restartInMs: 500 * 2 ** (death - 1) });
+            await dying.waitFor((l) => l.msg === "worker starting" && l.slot === 1, 30_000, mark);
+          }
+        }
+        const gaveUp = await dying.waitFor((l) => l.msg.includes("giving up, stopping"), 30_000);
+        expect(gaveUp).toMatchObject({ slot: 1, deaths: MAX_QUICK_DEATHS + 1 });
+        expect(await dying.exited).toEqual({ code: 1, signal: null });
+        // The other worker was stopped gracefully; nothing is left running.
+        expect(dying.lines.some((l) => l.msg === "worker stopped" && l.workerPid === survivor)).toBe(true);
+        for (const pid of [...killed, survivor]) expect(alive(pid)).toBe(false);
+      } finally {
+        if (dying.child.exitCode === null && dying.child.signalCode === null) dying.child.kill("SIGKILL");
+        for (const line of dying.lines)
+          if (line.msg === "worker starting" && alive(line.workerPid as number)) process.kill(line.workerPid as number, "SIGKILL");
+      }
+    }, 120_000);
 
     it("a worker that cannot start (its port is taken) stops the whole start: exit 1, no worker left", async () => {
       const taken = net.createServer();

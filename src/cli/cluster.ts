@@ -9,8 +9,8 @@
 // fingerprint), as for several servers on several machines; see docs/running.md.
 //
 // The primary keeps N workers running: one that exits when it was not asked to is replaced, after a
-// pause that doubles with each death of that worker within STABLE_MS of its start; after
-// MAX_QUICK_DEATHS such deaths in a row it gives up, stops the others and exits 1. A worker that fails
+// pause that doubles with each death of that worker within STABLE_MS of its start; when one more
+// dies after MAX_QUICK_DEATHS such replacements in a row, it gives up, stops the others and exits 1. A worker that fails
 // while the deployment first starts (the port is taken, the database refuses) stops everything at
 // once, as a single server that fails to start does. SIGTERM or SIGINT to the primary stops every
 // worker gracefully (each finishes its requests in flight) and the primary exits when all have, 0 if
@@ -21,7 +21,7 @@ import type { Config } from "../config.js";
 
 /** A worker that has served this long before it dies was not failing to start: its slot's count of quick deaths starts over. */
 export const STABLE_MS = 30_000;
-/** Deaths in a row, each within STABLE_MS of the worker's start, after which the primary gives up. */
+/** Replacements in a row, each dead within STABLE_MS of its start, after which the next such death makes the primary give up. */
 export const MAX_QUICK_DEATHS = 5;
 /** The pause before the first replacement; it doubles with each further quick death. */
 const RESTART_BASE_MS = 500;
