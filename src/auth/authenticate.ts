@@ -250,7 +250,7 @@ export async function authenticate(
         "SIGNATURE_INVALID",
         "no WebAuthn origin is allowed for this organization: its FEATURE_NAME_WEBAUTHN_ORIGINS and the server's SIGIL_WEBAUTHN_ORIGINS have none in common",
       );
-    verifyWebauthnStamp(stamp, body, authenticator.public_key, origins ? { ...webauthn, origins } : webauthn);
+    await verifyWebauthnStamp(stamp, body, authenticator.public_key, origins ? { ...webauthn, origins } : webauthn);
   } catch (error) {
     if (error instanceof ServiceError) throw error;
     throw serviceError("SIGNATURE_INVALID", "passkey stamp does not verify");
@@ -423,7 +423,7 @@ export async function stampVerifiesWith(
   if (!publicKey) return false;
   if (stamp.kind === "API_KEY") return stamp.publicKey === publicKey && (await verifyApiKeyStamp(stamp, body));
   try {
-    verifyWebauthnStamp(stamp, body, publicKey, webauthn);
+    await verifyWebauthnStamp(stamp, body, publicKey, webauthn);
     return true;
   } catch {
     return false;

@@ -3,7 +3,7 @@
 import { verifyRegistrationResponse } from "@simplewebauthn/server";
 import { decodeClientDataJSON, parseAuthenticatorData, decodeCredentialPublicKey, cose } from "@simplewebauthn/server/helpers";
 import { serviceError } from "../errors.js";
-import { compressP256, verifyP256Der, sha256 } from "../crypto/keys.js";
+import { compressP256, verifyP256DerOffLoop, sha256 } from "../crypto/keys.js";
 import type { WebauthnStamp } from "./stamps.js";
 
 export interface WebauthnPolicy {
@@ -106,14 +106,15 @@ const stampInvalid = (why: string) => serviceError("SIGNATURE_INVALID", `passkey
 
 /**
  * Checks a passkey assertion over a request body: the challenge must be the lowercase hex SHA-256 of
- * the body, the user must have been present, and the signature must verify with the stored key.
+ * the body, the user must have been present, and the signature must verify with the stored key (on a
+ * thread of libuv's pool, as API-key stamps are: crypto/keys.ts).
  */
-export function verifyWebauthnStamp(
+export async function verifyWebauthnStamp(
   stamp: WebauthnStamp,
   body: Uint8Array,
   publicKeyHex: string,
   policy: WebauthnPolicy,
-): { signCount: number } {
+): Promise<{ signCount: number }> {
   const clientDataBytes = Buffer.from(stamp.clientDataJson, "base64url");
   let clientData: { type?: unknown; challenge?: unknown; origin?: unknown };
   try {
@@ -142,7 +143,7 @@ export function verifyWebauthnStamp(
   const signed = Buffer.concat([authenticatorData, sha256(clientDataBytes)]);
   let valid = false;
   try {
-    valid = verifyP256Der(publicKeyHex, signed, Buffer.from(stamp.signature, "base64url"));
+    valid = await verifyP256DerOffLoop(publicKeyHex, signed, Buffer.from(stamp.signature, "base64url"));
   } catch {
     valid = false;
   }
