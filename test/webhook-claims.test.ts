@@ -8,6 +8,7 @@ import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { WebhookDispatcher } from "../src/services/webhook-dispatcher.js";
 import type { OpenTx } from "../src/store/handles.js";
+import { writeDeliveries } from "../src/services/webhook-outbox.js";
 import type { Store } from "../src/store/database.js";
 import { backend } from "./helpers/backend.js";
 import { startHarness, type Harness } from "./helpers/harness.js";
@@ -53,31 +54,22 @@ describe("a webhook claim racing an endpoint's pause", () => {
         updated_at: now,
       })
       .execute();
-    const deliveryId = `delivery-${now}`;
     // Due in half an hour: the server's own dispatcher leaves it alone; this test's runs an hour ahead.
     await store.db
-      .insertInto("webhook_deliveries")
-      .values({
-        id: deliveryId,
-        organization_id: org.organizationId,
-        event_organization_id: org.organizationId,
-        activity_id: "activity",
-        destination: endpointId,
-        endpoint_id: endpointId,
-        url: before,
-        event_type: "ACTIVITY_UPDATES",
-        body: "{}",
-        status: "pending",
-        attempts: 0,
-        next_attempt_at: now + 30 * 60_000,
-        lease_until: null,
-        last_status_code: null,
-        last_error: null,
-        created_at: now,
-        updated_at: now,
-        delivered_at: null,
-      })
-      .execute();
+      .transaction()
+      .execute((trx) =>
+        writeDeliveries(
+          trx,
+          [{ endpointId, organizationId: org.organizationId, url: before }],
+          { eventType: "ACTIVITY_UPDATES", eventOrganizationId: org.organizationId, activityId: "activity", body: "{}" },
+          now + 30 * 60_000,
+        ),
+      );
+    const { id: deliveryId } = await store.db
+      .selectFrom("webhook_deliveries")
+      .select("id")
+      .where("endpoint_id", "=", endpointId)
+      .executeTakeFirstOrThrow();
 
     // The pause and move, by another connection, as an update_webhook_endpoint would commit it.
     let pausing: Promise<unknown> | undefined;

@@ -86,17 +86,23 @@ export function verifyP256Der(publicKeyHex: string, message: Uint8Array, derSign
  * form throws on (a key not on the curve, a signature that does not decode).
  */
 export function verifyP256DerOffLoop(publicKeyHex: string, message: Uint8Array, derSignature: Uint8Array): Promise<boolean> {
-  const key = { key: p256PublicKeyObject(publicKeyHex), dsaEncoding: "der" as const };
-  return new Promise((resolve, reject) =>
-    crypto.verify("sha256", message, key, derSignature, (error, valid) => (error ? reject(error) : resolve(valid))),
-  );
+  return verifyOnPool("sha256", message, { key: p256PublicKeyObject(publicKeyHex), dsaEncoding: "der" }, derSignature);
 }
 
 /** verifyEd25519 on a thread of libuv's pool, as verifyP256DerOffLoop. */
 export function verifyEd25519OffLoop(publicKeyHex: string, message: Uint8Array, signature: Uint8Array): Promise<boolean> {
-  const key = ed25519PublicKeyObject(publicKeyHex);
+  return verifyOnPool(null, message, ed25519PublicKeyObject(publicKeyHex), signature);
+}
+
+/** crypto.verify in its callback form, which runs on libuv's pool, as a promise. */
+function verifyOnPool(
+  algorithm: string | null,
+  message: Uint8Array,
+  key: crypto.KeyObject | crypto.VerifyKeyObjectInput,
+  signature: Uint8Array,
+): Promise<boolean> {
   return new Promise((resolve, reject) =>
-    crypto.verify(null, message, key, signature, (error, valid) => (error ? reject(error) : resolve(valid))),
+    crypto.verify(algorithm, message, key, signature, (error, valid) => (error ? reject(error) : resolve(valid))),
   );
 }
 
