@@ -9,7 +9,7 @@
 // quorum can always undo policies that lock everyone out.
 import { ActivityTypes } from "../api/types.js";
 import type { Db, Tx } from "../store/handles.js";
-import { prepare, type Slots } from "../store/prepared.js";
+import { prepare, readOf, type Read, type Slots } from "../store/prepared.js";
 import { API_KEY_CREDENTIAL_TYPES, type Principal } from "../auth/authenticate.js";
 import type { ActivityOperation } from "../registry/registry.js";
 import { activityKind } from "../registry/registry.js";
@@ -79,6 +79,9 @@ const rootQuorumRows = prepare((db, slot: Slots<{ organizationId: string }>) =>
     .select(["o.root_quorum_threshold as threshold", "m.user_id as userId"])
     .where("o.id", "=", slot("organizationId")),
 );
+
+/** The root quorum of an organization, as a read the pipeline sends ahead. */
+export const rootQuorumReadAhead = (organizationId: string): Read => readOf(rootQuorumRows, { organizationId });
 
 async function rootQuorum(trx: Tx | Db, organizationId: string): Promise<RootQuorum> {
   const rows = await rootQuorumRows.all(trx, { organizationId });

@@ -2,7 +2,7 @@
 //   submit: read (stamp, JSON, envelope schema) ─► liveness (timestamp window) and fingerprint ─►
 //           authenticate (who; a retry by a key since removed is answered from the audit log) ─►
 //           IP allowlist (may this key send from where the request came?) ─► precheck (network checks and committed reads, before any lock) ─► in one transaction holding the
-//           organization's lock: authorize (root quorum, policies, consensus) ─► execute (the
+//           organization's lock: (a signature's reads sent ahead as one statement: readsAhead) ─► authorize (root quorum, policies, consensus) ─► execute (the
 //           operation and the quorum safety check, or the wait for approvals, or the refusal) ─►
 //           record (the activity row built from those outcomes; its fingerprint is unique, so a
 //           retry is rolled back and answered with the first) and its policy evaluation ─► publish
@@ -28,6 +28,7 @@ import type { Store } from "../store/database.js";
 import type { Dialect, OpenTx, Tx } from "../store/handles.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
+import { readAhead, type Read } from "../store/prepared.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
 import { attestedStampNotAccepted, readStamp, type AttestedStamp, type Stamp } from "../auth/stamps.js";
 import { authenticateAttested } from "../operations/logins/attested-stamps.js";
@@ -35,6 +36,7 @@ import {
   authenticate as verifyStamp,
   authenticateReadOnlySession,
   confirmCredential,
+  credentialReadAhead,
   readOnlySessionHeader,
   stampVerifiesWith,
   type Confirmation,
@@ -52,6 +54,7 @@ import {
   decideActivity,
   denialError,
   mayVote,
+  rootQuorumReadAhead,
   stillApprovable,
   voteWithinScope,
   type ActivitySubject,
@@ -77,7 +80,7 @@ import {
   type StoredVote,
 } from "../operations/activities/records.js";
 import type { ActivitiesTable } from "../store/schema.js";
-import { enqueueActivityEvent } from "../operations/webhooks/webhooks.js";
+import { activityDestinationsReadAhead, enqueueActivityEvent } from "../operations/webhooks/webhooks.js";
 import {
   acceptInvitation,
   invitationTokenHash,
@@ -585,23 +588,20 @@ export async function record(trx: Tx, dialect: Dialect, entry: Entry, now: numbe
     await insertActivityWithEvaluation(trx, dialect, row, entry.vote, outcome, verdicts, now);
     return row;
   }
-  {
-    await trx
-      .updateTable("activities")
-      .set({
-        status: row.status,
-        result: row.result,
-        failure: row.failure,
-        votes: row.votes,
-        updated_at: row.updated_at,
-        // A vote whose precheck read nothing new (a rejection; an approval whose reads failed) leaves
-        // what was prepared before, while the activity still waits.
-        prepared:
-          entry.precheck?.kind === "passed" || row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? row.prepared : entry.base.prepared,
-      })
-      .where("id", "=", row.id)
-      .execute();
-  }
+  await trx
+    .updateTable("activities")
+    .set({
+      status: row.status,
+      result: row.result,
+      failure: row.failure,
+      votes: row.votes,
+      updated_at: row.updated_at,
+      // A vote whose precheck read nothing new (a rejection; an approval whose reads failed) leaves
+      // what was prepared before, while the activity still waits.
+      prepared: entry.precheck?.kind === "passed" || row.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" ? row.prepared : entry.base.prepared,
+    })
+    .where("id", "=", row.id)
+    .execute();
   await recordEvaluation(trx, row, entry.vote, outcome, verdicts, now);
   return row;
 }
@@ -662,6 +662,22 @@ function pendingSubject(
 /** What a pending activity's precheck prepared, as stored with it. */
 const preparedOf = (row: ActivitiesTable): { prepared?: unknown } => (row.prepared !== null ? { prepared: JSON.parse(row.prepared) } : {});
 
+/**
+ * Step read ahead, for an activity holding the organization's lock shared (it writes nothing the
+ * steps read): the reads the steps after the lock make whatever the outcome — the credential, the
+ * root quorum, the operation's own (a signature's account), the webhook destinations — sent as one
+ * statement on PostgreSQL, three round trips fewer per signature (store/prepared.ts, readAhead).
+ */
+function readsAhead(operation: ActivityOperation, envelope: Envelope, principal: Principal): Read[] {
+  return [
+    ...credentialReadAhead(principal),
+    // The authority: the requester's organization (a parent's, when it acts in a sub-organization).
+    rootQuorumReadAhead(principal.organizationId),
+    ...(operation.readsAhead?.(envelope.parameters, envelope.organizationId) ?? []),
+    activityDestinationsReadAhead(envelope.organizationId),
+  ];
+}
+
 export class Pipeline {
   private readonly clock: () => number;
 
@@ -694,6 +710,7 @@ export class Pipeline {
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
+        if (lock === "shared") await readAhead(trx, readsAhead(operation, envelope, principal));
         const confirmation = await confirmCredential(trx, principal, now);
         const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now, precheck);
         const decided = await authorize(trx, subject);

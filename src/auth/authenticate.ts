@@ -1,6 +1,6 @@
 // Who sent a request: the stamp's signature is checked and its key traced to a credential of a user.
 import type { ExpressionBuilder } from "kysely";
-import { prepare, type Slots } from "../store/prepared.js";
+import { prepare, readOf, type Read, type Slots } from "../store/prepared.js";
 import type { Db, Tx } from "../store/handles.js";
 import type { Database } from "../store/schema.js";
 import { ServiceError, serviceError } from "../errors.js";
@@ -381,6 +381,15 @@ const apiKeyWithMfaPolicies = prepare((db, slot: Slots<CredentialArgs>) =>
     .select(["id", "expires_at", mfaPolicies(slot)])
     .where("id", "=", slot("id")),
 );
+
+/** The statement confirmCredential will run for `principal`, as a read the pipeline sends ahead. */
+export function credentialReadAhead(principal: Principal): Read[] {
+  const args = { id: principal.credentialId, userId: principal.userId };
+  if (principal.attestedMethod === "AUTHENTICATION_TYPE_OAUTH") return [readOf(oauthProviderWithMfaPolicies, args)];
+  if (principal.attestedMethod) return [];
+  if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") return [readOf(authenticatorWithMfaPolicies, args)];
+  return [readOf(apiKeyWithMfaPolicies, args)];
+}
 
 /**
  * Whether the credential a principal authenticated with still exists (and has not expired), read in

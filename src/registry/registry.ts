@@ -4,6 +4,7 @@
 import swaggerSchemas from "./swagger-schemas.json" with { type: "json" };
 import type { Tx, Db, Dialect } from "../store/handles.js";
 import type { ActivitiesTable } from "../store/schema.js";
+import type { Read } from "../store/prepared.js";
 import type { Principal } from "../auth/authenticate.js";
 import type { WebauthnPolicy } from "../auth/webauthn.js";
 import type { SignatureThreads } from "../crypto/signature-threads.js";
@@ -264,6 +265,10 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
    * such activities hold the organization's lock shared, so on PostgreSQL they run side by side
    * (every other activity waits for them, and they for it), and skip the root-quorum check. */
   leavesOrganizationUnchanged?: boolean;
+  /** The prepared reads `execute` (or `policyContext`) will make with these parameters, sent ahead in
+   * the one statement the pipeline reads with once it holds the lock (store/prepared.ts, readAhead).
+   * Only an operation that leaves the organization unchanged reads ahead. */
+  readsAhead?(parameters: P, organizationId: string): Read[];
   /** It may queue emails or SMS (one-time passwords): the couriers are told after it commits. */
   queuesMessages?: boolean;
   /** It may queue signed transactions: the chain broadcaster is told after it commits (never before:

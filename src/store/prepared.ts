@@ -11,7 +11,17 @@
 // seeing every statement), and the statement is written with Kysely's typed builder like any other.
 // A slot stands for one value: a statement whose shape depends on its values (an `in` list of any
 // length, an optional condition) is not one statement and is not prepared.
-import { createQueryId, type Compilable, type DialectAdapter, type Kysely, type QueryResult, type RootOperationNode } from "kysely";
+import {
+  createQueryId,
+  PostgresAdapter,
+  type Compilable,
+  type DialectAdapter,
+  type Expression,
+  type Kysely,
+  type QueryResult,
+  type RootOperationNode,
+} from "kysely";
+import { jsonArrayFrom } from "kysely/helpers/postgres";
 import type { Database } from "./schema.js";
 
 /** Stands, in a statement built once, for the value named `name` of each run. */
@@ -35,6 +45,8 @@ export interface Prepared<A, R> {
   first(db: Kysely<Database>, args: A): Promise<R | undefined>;
   /** The whole result (rows, and for a write the number of rows it changed). */
   run(db: Kysely<Database>, args: A): Promise<QueryResult<R>>;
+  /** How the statement is built: readAhead composes several into one. */
+  readonly build: (db: Kysely<Database>, slot: Slots<A>) => Compilable<R>;
 }
 
 /**
@@ -72,6 +84,8 @@ export function prepare<A, R>(build: (db: Kysely<Database>, slot: Slots<A>) => C
     });
 
   const run = async (db: Kysely<Database>, args: A): Promise<QueryResult<R>> => {
+    const held = heldRows(db, prepared, args);
+    if (held) return { rows: held as R[] };
     const executor = db.getExecutor();
     const compiled = compiledFor(db);
     const queryId = createQueryId();
@@ -84,11 +98,13 @@ export function prepare<A, R>(build: (db: Kysely<Database>, slot: Slots<A>) => C
     return executor.executeQuery<R>({ query, queryId, sql, parameters: fill(parameters, args) });
   };
 
-  return {
+  const prepared: Prepared<A, R> = {
     run,
     all: async (db, args) => (await run(db, args)).rows,
     first: async (db, args) => (await run(db, args)).rows[0],
+    build,
   };
+  return prepared;
 }
 
 /**
@@ -97,4 +113,92 @@ export function prepare<A, R>(build: (db: Kysely<Database>, slot: Slots<A>) => C
  */
 export function rowOfSlots<T>(slot: Slots<T>, columns: Record<keyof T & string, true>): T {
   return Object.fromEntries(Object.keys(columns).map((column) => [column, slot(column as keyof T & string)])) as T;
+}
+
+// Reading ahead: on PostgreSQL every statement is a round trip, and each costs both processes more
+// CPU than a small indexed read does (docs/benchmarks.md). Where a transaction knows, once it holds
+// its lock, several reads it will make whatever happens next — a signature's credential, root quorum,
+// signing account and webhook destinations — it sends them as one statement, each statement's rows
+// aggregated into one JSON column, and each later run of one of them with the same values in that
+// transaction is answered from those rows without a statement of its own. On SQLite a statement is a
+// function call in the same process: there is nothing to save, and nothing is read ahead.
+//
+// The rows are kept for the rest of the transaction, so the caller must know they cannot change
+// before it ends: the pipeline reads ahead only for activities that hold the organization's lock
+// shared, which write nothing but their own records (registry.ts, leavesOrganizationUnchanged).
+// Values a JSON column carries come back as pg gives them (text, numbers, booleans, null): the
+// statements read ahead select no dates, binary or numeric columns (test/read-ahead.test.ts compares
+// each one's rows both ways).
+
+/** One statement with the values of one run, as readAhead takes it. */
+export interface Read {
+  // biome-ignore lint/suspicious/noExplicitAny: a list mixes statements of different arguments; readOf types each pair
+  statement: Prepared<any, unknown>;
+  args: object;
+}
+
+/** A statement and its values, checked against each other. */
+export const readOf = <A extends object>(statement: Prepared<A, unknown>, args: A): Read => ({ statement, args });
+
+interface Held {
+  args: Record<string, unknown>;
+  rows: unknown[];
+}
+
+/** What each open transaction (the Kysely handle the caller passes on) has read ahead, by statement. */
+const readsAhead = new WeakMap<Kysely<Database>, Map<Prepared<never, unknown>, Held[]>>();
+
+/** The composite statement of each list of statements, by their identities. */
+const composites = new Map<string, Prepared<Record<string, unknown>, Record<string, unknown[]>>>();
+const statementIds = new WeakMap<Prepared<never, unknown>, number>();
+
+function heldRows(db: Kysely<Database>, statement: Prepared<never, unknown>, args: unknown): unknown[] | undefined {
+  const held = readsAhead.get(db)?.get(statement);
+  if (!held) return undefined;
+  const wanted = args as Record<string, unknown>;
+  return held.find((h) => Object.keys(h.args).every((name) => Object.is(h.args[name], wanted[name])))?.rows;
+}
+
+/**
+ * Runs `reads` as one statement in the open transaction `trx` (PostgreSQL; nothing on SQLite) and
+ * keeps their rows: a later run of one of these statements with the same values in `trx` is
+ * answered from them. Only for reads whose rows nothing can change before `trx` ends.
+ */
+export async function readAhead(trx: Kysely<Database>, reads: readonly Read[]): Promise<void> {
+  if (reads.length === 0 || !(trx.getExecutor().adapter instanceof PostgresAdapter)) return;
+  const statements = reads.map((read) => read.statement as Prepared<never, unknown>);
+  const key = statements.map(idOf).join(",");
+  let composite = composites.get(key);
+  if (!composite) {
+    composite = prepare((db, slot: Slots<Record<string, unknown>>) =>
+      db.selectNoFrom(
+        statements.map((statement, i) =>
+          // Each statement's slots are renamed `i.name`, so two statements' values never meet.
+          jsonArrayFrom(statement.build(db, ((name: string) => slot(`${i}.${name}`)) as never) as unknown as Expression<unknown>).as(
+            `${i}`,
+          ),
+        ),
+      ),
+    );
+    composites.set(key, composite);
+  }
+  const args: Record<string, unknown> = {};
+  reads.forEach((read, i) => {
+    for (const [name, value] of Object.entries(read.args)) args[`${i}.${name}`] = value;
+  });
+  const row = await composite.first(trx, args);
+  let held = readsAhead.get(trx);
+  if (!held) readsAhead.set(trx, (held = new Map()));
+  for (const [i, statement] of statements.entries()) {
+    const list = held.get(statement) ?? [];
+    list.push({ args: reads[i]!.args as Record<string, unknown>, rows: row![`${i}`]! });
+    held.set(statement, list);
+  }
+}
+
+let nextStatementId = 0;
+function idOf(statement: Prepared<never, unknown>): number {
+  let id = statementIds.get(statement);
+  if (id === undefined) statementIds.set(statement, (id = nextStatementId++));
+  return id;
 }

@@ -4,7 +4,7 @@
 import { getAddress, isAddress } from "viem";
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/handles.js";
-import { prepare, type Slots } from "../../store/prepared.js";
+import { prepare, readOf, type Read, type Slots } from "../../store/prepared.js";
 import type { PrivateKeysTable, WalletAccountsTable, WalletsTable } from "../../store/schema.js";
 import type { Curve } from "../../crypto/hd.js";
 import type { Keyring } from "../../crypto/envelope.js";
@@ -42,6 +42,12 @@ const accountWithWallet = prepare((db, slot: Slots<{ organizationId: string; add
     .orderBy("wallet_accounts.created_at")
     .limit(1),
 );
+
+/** The account findSigner looks for first, as a read the pipeline sends ahead (none for an unusable name). */
+export function signerReadsAhead(organizationId: string, signWith: unknown): Read[] {
+  if (typeof signWith !== "string" || signWith.trim() === "") return [];
+  return [readOf(accountWithWallet, { organizationId, address: normalized(signWith.trim()) })];
+}
 
 export async function findSigner(db: Db | Tx, organizationId: string, signWith: string): Promise<FoundSigner> {
   if (typeof signWith !== "string" || signWith.trim() === "")

@@ -26,7 +26,7 @@ import { TempoError, parseTempoTransaction, serializeSignedTempo, tempoKeyword }
 import { address } from "../../crypto/addresses.js";
 import { defineActivity, type ActivityContext } from "../../registry/registry.js";
 import { requireAtMost } from "../resources.js";
-import { findSigner, openSigner, signerAddresses, signerKeywords, type FoundSigner } from "./signers.js";
+import { findSigner, openSigner, signerAddresses, signerKeywords, signerReadsAhead, type FoundSigner } from "./signers.js";
 import { ethereumContractCallKeywords, withParsedInstructions } from "../contracts/contract-calls.js";
 import "./transaction-keywords.js";
 
@@ -233,6 +233,7 @@ export const signingOperations = [
     resource: "PRIVATE_KEY",
     action: "SIGN",
     leavesOrganizationUnchanged: true,
+    readsAhead: (p, organizationId) => signerReadsAhead(organizationId, signWithOf(p)),
     policyParameters: (p) => ({ hash_function: p.hashFunction, encoding: p.encoding }),
     policyContext: (trx, organizationId, p) => payloadContext(trx, organizationId, signWithOf(p), p.payload, p.encoding),
     async execute(ctx, p) {
@@ -247,6 +248,7 @@ export const signingOperations = [
     resource: "PRIVATE_KEY",
     action: "SIGN",
     leavesOrganizationUnchanged: true,
+    readsAhead: (p, organizationId) => signerReadsAhead(organizationId, p.signWith),
     policyParameters: (p) => ({ hash_function: p.hashFunction, encoding: p.encoding }),
     policyContext: (trx, organizationId, p) => payloadContext(trx, organizationId, p.signWith, undefined, p.encoding),
     async execute(ctx, p) {
@@ -278,6 +280,7 @@ export const signingOperations = [
     resource: "PRIVATE_KEY",
     action: "SIGN",
     leavesOrganizationUnchanged: true,
+    readsAhead: (p, organizationId) => signerReadsAhead(organizationId, signWithOf(p)),
     policyParameters: (p) => ({ type: p.type }),
     // The spec records V2's intent under signTransactionIntent with the key in `privateKeyId`; the
     // swagger's signTransactionIntentV2 has `signWith`. Both are kept, so either reader finds it.

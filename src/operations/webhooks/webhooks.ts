@@ -5,7 +5,7 @@
 import { sql } from "kysely";
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/handles.js";
-import { prepare, type Slots } from "../../store/prepared.js";
+import { prepare, readOf, type Read, type Slots } from "../../store/prepared.js";
 import type { ActivitiesTable, WebhookEndpointsTable } from "../../store/schema.js";
 import { defineActivity, defineQuery, type ParametersOf } from "../../registry/registry.js";
 import { requireAtMost } from "../resources.js";
@@ -117,6 +117,9 @@ const activityDestinations = prepare((db, slot: Slots<{ organizationId: string }
         .where(owners("f.organization_id")),
     );
 });
+
+/** Who hears of an activity of the organization, as a read the pipeline sends ahead. */
+export const activityDestinationsReadAhead = (organizationId: string): Read => readOf(activityDestinations, { organizationId });
 
 /**
  * Writes, in the activity's transaction, one outbox row per destination that should hear of the
