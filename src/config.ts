@@ -26,6 +26,7 @@ export interface Config {
   databaseUrl: string | null;
   /** How many connections to PostgreSQL a server process keeps at most. */
   databasePoolSize: number;
+  databasePreparedStatements: boolean;
   /** A request's timestampMs must lie within this many milliseconds of the server's clock, either side. */
   timestampWindowMs: number;
   /** Largest accepted request body, in bytes. */
@@ -674,6 +675,17 @@ export const settings = {
     meaning:
       "connections to PostgreSQL each server process keeps at most (unused with SQLite); more than the database server's cores can keep busy only queue in it",
   }),
+  databasePreparedStatements: setting({
+    variable: "SIGIL_DATABASE_PREPARED_STATEMENTS",
+    group: SERVER,
+    // Named prepared statements live in a PostgreSQL session: a pooler that hands each transaction
+    // to any server connection (PgBouncer in transaction mode before 1.21, or without
+    // max_prepared_statements) loses them between transactions.
+    kind: boolean,
+    default: true,
+    meaning:
+      "run PostgreSQL's recurring statements as named prepared statements, parsed and planned once per connection; `false` behind a connection pooler in transaction mode that does not keep them (PgBouncer before 1.21, or without `max_prepared_statements`) — about half of PostgreSQL's CPU per signature more ([Storage](storage.md#postgresql-behind-a-connection-pooler))",
+  }),
   logLevel: setting({
     variable: "SIGIL_LOG_LEVEL",
     group: SERVER,
@@ -1234,6 +1246,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
     dataDir,
     databaseUrl: s.databaseUrl,
     databasePoolSize: s.databasePoolSize,
+    databasePreparedStatements: s.databasePreparedStatements,
     timestampWindowMs: s.timestampWindowSeconds * 1000,
     bodyLimitBytes: s.bodyLimitBytes,
     http: {

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { sql, type KyselyPlugin, type PluginTransformQueryArgs, type PluginTransformResultArgs } from "kysely";
 import { openStore, type Store } from "../src/store/database.js";
 import { prepare, rowOfSlots, type Slots } from "../src/store/prepared.js";
-import { createTestDatabase, type TestDatabase } from "./helpers/backend.js";
+import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
 
 let database: TestDatabase;
 let store: Store;
@@ -101,5 +101,31 @@ describe("prepared statements", () => {
     await expect(byValue.all(store.db, { v: "x" } as { v: string; least: number })).rejects.toThrow("no value for least");
     expect(store.statements.count).toBe(count);
     expect(await everything()).toEqual(before);
+  });
+});
+
+describe("named prepared statements on PostgreSQL (SIGIL_DATABASE_PREPARED_STATEMENTS)", () => {
+  // One connection, so the session asked is the one that ran the statements.
+  it.each([true, false])("with the setting %s, a recurring statement is named in the session or never", async (prepared) => {
+    const one = await openStore({
+      databaseUrl: database.databaseUrl,
+      dataDir: database.dataDir,
+      mode: "existing",
+      databasePoolSize: 1,
+      databasePreparedStatements: prepared,
+    });
+    try {
+      for (let i = 0; i < 3; i++)
+        expect(await byValue.all(one.db, { v: "x", least: 0 })).toEqual(await byValue.all(store.db, { v: "x", least: 0 }));
+      if (backend === "postgres") {
+        const { rows } = await sql<{ name: string }>`select name from pg_prepared_statements where name like 'sigil\_%'`.execute(one.db);
+        expect(rows.length > 0).toBe(prepared);
+      } else {
+        // SQLite ignores the setting (it caches its own statements): the same rows, checked above.
+        expect(one.dialect).toBe("sqlite");
+      }
+    } finally {
+      await one.close();
+    }
   });
 });

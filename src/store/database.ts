@@ -86,6 +86,8 @@ export interface StoreOptions {
   mode?: OpenMode;
   /** PostgreSQL only: the most connections kept open at once (SIGIL_DATABASE_POOL_SIZE). Default 10. */
   databasePoolSize?: number;
+  /** PostgreSQL only: run recurring statements as named prepared statements (SIGIL_DATABASE_PREPARED_STATEMENTS). Default true. */
+  databasePreparedStatements?: boolean;
   /** SQLite only, for tests: how a commit's write-ahead log reaches the disk (default: fdatasync). */
   flushWal?: (file: string) => Promise<void>;
 }
@@ -278,7 +280,12 @@ function openSqlite(
   };
 }
 
-function openPostgres(url: string, poolSize: number, onConnectionError: (error: Error) => void): Omit<Store, "created"> {
+function openPostgres(
+  url: string,
+  poolSize: number,
+  names: StatementNames,
+  onConnectionError: (error: Error) => void,
+): Omit<Store, "created"> {
   const statements: StatementTally = { count: 0, texts: null };
   // int8 columns hold millisecond timestamps, well inside Number's exact range.
   const types = {
@@ -293,8 +300,8 @@ function openPostgres(url: string, poolSize: number, onConnectionError: (error: 
   // uncaught exception that stops the process. Its query fails on its own and the pool replaces it.
   pool.on("connect", (connection) => connection.on("error", onConnectionError));
   // Named prepared statements: PostgreSQL parses and plans each recurring text once per connection
-  // (measured: about half of PostgreSQL's CPU per signature; docs/benchmarks.md).
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: preparingPool(pool, statements, new StatementNames()) }) });
+  // (measured: about half of PostgreSQL's CPU per signature; docs/benchmarks.md), unless turned off.
+  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: preparingPool(pool, statements, names) }) });
   return {
     db,
     reader: db,
@@ -344,7 +351,9 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   const mode = options.mode ?? "create";
   const onConnectionError = options.onConnectionError ?? ((error: Error) => console.error(`database connection lost: ${error.message}`));
   if (options.databaseUrl) {
-    const store = openPostgres(options.databaseUrl, options.databasePoolSize ?? 10, onConnectionError);
+    // Turned off, no text is ever named: every statement runs unnamed, parsed and planned each time.
+    const names = options.databasePreparedStatements === false ? new StatementNames(2, 0) : new StatementNames();
+    const store = openPostgres(options.databaseUrl, options.databasePoolSize ?? 10, names, onConnectionError);
     let created: boolean;
     try {
       const hasTables = await postgresHasSigilTables(options.databaseUrl, store.db, store.location);
