@@ -1,6 +1,7 @@
 // `signWith`: the key a signing request names — a wallet account's address, a private key's id, or one
 // of a private key's addresses, as in the product. Finding it reads no secret (policies see the
 // result before anything is decided); opening it is a separate step, inside the allowed activity.
+import { sql } from "kysely";
 import { getAddress, isAddress } from "viem";
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/handles.js";
@@ -40,7 +41,9 @@ const accountWithWallet = prepare((db, slot: Slots<{ organizationId: string; add
     .where("wallet_accounts.organization_id", "=", slot("organizationId"))
     .where("wallet_accounts.address", "=", slot("address"))
     .orderBy("wallet_accounts.created_at")
-    .limit(1),
+    // A literal, not a bound value: SQLite prepares a statement whose LIMIT is a parameter anew each
+    // time that parameter is bound — every run, about three times the cost of the lookup itself.
+    .limit(sql.lit(1)),
 );
 
 /** The account findSigner looks for first, as a read the pipeline sends ahead (none for an unusable name). */
