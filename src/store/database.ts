@@ -423,22 +423,20 @@ export async function migrate(db: Db): Promise<void> {
  * are applied one after another even across server processes. On PostgreSQL that is a row lock on
  * the organization: `exclusive` for an activity that may change the organization, `shared` for one
  * that changes nothing another activity reads (several of those hold it at once, and an exclusive
- * holder waits for them all). SQLite already admits one writer at a time (BEGIN IMMEDIATE).
- * Returns whether the organization exists.
+ * holder waits for them all). On SQLite there is nothing to send: the transaction already holds the
+ * database's one write lock (BEGIN IMMEDIATE), and the group commit's readers-writer lock keeps an
+ * exclusive activity alone in it (group-commit.ts).
  */
 export async function lockOrganization(
   trx: Tx,
   dialect: Dialect,
   organizationId: string,
   mode: "exclusive" | "shared" = "exclusive",
-): Promise<boolean> {
-  const statement = dialect === "sqlite" ? organizationExists : mode === "shared" ? organizationSharedLock : organizationLock;
-  return (await statement.first(trx, { organizationId })) !== undefined;
+): Promise<void> {
+  if (dialect === "sqlite") return;
+  await (mode === "shared" ? organizationSharedLock : organizationLock).first(trx, { organizationId });
 }
 
-const organizationExists = prepare((db, slot: Slots<{ organizationId: string }>) =>
-  db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")),
-);
 const organizationLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
   db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forUpdate(),
 );
