@@ -139,6 +139,9 @@ describe("reading ahead", () => {
       expect(after).toHaveLength(backend === "postgres" ? 0 : reads.length);
       // Same values, same types: booleans and numbers as the statement alone gives them.
       expect(again).toEqual(alone);
+      // Each run gets rows of its own: what one caller does with them, the next does not see.
+      (again[3]![0] as Record<string, unknown>).address = "changed";
+      expect(await reads[3]!.statement.all(trx, reads[3]!.args)).toEqual(alone[3]);
       expect(again.map((rows) => rows.map((row) => Object.entries(row as object).map(([k, v]) => [k, typeof v])))).toEqual(
         alone.map((rows) => rows.map((row) => Object.entries(row as object).map(([k, v]) => [k, typeof v]))),
       );

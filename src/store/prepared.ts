@@ -9,6 +9,8 @@
 //
 // Each run still goes through the handle's plugins (the group commit's write tracking relies on
 // seeing every statement), and the statement is written with Kysely's typed builder like any other.
+// A run answered from rows read ahead (below; PostgreSQL only) sends nothing: the plugins saw the
+// one statement that read them.
 // A slot stands for one value: a statement whose shape depends on its values (an `in` list of any
 // length, an optional condition) is not one statement and is not prepared.
 import {
@@ -156,7 +158,9 @@ function heldRows(db: Kysely<Database>, statement: Prepared<never, unknown>, arg
   const held = readsAhead.get(db)?.get(statement);
   if (!held) return undefined;
   const wanted = args as Record<string, unknown>;
-  return held.find((h) => Object.keys(h.args).every((name) => Object.is(h.args[name], wanted[name])))?.rows;
+  const rows = held.find((h) => Object.keys(h.args).every((name) => Object.is(h.args[name], wanted[name])))?.rows;
+  // Copies: each run gets rows of its own, as a statement sent would give, whatever an earlier caller did with its own.
+  return rows?.map((row) => ({ ...(row as object) }));
 }
 
 /**
