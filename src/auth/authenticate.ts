@@ -382,13 +382,22 @@ const apiKeyWithMfaPolicies = prepare((db, slot: Slots<CredentialArgs>) =>
     .where("id", "=", slot("id")),
 );
 
+/** How a principal's credential is found again under the lock: which kind it is and the statement
+ * that reads it with its user's MFA EXISTS. None for an OTP proof, which names a contact, not a credential. */
+function credentialLookup(principal: Principal): { kind: "oauth_provider" | "passkey" | "api_key"; read: Read } | undefined {
+  const args = { id: principal.credentialId, userId: principal.userId };
+  if (principal.attestedMethod === "AUTHENTICATION_TYPE_OAUTH")
+    return { kind: "oauth_provider", read: readOf(oauthProviderWithMfaPolicies, args) };
+  if (principal.attestedMethod) return undefined;
+  if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR")
+    return { kind: "passkey", read: readOf(authenticatorWithMfaPolicies, args) };
+  return { kind: "api_key", read: readOf(apiKeyWithMfaPolicies, args) };
+}
+
 /** The statement confirmCredential will run for `principal`, as a read the pipeline sends ahead. */
 export function credentialReadAhead(principal: Principal): Read[] {
-  const args = { id: principal.credentialId, userId: principal.userId };
-  if (principal.attestedMethod === "AUTHENTICATION_TYPE_OAUTH") return [readOf(oauthProviderWithMfaPolicies, args)];
-  if (principal.attestedMethod) return [];
-  if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") return [readOf(authenticatorWithMfaPolicies, args)];
-  return [readOf(apiKeyWithMfaPolicies, args)];
+  const lookup = credentialLookup(principal);
+  return lookup ? [lookup.read] : [];
 }
 
 /**
@@ -397,29 +406,21 @@ export function credentialReadAhead(principal: Principal): Read[] {
  * the requester has MFA policies (activities/mfa.ts), which most users do not: one round trip for both.
  */
 export async function confirmCredential(trx: Tx, principal: Principal, now: number): Promise<Confirmation> {
-  const gone = () =>
-    serviceError("PUBLIC_KEY_NOT_FOUND", `the credential ${principal.credentialId} that stamped this request no longer exists`);
-  const args = { id: principal.credentialId, userId: principal.userId };
-  if (principal.attestedMethod === "AUTHENTICATION_TYPE_OAUTH") {
-    const row = await oauthProviderWithMfaPolicies.first(trx, args);
-    if (!row)
-      throw serviceError(
-        "ATTESTED_IDENTITY_UNKNOWN",
-        `the OAuth provider ${principal.credentialId} the attested stamp named no longer exists`,
-      );
-    return { mfaPolicies: Boolean(row.mfa_policies) };
-  }
-  // An OTP proof names a contact, not a credential: nothing to find again.
-  if (principal.attestedMethod) return { mfaPolicies: true };
-  if (principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
-    const row = await authenticatorWithMfaPolicies.first(trx, args);
-    if (!row) throw gone();
-    return { mfaPolicies: Boolean(row.mfa_policies) };
-  }
-  const key = await apiKeyWithMfaPolicies.first(trx, args);
-  if (!key) throw gone();
-  if (key.expires_at !== null && key.expires_at <= now) throw serviceError("API_KEY_EXPIRED", `API key ${key.id} has expired`);
-  return { mfaPolicies: Boolean(key.mfa_policies) };
+  const lookup = credentialLookup(principal);
+  if (!lookup) return { mfaPolicies: true };
+  const row = (await lookup.read.statement.first(trx, lookup.read.args)) as
+    | { id: string; mfa_policies: unknown; expires_at?: number | null }
+    | undefined;
+  if (!row && lookup.kind === "oauth_provider")
+    throw serviceError(
+      "ATTESTED_IDENTITY_UNKNOWN",
+      `the OAuth provider ${principal.credentialId} the attested stamp named no longer exists`,
+    );
+  if (!row)
+    throw serviceError("PUBLIC_KEY_NOT_FOUND", `the credential ${principal.credentialId} that stamped this request no longer exists`);
+  if (lookup.kind === "api_key" && row.expires_at != null && row.expires_at <= now)
+    throw serviceError("API_KEY_EXPIRED", `API key ${row.id} has expired`);
+  return { mfaPolicies: Boolean(row.mfa_policies) };
 }
 
 /** Whether a stamp's signature over `body` holds for a given public key (no database involved). */

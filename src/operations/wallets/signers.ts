@@ -46,16 +46,20 @@ const accountWithWallet = prepare((db, slot: Slots<{ organizationId: string; add
     .limit(sql.lit(1)),
 );
 
+/** The name a signing request gives its key, as looked up (an Ethereum address checksummed); none when unusable. */
+const wantedSigner = (signWith: unknown): string | undefined =>
+  typeof signWith === "string" && signWith.trim() !== "" ? normalized(signWith.trim()) : undefined;
+
 /** The account findSigner looks for first, as a read the pipeline sends ahead (none for an unusable name). */
 export function signerReadsAhead(organizationId: string, signWith: unknown): Read[] {
-  if (typeof signWith !== "string" || signWith.trim() === "") return [];
-  return [readOf(accountWithWallet, { organizationId, address: normalized(signWith.trim()) })];
+  const wanted = wantedSigner(signWith);
+  return wanted === undefined ? [] : [readOf(accountWithWallet, { organizationId, address: wanted })];
 }
 
 export async function findSigner(db: Db | Tx, organizationId: string, signWith: string): Promise<FoundSigner> {
-  if (typeof signWith !== "string" || signWith.trim() === "")
+  const wanted = wantedSigner(signWith);
+  if (wanted === undefined)
     throw serviceError("REQUEST_INVALID", "signWith must name a wallet account address, a private key id or a private key address");
-  const wanted = normalized(signWith.trim());
   const found = await accountWithWallet.first(db, { organizationId, address: wanted });
   if (found) {
     const { wallet_name, wallet_imported, wallet_exported, ...account } = found;
