@@ -710,7 +710,9 @@ export class Pipeline {
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
-        if (lock === "shared") await readAhead(trx, readsAhead(operation, envelope, principal));
+        // Built only where they are sent: on SQLite each step's statement costs no round trip.
+        if (lock === "shared" && this.options.store.dialect === "postgres")
+          await readAhead(trx, readsAhead(operation, envelope, principal));
         const confirmation = await confirmCredential(trx, principal, now);
         const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now, precheck);
         const decided = await authorize(trx, subject);
