@@ -23,6 +23,7 @@ import { preparingPool, StatementNames } from "./postgres-pool.js";
 import { tally, type Db, type Dialect, type OpenTx, type StatementTally, type Tx } from "./handles.js";
 import { prepare, type Slots } from "./prepared.js";
 import { WalFlush } from "./wal-flush.js";
+import { WalCheckpoints, type WalCheckpointOptions } from "./wal-checkpoints.js";
 
 export interface Store {
   /** Migrations, administration and tests; the pipeline writes through `transact`. */
@@ -52,6 +53,8 @@ export interface Store {
   created: boolean;
   /** Every statement sent to the database so far, by any connection of this store. */
   statements: StatementTally;
+  /** SQLite, unless read-only: the thread that copies the write-ahead log into the file (wal-checkpoints.ts). */
+  checkpoints?: WalCheckpoints;
   close(): Promise<void>;
 }
 
@@ -90,6 +93,8 @@ export interface StoreOptions {
   databasePreparedStatements?: boolean;
   /** SQLite only, for tests: how a commit's write-ahead log reaches the disk (default: fdatasync). */
   flushWal?: (file: string) => Promise<void>;
+  /** SQLite only, for tests: how often and on what thread the write-ahead log is checkpointed. */
+  checkpoints?: WalCheckpointOptions;
 }
 
 /**
@@ -102,22 +107,29 @@ export interface StoreOptions {
  * connection directly: it is no statement of the work, and SQLite refuses it inside a transaction.
  */
 class ImmediateSqliteDriver extends SqliteDriver {
+  // Prepared once: better-sqlite3's pragma() prepares its statement on every call, twice per batch here.
+  private readonly synchronousNormal: BetterSqlite3.Statement;
+  private readonly synchronousFull: BetterSqlite3.Statement;
+
   constructor(
     config: ConstructorParameters<typeof SqliteDriver>[0],
-    private readonly sqlite: BetterSqlite3.Database,
+    sqlite: BetterSqlite3.Database,
     private readonly wal: WalFlush | null,
+    private readonly checkpoints: WalCheckpoints | null,
   ) {
     super(config);
+    this.synchronousNormal = sqlite.prepare("pragma synchronous = NORMAL");
+    this.synchronousFull = sqlite.prepare("pragma synchronous = FULL");
   }
 
   override async beginTransaction(connection: DatabaseConnection): Promise<void> {
     if (!this.wal) return void (await connection.executeQuery(CompiledQuery.raw("begin immediate")));
     this.wal.assertUsable();
-    this.sqlite.pragma("synchronous = NORMAL");
+    this.synchronousNormal.run();
     try {
       await connection.executeQuery(CompiledQuery.raw("begin immediate"));
     } catch (error) {
-      this.sqlite.pragma("synchronous = FULL");
+      this.synchronousFull.run();
       throw error;
     }
   }
@@ -127,13 +139,14 @@ class ImmediateSqliteDriver extends SqliteDriver {
     await this.wal.commit(async () => {
       // A COMMIT that fails leaves the transaction open: the rollback that follows restores FULL.
       await connection.executeQuery(CompiledQuery.raw("commit"));
-      this.sqlite.pragma("synchronous = FULL");
+      this.synchronousFull.run();
     });
+    this.checkpoints?.committed();
   }
 
   override async rollbackTransaction(connection: DatabaseConnection): Promise<void> {
     await super.rollbackTransaction(connection);
-    if (this.wal) this.sqlite.pragma("synchronous = FULL");
+    if (this.wal) this.synchronousFull.run();
   }
 }
 
@@ -154,11 +167,12 @@ class ImmediateSqliteDialect extends SqliteDialect {
     private readonly sqliteConfig: ConstructorParameters<typeof SqliteDialect>[0],
     private readonly sqlite: BetterSqlite3.Database,
     private readonly wal: WalFlush | null,
+    private readonly checkpoints: WalCheckpoints | null,
   ) {
     super(sqliteConfig);
   }
   override createDriver() {
-    return new ImmediateSqliteDriver(this.sqliteConfig, this.sqlite, this.wal);
+    return new ImmediateSqliteDriver(this.sqliteConfig, this.sqlite, this.wal, this.checkpoints);
   }
   override createAdapter() {
     return new TransactionalDdlSqliteAdapter();
@@ -235,6 +249,7 @@ function openSqlite(
   dataDir: string,
   mode: OpenMode,
   flushWal: ((file: string) => Promise<void>) | undefined,
+  checkpointOptions: WalCheckpointOptions | undefined,
 ): Omit<Store, "reader"> & { openReader(): Db } {
   if (mode === "create") fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(dataDir, SQLITE_FILE_NAME);
@@ -249,9 +264,10 @@ function openSqlite(
   }
   sqlite.pragma("foreign_keys = ON");
   const wal = mode === "read-only" ? null : new WalFlush(`${file}-wal`, flushWal);
+  const checkpoints = mode === "read-only" ? null : new WalCheckpoints(file, sqlite, checkpointOptions);
   const statements: StatementTally = { count: 0, texts: null };
   const db = new Kysely<Database>({
-    dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, statements) }, sqlite, wal),
+    dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, statements) }, sqlite, wal, checkpoints),
   });
   const writes = new GroupCommit(db);
   let reader: Kysely<Database> | null = null;
@@ -273,8 +289,11 @@ function openSqlite(
     },
     // A WAL read transaction keeps the snapshot of its first read until it ends.
     readSnapshot: (work) => reader!.transaction().execute(work),
+    ...(checkpoints ? { checkpoints } : {}),
     close: async () => {
       await reader?.destroy();
+      // The writer closes last: as the last connection, it checkpoints what is left and removes the log.
+      await checkpoints?.close();
       await db.destroy();
     },
   };
@@ -366,7 +385,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     await prepareOrClose(store, mode);
     return { ...store, created };
   }
-  const { openReader, ...store } = openSqlite(options.dataDir, mode, options.flushWal);
+  const { openReader, ...store } = openSqlite(options.dataDir, mode, options.flushWal, options.checkpoints);
   await prepareOrClose(store, mode);
   return { ...store, reader: openReader() };
 }

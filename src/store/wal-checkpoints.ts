@@ -1,0 +1,152 @@
+// SQLite checkpoints on a thread of their own.
+//
+// In WAL mode SQLite appends every commit to the write-ahead log, and copies the log back into the
+// database file — a checkpoint — from inside the commit that takes the log past 1,000 pages. That
+// commit then writes a thousand pages and syncs the file twice while the event loop waits: measured
+// under signing load (c=32), one commit in twenty took 4.7 ms instead of 0.3, 3 % of the event loop,
+// and every request in flight waited with it (docs/benchmarks.md, fourth session).
+//
+// Here the writer's own checkpoints are moved out of the way (its threshold raised to a safety net),
+// and a worker thread with a connection of its own runs a PASSIVE checkpoint at most every
+// `intervalMs` while commits come in. A passive checkpoint copies only what no reader still needs and
+// never blocks the writer, so commits go on beside it on the other core. Should the thread fail to
+// start or a checkpoint fail, the writer goes back to SQLite's own checkpoints: nothing depends on the
+// thread but the event loop's time.
+//
+// The thread's connection is closed before the writer's, so the writer stays the last connection: on
+// closing it checkpoints what is left and removes the log, as without the thread.
+import { Worker } from "node:worker_threads";
+import type BetterSqlite3 from "better-sqlite3";
+import type { CheckpointAnswer, CheckpointWorkerData } from "./checkpoint-worker.js";
+
+/** SQLite's own threshold (pages in the log) for a commit to checkpoint: restored when the thread fails. */
+const SQLITE_AUTOCHECKPOINT = 1_000;
+/** The writer's threshold while the thread works: only reached if the thread falls far behind. */
+const SAFETY_AUTOCHECKPOINT = 10_000;
+
+export interface WalCheckpointOptions {
+  /** At most one checkpoint per this many milliseconds, and only after a commit. Default 200. */
+  intervalMs?: number;
+  /** Starts the thread (tests start one that fails). Default: checkpoint-worker.ts. */
+  startWorker?: (data: CheckpointWorkerData) => Worker;
+}
+
+/** What the checkpoint thread has done, for tests and diagnostics. */
+export interface CheckpointStatus {
+  state: "not started" | "starting" | "ready" | "failed" | "closed";
+  checkpoints: number;
+  /** The log's size and what the last checkpoint copied of it, in pages. */
+  last: { log: number; checkpointed: number } | null;
+  failure: string | null;
+}
+
+function startCheckpointWorker(workerData: CheckpointWorkerData): Worker {
+  // Under the test runner this module is TypeScript source; the worker then loads it through tsx.
+  return import.meta.url.endsWith(".ts")
+    ? new Worker(
+        `import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./checkpoint-worker.ts", import.meta.url).href)}); });`,
+        { eval: true, workerData },
+      )
+    : new Worker(new URL("./checkpoint-worker.js", import.meta.url), { workerData });
+}
+
+export class WalCheckpoints {
+  private worker: Worker | null = null;
+  private readonly intervalMs: number;
+  private readonly startWorker: (data: CheckpointWorkerData) => Worker;
+  /** When the last checkpoint was asked for (or the store opened): the next is due `intervalMs` later. */
+  private lastAsked = Date.now();
+  private inFlight = false;
+  private exited: Promise<void> | null = null;
+  private readonly status: CheckpointStatus = { state: "not started", checkpoints: 0, last: null, failure: null };
+  private idleWaiters: (() => void)[] = [];
+
+  constructor(
+    private readonly file: string,
+    private readonly writer: BetterSqlite3.Database,
+    options: WalCheckpointOptions = {},
+  ) {
+    this.intervalMs = options.intervalMs ?? 200;
+    this.startWorker = options.startWorker ?? startCheckpointWorker;
+  }
+
+  get current(): Readonly<CheckpointStatus> {
+    return this.status;
+  }
+
+  /**
+   * Told after each commit: asks the thread for a checkpoint when one is due and none is running. The
+   * thread starts on the first such call, so a short-lived process (a CLI command) never starts it.
+   */
+  committed(): void {
+    if (this.inFlight || this.status.state === "failed" || this.status.state === "closed") return;
+    const now = Date.now();
+    if (now - this.lastAsked < this.intervalMs) return;
+    this.lastAsked = now;
+    this.inFlight = true;
+    (this.worker ??= this.start()).postMessage("checkpoint");
+  }
+
+  /** Resolves once no checkpoint is running (for tests). */
+  idle(): Promise<void> {
+    return this.inFlight ? new Promise((resolve) => this.idleWaiters.push(resolve)) : Promise.resolve();
+  }
+
+  private start(): Worker {
+    this.status.state = "starting";
+    const worker = this.startWorker({ file: this.file });
+    this.exited = new Promise((resolve) => worker.once("exit", () => resolve()));
+    worker.on("message", (answer: CheckpointAnswer) => {
+      if ("ready" in answer) {
+        if (this.status.state !== "starting") return;
+        this.status.state = "ready";
+        // From now on the thread checkpoints; the writer only if the log grows far past SQLite's own threshold.
+        this.writer.pragma(`wal_autocheckpoint = ${SAFETY_AUTOCHECKPOINT}`);
+      } else if ("error" in answer) {
+        this.fail(answer.error);
+      } else {
+        this.status.checkpoints++;
+        this.status.last = { log: answer.checkpointed.log, checkpointed: answer.checkpointed.checkpointed };
+        this.settle();
+      }
+    });
+    worker.on("error", (error) => this.fail(error.message));
+    worker.on("exit", (code) => {
+      if (this.status.state !== "closed") this.fail(`the checkpoint thread stopped (exit code ${code})`);
+    });
+    // The thread never keeps the process alive: a checkpoint cut short is one SQLite recovers from.
+    worker.unref();
+    return worker;
+  }
+
+  /** Hands checkpoints back to SQLite (the writer's commits), as if the thread had never run. */
+  private fail(reason: string): void {
+    if (this.status.state === "failed" || this.status.state === "closed") return;
+    this.status.state = "failed";
+    this.status.failure = reason;
+    if (this.writer.open) this.writer.pragma(`wal_autocheckpoint = ${SQLITE_AUTOCHECKPOINT}`);
+    const worker = this.worker;
+    this.worker = null;
+    void worker?.terminate();
+    this.settle();
+  }
+
+  private settle(): void {
+    this.inFlight = false;
+    for (const resolve of this.idleWaiters.splice(0)) resolve();
+  }
+
+  /** Closes the thread's connection (before the writer's, which must be the last) and ends the thread. */
+  async close(): Promise<void> {
+    const worker = this.worker;
+    const wasFailed = this.status.state === "failed";
+    this.status.state = "closed";
+    this.worker = null;
+    if (worker && !wasFailed) {
+      // The thread answers a checkpoint in flight first, then closes its connection and exits.
+      worker.postMessage("close");
+      await this.exited;
+    }
+    this.settle();
+  }
+}
