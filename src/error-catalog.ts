@@ -656,7 +656,9 @@ export const ERROR_CATALOG = {
   // ── 503, gRPC 14 Unavailable: try again later ──
   TRANSACTION_ROLLED_BACK: {
     status: "Unavailable",
-    meaning: "SQLite: the write transaction this request shared with others could not be committed; nothing of it was kept: send it again",
+    meaning:
+      "the write transaction this request shared with others (activities on SQLite, signatures on PostgreSQL) could not be committed; " +
+      "nothing of it was kept: send it again",
   },
   CHAIN_NODE_UNAVAILABLE: {
     status: "Unavailable",

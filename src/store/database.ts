@@ -17,10 +17,10 @@ import {
 } from "kysely";
 import type { Database } from "./schema.js";
 import { migrationProvider, migrations } from "./migrations.js";
-import { GroupCommit, type LockMode } from "./group-commit.js";
+import { GroupCommit, sharedLocksHeld, type LockMode } from "./group-commit.js";
 import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
 import { preparingPool, StatementNames } from "./postgres-pool.js";
-import { tally, type Db, type Dialect, type OpenTx, type StatementTally, type Tx } from "./handles.js";
+import { DuplicateFingerprint, tally, type Db, type Dialect, type OpenTx, type StatementTally, type Tx } from "./handles.js";
 import { prepare, type Slots } from "./prepared.js";
 import { WalFlush } from "./wal-flush.js";
 import { WalCheckpoints, type WalCheckpointOptions } from "./wal-checkpoints.js";
@@ -38,8 +38,8 @@ export interface Store {
    * Runs `work` in a write transaction and resolves with its value once that transaction is durably
    * committed; on failure nothing `work` wrote is kept. `shared` work writes nothing but its own new
    * rows, and may run beside other shared work; `exclusive` work runs alone. On SQLite, activities
-   * share transactions (group-commit.ts); on PostgreSQL each has its own, and the caller's row lock on
-   * the organization provides the exclusion.
+   * share transactions (group-commit.ts); on PostgreSQL shared work does, and exclusive work has a
+   * transaction of its own, in which the caller's row lock on the organization provides the exclusion.
    */
   transact<T>(mode: LockMode, work: (trx: OpenTx) => Promise<T>): Promise<T>;
   /** Resolves once everything committed so far is on disk: what is answered must not be less durable
@@ -321,6 +321,8 @@ function openPostgres(
   // Named prepared statements: PostgreSQL parses and plans each recurring text once per connection
   // (measured: about half of PostgreSQL's CPU per signature; docs/benchmarks.md), unless turned off.
   const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: preparingPool(pool, statements, names) }) });
+  // Shared activities (signatures) share transactions, as on SQLite; see group-commit.ts.
+  const shared = new GroupCommit(db, { maxMembers: 256, maxAgeMs: 20, abortsTransaction: (error) => error instanceof pg.DatabaseError });
   return {
     db,
     reader: db,
@@ -330,7 +332,8 @@ function openPostgres(
     settled: () => Promise.resolve(),
     dialect: "postgres",
     location: displayDatabaseUrl(url),
-    async transact(_mode, work) {
+    async transact(mode, work) {
+      if (mode === "shared") return shared.run("shared", work);
       const trx = await db.startTransaction().execute();
       try {
         const value = await work(trx);
@@ -453,7 +456,12 @@ export async function lockOrganization(
   mode: "exclusive" | "shared" = "exclusive",
 ): Promise<void> {
   if (dialect === "sqlite") return;
-  await (mode === "shared" ? organizationSharedLock : organizationLock).first(trx, { organizationId });
+  if (mode === "exclusive") return void (await organizationLock.first(trx, { organizationId }));
+  // A signature sharing a transaction that already holds this lock (group-commit.ts) holds it too.
+  const held = sharedLocksHeld(trx);
+  const taking = held?.get(organizationId) ?? organizationSharedLock.first(trx, { organizationId });
+  held?.set(organizationId, taking);
+  await taking;
 }
 
 const organizationLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
@@ -465,6 +473,7 @@ const organizationSharedLock = prepare((db, slot: Slots<{ organizationId: string
 
 /** A second activity with the same fingerprint, inserted by a transaction running beside this one. */
 export function isDuplicateFingerprint(error: unknown): boolean {
+  if (error instanceof DuplicateFingerprint) return true;
   const e = error as { code?: string; constraint?: string; message?: string } | undefined;
   if (e?.code === "23505") return (e.constraint ?? "").includes("fingerprint");
   return e?.code === "SQLITE_CONSTRAINT_UNIQUE" && (e.message ?? "").includes("activities.fingerprint");

@@ -15,6 +15,13 @@
 //  - an `exclusive` member runs alone, inside a savepoint, so its failure undoes only its own writes.
 // A batch closes when no member is running or waiting, or when it is old or large enough; members
 // arriving meanwhile wait for the next one.
+//
+// PostgreSQL uses the same batches for shared activities only (exclusive ones take the organization's
+// row lock FOR UPDATE in a transaction of their own): BEGIN and COMMIT, and the commit's flush of
+// PostgreSQL's log, are paid once per batch instead of once per signature. There a failed statement
+// aborts the whole transaction, so any member's database error loses the batch (`abortsTransaction`);
+// an activity whose fingerprint is already recorded is therefore found without an error
+// (operations/activities/records.ts).
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from "kysely";
 import type { Db, OpenTx } from "./handles.js";
 
@@ -58,7 +65,7 @@ class ReadersWriterLock {
   }
 }
 
-/** Notes whether a member's statements changed anything (a write that succeeded). */
+/** Notes whether a member's statements changed anything (a write that succeeded and changed rows). */
 class WriteTracker implements KyselyPlugin {
   wrote = false;
   private readonly writes = new WeakSet<object>();
@@ -70,7 +77,9 @@ class WriteTracker implements KyselyPlugin {
   }
 
   async transformResult({ queryId, result }: PluginTransformResultArgs): Promise<QueryResult<UnknownRow>> {
-    if (this.writes.has(queryId)) this.wrote = true;
+    // A write that changed no row (an insert ON CONFLICT DO NOTHING that met a conflict) left nothing
+    // to undo; one that does not say how many it changed counts as a write.
+    if (this.writes.has(queryId) && result.numAffectedRows !== 0n) this.wrote = true;
     return result;
   }
 }
@@ -86,6 +95,21 @@ interface Batch {
   /** Settles once the batch is committed (resolves) or rolled back (rejects). */
   done: Promise<void>;
   settle(error?: Error): void;
+  /** The organizations whose row the batch's transaction holds FOR SHARE, or is taking (PostgreSQL). */
+  sharedLocks: Map<string, Promise<unknown>>;
+}
+
+/** Each shared member's handle on its batch's transaction, to the organization locks that transaction holds. */
+const sharedLocksOfMember = new WeakMap<object, Map<string, Promise<unknown>>>();
+
+/**
+ * The organizations whose row lock (FOR SHARE) the transaction behind `trx` holds, each with the
+ * statement taking it, when `trx` is a shared member's handle: a transaction keeps a row lock until it
+ * ends, so a signature joining a batch that holds (or is taking) its organization's lock needs no
+ * statement of its own. Undefined for any other handle.
+ */
+export function sharedLocksHeld(trx: object): Map<string, Promise<unknown>> | undefined {
+  return sharedLocksOfMember.get(trx);
 }
 
 export interface GroupCommitOptions {
@@ -93,6 +117,9 @@ export interface GroupCommitOptions {
   maxMembers: number;
   /** …or once it has been open this long (ms), so that its first members are not kept waiting. */
   maxAgeMs: number;
+  /** Whether a failed statement has aborted the whole transaction (PostgreSQL: every later statement
+   * of it fails until the rollback), so the batch is lost even if its member wrote nothing. */
+  abortsTransaction?: (error: unknown) => boolean;
 }
 
 export class BatchRolledBack extends Error {
@@ -163,11 +190,17 @@ export class GroupCommit {
   private async beside<T>(batch: Batch, work: (trx: OpenTx) => Promise<T>): Promise<T> {
     const tracker = new WriteTracker();
     try {
-      return await work(batch.trx.withPlugin(tracker));
+      const member = batch.trx.withPlugin(tracker);
+      sharedLocksOfMember.set(member, batch.sharedLocks);
+      return await work(member);
     } catch (error) {
-      if (tracker.wrote)
+      const aborted = this.options.abortsTransaction?.(error) ?? false;
+      // A member whose statement failed in a transaction another had already aborted fails for that
+      // reason, and is told so.
+      if (aborted && batch.poisoned) throw batch.poisoned;
+      if (tracker.wrote || aborted)
         batch.poisoned ??= new BatchRolledBack(
-          `a write transaction shared by several activities was rolled back because one of them failed after writing: ${error instanceof Error ? error.message : String(error)}`,
+          `a write transaction shared by several activities was rolled back because one of them failed ${aborted ? "in the database" : "after writing"}: ${error instanceof Error ? error.message : String(error)}`,
         );
       throw error;
     }
@@ -178,7 +211,8 @@ export class GroupCommit {
     for (;;) {
       const batch = this.batch;
       if (batch && !batch.closing) {
-        if (batch.admitted < this.options.maxMembers && Date.now() - batch.openedAt < this.options.maxAgeMs) {
+        // A batch that will be rolled back admits no one more.
+        if (!batch.poisoned && batch.admitted < this.options.maxMembers && Date.now() - batch.openedAt < this.options.maxAgeMs) {
           batch.admitted++;
           batch.running++;
           return batch;
@@ -200,7 +234,17 @@ export class GroupCommit {
     const done = new Promise<void>((resolve, reject) => (settle = (error) => (error ? reject(error) : resolve())));
     // Members await `done` only after they finish; a rejection nobody awaits is not an error here.
     done.catch(() => undefined);
-    const batch: Batch = { trx, openedAt: Date.now(), admitted: 0, running: 0, closing: false, poisoned: null, done, settle };
+    const batch: Batch = {
+      trx,
+      openedAt: Date.now(),
+      admitted: 0,
+      running: 0,
+      closing: false,
+      poisoned: null,
+      done,
+      settle,
+      sharedLocks: new Map(),
+    };
     this.batch = batch;
     return batch;
   }

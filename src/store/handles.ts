@@ -25,3 +25,13 @@ export function tally(statements: StatementTally, sqlText: string): void {
   statements.count++;
   statements.texts?.push(sqlText);
 }
+
+/** An activity was not inserted: its fingerprint is already recorded (a retry, or the same request
+ * sent twice at once). On PostgreSQL the insert reports it without failing the statement, which
+ * would abort the transaction. */
+export class DuplicateFingerprint extends Error {
+  override name = "DuplicateFingerprint";
+  constructor(readonly fingerprint: string) {
+    super(`an activity with fingerprint ${fingerprint} is already recorded`);
+  }
+}

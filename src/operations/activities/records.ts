@@ -1,7 +1,8 @@
 // The activity record: stored once per accepted submit request and kept for ever as the audit log.
 // Rendered in both envelopes the clients and the spec read (shared/reference/compatibility.md).
+import { sql } from "kysely";
 import type { ActivitiesTable, PolicyEvaluationsTable } from "../../store/schema.js";
-import type { Db, Dialect, Tx } from "../../store/handles.js";
+import { DuplicateFingerprint, type Db, type Dialect, type Tx } from "../../store/handles.js";
 import { prepare, rowOfSlots, type Slots } from "../../store/prepared.js";
 import { keysOf, type VotingRights } from "../../registry/registry.js";
 import { timestamp } from "../resources.js";
@@ -121,19 +122,32 @@ type ActivityWithEvaluation = ActivitiesTable & {
 };
 
 // PostgreSQL: both rows in one statement (a data-modifying WITH), one round trip fewer per activity.
+// A fingerprint already recorded inserts neither (ON CONFLICT DO NOTHING: no error, which on
+// PostgreSQL would abort the whole transaction — every activity of a shared one, group-commit.ts);
+// the caller learns it from the count of rows written.
 const activityWithEvaluationInsert = prepare((db, slot: Slots<ActivityWithEvaluation>) =>
   db
-    .with("activity", (db) => db.insertInto("activities").values(rowOfSlots(slot as Slots<ActivitiesTable>, ACTIVITY_COLUMNS)))
+    .with("activity", (db) =>
+      db
+        .insertInto("activities")
+        .values(rowOfSlots(slot as Slots<ActivitiesTable>, ACTIVITY_COLUMNS))
+        .onConflict((conflict) => conflict.column("fingerprint").doNothing())
+        .returning(["id", "organization_id"]),
+    )
     .insertInto("policy_evaluations")
-    .values({
-      id: slot("evaluation_id"),
-      organization_id: slot("organization_id"),
-      activity_id: slot("id"),
-      vote_id: slot("vote_id"),
-      outcome: slot("outcome"),
-      evaluations: slot("evaluations"),
-      created_at: slot("evaluated_at"),
-    }),
+    .columns(["id", "organization_id", "activity_id", "vote_id", "outcome", "evaluations", "created_at"])
+    .expression((eb) =>
+      eb.selectFrom("activity").select([
+        // Values in a SELECT list have no column to take their type from: text unless cast.
+        sql<string>`${slot("evaluation_id")}::text`.as("id"),
+        "activity.organization_id",
+        "activity.id",
+        sql<string>`${slot("vote_id")}::text`.as("vote_id"),
+        sql<string>`${slot("outcome")}::text`.as("outcome"),
+        sql<string>`${slot("evaluations")}::text`.as("evaluations"),
+        sql<number>`${slot("evaluated_at")}::bigint`.as("created_at"),
+      ]),
+    ),
 );
 
 /** What a stored activity row holds where a caller may have left a nullable column out. */
@@ -218,7 +232,7 @@ export async function insertActivityWithEvaluation(
     return recordEvaluation(trx, activity, vote, outcome, verdicts, now);
   }
   const evaluation = evaluationRow(activity, vote, outcome, verdicts, now);
-  await activityWithEvaluationInsert.run(trx, {
+  const { numAffectedRows } = await activityWithEvaluationInsert.run(trx, {
     ...storable(activity),
     evaluation_id: evaluation.id,
     vote_id: evaluation.vote_id,
@@ -226,6 +240,7 @@ export async function insertActivityWithEvaluation(
     evaluations: evaluation.evaluations,
     evaluated_at: evaluation.created_at,
   });
+  if (numAffectedRows === 0n) throw new DuplicateFingerprint(activity.fingerprint);
 }
 
 export function renderPolicyEvaluation(row: PolicyEvaluationsTable) {

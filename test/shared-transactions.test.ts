@@ -1,0 +1,162 @@
+// Shared work (signatures) shares write transactions on both backends (src/store/group-commit.ts):
+// concurrent members commit in fewer transactions than members, each answered once its batch is
+// committed. On PostgreSQL a failed statement aborts the whole transaction, so a member's database
+// error loses the batch and every member is told, while a write that changed nothing (an insert that
+// met a conflict and did nothing) keeps it, and an organization's row lock is taken once per batch.
+// On SQLite a failed statement undoes only itself.
+import { sql } from "kysely";
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { lockOrganization, openStore, type Store } from "../src/store/database.js";
+import { BatchRolledBack } from "../src/store/group-commit.js";
+import type { OpenTx } from "../src/store/handles.js";
+import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
+
+let database: TestDatabase;
+let store: Store;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  store = await openStore({ databaseUrl: database.databaseUrl, dataDir: database.dataDir });
+  await sql`create table scratch (k text primary key, v text not null)`.execute(store.db);
+  for (const id of ["org-a", "org-b"])
+    await sql`insert into organizations (id, name, root_quorum_threshold, created_at, updated_at) values (${id}, ${id}, 1, 0, 0)`.execute(
+      store.db,
+    );
+});
+afterAll(async () => {
+  await store.close();
+  await database.drop();
+});
+beforeEach(async () => {
+  await sql`delete from scratch`.execute(store.db);
+});
+
+const insert = (trx: OpenTx, k: string) => sql`insert into scratch (k, v) values (${k}, 'x')`.execute(trx);
+const committedKeys = async () => (await sql<{ k: string }>`select k from scratch order by k`.execute(store.reader)).rows.map((r) => r.k);
+
+/** Runs `work` while counting the write transactions the store begins. */
+async function countingBegins<T>(work: () => Promise<T>): Promise<{ value: T; begun: number }> {
+  store.statements.texts = [];
+  try {
+    const value = await work();
+    return { value, begun: store.statements.texts.filter((text) => /^begin/i.test(text)).length };
+  } finally {
+    store.statements.texts = null;
+  }
+}
+
+/** A promise to be let go of later: holds members inside one batch. */
+function gate() {
+  let open!: () => void;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  return { opened, open };
+}
+
+describe(`shared write transactions (${backend})`, () => {
+  it("commits concurrent shared members in fewer transactions than members, each answered once committed", async () => {
+    const keys = Array.from({ length: 20 }, (_, i) => `k${String(i).padStart(2, "0")}`);
+    const { value: seen, begun } = await countingBegins(() =>
+      Promise.all(
+        keys.map(async (key) => {
+          await store.transact("shared", (trx) => insert(trx, key));
+          // Answered: what it wrote is visible to every other connection.
+          return (await committedKeys()).includes(key);
+        }),
+      ),
+    );
+    expect(seen).toEqual(keys.map(() => true));
+    expect(begun).toBeGreaterThanOrEqual(1);
+    expect(begun).toBeLessThan(keys.length);
+    expect(await committedKeys()).toEqual(keys);
+  });
+
+  it("keeps the batch when a member's write changed nothing and it then fails", async () => {
+    await store.transact("exclusive", (trx) => insert(trx, "taken"));
+    const inside = gate();
+    const results = await Promise.allSettled([
+      store.transact("shared", async (trx) => {
+        await insert(trx, "a");
+        await inside.opened;
+      }),
+      store.transact("shared", async (trx) => {
+        const { numAffectedRows } = await sql`insert into scratch (k, v) values ('taken', 'y') on conflict (k) do nothing`.execute(trx);
+        expect(numAffectedRows).toBe(0n);
+        inside.open();
+        throw new Error("already there");
+      }),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected"]);
+    expect((results[1] as PromiseRejectedResult).reason.message).toBe("already there");
+    expect(await committedKeys()).toEqual(["a", "taken"]);
+  });
+
+  it("a member's failed statement: on PostgreSQL the batch is lost and every member is told; on SQLite only the statement is", async () => {
+    await store.transact("exclusive", (trx) => insert(trx, "taken"));
+    const inside = gate();
+    const results = await Promise.allSettled([
+      store.transact("shared", async (trx) => {
+        await insert(trx, "a");
+        await inside.opened;
+        // Runs after the other member's statement failed: on PostgreSQL the transaction is aborted.
+        await insert(trx, "b");
+      }),
+      store.transact("shared", async (trx) => {
+        try {
+          await insert(trx, "taken");
+        } finally {
+          inside.open();
+        }
+      }),
+    ]);
+    const [first, second] = results;
+    expect(second.status).toBe("rejected");
+    if (backend === "postgres") {
+      expect((second as PromiseRejectedResult).reason.code).toBe("23505");
+      expect(first.status).toBe("rejected");
+      expect((first as PromiseRejectedResult).reason).toBeInstanceOf(BatchRolledBack);
+      expect((first as PromiseRejectedResult).reason.message).toContain("failed in the database");
+      expect(await committedKeys()).toEqual(["taken"]);
+    } else {
+      expect(first.status).toBe("fulfilled");
+      expect(await committedKeys()).toEqual(["a", "b", "taken"]);
+    }
+    // The next batch is a new transaction, unharmed.
+    await store.transact("shared", (trx) => insert(trx, "c"));
+    expect(await committedKeys()).toContain("c");
+  });
+
+  it("takes an organization's shared row lock once per batch on PostgreSQL; an exclusive lock each time", async () => {
+    store.statements.texts = [];
+    const inside = gate();
+    let entered = 0;
+    try {
+      await Promise.all(
+        ["org-a", "org-a", "org-b", "org-a", "org-b"].map((organizationId, i) =>
+          store.transact("shared", async (trx) => {
+            await lockOrganization(trx, store.dialect, organizationId, "shared");
+            await insert(trx, `s${i}`);
+            // All five in one batch: none finishes before every one has taken its lock.
+            if (++entered === 5) inside.open();
+            await inside.opened;
+          }),
+        ),
+      );
+      await store.transact("exclusive", async (trx) => {
+        await lockOrganization(trx, store.dialect, "org-a", "exclusive");
+        await lockOrganization(trx, store.dialect, "org-a", "exclusive");
+      });
+      const texts = store.statements.texts;
+      const count = (pattern: RegExp) => texts.filter((text) => pattern.test(text)).length;
+      if (backend === "postgres") {
+        expect(count(/for share/i)).toBe(2);
+        expect(count(/for update/i)).toBe(2);
+      } else {
+        // SQLite's lock is the transaction itself: nothing is sent.
+        expect(count(/for (share|update)/i)).toBe(0);
+      }
+    } finally {
+      store.statements.texts = null;
+    }
+    expect(await committedKeys()).toEqual(["s0", "s1", "s2", "s3", "s4"]);
+  });
+});
