@@ -6,6 +6,9 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { execFile } from "node:child_process";
+import { pathToFileURL } from "node:url";
+import { promisify } from "node:util";
 import { Worker } from "node:worker_threads";
 import BetterSqlite3 from "better-sqlite3";
 import { sql } from "kysely";
@@ -126,5 +129,24 @@ describe("SQLite checkpoints on their own thread", () => {
     } finally {
       await readOnly.close();
     }
+  });
+
+  it("lets a process end once its store is closed, the thread included", async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sigil-wal-checkpoints-"));
+    cleanups.push(async () => fs.rmSync(dir, { recursive: true, force: true }));
+    // The built store, as the CLI runs it: nothing but the store keeps this process alive.
+    const script = path.join(dir, "open-and-close.mjs");
+    fs.writeFileSync(
+      script,
+      `const { openStore } = await import(${JSON.stringify(pathToFileURL(path.resolve("dist/store/database.js")).href)});
+      const store = await openStore({ databaseUrl: null, dataDir: process.argv[2], checkpoints: { intervalMs: 0 } });
+      while (["not started", "starting"].includes(store.checkpoints.current.state)) await new Promise((resolve) => setTimeout(resolve, 5));
+      const state = store.checkpoints.current.state;
+      await store.close();
+      console.log(state, "closed");`,
+    );
+    const { stdout } = await promisify(execFile)(process.execPath, [script, dir], { timeout: 20_000 });
+    expect(stdout.trim()).toBe("ready closed");
+    expect(fs.existsSync(path.join(dir, `${SQLITE_FILE_NAME}-wal`))).toBe(false);
   });
 });

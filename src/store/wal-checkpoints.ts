@@ -143,7 +143,9 @@ export class WalCheckpoints {
     this.status.state = "closed";
     this.worker = null;
     if (worker && !wasFailed) {
-      // The thread answers a checkpoint in flight first, then closes its connection and exits.
+      // The thread answers a checkpoint in flight first, then closes its connection and exits; it
+      // keeps the process alive until then (awaiting an unreferenced thread would not).
+      worker.ref();
       worker.postMessage("close");
       await this.exited;
     }
