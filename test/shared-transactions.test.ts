@@ -70,44 +70,46 @@ describe(`shared write transactions (${backend})`, () => {
     expect(await committedKeys()).toEqual(keys);
   });
 
-  it("keeps the batch when a member's write changed nothing and it then fails", async () => {
+  /**
+   * Two shared members in one batch, after "taken" is committed: the first writes "a", waits until the
+   * second has run `second` (whatever its outcome), then runs `afterwards`.
+   */
+  async function twoMembers(second: (trx: OpenTx) => Promise<void>, afterwards?: (trx: OpenTx) => Promise<unknown>) {
     await store.transact("exclusive", (trx) => insert(trx, "taken"));
     const inside = gate();
-    const results = await Promise.allSettled([
+    return Promise.allSettled([
       store.transact("shared", async (trx) => {
         await insert(trx, "a");
         await inside.opened;
+        await afterwards?.(trx);
       }),
       store.transact("shared", async (trx) => {
-        const { numAffectedRows } = await sql`insert into scratch (k, v) values ('taken', 'y') on conflict (k) do nothing`.execute(trx);
-        expect(numAffectedRows).toBe(0n);
-        inside.open();
-        throw new Error("already there");
+        try {
+          await second(trx);
+        } finally {
+          inside.open();
+        }
       }),
     ]);
+  }
+
+  it("keeps the batch when a member's write changed nothing and it then fails", async () => {
+    const results = await twoMembers(async (trx) => {
+      const { numAffectedRows } = await sql`insert into scratch (k, v) values ('taken', 'y') on conflict (k) do nothing`.execute(trx);
+      expect(numAffectedRows).toBe(0n);
+      throw new Error("already there");
+    });
     expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected"]);
     expect((results[1] as PromiseRejectedResult).reason.message).toBe("already there");
     expect(await committedKeys()).toEqual(["a", "taken"]);
   });
 
   it("a member's failed statement: on PostgreSQL the batch is lost and every member is told; on SQLite only the statement is", async () => {
-    await store.transact("exclusive", (trx) => insert(trx, "taken"));
-    const inside = gate();
-    const results = await Promise.allSettled([
-      store.transact("shared", async (trx) => {
-        await insert(trx, "a");
-        await inside.opened;
-        // Runs after the other member's statement failed: on PostgreSQL the transaction is aborted.
-        await insert(trx, "b");
-      }),
-      store.transact("shared", async (trx) => {
-        try {
-          await insert(trx, "taken");
-        } finally {
-          inside.open();
-        }
-      }),
-    ]);
+    const results = await twoMembers(
+      (trx) => insert(trx, "taken").then(() => undefined),
+      // Runs after the other member's statement failed: on PostgreSQL the transaction is aborted.
+      (trx) => insert(trx, "b"),
+    );
     const [first, second] = results;
     expect(second.status).toBe("rejected");
     if (backend === "postgres") {
