@@ -15,6 +15,7 @@ import { sql } from "kysely";
 import { afterEach, describe, expect, it } from "vitest";
 import { openStore, SQLITE_FILE_NAME, type Store } from "../src/store/database.js";
 import type { WalCheckpointOptions } from "../src/store/wal-checkpoints.js";
+import { until } from "./helpers/webhook-receiver.js";
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -62,19 +63,11 @@ function rowsInFileAlone(dir: string, file: string): string[] {
 const writerAutocheckpoint = async (store: Store) =>
   Number((await sql<{ wal_autocheckpoint: number }>`pragma wal_autocheckpoint`.execute(store.db)).rows[0]!.wal_autocheckpoint);
 
-async function until(condition: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
 describe("SQLite checkpoints on their own thread", () => {
   it("copies committed rows into the database file, and holds the writer's own checkpoints back meanwhile", async () => {
     const { store, dir, file } = await scratchStore({ intervalMs: 0 });
     await commitRows(store, "a", 5);
-    await until(() => store.checkpoints!.current.state === "ready", "the checkpoint thread");
+    await until("the checkpoint thread", () => store.checkpoints!.current.state === "ready");
     // While the thread works, the writer checkpoints only if the log grows ten times past SQLite's threshold.
     expect(await writerAutocheckpoint(store)).toBe(10_000);
     await store.checkpoints!.idle();
@@ -101,7 +94,7 @@ describe("SQLite checkpoints on their own thread", () => {
     const failing = () => new Worker(`throw new Error("no SQLite on this thread")`, { eval: true });
     const { store, dir, file } = await scratchStore({ intervalMs: 0, startWorker: failing });
     await commitRows(store, "a", 3);
-    await until(() => store.checkpoints!.current.state === "failed", "the thread's failure");
+    await until("the thread's failure", () => store.checkpoints!.current.state === "failed");
     expect(store.checkpoints!.current.failure).toContain("no SQLite on this thread");
     expect(await writerAutocheckpoint(store)).toBe(1000);
     await commitRows(store, "b", 2);
@@ -113,7 +106,7 @@ describe("SQLite checkpoints on their own thread", () => {
   it("closes the thread's connection first: the writer, last to close, removes the write-ahead log", async () => {
     const { store, dir, file, close } = await scratchStore({ intervalMs: 0 });
     await commitRows(store, "a", 3);
-    await until(() => store.checkpoints!.current.state === "ready", "the checkpoint thread");
+    await until("the checkpoint thread", () => store.checkpoints!.current.state === "ready");
     expect(fs.existsSync(`${file}-wal`)).toBe(true);
     await close();
     expect(store.checkpoints!.current.state).toBe("closed");

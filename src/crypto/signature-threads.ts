@@ -14,7 +14,8 @@
 // secp256k1 ECDSA when libsecp256k1 does not load), ~0.5 ms or more each. With `threads: 0` all are
 // computed inline.
 import os from "node:os";
-import { Worker } from "node:worker_threads";
+import type { Worker } from "node:worker_threads";
+import { startModuleWorker } from "../store/module-worker.js";
 import type { Curve } from "./hd.js";
 import { secp256k1 } from "./secp256k1.js";
 import { signDigest, signEd25519, signSchnorr, signTaprootKeyPath, type RawSignature } from "./sign.js";
@@ -57,15 +58,9 @@ class SignatureThread {
   }
 
   private start(): Worker {
-    // Under the test runner this module is TypeScript source; the worker then loads it through tsx.
     // The thread signs secp256k1 (when it does) with the library this process chose, however it chose.
     const workerData: SignatureWorkerData = { secp256k1: secp256k1().choice };
-    const worker = import.meta.url.endsWith(".ts")
-      ? new Worker(
-          `import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./signature-worker.ts", import.meta.url).href)}); });`,
-          { eval: true, workerData },
-        )
-      : new Worker(new URL("./signature-worker.js", import.meta.url), { workerData });
+    const worker = startModuleWorker(import.meta.url, "signature-worker", workerData);
     worker.on("message", (answer: SignatureAnswer) => {
       const task = this.pending.get(answer.id);
       if (!task) return;

@@ -15,9 +15,10 @@
 //
 // The thread's connection is closed before the writer's, so the writer stays the last connection: on
 // closing it checkpoints what is left and removes the log, as without the thread.
-import { Worker } from "node:worker_threads";
+import type { Worker } from "node:worker_threads";
 import type BetterSqlite3 from "better-sqlite3";
 import type { CheckpointAnswer, CheckpointWorkerData } from "./checkpoint-worker.js";
+import { startModuleWorker } from "./module-worker.js";
 
 /** SQLite's own threshold (pages in the log) for a commit to checkpoint: restored when the thread fails. */
 const SQLITE_AUTOCHECKPOINT = 1_000;
@@ -35,19 +36,7 @@ export interface WalCheckpointOptions {
 export interface CheckpointStatus {
   state: "not started" | "starting" | "ready" | "failed" | "closed";
   checkpoints: number;
-  /** The log's size and what the last checkpoint copied of it, in pages. */
-  last: { log: number; checkpointed: number } | null;
   failure: string | null;
-}
-
-function startCheckpointWorker(workerData: CheckpointWorkerData): Worker {
-  // Under the test runner this module is TypeScript source; the worker then loads it through tsx.
-  return import.meta.url.endsWith(".ts")
-    ? new Worker(
-        `import("tsx/esm/api").then((tsx) => { tsx.register(); return import(${JSON.stringify(new URL("./checkpoint-worker.ts", import.meta.url).href)}); });`,
-        { eval: true, workerData },
-      )
-    : new Worker(new URL("./checkpoint-worker.js", import.meta.url), { workerData });
 }
 
 export class WalCheckpoints {
@@ -58,7 +47,7 @@ export class WalCheckpoints {
   private lastAsked = Date.now();
   private inFlight = false;
   private exited: Promise<void> | null = null;
-  private readonly status: CheckpointStatus = { state: "not started", checkpoints: 0, last: null, failure: null };
+  private readonly status: CheckpointStatus = { state: "not started", checkpoints: 0, failure: null };
   private idleWaiters: (() => void)[] = [];
 
   constructor(
@@ -67,7 +56,7 @@ export class WalCheckpoints {
     options: WalCheckpointOptions = {},
   ) {
     this.intervalMs = options.intervalMs ?? 200;
-    this.startWorker = options.startWorker ?? startCheckpointWorker;
+    this.startWorker = options.startWorker ?? ((data) => startModuleWorker(import.meta.url, "checkpoint-worker", data));
   }
 
   get current(): Readonly<CheckpointStatus> {
@@ -106,7 +95,6 @@ export class WalCheckpoints {
         this.fail(answer.error);
       } else {
         this.status.checkpoints++;
-        this.status.last = { log: answer.checkpointed.log, checkpointed: answer.checkpointed.checkpointed };
         this.settle();
       }
     });
