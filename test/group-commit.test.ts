@@ -7,7 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import { sql } from "kysely";
 import { openStore, type Store } from "../src/store/database.js";
-import type { Db, OpenTx } from "../src/store/handles.js";
+import type { Db, Tx } from "../src/store/handles.js";
 import { BatchRolledBack, GroupCommit } from "../src/store/group-commit.js";
 
 let dir: string;
@@ -26,7 +26,7 @@ beforeEach(async () => {
   await sql`delete from scratch`.execute(store.db);
 });
 
-const insert = (trx: OpenTx, k: string) => sql`insert into scratch (k, v) values (${k}, 'x')`.execute(trx);
+const insert = (trx: Tx, k: string) => sql`insert into scratch (k, v) values (${k}, 'x')`.execute(trx);
 const committedKeys = async () => (await sql<{ k: string }>`select k from scratch order by k`.execute(store.reader)).rows.map((r) => r.k);
 
 /** A promise to be let go of later: lets a test hold members inside one batch. */

@@ -12,7 +12,7 @@ import { signerReadsAhead } from "../src/operations/wallets/signers.js";
 import { activityDestinationsReadAhead } from "../src/operations/webhooks/webhooks.js";
 import { lockOrganization } from "../src/store/database.js";
 import { readAhead, type Read } from "../src/store/prepared.js";
-import type { OpenTx } from "../src/store/handles.js";
+import type { Tx } from "../src/store/handles.js";
 import { backend } from "./helpers/backend.js";
 import { startHarness, type Harness } from "./helpers/harness.js";
 import { organizationWith, signingOrganization, type Member } from "./helpers/organizations.js";
@@ -120,7 +120,7 @@ async function sentBy(work: () => Promise<unknown>): Promise<string[]> {
   }
 }
 
-const runAll = (trx: OpenTx, reads: Read[]) => Promise.all(reads.map((read) => read.statement.all(trx, read.args)));
+const runAll = (trx: Tx, reads: Read[]) => Promise.all(reads.map((read) => read.statement.all(trx, read.args)));
 
 describe("reading ahead", () => {
   it("answers each statement with the rows it gives alone, without a statement of its own", async () => {

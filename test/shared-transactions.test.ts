@@ -4,12 +4,13 @@
 // error loses the batch and every member is told, while a write that changed nothing (an insert that
 // met a conflict and did nothing) keeps it, and an organization's row lock is taken once per batch.
 // On SQLite a failed statement undoes only itself.
-import { sql } from "kysely";
+import { sql, type KyselyPlugin } from "kysely";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { lockOrganization, openStore, type Store } from "../src/store/database.js";
 import { BatchRolledBack } from "../src/store/group-commit.js";
-import type { OpenTx } from "../src/store/handles.js";
+import { controlled, type Tx } from "../src/store/handles.js";
 import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
+import { until } from "./helpers/webhook-receiver.js";
 
 let database: TestDatabase;
 let store: Store;
@@ -31,7 +32,7 @@ beforeEach(async () => {
   await sql`delete from scratch`.execute(store.db);
 });
 
-const insert = (trx: OpenTx, k: string) => sql`insert into scratch (k, v) values (${k}, 'x')`.execute(trx);
+const insert = (trx: Tx, k: string) => sql`insert into scratch (k, v) values (${k}, 'x')`.execute(trx);
 const committedKeys = async () => (await sql<{ k: string }>`select k from scratch order by k`.execute(store.reader)).rows.map((r) => r.k);
 
 /** Runs `work` while counting the write transactions the store begins. */
@@ -74,7 +75,7 @@ describe(`shared write transactions (${backend})`, () => {
    * Two shared members in one batch, after "taken" is committed: the first writes "a", waits until the
    * second has run `second` (whatever its outcome), then runs `afterwards`.
    */
-  async function twoMembers(second: (trx: OpenTx) => Promise<void>, afterwards?: (trx: OpenTx) => Promise<unknown>) {
+  async function twoMembers(second: (trx: Tx) => Promise<void>, afterwards?: (trx: Tx) => Promise<unknown>) {
     await store.transact("exclusive", (trx) => insert(trx, "taken"));
     const inside = gate();
     return Promise.allSettled([
@@ -160,5 +161,60 @@ describe(`shared write transactions (${backend})`, () => {
       store.statements.texts = null;
     }
     expect(await committedKeys()).toEqual(["s0", "s1", "s2", "s3", "s4"]);
+  });
+
+  it("hands a member's statement to PostgreSQL at once, while another member's is running (pipelined); on SQLite after it", async () => {
+    store.statements.texts = [];
+    let firstAnswered = false;
+    // Set as soon as the first member's statement has its result, before its caller resumes.
+    const answered: KyselyPlugin = {
+      transformQuery: ({ node }) => node,
+      transformResult: async ({ result }) => {
+        firstAnswered = true;
+        return result;
+      },
+    };
+    // Slow enough on either database that the second member asks while it runs.
+    const slow =
+      backend === "postgres"
+        ? sql`select pg_sleep(0.5)`
+        : sql`with recursive n(i) as (select 1 union all select i + 1 from n where i < 3000000) select count(*) from n`;
+    const inside = gate();
+    let handedWhileFirstRan: boolean | undefined;
+    try {
+      await Promise.all([
+        store.transact("shared", async (trx) => {
+          const running = slow.execute(trx.withPlugin(answered));
+          inside.open();
+          await running;
+        }),
+        store.transact("shared", async (trx) => {
+          await inside.opened;
+          const asking = sql`select 'second' as who`.execute(trx);
+          // The tally counts a statement when it is handed to the connection.
+          await until(
+            "the second statement handed over",
+            () => store.statements.texts!.some((text) => text.includes("'second'")) || undefined,
+          );
+          handedWhileFirstRan = !firstAnswered;
+          await asking;
+        }),
+      ]);
+    } finally {
+      store.statements.texts = null;
+    }
+    expect(handedWhileFirstRan).toBe(backend === "postgres");
+  });
+
+  it("refuses a savepoint in shared work, which shares its transaction; exclusive work takes one", async () => {
+    await expect(store.transact("shared", async (trx) => controlled(trx).savepoint("s").execute())).rejects.toThrow(
+      /savepoints are taken only in a transaction held exclusively/,
+    );
+    await store.transact("exclusive", async (trx) => {
+      const savepoint = await controlled(trx).savepoint("s").execute();
+      await insert(savepoint, "kept");
+      await savepoint.releaseSavepoint("s").execute();
+    });
+    expect(await committedKeys()).toEqual(["kept"]);
   });
 });

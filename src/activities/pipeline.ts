@@ -25,7 +25,7 @@
 import { ActivityTypes } from "../api/types.js";
 import type pino from "pino";
 import type { Store } from "../store/database.js";
-import type { Dialect, OpenTx, Tx } from "../store/handles.js";
+import { controlled, type Dialect, type LockMode, type OpenTx, type Tx, type WriteTx } from "../store/handles.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
 import { readAhead, type Read } from "../store/prepared.js";
@@ -839,10 +839,10 @@ export class Pipeline {
    * so an organization's activities are timestamped in the order they are applied (those holding it
    * shared — signatures — run side by side and may commit in another order among themselves).
    * `work` returns the response to send once the transaction has committed. */
-  private async inOrganization(
+  private async inOrganization<M extends LockMode>(
     organizationId: string,
-    lock: "exclusive" | "shared",
-    work: (trx: OpenTx, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>,
+    lock: M,
+    work: (trx: WriteTx<M>, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>,
   ): Promise<PipelineResponse> {
     const { store } = this.options;
     try {
@@ -863,7 +863,7 @@ export class Pipeline {
    * precheck failed) inside a savepoint, followed by the root-quorum safety check; a failure rolls
    * back to the savepoint, then the operation's afterFailure runs.
    */
-  private async execute(trx: OpenTx, authorization: Authorization, run: Run): Promise<Execution> {
+  private async execute(trx: Tx, authorization: Authorization, run: Run): Promise<Execution> {
     if (authorization.kind === "refused") return { kind: "failed", error: authorization.error };
     if (authorization.kind === "waiting") return { kind: "pending" };
     if (authorization.kind === "rejected") return { kind: "rejected" };
@@ -881,9 +881,9 @@ export class Pipeline {
       env,
     };
     // An operation that writes nothing has nothing to undo: it runs without a savepoint (two round
-    // trips fewer on PostgreSQL for every signature).
+    // trips fewer on PostgreSQL for every signature). One that writes holds its transaction alone.
     const undoable = !subject.operation.leavesOrganizationUnchanged;
-    const savepoint = undoable ? await trx.savepoint("operation").execute() : undefined;
+    const savepoint = undoable ? await controlled(trx).savepoint("operation").execute() : undefined;
     try {
       const prepared = run.precheck?.kind === "passed" ? run.precheck.prepared : undefined;
       const result = await subject.operation.execute(ctx, subject.parameters, subject.type, prepared);

@@ -17,12 +17,23 @@ import {
 } from "kysely";
 import type { Database } from "./schema.js";
 import { migrationProvider, migrations } from "./migrations.js";
-import { GroupCommit, sharedLocksHeld, type LockMode } from "./group-commit.js";
+import { GroupCommit, sharedLocksHeld } from "./group-commit.js";
 import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
 import { preparingPool, StatementNames } from "./postgres-pool.js";
-import { DuplicateFingerprint, tally, type Db, type Dialect, type OpenTx, type StatementTally, type Tx } from "./handles.js";
+import {
+  DuplicateFingerprint,
+  tally,
+  type Db,
+  type Dialect,
+  type LockMode,
+  type OpenTx,
+  type StatementTally,
+  type Tx,
+  type WriteTx,
+} from "./handles.js";
 import { prepare, type Slots } from "./prepared.js";
 import { WalFlush } from "./wal-flush.js";
+import { beginPipelined } from "./pipelined-transaction.js";
 import { WalCheckpoints, type WalCheckpointOptions } from "./wal-checkpoints.js";
 
 export interface Store {
@@ -41,7 +52,7 @@ export interface Store {
    * share transactions (group-commit.ts); on PostgreSQL shared work does, and exclusive work has a
    * transaction of its own, in which the caller's row lock on the organization provides the exclusion.
    */
-  transact<T>(mode: LockMode, work: (trx: OpenTx) => Promise<T>): Promise<T>;
+  transact<M extends LockMode, T>(mode: M, work: (trx: WriteTx<M>) => Promise<T>): Promise<T>;
   /** Resolves once everything committed so far is on disk: what is answered must not be less durable
    * than what it shows. At once on PostgreSQL (its COMMIT returns when durable); on SQLite, after the
    * write-ahead log's flush in flight, if any (wal-flush.ts). */
@@ -320,9 +331,20 @@ function openPostgres(
   pool.on("connect", (connection) => connection.on("error", onConnectionError));
   // Named prepared statements: PostgreSQL parses and plans each recurring text once per connection
   // (measured: about half of PostgreSQL's CPU per signature; docs/benchmarks.md), unless turned off.
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: preparingPool(pool, statements, names) }) });
-  // Shared activities (signatures) share transactions, as on SQLite; see group-commit.ts.
-  const shared = new GroupCommit(db, { maxMembers: 256, maxAgeMs: 20, abortsTransaction: (error) => error instanceof pg.DatabaseError });
+  const dialect = new PostgresDialect({ pool: preparingPool(pool, statements, names) });
+  const db = new Kysely<Database>({ dialect });
+  // Shared activities (signatures) share transactions, as on SQLite (group-commit.ts), one batch at a
+  // time on a connection of its own whose statements are pipelined (pipelined-transaction.ts).
+  const batchPool = new pg.Pool({ connectionString: url, max: 1, types, pipeline: true });
+  batchPool.on("error", onConnectionError);
+  batchPool.on("connect", (connection) => connection.on("error", onConnectionError));
+  const batchConnections = preparingPool(batchPool, statements, names);
+  const shared = new GroupCommit(db, {
+    maxMembers: 256,
+    maxAgeMs: 20,
+    abortsTransaction: (error) => error instanceof pg.DatabaseError,
+    begin: async () => beginPipelined(db, dialect, await batchConnections.connect()),
+  });
   return {
     db,
     reader: db,
@@ -332,11 +354,11 @@ function openPostgres(
     settled: () => Promise.resolve(),
     dialect: "postgres",
     location: displayDatabaseUrl(url),
-    async transact(mode, work) {
-      if (mode === "shared") return shared.run("shared", work);
+    async transact<M extends LockMode, T>(mode: M, work: (trx: WriteTx<M>) => Promise<T>): Promise<T> {
+      if (mode === "shared") return shared.run("shared", work as (trx: Tx) => Promise<T>);
       const trx = await db.startTransaction().execute();
       try {
-        const value = await work(trx);
+        const value = await (work as (trx: OpenTx) => Promise<T>)(trx);
         await trx.commit().execute();
         return value;
       } catch (error) {
@@ -347,7 +369,10 @@ function openPostgres(
         throw error;
       }
     },
-    close: () => db.destroy(),
+    close: async () => {
+      await db.destroy();
+      await batchPool.end();
+    },
   };
 }
 

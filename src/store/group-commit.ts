@@ -23,9 +23,7 @@
 // an activity whose fingerprint is already recorded is therefore found without an error
 // (operations/activities/records.ts).
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from "kysely";
-import type { Db, OpenTx } from "./handles.js";
-
-export type LockMode = "shared" | "exclusive";
+import { controlled, markShared, type Db, type LockMode, type OpenTx, type Tx, type WriteTx } from "./handles.js";
 
 /** FIFO readers-writer lock: a waiting exclusive holder is not overtaken by later shared ones. */
 class ReadersWriterLock {
@@ -84,8 +82,16 @@ class WriteTracker implements KyselyPlugin {
   }
 }
 
+/** A batch's transaction: the handle its members write through, and how it ends. */
+export interface BatchTransaction {
+  handle: Tx;
+  commit(): Promise<void>;
+  rollback(): Promise<void>;
+}
+
 interface Batch {
-  trx: OpenTx;
+  trx: Tx;
+  transaction: BatchTransaction;
   openedAt: number;
   admitted: number;
   running: number;
@@ -120,6 +126,8 @@ export interface GroupCommitOptions {
   /** Whether a failed statement has aborted the whole transaction (PostgreSQL: every later statement
    * of it fails until the rollback), so the batch is lost even if its member wrote nothing. */
   abortsTransaction?: (error: unknown) => boolean;
+  /** How a batch's transaction begins (default: Kysely's controlled transaction on the store's handle). */
+  begin?: () => Promise<BatchTransaction>;
 }
 
 export class BatchRolledBack extends Error {
@@ -138,7 +146,7 @@ export class GroupCommit {
   ) {}
 
   /** Runs `work` as a member of a batch; resolves with its value once the batch is committed. */
-  async run<T>(mode: LockMode, work: (trx: OpenTx) => Promise<T>): Promise<T> {
+  async run<M extends LockMode, T>(mode: M, work: (trx: WriteTx<M>) => Promise<T>): Promise<T> {
     this.joining++;
     let batch: Batch;
     try {
@@ -156,7 +164,10 @@ export class GroupCommit {
     let value: T | undefined;
     let failure: { error: unknown } | undefined;
     try {
-      value = mode === "exclusive" ? await this.alone(batch, work) : await this.beside(batch, work);
+      value =
+        mode === "exclusive"
+          ? await this.alone(batch, work as (trx: OpenTx) => Promise<T>)
+          : await this.beside(batch, work as (trx: Tx) => Promise<T>);
     } catch (error) {
       failure = { error };
     } finally {
@@ -173,7 +184,7 @@ export class GroupCommit {
   /** An exclusive member: alone in the batch, in a savepoint of its own. */
   private async alone<T>(batch: Batch, work: (trx: OpenTx) => Promise<T>): Promise<T> {
     const name = `member_${batch.admitted}`;
-    const savepoint = (await batch.trx.savepoint(name).execute()) as unknown as OpenTx;
+    const savepoint = (await controlled(batch.trx).savepoint(name).execute()) as unknown as OpenTx;
     try {
       const value = await work(savepoint);
       // biome-ignore lint/suspicious/noExplicitAny: Kysely types a savepoint's release on the controlled transaction it came from, which this generic helper does not keep
@@ -187,10 +198,10 @@ export class GroupCommit {
   }
 
   /** A shared member: beside the others; if it fails after writing, the batch cannot be kept. */
-  private async beside<T>(batch: Batch, work: (trx: OpenTx) => Promise<T>): Promise<T> {
+  private async beside<T>(batch: Batch, work: (trx: Tx) => Promise<T>): Promise<T> {
     const tracker = new WriteTracker();
     try {
-      const member = batch.trx.withPlugin(tracker);
+      const member = markShared(batch.trx.withPlugin(tracker));
       sharedLocksOfMember.set(member, batch.sharedLocks);
       return await work(member);
     } catch (error) {
@@ -229,13 +240,15 @@ export class GroupCommit {
   }
 
   private async open(): Promise<Batch> {
-    const trx = await this.db.startTransaction().execute();
+    const transaction = await (this.options.begin ?? (() => this.beginControlled()))();
+    const trx = transaction.handle;
     let settle!: (error?: Error) => void;
     const done = new Promise<void>((resolve, reject) => (settle = (error) => (error ? reject(error) : resolve())));
     // Members await `done` only after they finish; a rejection nobody awaits is not an error here.
     done.catch(() => undefined);
     const batch: Batch = {
       trx,
+      transaction,
       openedAt: Date.now(),
       admitted: 0,
       running: 0,
@@ -247,6 +260,11 @@ export class GroupCommit {
     };
     this.batch = batch;
     return batch;
+  }
+
+  private async beginControlled(): Promise<BatchTransaction> {
+    const handle = await this.db.startTransaction().execute();
+    return { handle, commit: () => handle.commit().execute(), rollback: () => handle.rollback().execute() };
   }
 
   private leave(batch: Batch): void {
@@ -268,17 +286,14 @@ export class GroupCommit {
   private async finish(batch: Batch): Promise<void> {
     try {
       if (batch.poisoned) {
-        await batch.trx.rollback().execute();
+        await batch.transaction.rollback();
         batch.settle(batch.poisoned);
       } else {
-        await batch.trx.commit().execute();
+        await batch.transaction.commit();
         batch.settle();
       }
     } catch (error) {
-      await batch.trx
-        .rollback()
-        .execute()
-        .catch(() => undefined);
+      await batch.transaction.rollback().catch(() => undefined);
       batch.settle(
         new BatchRolledBack(`the write transaction could not be committed: ${error instanceof Error ? error.message : String(error)}`),
       );

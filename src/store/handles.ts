@@ -1,6 +1,6 @@
 // Typed handles on the database, declared apart from database.ts so that group-commit.ts and
 // postgres-pool.ts, which database.ts builds on, can name them without the modules importing each other.
-import type { ControlledTransaction, Kysely, Transaction } from "kysely";
+import { ControlledTransaction, type Kysely, type Transaction } from "kysely";
 import type { Database } from "./schema.js";
 
 export type Dialect = "sqlite" | "postgres";
@@ -8,6 +8,30 @@ export type Tx = Transaction<Database>;
 /** A transaction the pipeline commits itself, with savepoints around each operation. */
 export type OpenTx = ControlledTransaction<Database>;
 export type Db = Kysely<Database>;
+
+/** How work holds a write transaction: alone (`exclusive`), or beside other shared work (`shared`). */
+export type LockMode = "shared" | "exclusive";
+
+/** The handle work in a write transaction gets: exclusive work may take savepoints (it is alone in
+ * the transaction); shared work writes only its own new rows, and its statements may go out beside
+ * other work's (on PostgreSQL, pipelined: store/pipelined-transaction.ts), so it takes none. */
+export type WriteTx<M extends LockMode> = M extends "exclusive" ? OpenTx : Tx;
+
+/** The handles of shared work (group-commit.ts marks them): on SQLite a controlled transaction too. */
+const sharedHandles = new WeakSet<object>();
+
+/** Marks `trx` as shared work's handle, on which no savepoint may be taken. */
+export function markShared<T extends Tx>(trx: T): T {
+  sharedHandles.add(trx);
+  return trx;
+}
+
+/** `trx` as a transaction that takes savepoints: only exclusive work holds one (a savepoint in a
+ * shared transaction would interleave with the other members' statements). */
+export function controlled(trx: Tx): OpenTx {
+  if (trx instanceof ControlledTransaction && !sharedHandles.has(trx)) return trx as OpenTx;
+  throw new Error("savepoints are taken only in a transaction held exclusively; this work holds a shared one");
+}
 
 /**
  * The statements a store has sent (BEGIN, COMMIT and savepoints included): on PostgreSQL each is a

@@ -49,10 +49,20 @@ export class StatementNames {
  */
 const STALE_PREPARED_STATEMENT = new Set(["0A000", "26000"]);
 
+/** A pooled connection as Kysely takes it, which can also be given back as unusable. */
+export interface PooledConnection extends PostgresPoolClient {
+  /** Returns the connection to the pool, or, given the error that made it unusable, closes it. */
+  release(error?: Error): void;
+}
+
+export interface PreparingPool extends PostgresPool {
+  connect(): Promise<PooledConnection>;
+}
+
 /** pg's pool, tallied, preparing what `names` names. */
-export function preparingPool(pool: pg.Pool, statements: StatementTally, names: StatementNames): PostgresPool {
-  const wrapped = new WeakMap<pg.PoolClient, PostgresPoolClient>();
-  const wrap = (client: pg.PoolClient): PostgresPoolClient => {
+export function preparingPool(pool: pg.Pool, statements: StatementTally, names: StatementNames): PreparingPool {
+  const wrapped = new WeakMap<pg.PoolClient, PooledConnection>();
+  const wrap = (client: pg.PoolClient): PooledConnection => {
     let stale: Error | undefined;
     const query = async (text: string, values: readonly unknown[]) => {
       tally(statements, text);
@@ -70,10 +80,11 @@ export function preparingPool(pool: pg.Pool, statements: StatementTally, names: 
     return {
       // Kysely also passes a cursor here for streamed queries, which the service does not use.
       query: query as unknown as PostgresPoolClient["query"],
-      release: () => {
+      release: (error?: Error) => {
         // Kysely reuses its wrapper of a client; a discarded client is never handed out again.
-        if (stale) wrapped.delete(client);
-        client.release(stale);
+        const discard = stale ?? error;
+        if (discard) wrapped.delete(client);
+        client.release(discard);
       },
     };
   };

@@ -1,0 +1,98 @@
+// PostgreSQL: a transaction whose statements, from several callers at once, are pipelined on its one
+// connection (group-commit.ts's batches of signatures).
+//
+// Kysely runs a transaction's statements one after another: each waits for the previous one's answer
+// before it is sent. A batch's members are independent of each other, so that queue only made each
+// member wait for the others' round trips — the batch connection's serial round trips were the idle
+// quarter of the server's event loop (docs/benchmarks.md, "Where the time goes (fourth session)").
+// Here every statement is sent as soon as it is asked for (pg's pipeline mode: each statement is its
+// own extended-protocol exchange ending in Sync, answered in order).
+//
+// PostgreSQL runs pipelined statements in the order they arrive, in the one transaction: a failed
+// statement aborts the transaction as it would unpipelined, and every later one fails with it (the
+// group commit then loses the batch; its `abortsTransaction`).
+import { Transaction, type ConnectionProvider, type DatabaseConnection, type Dialect, type Driver, type QueryResult } from "kysely";
+import type { PooledConnection } from "./postgres-pool.js";
+import type { Database } from "./schema.js";
+import type { Db, Tx } from "./handles.js";
+
+/** A connection handing every statement to pg at once. */
+class PipelinedConnection implements DatabaseConnection {
+  constructor(private readonly client: PooledConnection) {}
+
+  async executeQuery<R>(compiled: { sql: string; parameters: readonly unknown[] }): Promise<QueryResult<R>> {
+    const { command, rowCount, rows } = (await this.client.query(compiled.sql, [...compiled.parameters])) as unknown as {
+      command: string;
+      rowCount: number | null;
+      rows: R[];
+    };
+    return {
+      // As Kysely's own PostgreSQL connection reports it: the count of rows a write changed.
+      numAffectedRows: ["INSERT", "UPDATE", "DELETE", "MERGE"].includes(command) ? BigInt(rowCount ?? 0) : undefined,
+      rows: rows ?? [],
+    };
+  }
+
+  // biome-ignore lint/correctness/useYield: a batch's statements are never streamed
+  async *streamQuery(): AsyncIterableIterator<QueryResult<never>> {
+    throw new Error("a shared transaction's statements cannot be streamed");
+  }
+}
+
+/** Hands the one connection to every statement at once (Kysely's own provider for a transaction waits for the previous statement). */
+class AtOnce implements ConnectionProvider {
+  constructor(private readonly connection: DatabaseConnection) {}
+  provideConnection<T>(consumer: (connection: DatabaseConnection) => Promise<T>): Promise<T> {
+    return consumer(this.connection);
+  }
+}
+
+/** A transaction's handle opens nothing of its own. */
+const noDriver: Driver = {
+  init: async () => undefined,
+  acquireConnection: () => Promise.reject(new Error("a shared transaction's handle opens no connection")),
+  beginTransaction: () => Promise.reject(new Error("a shared transaction's handle begins no transaction")),
+  commitTransaction: () => Promise.reject(new Error("a shared transaction is committed by its batch")),
+  rollbackTransaction: () => Promise.reject(new Error("a shared transaction is rolled back by its batch")),
+  releaseConnection: async () => undefined,
+  destroy: async () => undefined,
+};
+
+export interface PipelinedTransaction {
+  /** For the members: Kysely's Transaction over the pipelined connection. */
+  handle: Tx;
+  commit(): Promise<void>;
+  rollback(): Promise<void>;
+}
+
+/**
+ * Begins a transaction on `client` (a connection of a pg pool made with `pipeline: true`, as
+ * postgres-pool.ts wraps it) and gives a handle whose statements are pipelined. `base` is the
+ * store's Kysely, whose compiler and adapter the handle shares (prepared.ts keys compiled
+ * statements by adapter). The client is released when the transaction ends; one that failed to
+ * commit or roll back is discarded.
+ */
+export async function beginPipelined(base: Db, dialect: Dialect, client: PooledConnection): Promise<PipelinedTransaction> {
+  let ended = false;
+  const end = async (statement: "commit" | "rollback") => {
+    // A rollback after a failed commit has nothing left to end: the connection was discarded.
+    if (ended) return;
+    ended = true;
+    try {
+      await client.query(statement, []);
+      client.release();
+    } catch (error) {
+      client.release(error as Error);
+      throw error;
+    }
+  };
+  try {
+    await client.query("begin", []);
+  } catch (error) {
+    client.release(error as Error);
+    throw error;
+  }
+  const executor = base.getExecutor().withConnectionProvider(new AtOnce(new PipelinedConnection(client)));
+  const handle = new Transaction<Database>({ config: { dialect }, dialect, driver: noDriver, executor });
+  return { handle, commit: () => end("commit"), rollback: () => end("rollback") };
+}
