@@ -673,7 +673,7 @@ export const settings = {
     kind: integer(1, 1000),
     default: 10,
     meaning:
-      "connections to PostgreSQL each server process keeps at most, besides the one its batches of signatures share (unused with SQLite); more than the database server's cores can keep busy only queue in it",
+      "connections to PostgreSQL each server process keeps at most for its transactions, besides one for its batches of signatures and one for its reads (unused with SQLite); more than the database server's cores can keep busy only queue in it",
   }),
   databasePreparedStatements: setting({
     variable: "SIGIL_DATABASE_PREPARED_STATEMENTS",

@@ -34,13 +34,16 @@ import {
 import { prepare, type Slots } from "./prepared.js";
 import { WalFlush } from "./wal-flush.js";
 import { beginPipelined } from "./pipelined-transaction.js";
+import { PipelinedReadsDriver } from "./pipelined-reads.js";
 import { WalCheckpoints, type WalCheckpointOptions } from "./wal-checkpoints.js";
 
 export interface Store {
   /** Migrations, administration and tests; the pipeline writes through `transact`. */
   db: Db;
   /** Reads outside any transaction (authentication, queries): they see committed data only. On SQLite
-   * a second, read-only connection, so reads go on while a write transaction is open. */
+   * a second, read-only connection, so reads go on while a write transaction is open; on PostgreSQL
+   * one connection on which concurrent reads are pipelined (pipelined-reads.ts), on which no
+   * transaction can be begun (readSnapshot and transact begin theirs on the pool). */
   reader: Db;
   /** Runs reads that must agree with each other in one read-only transaction on the reader: they all
    * see the database as of one moment, whatever commits meanwhile. */
@@ -345,9 +348,22 @@ function openPostgres(
     abortsTransaction: (error) => error instanceof pg.DatabaseError,
     begin: async () => beginPipelined(db, dialect, await batchConnections.connect()),
   });
+  // Reads outside transactions, pipelined on a connection of their own (pipelined-reads.ts).
+  const readsPool = new pg.Pool({ connectionString: url, max: 1, types, pipeline: true });
+  readsPool.on("error", onConnectionError);
+  readsPool.on("connect", (connection) => connection.on("error", onConnectionError));
+  const reads = new PipelinedReadsDriver(preparingPool(readsPool, statements, names), readsPool);
+  const reader = new Kysely<Database>({
+    dialect: {
+      createAdapter: () => dialect.createAdapter(),
+      createDriver: () => reads,
+      createIntrospector: (db) => dialect.createIntrospector(db),
+      createQueryCompiler: () => dialect.createQueryCompiler(),
+    },
+  });
   return {
     db,
-    reader: db,
+    reader,
     statements,
     // READ COMMITTED (the default) would give each statement its own snapshot.
     readSnapshot: (work) => db.transaction().setIsolationLevel("repeatable read").setAccessMode("read only").execute(work),
@@ -371,7 +387,9 @@ function openPostgres(
     },
     close: async () => {
       await db.destroy();
+      await reader.destroy();
       await batchPool.end();
+      await readsPool.end();
     },
   };
 }

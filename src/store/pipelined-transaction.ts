@@ -16,8 +16,8 @@ import type { PooledConnection } from "./postgres-pool.js";
 import type { Database } from "./schema.js";
 import type { Db, Tx } from "./handles.js";
 
-/** A connection handing every statement to pg at once. */
-class PipelinedConnection implements DatabaseConnection {
+/** A connection handing every statement to pg at once (on a client of a pool made with `pipeline: true`). */
+export class PipelinedConnection implements DatabaseConnection {
   constructor(private readonly client: PooledConnection) {}
 
   async executeQuery<R>(compiled: { sql: string; parameters: readonly unknown[] }): Promise<QueryResult<R>> {

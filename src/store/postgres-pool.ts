@@ -53,6 +53,8 @@ const STALE_PREPARED_STATEMENT = new Set(["0A000", "26000"]);
 export interface PooledConnection extends PostgresPoolClient {
   /** Returns the connection to the pool, or, given the error that made it unusable, closes it. */
   release(error?: Error): void;
+  /** pg's client underneath, whose events tell when the connection ends. */
+  readonly raw: pg.PoolClient;
 }
 
 export interface PreparingPool extends PostgresPool {
@@ -86,6 +88,7 @@ export function preparingPool(pool: pg.Pool, statements: StatementTally, names: 
         if (discard) wrapped.delete(client);
         client.release(discard);
       },
+      raw: client,
     };
   };
   return {

@@ -1,0 +1,95 @@
+// The store's reads outside transactions (store.reader). On PostgreSQL they are pipelined on one
+// connection of their own (src/store/pipelined-reads.ts): a read is sent while another is running, a
+// read that fails leaves the others and the connection as they were, the connection is replaced when
+// the server ends it, and no transaction can be begun on it. On SQLite the reader is a second,
+// read-only connection whose statements run one at a time.
+import { sql, type KyselyPlugin } from "kysely";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openStore, type Store } from "../src/store/database.js";
+import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
+import { until } from "./helpers/webhook-receiver.js";
+
+let database: TestDatabase;
+let store: Store;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  store = await openStore({ databaseUrl: database.databaseUrl, dataDir: database.dataDir, onConnectionError: () => undefined });
+});
+afterAll(async () => {
+  await store.close();
+  await database.drop();
+});
+
+/** The PostgreSQL backend serving the reader's connection. */
+const readerBackend = async () => (await sql<{ pid: number }>`select pg_backend_pid() as pid`.execute(store.reader)).rows[0]!.pid;
+
+describe(`reads outside transactions (${backend})`, () => {
+  it("hands a read to PostgreSQL while another is running (pipelined); on SQLite after it", async () => {
+    let firstAnswered = false;
+    const answered: KyselyPlugin = {
+      transformQuery: ({ node }) => node,
+      transformResult: async ({ result }) => {
+        firstAnswered = true;
+        return result;
+      },
+    };
+    const slow =
+      backend === "postgres"
+        ? sql`select pg_sleep(0.5)`
+        : sql`with recursive n(i) as (select 1 union all select i + 1 from n where i < 3000000) select count(*) from n`;
+    store.statements.texts = [];
+    try {
+      const running = slow.execute(store.reader.withPlugin(answered));
+      const asking = sql`select 'second' as who`.execute(store.reader);
+      await until("the second read handed over", () => store.statements.texts!.some((text) => text.includes("'second'")) || undefined);
+      const handedWhileFirstRan = !firstAnswered;
+      await Promise.all([running, asking]);
+      expect(handedWhileFirstRan).toBe(backend === "postgres");
+    } finally {
+      store.statements.texts = null;
+    }
+  });
+
+  it("answers the reads beside a failing one, and keeps its connection", async () => {
+    const before = backend === "postgres" ? await readerBackend() : undefined;
+    const results = await Promise.allSettled([
+      sql<{ n: number }>`select 1 as n`.execute(store.reader),
+      sql`select * from no_such_table`.execute(store.reader),
+      sql<{ n: number }>`select 3 as n`.execute(store.reader),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    expect((results[1] as PromiseRejectedResult).reason.message).toMatch(/no_such_table/);
+    expect(results.flatMap((r) => (r.status === "fulfilled" ? (r.value.rows as { n: number }[]).map((row) => row.n) : []))).toEqual([1, 3]);
+    if (backend === "postgres") expect(await readerBackend()).toBe(before);
+  });
+
+  it("takes a new connection once the database has ended its own (PostgreSQL)", async () => {
+    if (backend !== "postgres") {
+      // SQLite's reader is a file handle: nothing to end; it keeps reading.
+      expect((await sql<{ n: number }>`select 1 as n`.execute(store.reader)).rows).toEqual([{ n: 1 }]);
+      return;
+    }
+    const before = await readerBackend();
+    const admin = new pg.Client({ connectionString: database.databaseUrl! });
+    await admin.connect();
+    try {
+      expect((await admin.query("select pg_terminate_backend($1) as ended", [before])).rows[0].ended).toBe(true);
+    } finally {
+      await admin.end();
+    }
+    // The read in flight when it ended may fail; the next ones run on a new connection.
+    const after = await until("a read on a new connection", () => readerBackend().catch(() => undefined));
+    expect(after).not.toBe(before);
+    expect(await readerBackend()).toBe(after);
+  });
+
+  it("begins no transaction on PostgreSQL (readSnapshot and transact do); SQLite's reader can", async () => {
+    const inTransaction = store.reader.transaction().execute((trx) => sql<{ n: number }>`select 1 as n`.execute(trx));
+    if (backend === "postgres") await expect(inTransaction).rejects.toThrow(/cannot begin one: use the store's readSnapshot or transact/);
+    else expect((await inTransaction).rows).toEqual([{ n: 1 }]);
+    // The reads go on.
+    expect((await sql<{ n: number }>`select 2 as n`.execute(store.reader)).rows).toEqual([{ n: 2 }]);
+  });
+});
