@@ -3,12 +3,13 @@
 // read that fails leaves the others and the connection as they were, the connection is replaced when
 // the server ends it, and no transaction can be begun on it. On SQLite the reader is a second,
 // read-only connection whose statements run one at a time.
-import { sql, type KyselyPlugin } from "kysely";
+import { sql } from "kysely";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { openStore, type Store } from "../src/store/database.js";
 import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
 import { until } from "./helpers/webhook-receiver.js";
+import { answerWatch, slowStatement } from "./helpers/pipelining.js";
 
 let database: TestDatabase;
 let store: Store;
@@ -27,24 +28,13 @@ const readerBackend = async () => (await sql<{ pid: number }>`select pg_backend_
 
 describe(`reads outside transactions (${backend})`, () => {
   it("hands a read to PostgreSQL while another is running (pipelined); on SQLite after it", async () => {
-    let firstAnswered = false;
-    const answered: KyselyPlugin = {
-      transformQuery: ({ node }) => node,
-      transformResult: async ({ result }) => {
-        firstAnswered = true;
-        return result;
-      },
-    };
-    const slow =
-      backend === "postgres"
-        ? sql`select pg_sleep(0.5)`
-        : sql`with recursive n(i) as (select 1 union all select i + 1 from n where i < 3000000) select count(*) from n`;
+    const first = answerWatch();
     store.statements.texts = [];
     try {
-      const running = slow.execute(store.reader.withPlugin(answered));
+      const running = slowStatement().execute(store.reader.withPlugin(first.plugin));
       const asking = sql`select 'second' as who`.execute(store.reader);
       await until("the second read handed over", () => store.statements.texts!.some((text) => text.includes("'second'")) || undefined);
-      const handedWhileFirstRan = !firstAnswered;
+      const handedWhileFirstRan = !first.answered;
       await Promise.all([running, asking]);
       expect(handedWhileFirstRan).toBe(backend === "postgres");
     } finally {

@@ -4,13 +4,14 @@
 // error loses the batch and every member is told, while a write that changed nothing (an insert that
 // met a conflict and did nothing) keeps it, and an organization's row lock is taken once per batch.
 // On SQLite a failed statement undoes only itself.
-import { sql, type KyselyPlugin } from "kysely";
+import { sql } from "kysely";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { lockOrganization, openStore, type Store } from "../src/store/database.js";
 import { BatchRolledBack } from "../src/store/group-commit.js";
 import { controlled, type Tx } from "../src/store/handles.js";
 import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
 import { until } from "./helpers/webhook-receiver.js";
+import { answerWatch, slowStatement } from "./helpers/pipelining.js";
 
 let database: TestDatabase;
 let store: Store;
@@ -165,26 +166,13 @@ describe(`shared write transactions (${backend})`, () => {
 
   it("hands a member's statement to PostgreSQL at once, while another member's is running (pipelined); on SQLite after it", async () => {
     store.statements.texts = [];
-    let firstAnswered = false;
-    // Set as soon as the first member's statement has its result, before its caller resumes.
-    const answered: KyselyPlugin = {
-      transformQuery: ({ node }) => node,
-      transformResult: async ({ result }) => {
-        firstAnswered = true;
-        return result;
-      },
-    };
-    // Slow enough on either database that the second member asks while it runs.
-    const slow =
-      backend === "postgres"
-        ? sql`select pg_sleep(0.5)`
-        : sql`with recursive n(i) as (select 1 union all select i + 1 from n where i < 3000000) select count(*) from n`;
+    const first = answerWatch();
     const inside = gate();
     let handedWhileFirstRan: boolean | undefined;
     try {
       await Promise.all([
         store.transact("shared", async (trx) => {
-          const running = slow.execute(trx.withPlugin(answered));
+          const running = slowStatement().execute(trx.withPlugin(first.plugin));
           inside.open();
           await running;
         }),
@@ -196,7 +184,7 @@ describe(`shared write transactions (${backend})`, () => {
             "the second statement handed over",
             () => store.statements.texts!.some((text) => text.includes("'second'")) || undefined,
           );
-          handedWhileFirstRan = !firstAnswered;
+          handedWhileFirstRan = !first.answered;
           await asking;
         }),
       ]);
