@@ -18,7 +18,9 @@
 //
 // PostgreSQL uses the same batches for shared activities only (exclusive ones take the organization's
 // row lock FOR UPDATE in a transaction of their own): BEGIN and COMMIT, and the commit's flush of
-// PostgreSQL's log, are paid once per batch instead of once per signature. There a failed statement
+// PostgreSQL's log, are paid once per batch instead of once per signature, and the batch's
+// transaction is begun on a connection whose statements are pipelined (`begin`,
+// pipelined-transaction.ts), so members do not wait for each other's round trips. There a failed statement
 // aborts the whole transaction, so any member's database error loses the batch (`abortsTransaction`);
 // an activity whose fingerprint is already recorded is therefore found without an error
 // (operations/activities/records.ts).
