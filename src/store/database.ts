@@ -326,21 +326,23 @@ function openPostgres(
     getTypeParser: (oid: number, format?: any) =>
       oid === pg.types.builtins.INT8 ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format),
   };
-  const pool = new pg.Pool({ connectionString: url, max: poolSize, types });
-  pool.on("error", onConnectionError);
-  // The pool listens for errors of idle connections only; one that dies while checked out (the
-  // server restarts mid-query) emits "error" on the connection itself, which would otherwise be an
-  // uncaught exception that stops the process. Its query fails on its own and the pool replaces it.
-  pool.on("connect", (connection) => connection.on("error", onConnectionError));
+  const newPool = (max: number, pipeline: boolean) => {
+    const created = new pg.Pool({ connectionString: url, max, types, pipeline });
+    created.on("error", onConnectionError);
+    // The pool listens for errors of idle connections only; one that dies while checked out (the
+    // server restarts mid-query) emits "error" on the connection itself, which would otherwise be an
+    // uncaught exception that stops the process. Its query fails on its own and the pool replaces it.
+    created.on("connect", (connection) => connection.on("error", onConnectionError));
+    return created;
+  };
+  const pool = newPool(poolSize, false);
   // Named prepared statements: PostgreSQL parses and plans each recurring text once per connection
   // (measured: about half of PostgreSQL's CPU per signature; docs/benchmarks.md), unless turned off.
   const dialect = new PostgresDialect({ pool: preparingPool(pool, statements, names) });
   const db = new Kysely<Database>({ dialect });
   // Shared activities (signatures) share transactions, as on SQLite (group-commit.ts), one batch at a
   // time on a connection of its own whose statements are pipelined (pipelined-transaction.ts).
-  const batchPool = new pg.Pool({ connectionString: url, max: 1, types, pipeline: true });
-  batchPool.on("error", onConnectionError);
-  batchPool.on("connect", (connection) => connection.on("error", onConnectionError));
+  const batchPool = newPool(1, true);
   const batchConnections = preparingPool(batchPool, statements, names);
   const shared = new GroupCommit(db, {
     maxMembers: 256,
@@ -349,9 +351,7 @@ function openPostgres(
     begin: async () => beginPipelined(db, dialect, await batchConnections.connect()),
   });
   // Reads outside transactions, pipelined on a connection of their own (pipelined-reads.ts).
-  const readsPool = new pg.Pool({ connectionString: url, max: 1, types, pipeline: true });
-  readsPool.on("error", onConnectionError);
-  readsPool.on("connect", (connection) => connection.on("error", onConnectionError));
+  const readsPool = newPool(1, true);
   const reads = new PipelinedReadsDriver(preparingPool(readsPool, statements, names), readsPool);
   const reader = new Kysely<Database>({
     dialect: {

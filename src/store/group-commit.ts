@@ -92,7 +92,6 @@ export interface BatchTransaction {
 }
 
 interface Batch {
-  trx: Tx;
   transaction: BatchTransaction;
   openedAt: number;
   admitted: number;
@@ -186,7 +185,7 @@ export class GroupCommit {
   /** An exclusive member: alone in the batch, in a savepoint of its own. */
   private async alone<T>(batch: Batch, work: (trx: OpenTx) => Promise<T>): Promise<T> {
     const name = `member_${batch.admitted}`;
-    const savepoint = (await controlled(batch.trx).savepoint(name).execute()) as unknown as OpenTx;
+    const savepoint = (await controlled(batch.transaction.handle).savepoint(name).execute()) as unknown as OpenTx;
     try {
       const value = await work(savepoint);
       // biome-ignore lint/suspicious/noExplicitAny: Kysely types a savepoint's release on the controlled transaction it came from, which this generic helper does not keep
@@ -203,7 +202,7 @@ export class GroupCommit {
   private async beside<T>(batch: Batch, work: (trx: Tx) => Promise<T>): Promise<T> {
     const tracker = new WriteTracker();
     try {
-      const member = markShared(batch.trx.withPlugin(tracker));
+      const member = markShared(batch.transaction.handle.withPlugin(tracker));
       sharedLocksOfMember.set(member, batch.sharedLocks);
       return await work(member);
     } catch (error) {
@@ -243,13 +242,11 @@ export class GroupCommit {
 
   private async open(): Promise<Batch> {
     const transaction = await (this.options.begin ?? (() => this.beginControlled()))();
-    const trx = transaction.handle;
     let settle!: (error?: Error) => void;
     const done = new Promise<void>((resolve, reject) => (settle = (error) => (error ? reject(error) : resolve())));
     // Members await `done` only after they finish; a rejection nobody awaits is not an error here.
     done.catch(() => undefined);
     const batch: Batch = {
-      trx,
       transaction,
       openedAt: Date.now(),
       admitted: 0,
