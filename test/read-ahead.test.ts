@@ -2,11 +2,12 @@
 // organization's lock, sent as one statement on PostgreSQL. Each statement read ahead must give the
 // rows it gives alone (its values travel as JSON), a run with other values or in another transaction
 // must not be answered from them, and the reads must follow the lock: a credential deleted while a
-// signature waited for it refuses the signature. On SQLite nothing is read ahead, and each statement
+// signature waited for it refuses the signature, whether it was read before the lock too (a key's
+// first signature) or, on PostgreSQL, only after it (a key already accepted: activities/known-keys.ts). On SQLite nothing is read ahead, and each statement
 // runs alone as before.
 import { sql } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { credentialReadAhead, type Principal } from "../src/auth/authenticate.js";
+import { apiKeyReadAhead, credentialReadAhead, type Principal } from "../src/auth/authenticate.js";
 import { rootQuorumReadAhead } from "../src/activities/authorization.js";
 import { signerReadsAhead } from "../src/operations/wallets/signers.js";
 import { activityDestinationsReadAhead } from "../src/operations/webhooks/webhooks.js";
@@ -14,12 +15,13 @@ import { lockOrganization } from "../src/store/database.js";
 import { readAhead, type Read } from "../src/store/prepared.js";
 import type { Tx } from "../src/store/handles.js";
 import { backend } from "./helpers/backend.js";
-import { startHarness, type Harness } from "./helpers/harness.js";
+import { newKeyPair, startHarness, type Harness } from "./helpers/harness.js";
 import { organizationWith, signingOrganization, type Member } from "./helpers/organizations.js";
 
 let h: Harness;
 let organizationId: string;
 let alice: Member;
+let root: Member["client"];
 let signWith: string;
 let principals: Principal[];
 
@@ -30,7 +32,7 @@ const apiKeyPrincipal = (organization: string, userId: string, credentialId: str
 beforeAll(async () => {
   h = await startHarness();
   const made = await signingOrganization(h, "ahead");
-  ({ alice, signWith } = made);
+  ({ alice, root, signWith } = made);
   const db = h.server.store.db;
   const aliceKey = await db
     .selectFrom("api_keys")
@@ -46,7 +48,7 @@ beforeAll(async () => {
     .executeTakeFirstOrThrow();
   // Every kind of value the statements give: a key that expires (a bigint) and one that does not
   // (null), a user with an MFA policy (true) and one without (false), a quorum of two members, a
-  // nameless account, an endpoint and the webhook feature (a null endpoint id).
+  // nameless account, an endpoint and the webhook feature (a null endpoint id), IP allowlists.
   const now = Date.now();
   await db
     .updateTable("api_keys")
@@ -69,6 +71,30 @@ beforeAll(async () => {
     })
     .execute();
   await db.insertInto("root_quorum_members").values({ organization_id: organizationId, user_id: alice.userId }).execute();
+  // The key's lists: the organization's (staged, not enforced: a number) and the key's own (null enabled).
+  await db
+    .insertInto("ip_allowlists")
+    .values([
+      {
+        organization_id: organizationId,
+        api_key_id: "",
+        enabled: 0,
+        on_evaluation_error: "DENY",
+        rules: "[]",
+        created_at: now,
+        updated_at: now,
+      },
+      {
+        organization_id: organizationId,
+        api_key_id: aliceKey.id,
+        enabled: null,
+        on_evaluation_error: "ALLOW",
+        rules: JSON.stringify([{ cidr: "127.0.0.0/24", label: "", createdAt: String(now) }]),
+        created_at: now,
+        updated_at: now,
+      },
+    ])
+    .execute();
   await db
     .insertInto("webhook_endpoints")
     .values({
@@ -106,6 +132,8 @@ const signatureReads = (): Read[] => [
   ...signerReadsAhead(organizationId, signWith.toLowerCase()),
   ...signerReadsAhead(organizationId, "0x000000000000000000000000000000000000dEaD"),
   activityDestinationsReadAhead(organizationId),
+  // A key already accepted is read ahead itself, with its IP allowlists and its user's MFA EXISTS.
+  apiKeyReadAhead(alice.key.publicKey),
 ];
 
 /** The statements `work` sends. */
@@ -129,7 +157,7 @@ describe("reading ahead", () => {
       await lockOrganization(trx, h.server.store.dialect, organizationId, "shared");
       const alone = await runAll(trx, reads);
       // The data above is all there: each statement found what it should.
-      expect(alone.map((rows) => rows.length)).toEqual([1, 1, 2, 1, 0, 2]);
+      expect(alone.map((rows) => rows.length)).toEqual([1, 1, 2, 1, 0, 2, 1]);
       expect(alone[0]).toEqual([{ id: principals[0]!.credentialId, expires_at: expect.any(Number), mfa_policies: expect.anything() }]);
       const ahead = await sentBy(() => readAhead(trx, reads));
       expect(ahead).toHaveLength(backend === "postgres" ? 1 : 0);
@@ -164,53 +192,78 @@ describe("reading ahead", () => {
   });
 
   it("reads after the lock: a signature waiting for it while its key is deleted is refused, and records nothing", async () => {
-    const store = h.server.store;
-    const keyId = principals[0]!.credentialId;
-    const activities = async () =>
-      Number(
-        (
-          await store.db
-            .selectFrom("activities")
-            .select(({ fn }) => fn.countAll<number>().as("n"))
-            .executeTakeFirstOrThrow()
-        ).n,
-      );
-    const before = await activities();
-    let signature: Promise<unknown> | undefined;
-    const tally = store.statements;
-    tally.texts = [];
-    try {
-      await store.transact("exclusive", async (trx) => {
-        await lockOrganization(trx, store.dialect, organizationId, "exclusive");
-        await trx.deleteFrom("api_keys").where("id", "=", keyId).execute();
-        // The signature authenticates with the key as committed (still there) and waits for the lock.
-        signature = alice.client
-          .signRawPayload({
-            signWith,
-            payload: "00".repeat(32),
-            encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
-            hashFunction: "HASH_FUNCTION_NO_OP",
-          })
-          .catch((error: unknown) => error);
-        await waitForWaiter(tally.texts!);
-      });
-    } finally {
-      tally.texts = null;
-    }
-    expect(String(await signature)).toMatch(/no longer exists/);
-    expect(await activities()).toBe(before);
+    await refusedAfterWaiting(alice.client, principals[0]!.credentialId, true);
+  });
+
+  it("reads a key already accepted only after the lock: deleted while its signature waited, it is refused, and records nothing", async () => {
+    const key = newKeyPair();
+    const { apiKeyIds } = await root.createApiKeys({
+      userId: alice.userId,
+      apiKeys: [{ apiKeyName: "accepted", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
+    const client = h.sdk({ organizationId }, key);
+    await sign(client); // accepted: on PostgreSQL its next signature reads it in its transaction
+    await refusedAfterWaiting(client, apiKeyIds[0]!, backend !== "postgres");
   });
 });
 
+const sign = (client: Member["client"]) =>
+  client.signRawPayload({
+    signWith,
+    payload: "00".repeat(32),
+    encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+    hashFunction: "HASH_FUNCTION_NO_OP",
+  });
+
 /**
- * Until the signature has been authenticated (its API key read, as committed: the key is still
- * there) and, on PostgreSQL, waits for the organization's row lock. On SQLite (one writer, in this
+ * A signature by `client` sent while a transaction holding the organization's lock deletes its key
+ * `keyId`: it is refused, and no activity is recorded. `keyReadFirst`: whether the signature reads
+ * its key before waiting for the lock (as committed: still there).
+ */
+async function refusedAfterWaiting(client: Member["client"], keyId: string, keyReadFirst: boolean): Promise<void> {
+  const store = h.server.store;
+  const activities = async () =>
+    Number(
+      (
+        await store.db
+          .selectFrom("activities")
+          .select(({ fn }) => fn.countAll<number>().as("n"))
+          .executeTakeFirstOrThrow()
+      ).n,
+    );
+  const before = await activities();
+  let signature: Promise<unknown> | undefined;
+  const tally = store.statements;
+  tally.texts = [];
+  try {
+    await store.transact("exclusive", async (trx) => {
+      await lockOrganization(trx, store.dialect, organizationId, "exclusive");
+      await trx.deleteFrom("api_keys").where("id", "=", keyId).execute();
+      // The signature waits for the lock (having read its key as committed, when it reads it first).
+      signature = sign(client).catch((error: unknown) => error);
+      await waitForWaiter(tally.texts!, keyReadFirst);
+      // A key read only in the transaction was not read while the signature waited.
+      expect(tally.texts!.some((text) => KEY_READ.test(text))).toBe(keyReadFirst);
+    });
+  } finally {
+    tally.texts = null;
+  }
+  expect(String(await signature)).toMatch(/no longer exists|no API key with public key/);
+  expect(await activities()).toBe(before);
+}
+
+/** The statement that reads a stamp's API key on its own (not read ahead). */
+const KEY_READ = /^select .*from "api_keys" inner join "users"/;
+
+/**
+ * Until the signature has been authenticated, when it reads its key first (as committed: the key is
+ * still there), and, on PostgreSQL, waits for the organization's row lock. On SQLite (one writer, in this
  * process) nothing shows it queued behind the open transaction; it either is, or reaches it once the
  * deletion has committed: both ways its transaction finds the key gone.
  */
-async function waitForWaiter(texts: string[]): Promise<void> {
+async function waitForWaiter(texts: string[], keyReadFirst: boolean): Promise<void> {
   const deadline = Date.now() + 10_000;
-  const authenticated = () => texts.some((text) => /from "api_keys" inner join "users"/.test(text));
+  const authenticated = () => !keyReadFirst || texts.some((text) => KEY_READ.test(text));
   const waitingForLock = async () => {
     if (backend !== "postgres") return true;
     const { rows } = await sql<{ n: string }>`select count(*) as n from pg_stat_activity

@@ -5,17 +5,19 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, type Harness } from "./helpers/harness.js";
 import { signingOrganization, type Member } from "./helpers/organizations.js";
+import { newKeyPair, type TestOrganization } from "./helpers/harness.js";
 import { StatementNames } from "../src/store/postgres-pool.js";
 import { backend } from "./helpers/backend.js";
 
 let h: Harness;
+let org: TestOrganization;
 let root: Member["client"];
 let alice: Member;
 let signWith: string;
 
 beforeAll(async () => {
   h = await startHarness();
-  ({ root, alice, signWith } = await signingOrganization(h, "budget"));
+  ({ org, root, alice, signWith } = await signingOrganization(h, "budget"));
 });
 afterAll(() => h.close());
 
@@ -24,13 +26,13 @@ afterAll(() => h.close());
  * dispatcher, courier, broadcaster) poll the database now and then: of three signatures, the one with
  * the fewest statements is the signature's own.
  */
-async function statementsOfSignature(client: Member["client"]): Promise<string[]> {
+async function statementsOfSignature(client: Member["client"] | Member["client"][]): Promise<string[]> {
   const tally = h.server.store.statements;
   let fewest: string[] | undefined;
   try {
     for (let attempt = 0; attempt < 3; attempt++) {
       tally.texts = [];
-      await sign(client);
+      await sign(Array.isArray(client) ? client[attempt]! : client);
       if (!fewest || tally.texts.length < fewest.length) fewest = tally.texts;
     }
   } finally {
@@ -61,16 +63,19 @@ function kinds(texts: string[]): string[] {
 }
 
 describe("a signature's statements", () => {
-  // Outside the transaction: the API key with its IP allowlists (one statement). In it: the
+  // The API key with its IP allowlists, and whether its user has MFA policies (one statement); the
   // organization's lock (PostgreSQL; on SQLite the transaction's BEGIN IMMEDIATE is the lock); the
-  // credential still live, with whether its user has MFA policies; the root quorum; the signing
-  // account; the activity; its policy evaluation; the webhook subscriptions.
-  // On PostgreSQL the four reads after the lock are read ahead as one statement (store/prepared.ts),
-  // and the activity and its evaluation are one statement (a data-modifying WITH, named by the
-  // table it inserts into last); SQLite has no round trips to save, and reads and writes each alone.
+  // credential still live; the root quorum; the signing account; the activity; its policy
+  // evaluation; the webhook subscriptions.
+  // On PostgreSQL a key already accepted for the organization is read in the transaction, after the
+  // lock, with the root quorum, the signing account and the webhook subscriptions, as one statement
+  // read ahead (store/prepared.ts) that also confirms the credential; the activity and its evaluation
+  // are one statement (a data-modifying WITH, named by the table it inserts into last). SQLite has no
+  // round trips to save: it reads the key before the transaction and again in it, and reads and
+  // writes each alone.
   const byRoot =
     backend === "postgres"
-      ? ["api_keys", "begin", "organizations", "read ahead", "policy_evaluations", "commit"]
+      ? ["begin", "organizations", "read ahead", "policy_evaluations", "commit"]
       : [
           "api_keys",
           "begin",
@@ -83,7 +88,7 @@ describe("a signature's statements", () => {
           "commit",
         ];
 
-  it(`by a root user: ${backend === "postgres" ? "six" : "nine"}, BEGIN and COMMIT included`, async () => {
+  it(`by a root user: ${backend === "postgres" ? "five" : "nine"}, BEGIN and COMMIT included`, async () => {
     await sign(root);
     const texts = await statementsOfSignature(root);
     expect(kinds(texts), texts.join("\n")).toEqual(byRoot);
@@ -93,11 +98,23 @@ describe("a signature's statements", () => {
     await sign(alice.client);
     const texts = await statementsOfSignature(alice.client);
     const consensus = ["policies", "users", "user_tag_members"];
+    const lockAndReads = backend === "postgres" ? 3 : 4;
     const byPolicy =
       backend === "postgres"
-        ? [...byRoot.slice(0, 4), ...consensus, ...byRoot.slice(4)]
-        : [...byRoot.slice(0, 4), ...consensus, "wallet_accounts", ...byRoot.slice(4)];
+        ? [...byRoot.slice(0, lockAndReads), ...consensus, ...byRoot.slice(lockAndReads)]
+        : [...byRoot.slice(0, lockAndReads), ...consensus, "wallet_accounts", ...byRoot.slice(lockAndReads)];
     expect(kinds(texts), texts.join("\n")).toEqual(byPolicy);
+  });
+
+  it("by a key's first signature: its key read before the transaction, then confirmed in it (on PostgreSQL read ahead)", async () => {
+    const keys = [newKeyPair(), newKeyPair(), newKeyPair()];
+    await root.createApiKeys({
+      userId: org.userId,
+      apiKeys: keys.map((key, i) => ({ apiKeyName: `first ${i}`, publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" as const })),
+    });
+    const texts = await statementsOfSignature(keys.map((key) => h.sdk(org, key)));
+    const first = backend === "postgres" ? ["api_keys", ...byRoot] : byRoot;
+    expect(kinds(texts), texts.join("\n")).toEqual(first);
   });
 });
 

@@ -30,11 +30,15 @@ import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { BatchRolledBack } from "../store/group-commit.js";
 import { readAhead, type Read } from "../store/prepared.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
-import { attestedStampNotAccepted, readStamp, type AttestedStamp, type Stamp } from "../auth/stamps.js";
+import { attestedStampNotAccepted, readStamp, type ApiKeyStamp, type AttestedStamp, type Stamp } from "../auth/stamps.js";
+import { KnownKeys } from "./known-keys.js";
 import { authenticateAttested } from "../operations/logins/attested-stamps.js";
 import {
+  apiKeyPrincipal,
+  apiKeyReadAhead,
   authenticate as verifyStamp,
   authenticateReadOnlySession,
+  checkApiKeySignature,
   confirmCredential,
   credentialReadAhead,
   readOnlySessionHeader,
@@ -130,9 +134,6 @@ export interface SubmitRequest {
   stamp: Stamp | AttestedStamp;
   envelope: Envelope;
 }
-
-/** authenticate's outcome: the caller, or, for a retry whose key has since gone, the activity it made. */
-export type Caller = { kind: "authenticated"; principal: Principal } | { kind: "answered"; activity: ActivitiesTable };
 
 /** The network checks and reads an operation makes before the lock is taken, and what they prepared
  * for its policy keywords and its execution; a failure is recorded once policies allow the activity,
@@ -664,22 +665,31 @@ const preparedOf = (row: ActivitiesTable): { prepared?: unknown } => (row.prepar
 
 /**
  * Step read ahead, for an activity holding the organization's lock shared (it writes nothing the
- * steps read): the reads the steps after the lock make whatever the outcome — the credential, the
- * root quorum, the operation's own (a signature's account), the webhook destinations — sent as one
- * statement on PostgreSQL, three round trips fewer per signature (store/prepared.ts, readAhead).
+ * steps read): the reads the steps after the lock make whatever the outcome — the root quorum of
+ * `authority` (the requester's organization), the operation's own (a signature's account), the
+ * webhook destinations — sent, with the credential's, as one statement on PostgreSQL: three round
+ * trips fewer per signature (store/prepared.ts, readAhead).
  */
-function readsAhead(operation: ActivityOperation, envelope: Envelope, principal: Principal): Read[] {
+function readsAhead(operation: ActivityOperation, envelope: Envelope, authority: string): Read[] {
   return [
-    ...credentialReadAhead(principal),
-    // The authority: the requester's organization (a parent's, when it acts in a sub-organization).
-    rootQuorumReadAhead(principal.organizationId),
+    rootQuorumReadAhead(authority),
     ...(operation.readsAhead?.(envelope.parameters, envelope.organizationId) ?? []),
     activityDestinationsReadAhead(envelope.organizationId),
   ];
 }
 
+/** A refusal by the authentication made in an activity's transaction, carried out of it to be answered. */
+class NotAuthenticated extends Error {
+  constructor(readonly reason: unknown) {
+    super("not authenticated");
+  }
+}
+
 export class Pipeline {
   private readonly clock: () => number;
+
+  /** Keys whose signatures are authenticated in their transaction (known-keys.ts). */
+  private readonly knownKeys = new KnownKeys();
 
   constructor(private readonly options: PipelineOptions) {
     this.clock = options.clock ?? Date.now;
@@ -692,32 +702,63 @@ export class Pipeline {
     checkLiveness(envelope.timestampMs, received, this.options.timestampWindowMs);
     if (operation.kind === "vote") return this.vote(operation, request, received, client);
     const fingerprint = fingerprintOf(raw);
-    const caller = await this.authenticateRequester(request, received, fingerprint);
-    if (caller.kind === "answered") {
-      // The key may be gone or expired, but the lists it was held to still stand between the audit log
-      // and an address they refuse.
-      const first = (JSON.parse(caller.activity.votes) as StoredVote[])[0];
-      if (first && first.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
-        const owner = await this.credentialOrganization(first, caller.activity.organization_id);
-        await enforceIpAllowlist(this.options.store.reader, owner, first.credentialId, client);
-      }
-      return respond(caller.activity);
-    }
-    const { principal } = caller;
-    await this.checkIpAllowlist(principal, client);
-    mayWrite(principal, envelope.organizationId, operation);
-    const precheck = await this.precheck(operation, envelope);
+    const { store } = this.options;
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
+    // A signature on PostgreSQL by a key lately accepted for this organization is authenticated in its
+    // transaction, its key read in the statement read ahead (known-keys.ts says why and what it guards).
+    const stamp = request.stamp;
+    const inTransaction =
+      store.dialect === "postgres" &&
+      lock === "shared" &&
+      !operation.precheck &&
+      stamp.kind === "API_KEY" &&
+      this.knownKeys.has(stamp.publicKey, envelope.organizationId);
+    let principal: Principal | undefined;
+    if (!inTransaction) {
+      try {
+        principal = await this.authenticate(request, received);
+      } catch (error) {
+        return this.answerUnauthenticated(error, request, fingerprint, client);
+      }
+      await this.checkIpAllowlist(principal, client);
+      mayWrite(principal, envelope.organizationId, operation);
+      if (stamp.kind === "API_KEY") this.knownKeys.accepted(stamp.publicKey, envelope.organizationId);
+    } else {
+      try {
+        await checkApiKeySignature(stamp as ApiKeyStamp, raw);
+      } catch (error) {
+        return this.answerUnauthenticated(error, request, fingerprint, client);
+      }
+    }
+    const precheck = await this.precheck(operation, envelope);
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
-        // Built only where they are sent: on SQLite each step's statement costs no round trip.
-        if (lock === "shared" && this.options.store.dialect === "postgres")
-          await readAhead(trx, readsAhead(operation, envelope, principal));
-        const confirmation = await confirmCredential(trx, principal, now);
-        const { row, vote, subject } = draftActivity(operation, request, principal, fingerprint, now, precheck);
+        let confirmation: Confirmation;
+        if (inTransaction) {
+          const keyStamp = stamp as ApiKeyStamp;
+          // The authority guessed: the organization named (a key of its parent reads its quorum itself).
+          await readAhead(trx, [apiKeyReadAhead(keyStamp.publicKey), ...readsAhead(operation, envelope, envelope.organizationId)]);
+          ({ principal, confirmation } = await apiKeyPrincipal(trx, keyStamp, envelope.organizationId, now).catch((error: unknown) => {
+            throw new NotAuthenticated(error);
+          }));
+          await this.checkIpAllowlist(principal, client);
+          mayWrite(principal, envelope.organizationId, operation);
+        } else {
+          // Built only where they are sent: on SQLite each step's statement costs no round trip.
+          if (lock === "shared" && store.dialect === "postgres")
+            await readAhead(trx, [
+              ...credentialReadAhead(principal!),
+              // The authority: the requester's organization (a parent's, when it acts in a sub-organization).
+              ...readsAhead(operation, envelope, principal!.organizationId),
+            ]);
+          confirmation = await confirmCredential(trx, principal!, now);
+        }
+        // Assigned above on either road; TypeScript cannot follow it into this closure.
+        const requester = principal!;
+        const { row, vote, subject } = draftActivity(operation, request, requester, fingerprint, now, precheck);
         const decided = await authorize(trx, subject);
-        const { authorization, authentication } = await demandAuthentication(trx, subject, principal, decided, confirmation);
-        const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester: principal, precheck });
+        const { authorization, authentication } = await demandAuthentication(trx, subject, requester, decided, confirmation);
+        const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
         const secretResults = operation.secretResults;
         const recorded = await record(
           trx,
@@ -732,7 +773,7 @@ export class Pipeline {
             recorded,
             announce: true,
             line: "activity",
-            fields: { userId: principal.userId, outcome: authorization.outcome },
+            fields: { userId: requester.userId, outcome: authorization.outcome },
             messagesQueued: !!operation.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
             broadcastsQueued: !!operation.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
             answer: () => answerOf(recorded, execution, secretResults),
@@ -741,6 +782,11 @@ export class Pipeline {
         );
       });
     } catch (error) {
+      if (error instanceof NotAuthenticated) {
+        const keyStamp = stamp as ApiKeyStamp;
+        this.knownKeys.refused(keyStamp.publicKey, envelope.organizationId);
+        return this.answerUnauthenticated(error.reason, request, fingerprint, client);
+      }
       // The fingerprint is the idempotency key, kept unique by the database rather than looked up
       // first (a round trip every activity would pay for the sake of retries): a retry's transaction
       // fails on insert, is rolled back whole, and is answered with the activity already recorded.
@@ -749,7 +795,7 @@ export class Pipeline {
       const existing = await this.options.store.transact("shared", (trx) =>
         trx.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirstOrThrow(),
       );
-      const retry = answerRetry(existing, operation, principal.userId);
+      const retry = answerRetry(existing, operation, principal!.userId);
       if (retry.kind === "refused") throw retry.error;
       return respond(retry.activity);
     }
@@ -764,25 +810,33 @@ export class Pipeline {
   }
 
   /**
-   * Step authenticate, for an activity: a retry is answered from the audit log when its stamp
-   * verifies with the key that made the original request, even if that request removed the key
-   * (rotating one's own key is common). Only then is the log consulted: a retry by a key that still
-   * works is found on insert (record).
+   * Step authenticate, for an activity whose stamp was refused (`refusal`): a retry is answered from
+   * the audit log when its stamp verifies with the key that made the original request, even if that
+   * request removed the key (rotating one's own key is common). Only then is the log consulted: a
+   * retry by a key that still works is found on insert (record).
    */
-  private async authenticateRequester(request: SubmitRequest, received: number, fingerprint: string): Promise<Caller> {
+  private async answerUnauthenticated(
+    refusal: unknown,
+    request: SubmitRequest,
+    fingerprint: string,
+    client: string | undefined,
+  ): Promise<PipelineResponse> {
     const { store, env } = this.options;
-    try {
-      return { kind: "authenticated", principal: await this.authenticate(request, received) };
-    } catch (error) {
-      const earlier = await store.reader.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
-      if (
-        earlier &&
-        request.stamp.kind !== "ATTESTED" &&
-        (await stampVerifiesWith(request.stamp, request.raw, (JSON.parse(earlier.votes) as StoredVote[])[0]?.publicKey, env.webauthn))
-      )
-        return { kind: "answered", activity: earlier };
-      throw error;
+    const earlier = await store.reader.selectFrom("activities").selectAll().where("fingerprint", "=", fingerprint).executeTakeFirst();
+    const first = earlier && (JSON.parse(earlier.votes) as StoredVote[])[0];
+    if (
+      !earlier ||
+      request.stamp.kind === "ATTESTED" ||
+      !(await stampVerifiesWith(request.stamp, request.raw, first?.publicKey, env.webauthn))
+    )
+      throw refusal;
+    // The key may be gone or expired, but the lists it was held to still stand between the audit log
+    // and an address they refuse.
+    if (first && first.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
+      const owner = await this.credentialOrganization(first, earlier.organization_id);
+      await enforceIpAllowlist(store.reader, owner, first.credentialId, client);
     }
+    return respond(earlier);
   }
 
   /**

@@ -4,7 +4,7 @@ import { prepare, readOf, type Read, type Slots } from "../store/prepared.js";
 import type { Db, Tx } from "../store/handles.js";
 import type { Database } from "../store/schema.js";
 import { ServiceError, serviceError } from "../errors.js";
-import { SCHEME_CURVES, verifyApiKeyStamp, type Stamp } from "./stamps.js";
+import { SCHEME_CURVES, verifyApiKeyStamp, type ApiKeyStamp, type Stamp } from "./stamps.js";
 import { toBase64url, verifyWebauthnStamp, type WebauthnPolicy } from "./webauthn.js";
 import { ORGANIZATION_LIST, type ApplicableLists, type EnforcedList } from "./ip-allowlists.js";
 
@@ -104,6 +104,12 @@ const apiKeysByPublicKey = prepare((db, slot: Slots<{ publicKey: string }>) =>
       "key_list.enabled as key_list_enabled",
       "key_list.on_evaluation_error as key_list_on_evaluation_error",
       "key_list.rules as key_list_rules",
+      // Whether the key's user has MFA policies (most have none): asked here so that an activity that
+      // reads the key in its transaction has its credential confirmed by this one statement.
+      (eb) =>
+        eb
+          .exists(eb.selectFrom("mfa_policies").select("mfa_policies.id").whereRef("mfa_policies.user_id", "=", "api_keys.user_id"))
+          .as("mfa_policies"),
     ])
     .where("api_keys.public_key", "=", slot("publicKey")),
 );
@@ -189,37 +195,8 @@ export async function authenticate(
   scope: CredentialScope = {},
 ): Promise<Principal> {
   if (stamp.kind === "API_KEY") {
-    if (!(await verifyApiKeyStamp(stamp, body)))
-      throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
-    // The key's IP allowlists come with it (by primary key, at most two rows joined): a signed request
-    // would otherwise pay a round trip more for them (auth/ip-allowlists.ts).
-    const candidates = await apiKeysByPublicKey.all(db, { publicKey: stamp.publicKey });
-    if (candidates.length === 0) throw serviceError("PUBLIC_KEY_NOT_FOUND", `no API key with public key ${stamp.publicKey}`);
-    const key = await chooseForOrganization(db, candidates, organizationId, "the stamp's API key", scope);
-    if (key.curve !== SCHEME_CURVES[stamp.scheme]) {
-      throw serviceError("SIGNATURE_INVALID", `stamp scheme ${stamp.scheme} does not match the key's curve ${key.curve}`);
-    }
-    if (key.expires_at !== null && key.expires_at <= now) throw serviceError("API_KEY_EXPIRED", `API key ${key.id} has expired`);
-    if (scope.apiKeyMaxAgeMs && key.created_at + scope.apiKeyMaxAgeMs <= now)
-      throw credentialTooOld(`API key ${key.id}`, scope.apiKeyMaxAgeMs);
-    return {
-      organizationId: key.organization_id,
-      userId: key.user_id,
-      credentialType: API_KEY_CREDENTIAL_TYPES[key.curve],
-      credentialId: key.id,
-      publicKey: key.public_key,
-      scheme: stamp.scheme,
-      signature: stamp.signature,
-      userName: key.user_name,
-      userEmail: key.user_email,
-      ...(key.session_type ? { sessionType: key.session_type } : {}),
-      ...(key.session_kind ? { sessionKind: key.session_kind } : {}),
-      ...(key.session_profile_id ? { sessionProfileId: key.session_profile_id } : {}),
-      ipAllowlists: {
-        organization: joinedList(key.organization_list_enabled, key.organization_list_on_evaluation_error, key.organization_list_rules),
-        key: joinedList(key.key_list_enabled, key.key_list_on_evaluation_error, key.key_list_rules),
-      },
-    };
+    await checkApiKeySignature(stamp, body);
+    return (await apiKeyPrincipal(db, stamp, organizationId, now, scope)).principal;
   }
 
   const credentialId = toBase64url(stamp.credentialId);
@@ -268,6 +245,69 @@ export async function authenticate(
     webauthnCredentialId: authenticator.credential_id,
   };
 }
+
+/** Refuses an API key stamp whose signature does not hold over `body` with the key it carries
+ * (no database involved: whether that key is anyone's is apiKeyPrincipal's question). */
+export async function checkApiKeySignature(stamp: ApiKeyStamp, body: Uint8Array): Promise<void> {
+  if (!(await verifyApiKeyStamp(stamp, body)))
+    throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
+}
+
+/** An API key principal, and what its key's statement learned besides. */
+export interface ApiKeyIdentity {
+  principal: Principal;
+  /** The credential confirmed as it reads (in a transaction: under the organization's lock), so
+   * confirmCredential has nothing left to read. */
+  confirmation: Confirmation;
+}
+
+/**
+ * The API key a verified stamp names, as a principal: a key of the named organization (or of its
+ * parent, or, as `scope` allows, of a sub-organization of it), of the stamp's curve, unexpired.
+ * Read in the activity's transaction, the one statement also confirms the credential (it is read
+ * under the organization's lock) and says whether its user has MFA policies.
+ */
+export async function apiKeyPrincipal(
+  db: Db,
+  stamp: ApiKeyStamp,
+  organizationId: string,
+  now: number,
+  scope: CredentialScope = {},
+): Promise<ApiKeyIdentity> {
+  // The key's IP allowlists come with it (by primary key, at most two rows joined): a signed request
+  // would otherwise pay a round trip more for them (auth/ip-allowlists.ts).
+  const candidates = await apiKeysByPublicKey.all(db, { publicKey: stamp.publicKey });
+  if (candidates.length === 0) throw serviceError("PUBLIC_KEY_NOT_FOUND", `no API key with public key ${stamp.publicKey}`);
+  const key = await chooseForOrganization(db, candidates, organizationId, "the stamp's API key", scope);
+  if (key.curve !== SCHEME_CURVES[stamp.scheme]) {
+    throw serviceError("SIGNATURE_INVALID", `stamp scheme ${stamp.scheme} does not match the key's curve ${key.curve}`);
+  }
+  if (key.expires_at !== null && key.expires_at <= now) throw serviceError("API_KEY_EXPIRED", `API key ${key.id} has expired`);
+  if (scope.apiKeyMaxAgeMs && key.created_at + scope.apiKeyMaxAgeMs <= now)
+    throw credentialTooOld(`API key ${key.id}`, scope.apiKeyMaxAgeMs);
+  const principal: Principal = {
+    organizationId: key.organization_id,
+    userId: key.user_id,
+    credentialType: API_KEY_CREDENTIAL_TYPES[key.curve]!,
+    credentialId: key.id,
+    publicKey: key.public_key,
+    scheme: stamp.scheme,
+    signature: stamp.signature,
+    userName: key.user_name,
+    userEmail: key.user_email,
+    ...(key.session_type ? { sessionType: key.session_type } : {}),
+    ...(key.session_kind ? { sessionKind: key.session_kind } : {}),
+    ...(key.session_profile_id ? { sessionProfileId: key.session_profile_id } : {}),
+    ipAllowlists: {
+      organization: joinedList(key.organization_list_enabled, key.organization_list_on_evaluation_error, key.organization_list_rules),
+      key: joinedList(key.key_list_enabled, key.key_list_on_evaluation_error, key.key_list_rules),
+    },
+  };
+  return { principal, confirmation: { mfaPolicies: Boolean(key.mfa_policies) } };
+}
+
+/** The statement apiKeyPrincipal runs for a stamp's key, as a read the pipeline sends ahead. */
+export const apiKeyReadAhead = (publicKey: string): Read => readOf(apiKeysByPublicKey, { publicKey });
 
 /** The header a read-only session (create_read_only_session) is presented in, instead of a stamp. */
 export const READ_ONLY_SESSION_HEADER = "x-session";

@@ -51,7 +51,7 @@ export async function signingOrganization(h: Harness, walletName: string) {
     consensus: `approvers.any(user, user.id == '${alice.userId}')`,
     notes: "",
   });
-  return { root: made.root, alice, signWith: wallet.addresses[0]! };
+  return { org: made.org, root: made.root, alice, signWith: wallet.addresses[0]! };
 }
 
 /** The EIP-712 specification's example message. */
