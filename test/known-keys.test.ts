@@ -134,6 +134,22 @@ describe("a signature by a key already accepted", () => {
     }
   });
 
+  it("whose stamp does not hold over the body sent is refused SIGNATURE_INVALID before any lock, changing nothing", async () => {
+    const { key } = await acceptedKey();
+    const request = signature(key);
+    // The stamp of one body sent with another: the payload's first byte changed ("k" → "l").
+    const tampered = request.body.replace('"payload":"6b', '"payload":"6c');
+    expect(tampered).not.toBe(request.body);
+    const { texts } = await refusedChangingNothing(
+      () => h.post("/public/v1/submit/sign_raw_payload", tampered, request.headers),
+      401,
+      "SIGNATURE_INVALID",
+    );
+    expect(locked(texts)).toBe(false);
+    // Its next, honest request is signed.
+    expect((await signature(key).send()).status).toBe(200);
+  });
+
   it("resent after its key was deleted, is answered from the audit log with the activity it made", async () => {
     const { key, apiKeyId } = await acceptedKey();
     const request = signature(key);
