@@ -70,17 +70,27 @@ describe("SQLite checkpoints on their own thread", () => {
     await until("the checkpoint thread", () => store.checkpoints!.current.state === "ready");
     // While the thread works, the writer checkpoints only if the log grows ten times past SQLite's threshold.
     expect(await writerAutocheckpoint(store)).toBe(10_000);
-    // One commit at a time: a commit made while a checkpoint runs asks for none of its own (it waits
-    // in the log for the next commit's), so two back to back could leave the second in the log.
-    for (const k of ["b-0", "b-1"]) {
-      await store.checkpoints!.idle();
-      await store.transact("exclusive", (trx) => sql`insert into scratch (k) values (${k})`.execute(trx));
-    }
+    // Back to back: a commit made while a checkpoint runs is checkpointed by the next one.
+    await commitRows(store, "b", 2);
     await store.checkpoints!.idle();
 
     expect(store.checkpoints!.current.checkpoints).toBeGreaterThan(0);
     expect(store.checkpoints!.current.failure).toBeNull();
     expect(rowsInFileAlone(dir, file)).toEqual(["a-0", "a-1", "a-2", "a-3", "a-4", "b-0", "b-1"]);
+  });
+
+  it("checkpoints a commit made within the interval once the interval is over, with no other commit", async () => {
+    const { store, dir, file } = await scratchStore({ intervalMs: 1_000 });
+    await commitRows(store, "a", 1);
+    await until("the checkpoint thread", () => store.checkpoints!.current.state === "ready");
+    await store.checkpoints!.idle();
+    const before = store.checkpoints!.current.checkpoints;
+    // Within a second of the last checkpoint asked for: none now, one when the second is over.
+    await commitRows(store, "b", 1);
+    expect(rowsInFileAlone(dir, file)).not.toContain("b-0");
+    await store.checkpoints!.idle();
+    expect(store.checkpoints!.current.checkpoints).toBeGreaterThan(before);
+    expect(rowsInFileAlone(dir, file)).toEqual(["a-0", "b-0"]);
   });
 
   it("waits between checkpoints: commits within the interval start none", async () => {

@@ -8,7 +8,9 @@
 //
 // Here the writer's own checkpoints are moved out of the way (its threshold raised to a safety net),
 // and a worker thread with a connection of its own runs a PASSIVE checkpoint at most every
-// `intervalMs` while commits come in. A passive checkpoint copies only what no reader still needs and
+// `intervalMs` while commits come in. A commit made while a checkpoint runs, or sooner than the
+// interval allows, is checkpointed by the next one, asked for when the interval is over even if no
+// other commit comes: the last commits of a burst do not wait in the log for the next burst. A passive checkpoint copies only what no reader still needs and
 // never blocks the writer, so commits go on beside it on the other core. Should the thread fail to
 // start or a checkpoint fail, the writer goes back to SQLite's own checkpoints: nothing depends on the
 // thread but the event loop's time.
@@ -46,6 +48,10 @@ export class WalCheckpoints {
   /** When the last checkpoint was asked for (or the store opened): the next is due `intervalMs` later. */
   private lastAsked = Date.now();
   private inFlight = false;
+  /** A commit came since the last checkpoint was asked for. */
+  private pending = false;
+  /** Set while a pending commit waits for the interval to be over. */
+  private due: NodeJS.Timeout | null = null;
   private exited: Promise<void> | null = null;
   private readonly status: CheckpointStatus = { state: "not started", checkpoints: 0, failure: null };
   private idleWaiters: (() => void)[] = [];
@@ -64,21 +70,37 @@ export class WalCheckpoints {
   }
 
   /**
-   * Told after each commit: asks the thread for a checkpoint when one is due and none is running. The
-   * thread starts on the first such call, so a short-lived process (a CLI command) never starts it.
+   * Told after each commit: asks the thread for a checkpoint when one is due and none is running, or
+   * once the one running ends and the interval is over. The thread starts on the first checkpoint
+   * asked for, so a short-lived process (a CLI command) never starts it.
    */
   committed(): void {
-    if (this.inFlight || this.status.state === "failed" || this.status.state === "closed") return;
-    const now = Date.now();
-    if (now - this.lastAsked < this.intervalMs) return;
-    this.lastAsked = now;
+    if (this.status.state === "failed" || this.status.state === "closed") return;
+    this.pending = true;
+    this.askWhenDue();
+  }
+
+  private askWhenDue(): void {
+    if (!this.pending || this.inFlight || this.due || this.status.state === "failed" || this.status.state === "closed") return;
+    const wait = this.lastAsked + this.intervalMs - Date.now();
+    if (wait > 0) {
+      this.due = setTimeout(() => {
+        this.due = null;
+        this.askWhenDue();
+      }, wait);
+      // A checkpoint not yet run is one the writer's closing (or SQLite's recovery) makes.
+      this.due.unref();
+      return;
+    }
+    this.pending = false;
+    this.lastAsked = Date.now();
     this.inFlight = true;
     (this.worker ??= this.start()).postMessage("checkpoint");
   }
 
-  /** Resolves once no checkpoint is running (for tests). */
+  /** Resolves once no checkpoint is running or waiting for its interval (for tests). */
   idle(): Promise<void> {
-    return this.inFlight ? new Promise((resolve) => this.idleWaiters.push(resolve)) : Promise.resolve();
+    return this.inFlight || this.due ? new Promise((resolve) => this.idleWaiters.push(resolve)) : Promise.resolve();
   }
 
   private start(): Worker {
@@ -112,6 +134,7 @@ export class WalCheckpoints {
     if (this.status.state === "failed" || this.status.state === "closed") return;
     this.status.state = "failed";
     this.status.failure = reason;
+    this.stopWaiting();
     if (this.writer.open) this.writer.pragma(`wal_autocheckpoint = ${SQLITE_AUTOCHECKPOINT}`);
     const worker = this.worker;
     this.worker = null;
@@ -121,7 +144,16 @@ export class WalCheckpoints {
 
   private settle(): void {
     this.inFlight = false;
+    // Commits made meanwhile get their checkpoint when the interval is over.
+    this.askWhenDue();
+    if (this.inFlight || this.due) return;
     for (const resolve of this.idleWaiters.splice(0)) resolve();
+  }
+
+  private stopWaiting(): void {
+    if (this.due) clearTimeout(this.due);
+    this.due = null;
+    this.pending = false;
   }
 
   /** Closes the thread's connection (before the writer's, which must be the last) and ends the thread. */
@@ -129,6 +161,7 @@ export class WalCheckpoints {
     const worker = this.worker;
     const wasFailed = this.status.state === "failed";
     this.status.state = "closed";
+    this.stopWaiting();
     this.worker = null;
     if (worker && !wasFailed) {
       // The thread answers a checkpoint in flight first, then closes its connection and exits; it
