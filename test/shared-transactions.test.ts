@@ -129,6 +129,25 @@ describe(`shared write transactions (${backend})`, () => {
     expect(await committedKeys()).toContain("c");
   });
 
+  it("a member that catches its failed statement's error: on PostgreSQL the batch is still lost (COMMIT answers ROLLBACK); on SQLite kept", async () => {
+    const outcome = await store
+      .transact("shared", async (trx) => {
+        await insert(trx, "before");
+        await sql`select 1 / 0`.execute(trx).catch(() => undefined);
+        await insert(trx, "after").catch(() => undefined);
+        return "done";
+      })
+      .catch((error: unknown) => error);
+    if (backend === "postgres") {
+      expect(outcome).toBeInstanceOf(BatchRolledBack);
+      expect(String(outcome)).toMatch(/rolled the transaction back at COMMIT/);
+      expect(await committedKeys()).toEqual([]);
+    } else {
+      expect(outcome).toBe("done");
+      expect(await committedKeys()).toEqual(["after", "before"]);
+    }
+  });
+
   it("takes an organization's shared row lock once per batch on PostgreSQL; an exclusive lock each time", async () => {
     store.statements.texts = [];
     const inside = gate();

@@ -11,31 +11,40 @@
 // lock with the signatures of that organization.
 const LIMIT = 10_000;
 
+/** What names a stamp's key: its public key and the scheme it signed with. */
+export interface StampKey {
+  publicKey: string;
+  scheme: string;
+}
+
 export class KnownKeys {
   // A Map iterates in insertion order: re-inserting on use makes the first entry the least recently used.
   private readonly keys = new Map<string, true>();
 
   constructor(private readonly limit = LIMIT) {}
 
-  private static entry(publicKey: string, organizationId: string): string {
-    return `${organizationId} ${publicKey}`;
+  // The scheme too: a key is accepted with the curve it was registered with, and a stamp naming the
+  // same hex under another scheme is not that key.
+  private static entry(stamp: StampKey, organizationId: string): string {
+    return `${organizationId} ${stamp.scheme} ${stamp.publicKey}`;
   }
 
-  has(publicKey: string, organizationId: string): boolean {
-    return this.keys.has(KnownKeys.entry(publicKey, organizationId));
+  has(stamp: StampKey, organizationId: string): boolean {
+    return this.keys.has(KnownKeys.entry(stamp, organizationId));
   }
 
-  /** Remembers a key just accepted for the organization named, forgetting the least recently used beyond the limit. */
-  accepted(publicKey: string, organizationId: string): void {
-    const entry = KnownKeys.entry(publicKey, organizationId);
+  /** Remembers (again: as the most recently used) a key just accepted for the organization named,
+   * forgetting the least recently used beyond the limit. */
+  accepted(stamp: StampKey, organizationId: string): void {
+    const entry = KnownKeys.entry(stamp, organizationId);
     this.keys.delete(entry);
     this.keys.set(entry, true);
     if (this.keys.size > this.limit) this.keys.delete(this.keys.keys().next().value!);
   }
 
   /** Forgets a key refused: its next stamp is authenticated before any lock again. */
-  refused(publicKey: string, organizationId: string): void {
-    this.keys.delete(KnownKeys.entry(publicKey, organizationId));
+  refused(stamp: StampKey, organizationId: string): void {
+    this.keys.delete(KnownKeys.entry(stamp, organizationId));
   }
 
   get size(): number {

@@ -371,6 +371,15 @@ const recoveryOnly = (principal: Principal) =>
     `API key ${principal.credentialId} is a recovery credential: it may only request recover_user for its own user`,
   );
 
+/** Whether `principal` may write in `organizationId` whatever the operation: its own organization's
+ * credential, neither a read-only session's nor a recovery credential (mayWrite's operation-dependent
+ * refusals cannot apply). */
+function writesFreely(principal: Principal, organizationId: string): boolean {
+  return (
+    principal.organizationId === organizationId && principal.sessionType !== "SESSION_TYPE_READ_ONLY" && principal.sessionKind !== RECOVERY
+  );
+}
+
 /** A vote of `principal`, as stored in the activity's votes (who they were comes from authentication). */
 function voteOf(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
   return {
@@ -712,7 +721,7 @@ export class Pipeline {
       lock === "shared" &&
       !operation.precheck &&
       stamp.kind === "API_KEY" &&
-      this.knownKeys.has(stamp.publicKey, envelope.organizationId);
+      this.knownKeys.has(stamp, envelope.organizationId);
     let principal: Principal | undefined;
     if (!inTransaction) {
       try {
@@ -722,7 +731,11 @@ export class Pipeline {
       }
       await this.checkIpAllowlist(principal, client);
       mayWrite(principal, envelope.organizationId, operation);
-      if (stamp.kind === "API_KEY") this.knownKeys.accepted(stamp.publicKey, envelope.organizationId);
+      // Remembered only a key whose writes in this organization no operation's rules refuse (not a
+      // parent's key, a read-only session's or a recovery credential): the road in the transaction is
+      // for keys its checks will let through.
+      if (stamp.kind === "API_KEY" && writesFreely(principal, envelope.organizationId))
+        this.knownKeys.accepted(stamp, envelope.organizationId);
     } else {
       try {
         await checkApiKeySignature(stamp as ApiKeyStamp, raw);
@@ -738,11 +751,20 @@ export class Pipeline {
           const keyStamp = stamp as ApiKeyStamp;
           // The authority guessed: the organization named (a key of its parent reads its quorum itself).
           await readAhead(trx, [apiKeyReadAhead(keyStamp.publicKey), ...readsAhead(operation, envelope, envelope.organizationId)]);
+          // Only refusals are carried out as such: a database error stays one (the batch learns it is lost).
           ({ principal, confirmation } = await apiKeyPrincipal(trx, keyStamp, envelope.organizationId, now).catch((error: unknown) => {
-            throw new NotAuthenticated(error);
+            throw error instanceof ServiceError ? new NotAuthenticated(error) : error;
           }));
-          await this.checkIpAllowlist(principal, client);
-          mayWrite(principal, envelope.organizationId, operation);
+          try {
+            await this.checkIpAllowlist(principal, client);
+            mayWrite(principal, envelope.organizationId, operation);
+          } catch (error) {
+            // Refused as before; the key's next request is checked before any lock again.
+            this.knownKeys.refused(keyStamp, envelope.organizationId);
+            throw error;
+          }
+          if (!writesFreely(principal, envelope.organizationId)) this.knownKeys.refused(keyStamp, envelope.organizationId);
+          else this.knownKeys.accepted(keyStamp, envelope.organizationId);
         } else {
           // Built only where they are sent: on SQLite each step's statement costs no round trip.
           if (lock === "shared" && store.dialect === "postgres")
@@ -784,7 +806,7 @@ export class Pipeline {
     } catch (error) {
       if (error instanceof NotAuthenticated) {
         const keyStamp = stamp as ApiKeyStamp;
-        this.knownKeys.refused(keyStamp.publicKey, envelope.organizationId);
+        this.knownKeys.refused(keyStamp, envelope.organizationId);
         return this.answerUnauthenticated(error.reason, request, fingerprint, client);
       }
       // The fingerprint is the idempotency key, kept unique by the database rather than looked up

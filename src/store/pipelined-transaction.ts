@@ -78,13 +78,19 @@ export async function beginPipelined(base: Db, dialect: Dialect, client: PooledC
     // A rollback after a failed commit has nothing left to end: the connection was discarded.
     if (ended) return;
     ended = true;
+    let answer: { command?: string };
     try {
-      await client.query(statement, []);
-      client.release();
+      answer = await client.query(statement, []);
     } catch (error) {
       client.release(error as Error);
       throw error;
     }
+    client.release();
+    // PostgreSQL answers COMMIT of a transaction a failed statement aborted with ROLLBACK, not an
+    // error: should a member have caught its statement's error, the batch must still not be taken
+    // for committed.
+    if (statement === "commit" && answer.command === "ROLLBACK")
+      throw new Error("PostgreSQL rolled the transaction back at COMMIT: one of its statements had failed");
   };
   try {
     await client.query("begin", []);
