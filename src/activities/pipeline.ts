@@ -716,14 +716,17 @@ export class Pipeline {
     // A signature on PostgreSQL by a key lately accepted for this organization is authenticated in its
     // transaction, its key read in the statement read ahead (known-keys.ts says why and what it guards).
     const stamp = request.stamp;
-    const inTransaction =
+    // The stamp of a key authenticated in the transaction; undefined on the road before it.
+    const knownStamp =
       store.dialect === "postgres" &&
       lock === "shared" &&
       !operation.precheck &&
       stamp.kind === "API_KEY" &&
-      this.knownKeys.has(stamp, envelope.organizationId);
+      this.knownKeys.has(stamp, envelope.organizationId)
+        ? stamp
+        : undefined;
     let principal: Principal | undefined;
-    if (!inTransaction) {
+    if (!knownStamp) {
       try {
         principal = await this.authenticate(request, received);
       } catch (error) {
@@ -731,14 +734,10 @@ export class Pipeline {
       }
       await this.checkIpAllowlist(principal, client);
       mayWrite(principal, envelope.organizationId, operation);
-      // Remembered only a key whose writes in this organization no operation's rules refuse (not a
-      // parent's key, a read-only session's or a recovery credential): the road in the transaction is
-      // for keys its checks will let through.
-      if (stamp.kind === "API_KEY" && writesFreely(principal, envelope.organizationId))
-        this.knownKeys.accepted(stamp, envelope.organizationId);
+      if (stamp.kind === "API_KEY") this.rememberKey(stamp, principal, envelope.organizationId);
     } else {
       try {
-        await checkApiKeySignature(stamp as ApiKeyStamp, raw);
+        await checkApiKeySignature(knownStamp, raw);
       } catch (error) {
         return this.answerUnauthenticated(error, request, fingerprint, client);
       }
@@ -747,12 +746,11 @@ export class Pipeline {
     try {
       return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
         let confirmation: Confirmation;
-        if (inTransaction) {
-          const keyStamp = stamp as ApiKeyStamp;
+        if (knownStamp) {
           // The authority guessed: the organization named (a key of its parent reads its quorum itself).
-          await readAhead(trx, [apiKeyReadAhead(keyStamp.publicKey), ...readsAhead(operation, envelope, envelope.organizationId)]);
+          await readAhead(trx, [apiKeyReadAhead(knownStamp.publicKey), ...readsAhead(operation, envelope, envelope.organizationId)]);
           // Only refusals are carried out as such: a database error stays one (the batch learns it is lost).
-          ({ principal, confirmation } = await apiKeyPrincipal(trx, keyStamp, envelope.organizationId, now).catch((error: unknown) => {
+          ({ principal, confirmation } = await apiKeyPrincipal(trx, knownStamp, envelope.organizationId, now).catch((error: unknown) => {
             throw error instanceof ServiceError ? new NotAuthenticated(error) : error;
           }));
           try {
@@ -760,11 +758,10 @@ export class Pipeline {
             mayWrite(principal, envelope.organizationId, operation);
           } catch (error) {
             // Refused as before; the key's next request is checked before any lock again.
-            this.knownKeys.refused(keyStamp, envelope.organizationId);
+            this.knownKeys.refused(knownStamp, envelope.organizationId);
             throw error;
           }
-          if (!writesFreely(principal, envelope.organizationId)) this.knownKeys.refused(keyStamp, envelope.organizationId);
-          else this.knownKeys.accepted(keyStamp, envelope.organizationId);
+          this.rememberKey(knownStamp, principal, envelope.organizationId);
         } else {
           // Built only where they are sent: on SQLite each step's statement costs no round trip.
           if (lock === "shared" && store.dialect === "postgres")
@@ -805,8 +802,7 @@ export class Pipeline {
       });
     } catch (error) {
       if (error instanceof NotAuthenticated) {
-        const keyStamp = stamp as ApiKeyStamp;
-        this.knownKeys.refused(keyStamp, envelope.organizationId);
+        this.knownKeys.refused(knownStamp!, envelope.organizationId);
         return this.answerUnauthenticated(error.reason, request, fingerprint, client);
       }
       // The fingerprint is the idempotency key, kept unique by the database rather than looked up
@@ -821,6 +817,17 @@ export class Pipeline {
       if (retry.kind === "refused") throw retry.error;
       return respond(retry.activity);
     }
+  }
+
+  /**
+   * Remembers (or refreshes) an API key just accepted for `organizationId` when its writes there are
+   * refused by no operation's rules (not a parent's key, a read-only session's or a recovery
+   * credential): the road in the transaction is for keys its checks will let through. Any other is
+   * forgotten.
+   */
+  private rememberKey(stamp: ApiKeyStamp, principal: Principal, organizationId: string): void {
+    if (writesFreely(principal, organizationId)) this.knownKeys.accepted(stamp, organizationId);
+    else this.knownKeys.refused(stamp, organizationId);
   }
 
   /** Step authenticate: who stamped the request (auth/authenticate.ts checks the stamp and the credential). */
