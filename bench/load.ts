@@ -20,6 +20,7 @@ import { openStore } from "../src/store/database.js";
 import { type Ceiling, compareSigners, measureCeiling } from "./ceiling.js";
 import { apiKey, Client, type Key, load, type RunResult, type Scenario, signRawPayloadParameters } from "./generator.js";
 import type { RecoverableSigner } from "./signers.js";
+import { noisyNeighbour } from "./neighbours.js";
 
 const CLI = path.resolve("bin/sigil.js");
 const FLOOR = path.resolve("bench/floor-server.ts");
@@ -439,6 +440,45 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
     for (const [name, scenario] of Object.entries(others))
       if (selected(name)) results[name] = await repeated(refs.sizer, `${label}/${name}`, client, scenario, OTHER_LEVELS);
 
+    // One organization's long exclusive activities beside another's signatures (bench/neighbours.ts).
+    if (selected("noisy_neighbour") && workers === 1) {
+      const attackerKey: Key = apiKey();
+      const second = spawnSync(
+        process.execPath,
+        [
+          CLI,
+          "bootstrap",
+          "--data-dir",
+          dataDir,
+          "--org-name",
+          "attacker",
+          "--user-name",
+          "attacker",
+          "--api-public-key",
+          attackerKey.publicKey,
+        ],
+        { env, encoding: "utf8" },
+      );
+      if (second.status !== 0) throw new Error(`bootstrap of the second organization failed: ${second.stderr}`);
+      const attacker = new Client(server.url, attackerKey, JSON.parse(second.stdout).organizationId, 16);
+      try {
+        const wallet = await attacker.submit("create_wallet", "ACTIVITY_TYPE_CREATE_WALLET", () => ({
+          walletName: "attacker",
+          accounts: [eth],
+        }));
+        const { walletId, addresses } = wallet.activity.result.createWalletResult;
+        results.noisy_neighbour = await noisyNeighbour({
+          victim: { client, signWith },
+          attacker: { client: attacker, walletId, signWith: addresses[0] },
+          seconds: SECONDS_PER_RUN,
+          runs: RUNS,
+          ahead: refs.sizer.ahead(`${label}/noisy_neighbour`, 4),
+        });
+      } finally {
+        attacker.close();
+      }
+    }
+
     // Reads at 1,000 accounts, then at ACCOUNTS: flat means the same latency. Their cost is in the
     // SQL, not in the number of server processes: measured with one.
     const readsSelected = selected("get_wallet") || selected("list_wallet_accounts");
@@ -673,6 +713,35 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     }
   }
   if (other.length > 1) lines.push(...align(other), "");
+  const neighbours: string[][] = [
+    [
+      "noisy neighbour: victim's sign_raw_payload",
+      "backend",
+      "alone req/s",
+      "p50 / p99 ms",
+      "beside req/s",
+      "p50 / p99 ms",
+      "p50 ×",
+      "p99 ×",
+      "req/s ×",
+    ],
+  ];
+  for (const run of summary.backends) {
+    const nn = run.noisy_neighbour;
+    if (!nn) continue;
+    neighbours.push([
+      `c${nn.shape.victimConcurrency}, attacker: ${nn.shape.attackerAccountLoops}× ${nn.shape.accountsPerActivity} accounts + ${nn.shape.attackerSigners} signers`,
+      `${run.backend} ×${run.workers}`,
+      n(nn.victimAlone.requestsPerSecond),
+      `${n(nn.victimAlone.p50Ms)} / ${n(nn.victimAlone.p99Ms)}`,
+      n(nn.victimBeside.requestsPerSecond),
+      `${n(nn.victimBeside.p50Ms)} / ${n(nn.victimBeside.p99Ms)}`,
+      n(nn.p50BesideToAlone),
+      n(nn.p99BesideToAlone),
+      n(nn.requestsPerSecondBesideToAlone),
+    ]);
+  }
+  if (neighbours.length > 1) lines.push(...align(neighbours), "");
   return lines.join("\n");
 }
 

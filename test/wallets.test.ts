@@ -9,6 +9,7 @@ import { p256 } from "@noble/curves/nist.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { decryptExportBundle, generateP256KeyPair } from "@turnkey/crypto";
 import { refusedLeavingOnlyItsActivity, signerPublicKeyOf, startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { organizationWith } from "./helpers/organizations.js";
 import { deriveKeyPair, mnemonicToSeed } from "../src/crypto/hd.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
 import { mnemonicIdentity } from "../src/operations/wallets/wallets.js";
@@ -159,6 +160,33 @@ describe("wallets", () => {
     });
     const after = JSON.parse(await h.snapshot());
     for (const table of ["wallets", "wallet_accounts"]) expect(after[table], table).toEqual(before[table]);
+  });
+
+  it("a wallet made while its request waits for approvals: nothing made ahead (mnemonic, keys) is stored with the waiting activity; the approval makes the wallet", async () => {
+    const { org: held, root, members } = await organizationWith(h, ["alice"]);
+    await root.createPolicy({
+      policyName: "alice creates wallets with the root's approval",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(user, user.id == '${held.userId}')`,
+      condition: "activity.type == 'ACTIVITY_TYPE_CREATE_WALLET'",
+      notes: "",
+    });
+    const pending = await members.alice!.client.createWallet({ walletName: "held", accounts: [ETH] });
+    expect(pending.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    // create_wallet's precheck made a mnemonic and derived its account before the lock
+    // (wallets.ts, walletAhead): kept in memory only, never in the waiting activity's row.
+    const row = await h.server.store.db
+      .selectFrom("activities")
+      .select("prepared")
+      .where("fingerprint", "=", pending.activity.fingerprint)
+      .executeTakeFirstOrThrow();
+    expect(row.prepared).toBe("{}");
+    const approved = await root.approveActivity({ fingerprint: pending.activity.fingerprint });
+    expect(approved.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    const { walletId, addresses } = approved.activity.result.createWalletResult!;
+    expect(addresses).toHaveLength(1);
+    const accounts = await root.getWalletAccounts({ walletId });
+    expect(accounts.accounts.map((a) => a.address)).toEqual(addresses);
   });
 
   it("does not show or touch another organization's wallet", async () => {

@@ -142,6 +142,18 @@ export interface Oauth2Environment {
   identityTokens: IdentityTokenSigner;
 }
 
+/**
+ * What a precheck prepared that is never stored: key material derived before the organization's lock
+ * is taken. JSON leaves it out (its toJSON answers nothing), so an activity left waiting for approvals
+ * keeps none of it, and the approval that runs the activity prepares it again.
+ */
+export class InMemoryOnly<T> {
+  constructor(readonly value: T) {}
+  toJSON(): undefined {
+    return undefined;
+  }
+}
+
 /** What a precheck may read: the organization's committed rows, without its lock (see precheck). */
 export interface CommittedState {
   /** The read-only handle (on SQLite, a reader beside the one writer): never waits for a write. */
@@ -299,14 +311,16 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
   /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
   intentOf?(parameters: P, type: T): Record<string, unknown>;
   /** Checks and reads that wait on the network (a webhook host's DNS; a chain node's fees, gas
-   * estimate, pending nonce or blockhash; an OAuth 2.0 provider's code exchange), run before the
-   * organization's lock is taken so a slow answer holds up nobody else. They may read the database
+   * estimate, pending nonce or blockhash; an OAuth 2.0 provider's code exchange), and work that needs
+   * no lock but takes long (deriving a wallet's keys), run before the organization's lock is taken so
+   * a slow answer or a long computation holds up nobody else (on SQLite, the lock is the database's
+   * one write lock: every organization's). They may read the database
    * through `committed` only: committed rows, read without the lock, which may change before execute
    * runs — so execute re-reads under the lock whatever must still hold (a row still there, a field
    * still the value the network work used) and fails the activity when it no longer does. What they
    * return is handed to policyContext(s) and execute, and stored with the activity while it waits for
    * approvals: it must be plain JSON and hold no secret in the clear (a secret it must carry, it
-   * carries encrypted to the requester's key); a listing weighs canApprove / canReject on the
+   * carries encrypted to the requester's key, or in an InMemoryOnly, which is never stored); a listing weighs canApprove / canReject on the
    * keywords computed from it. Their failure is the activity's: recorded as FAILED once policies have allowed the
    * activity (policies are decided after them, under the lock, so a refused request has still run its
    * precheck). An approval that may run the activity runs it again, so what it reads is read afresh then. */

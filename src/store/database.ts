@@ -22,6 +22,8 @@ import { displayDatabaseUrl, missingDatabaseAdvice } from "./database-url.js";
 import { preparingPool, StatementNames } from "./postgres-pool.js";
 import {
   DuplicateFingerprint,
+  markShared,
+  OrganizationBusy,
   tally,
   type Db,
   type Dialect,
@@ -350,6 +352,48 @@ function openPostgres(
     abortsTransaction: (error) => error instanceof pg.DatabaseError,
     begin: async () => beginPipelined(db, dialect, await batchConnections.connect()),
   });
+  /** `work` in a transaction of its own, on the pool. */
+  const alone = async <T>(work: (trx: OpenTx) => Promise<T>): Promise<T> => {
+    const trx = await db.startTransaction().execute();
+    try {
+      const value = await work(trx);
+      await trx.commit().execute();
+      return value;
+    } catch (error) {
+      await trx
+        .rollback()
+        .execute()
+        .catch(() => undefined);
+      throw error;
+    }
+  };
+  // Signatures whose organization another transaction holds exclusively (lockOrganization found it
+  // busy) leave the batch, and wait for the lock in a transaction of their own: one at a time per
+  // organization in this process, so that a busy organization holds at most one of the pool's
+  // connections waiting. Each first tries a batch again when its turn comes: the lock may be free by
+  // then, and the batch is the cheap road.
+  const apart = new Map<string, Promise<unknown>>();
+  const sharedApart = <T>(organizationId: string, work: (trx: Tx) => Promise<T>): Promise<T> => {
+    const turn = async () => {
+      try {
+        return await shared.run("shared", work);
+      } catch (error) {
+        if (!(error instanceof OrganizationBusy)) throw error;
+        return alone((trx) => work(markShared(trx)));
+      }
+    };
+    const previous = apart.get(organizationId);
+    const mine = previous ? previous.then(turn, turn) : turn();
+    const settled = mine.then(
+      () => undefined,
+      () => undefined,
+    );
+    apart.set(organizationId, settled);
+    void settled.then(() => {
+      if (apart.get(organizationId) === settled) apart.delete(organizationId);
+    });
+    return mine;
+  };
   // Reads outside transactions, pipelined on a connection of their own (pipelined-reads.ts).
   const readsPool = newPool(1, true);
   const reads = new PipelinedReadsDriver(preparingPool(readsPool, statements, names), readsPool);
@@ -371,18 +415,13 @@ function openPostgres(
     dialect: "postgres",
     location: displayDatabaseUrl(url),
     async transact<M extends LockMode, T>(mode: M, work: (trx: WriteTx<M>) => Promise<T>): Promise<T> {
-      if (mode === "shared") return shared.run("shared", work as (trx: Tx) => Promise<T>);
-      const trx = await db.startTransaction().execute();
+      if (mode === "exclusive") return alone(work as (trx: OpenTx) => Promise<T>);
+      const sharedWork = work as (trx: Tx) => Promise<T>;
       try {
-        const value = await (work as (trx: OpenTx) => Promise<T>)(trx);
-        await trx.commit().execute();
-        return value;
+        return await shared.run("shared", sharedWork);
       } catch (error) {
-        await trx
-          .rollback()
-          .execute()
-          .catch(() => undefined);
-        throw error;
+        if (!(error instanceof OrganizationBusy)) throw error;
+        return sharedApart(error.organizationId, sharedWork);
       }
     },
     close: async () => {
@@ -500,11 +539,18 @@ export async function lockOrganization(
 ): Promise<void> {
   if (dialect === "sqlite") return;
   if (mode === "exclusive") return void (await organizationLock.first(trx, { organizationId }));
-  // A signature sharing a transaction that already holds this lock (group-commit.ts) holds it too.
   const held = sharedLocksHeld(trx);
-  const taking = held?.get(organizationId) ?? organizationSharedLock.first(trx, { organizationId });
-  held?.set(organizationId, taking);
-  await taking;
+  if (!held) return void (await organizationSharedLock.first(trx, { organizationId }));
+  // A signature sharing a batch's transaction (group-commit.ts) that already holds this lock holds it
+  // too. The batch never waits for a lock: one organization's exclusive activity would hold up every
+  // organization's signatures in it. A row it cannot lock at once is skipped, and the member is run
+  // apart from the batch (openPostgres, sharedApart).
+  let taking = held.get(organizationId);
+  if (!taking) {
+    taking = organizationSharedLockAtOnce.first(trx, { organizationId }).then((row) => row !== undefined);
+    held.set(organizationId, taking);
+  }
+  if (!(await taking)) throw new OrganizationBusy(organizationId);
 }
 
 const organizationLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
@@ -512,6 +558,9 @@ const organizationLock = prepare((db, slot: Slots<{ organizationId: string }>) =
 );
 const organizationSharedLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
   db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forShare(),
+);
+const organizationSharedLockAtOnce = prepare((db, slot: Slots<{ organizationId: string }>) =>
+  db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forShare().skipLocked(),
 );
 
 /** A second activity with the same fingerprint, inserted by a transaction running beside this one. */

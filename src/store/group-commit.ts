@@ -102,20 +102,21 @@ interface Batch {
   /** Settles once the batch is committed (resolves) or rolled back (rejects). */
   done: Promise<void>;
   settle(error?: Error): void;
-  /** The organizations whose row the batch's transaction holds FOR SHARE, or is taking (PostgreSQL). */
-  sharedLocks: Map<string, Promise<unknown>>;
+  /** The organizations whose row the batch's transaction holds FOR SHARE or is taking, each resolving
+   * to whether it got it (PostgreSQL). */
+  sharedLocks: Map<string, Promise<boolean>>;
 }
 
 /** Each shared member's handle on its batch's transaction, to the organization locks that transaction holds. */
-const sharedLocksOfMember = new WeakMap<object, Map<string, Promise<unknown>>>();
+const sharedLocksOfMember = new WeakMap<object, Map<string, Promise<boolean>>>();
 
 /**
  * The organizations whose row lock (FOR SHARE) the transaction behind `trx` holds, each with the
- * statement taking it, when `trx` is a shared member's handle: a transaction keeps a row lock until it
- * ends, so a signature joining a batch that holds (or is taking) its organization's lock needs no
- * statement of its own. Undefined for any other handle.
+ * statement taking it (resolving to whether it got it), when `trx` is a shared member's handle: a
+ * transaction keeps a row lock until it ends, so a signature joining a batch that holds (or is taking)
+ * its organization's lock needs no statement of its own. Undefined for any other handle.
  */
-export function sharedLocksHeld(trx: object): Map<string, Promise<unknown>> | undefined {
+export function sharedLocksHeld(trx: object): Map<string, Promise<boolean>> | undefined {
   return sharedLocksOfMember.get(trx);
 }
 

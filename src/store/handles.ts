@@ -59,3 +59,16 @@ export class DuplicateFingerprint extends Error {
     super(`an activity with fingerprint ${fingerprint} is already recorded`);
   }
 }
+
+/**
+ * A signature sharing a batch's transaction (PostgreSQL) found its organization's row locked by
+ * another transaction (an exclusive activity of the same organization): the batch does not wait for
+ * it, since every other organization's signatures in the batch would wait too. The member wrote
+ * nothing; it is run again apart from the batch (database.ts).
+ */
+export class OrganizationBusy extends Error {
+  override name = "OrganizationBusy";
+  constructor(readonly organizationId: string) {
+    super(`organization ${organizationId} is locked by another transaction`);
+  }
+}

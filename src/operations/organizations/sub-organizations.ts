@@ -10,7 +10,7 @@ import { defineActivity, defineQuery, type ActivityContext, type ParametersOf, t
 import { readPage, requireAtMost } from "../resources.js";
 import { newId } from "../../store/ids.js";
 import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams, type OauthProviderParams } from "../identity/users.js";
-import { createWallet } from "../wallets/wallets.js";
+import { createWallet, walletAhead, type WalletAhead } from "../wallets/wallets.js";
 import { createPrivateKeys } from "../wallets/private-keys.js";
 import { setFeatures, type Feature } from "./features.js";
 import { checkClientSignature } from "../logins/client-signatures.js";
@@ -47,7 +47,7 @@ function requireLoginMethod(user: NewUserParams, p: CreateSubOrganizationParams,
   }
 }
 
-async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizationParams, type: string) {
+async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizationParams, type: string, walletMadeAhead?: WalletAhead) {
   const parent = await ctx.trx
     .selectFrom("organizations")
     .select("parent_organization_id")
@@ -136,7 +136,7 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
     const privateKeys = await createPrivateKeys(inSub, p.privateKeys ?? []);
     return { subOrganizationId, privateKeys, rootUserIds };
   }
-  const wallet = version >= 4 && p.wallet ? await createWallet(inSub, p.wallet, "wallet.") : undefined;
+  const wallet = version >= 4 && p.wallet ? await createWallet(inSub, p.wallet, "wallet.", undefined, walletMadeAhead) : undefined;
   return { subOrganizationId, ...(wallet ? { wallet } : {}), rootUserIds };
 }
 
@@ -383,11 +383,14 @@ export const subOrganizationOperations = [
     // A verification token is spendable by whoever reads it: never kept (the request then cannot
     // wait for approvals).
     secretParameters: ["verificationToken"],
-    precheck: (p, env) =>
-      warmOidcKeys(
+    async precheck(p, env, type) {
+      await warmOidcKeys(
         (p.rootUsers ?? []).flatMap((u: { userName: string; oauthProviders?: OauthProviderParams[] }) => u.oauthProviders ?? []),
         env,
-      ),
+      );
+      // The first wallet's mnemonic and accounts, made before the lock (wallets.ts, walletAhead).
+      return { wallet: versionOf(type) >= 4 && "wallet" in p ? await walletAhead(p.wallet) : undefined };
+    },
     intentOf: (p) => ({
       ...p,
       ...(p.rootUsers
@@ -398,7 +401,7 @@ export const subOrganizationOperations = [
           }
         : {}),
     }),
-    execute: (ctx, p, type) => createSubOrganization(ctx, p, type),
+    execute: (ctx, p, type, prepared) => createSubOrganization(ctx, p, type, prepared.wallet?.value),
   }),
 
   defineActivity({

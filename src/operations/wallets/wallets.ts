@@ -4,12 +4,29 @@
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/handles.js";
 import type { WalletAccountsTable, WalletsTable } from "../../store/schema.js";
-import { DerivationError, deriveKeyPair, generateMnemonic, mnemonicToSeed, type MnemonicLanguage } from "../../crypto/hd.js";
+import {
+  DerivationError,
+  deriveKeyPair,
+  generateMnemonic,
+  mnemonicToSeed,
+  type KeyPair,
+  type MnemonicLanguage,
+  type MnemonicLength,
+} from "../../crypto/hd.js";
 import { UnsupportedAddressError, address } from "../../crypto/addresses.js";
 import type { SecretIdentity } from "../../crypto/envelope.js";
-import { defineActivity, defineQuery, type ActivityContext, type ParametersOf } from "../../registry/registry.js";
+import {
+  defineActivity,
+  defineQuery,
+  InMemoryOnly,
+  type ActivityContext,
+  type CommittedState,
+  type OperationEnvironment,
+  type ParametersOf,
+} from "../../registry/registry.js";
+import type { Keyring } from "../../crypto/envelope.js";
 import { requireName } from "../identity/credentials.js";
-import { distinct, readPage, requireAtMost, timestamp } from "../resources.js";
+import { distinct, MAX_ITEMS_PER_REQUEST, readPage, requireAtMost, timestamp } from "../resources.js";
 import { newId } from "../../store/ids.js";
 
 /** An account to derive, as create_wallet and create_wallet_accounts both send it. */
@@ -117,23 +134,71 @@ function asInvalidArgument<T>(where: string, f: () => T): T {
   }
 }
 
+/** An account's key pair and address, derived from its wallet's seed. */
+interface DerivedAccount extends KeyPair {
+  address: string;
+}
+
+/** Accounts derived ahead, by what identifies an account of a wallet (curve, path, address format). */
+type DerivedAccounts = Map<string, DerivedAccount>;
+
+const accountKey = (account: Pick<WalletAccountParams, "curve" | "path" | "addressFormat">) =>
+  `${account.curve} ${account.path} ${account.addressFormat}`;
+
+const nextTurnOfEventLoop = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+/**
+ * Derives `accounts` from `seed` before the organization's lock is taken (a precheck's work): deriving
+ * is the long part of creating accounts (milliseconds each on the event loop), and on SQLite the lock
+ * is the database's one write lock, which every organization's signatures need. Between accounts the
+ * event loop serves others. An account that cannot be derived is left out: execute derives it again
+ * and refuses it, naming the field.
+ */
+async function deriveAhead(seed: Uint8Array, accounts: WalletAccountParams[]): Promise<DerivedAccounts> {
+  const derived: DerivedAccounts = new Map();
+  for (const account of accounts) {
+    if (account.pathFormat !== "PATH_FORMAT_BIP32" || derived.has(accountKey(account))) continue;
+    try {
+      const pair = deriveKeyPair(seed, account.curve, account.path);
+      derived.set(accountKey(account), { ...pair, address: address(account.curve, account.addressFormat, pair.publicKey) });
+    } catch {
+      // execute derives it again and says what is wrong
+    }
+    await nextTurnOfEventLoop();
+  }
+  return derived;
+}
+
+/** Whether a request's accounts are worth deriving ahead: execute refuses an empty or too long list. */
+const derivable = (accounts: unknown): accounts is WalletAccountParams[] =>
+  Array.isArray(accounts) && accounts.length > 0 && accounts.length <= MAX_ITEMS_PER_REQUEST;
+
 /**
  * Derives the accounts and, unless `persist` is false, stores those not stored yet. An account the
  * wallet already has (same curve, path and format) is returned as it is: derivation is deterministic.
+ * Accounts derived ahead (`ahead`, from the same seed) are not derived again; the seed is made only
+ * when one is missing.
  */
 async function deriveAccounts(
   ctx: ActivityContext,
   wallet: WalletsTable,
-  seed: Uint8Array,
+  seed: () => Uint8Array,
   accounts: WalletAccountParams[],
   persist: boolean,
+  ahead?: DerivedAccounts,
 ): Promise<string[]> {
   const addresses: string[] = [];
+  let madeSeed: Uint8Array | undefined;
   for (const [i, account] of accounts.entries()) {
     const where = `accounts[${i}]`;
     if (account.pathFormat !== "PATH_FORMAT_BIP32") throw serviceError("REQUEST_INVALID", `${where}.pathFormat must be PATH_FORMAT_BIP32`);
-    const { publicKey, privateKey } = asInvalidArgument(where, () => deriveKeyPair(seed, account.curve, account.path));
-    const accountAddress = asInvalidArgument(where, () => address(account.curve, account.addressFormat, publicKey));
+    const derived =
+      ahead?.get(accountKey(account)) ??
+      asInvalidArgument(where, () => {
+        const pair = deriveKeyPair((madeSeed ??= seed()), account.curve, account.path);
+        return { ...pair, address: address(account.curve, account.addressFormat, pair.publicKey) };
+      });
+    const { publicKey, privateKey, address: accountAddress } = derived;
     addresses.push(accountAddress);
     if (!persist) continue;
     const existing = await ctx.trx
@@ -168,8 +233,53 @@ async function deriveAccounts(
   return addresses;
 }
 
-function walletSeed(ctx: ActivityContext, wallet: WalletsTable): Uint8Array {
-  return mnemonicToSeed(ctx.env.keyring.open(wallet.sealed_mnemonic, mnemonicIdentity(wallet)).toString("utf8"));
+function walletSeed(keyring: Keyring, wallet: WalletsTable): Uint8Array {
+  return mnemonicToSeed(keyring.open(wallet.sealed_mnemonic, mnemonicIdentity(wallet)).toString("utf8"));
+}
+
+/** What create_wallet_accounts derives before the lock: the accounts of the wallet named, as committed. */
+interface AccountsAhead {
+  walletId: string;
+  accounts: DerivedAccounts;
+}
+
+/** create_wallet_accounts' precheck: the wallet's accounts derived ahead, when the wallet exists; an
+ * account derived ahead is used only for the wallet it was derived from (ids are never reused). */
+async function accountsAhead(
+  p: ParametersOf<"create_wallet_accounts">,
+  env: OperationEnvironment,
+  committed: CommittedState,
+): Promise<{ derived?: InMemoryOnly<AccountsAhead> }> {
+  if (!derivable(p.accounts)) return {};
+  const wallet = await committed.db
+    .selectFrom("wallets")
+    .selectAll()
+    .where("organization_id", "=", committed.organizationId)
+    .where("id", "=", String(p.walletId))
+    .executeTakeFirst();
+  if (!wallet) return {};
+  let seed: Uint8Array;
+  try {
+    seed = walletSeed(env.keyring, wallet);
+  } catch {
+    return {}; // execute opens it again and fails as it should
+  }
+  return { derived: new InMemoryOnly({ walletId: wallet.id, accounts: await deriveAhead(seed, p.accounts) }) };
+}
+
+/** What create_wallet (and a sub-organization's first wallet) makes before the lock: the mnemonic and its accounts. */
+export interface WalletAhead {
+  mnemonic: string;
+  accounts: DerivedAccounts;
+}
+
+/** A new wallet's mnemonic made, and its accounts derived, before the lock; nothing when the request
+ * would be refused anyway (execute refuses it). */
+export async function walletAhead(p: Partial<NewWalletParams> | undefined): Promise<InMemoryOnly<WalletAhead> | undefined> {
+  const words = p?.mnemonicLength ?? 12;
+  if (!p || !derivable(p.accounts) || !MNEMONIC_LENGTHS.includes(words)) return undefined;
+  const mnemonic = generateMnemonic(words as MnemonicLength);
+  return new InMemoryOnly({ mnemonic, accounts: await deriveAhead(mnemonicToSeed(mnemonic), p.accounts) });
 }
 
 const MNEMONIC_LENGTHS = [12, 15, 18, 21, 24];
@@ -193,6 +303,7 @@ export async function createWallet(
   p: NewWalletParams,
   field = "",
   imported?: { mnemonic: string; language: MnemonicLanguage },
+  ahead?: WalletAhead,
 ): Promise<{ walletId: string; addresses: string[] }> {
   const name = requireName(p.walletName, `${field}walletName`);
   requireAtMost(p.accounts, `${field}accounts`);
@@ -201,7 +312,9 @@ export async function createWallet(
     throw serviceError("REQUEST_INVALID", `${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
   await requireUniqueWalletName(ctx, name);
   const language: MnemonicLanguage = imported?.language ?? "MNEMONIC_LANGUAGE_ENGLISH";
-  const mnemonic = imported?.mnemonic ?? generateMnemonic(words as 12, language);
+  // A mnemonic made ahead (walletAhead) is English and of the length asked, like one made here.
+  const fresh = !imported && ahead?.mnemonic.split(" ").length === words ? ahead : undefined;
+  const mnemonic = imported?.mnemonic ?? fresh?.mnemonic ?? generateMnemonic(words as MnemonicLength, language);
   const id = newId();
   const row: WalletsTable = {
     id,
@@ -215,7 +328,7 @@ export async function createWallet(
     updated_at: ctx.now,
   };
   await ctx.trx.insertInto("wallets").values(row).execute();
-  const addresses = await deriveAccounts(ctx, row, mnemonicToSeed(mnemonic), p.accounts, true);
+  const addresses = await deriveAccounts(ctx, row, () => mnemonicToSeed(mnemonic), p.accounts, true, fresh?.accounts);
   return { walletId: id, addresses };
 }
 
@@ -225,7 +338,8 @@ export const walletOperations = [
     summary: "Create an HD wallet (a new BIP-39 mnemonic, sealed at rest) and derive its first accounts.",
     resource: "WALLET",
     action: "CREATE",
-    execute: (ctx, p) => createWallet(ctx, p),
+    precheck: async (p) => ({ wallet: await walletAhead(p) }),
+    execute: (ctx, p, _type, prepared) => createWallet(ctx, p, "", undefined, prepared.wallet?.value),
   }),
 
   defineActivity({
@@ -235,11 +349,15 @@ export const walletOperations = [
     action: "CREATE",
     policyParameters: (p) => ({ wallet_id: p.walletId }),
     policyContext: (trx, organizationId, p) => walletContext(trx, organizationId, p.walletId),
-    async execute(ctx, p) {
+    precheck: (p, env, _type, committed) => accountsAhead(p, env, committed),
+    async execute(ctx, p, _type, prepared) {
       const wallet = await requireWallet(ctx.trx, ctx.organizationId, p.walletId);
       if (p.accounts.length === 0) throw serviceError("REQUEST_INVALID", "accounts must list at least one account");
       requireAtMost(p.accounts, "accounts");
-      const addresses = await deriveAccounts(ctx, wallet, walletSeed(ctx, wallet), p.accounts, p.persist !== false);
+      const ahead = prepared.derived?.value;
+      const derived = ahead?.walletId === wallet.id ? ahead.accounts : undefined;
+      const seed = () => walletSeed(ctx.env.keyring, wallet);
+      const addresses = await deriveAccounts(ctx, wallet, seed, p.accounts, p.persist !== false, derived);
       return { addresses };
     },
   }),
