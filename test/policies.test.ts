@@ -579,24 +579,47 @@ describe("hardening (review findings)", () => {
     );
   });
 
-  it("an approval whose key was deleted since no longer counts", async () => {
-    const { root, members } = await tagged(["ann", "ben", "cat"]);
-    const pending = await members.ann!.client.createUserTag({ userTagName: "t", userIds: [] });
-    // ann rotates: a new key, then the old one (the one that signed her approval) goes.
+  /** `member` rotates: a new key, then the old one (the one that signed what they did so far) goes. */
+  async function rotate(root: Member["client"], member: Member) {
     const fresh = newKeyPair();
-    await members.ann!.client.createApiKeys({
-      userId: members.ann!.userId,
+    await member.client.createApiKeys({
+      userId: member.userId,
       apiKeys: [{ apiKeyName: "new", publicKey: fresh.publicKey, curveType: "API_KEY_CURVE_P256" }],
     });
-    const { user } = await root.getUser({ userId: members.ann!.userId });
-    const old = user.apiKeys.find((k) => k.credential.publicKey === members.ann!.key.publicKey)!;
-    await root.deleteApiKeys({ userId: members.ann!.userId, apiKeyIds: [old.apiKeyId] });
+    const { user } = await root.getUser({ userId: member.userId });
+    const old = user.apiKeys.find((k) => k.credential.publicKey === member.key.publicKey)!;
+    await root.deleteApiKeys({ userId: member.userId, apiKeyIds: [old.apiKeyId] });
+  }
+
+  it("an approval whose key was deleted since no longer counts", async () => {
+    // dan is not tagged: his request waits for two tagged approvals.
+    const { root, members } = await tagged(["ann", "ben", "cat", "dan"]);
+    const pending = await members.dan!.client.createUserTag({ userTagName: "t", userIds: [] });
     expect((await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe(
       "ACTIVITY_STATUS_CONSENSUS_NEEDED",
     );
+    await rotate(root, members.ben!);
+    // ben's approval went with his key: cat's is the only one that counts.
     expect((await members.cat!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe(
+      "ACTIVITY_STATUS_CONSENSUS_NEEDED",
+    );
+    expect((await members.ann!.client.approveActivity({ fingerprint: pending.activity.fingerprint })).activity.status).toBe(
       "ACTIVITY_STATUS_COMPLETED",
     );
+  });
+
+  it("a request whose key was deleted since fails at the next approval (REQUESTING_CREDENTIAL_GONE), as one waiting for MFA does; nothing of it runs", async () => {
+    const { root, members } = await tagged(["ann", "ben", "cat"]);
+    const pending = await members.ann!.client.createUserTag({ userTagName: "disowned", userIds: [] });
+    await rotate(root, members.ann!);
+    const approved = await members.ben!.client.approveActivity({ fingerprint: pending.activity.fingerprint });
+    expect(approved.activity.status).toBe("ACTIVITY_STATUS_FAILED");
+    expect(approved.activity.failure).toMatchObject({
+      message: expect.stringContaining("deleted or has expired while the activity waited"),
+    });
+    expect(JSON.stringify(approved.activity.failure)).toContain("REQUESTING_CREDENTIAL_GONE");
+    const { userTags } = await root.listUserTags({});
+    expect(userTags.map((t) => t.tagName)).toEqual(["approvers"]);
   });
 
   it("a user given the approvers' tag while an activity waits may then vote, and the approval counts", async () => {

@@ -29,7 +29,7 @@ import {
 import { evaluationTurn } from "../policy/turns.js";
 import type { Value } from "../policy/types.js";
 import { STEP_BUDGET } from "../policy/compile.js";
-import type { StoredVote } from "../operations/activities/records.js";
+import { requesterOf, type StoredVote } from "../operations/activities/records.js";
 import { sessionProfileScope } from "../operations/logins/session-profiles.js";
 
 export interface Decision {
@@ -59,8 +59,9 @@ export interface ActivitySubject {
    * with): its policy keywords are computed on it. Absent when the precheck failed or there is none. */
   prepared?: unknown;
   /** The session profile of the requester's session key, whose scope must hold for the activity
-   * before anything else is weighed. Set for the request as submitted only: approvals are judged
-   * under their own voters' scopes (voteWithinScope). */
+   * before anything else is weighed: when it is submitted, and again when an approval may run it
+   * (the transaction an approval builds may not be the one the request's decision saw). Votes are
+   * judged under their own voters' scopes besides (voteWithinScope). */
   sessionProfileId?: string;
 }
 
@@ -131,6 +132,44 @@ export async function liveCredentialIds(
     ...keys.filter((k) => k.expires_at === null || k.expires_at > now).map((k) => k.id),
     ...passkeys.map((p) => p.id),
   ]);
+}
+
+/**
+ * The requester of a stored activity as they stand now: the principal its first vote records, with
+ * what the credential that stamped the request says of itself today (a session key's type and
+ * profile); undefined when that credential, or its user, was deleted or has expired since. An activity
+ * runs only on the authority of a requester who could still make the request: deleting a key disowns
+ * what it asked for and what still waits (docs/policies.md, "Approvals").
+ */
+export async function requesterAsItStands(
+  trx: Tx,
+  request: StoredVote,
+  organizationId: string,
+  now: number,
+): Promise<Principal | undefined> {
+  const recorded = requesterOf(request, organizationId);
+  if (request.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
+    const passkey = await trx
+      .selectFrom("authenticators")
+      .select("id")
+      .where("id", "=", request.credentialId)
+      .where("user_id", "=", request.userId)
+      .executeTakeFirst();
+    return passkey ? recorded : undefined;
+  }
+  const key = await trx
+    .selectFrom("api_keys")
+    .select(["expires_at", "session_type", "session_kind", "session_profile_id"])
+    .where("id", "=", request.credentialId)
+    .where("user_id", "=", request.userId)
+    .executeTakeFirst();
+  if (!key || (key.expires_at !== null && key.expires_at <= now)) return undefined;
+  return {
+    ...recorded,
+    ...(key.session_type ? { sessionType: key.session_type } : {}),
+    ...(key.session_kind ? { sessionKind: key.session_kind } : {}),
+    ...(key.session_profile_id ? { sessionProfileId: key.session_profile_id } : {}),
+  };
 }
 
 /** A vote's credential, as its liveness is read. */

@@ -96,6 +96,46 @@ export async function authenticationDemanded(
 
 export const authenticated = (authentication: Authentication) => fullySatisfied(authentication.steps, authentication.proofs);
 
+/**
+ * What the requester's MFA policies still ask of a stored activity about to run (an approval, or the
+ * last proof of an earlier authentication, decided to run it): the demand on the activity as it is
+ * now — an approval builds a send's transaction again, which may meet an MFA policy the request's did
+ * not — with the proofs already recorded for it counting while their credentials are live.
+ * Undefined when nothing is owed.
+ */
+export async function authenticationOwed(
+  trx: Tx,
+  subject: ActivitySubject,
+  requester: Principal,
+  activityId: string,
+  now: number,
+): Promise<Authentication | undefined> {
+  const demanded = await authenticationDemanded(trx, subject, requester);
+  if (!demanded || authenticated(demanded)) return undefined;
+  const stored = await authenticationOf(trx, activityId, requester.userId);
+  const recorded = stored ? await liveProofs(trx, JSON.parse(stored.proofs) as AuthenticationProof[], now, requester.credentialId) : [];
+  let proofs = demanded.proofs;
+  for (const proof of recorded)
+    if (!proofs.some((p) => p.credentialId === proof.credentialId) && advances(demanded.steps, proofs, proof)) proofs = [...proofs, proof];
+  const owed = { ...demanded, proofs };
+  return authenticated(owed) ? undefined : owed;
+}
+
+/** Records (or replaces) the authentication the requester owes an activity. */
+export async function replaceAuthentication(
+  trx: Tx,
+  activity: ActivitiesTable,
+  authentication: Authentication,
+  now: number,
+): Promise<void> {
+  await trx
+    .deleteFrom("activity_authentications")
+    .where("activity_id", "=", activity.id)
+    .where("user_id", "=", authentication.userId)
+    .execute();
+  await saveAuthentication(trx, activity, authentication, now);
+}
+
 export async function saveAuthentication(trx: Tx, activity: ActivitiesTable, authentication: Authentication, now: number): Promise<void> {
   await trx
     .insertInto("activity_authentications")

@@ -58,6 +58,7 @@ import {
   decideActivity,
   denialError,
   mayVote,
+  requesterAsItStands,
   rootQuorumReadAhead,
   stillApprovable,
   voteWithinScope,
@@ -69,7 +70,9 @@ import {
   approverAuthenticated,
   authenticated,
   authenticationDemanded,
+  authenticationOwed,
   proofOf,
+  replaceAuthentication,
   voteOnWaiting,
   saveAuthentication,
   type Authentication,
@@ -541,6 +544,42 @@ export async function demandAuthentication(
     );
     return { authorization: { kind: "refused", outcome: decided.outcome, verdicts: decided.verdicts, error } };
   }
+  return {
+    authorization: { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: decided.verdicts },
+    authentication,
+  };
+}
+
+/**
+ * Step authorize for a stored activity an approval (or its requester's last MFA proof) may run: it is
+ * judged in full again, on what would run now — an approval builds a send's transaction anew from the
+ * node (fees, gas, nonce), and what is signed must be what was judged, in this very transaction. The
+ * requester's credential must still stand (deleted or expired since: the activity fails,
+ * REQUESTING_CREDENTIAL_GONE), its session profile's scope must hold, the policies and the root quorum
+ * decide (authorize), and once allowed the requester's MFA policies are asked again: one whose
+ * condition the activity now meets, and whose steps the proofs recorded for it do not satisfy, makes
+ * it wait for the requester's authentication instead (ACTIVITY_STATUS_AUTHENTICATORS_NEEDED).
+ */
+export async function decideAgain(
+  trx: Tx,
+  subject: ActivitySubject,
+  row: ActivitiesTable,
+  request: StoredVote,
+  now: number,
+): Promise<{ authorization: Authorization; authentication?: Authentication }> {
+  const requester = await requesterAsItStands(trx, request, row.organization_id, now);
+  if (!requester) {
+    const error = serviceError(
+      "REQUESTING_CREDENTIAL_GONE",
+      `activity ${row.id} cannot run: credential ${request.credentialId}, which stamped the request, was deleted or has expired while the activity waited; send the request again stamped with a live credential`,
+    );
+    return { authorization: { kind: "refused", outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], error } };
+  }
+  const judged: ActivitySubject = { ...subject, ...(requester.sessionProfileId ? { sessionProfileId: requester.sessionProfileId } : {}) };
+  const decided = await authorize(trx, judged);
+  if (decided.kind !== "allowed") return { authorization: decided };
+  const authentication = await authenticationOwed(trx, judged, requester, row.id, now);
+  if (!authentication) return { authorization: decided };
   return {
     authorization: { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: decided.verdicts },
     authentication,
@@ -1061,12 +1100,16 @@ export class Pipeline {
       )
         return { status: 200, body: { activity: { ...renderActivity(row), status: "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED" } } };
       const subject = ballot.kind === "new" ? { ...asFound, votes: [...votes, ballot.vote] } : asFound;
-      const authorization = await authorizeVote(trx, subject, operation.selection);
+      const { authorization, authentication } =
+        operation.selection === "VOTE_SELECTION_APPROVED"
+          ? await decideAgain(trx, subject, row, votes[0]!, now)
+          : { authorization: await authorizeVote(trx, subject, operation.selection), authentication: undefined };
       const requester = requesterOf(votes[0]!, row.organization_id);
       const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
       const base = { ...row, votes: JSON.stringify(subject.votes), updated_at: now };
       const entry = { base, stored: true, vote: ballot.vote, authorization, execution, secretResults: target.secretResults, precheck };
       const recorded = await record(trx, this.options.store.dialect, entry, now);
+      if (authentication) await replaceAuthentication(trx, recorded, authentication, now);
       return this.publish(
         trx,
         {
@@ -1108,14 +1151,14 @@ export class Pipeline {
     const outcome = await voteOnWaiting(trx, subject, row, principal, cast, proofOf(principal, voteType, now), now);
     if (outcome.kind === "repeated") return { status: 200, body: { activity: renderActivity(row) } };
     const target = subject.operation;
-    const authorization: Authorization =
+    const { authorization, authentication }: { authorization: Authorization; authentication?: Authentication } =
       outcome.kind === "satisfied"
-        ? await authorize(trx, subject)
+        ? await decideAgain(trx, subject, row, votes[0]!, now)
         : outcome.kind === "rejected"
-          ? { kind: "rejected", outcome: "OUTCOME_REJECTED", verdicts: [] }
+          ? { authorization: { kind: "rejected", outcome: "OUTCOME_REJECTED", verdicts: [] } }
           : outcome.kind === "orphaned"
-            ? { kind: "refused", outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], error: outcome.error }
-            : { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: [] };
+            ? { authorization: { kind: "refused", outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], error: outcome.error } }
+            : { authorization: { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: [] } };
     const requester = requesterOf(votes[0]!, row.organization_id);
     const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
     // A rejection is kept among the votes (who withdrew or rejected it); a proof is kept with the
@@ -1125,6 +1168,7 @@ export class Pipeline {
     const vote = rejection ? cast : votes[0]!;
     const entry = { base, stored: true, vote, authorization, execution, secretResults: target.secretResults, precheck };
     const recorded = await record(trx, this.options.store.dialect, entry, now);
+    if (authentication) await replaceAuthentication(trx, recorded, authentication, now);
     return this.publish(
       trx,
       {
