@@ -586,12 +586,19 @@ export async function decideAgain(
   };
 }
 
-/** Step authorize for a vote: an approval decides the activity again; a rejection rejects it once
- * approval has become impossible, and otherwise leaves it waiting. */
-export async function authorizeVote(trx: Tx, subject: ActivitySubject, selection: StoredVote["selection"]): Promise<Authorization> {
-  if (selection === "VOTE_SELECTION_APPROVED") return authorize(trx, subject);
-  if (await stillApprovable(trx, subject)) return { kind: "waiting", outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: [] };
-  return { kind: "rejected", outcome: "OUTCOME_REJECTED", verdicts: [] };
+/** Step authorize for a vote: an approval decides the activity again (decideAgain); a rejection
+ * rejects it once approval has become impossible, and otherwise leaves it waiting. */
+export async function authorizeVote(
+  trx: Tx,
+  subject: ActivitySubject,
+  row: ActivitiesTable,
+  selection: StoredVote["selection"],
+  now: number,
+): Promise<{ authorization: Authorization; authentication?: Authentication }> {
+  if (selection === "VOTE_SELECTION_APPROVED") return decideAgain(trx, subject, row, subject.votes[0]!, now);
+  if (await stillApprovable(trx, subject))
+    return { authorization: { kind: "waiting", outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: [] } };
+  return { authorization: { kind: "rejected", outcome: "OUTCOME_REJECTED", verdicts: [] } };
 }
 
 const STATUS: Record<Execution["kind"], ActivityStatus> = {
@@ -1100,10 +1107,7 @@ export class Pipeline {
       )
         return { status: 200, body: { activity: { ...renderActivity(row), status: "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED" } } };
       const subject = ballot.kind === "new" ? { ...asFound, votes: [...votes, ballot.vote] } : asFound;
-      const { authorization, authentication } =
-        operation.selection === "VOTE_SELECTION_APPROVED"
-          ? await decideAgain(trx, subject, row, votes[0]!, now)
-          : { authorization: await authorizeVote(trx, subject, operation.selection), authentication: undefined };
+      const { authorization, authentication } = await authorizeVote(trx, subject, row, operation.selection, now);
       const requester = requesterOf(votes[0]!, row.organization_id);
       const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
       const base = { ...row, votes: JSON.stringify(subject.votes), updated_at: now };
