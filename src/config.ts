@@ -293,7 +293,12 @@ const cidrBlock: Kind<string> = {
   parse(raw, reading) {
     if (ipaddr.isValid(raw) && !raw.includes("%") && (ipaddr.IPv6.isValid(raw) || ipaddr.IPv4.isValidFourPartDecimal(raw))) return raw;
     const [address = "", prefix] = raw.split("/");
-    if (prefix !== undefined && /^\d{1,3}$/.test(prefix) && (ipaddr.IPv4.isValidFourPartDecimal(address) || ipaddr.IPv6.isValid(address))) {
+    // A prefix length with a leading zero (/08) is refused as IP allowlist rules refuse it: not every reader takes it as decimal.
+    if (
+      prefix !== undefined &&
+      /^(0|[1-9]\d{0,2})$/.test(prefix) &&
+      (ipaddr.IPv4.isValidFourPartDecimal(address) || ipaddr.IPv6.isValid(address))
+    ) {
       // A proxy block of every address would let any peer write the client's address into X-Forwarded-For.
       if (Number(prefix) === 0) reading.refuse("a /0 block trusts every peer to name the client: list the proxies' own addresses");
       try {

@@ -101,7 +101,9 @@ export const ERROR_CATALOG = {
   },
   INVALID_PUBLIC_KEY: {
     status: "InvalidArgument",
-    meaning: "an API key's or a session's public key is not a valid public key of its curve (the message says why)",
+    meaning:
+      "an API key's or a session's public key is not a valid public key of its curve in its one encoding: not a compressed point on " +
+      "P-256 / secp256k1, or an ed25519 key that is not canonical, of small order or with a small-order component (the message says why)",
   },
   INVALID_ATTESTATION: {
     status: "InvalidArgument",
@@ -393,11 +395,14 @@ export const ERROR_CATALOG = {
   },
   ATTESTED_IDENTITY_AMBIGUOUS: {
     status: "Unauthenticated",
-    meaning: "several users of the request's organization hold the contact or OAuth identity the attested stamp's token names",
+    meaning:
+      "several users of the request's organization have verified the contact, or hold the OAuth identity, the attested stamp's token names",
   },
   MALFORMED_STAMP: {
     status: "Unauthenticated",
-    meaning: "the stamp header is not the base64url JSON the stampers produce, or names an unknown scheme (the message says which part)",
+    meaning:
+      "the stamp header is not the base64url JSON the stampers produce, names an unknown scheme, or names a key no signature can hold " +
+      "for (not the compressed point, or an ed25519 key that is not canonical or of small order); the message says which part",
   },
   SIGNATURE_INVALID: {
     status: "Unauthenticated",

@@ -231,6 +231,104 @@ describe("an attested stamp proves an MFA step", () => {
   });
 });
 
+describe("another user holding the requester's email or phone number", () => {
+  const METHODS = {
+    EMAIL: "AUTHENTICATION_TYPE_EMAIL_OTP",
+    SMS: "AUTHENTICATION_TYPE_SMS_OTP",
+  } as const;
+  const tokenFor = (kind: keyof typeof METHODS, user: { email: string; phone: string }, key: ApiKeyPair) =>
+    kind === "EMAIL" ? verificationToken(user.email, key) : smsVerificationToken(user.phone, key);
+
+  it.each(["EMAIL", "SMS"] as const)(
+    "%s: unverified, given by a user who may only create users, does not make the requester's proof ambiguous",
+    async (kind) => {
+      const user = await waitingUser(() => ({ any: [{ type: METHODS[kind] }] }));
+      // A helpdesk user whom a policy lets create users, and nothing else.
+      const helpdeskKey = newKeyPair();
+      const {
+        userIds: [helpdeskId],
+      } = await user.own.createUsers({
+        users: [
+          {
+            userName: "helpdesk",
+            apiKeys: [{ apiKeyName: "helpdesk", publicKey: helpdeskKey.publicKey, curveType: "API_KEY_CURVE_P256" }],
+            authenticators: [],
+            oauthProviders: [],
+            userTags: [],
+          },
+        ],
+      });
+      await user.own.createPolicy({
+        policyName: "helpdesk creates users",
+        effect: "EFFECT_ALLOW",
+        condition: "activity.resource == 'USER' && activity.action == 'CREATE'",
+        consensus: `approvers.any(user, user.id == '${helpdeskId}')`,
+        notes: "",
+      });
+      const helpdesk = h.sdk({ organizationId: user.subOrganizationId }, helpdeskKey, fastPoller);
+      // The attack: a look-alike user with the requester's contacts, which nobody proved for it.
+      await helpdesk.createUsers({
+        users: [
+          {
+            userName: "look-alike",
+            userEmail: user.email,
+            userPhoneNumber: user.phone,
+            apiKeys: [],
+            authenticators: [],
+            oauthProviders: [],
+            userTags: [],
+          },
+        ],
+      });
+      const clientKey = newKeyPair();
+      const client = attestedClient(
+        user.subOrganizationId,
+        {
+          attestedIdentity: await tokenFor(kind, user, clientKey),
+          publicKey: clientKey.publicKey,
+          scheme: AttestedScheme.P256_VERIFICATION_TOKEN,
+        },
+        clientKey,
+      );
+      const done = await client.approveActivity({ fingerprint: user.waiting.fingerprint });
+      expect(done.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+      const { mfaStatuses } = await user.own.getMfaStatus({ activityId: user.waiting.id });
+      expect(mfaStatuses).toMatchObject([{ userId: user.userId, satisfied: true }]);
+      expect(mfaStatuses[0].satisfiedMethods).toContainEqual({ type: METHODS[kind] });
+    },
+  );
+
+  it("verified by both, the contact names neither: ATTESTED_IDENTITY_AMBIGUOUS, nothing changed", async () => {
+    const user = await waitingUser(() => ({ any: [{ type: "AUTHENTICATION_TYPE_EMAIL_OTP" }] }));
+    const {
+      userIds: [twinId],
+    } = await user.own.createUsers({
+      users: [{ userName: "twin", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }],
+    });
+    // The root proves the address (a token bound to its own key) for the second user too.
+    await user.own.updateUserEmail({
+      userId: twinId!,
+      userEmail: user.email,
+      verificationToken: await verificationToken(user.email, user.key),
+    });
+    const clientKey = newKeyPair();
+    const client = attestedClient(
+      user.subOrganizationId,
+      {
+        attestedIdentity: await verificationToken(user.email, clientKey),
+        publicKey: clientKey.publicKey,
+        scheme: AttestedScheme.P256_VERIFICATION_TOKEN,
+      },
+      clientKey,
+    );
+    await refusedChangingNothing(
+      () => client.approveActivity({ fingerprint: user.waiting.fingerprint }),
+      16,
+      `2 users of organization ${user.subOrganizationId} have verified email`,
+    );
+  });
+});
+
 describe("a bad attested stamp is refused and changes nothing", () => {
   it("refuses a token bound to another key, an expired token, another key's signature, an unknown contact, a wrong nonce", async () => {
     const user = await waitingUser(() => ({ any: [{ type: "AUTHENTICATION_TYPE_EMAIL_OTP" }] }));

@@ -441,6 +441,7 @@ describe("refused values: the message names the variable and what is expected", 
     ],
     [{ SIGIL_TRUSTED_PROXIES: "::/0" }, /^SIGIL_TRUSTED_PROXIES must be .*: item 1 "::\/0" is not \(a \/0 block trusts every peer/],
     [{ SIGIL_TRUSTED_PROXIES: "010.0.0.1" }, /^SIGIL_TRUSTED_PROXIES must be .*: item 1 "010.0.0.1" is not$/],
+    [{ SIGIL_TRUSTED_PROXIES: "10.0.0.0/08" }, /^SIGIL_TRUSTED_PROXIES must be .*: item 1 "10.0.0.0\/08" is not$/],
     [
       { SIGIL_WEBAUTHN_RP_IDS: "https://app.example.com" },
       /^SIGIL_WEBAUTHN_RP_IDS must be .* a domain name .*: item 1 "https:\/\/app.example.com" is not$/,

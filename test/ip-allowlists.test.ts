@@ -233,6 +233,74 @@ describe("IPv6 addresses with an embedded IPv4 tail", () => {
   });
 });
 
+describe("a link-local IPv6 peer with a zone id (fe80::…%eth0, what Node reports for one)", () => {
+  let zoned: Harness;
+  let org: TestOrganization;
+  beforeAll(async () => {
+    zoned = await startHarness({ SIGIL_TRUSTED_PROXIES: "fe80::2/128" });
+    org = await zoned.organization();
+    // ALLOW: a peer whose address could not be read would be let in, so a zoned peer must be read.
+    await zoned.sdk(org, org.key).setIpAllowlist({
+      enabled: true,
+      onEvaluationError: "ALLOW",
+      rules: [{ cidr: "fe80::1/128" }, { cidr: "203.0.113.0/24" }, { cidr: "127.0.0.1/32" }],
+    });
+  });
+  afterAll(() => zoned.close());
+
+  it("reads the address without its zone id (a zone names the interface, not the peer), and only an IPv6 address takes one", () => {
+    expect(clientAddress("fe80::1%eth0")!.toString()).toBe("fe80::1");
+    expect(clientAddress("fe80::1%25")!.toString()).toBe("fe80::1");
+    expect(clientAddress("::ffff:10.0.0.1%eth0")!.toString()).toBe("10.0.0.1");
+    for (const text of ["10.0.0.1%eth0", "fe80::1%", "fe80::1%eth0%1", "fe80::1%eth 0", "%eth0"])
+      expect(clientAddress(text)).toBeUndefined();
+    // Rules and trusted proxies name no zone.
+    expect(normalizeCidr("fe80::1%eth0/128")).toContain("is not an IPv4 or IPv6 address");
+    expect(trustedProxyTest(["fe80::2/128"])("fe80::2%eth0")).toBe(true);
+  });
+
+  /** whoami over a connection the server sees as coming from `remoteAddress` (with X-Forwarded-For, if given). */
+  async function whoamiFrom(remoteAddress: string, forwardedFor?: string) {
+    const listener = net.createServer((socket) => {
+      Object.defineProperty(socket, "remoteAddress", { value: remoteAddress });
+      zoned.server.app.server.emit("connection", socket);
+    });
+    await new Promise<void>((resolve) => listener.listen(0, "127.0.0.1", resolve));
+    const { port } = listener.address() as net.AddressInfo;
+    const { body, headers } = signedRequest({ organizationId: org.organizationId }, org.key);
+    const before = await zoned.snapshot();
+    try {
+      const response = await fetch(`http://127.0.0.1:${port}/public/v1/query/whoami`, {
+        method: "POST",
+        body,
+        headers: { ...headers, "content-type": "application/json", ...(forwardedFor ? { "x-forwarded-for": forwardedFor } : {}) },
+      });
+      expect(await zoned.snapshot()).toEqual(before);
+      return { status: response.status, json: (await response.json()) as any };
+    } finally {
+      listener.close();
+    }
+  }
+
+  it("is matched as its address: fe80::1%eth0 is let in by fe80::1/128, fe80::3%eth0 refused although the list ALLOWs unreadable addresses", async () => {
+    expect((await whoamiFrom("fe80::1%eth0")).status).toBe(200);
+    const refused = await whoamiFrom("fe80::3%eth0");
+    expect(refused.status).toBe(403);
+    expect(refused.json.details[0].turnkeyErrorCode).toBe("IP_NOT_ALLOWED");
+    expect(refused.json.message).toContain("requests from fe80::3 are not allowed");
+  });
+
+  it("a trusted proxy on a link-local address is one with its zone id, and so is a forwarded hop", async () => {
+    expect((await whoamiFrom("fe80::2%eth0", "203.0.113.9")).status).toBe(200);
+    const outside = await whoamiFrom("fe80::2%eth0", "198.51.100.1");
+    expect(outside.status).toBe(403);
+    expect(outside.json.message).toContain("requests from 198.51.100.1 are not allowed");
+    const zonedHop = await whoamiFrom("fe80::2%eth0", "203.0.113.9, fe80::3%eth1");
+    expect(zonedHop.status).toBe(403);
+    expect(zonedHop.json.message).toContain("requests from fe80::3 are not allowed");
+  });
+});
+
 describe("bad lists are refused, changing nothing but their failed activity", () => {
   let org: TestOrganization;
   let root: ReturnType<typeof client>;
@@ -258,6 +326,26 @@ describe("bad lists are refused, changing nothing but their failed activity", ()
       await refused(
         { enabled: true, rules: [{ cidr: "198.51.100.0/24" }, { cidr }] },
         { code: 3, message: expect.stringContaining(`rules[1].cidr ${JSON.stringify(cidr)}`) },
+      );
+    }
+  });
+
+  it("a prefix length with a leading zero (/020 reads as 20 to some and as octal 16 to others)", async () => {
+    for (const [cidr, plain] of [
+      ["10.0.0.0/020", "/20"],
+      ["10.0.0.0/024", "/24"],
+      ["2001:db8::/048", "/48"],
+      ["2001:db8::/0128", undefined],
+      ["10.0.0.1/00", "/0"],
+    ] as const) {
+      await refused(
+        { enabled: true, rules: [{ cidr }] },
+        {
+          code: 3,
+          message: plain
+            ? expect.stringMatching(new RegExp(`rules\\[0\\]\\.cidr "${cidr}" has a prefix length with a leading zero: write ${plain},`))
+            : expect.stringContaining(`rules[0].cidr "${cidr}" has no prefix length`),
+        },
       );
     }
   });
@@ -436,6 +524,172 @@ describe("enforcement", () => {
     await fromAddress("127.0.0.2", () => refusedChangingNothing(() => parentInSub.getUsers({}), notAllowed("127.0.0.2")));
     const sub = client({ organizationId: subOrganizationId }, subKey);
     await fromAddress("127.0.0.2", () => sub.createUserTag({ userTagName: "sub tag", userIds: [] }));
+  });
+
+  describe("a parent's API key registered again as a sub-organization user's key (delegated access)", () => {
+    let org: TestOrganization;
+    let delegated: ApiKeyPair;
+    let endUserKey: ApiKeyPair;
+    let subOrganizationId: string;
+    let signWith: string;
+    let n = 0;
+    beforeAll(async () => {
+      ({ org } = await organizationWith(h, []));
+      const root = client(org, org.key);
+      delegated = newKeyPair();
+      endUserKey = newKeyPair();
+      // The parent's backend holds the key as an API key of its own user, and as a root user of the end user's organization.
+      await root.createUsers({
+        users: [
+          {
+            userName: "backend",
+            apiKeys: [{ apiKeyName: "delegated", publicKey: delegated.publicKey, curveType: "API_KEY_CURVE_P256" }],
+            authenticators: [],
+            oauthProviders: [],
+            userTags: [],
+          },
+        ],
+      });
+      const sub = await root.createSubOrganization({
+        subOrganizationName: "end user",
+        rootQuorumThreshold: 1,
+        rootUsers: [
+          {
+            userName: "end user",
+            apiKeys: [{ apiKeyName: "device", publicKey: endUserKey.publicKey, curveType: "API_KEY_CURVE_P256" }],
+            authenticators: [],
+            oauthProviders: [],
+          },
+          {
+            userName: "delegated access",
+            apiKeys: [{ apiKeyName: "delegated", publicKey: delegated.publicKey, curveType: "API_KEY_CURVE_P256" }],
+            authenticators: [],
+            oauthProviders: [],
+          },
+        ],
+        wallet: {
+          walletName: "end user's wallet",
+          accounts: [
+            {
+              curve: "CURVE_SECP256K1",
+              pathFormat: "PATH_FORMAT_BIP32",
+              path: "m/44'/60'/0'/0/0",
+              addressFormat: "ADDRESS_FORMAT_ETHEREUM",
+            },
+          ],
+        },
+      });
+      subOrganizationId = sub.subOrganizationId;
+      signWith = sub.wallet!.addresses[0]!;
+    });
+
+    /** whoami and sign_raw_payload in the sub-organization by `key`, as raw HTTP; the statements each sent. */
+    const whoami = (key: ApiKeyPair) => {
+      const { body, headers } = signedRequest({ organizationId: subOrganizationId }, key);
+      return h.post("/public/v1/query/whoami", body, headers);
+    };
+    const sign = (key: ApiKeyPair) => {
+      const { body, headers } = signedRequest(
+        {
+          type: "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2",
+          timestampMs: String(Date.now()),
+          organizationId: subOrganizationId,
+          parameters: {
+            signWith,
+            payload: Buffer.from(`delegated ${n++}`).toString("hex"),
+            encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+            hashFunction: "HASH_FUNCTION_KECCAK256",
+          },
+        },
+        key,
+      );
+      return h.post("/public/v1/submit/sign_raw_payload", body, headers);
+    };
+    /** A request that must be refused IP_NOT_ALLOWED for `address`, changing no row; the statements it sent. */
+    async function refusedFrom(address: string, attempt: () => Promise<{ status: number; json: any }>) {
+      const before = await h.snapshot();
+      const tally = h.server.store.statements;
+      tally.texts = [];
+      let answer: { status: number; json: any };
+      let texts: string[];
+      try {
+        answer = await fromAddress(address, attempt);
+        texts = tally.texts;
+      } finally {
+        tally.texts = null;
+      }
+      expect(answer.status, JSON.stringify(answer.json)).toBe(403);
+      expect(answer.json.details[0].turnkeyErrorCode).toBe("IP_NOT_ALLOWED");
+      expect(answer.json.message).toContain(`requests from ${address} are not allowed`);
+      expect(await h.snapshot()).toEqual(before);
+      return texts;
+    }
+    const ok = async (address: string, attempt: () => Promise<{ status: number; json: any }>) => {
+      const answer = await fromAddress(address, attempt);
+      expect(answer.status, JSON.stringify(answer.json)).toBe(200);
+      return answer.json;
+    };
+
+    it("naming the sub-organization, it is held to the parent's list (whoami and sign_raw_payload from outside refused, nothing changed); the end user's own key is not", async () => {
+      await lockTo(org, ["127.0.0.1/32"]);
+      try {
+        // From the allowed address it reads and signs in the sub-organization, as the sub-organization's user.
+        expect((await ok("127.0.0.1", () => whoami(delegated))).organizationId).toBe(subOrganizationId);
+        expect((await ok("127.0.0.1", () => sign(delegated))).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+        await refusedFrom("127.0.0.2", () => whoami(delegated));
+        // The key signed in the sub-organization a moment ago: on PostgreSQL this refusal comes from inside
+        // the transaction (the known-key road, activities/known-keys.ts), which reads the parent's key too.
+        const texts = await refusedFrom("127.0.0.2", () => sign(delegated));
+        expect(texts.some((text) => /^select .* from "organizations" where .* for (share|update)$/.test(text))).toBe(
+          h.server.store.dialect === "postgres",
+        );
+        await refusedFrom("127.0.0.2", () => sign(delegated));
+        // The end user's own key is the sub-organization's alone: no list holds it.
+        expect((await ok("127.0.0.2", () => sign(endUserKey))).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+        expect((await ok("127.0.0.2", () => whoami(endUserKey))).organizationId).toBe(subOrganizationId);
+      } finally {
+        await fromAddress("127.0.0.1", () => client(org, org.key).removeIpAllowlist({}));
+      }
+    });
+
+    it("the parent key's own list applies in its stead, as it does in the parent", async () => {
+      await lockTo(org, ["127.0.0.1/32"]);
+      const root = client(org, org.key);
+      try {
+        await fromAddress("127.0.0.1", () =>
+          root.setIpAllowlist({ publicKey: delegated.publicKey, rules: [{ cidr: "127.0.0.2/32", label: "backend" }] }),
+        );
+        expect((await ok("127.0.0.2", () => sign(delegated))).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+        await refusedFrom("127.0.0.1", () => whoami(delegated));
+        await refusedFrom("127.0.0.1", () => sign(delegated));
+      } finally {
+        await fromAddress("127.0.0.1", () => root.removeIpAllowlist({ publicKey: delegated.publicKey }));
+        await fromAddress("127.0.0.1", () => root.removeIpAllowlist({}));
+      }
+    });
+
+    it("a read-only session the key opened in the sub-organization is held to the parent's list too", async () => {
+      const { body, headers } = signedRequest(
+        {
+          type: "ACTIVITY_TYPE_CREATE_READ_ONLY_SESSION",
+          timestampMs: String(Date.now()),
+          organizationId: subOrganizationId,
+          parameters: {},
+        },
+        delegated,
+      );
+      const opened = await h.post("/public/v1/submit/create_read_only_session", body, headers);
+      expect(opened.status, JSON.stringify(opened.json)).toBe(200);
+      const session = opened.json.activity.result.createReadOnlySessionResult.session as string;
+      const read = () => h.post("/public/v1/query/whoami", JSON.stringify({ organizationId: subOrganizationId }), { "X-Session": session });
+      await lockTo(org, ["127.0.0.1/32"]);
+      try {
+        expect((await ok("127.0.0.1", read)).organizationId).toBe(subOrganizationId);
+        await refusedFrom("127.0.0.2", read);
+      } finally {
+        await fromAddress("127.0.0.1", () => client(org, org.key).removeIpAllowlist({}));
+      }
+    });
   });
 
   it("policies decide who may set and remove a list (resource CONFIG, actions UPDATE and DELETE)", async () => {

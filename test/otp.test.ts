@@ -785,6 +785,47 @@ describe("init_otp → verify_otp → otp_login (verification token, session)", 
     expect(parseSession(session).userId).toBe(user.userId);
   });
 
+  it("a look-alike user given the same email, never verified, does not make a login of the user who verified it ambiguous", async () => {
+    // An end user whose root key the test keeps, to create the look-alike in its organization.
+    const rootKey = newKeyPair();
+    const email = `verified.${Date.now()}@example.com`;
+    const { subOrganizationId, rootUserIds } = await parentSdk.createSubOrganization({
+      subOrganizationName: "verified end user",
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        {
+          userName: "verified",
+          userEmail: email,
+          apiKeys: [{ apiKeyName: "device", publicKey: rootKey.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
+    const user = { subOrganizationId, userId: rootUserIds![0]!, email, phone: "" };
+    const login = async () => {
+      const { verificationToken, sessionKey } = await verified(user);
+      return parentSdk.otpLogin({
+        organizationId: subOrganizationId,
+        verificationToken,
+        publicKey: sessionKey.publicKey,
+        clientSignature: await loginSignature(verificationToken, sessionKey),
+      });
+    };
+    // Two holders, neither verified: the code cannot tell them apart (the first login verifies the address).
+    const own = h.sdk({ organizationId: subOrganizationId }, rootKey, fastPoller);
+    const lookAlike = { userName: "look-alike", userEmail: email, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] };
+    const {
+      userIds: [first],
+    } = await own.createUsers({ users: [lookAlike] });
+    expect(await errorOf(login())).toContain("CONTACT_AMBIGUOUS");
+    await own.deleteUsers({ userIds: [first!] });
+    expect(parseSession((await login()).session).userId).toBe(user.userId);
+    // Verified by the end user's login, the address is theirs: a look-alike given it since changes nothing.
+    await own.createUsers({ users: [lookAlike] });
+    expect(parseSession((await login()).session).userId).toBe(user.userId);
+  });
+
   it("one token, two logins at once into two sub-organizations holding the contact: exactly one succeeds", async () => {
     const user = await endUser();
     const twin = await parentSdk.createSubOrganization({

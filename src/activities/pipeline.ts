@@ -46,7 +46,14 @@ import {
   type Confirmation,
   type Principal,
 } from "../auth/authenticate.js";
-import { applyIpAllowlists, enforceIpAllowlist, heldToIpAllowlists, ORGANIZATION_LIST } from "../auth/ip-allowlists.js";
+import {
+  applyIpAllowlists,
+  curveOfCredential,
+  enforceIpAllowlist,
+  heldToIpAllowlists,
+  ORGANIZATION_LIST,
+  readParentKeyLists,
+} from "../auth/ip-allowlists.js";
 import { sha256 } from "../crypto/keys.js";
 import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../registry/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
@@ -910,6 +917,8 @@ export class Pipeline {
     if (first && first.credentialType !== "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR") {
       const owner = await this.credentialOrganization(first, earlier.organization_id);
       await enforceIpAllowlist(store.reader, owner, first.credentialId, client);
+      const parentKey = await readParentKeyLists(store.reader, owner, first.publicKey, curveOfCredential(first.credentialType));
+      if (parentKey) applyIpAllowlists(parentKey.lists, parentKey.organizationId, parentKey.apiKeyId, client);
     }
     return respond(earlier);
   }
@@ -921,16 +930,23 @@ export class Pipeline {
    */
   private async checkIpAllowlist(principal: Principal, client: string | undefined): Promise<void> {
     if (!heldToIpAllowlists(principal)) return;
+    const db = this.options.store.reader;
     // A read-only session a passkey opened names the passkey, which has no list of its own.
     // So does an attested stamp's key, which is no stored credential.
-    const listed =
-      principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR" || principal.attestedMethod
-        ? ORGANIZATION_LIST
-        : principal.credentialId;
+    const passkey = principal.credentialType === "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR";
+    const listed = passkey || principal.attestedMethod ? ORGANIZATION_LIST : principal.credentialId;
     // An API key's stamp brought its lists along (read with the key, in one statement).
     if (principal.ipAllowlists && listed === principal.credentialId)
-      return applyIpAllowlists(principal.ipAllowlists, principal.organizationId, listed, client);
-    await enforceIpAllowlist(this.options.store.reader, principal.organizationId, listed, client);
+      applyIpAllowlists(principal.ipAllowlists, principal.organizationId, listed, client);
+    else await enforceIpAllowlist(db, principal.organizationId, listed, client);
+    // Key material that is also the parent organization's API key is held to that key's lists too
+    // (auth/ip-allowlists.ts, ParentKeyLists); a passkey's key signs no API-key stamp.
+    if (passkey) return;
+    const parentKey =
+      principal.parentKey !== undefined
+        ? principal.parentKey
+        : await readParentKeyLists(db, principal.organizationId, principal.publicKey, curveOfCredential(principal.credentialType));
+    if (parentKey) applyIpAllowlists(parentKey.lists, parentKey.organizationId, parentKey.apiKeyId, client);
   }
 
   /**
@@ -1228,8 +1244,11 @@ export class Pipeline {
     const tokenHash = invitationTokenHash(acceptance.token);
     const { store, env } = this.options;
     const organizationId = await organizationOfInvitation(store.reader, tokenHash);
-    // The key is not the organization's yet, so only the organization's own list can apply to it.
+    // The key is not the organization's yet, so only the organization's own list can apply to it,
+    // and the lists of its parent's API key when the key is that too.
     await enforceIpAllowlist(store.reader, organizationId, ORGANIZATION_LIST, client);
+    const parentKey = await readParentKeyLists(store.reader, organizationId, publicKey, "API_KEY_CURVE_P256");
+    if (parentKey) applyIpAllowlists(parentKey.lists, parentKey.organizationId, parentKey.apiKeyId, client);
     return this.inOrganization(organizationId, "exclusive", async (trx, now) => {
       const activityId = newId();
       const pending: Principal = {

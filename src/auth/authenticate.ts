@@ -4,9 +4,10 @@ import { prepare, readOf, type Read, type Slots } from "../store/prepared.js";
 import type { Db, Tx } from "../store/handles.js";
 import type { Database } from "../store/schema.js";
 import { ServiceError, serviceError } from "../errors.js";
+import { stampKeyProblem } from "../crypto/keys.js";
 import { SCHEME_CURVES, verifyApiKeyStamp, type ApiKeyStamp, type Stamp } from "./stamps.js";
 import { toBase64url, verifyWebauthnStamp, type WebauthnPolicy } from "./webauthn.js";
-import { ORGANIZATION_LIST, type ApplicableLists, type EnforcedList } from "./ip-allowlists.js";
+import { joinedList, ORGANIZATION_LIST, type ApplicableLists, type ParentKeyLists } from "./ip-allowlists.js";
 
 export interface Principal {
   /** The organization the credential belongs to. */
@@ -44,6 +45,9 @@ export interface Principal {
   /** The IP allowlists an API key's stamp is held to (its organization's and its own), read in the
    * statement that found the key: the allowlist step applies them without a read of its own. */
   ipAllowlists?: ApplicableLists;
+  /** The parent organization's API key this principal's key also is, with its lists (null: none),
+   * when the statement that found the key knew it; undefined when it was not asked. */
+  parentKey?: ParentKeyLists | null;
 }
 
 /** The credential type the API reports for an API key of each curve. */
@@ -249,8 +253,11 @@ export async function authenticate(
 /** Refuses an API key stamp whose signature does not hold over `body` with the key it carries
  * (no database involved: whether that key is anyone's is apiKeyPrincipal's question). */
 export async function checkApiKeySignature(stamp: ApiKeyStamp, body: Uint8Array): Promise<void> {
-  if (!(await verifyApiKeyStamp(stamp, body)))
-    throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
+  if (await verifyApiKeyStamp(stamp, body)) return;
+  // Asked only of a stamp that failed: a key no signature can hold for is said to be the reason.
+  const problem = stampKeyProblem(SCHEME_CURVES[stamp.scheme], stamp.publicKey);
+  if (problem) throw serviceError("MALFORMED_STAMP", `malformed stamp: its ${problem}`);
+  throw serviceError("SIGNATURE_INVALID", "stamp signature does not verify over the request body");
 }
 
 /** An API key principal, and what its key's statement learned besides. */
@@ -298,12 +305,28 @@ export async function apiKeyPrincipal(
     ...(key.session_type ? { sessionType: key.session_type } : {}),
     ...(key.session_kind ? { sessionKind: key.session_kind } : {}),
     ...(key.session_profile_id ? { sessionProfileId: key.session_profile_id } : {}),
-    ipAllowlists: {
-      organization: joinedList(key.organization_list_enabled, key.organization_list_on_evaluation_error, key.organization_list_rules),
-      key: joinedList(key.key_list_enabled, key.key_list_on_evaluation_error, key.key_list_rules),
-    },
+    ipAllowlists: listsOf(key),
+    parentKey: parentKeyAmong(candidates, key),
   };
   return { principal, confirmation: { mfaPolicies: Boolean(key.mfa_policies) } };
+}
+
+/** A candidate row of apiKeysByPublicKey: a key, its organization's parent and the lists read with it. */
+type KeyWithLists = Awaited<ReturnType<typeof apiKeysByPublicKey.all>>[number];
+
+/** The lists a candidate row was read with. */
+function listsOf(key: KeyWithLists): ApplicableLists {
+  return {
+    organization: joinedList(key.organization_list_enabled, key.organization_list_on_evaluation_error, key.organization_list_rules),
+    key: joinedList(key.key_list_enabled, key.key_list_on_evaluation_error, key.key_list_rules),
+  };
+}
+
+/** The API key of the chosen key's parent organization with the same public key and curve, among the
+ * candidates the one statement found (every organization's key with that public key): no read more. */
+function parentKeyAmong(candidates: KeyWithLists[], key: KeyWithLists): ParentKeyLists | null {
+  const parent = key.organization_parent && candidates.find((c) => c.organization_id === key.organization_parent && c.curve === key.curve);
+  return parent ? { organizationId: parent.organization_id, apiKeyId: parent.id, lists: listsOf(parent) } : null;
 }
 
 /** The statement apiKeyPrincipal runs for a stamp's key, as a read the pipeline sends ahead. */
@@ -385,11 +408,6 @@ export async function authenticateReadOnlySession(
     userEmail: user.email,
     sessionType: "SESSION_TYPE_READ_ONLY",
   };
-}
-
-/** One list of a left join (rules is NOT NULL in the table: null means no list). */
-function joinedList(enabled: number | null, onEvaluationError: string | null, rules: string | null): EnforcedList | null {
-  return rules === null ? null : { enabled, on_evaluation_error: onEvaluationError!, rules };
 }
 
 /** What confirming a credential learned on the way. */

@@ -77,6 +77,9 @@ export function parseBlock(text: string): Block | string {
   const bits = address.kind() === "ipv4" ? 32 : 128;
   if (prefixText !== undefined && !/^\d{1,3}$/.test(prefixText))
     return "has no prefix length after the slash (0 to 32 for IPv4, 0 to 128 for IPv6)";
+  // /020 is /20 to some readers and octal 16 to others (as 010 in an IPv4 address is 8 to inet_aton).
+  if (prefixText !== undefined && /^0\d/.test(prefixText))
+    return `has a prefix length with a leading zero: write /${Number(prefixText)}, not /${prefixText}`;
   const prefix = prefixText === undefined ? bits : Number(prefixText);
   if (prefix > bits) return `has a prefix length above ${bits}, the most an ${bits === 32 ? "IPv4" : "IPv6"} block may have`;
   const mapped = unmapped(address);
@@ -108,10 +111,16 @@ export function normalizeCidr(text: string): NormalizedCidr | string {
   return { cidr: `${block.network.toString()}/${block.prefix}`, family };
 }
 
+/** An IPv6 address with its zone id (RFC 4007: fe80::1%eth0, what Node reports for a link-local peer). */
+const ZONED = /^([0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*)%[^%\s]+$/;
+
 /** A client's address as rules are matched against it: IPv4-mapped IPv6 (::ffff:10.0.0.1, what a
- * dual-stack socket reports) read as the IPv4 address; undefined when it is not an address at all. */
+ * dual-stack socket reports) read as the IPv4 address, and a link-local peer's zone id (%eth0, which
+ * names the interface it came in on) dropped, since a zone says nothing of who the peer is and rules
+ * cannot name one; undefined when it is not an address at all. */
 export function clientAddress(text: string | undefined): Address | undefined {
-  const address = text === undefined ? undefined : parseAddress(text);
+  const zoned = text === undefined ? null : ZONED.exec(text);
+  const address = text === undefined ? undefined : parseAddress(zoned ? zoned[1]! : text);
   return address && unmapped(address);
 }
 
@@ -154,6 +163,73 @@ export interface ApplicableLists {
   key: EnforcedList | null;
 }
 
+/** One list of a left join (rules is NOT NULL in the table: null means no list). */
+export function joinedList(enabled: number | null, onEvaluationError: string | null, rules: string | null): EnforcedList | null {
+  return rules === null ? null : { enabled, on_evaluation_error: onEvaluationError!, rules };
+}
+
+/**
+ * An API key of a parent organization that a request's key also is (the same public key on the same
+ * curve, registered again as a sub-organization's credential: a delegated-access set-up), with the
+ * lists that key is held to. The key material is the parent's API key wherever it stamps, so a
+ * request it stamps as the sub-organization's credential is held to these lists as well: naming the
+ * sub-organization does not step around them.
+ */
+export interface ParentKeyLists {
+  organizationId: string;
+  apiKeyId: string;
+  lists: ApplicableLists;
+}
+
+/** The curve an API key of `credentialType` is on; every other key that signs as an API key does (an
+ * attested stamp's, a login's) is P-256. */
+export const curveOfCredential = (credentialType: string) =>
+  credentialType === "CREDENTIAL_TYPE_API_KEY_SECP256K1"
+    ? "API_KEY_CURVE_SECP256K1"
+    : credentialType === "CREDENTIAL_TYPE_API_KEY_ED25519"
+      ? "API_KEY_CURVE_ED25519"
+      : "API_KEY_CURVE_P256";
+
+/**
+ * The API key of the parent of `organizationId` with this public key and curve, and its lists; null
+ * when the organization is top-level or its parent holds no such key. One read, for the roads whose
+ * key did not come with its candidates (read-only sessions, attested stamps, retries, invitations).
+ */
+export async function readParentKeyLists(db: Db, organizationId: string, publicKey: string, curve: string): Promise<ParentKeyLists | null> {
+  const row = await db
+    .selectFrom("organizations as o")
+    .innerJoin("api_keys as k", "k.organization_id", "o.parent_organization_id")
+    .leftJoin("ip_allowlists as organization_list", (join) =>
+      join.onRef("organization_list.organization_id", "=", "k.organization_id").on("organization_list.api_key_id", "=", ORGANIZATION_LIST),
+    )
+    .leftJoin("ip_allowlists as key_list", (join) =>
+      join.onRef("key_list.organization_id", "=", "k.organization_id").onRef("key_list.api_key_id", "=", "k.id"),
+    )
+    .select([
+      "k.id",
+      "k.organization_id",
+      "organization_list.enabled as organization_list_enabled",
+      "organization_list.on_evaluation_error as organization_list_on_evaluation_error",
+      "organization_list.rules as organization_list_rules",
+      "key_list.enabled as key_list_enabled",
+      "key_list.on_evaluation_error as key_list_on_evaluation_error",
+      "key_list.rules as key_list_rules",
+    ])
+    .where("o.id", "=", organizationId)
+    .where("k.public_key", "=", publicKey.toLowerCase())
+    .where("k.curve", "=", curve)
+    .executeTakeFirst();
+  if (!row) return null;
+  return {
+    organizationId: row.organization_id,
+    apiKeyId: row.id,
+    lists: {
+      organization: joinedList(row.organization_list_enabled, row.organization_list_on_evaluation_error, row.organization_list_rules),
+      key: joinedList(row.key_list_enabled, row.key_list_on_evaluation_error, row.key_list_rules),
+    },
+  };
+}
+
 /** The lists `apiKeyId` ("" for none) of `organizationId` is held to: one read by primary key of at most two rows. */
 export async function readIpAllowlists(db: Db, organizationId: string, apiKeyId: string): Promise<ApplicableLists> {
   const rows = await db
@@ -175,7 +251,8 @@ export async function readIpAllowlists(db: Db, organizationId: string, apiKeyId:
  * passkey's stamp is a person at a browser, as the product's dashboard is, and is never refused, so a
  * root user with a passkey can always reach a locked-out organization. A sub-organization has no lists
  * of its own use here: a parent's key naming one of its sub-organizations is held to the parent's lists
- * all the same. A key's list is enforced only while the organization's list is enabled.
+ * all the same, and so is the parent's key material registered again as a sub-organization's
+ * credential (ParentKeyLists). A key's list is enforced only while the organization's list is enabled.
  */
 export function applyIpAllowlists(lists: ApplicableLists, organizationId: string, apiKeyId: string, client: string | undefined): void {
   const organizationList = lists.organization;

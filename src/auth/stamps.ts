@@ -2,6 +2,7 @@
 // Looking up who owns the key is authenticate.ts's job; this module touches no database.
 import { serviceError } from "../errors.js";
 import {
+  type ApiKeyCurve,
   isHex,
   verifyEd25519,
   verifyEd25519OffLoop,
@@ -23,7 +24,7 @@ export type StampScheme =
   | "SIGNATURE_SCHEME_TK_API_ED25519";
 
 /** Which API-key curve each scheme verifies with. */
-export const SCHEME_CURVES: Record<StampScheme, string> = {
+export const SCHEME_CURVES: Record<StampScheme, ApiKeyCurve> = {
   SIGNATURE_SCHEME_TK_API_P256: "API_KEY_CURVE_P256",
   SIGNATURE_SCHEME_TK_API_SECP256K1: "API_KEY_CURVE_SECP256K1",
   SIGNATURE_SCHEME_TK_API_SECP256K1_EIP191: "API_KEY_CURVE_SECP256K1",

@@ -8,7 +8,7 @@
 import { serviceError } from "../../errors.js";
 import type { Principal } from "../../auth/authenticate.js";
 import type { AttestedStamp } from "../../auth/stamps.js";
-import { verifyP256Der } from "../../crypto/keys.js";
+import { stampKeyProblem, verifyP256Der } from "../../crypto/keys.js";
 import type { Db } from "../../store/handles.js";
 import type { OperationEnvironment } from "../../registry/registry.js";
 import { foldEmail, usersWithContact } from "./contacts.js";
@@ -28,8 +28,8 @@ const ambiguousIdentity = (count: number, what: string, organizationId: string) 
     `${count} users of organization ${organizationId} have ${what}: an attested stamp cannot tell them apart`,
   );
 
-/** The user a verification token's contact names (the one user holding it, who has verified it), the
- * token's key checked against the stamp's. */
+/** The user a verification token's contact names (the one user who has verified it; users holding it
+ * unverified do not count), the token's key checked against the stamp's. */
 async function verifiedContact(
   db: Db,
   stamp: AttestedStamp,
@@ -77,17 +77,21 @@ async function verifiedContact(
   const byEmail = row.otp_type === "OTP_TYPE_EMAIL";
   const holders = await usersWithContact(db, organizationId, row.otp_type, row.contact);
   const what = `${byEmail ? "email" : "phone number"} ${row.contact}`;
-  if (holders.length === 0) throw unknownIdentity(what, organizationId);
-  if (holders.length > 1) throw ambiguousIdentity(holders.length, what, organizationId);
-  // A contact set on a user but never proven may be a typo, someone else's mailbox: it vouches for nobody.
-  if (holders[0]!.verifiedAt === null)
+  // A contact set on a user but never proven may be a typo, someone else's mailbox: it vouches for
+  // nobody, and it cannot crowd out the user who proved it either (anyone allowed to create users could
+  // otherwise give one the requester's address and make every proof of it ambiguous).
+  const verified = holders.filter((holder) => holder.verifiedAt !== null);
+  if (verified.length > 1) throw ambiguousIdentity(verified.length, `verified ${what}`, organizationId);
+  if (verified.length === 0 && holders.length === 1)
     throw serviceError(
       "ATTESTED_IDENTITY_UNKNOWN",
       `user ${holders[0]!.id} has ${what} but has never verified it (otp_login, or update_user_email / update_user_phone_number with a verification token, verifies it): it proves no MFA step yet`,
     );
+  if (verified.length === 0)
+    throw unknownIdentity(holders.length === 0 ? what : `verified ${what} (${holders.length} have it unverified)`, organizationId);
   // OTP methods name no credential: the contact itself tells one proof from another.
   return {
-    userId: holders[0]!.id,
+    userId: verified[0]!.id,
     method: byEmail ? "AUTHENTICATION_TYPE_EMAIL_OTP" : "AUTHENTICATION_TYPE_SMS_OTP",
     credentialId: byEmail ? `email:${foldEmail(row.contact)}` : `sms:${row.contact}`,
   };
@@ -137,8 +141,11 @@ export async function authenticateAttested(
   } catch {
     // A key off the curve or a signature that does not decode is simply not a valid stamp.
   }
-  if (!verifies)
+  if (!verifies) {
+    const problem = stampKeyProblem("API_KEY_CURVE_P256", stamp.publicKey);
+    if (problem) throw serviceError("MALFORMED_STAMP", `malformed stamp: the attested stamp's ${problem}`);
     throw serviceError("SIGNATURE_INVALID", "the attested stamp's signature does not verify over the request body with its publicKey");
+  }
   const identity =
     stamp.scheme === "STAMP_ATTESTED_SCHEME_P256_OIDC"
       ? await verifiedOauthIdentity(db, stamp, organizationId, env)

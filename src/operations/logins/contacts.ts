@@ -70,10 +70,14 @@ export async function usersWithContact(db: Db | Tx, organizationId: string, otpT
 }
 
 /** The user of the organization with this email (ASCII case-insensitive) or phone number, and the
- * contact as stored for it (where the code goes). */
+ * contact as stored for it (where the code goes). Where some holders have verified the contact, only
+ * they count: a copy set on another user and never proven (anyone allowed to create users can write
+ * one) does not make the user who proved it ambiguous. */
 export async function userWithContact(ctx: ActivityContext, otpType: string, contact: string): Promise<{ id: string; contact: string }> {
   const byEmail = otpType === "OTP_TYPE_EMAIL";
-  const found = await usersWithContact(ctx.trx, ctx.organizationId, otpType, contact);
+  const holders = await usersWithContact(ctx.trx, ctx.organizationId, otpType, contact);
+  const verified = holders.filter((holder) => holder.verifiedAt !== null);
+  const found = verified.length > 0 ? verified : holders;
   if (found.length === 0)
     throw serviceError(
       "USER_NOT_FOUND",
