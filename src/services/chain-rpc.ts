@@ -19,7 +19,7 @@ import { canonicalCaip2, type ChainConfig } from "../config.js";
 import type { Db, Tx } from "../store/handles.js";
 import { serviceError } from "../errors.js";
 import { solanaRpc, verifyGenesisHash, type SolanaChain } from "./solana-rpc.js";
-import { fetchFromNode, nodeEndpoint, NodeSecrets, NodeUnreachable } from "./node-answers.js";
+import { fetchFromNode, endpointOf, NodeSecrets, NodeUnreachable } from "./node-answers.js";
 
 /**
  * The ABI uploaded for a contract of the organization (its smart contract interface), used to decode
@@ -114,7 +114,7 @@ export class ChainRpc {
  * activity waits for its answer, and the broadcaster retries on its own schedule.
  */
 function evmTransport(caip2: string, url: string, timeoutMs: number, secrets: NodeSecrets) {
-  const endpoint = nodeEndpoint(url);
+  const endpoint = endpointOf(url);
   const standIn = `https://${caip2.replace(/[^A-Za-z0-9]/g, "-").toLowerCase()}.chain-node.invalid/`;
   return http(standIn, {
     timeout: timeoutMs,

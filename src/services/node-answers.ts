@@ -134,14 +134,15 @@ export class NodeSecrets {
   }
 }
 
-/** Where a request to the node goes: its URL without user name and password, which travel as HTTP
- * Basic authorization (as viem sends them; fetch refuses a URL that holds them, quoting it whole). */
-export interface NodeEndpoint {
+/** Where a request to a configured URL (a chain node, the SMS provider) goes: the URL without user
+ * name and password, which travel as HTTP Basic authorization (as viem sends them; fetch refuses a URL
+ * that holds them, with an error quoting it whole). */
+export interface Endpoint {
   url: string;
   headers: { authorization?: string };
 }
 
-export function nodeEndpoint(raw: string): NodeEndpoint {
+export function endpointOf(raw: string): Endpoint {
   const url = new URL(raw);
   if (!url.username && !url.password) return { url: raw, headers: {} };
   const credentials = `${decoded(url.username)}:${decoded(url.password)}`;
@@ -188,7 +189,7 @@ const NO_BODY = new Set([101, 204, 205, 304]);
  * stand-in viem was given, answered with the node's errors redacted; a failure to reach it is a
  * NodeUnreachable in Sigil's words (an abort, viem's deadline, is passed on as it is).
  */
-export async function fetchFromNode(endpoint: NodeEndpoint, init: RequestInit | undefined, secrets: NodeSecrets): Promise<Response> {
+export async function fetchFromNode(endpoint: Endpoint, init: RequestInit | undefined, secrets: NodeSecrets): Promise<Response> {
   const headers = new Headers(init?.headers);
   for (const [name, value] of Object.entries(endpoint.headers)) headers.set(name, value);
   let response: Response;

@@ -17,7 +17,7 @@ import {
 } from "@solana/kit";
 import { SOLANA_CLUSTERS } from "../config.js";
 import { serviceError } from "../errors.js";
-import { nodeEndpoint, NodeUnreachable, unreachableReason, type NodeSecrets } from "./node-answers.js";
+import { endpointOf, NodeUnreachable, unreachableReason, type NodeSecrets } from "./node-answers.js";
 
 export interface SolanaChain {
   caip2: string;
@@ -61,7 +61,7 @@ export function solanaUnavailable(caip2: string, error: unknown) {
  * holding them, quoting it whole).
  */
 function transportFor(url: string, timeoutMs: number, secrets: NodeSecrets): RpcTransport {
-  const endpoint = nodeEndpoint(url);
+  const endpoint = endpointOf(url);
   const http = createDefaultRpcTransport({ url: endpoint.url, headers: endpoint.headers });
   return (async (config: Parameters<RpcTransport>[0]) => {
     const deadline = AbortSignal.timeout(timeoutMs);
