@@ -1031,8 +1031,10 @@ export const settings = {
     kind: url(["https:", "http:"]),
     default: null,
     defaultText: "*(unset: local outbox)*",
-    meaning: 'the HTTP endpoint SMS are POSTed to as JSON `{"to","body"}`',
-    // It may carry a token in its query.
+    meaning:
+      'the HTTP endpoint SMS are POSTed to as JSON `{"to","body"}`; a user name and password in it are sent as HTTP Basic authorization ' +
+      "(unless `SIGIL_SMS_TOKEN` is set), and no log line or stored error repeats the URL",
+    // It may carry a token in its query, or credentials.
     secret: true,
   }),
   smsToken: setting({

@@ -1,11 +1,13 @@
 // The courier's retries (an outbox worker, src/services/outbox-worker.ts): a failed send is tried again with
 // backoff, a sent message's text is erased, and once the attempts run out the message fails for good,
 // its text erased too. The SMS provider is an HTTP server the test runs, answering as the test says.
+// A provider URL holding credentials sends them as Basic authorization and never logs or stores them.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { startHarness, newKeyPair, type Harness } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
+import { partsOf } from "./helpers/leaky-node.js";
 
 const answers: number[] = [];
 const texts: Array<{ to: string; body: string }> = [];
@@ -103,5 +105,83 @@ describe("the message courier", () => {
       [3, true, "SMS provider answered 503"],
     ]);
     expect(h.logLines.join("\n")).not.toContain(code);
+  });
+});
+
+describe("an SMS provider URL holding credentials (a user name and password, a key in the path and the query)", () => {
+  const password = "pwGHJKLMNPQRSTVWXYZghjkmn";
+  const pathKey = "kyQWERTZUIOPghjklmnpqrst";
+  const queryKey = "tkZXCVBNMghjklmnpqrstuvw";
+  const secrets = [password, pathKey, queryKey];
+  const received: Array<{ url: string; authorization?: string }> = [];
+  let secretProvider: http.Server;
+  let secretHarness: Harness;
+  let sdk: ReturnType<Harness["sdk"]>;
+
+  beforeAll(async () => {
+    secretProvider = http.createServer((request, response) => {
+      request.resume();
+      request.on("end", () => {
+        received.push({ url: request.url ?? "", authorization: request.headers.authorization });
+        response.writeHead(202).end();
+      });
+    });
+    await new Promise<void>((resolve) => secretProvider.listen(0, "127.0.0.1", resolve));
+    const port = (secretProvider.address() as AddressInfo).port;
+    secretHarness = await startHarness({
+      SIGIL_SMS_URL: `http://smsuser:${password}@127.0.0.1:${port}/sms/${pathKey}?token=${queryKey}`,
+      SIGIL_TIMESTAMP_WINDOW_SECONDS: "86400",
+      SIGIL_MESSAGE_POLL_MS: "50",
+      SIGIL_MESSAGE_RETRY_BASE_MS: "20",
+      SIGIL_MESSAGE_MAX_ATTEMPTS: "2",
+    });
+    const parent = await secretHarness.organization("App backend");
+    sdk = secretHarness.sdk(parent, parent.key, fastPoller);
+  });
+  afterAll(async () => {
+    await secretHarness?.close();
+    secretProvider?.closeAllConnections();
+    await new Promise<void>((resolve) => (secretProvider?.listening ? secretProvider.close(() => resolve()) : resolve()));
+  });
+
+  async function text(phone: string) {
+    const device = { apiKeyName: "device", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" } as const;
+    const { subOrganizationId } = await sdk.createSubOrganization({
+      subOrganizationName: `user ${phone}`,
+      rootQuorumThreshold: 1,
+      rootUsers: [{ userName: "u", userPhoneNumber: phone, apiKeys: [device], authenticators: [], oauthProviders: [] }],
+    });
+    await sdk.initOtpAuth({
+      organizationId: subOrganizationId,
+      otpType: "OTP_TYPE_SMS",
+      contact: phone,
+      appName: "Demo",
+      otpLength: 6,
+      alphanumeric: false,
+    });
+    for (let i = 0; i < 400; i++) {
+      const row = await secretHarness.server.store.db
+        .selectFrom("outbound_messages")
+        .selectAll()
+        .where("recipient", "=", phone)
+        .executeTakeFirstOrThrow();
+      if (row.status !== "pending") return row;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    throw new Error(`the message to ${phone} is still pending`);
+  }
+
+  it("sends with the user name and password as Basic authorization; a provider out of reach is logged and stored without them", async () => {
+    const sent = await text("+15553000001");
+    expect(sent.status).toBe("sent");
+    expect(received).toEqual([
+      { url: `/sms/${pathKey}?token=${queryKey}`, authorization: `Basic ${Buffer.from(`smsuser:${password}`).toString("base64")}` },
+    ]);
+    secretProvider.closeAllConnections();
+    await new Promise<void>((resolve) => secretProvider.close(() => resolve()));
+    const failed = await text("+15553000002");
+    expect(failed).toMatchObject({ status: "failed", last_error: "SMS provider could not be reached (ECONNREFUSED)" });
+    const everything = `${secretHarness.logLines.join("\n")}\n${await secretHarness.snapshot()}`.toLowerCase();
+    expect(partsOf(secrets).filter((part) => everything.includes(part))).toEqual([]);
   });
 });

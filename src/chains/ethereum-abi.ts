@@ -13,6 +13,7 @@ import {
   Abi as AbiSchema,
 } from "abitype/zod";
 import { decodeFunctionData, encodeFunctionData, toFunctionSelector, type Abi, type AbiFunction, type AbiParameter, type Hex } from "viem";
+import { jsonDepth, MAX_NESTING } from "./nesting.js";
 
 export class AbiError extends Error {
   override name = "AbiError";
@@ -28,22 +29,6 @@ const ITEM_SCHEMAS = {
   receive: AbiReceive,
 };
 const ITEM_TYPES = Object.keys(ITEM_SCHEMAS);
-/** Real ABIs nest tuples a few levels; the JSON may not nest deeper than this (its parsers recurse). */
-export const MAX_INTERFACE_DEPTH = 32;
-
-/** How deeply arrays and objects nest in a parsed JSON value, counted without recursion. */
-export function jsonDepth(value: unknown): number {
-  let deepest = 0;
-  const pending: Array<[unknown, number]> = [[value, 0]];
-  while (pending.length > 0) {
-    const [item, depth] = pending.pop()!;
-    if (typeof item !== "object" || item === null) continue;
-    deepest = Math.max(deepest, depth + 1);
-    for (const child of Array.isArray(item) ? item : Object.values(item)) pending.push([child, depth + 1]);
-  }
-  return deepest;
-}
-
 export function parseInterfaceJson(text: string): unknown {
   let value: unknown;
   try {
@@ -52,26 +37,47 @@ export function parseInterfaceJson(text: string): unknown {
     // Not the parser's words: they differ between Node versions.
     throw new AbiError("is not valid JSON text");
   }
-  if (jsonDepth(value) > MAX_INTERFACE_DEPTH) throw new AbiError(`nests arrays and objects more than ${MAX_INTERFACE_DEPTH} levels deep`);
+  if (jsonDepth(value, MAX_NESTING) > MAX_NESTING) throw new AbiError(`nests arrays and objects more than ${MAX_NESTING} levels deep`);
   return value;
+}
+
+/** How many array dimensions end a type (`uint256[2][]` has 2), counted only as far as `limit`. */
+function arrayDimensions(type: string, limit: number): number {
+  let dimensions = 0;
+  let end = type.length;
+  while (dimensions <= limit && end > 0 && type[end - 1] === "]") {
+    const open = type.lastIndexOf("[", end - 1);
+    if (open < 0) break;
+    dimensions += 1;
+    end = open;
+  }
+  return dimensions;
 }
 
 const isObject = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value);
 
 /** Parameters checked one by one first, so a bad one is named with its path and type (the schema's
- * union errors name neither). */
-function checkParameters(parameters: unknown, where: string): void {
+ * union errors name neither). `level` is how deep the values of these parameters sit in a call's
+ * arguments (1 at the top): every array dimension and every tuple is a level, which viem's decoder,
+ * its encoder and the policy keyword each recurse through, so a value may sit at most MAX_NESTING deep
+ * (a type string holds any number of dimensions without nesting its JSON). */
+function checkParameters(parameters: unknown, where: string, level = 1): void {
   if (!Array.isArray(parameters)) throw new AbiError(`${where} must be a list of parameters`);
   for (const [i, parameter] of parameters.entries()) {
     const at = `${where}[${i}]`;
     if (!isObject(parameter)) throw new AbiError(`${at} must be an object {name, type}`);
     if (parameter.name !== undefined && typeof parameter.name !== "string") throw new AbiError(`${at}.name must be a string`);
     if (typeof parameter.type !== "string") throw new AbiError(`${at}.type must be a string such as "uint256"`);
+    const deepest = level + arrayDimensions(parameter.type, MAX_NESTING);
+    if (deepest > MAX_NESTING)
+      throw new AbiError(
+        `${at}.type nests arrays and tuples more than ${MAX_NESTING} levels deep (array dimensions and tuples count one each)`,
+      );
     if (/^tuple(\[\d*\])*$/.test(parameter.type)) {
       // Solidity has no empty structs; an empty tuple would decode to nothing from no bytes.
       if (!Array.isArray(parameter.components) || parameter.components.length === 0)
         throw new AbiError(`${at} is a ${parameter.type} and must list its components`);
-      checkParameters(parameter.components, `${at}.components`);
+      checkParameters(parameter.components, `${at}.components`, deepest + 1);
     } else if (!AbiParameterSchema.safeParse({ type: parameter.type }).success) {
       throw new AbiError(`${at}.type "${parameter.type.slice(0, 64)}" is not a Solidity ABI type`);
     }

@@ -29,9 +29,11 @@ import {
   getU64Codec,
   getU8Codec,
   getUtf8Codec,
+  transformCodec,
   type Codec,
 } from "@solana/kit";
 import { parseInterfaceJson } from "./ethereum-abi.js";
+import { MAX_NESTING } from "./nesting.js";
 
 export class IdlError extends Error {
   override name = "IdlError";
@@ -40,19 +42,55 @@ export class IdlError extends Error {
 // biome-ignore lint/suspicious/noExplicitAny: IDL types are chosen at run time, and so are their codecs' value types
 type AnyCodec = Codec<any>;
 
-/** How an IDL type is read, rendered for policies, and at least how many bytes it takes. */
+/** How an IDL type is read, rendered for policies, at least how many bytes it takes, and how deeply
+ * its values nest. */
 interface Reader {
   codec: AnyCodec;
   render(value: unknown): unknown;
   /** The fewest bytes a value takes: a list of zero-byte items could claim billions of them. */
   minSize: number;
+  /** Levels of nesting in a value, itself included (a u64 is 1, a vec of u64 2): the codecs and
+   * `render` recurse once per level. A type named by `defined` is built once and reused, so its
+   * height is carried with it rather than counted again at each use. */
+  height: number;
 }
 
-const numeric = (codec: AnyCodec, size: number): Reader => ({ codec, render: (v) => BigInt(v as number | bigint), minSize: size });
+/**
+ * The most values the instructions of one transaction may decode to. Every value takes a byte of the
+ * data or holds other values, at most MAX_NESTING deep, so a transaction small enough to land (1232
+ * bytes) decodes to at most 1232 × 32 = 39,424 values; but types that read values from no bytes at all
+ * (an empty struct, a struct of two of them, and so on, each level doubling) could decode to billions
+ * from a handful of bytes, and a larger transaction to millions. Past it the instruction is shown
+ * undecoded, as data the IDL does not read.
+ */
+export const MAX_DECODED_VALUES = 50_000;
+
+/** What the decode under way may still read (decodeInstruction sets it; every value read spends one). */
+let valuesLeft = MAX_DECODED_VALUES;
+
+class DecodeBudgetSpent extends Error {}
+
+/** The codec, each value it reads counted against `valuesLeft`. */
+const counted = (codec: AnyCodec): AnyCodec =>
+  transformCodec(
+    codec,
+    (value: unknown) => value,
+    (value: unknown) => {
+      valuesLeft -= 1;
+      if (valuesLeft < 0) throw new DecodeBudgetSpent();
+      return value;
+    },
+  );
+
+/** A reader whose codec counts what it reads. */
+const made = (reader: Reader): Reader => ({ ...reader, codec: counted(reader.codec) });
+
+const numeric = (codec: AnyCodec, size: number): Reader =>
+  made({ codec, render: (v) => BigInt(v as number | bigint), minSize: size, height: 1 });
 // The policy language has no fractions: a float is shown as the decimal text JavaScript prints for it.
-const float = (codec: AnyCodec, size: number): Reader => ({ codec, render: (v) => String(v), minSize: size });
+const float = (codec: AnyCodec, size: number): Reader => made({ codec, render: (v) => String(v), minSize: size, height: 1 });
 const PRIMITIVES: Record<string, () => Reader> = {
-  bool: () => ({ codec: getBooleanCodec(), render: (v) => v, minSize: 1 }),
+  bool: () => made({ codec: getBooleanCodec(), render: (v) => v, minSize: 1, height: 1 }),
   u8: () => numeric(getU8Codec(), 1),
   i8: () => numeric(getI8Codec(), 1),
   u16: () => numeric(getU16Codec(), 2),
@@ -65,16 +103,22 @@ const PRIMITIVES: Record<string, () => Reader> = {
   i128: () => numeric(getI128Codec(), 16),
   f32: () => float(getF32Codec(), 4),
   f64: () => float(getF64Codec(), 8),
-  string: () => ({ codec: addCodecSizePrefix(getUtf8Codec(), getU32Codec()), render: (v) => v, minSize: 4 }),
+  string: () => made({ codec: addCodecSizePrefix(getUtf8Codec(), getU32Codec()), render: (v) => v, minSize: 4, height: 1 }),
   // Bytes as lower-case hex without 0x, like an instruction's instruction_data_hex.
-  bytes: () => ({
-    codec: addCodecSizePrefix(getBytesCodec(), getU32Codec()),
-    render: (v) => Buffer.from(v as Uint8Array).toString("hex"),
-    minSize: 4,
-  }),
-  publicKey: () => ({ codec: getAddressCodec(), render: (v) => v, minSize: 32 }),
-  pubkey: () => ({ codec: getAddressCodec(), render: (v) => v, minSize: 32 }),
+  bytes: () =>
+    made({
+      codec: addCodecSizePrefix(getBytesCodec(), getU32Codec()),
+      render: (v) => Buffer.from(v as Uint8Array).toString("hex"),
+      minSize: 4,
+      height: 1,
+    }),
+  publicKey: () => made({ codec: getAddressCodec(), render: (v) => v, minSize: 32, height: 1 }),
+  pubkey: () => made({ codec: getAddressCodec(), render: (v) => v, minSize: 32, height: 1 }),
 };
+
+/** How many `defined` references may be followed inside one another while types are built (aliases
+ * add no level of nesting, so a chain of them is bounded here rather than by MAX_NESTING). */
+const MAX_REFERENCES = 2 * MAX_NESTING;
 
 const isObject = (value: unknown): value is Record<string, unknown> => typeof value === "object" && value !== null && !Array.isArray(value);
 
@@ -83,15 +127,20 @@ interface TypeDefinition {
   type: Record<string, unknown>;
 }
 
-/** Builds readers for an IDL's types, resolving `defined` references once each and refusing cycles. */
+/**
+ * Builds readers for an IDL's types, resolving `defined` references once each and refusing cycles.
+ * `level` is how deep the values a reader reads sit (1 at the top of an instruction's arguments, or
+ * of a type checked on its own); a value may sit at most MAX_NESTING deep, whether the types are built
+ * as they are met or were built before and are reused (their height is checked then).
+ */
 class Types {
   private readonly built = new Map<string, Reader>();
   private readonly building = new Set<string>();
 
   constructor(private readonly definitions: Map<string, TypeDefinition>) {}
 
-  reader(type: unknown, where: string, depth = 0): Reader {
-    if (depth > 32) throw new IdlError(`${where}: types nest more than 32 levels deep`);
+  reader(type: unknown, where: string, level: number): Reader {
+    if (level > MAX_NESTING) throw new IdlError(`${where}: types nest more than ${MAX_NESTING} levels deep`);
     if (typeof type === "string") {
       const primitive = Object.hasOwn(PRIMITIVES, type) ? PRIMITIVES[type] : undefined;
       if (!primitive)
@@ -103,60 +152,73 @@ class Types {
     const [kind, inner] = Object.entries(type)[0]!;
     switch (kind) {
       case "vec": {
-        const item = this.reader(inner, `${where}.vec`, depth + 1);
+        const item = this.reader(inner, `${where}.vec`, level + 1);
         if (item.minSize === 0) throw new IdlError(`${where}: a vec of a type that takes no bytes cannot be read safely`);
-        return { codec: getArrayCodec(item.codec, { size: getU32Codec() }), render: (v) => (v as unknown[]).map(item.render), minSize: 4 };
+        return made({
+          codec: getArrayCodec(item.codec, { size: getU32Codec() }),
+          render: (v) => (v as unknown[]).map(item.render),
+          minSize: 4,
+          height: item.height + 1,
+        });
       }
       case "array": {
         if (!Array.isArray(inner) || inner.length !== 2 || !Number.isSafeInteger(inner[1]) || (inner[1] as number) < 0)
           throw new IdlError(`${where}.array must be [type, length] with a whole length`);
-        const item = this.reader(inner[0], `${where}.array[0]`, depth + 1);
+        const item = this.reader(inner[0], `${where}.array[0]`, level + 1);
         const length = inner[1] as number;
         if (item.minSize === 0 && length > 0) throw new IdlError(`${where}: an array of a type that takes no bytes cannot be read safely`);
-        return {
+        return made({
           codec: getArrayCodec(item.codec, { size: length }),
           render: (v) => (v as unknown[]).map(item.render),
           minSize: item.minSize * length,
-        };
+          height: item.height + 1,
+        });
       }
       case "option": {
-        const item = this.reader(inner, `${where}.option`, depth + 1);
+        const item = this.reader(inner, `${where}.option`, level + 1);
         // None is absent: reading it in a policy is an evaluation error, like any missing value.
-        return {
+        return made({
           codec: getOptionCodec(item.codec),
           render: (v) => ((v as { __option: string }).__option === "Some" ? item.render((v as { value: unknown }).value) : undefined),
           minSize: 1,
-        };
+          height: item.height + 1,
+        });
       }
       case "defined": {
         const name = typeof inner === "string" ? inner : isObject(inner) && typeof inner.name === "string" ? inner.name : undefined;
         if (name === undefined) throw new IdlError(`${where}.defined must name a type`);
         if (isObject(inner) && Array.isArray(inner.generics) && inner.generics.length > 0)
           throw new IdlError(`${where}: generic types (${name}) are not read by this server`);
-        return this.defined(name, where, depth);
+        return this.defined(name, where, level);
       }
       default:
         throw new IdlError(`${where}: "${kind.slice(0, 64)}" is not an IDL type this server reads (vec, option, array, defined)`);
     }
   }
 
-  private defined(name: string, where: string, depth: number): Reader {
+  private defined(name: string, where: string, level: number): Reader {
     const cached = this.built.get(name);
-    if (cached) return cached;
+    if (cached) {
+      if (level - 1 + cached.height > MAX_NESTING)
+        throw new IdlError(`${where}: types nest more than ${MAX_NESTING} levels deep (${name.slice(0, 64)} nests ${cached.height})`);
+      return cached;
+    }
     const definition = this.definitions.get(name);
     if (!definition) throw new IdlError(`${where}: type ${name.slice(0, 64)} is not defined in types`);
     if (this.building.has(name)) throw new IdlError(`type ${name} contains itself, which this server does not read`);
+    if (this.building.size >= MAX_REFERENCES)
+      throw new IdlError(`${where}: types refer to one another more than ${MAX_REFERENCES} deep (through defined types and aliases)`);
     this.building.add(name);
-    const reader = this.definition(definition, `types.${name}`, depth + 1);
+    const reader = this.definition(definition, `types.${name}`, level);
     this.building.delete(name);
     this.built.set(name, reader);
     return reader;
   }
 
-  private definition({ type }: TypeDefinition, where: string, depth: number): Reader {
+  private definition({ type }: TypeDefinition, where: string, level: number): Reader {
     switch (type.kind) {
       case "struct":
-        return this.fields(type.fields ?? [], `${where}.fields`, depth);
+        return this.fields(type.fields ?? [], `${where}.fields`, level);
       case "enum": {
         if (!Array.isArray(type.variants) || type.variants.length === 0 || type.variants.length > 256)
           throw new IdlError(`${where}.variants must list 1 to 256 variants`);
@@ -164,14 +226,14 @@ class Types {
           if (!isObject(variant) || typeof variant.name !== "string") throw new IdlError(`${where}.variants[${i}] must have a name`);
           return {
             name: variant.name,
-            fields: variant.fields === undefined ? undefined : this.fields(variant.fields, `${where}.variants[${i}].fields`, depth),
+            fields: variant.fields === undefined ? undefined : this.fields(variant.fields, `${where}.variants[${i}].fields`, level + 1),
           };
         });
         const codec = getDiscriminatedUnionCodec(
           variants.map((v) => [v.name, v.fields ? getStructCodec([["fields", v.fields.codec]]) : getStructCodec([])] as const),
         );
         // As serde writes an enum: a variant without fields is its name, one with fields {name: fields}.
-        return {
+        return made({
           codec: codec as unknown as AnyCodec,
           render: (v) => {
             const value = v as { __kind: string; fields?: unknown };
@@ -179,30 +241,32 @@ class Types {
             return variant.fields ? { [variant.name]: variant.fields.render(value.fields) } : variant.name;
           },
           minSize: 1,
-        };
+          height: 1 + Math.max(0, ...variants.map((v) => v.fields?.height ?? 0)),
+        });
       }
       case "alias":
-        return this.reader(type.value, `${where}.value`, depth + 1);
+        return this.reader(type.value, `${where}.value`, level);
       case "type":
-        return this.reader(type.alias, `${where}.alias`, depth + 1);
+        return this.reader(type.alias, `${where}.alias`, level);
       default:
         throw new IdlError(`${where}.kind must be struct, enum, alias (legacy) or type (an alias)`);
     }
   }
 
-  /** Named fields ([{name, type}]) read as a map; unnamed ([type, …], a tuple struct) as a list. */
-  fields(fields: unknown, where: string, depth: number): Reader {
+  /** Named fields ([{name, type}]) read as a map; unnamed ([type, …], a tuple struct) as a list. The
+   * struct's values sit at `level`, its fields' one deeper. */
+  fields(fields: unknown, where: string, level: number): Reader {
     if (!Array.isArray(fields)) throw new IdlError(`${where} must be a list`);
     const named = fields.every((f) => isObject(f) && "name" in f);
     if (named) {
       const readers = fields.map((f, i) => {
         const field = f as Record<string, unknown>;
         if (typeof field.name !== "string" || field.name === "") throw new IdlError(`${where}[${i}].name must be a name`);
-        return [field.name, this.reader(field.type, `${where}[${i}].type`, depth + 1)] as const;
+        return [field.name, this.reader(field.type, `${where}[${i}].type`, level + 1)] as const;
       });
       const names = new Set(readers.map(([n]) => n));
       if (names.size !== readers.length) throw new IdlError(`${where} names a field twice`);
-      return {
+      return made({
         codec: getStructCodec(readers.map(([n, r]) => [n, r.codec] as [string, AnyCodec])) as AnyCodec,
         render: (v) => {
           const value = v as Record<string, unknown>;
@@ -214,14 +278,16 @@ class Types {
           return out;
         },
         minSize: readers.reduce((sum, [, r]) => sum + r.minSize, 0),
-      };
+        height: 1 + Math.max(0, ...readers.map(([, r]) => r.height)),
+      });
     }
-    const readers = fields.map((t, i) => this.reader(t, `${where}[${i}]`, depth + 1));
-    return {
+    const readers = fields.map((t, i) => this.reader(t, `${where}[${i}]`, level + 1));
+    return made({
       codec: getTupleCodec(readers.map((r) => r.codec)) as AnyCodec,
       render: (v) => (v as unknown[]).map((item, i) => readers[i]!.render(item)),
       minSize: readers.reduce((sum, r) => sum + r.minSize, 0),
-    };
+      height: 1 + Math.max(0, ...readers.map((r) => r.height)),
+    });
   }
 }
 
@@ -286,7 +352,7 @@ export function validateIdl(text: string): Idl {
   }
   const types = new Types(definitions);
   // Every declared type must be readable, not only the ones instructions use today.
-  for (const name of definitions.keys()) types.reader({ defined: name }, `types.${name}`);
+  for (const name of definitions.keys()) types.reader({ defined: name }, `types.${name}`, 1);
   const instructions = value.instructions.map((instruction, i): Instruction => {
     const where = `instructions[${i}]`;
     if (!isObject(instruction) || typeof instruction.name !== "string" || instruction.name === "")
@@ -304,7 +370,7 @@ export function validateIdl(text: string): Idl {
     return {
       name: instruction.name,
       discriminator,
-      args: types.fields(instruction.args ?? [], `${where}.args`, 0),
+      args: types.fields(instruction.args ?? [], `${where}.args`, 1),
       accounts: accountNames(instruction.accounts ?? [], `${where}.accounts`),
     };
   });
@@ -332,25 +398,42 @@ export interface ParsedInstructionData {
   program_call_args: Record<string, unknown>;
 }
 
+/** What the decodes of one transaction's instructions may still read, shared between them. */
+export interface DecodeBudget {
+  values: number;
+}
+
+export const newDecodeBudget = (): DecodeBudget => ({ values: MAX_DECODED_VALUES });
+
 /**
  * What the IDL says an instruction's data and accounts are, or undefined when no instruction's
  * discriminator starts the data or its arguments do not read. Only a canonical encoding counts: the
  * arguments read are encoded again and must be the bytes they were read from (a bool of 2, an option
  * tag of 5, are not shown as something else). Bytes after the arguments are ignored, as Anchor's
- * programs ignore them.
+ * programs ignore them. Reading spends `budget` (one per value); arguments that would read more than
+ * it holds are not shown.
  */
-export function decodeInstruction(idl: Idl, data: Uint8Array, accountKeys: string[]): ParsedInstructionData | undefined {
+export function decodeInstruction(
+  idl: Idl,
+  data: Uint8Array,
+  accountKeys: string[],
+  budget: DecodeBudget = newDecodeBudget(),
+): ParsedInstructionData | undefined {
   const instruction = idl.instructions.find((i) => data.length >= i.discriminator.length && startsWith(data, i.discriminator));
   if (!instruction) return undefined;
   const start = instruction.discriminator.length;
   let args: unknown;
   let end: number;
+  valuesLeft = budget.values;
   try {
     [args, end] = instruction.args.codec.read(data, start);
     const again = instruction.args.codec.encode(args);
     if (Buffer.compare(Buffer.from(again), Buffer.from(data.subarray(start, end))) !== 0) return undefined;
   } catch {
     return undefined;
+  } finally {
+    budget.values = Math.max(valuesLeft, 0);
+    valuesLeft = MAX_DECODED_VALUES;
   }
   const namedAccounts: Record<string, string> = {};
   instruction.accounts.forEach((name, i) => {

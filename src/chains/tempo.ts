@@ -4,6 +4,7 @@
 // tempo module viem's Tempo chains serialize with) parses, hashes and serializes.
 import type { TxEnvelopeTempo } from "ox/tempo";
 import { getAddress, hexToBytes } from "viem";
+import { MAX_NESTING, rlpDepth } from "./nesting.js";
 
 // ox/tempo is loaded on the first Tempo transaction rather than at every process start.
 let oxTempo: Promise<typeof import("ox/tempo")> | undefined;
@@ -30,6 +31,10 @@ export async function parseTempoTransaction(unsigned: string): Promise<ParsedTem
   const text = (unsigned.startsWith("0x") ? unsigned.slice(2) : unsigned).toLowerCase();
   if (!/^([0-9a-f]{2})+$/.test(text) || !text.startsWith("76"))
     throw new TempoError("unsignedTransaction must be the hex of a Tempo transaction (type 0x76), as @turnkey/viem sends it");
+  // ox reads RLP lists by recursion with no limit of its own (100,000 levels took 7.5 s and overflowed
+  // the stack); a Tempo transaction nests a few.
+  if (rlpDepth(Buffer.from(text.slice(2), "hex"), MAX_NESTING) > MAX_NESTING)
+    throw new TempoError(`unsignedTransaction nests RLP lists more than ${MAX_NESTING} levels deep: it is not a Tempo transaction`);
   const library = await tempoLibrary();
   const { TokenId, TxEnvelopeTempo } = library;
   const serialized = `0x${text}` as TxEnvelopeTempo.Serialized;

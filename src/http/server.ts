@@ -30,7 +30,7 @@ import { WebhookDispatcher } from "../services/webhook-dispatcher.js";
 import { MessageCourier } from "../services/message-courier.js";
 import { ChainBroadcaster } from "../services/chain-broadcaster.js";
 import { ChainRpc, type ContractAbiLookup } from "../services/chain-rpc.js";
-import { ETHEREUM, findContractInterface } from "../operations/contracts/interfaces.js";
+import { uploadedAbi } from "../operations/contracts/contract-calls.js";
 import { oidcVerifier } from "../auth/oidc.js";
 import { trustedProxyTest } from "../auth/ip-allowlists.js";
 import { oauth2Providers } from "../services/oauth2-providers.js";
@@ -134,10 +134,10 @@ export interface ServerParts {
 /**
  * Where a contract's ABI is found, to name the custom errors it reverts with: both the activities
  * (a reverted simulation) and the broadcaster (a transaction reverted on chain) ask it. One place to
- * wire the smart contract interfaces' look-up (findContractInterface) in.
+ * wire the smart contract interfaces' look-up in (uploadedAbi: a stored ABI that no longer passes the
+ * checks names nothing, rather than failing the activity or the broadcaster's look).
  */
-const findContractAbi: ContractAbiLookup = async (db, organizationId, contractAddress) =>
-  (await findContractInterface(db, organizationId, ETHEREUM, contractAddress))?.abi;
+const findContractAbi: ContractAbiLookup = uploadedAbi;
 
 export function buildApp(
   config: Config,

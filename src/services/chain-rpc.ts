@@ -2,7 +2,8 @@
 // CAIP-2 chain id: EVM chains spoken through viem's public client and HTTP transport, Solana clusters
 // through @solana/kit's (solana-rpc.ts). Each node is asked which chain it serves once before it is
 // used (an EVM node its chain id, a Solana node its genesis hash): a node listed under the wrong caip2
-// would otherwise be handed transactions signed for another chain.
+// would otherwise be handed transactions signed for another chain. What a node answers reaches Sigil
+// with the secrets of every configured URL removed (node-answers.ts).
 import {
   BaseError,
   HttpRequestError,
@@ -18,6 +19,7 @@ import { canonicalCaip2, type ChainConfig } from "../config.js";
 import type { Db, Tx } from "../store/handles.js";
 import { serviceError } from "../errors.js";
 import { solanaRpc, verifyGenesisHash, type SolanaChain } from "./solana-rpc.js";
+import { fetchFromNode, endpointOf, NodeSecrets, NodeUnreachable } from "./node-answers.js";
 
 /**
  * The ABI uploaded for a contract of the organization (its smart contract interface), used to decode
@@ -38,8 +40,12 @@ export class ChainRpc {
   private readonly solanaClients = new Map<string, SolanaChain["rpc"]>();
   /** The chain id check of each node: made once, forgotten when it could not be made (node down). */
   private readonly verified = new Map<string, Promise<void>>();
+  /** Every configured URL's secrets, removed from whatever any node answers. */
+  private readonly secrets: NodeSecrets;
 
-  constructor(private readonly config: ChainConfig) {}
+  constructor(private readonly config: ChainConfig) {
+    this.secrets = new NodeSecrets(Object.values(config.rpcUrls));
+  }
 
   /** The assets SIGIL_CHAIN_ASSETS lists, by caip2 (canonical). */
   get assets(): ChainConfig["assets"] {
@@ -68,7 +74,7 @@ export class ChainRpc {
     this.requireNode(caip2);
     let rpc = this.solanaClients.get(caip2);
     if (!rpc) {
-      rpc = solanaRpc(this.config.rpcUrls[caip2]!, this.config.timeoutMs);
+      rpc = solanaRpc(this.config.rpcUrls[caip2]!, this.config.timeoutMs, this.secrets);
       this.solanaClients.set(caip2, rpc);
     }
     let check = this.verified.get(caip2);
@@ -87,8 +93,7 @@ export class ChainRpc {
     this.requireNode(caip2);
     let client = this.clients.get(caip2);
     if (!client) {
-      // No retries here: an activity waits for its answer, and the broadcaster retries on its own schedule.
-      client = createPublicClient({ transport: http(this.config.rpcUrls[caip2], { timeout: this.config.timeoutMs, retryCount: 0 }) });
+      client = createPublicClient({ transport: evmTransport(caip2, this.config.rpcUrls[caip2]!, this.config.timeoutMs, this.secrets) });
       this.clients.set(caip2, client);
     }
     let check = this.verified.get(caip2);
@@ -100,6 +105,22 @@ export class ChainRpc {
     await check;
     return { caip2, chainId, client };
   }
+}
+
+/**
+ * viem's HTTP transport to a node. viem quotes the URL it is given in its errors (and so in anything that
+ * logs one): it is given a stand-in naming the chain, and `fetchFromNode` sends each request to the
+ * configured URL and hands back the node's answers with their errors redacted. No retries here: an
+ * activity waits for its answer, and the broadcaster retries on its own schedule.
+ */
+function evmTransport(caip2: string, url: string, timeoutMs: number, secrets: NodeSecrets) {
+  const endpoint = endpointOf(url);
+  const standIn = `https://${caip2.replace(/[^A-Za-z0-9]/g, "-").toLowerCase()}.chain-node.invalid/`;
+  return http(standIn, {
+    timeout: timeoutMs,
+    retryCount: 0,
+    fetchFn: (_standIn, init) => fetchFromNode(endpoint, init, secrets),
+  });
 }
 
 /** eip155:<n> -> n; anything else is not an EVM chain. */
@@ -157,13 +178,20 @@ export function rpcFailureOf(error: unknown): RpcFailure {
     };
   }
   const timedOut = error.walk((e) => e instanceof TimeoutError);
+  const unreachable = error.walk((e) => e instanceof NodeUnreachable) as NodeUnreachable | null;
   return {
     kind: "unreachable",
-    message: timedOut ? "the node did not answer in time" : http ? `HTTP ${http.status ?? "error"}` : error.shortMessage,
+    message: timedOut
+      ? "the node did not answer in time"
+      : unreachable
+        ? unreachable.message
+        : http
+          ? `HTTP ${http.status ?? "error"}`
+          : error.shortMessage,
   };
 }
 
-/** CHAIN_NODE_UNAVAILABLE for a call that failed; never quotes the node's URL (it may hold an API key). */
+/** CHAIN_NODE_UNAVAILABLE for a call that failed; the node's words come redacted (node-answers.ts). */
 export function unavailable(caip2: string, error: unknown) {
   const failure = rpcFailureOf(error);
   return serviceError("CHAIN_NODE_UNAVAILABLE", `the node of ${caip2} failed: ${failure.message}`);

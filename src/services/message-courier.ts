@@ -17,6 +17,7 @@ import type { OutboundMessagesTable } from "../store/schema.js";
 import type { MessagingConfig } from "../config.js";
 import { newId } from "../store/ids.js";
 import { OutboxWorker, type AttemptResult, type SendOutcome } from "./outbox-worker.js";
+import { endpointOf, unreachableReason } from "./node-answers.js";
 
 export type Channel = "email" | "sms";
 
@@ -315,12 +316,27 @@ export class MessageCourier extends OutboxWorker<ClaimedMessage> {
 
   private async sendSms(to: string, content: MessageContent): Promise<void> {
     if (!this.config.smsUrl) throw new Error("no SMS provider configured (SIGIL_SMS_URL)");
-    const response = await fetch(this.config.smsUrl, {
-      method: "POST",
-      headers: { "content-type": "application/json", ...(this.config.smsToken ? { authorization: `Bearer ${this.config.smsToken}` } : {}) },
-      body: JSON.stringify({ to, body: content.text }),
-      signal: AbortSignal.timeout(this.config.timeoutMs),
-    });
+    // The URL may hold the provider's credentials: a user name and password go as Basic authorization
+    // (SIGIL_SMS_TOKEN, when set, as Bearer instead), and a failure is told in Sigil's words only, as
+    // the error is stored and logged.
+    const endpoint = endpointOf(this.config.smsUrl);
+    let response: Response;
+    try {
+      response = await fetch(endpoint.url, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          ...endpoint.headers,
+          ...(this.config.smsToken ? { authorization: `Bearer ${this.config.smsToken}` } : {}),
+        },
+        body: JSON.stringify({ to, body: content.text }),
+        signal: AbortSignal.timeout(this.config.timeoutMs),
+      });
+    } catch (error) {
+      if ((error as { name?: unknown } | null)?.name === "TimeoutError")
+        throw new Error(`SMS provider did not answer within ${this.config.timeoutMs} ms`);
+      throw new Error(`SMS provider could not be reached (${unreachableReason(error)})`);
+    }
     await response.arrayBuffer().catch(() => undefined);
     if (!response.ok) throw new Error(`SMS provider answered ${response.status}`);
   }

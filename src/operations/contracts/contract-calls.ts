@@ -4,10 +4,10 @@
 // today, sending next) builds these here, from the transaction it parsed, so they always agree.
 // Without an interface for the address, or when the data does not decode with it, the fields are
 // absent: a policy reading them is OUTCOME_ERROR, which neither allows nor denies.
-import type { TransactionSerializable } from "viem";
+import type { Abi, TransactionSerializable } from "viem";
 import type { Db, Tx } from "../../store/handles.js";
 import { AbiError, decodeContractCall, type ContractCall } from "../../chains/ethereum-abi.js";
-import { IdlError, decodeInstruction } from "../../chains/solana-idl.js";
+import { IdlError, decodeInstruction, newDecodeBudget } from "../../chains/solana-idl.js";
 import { ETHEREUM, SOLANA, findContractInterface, type FoundInterface } from "./interfaces.js";
 import { EthereumAddress } from "../../policy/types.js";
 
@@ -19,6 +19,12 @@ async function orNothing<T>(find: () => Promise<T | undefined>): Promise<T | und
     if (error instanceof AbiError || error instanceof IdlError) return undefined;
     throw error;
   }
+}
+
+/** The ABI the organization uploaded for a contract, for decoding its revert reasons; none when there
+ * is none or the stored one no longer passes the checks. */
+export async function uploadedAbi(db: Db | Tx, organizationId: string, contractAddress: string): Promise<Abi | undefined> {
+  return (await orNothing(() => findContractInterface(db, organizationId, ETHEREUM, contractAddress)))?.abi;
 }
 
 /**
@@ -58,6 +64,8 @@ export async function withParsedInstructions(
   const programs = new Map<string, Extract<FoundInterface, { type: typeof SOLANA }> | undefined>();
   for (const program of new Set(instructions.map((i) => i.program_key)))
     programs.set(program, await orNothing(() => findContractInterface(db, organizationId, SOLANA, program)));
+  // One budget for the whole transaction: many instructions cannot multiply what is read.
+  const budget = newDecodeBudget();
   return {
     ...transaction,
     instructions: instructions.map((instruction) => {
@@ -68,6 +76,7 @@ export async function withParsedInstructions(
         found.idl,
         data,
         instruction.accounts.map((a) => a.account_key),
+        budget,
       );
       if (!parsed) return instruction;
       const { named_accounts, ...rest } = parsed;
