@@ -10,7 +10,11 @@
 // Buckets here refill at one token per 1,000 s: a test sees only their bursts, however slowly it runs.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TurnkeyRequestError } from "@turnkey/http";
+import pino from "pino";
+import { sql } from "kysely";
+import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
+import { RATE_LIMIT_TABLE, rateLimiter } from "../src/services/rate-limits.js";
 import { backend } from "./helpers/backend.js";
 import { apiKeyStamp, newKeyPair, startHarness, type ApiKeyPair, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { fastPoller, organizationWith } from "./helpers/organizations.js";
@@ -171,6 +175,23 @@ describe("a key's bucket", () => {
     const otherSdk = h.sdk(other, other.key);
     const otherSignWith = (await otherSdk.createWallet({ walletName: "w", accounts: [eth] })).addresses[0]!;
     for (let i = 0; i < 3; i++) completed(await post(h.url, SIGN, signature(other.organizationId, otherSignWith), other.key));
+  });
+
+  it("admits exactly its burst of requests sent at once (charged together on PostgreSQL), and refuses the rest", async () => {
+    const other = await h.organization();
+    const root = h.sdk(other, other.key);
+    const otherSignWith = (await root.createWallet({ walletName: "w", accounts: [eth] })).addresses[0]!;
+    const key = newKeyPair();
+    await root.createApiKeys({
+      userId: other.userId,
+      apiKeys: [{ apiKeyName: "burst", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+    });
+    const before = (await h.server.store.db.selectFrom("activities").select("id").execute()).length;
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, () => post(h.url, SIGN, signature(other.organizationId, otherSignWith), key)),
+    );
+    expect(answers.map((a) => a.status).sort()).toEqual([...Array(4).fill(200), ...Array(6).fill(429)]);
+    expect((await h.server.store.db.selectFrom("activities").select("id").execute()).length).toBe(before + 4);
   });
 
   it("counts queries in a bucket of their own", async () => {
@@ -375,4 +396,48 @@ describe(`the buckets are shared by every server process (${backend === "postgre
       await deployment.stop();
     }
   }, 120_000); // server processes started through the CLI: slow on a loaded 2-core machine
+});
+
+describe("buckets full again", () => {
+  it("are forgotten: a full bucket and a forgotten one are the same, one still refilling is kept", async () => {
+    // The server's own limiter off: only the one made here counts, forgetting at every charge.
+    const h = await startHarness({ SIGIL_RATE_LIMITS: "false" });
+    try {
+      const config = loadConfig({
+        SIGIL_RATE_LIMIT_KEY_ACTIVITIES: "1000/1",
+        SIGIL_RATE_LIMIT_ORGANIZATION_ACTIVITIES: burstOf(5),
+        SIGIL_RATE_LIMIT_ROOT_RESERVE: "off",
+      }).rateLimits!;
+      const limiter = rateLimiter(config, h.server.store, pino({ level: "silent" }), { pruneIntervalMs: 0 })!;
+      const org = await h.organization();
+      const requester = (credentialId: string) => ({ credentialId, userId: org.userId, organizationId: org.organizationId });
+      await limiter.charge("activities", requester("first"));
+      // The first key's bucket is full again a millisecond later; the organization's only in 1,000 s.
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      await limiter.charge("activities", requester("second"));
+      const held = async () => {
+        if (h.server.store.dialect === "sqlite") return (limiter as unknown as { size: number }).size;
+        const { rows } = await sql<{ key: string }>`select key from ${sql.table(RATE_LIMIT_TABLE)}`.execute(h.server.store.db);
+        return rows.map((row) => row.key).sort();
+      };
+      if (h.server.store.dialect === "sqlite") {
+        // Forgotten before the second charge: the organization's bucket and the second key's remain.
+        expect(await held()).toBe(2);
+      } else {
+        // Forgotten after the second charge's statement, on another connection: looked at until done.
+        for (let i = 0; i < 100 && ((await held()) as string[]).includes("activities:key:first"); i++)
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        const keys = (await held()) as string[];
+        expect(keys).not.toContain("activities:key:first");
+        expect(keys).toContain(`activities:org:${org.organizationId}`);
+      }
+      // Forgetting changed nothing the buckets decide: the organization still has 3 of its 5.
+      for (let i = 0; i < 3; i++) await limiter.charge("activities", requester(`more ${i}`));
+      await expect(limiter.charge("activities", requester("one too many"))).rejects.toMatchObject({
+        turnkeyErrorCode: "REQUEST_RATE_LIMITED",
+      });
+    } finally {
+      await h.close();
+    }
+  });
 });

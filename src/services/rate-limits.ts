@@ -167,10 +167,16 @@ class MemoryRateLimiter implements RateLimiter {
   private readonly parents: OrganizationParents;
   private prunedAt: number;
 
+  /** Buckets held (not yet forgotten as full). */
+  get size(): number {
+    return this.tats.size;
+  }
+
   constructor(
     private readonly config: RateLimitConfig,
     private readonly reader: Db,
     private readonly clock: () => number,
+    private readonly pruneIntervalMs: number,
   ) {
     this.parents = new OrganizationParents(reader);
     this.prunedAt = clock();
@@ -214,7 +220,7 @@ class MemoryRateLimiter implements RateLimiter {
   }
 
   private prune(now: number): void {
-    if (now - this.prunedAt < PRUNE_INTERVAL_MS) return;
+    if (now - this.prunedAt < this.pruneIntervalMs) return;
     this.prunedAt = now;
     for (const [key, tat] of this.tats) if (tat <= now) this.tats.delete(key);
   }
@@ -265,6 +271,7 @@ class PostgresRateLimiter implements RateLimiter {
     private readonly reader: Db,
     private readonly db: Db,
     private readonly logger: pino.Logger,
+    private readonly pruneIntervalMs: number,
   ) {
     this.parents = new OrganizationParents(reader);
   }
@@ -320,7 +327,7 @@ class PostgresRateLimiter implements RateLimiter {
    * waits long for one. On the pool: the reads' connection does not wait for it. */
   private prune(): void {
     const now = Date.now();
-    if (now - this.prunedAt < PRUNE_INTERVAL_MS) return;
+    if (now - this.prunedAt < this.pruneIntervalMs) return;
     this.prunedAt = now;
     const table = sql.table(RATE_LIMIT_TABLE);
     const deleteSome = async (): Promise<void> => {
@@ -333,14 +340,16 @@ class PostgresRateLimiter implements RateLimiter {
   }
 }
 
-/** The limiter for a store, or none when rate limits are off (SIGIL_RATE_LIMITS=false). */
+/** The limiter for a store, or none when rate limits are off (SIGIL_RATE_LIMITS=false).
+ * `pruneIntervalMs`: how often the buckets that are full again are forgotten (a minute). */
 export function rateLimiter(
   config: RateLimitConfig | null,
   store: { dialect: Dialect; reader: Db; db: Db },
   logger: pino.Logger,
+  { pruneIntervalMs = PRUNE_INTERVAL_MS }: { pruneIntervalMs?: number } = {},
 ): RateLimiter | undefined {
   if (!config) return undefined;
   return store.dialect === "postgres"
-    ? new PostgresRateLimiter(config, store.reader, store.db, logger)
-    : new MemoryRateLimiter(config, store.reader, Date.now);
+    ? new PostgresRateLimiter(config, store.reader, store.db, logger, pruneIntervalMs)
+    : new MemoryRateLimiter(config, store.reader, Date.now, pruneIntervalMs);
 }
