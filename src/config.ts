@@ -61,6 +61,33 @@ export interface Config {
   invitations: InvitationConfig;
   /** Where oauth2_authenticate exchanges codes and asks who the user is, by provider. */
   oauth2Providers: Oauth2ProviderConfig;
+  /** How many requests each credential and organization may make (docs/rate-limits.md); null: none counted. */
+  rateLimits: RateLimitConfig | null;
+}
+
+/** A token bucket: it holds `burst` requests and refills at `perSecond`. */
+export interface Rate {
+  perSecond: number;
+  burst: number;
+}
+
+/** The buckets of one class of requests; a null bucket is not counted. */
+export interface RateLevels {
+  /** Each API key (session keys included), passkey, or the credential a read-only session was opened with. */
+  key: Rate | null;
+  /** Each sub-organization: every credential of one end user together. */
+  subOrganization: Rate | null;
+  /** Each top-level organization, its sub-organizations counting toward it. */
+  organization: Rate | null;
+}
+
+export interface RateLimitConfig {
+  /** Activities; votes are counted in buckets of their own at the same rates. */
+  activities: RateLevels;
+  queries: RateLevels;
+  /** Per organization and class: what its root quorum's requests are counted against once the
+   * organization's own bucket is spent, so that it can still act (delete a runaway key). */
+  rootReserve: Rate | null;
 }
 
 /** The endpoints of the OAuth 2.0 providers oauth2_authenticate talks to (docs/oauth2-providers.md):
@@ -267,6 +294,35 @@ const boolean: Kind<boolean> = {
   accepts: "`true` or `false` (`1` and `0` are accepted too)",
   parse: (raw, reading) => (raw === "true" || raw === "1" ? true : raw === "false" || raw === "0" ? false : reading.refuse()),
 };
+
+/** The most requests a second a bucket may refill at, and hold: beyond any one server's capacity. */
+const RATE_MAX = 1_000_000;
+
+/**
+ * A token bucket as `<rate>/<burst>` (requests a second, requests held), or `off`. Read as text and written back in one
+ * spelling (`0.50/3` is `0.5/3`); loadConfig turns it into a Rate.
+ */
+const rate: Kind<string> = {
+  accepts:
+    "`<rate>/<burst>` such as `10/20`: the requests a second the bucket refills with (above 0; `0.5` is one every 2 s) and the " +
+    "requests it holds (a whole number, 1 or more), each at most 1,000,000; or `off` (not counted)",
+  parse(raw, reading) {
+    const text = raw.trim();
+    if (text.toLowerCase() === "off") return "off";
+    const match = /^(\d{1,7}(?:\.\d{1,6})?)\s*\/\s*(\d{1,7})$/.exec(text);
+    const perSecond = Number(match?.[1]);
+    const burst = Number(match?.[2]);
+    if (!match || !(perSecond > 0) || perSecond > RATE_MAX || burst < 1 || burst > RATE_MAX) return reading.refuse();
+    return `${perSecond}/${burst}`;
+  },
+};
+
+/** A rate setting's value as loadConfig hands it on. */
+function rateOf(text: string): Rate | null {
+  if (text === "off") return null;
+  const [perSecond, burst] = text.split("/").map(Number) as [number, number];
+  return { perSecond, burst };
+}
 
 /** pino's levels, and `silent`; pino reads them in any case. */
 export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"];
@@ -614,6 +670,7 @@ const MESSAGES = "Emails and SMS";
 const WEBHOOKS = "Webhooks";
 const CHAINS = "Chain nodes";
 const INVITATIONS = "Invitations";
+const RATE_LIMITS = "Rate limits";
 
 /**
  * Every setting, in the order docs/configuration.md lists them. To add one: declare it here (a test fails
@@ -849,6 +906,72 @@ export const settings = {
       "queries are answered only for API keys (session keys included) created, and read-only sessions issued, less than this long " +
       "ago; older ones get HTTP 401 `CREDENTIAL_TOO_OLD_FOR_QUERIES` (submits and passkeys are not limited). Bounds how long a " +
       "captured query can be replayed",
+  }),
+
+  rateLimits: setting({
+    variable: "SIGIL_RATE_LIMITS",
+    group: RATE_LIMITS,
+    kind: boolean,
+    default: true,
+    meaning:
+      "count every authenticated request against the token buckets below and refuse one that finds a bucket empty with HTTP 429 " +
+      "`REQUEST_RATE_LIMITED` and `Retry-After` ([Rate limits](rate-limits.md)); `false` counts nothing. The buckets are kept in " +
+      "the database on PostgreSQL (shared by every server process) and in the process on SQLite",
+  }),
+  rateLimitKeyActivities: setting({
+    variable: "SIGIL_RATE_LIMIT_KEY_ACTIVITIES",
+    group: RATE_LIMITS,
+    kind: rate,
+    default: "50/100",
+    meaning:
+      "activities one API key (a session key is one), passkey or attested identity may submit: requests a second and burst. Votes " +
+      "(`approve_activity`, `reject_activity`) are counted in buckets of their own at the same rates",
+  }),
+  rateLimitSubOrganizationActivities: setting({
+    variable: "SIGIL_RATE_LIMIT_SUB_ORGANIZATION_ACTIVITIES",
+    group: RATE_LIMITS,
+    kind: rate,
+    default: "10/20",
+    meaning: "activities the credentials of one sub-organization (an end user's keys, passkeys and sessions) may submit together",
+  }),
+  rateLimitOrganizationActivities: setting({
+    variable: "SIGIL_RATE_LIMIT_ORGANIZATION_ACTIVITIES",
+    group: RATE_LIMITS,
+    kind: rate,
+    default: "200/400",
+    meaning:
+      "activities a top-level organization's credentials and those of all its sub-organizations may submit together: creating " +
+      "sub-organizations or keys does not raise it",
+  }),
+  rateLimitKeyQueries: setting({
+    variable: "SIGIL_RATE_LIMIT_KEY_QUERIES",
+    group: RATE_LIMITS,
+    kind: rate,
+    default: "100/200",
+    meaning: "queries one API key, passkey or read-only session (counted as the credential that opened it) may send",
+  }),
+  rateLimitSubOrganizationQueries: setting({
+    variable: "SIGIL_RATE_LIMIT_SUB_ORGANIZATION_QUERIES",
+    group: RATE_LIMITS,
+    kind: rate,
+    default: "20/40",
+    meaning: "queries the credentials of one sub-organization may send together",
+  }),
+  rateLimitOrganizationQueries: setting({
+    variable: "SIGIL_RATE_LIMIT_ORGANIZATION_QUERIES",
+    group: RATE_LIMITS,
+    kind: rate,
+    default: "500/1000",
+    meaning: "queries a top-level organization's credentials and those of all its sub-organizations may send together",
+  }),
+  rateLimitRootReserve: setting({
+    variable: "SIGIL_RATE_LIMIT_ROOT_RESERVE",
+    group: RATE_LIMITS,
+    kind: rate,
+    default: "2/10",
+    meaning:
+      "per organization and per class (activities, votes, queries): what a member of its root quorum is counted against once the " +
+      "organization's own bucket is spent (its key's bucket still counts), so that a runaway key cannot lock the root quorum out",
   }),
 
   webauthnRpIds: setting({
@@ -1325,5 +1448,20 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       x: { tokenUrl: s.oauth2XTokenUrl, userInfoUrl: s.oauth2XUserInfoUrl },
       discord: { tokenUrl: s.oauth2DiscordTokenUrl, userInfoUrl: s.oauth2DiscordUserInfoUrl },
     },
+    rateLimits: s.rateLimits
+      ? {
+          activities: {
+            key: rateOf(s.rateLimitKeyActivities),
+            subOrganization: rateOf(s.rateLimitSubOrganizationActivities),
+            organization: rateOf(s.rateLimitOrganizationActivities),
+          },
+          queries: {
+            key: rateOf(s.rateLimitKeyQueries),
+            subOrganization: rateOf(s.rateLimitSubOrganizationQueries),
+            organization: rateOf(s.rateLimitOrganizationQueries),
+          },
+          rootReserve: rateOf(s.rateLimitRootReserve),
+        }
+      : null,
   };
 }

@@ -646,6 +646,12 @@ export const ERROR_CATALOG = {
     meaning:
       "nothing was sent: a budget of messages (codes, emailed credentials, invitations) per contact, organization or credential is spent; retry after the Retry-After seconds",
   },
+  REQUEST_RATE_LIMITED: {
+    status: "ResourceExhausted",
+    meaning:
+      "a request rate limit of the credential, its sub-organization or its organization (named in the message with its setting) is spent: " +
+      "nothing was locked or recorded; send it again after the Retry-After seconds (see rate-limits.md)",
+  },
 
   // ── 500, gRPC 13 Internal ──
   INTERNAL: { status: "Internal", meaning: "a fault of the server; the details go to the server's log only" },

@@ -141,6 +141,19 @@ describe("defaults", () => {
       x: { tokenUrl: "https://api.x.com/2/oauth2/token", userInfoUrl: "https://api.x.com/2/users/me" },
       discord: { tokenUrl: "https://discord.com/api/oauth2/token", userInfoUrl: "https://discord.com/api/users/@me" },
     },
+    rateLimits: {
+      activities: {
+        key: { perSecond: 50, burst: 100 },
+        subOrganization: { perSecond: 10, burst: 20 },
+        organization: { perSecond: 200, burst: 400 },
+      },
+      queries: {
+        key: { perSecond: 100, burst: 200 },
+        subOrganization: { perSecond: 20, burst: 40 },
+        organization: { perSecond: 500, burst: 1000 },
+      },
+      rootReserve: { perSecond: 2, burst: 10 },
+    },
   });
 
   it("with nothing set, every setting has the default Sigil had before the catalog", () => {
@@ -221,6 +234,14 @@ describe("accepted values", () => {
     SIGIL_CHAIN_ASSETS: "test/fixtures/chain-assets.json",
     SIGIL_PUBLIC_URL: "https://wallet.example.com/sigil/",
     SIGIL_INVITATION_SECONDS: "3600",
+    SIGIL_RATE_LIMITS: "false",
+    SIGIL_RATE_LIMIT_KEY_ACTIVITIES: "5/6",
+    SIGIL_RATE_LIMIT_SUB_ORGANIZATION_ACTIVITIES: "0.5/2",
+    SIGIL_RATE_LIMIT_ORGANIZATION_ACTIVITIES: "off",
+    SIGIL_RATE_LIMIT_KEY_QUERIES: " 7 / 8 ",
+    SIGIL_RATE_LIMIT_SUB_ORGANIZATION_QUERIES: "OFF",
+    SIGIL_RATE_LIMIT_ORGANIZATION_QUERIES: "1000000/1000000",
+    SIGIL_RATE_LIMIT_ROOT_RESERVE: "0.25/1",
   };
 
   it("every declared setting reaches the Config: setting it alone changes it", () => {
@@ -248,6 +269,8 @@ describe("accepted values", () => {
       signatureThreads: 0,
       secp256k1: "wasm",
       webhooks: { allowLoopback: true, allowPrivate: true, concurrency: 2 },
+      // Off: none of the buckets set is counted.
+      rateLimits: null,
       // The trailing slash goes: links are built as `${publicUrl}/invitations/accept`.
       invitations: { publicUrl: "https://wallet.example.com/sigil", lifetimeMs: 3_600_000 },
       messages: { smtpFrom: "Wallet <no-reply@example.com>", smsToken: "sms-token", timeoutMs: 500 },
@@ -262,6 +285,20 @@ describe("accepted values", () => {
           "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1": [{ symbol: "USDC", decimals: 6 }],
         },
       },
+    });
+  });
+
+  it("reads each rate limit as requests a second and a burst, `off` as a bucket not counted, and SIGIL_RATE_LIMITS=false as none", () => {
+    const rateSamples = Object.fromEntries(Object.entries(samples).filter(([variable]) => variable.startsWith("SIGIL_RATE_LIMIT_")));
+    expect(loadConfig(rateSamples, {}).rateLimits).toEqual({
+      activities: { key: { perSecond: 5, burst: 6 }, subOrganization: { perSecond: 0.5, burst: 2 }, organization: null },
+      queries: { key: { perSecond: 7, burst: 8 }, subOrganization: null, organization: { perSecond: 1_000_000, burst: 1_000_000 } },
+      rootReserve: { perSecond: 0.25, burst: 1 },
+    });
+    expect(loadConfig({ ...rateSamples, SIGIL_RATE_LIMITS: "0" }, {}).rateLimits).toBeNull();
+    expect(loadConfig({ SIGIL_RATE_LIMIT_KEY_ACTIVITIES: "010.50/03" }, {}).rateLimits?.activities.key).toEqual({
+      perSecond: 10.5,
+      burst: 3,
     });
   });
 
@@ -327,6 +364,8 @@ describe("accepted values", () => {
 });
 
 describe("refused values: the message names the variable and what is expected", () => {
+  const RATE =
+    "`<rate>/<burst>` such as `10/20`: the requests a second the bucket refills with (above 0; `0.5` is one every 2 s) and the requests it holds (a whole number, 1 or more), each at most 1,000,000; or `off` (not counted)";
   const LEVELS = "`fatal`, `error`, `warn`, `info`, `debug`, `trace`, `silent`";
   const ISSUERS =
     "SIGIL_OIDC_ALLOWED_ISSUERS must be a comma-separated list, each item an `https://` or `http://` URL, with no query or fragment " +
@@ -465,6 +504,14 @@ describe("refused values: the message names the variable and what is expected", 
       { SIGIL_DATABASE_URL: "mysql://root@127.0.0.1/sigil" },
       /^SIGIL_DATABASE_URL must be a postgres:\/\/ or postgresql:\/\/ URL, not mysql:\/\//,
     ],
+    // A bucket is a rate and a burst, both above 0 and bounded; a whole number alone says no burst.
+    ...["0/10", "10/0", "10", "-1/2", "1e3/10", "1,5/3", "2/1.5", "1000001/10", "10/1000001", "0.0000001/1", "none", "10/20/30"].map(
+      (value): [Record<string, string>, string] => [
+        { SIGIL_RATE_LIMIT_KEY_ACTIVITIES: value },
+        `SIGIL_RATE_LIMIT_KEY_ACTIVITIES must be ${RATE}, got "${value}"`,
+      ],
+    ),
+    [{ SIGIL_RATE_LIMITS: "on" }, 'SIGIL_RATE_LIMITS must be `true` or `false` (`1` and `0` are accepted too), got "on"'],
     [
       { SIGIL_HEADERS_TIMEOUT_MS: "5000", SIGIL_REQUEST_TIMEOUT_MS: "4000" },
       "SIGIL_HEADERS_TIMEOUT_MS (5000) must not exceed SIGIL_REQUEST_TIMEOUT_MS (4000)",

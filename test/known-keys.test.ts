@@ -192,19 +192,22 @@ describe("the memory of accepted keys", () => {
   const p256 = (publicKey: string) => ({ publicKey, scheme: "SIGNATURE_SCHEME_TK_API_P256" });
   it("is per organization and per scheme, forgets a refused key, and beyond its limit the least recently used", () => {
     const known = new KnownKeys(2);
-    known.accepted(p256("k1"), "o1");
+    const key = (credentialId: string) => ({ credentialId, userId: "u1", organizationParentId: null });
+    known.accepted(p256("k1"), "o1", key("c1"));
     expect(known.has(p256("k1"), "o1")).toBe(true);
+    expect(known.get(p256("k1"), "o1")).toEqual(key("c1"));
     expect(known.has(p256("k1"), "o2")).toBe(false);
     expect(known.has({ publicKey: "k1", scheme: "SIGNATURE_SCHEME_TK_API_SECP256K1" }, "o1")).toBe(false);
-    known.accepted(p256("k2"), "o1");
-    known.accepted(p256("k1"), "o1"); // used again: now the most recent
-    known.accepted(p256("k3"), "o1");
+    known.accepted(p256("k2"), "o1", key("c2"));
+    known.accepted(p256("k1"), "o1", key("c1b")); // used again: now the most recent, as last accepted
+    known.accepted(p256("k3"), "o1", key("c3"));
     expect([known.has(p256("k1"), "o1"), known.has(p256("k2"), "o1"), known.has(p256("k3"), "o1"), known.size]).toEqual([
       true,
       false,
       true,
       2,
     ]);
+    expect(known.get(p256("k1"), "o1")?.credentialId).toBe("c1b");
     known.refused(p256("k1"), "o1");
     expect([known.has(p256("k1"), "o1"), known.size]).toEqual([false, 1]);
   });

@@ -8,7 +8,9 @@
 // expired since is refused by the read in the transaction as it would have been before it. What it
 // guards is the lock: a stamp made with a key nobody registered (anyone can make one) is refused
 // before any lock is taken, as before, instead of sharing a transaction and an organization's row
-// lock with the signatures of that organization.
+// lock with the signatures of that organization. It also says, before the transaction, which
+// credential's rate limits such a signature counts against (services/rate-limits.ts): the one whose
+// acceptance it remembers, whose key the stamp's signature must hold for first.
 const LIMIT = 10_000;
 
 /** What names a stamp's key: its public key and the scheme it signed with. */
@@ -17,9 +19,17 @@ export interface StampKey {
   scheme: string;
 }
 
+/** What the last acceptance of a key learned that its next requests are counted by before they are
+ * authenticated again (services/rate-limits.ts): the credential, its user, and its organization's parent. */
+export interface KnownKey {
+  credentialId: string;
+  userId: string;
+  organizationParentId?: string | null;
+}
+
 export class KnownKeys {
   // A Map iterates in insertion order: re-inserting on use makes the first entry the least recently used.
-  private readonly keys = new Map<string, true>();
+  private readonly keys = new Map<string, KnownKey>();
 
   constructor(private readonly limit = LIMIT) {}
 
@@ -33,12 +43,17 @@ export class KnownKeys {
     return this.keys.has(KnownKeys.entry(stamp, organizationId));
   }
 
+  /** The key as its last acceptance for the organization named found it, if it is remembered. */
+  get(stamp: StampKey, organizationId: string): KnownKey | undefined {
+    return this.keys.get(KnownKeys.entry(stamp, organizationId));
+  }
+
   /** Remembers (again: as the most recently used) a key just accepted for the organization named,
    * forgetting the least recently used beyond the limit. */
-  accepted(stamp: StampKey, organizationId: string): void {
+  accepted(stamp: StampKey, organizationId: string, key: KnownKey): void {
     const entry = KnownKeys.entry(stamp, organizationId);
     this.keys.delete(entry);
-    this.keys.set(entry, true);
+    this.keys.set(entry, key);
     if (this.keys.size > this.limit) this.keys.delete(this.keys.keys().next().value!);
   }
 

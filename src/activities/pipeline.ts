@@ -1,7 +1,7 @@
 // The road every request walks (DESIGN.md, "One request, one path"), one named step each:
 //   submit: read (stamp, JSON, envelope schema) ─► liveness (timestamp window) and fingerprint ─►
 //           authenticate (who; a retry by a key since removed is answered from the audit log) ─►
-//           IP allowlist (may this key send from where the request came?) ─► precheck (network checks and committed reads, before any lock) ─► in one transaction holding the
+//           IP allowlist (may this key send from where the request came?) ─► count (rate limits) ─► precheck (network checks and committed reads, before any lock) ─► in one transaction holding the
 //           organization's lock: (a signature's reads sent ahead as one statement: readsAhead) ─► authorize (root quorum, policies, consensus) ─► execute (the
 //           operation and the quorum safety check, or the wait for approvals, or the refusal) ─►
 //           record (the activity row built from those outcomes; its fingerprint is unique, so a
@@ -12,12 +12,12 @@
 //           requester's MFA policy the request's credential does not satisfy waits instead until the
 //           requester has proven each of its steps (demandAuthentication; activities/mfa.ts).
 //   vote:   read ─► liveness ─► authenticate (also by an attested stamp: operations/logins/attested-stamps.ts,
-//           which only proves or withdraws its own waiting activity) ─► IP allowlist, then in one transaction: find the pending activity ─►
+//           which only proves or withdraws its own waiting activity) ─► IP allowlist ─► count, then in one transaction: find the pending activity ─►
 //           (waiting for its requester's authentication: the requester's approval proves a step, and the
 //           last one decides and runs it as a vote would; the requester or the root quorum may reject
 //           it) ─► ballot (a new vote, an approval repeated, or a retry) ─► may they vote? ─► (an
 //           approver's own MFA policy holds the vote back until their approvals prove its steps) ─► the same authorize ─► execute ─► record ─► publish
-//   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► IP allowlist ─► read
+//   query:  stamp ─► JSON ─► schema ─► who (the organization, or its parent: both may read) ─► IP allowlist ─► count ─► read
 //           ─► response envelope
 // A step that refuses a request leaving no record throws a ServiceError (http/ answers it); every
 // outcome that is recorded is a value a step returns, and each step builds its own data from the
@@ -32,6 +32,7 @@ import { readAhead, type Read } from "../store/prepared.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
 import { attestedStampNotAccepted, readStamp, type ApiKeyStamp, type AttestedStamp, type Stamp } from "../auth/stamps.js";
 import { KnownKeys } from "./known-keys.js";
+import type { RateLimiter, Requester, RequestClass } from "../services/rate-limits.js";
 import { authenticateAttested } from "../operations/logins/attested-stamps.js";
 import {
   apiKeyPrincipal,
@@ -117,6 +118,8 @@ export interface PipelineOptions {
   onMessagesQueued?: () => void;
   /** Told after an activity that may have queued signed transactions committed (the broadcaster sends them). */
   onBroadcastsQueued?: () => void;
+  /** Counts each request against its credential's and organizations' buckets; none: not counted (SIGIL_RATE_LIMITS=false). */
+  rateLimits?: RateLimiter;
 }
 
 export interface PipelineResponse {
@@ -769,15 +772,13 @@ export class Pipeline {
     // A signature on PostgreSQL by a key lately accepted for this organization is authenticated in its
     // transaction, its key read in the statement read ahead (known-keys.ts says why and what it guards).
     const stamp = request.stamp;
-    // The stamp of a key authenticated in the transaction; undefined on the road before it.
-    const knownStamp =
-      store.dialect === "postgres" &&
-      lock === "shared" &&
-      !operation.precheck &&
-      stamp.kind === "API_KEY" &&
-      this.knownKeys.has(stamp, envelope.organizationId)
-        ? stamp
+    // The key as this process last accepted it, on the road that authenticates it in the transaction.
+    const known =
+      store.dialect === "postgres" && lock === "shared" && !operation.precheck && stamp.kind === "API_KEY"
+        ? this.knownKeys.get(stamp, envelope.organizationId)
         : undefined;
+    // The stamp of a key authenticated in the transaction; undefined on the road before it.
+    const knownStamp = known && stamp.kind === "API_KEY" ? stamp : undefined;
     let principal: Principal | undefined;
     if (!knownStamp) {
       try {
@@ -788,12 +789,16 @@ export class Pipeline {
       await this.checkIpAllowlist(principal, client);
       mayWrite(principal, envelope.organizationId, operation);
       if (stamp.kind === "API_KEY") this.rememberKey(stamp, principal, envelope.organizationId);
+      await this.count("activities", principal);
     } else {
       try {
         await checkApiKeySignature(knownStamp, raw);
       } catch (error) {
         return this.answerUnauthenticated(error, request, fingerprint, client);
       }
+      // The signature holds for the key, which this process accepted for the organization named (and
+      // only keys of that very organization are remembered): the buckets are that credential's.
+      await this.count("activities", { ...known!, organizationId: envelope.organizationId });
     }
     const precheck = await this.precheck(operation, envelope);
     try {
@@ -879,8 +884,22 @@ export class Pipeline {
    * forgotten.
    */
   private rememberKey(stamp: ApiKeyStamp, principal: Principal, organizationId: string): void {
-    if (writesFreely(principal, organizationId)) this.knownKeys.accepted(stamp, organizationId);
+    const { credentialId, userId, organizationParentId } = principal;
+    if (writesFreely(principal, organizationId))
+      this.knownKeys.accepted(stamp, organizationId, { credentialId, userId, organizationParentId });
     else this.knownKeys.refused(stamp, organizationId);
+  }
+
+  /**
+   * Step count (services/rate-limits.ts): the request against the buckets of its credential, of the
+   * credential's sub-organization and of its top-level organization; refused (429 REQUEST_RATE_LIMITED)
+   * when one is empty. Only once the signature is known to hold and the credential to be the
+   * organization's (authenticated, or accepted before by this process), so that nobody can spend
+   * another's buckets with a forged stamp or a key of their own; and before anything is locked, read
+   * for the operation, sent to a network or recorded.
+   */
+  private async count(kind: RequestClass, requester: Requester): Promise<void> {
+    await this.options.rateLimits?.charge(kind, requester);
   }
 
   /** Step authenticate: who stamped the request (auth/authenticate.ts checks the stamp and the credential). */
@@ -1079,6 +1098,9 @@ export class Pipeline {
     const principal = await this.authenticate(request, received);
     await this.checkIpAllowlist(principal, client);
     mayWrite(principal, envelope.organizationId);
+    // Votes have buckets of their own: a flood of activities that spent the organization's leaves
+    // the votes that decide what waits (and the root quorum's, through its reserve) a way through.
+    await this.count("votes", principal);
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
     const precheck =
       operation.selection === "VOTE_SELECTION_APPROVED" ? await this.precheckPending(envelope.organizationId, fingerprint) : undefined;
@@ -1360,6 +1382,7 @@ export class Pipeline {
       : await authenticateReadOnlySession(store.reader, session!, env.sessions.signer.verify, organizationId, now, maxAgeMs);
     await this.checkIpAllowlist(principal, client);
     if (principal.sessionKind === RECOVERY) throw recoveryOnly(principal);
+    await this.count("queries", principal);
     // Authentication already decided who may read: every user of the organization and of its parent
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);

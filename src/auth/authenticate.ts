@@ -12,6 +12,9 @@ import { joinedList, ORGANIZATION_LIST, type ApplicableLists, type ParentKeyList
 export interface Principal {
   /** The organization the credential belongs to. */
   organizationId: string;
+  /** That organization's parent (null: it is top-level), where the credential's statement read it;
+   * undefined where it was not read. */
+  organizationParentId?: string | null;
   userId: string;
   credentialType:
     | "CREDENTIAL_TYPE_API_KEY_P256"
@@ -238,6 +241,7 @@ export async function authenticate(
   }
   return {
     organizationId: authenticator.organization_id,
+    organizationParentId: authenticator.organization_parent,
     userId: authenticator.user_id,
     credentialType: "CREDENTIAL_TYPE_WEBAUTHN_AUTHENTICATOR",
     credentialId: authenticator.id,
@@ -294,6 +298,7 @@ export async function apiKeyPrincipal(
     throw credentialTooOld(`API key ${key.id}`, scope.apiKeyMaxAgeMs);
   const principal: Principal = {
     organizationId: key.organization_id,
+    organizationParentId: key.organization_parent,
     userId: key.user_id,
     credentialType: API_KEY_CREDENTIAL_TYPES[key.curve]!,
     credentialId: key.id,

@@ -8,6 +8,7 @@ import { ServiceError, serviceError } from "../errors.js";
 import { RETRY_INFO_TYPE } from "../services/send-budgets.js";
 import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
+import { rateLimiter } from "../services/rate-limits.js";
 import type { Keyring } from "../crypto/envelope.js";
 import type { OperationEnvironment } from "../registry/registry.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
@@ -200,6 +201,7 @@ export function buildApp(
     onWebhookEventsQueued,
     onMessagesQueued,
     onBroadcastsQueued,
+    rateLimits: rateLimiter(config.rateLimits, store, logger),
   });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.

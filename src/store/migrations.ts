@@ -1,7 +1,7 @@
 // One set of migrations for both dialects, written with Kysely's schema builder so the same code
 // produces SQLite and PostgreSQL DDL. Append new migrations; never edit a released one.
 import crypto from "node:crypto";
-import { sql, type Kysely, type Migration, type MigrationProvider } from "kysely";
+import { PostgresAdapter, sql, type Kysely, type Migration, type MigrationProvider } from "kysely";
 
 const initial: Migration = {
   async up(db: Kysely<any>) {
@@ -770,6 +770,129 @@ const signerLookup: Migration = {
   },
 };
 
+// Request rate limits (docs/rate-limits.md), PostgreSQL only: on SQLite the one server process keeps
+// its buckets in memory (services/rate-limits.ts), and a write transaction per request would queue
+// every request behind the one writer.
+//
+// One row per token bucket, holding its theoretical arrival time (GCRA: the bucket is full when
+// `tat` is not after now, and a request fits while `tat` stays within the burst of now). UNLOGGED:
+// losing the buckets in a crash only refills them, and a transaction that writes nothing else needs
+// no write-ahead log and commits without waiting for a flush. fillfactor 50 leaves room on each page
+// for the next version of its rows (HOT updates: no index entry per charge).
+//
+// sigil_charge_rate_limits charges the requests of one batch in one statement, in the order given:
+// each request takes one token from every bucket it counts against, or from none (when one has none,
+// it is refused with the milliseconds until it would fit, and which bucket). A request whose only
+// empty buckets are its own organization's ('own') may instead take from that organization's
+// reserve ('reserve') when its user is a member of the organization's root quorum. Buckets are
+// locked one by one in the order given (sorted by key by the caller), so two charges never wait for
+// each other in a circle; rows of buckets seen for the first time are made full.
+const rateLimits: Migration = {
+  async up(db: Kysely<any>) {
+    if (!(db.getExecutor().adapter instanceof PostgresAdapter)) return;
+    await sql`CREATE UNLOGGED TABLE rate_limit_buckets (key text PRIMARY KEY, tat double precision NOT NULL) WITH (fillfactor = 50)`.execute(
+      db,
+    );
+    await sql`
+      CREATE FUNCTION sigil_charge_rate_limits(
+        bucket_keys text[], intervals double precision[], tolerances double precision[],
+        entry_buckets integer[], entry_roles text[],
+        request_entries integer[], request_organizations text[], request_users text[]
+      ) RETURNS TABLE (request_index integer, wait_ms double precision, bucket_index integer)
+      LANGUAGE plpgsql AS $charge$
+      DECLARE
+        -- The database's clock: every server process reads the same one.
+        now_ms double precision := extract(epoch FROM clock_timestamp()) * 1000;
+        -- Rounding of intervals that do not divide a second: a fit within a microsecond fits.
+        slack constant double precision := 0.001;
+        bucket_count integer := coalesce(cardinality(bucket_keys), 0);
+        tats double precision[] := array_fill(0::double precision, ARRAY[bucket_count]);
+        changed boolean[] := array_fill(false, ARRAY[bucket_count]);
+        read_tat double precision;
+        first_entry integer := 1;
+        last_entry integer;
+        worst double precision;
+        worst_bucket integer;
+        reserve_worst double precision;
+        own_only boolean;
+        has_reserve boolean;
+        over double precision;
+        b integer;
+      BEGIN
+        FOR b IN 1 .. bucket_count LOOP
+          SELECT k.tat INTO read_tat FROM rate_limit_buckets k WHERE k.key = bucket_keys[b] FOR UPDATE;
+          IF NOT FOUND THEN
+            INSERT INTO rate_limit_buckets (key, tat) VALUES (bucket_keys[b], now_ms) ON CONFLICT (key) DO NOTHING;
+            SELECT k.tat INTO read_tat FROM rate_limit_buckets k WHERE k.key = bucket_keys[b] FOR UPDATE;
+          END IF;
+          tats[b] := greatest(read_tat, now_ms);
+        END LOOP;
+        FOR r IN 1 .. coalesce(cardinality(request_entries), 0) LOOP
+          last_entry := first_entry + request_entries[r] - 1;
+          worst := '-infinity';
+          worst_bucket := NULL;
+          own_only := true;
+          has_reserve := false;
+          FOR e IN first_entry .. last_entry LOOP
+            b := entry_buckets[e];
+            IF entry_roles[e] = 'reserve' THEN
+              has_reserve := true;
+            ELSE
+              over := tats[b] + intervals[b] - now_ms - tolerances[b];
+              IF over > worst THEN worst := over; worst_bucket := b; END IF;
+              IF over > slack AND entry_roles[e] <> 'own' THEN own_only := false; END IF;
+            END IF;
+          END LOOP;
+          IF worst <= slack THEN
+            FOR e IN first_entry .. last_entry LOOP
+              IF entry_roles[e] <> 'reserve' THEN
+                b := entry_buckets[e];
+                tats[b] := tats[b] + intervals[b];
+                changed[b] := true;
+              END IF;
+            END LOOP;
+            worst := 0;
+            worst_bucket := NULL;
+          ELSIF own_only AND has_reserve AND request_users[r] IS NOT NULL AND EXISTS (
+            SELECT 1 FROM root_quorum_members m WHERE m.organization_id = request_organizations[r] AND m.user_id = request_users[r]
+          ) THEN
+            reserve_worst := '-infinity';
+            FOR e IN first_entry .. last_entry LOOP
+              IF entry_roles[e] <> 'own' THEN
+                b := entry_buckets[e];
+                reserve_worst := greatest(reserve_worst, tats[b] + intervals[b] - now_ms - tolerances[b]);
+              END IF;
+            END LOOP;
+            IF reserve_worst <= slack THEN
+              FOR e IN first_entry .. last_entry LOOP
+                IF entry_roles[e] <> 'own' THEN
+                  b := entry_buckets[e];
+                  tats[b] := tats[b] + intervals[b];
+                  changed[b] := true;
+                END IF;
+              END LOOP;
+              worst := 0;
+              worst_bucket := NULL;
+            ELSE
+              worst := least(worst, reserve_worst);
+            END IF;
+          END IF;
+          request_index := r;
+          wait_ms := worst;
+          bucket_index := worst_bucket;
+          RETURN NEXT;
+          first_entry := last_entry + 1;
+        END LOOP;
+        IF true = ANY (changed) THEN
+          UPDATE rate_limit_buckets k SET tat = v.tat
+            FROM unnest(bucket_keys, tats, changed) AS v(key, tat, changed)
+            WHERE v.changed AND k.key = v.key;
+        END IF;
+      END
+      $charge$`.execute(db);
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -792,6 +915,7 @@ export const migrations: Record<string, Migration> = {
   "0019_mfa_policies": mfaPolicies,
   "0020_oauth2_envelope_digests": oauth2EnvelopeDigests,
   "0021_signer_lookup": signerLookup,
+  "0022_rate_limits": rateLimits,
 };
 
 export const migrationProvider: MigrationProvider = {
