@@ -9,6 +9,7 @@
 // under `.invalid`) and reaches the node through `fetchFromNode`; kit's own errors are replaced by
 // Sigil's words before they leave its transport. A node's successful answers are never rewritten:
 // they are data (hashes, balances), not words.
+import { bodyUpTo } from "./capped-body.js";
 import { Buffer } from "node:buffer";
 
 export const REDACTED = "[redacted]";
@@ -164,21 +165,9 @@ export function unreachableReason(error: unknown): string {
 
 /** An answer's text, read up to the cap. */
 async function readCapped(response: Response): Promise<string> {
-  const reader = response.body?.getReader();
-  if (!reader) return "";
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > MAX_ANSWER_BYTES) {
-      await reader.cancel();
-      throw new NodeUnreachable(`the answer is larger than ${MAX_ANSWER_BYTES} bytes`);
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks).toString("utf8");
+  const text = await bodyUpTo(response, MAX_ANSWER_BYTES);
+  if (text === undefined) throw new NodeUnreachable(`the answer is larger than ${MAX_ANSWER_BYTES} bytes`);
+  return text;
 }
 
 /** Statuses whose answers have no body (a Response with one cannot be made). */

@@ -7,6 +7,7 @@
 // registered error codes, that code: never its free text, which may echo the code, the verifier or
 // the secret in any spelling (raw, URL-encoded, base64, cut anywhere) and would be recorded as the
 // activity's failure (audit log, webhooks, logs).
+import { bodyUpTo } from "./capped-body.js";
 import type { Oauth2Endpoints, Oauth2ProviderConfig } from "../config.js";
 import { serviceError } from "../errors.js";
 
@@ -47,21 +48,10 @@ const LABEL: Record<Oauth2ProviderName, string> = { OAUTH2_PROVIDER_X: "X", OAUT
 
 /** An answer's body, read up to the cap. */
 async function readCapped(response: Response, what: string): Promise<string> {
-  const reader = response.body?.getReader();
-  if (!reader) return "";
-  const chunks: Uint8Array[] = [];
-  let size = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    size += value.byteLength;
-    if (size > MAX_ANSWER_BYTES) {
-      await reader.cancel();
-      throw serviceError("OAUTH2_PROVIDER_UNAVAILABLE", `${what} answered more than ${MAX_ANSWER_BYTES} bytes: not the provider's API`);
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks).toString("utf8");
+  const text = await bodyUpTo(response, MAX_ANSWER_BYTES);
+  if (text === undefined)
+    throw serviceError("OAUTH2_PROVIDER_UNAVAILABLE", `${what} answered more than ${MAX_ANSWER_BYTES} bytes: not the provider's API`);
+  return text;
 }
 
 const parseJson = (text: string): Record<string, unknown> | null => {
