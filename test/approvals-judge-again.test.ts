@@ -62,19 +62,25 @@ async function nothingSent(organizationId: string, from: Hex, nonceBefore: numbe
   expect(sent).toEqual([]);
 }
 
+/** An organization whose member ann sends from a funded wallet with ben's approval. */
+async function sendsWithBensApproval(walletName: string) {
+  const made = await organizationWith(h, ["ann", "ben"]);
+  const from = await fundedAccount(made.root, walletName);
+  await made.root.createPolicy({
+    policyName: "ann sends with ben's approval",
+    effect: "EFFECT_ALLOW",
+    condition: SEND,
+    consensus: `approvers.any(user, user.id == '${made.members.ben!.userId}')`,
+    notes: "",
+  });
+  return { ...made, from };
+}
+
 const failureOf = (activity: { failure?: unknown }) => JSON.stringify(activity.failure ?? null);
 
 describe(`an approval judges the transaction it will sign (${backend})`, () => {
   it("the requester's session scope: a send scoped to max fees of 5 gwei, approved after the base fee rose to 100 gwei, fails SESSION_SCOPE_DENIED and sends nothing", async () => {
-    const { org, root, members } = await organizationWith(h, ["ann", "ben"]);
-    const from = await fundedAccount(root, "scoped");
-    await root.createPolicy({
-      policyName: "ann sends with ben's approval",
-      effect: "EFFECT_ALLOW",
-      condition: SEND,
-      consensus: `approvers.any(user, user.id == '${members.ben!.userId}')`,
-      notes: "",
-    });
+    const { org, root, members, from } = await sendsWithBensApproval("scoped");
     const { sessionProfileId } = await root.createSessionProfile({
       sessionProfileName: "cheap sends",
       scope: `${SEND} && eth.tx.max_fee_per_gas <= ${FIVE_GWEI}`,
@@ -111,15 +117,7 @@ describe(`an approval judges the transaction it will sign (${backend})`, () => {
   });
 
   it("the requester's MFA policies: one whose condition only the rebuilt transaction meets (max fee > 5 gwei) makes the approved send wait for the requester's proof, then it is sent", async () => {
-    const { org, root, members } = await organizationWith(h, ["ann", "ben"]);
-    const from = await fundedAccount(root, "stepped up");
-    await root.createPolicy({
-      policyName: "ann sends with ben's approval",
-      effect: "EFFECT_ALLOW",
-      condition: SEND,
-      consensus: `approvers.any(user, user.id == '${members.ben!.userId}')`,
-      notes: "",
-    });
+    const { org, root, members, from } = await sendsWithBensApproval("stepped up");
     const second = newKeyPair();
     await members.ann!.client.createApiKeys({
       userId: members.ann!.userId,
