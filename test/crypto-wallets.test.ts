@@ -4,6 +4,7 @@
 // Ed25519 for Solana keys), so a vector and an independent implementation both have to agree.
 import crypto from "node:crypto";
 import { describe, expect, it } from "vitest";
+import fc from "fast-check";
 import { HDKey } from "@scure/bip32";
 import { Address, NETWORK, OutScript, TEST_NETWORK } from "@scure/btc-signer";
 import { base64, bech32, bech32m, hex } from "@scure/base";
@@ -18,6 +19,7 @@ import { privateKeyToAddress } from "viem/accounts";
 import {
   DerivationError,
   HARDENED,
+  HdKeyTree,
   MNEMONIC_LANGUAGES,
   deriveKeyPair,
   detectMnemonicLanguage,
@@ -246,6 +248,37 @@ describe("paths", () => {
       expect(a.privateKey).toHaveLength(32);
       expect(a.publicKey).toHaveLength(curve === ED ? 32 : 33);
     }
+  });
+});
+
+describe("HdKeyTree: many paths of one seed, the shared levels derived once", () => {
+  it("answers every path exactly as a derivation of that path alone does, in any order, on every curve", () => {
+    // Paths that share prefixes (as the accounts of one request do), drawn with fixed seeds.
+    const step = fc.integer({ min: 0, max: 3 });
+    const path = fc.array(fc.tuple(step, fc.boolean()), { minLength: 0, maxLength: 6 });
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 16, maxLength: 64 }), fc.array(path, { minLength: 1, maxLength: 8 }), (seed, paths) => {
+        const tree = new HdKeyTree(seed);
+        for (const curve of CURVES)
+          for (const steps of paths) {
+            // ed25519 derives hardened steps only: every step hardened there.
+            const spelled = `m${steps.map(([i, hardened]) => `/${i}${hardened || curve === ED ? "'" : ""}`).join("")}`;
+            const derived = tree.derive(curve, spelled);
+            expect(derived).toEqual(deriveKeyPair(seed, curve, spelled));
+            // And for secp256k1, as @scure/bip32 derives the whole path itself.
+            if (curve === SECP) expect(derived.privateKey).toEqual(HDKey.fromMasterSeed(seed).derive(spelled).privateKey);
+          }
+      }),
+      { seed: 20261129, numRuns: 60 },
+    );
+  });
+
+  it("keeps refusing what a single derivation refuses", () => {
+    const tree = new HdKeyTree(abandonSeed);
+    tree.derive(ED, "m/44'/501'/0'");
+    expect(() => tree.derive(ED, "m/44'/501'/0'/0")).toThrow(DerivationError);
+    expect(() => tree.derive(SECP, "m/0/x")).toThrow(DerivationError);
+    expect(() => new HdKeyTree(new Uint8Array(15))).toThrow(/seed must be 16 to 64 bytes/);
   });
 });
 

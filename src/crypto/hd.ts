@@ -245,48 +245,93 @@ export function slip10P256Derive(seed: Uint8Array, indexes: number[]): KeyPair &
   return { privateKey, publicKey: p256.getPublicKey(privateKey, true), chainCode: key.chainCode };
 }
 
-export function deriveKeyPair(seed: Uint8Array, curve: Curve, path: string): KeyPair {
-  if (!(seed instanceof Uint8Array) || seed.length < 16 || seed.length > 64) {
-    throw new DerivationError("seed must be 16 to 64 bytes (a BIP-39 seed is 64)");
-  }
-  const indexes = parsePath(path);
-  switch (curve) {
-    case "CURVE_SECP256K1": {
-      let key = Bip32Key.fromMasterSeed(seed);
-      for (const index of indexes) {
-        try {
-          key = key.deriveChild(index);
-        } catch (e) {
-          // Only reachable when I_L >= n or the child is zero (odds ~2^-127); BIP-32 says skip the index.
-          throw new DerivationError(`BIP-32 has no key at ${path} (${(e as Error).message}); use the next index`);
-        }
-      }
-      return { privateKey: Uint8Array.from(key.privateKey!), publicKey: Uint8Array.from(key.publicKey!) };
+/** A node of one curve's tree: secp256k1 (@scure/bip32), ed25519 (micro-key-producer's SLIP-10), P-256 (SLIP-10 above). */
+type TreeNode = Bip32Key | Slip10Ed25519Key | Slip10P256Key;
+
+/**
+ * One wallet seed's keys, derived along their paths with each node kept: the accounts of one request
+ * share most of their path (m/44'/60'/0'/0/0, …/1, …/2), and every level of a path costs a point
+ * multiplication, so deriving the shared levels once makes an account of such a request cost one level
+ * instead of five. The nodes hold private keys: a tree lives as long as the request deriving from it.
+ * Each level is the library's own child derivation, exactly as a fresh derivation takes it.
+ */
+export class HdKeyTree {
+  private readonly nodes = new Map<string, TreeNode>();
+
+  constructor(private readonly seed: Uint8Array) {
+    if (!(seed instanceof Uint8Array) || seed.length < 16 || seed.length > 64) {
+      throw new DerivationError("seed must be 16 to 64 bytes (a BIP-39 seed is 64)");
     }
-    case "CURVE_ED25519": {
-      // SLIP-10 ed25519 defines only hardened children. The product's docs list ed25519 paths with
-      // plain steps (wallets.mdx: Solana m/44'/501'/0'/0, Sui m/44'/784'/0'/0/0; canton.mdx creates
-      // m/44'/0'/0'/0/0) without saying how it treats them, so rather than guess (and hand out an
-      // address the product would not) we refuse and name the all-hardened spelling.
-      if (indexes.some((i) => i < HARDENED)) {
-        throw new DerivationError(
-          `ed25519 derivation (SLIP-10) supports only hardened steps: write ${formatPath(indexes.map((i) => (i >= HARDENED ? i : i + HARDENED)))}`,
+  }
+
+  derive(curve: Curve, path: string): KeyPair {
+    const indexes = parsePath(path);
+    switch (curve) {
+      case "CURVE_SECP256K1": {
+        const key = this.node(
+          curve,
+          indexes,
+          () => Bip32Key.fromMasterSeed(this.seed),
+          (parent: Bip32Key, index) => {
+            try {
+              return parent.deriveChild(index);
+            } catch (e) {
+              // Only reachable when I_L >= n or the child is zero (odds ~2^-127); BIP-32 says skip the index.
+              throw new DerivationError(`BIP-32 has no key at ${path} (${(e as Error).message}); use the next index`);
+            }
+          },
         );
+        return { privateKey: Uint8Array.from(key.privateKey!), publicKey: Uint8Array.from(key.publicKey!) };
       }
-      let key = Slip10Ed25519Key.fromMasterSeed(seed);
-      for (const index of indexes) key = key.deriveChild(index);
-      return { privateKey: Uint8Array.from(key.privateKey), publicKey: Uint8Array.from(key.publicKeyRaw) };
+      case "CURVE_ED25519": {
+        // SLIP-10 ed25519 defines only hardened children. The product's docs list ed25519 paths with
+        // plain steps (wallets.mdx: Solana m/44'/501'/0'/0, Sui m/44'/784'/0'/0/0; canton.mdx creates
+        // m/44'/0'/0'/0/0) without saying how it treats them, so rather than guess (and hand out an
+        // address the product would not) we refuse and name the all-hardened spelling.
+        if (indexes.some((i) => i < HARDENED)) {
+          throw new DerivationError(
+            `ed25519 derivation (SLIP-10) supports only hardened steps: write ${formatPath(indexes.map((i) => (i >= HARDENED ? i : i + HARDENED)))}`,
+          );
+        }
+        const key = this.node(
+          curve,
+          indexes,
+          () => Slip10Ed25519Key.fromMasterSeed(this.seed),
+          (parent: Slip10Ed25519Key, index) => parent.deriveChild(index),
+        );
+        return { privateKey: Uint8Array.from(key.privateKey), publicKey: Uint8Array.from(key.publicKeyRaw) };
+      }
+      case "CURVE_P256": {
+        // SLIP-10 nist256p1: the only standard HD scheme for P-256. The product names no scheme for
+        // its P-256 wallet accounts (its SDK's jwtSigning() helper creates them at m/44'/1'/0'/0/0), so
+        // equality with its derivation is unconfirmed; see docs/wallets.md.
+        const key = this.node(curve, indexes, () => slip10P256Master(this.seed), slip10P256Child);
+        const privateKey = p256.Point.Fn.toBytes(key.scalar);
+        return { privateKey, publicKey: p256.getPublicKey(privateKey, true) };
+      }
+      default:
+        throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
     }
-    case "CURVE_P256": {
-      // SLIP-10 nist256p1: the only standard HD scheme for P-256. The product names no scheme for
-      // its P-256 wallet accounts (its SDK's jwtSigning() helper creates them at m/44'/1'/0'/0/0), so
-      // equality with its derivation is unconfirmed; see docs/wallets.md.
-      const { privateKey, publicKey } = slip10P256Derive(seed, indexes);
-      return { privateKey, publicKey };
-    }
-    default:
-      throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
   }
+
+  /** The node at `indexes`, from the deepest one already derived on the way. */
+  private node<N extends TreeNode>(curve: Curve, indexes: number[], master: () => N, child: (parent: N, index: number) => N): N {
+    const at = (depth: number) => `${curve} ${indexes.slice(0, depth).join("/")}`;
+    let depth = indexes.length;
+    while (depth > 0 && !this.nodes.has(at(depth))) depth--;
+    let node = (this.nodes.get(at(depth)) as N | undefined) ?? master();
+    if (depth === 0) this.nodes.set(at(0), node);
+    for (; depth < indexes.length; depth++) {
+      node = child(node, indexes[depth]!);
+      this.nodes.set(at(depth + 1), node);
+    }
+    return node;
+  }
+}
+
+/** The key pair at `path` of `seed` on `curve` (one derivation; HdKeyTree derives many). */
+export function deriveKeyPair(seed: Uint8Array, curve: Curve, path: string): KeyPair {
+  return new HdKeyTree(seed).derive(curve, path);
 }
 
 /** Public key for a standalone private key (32 bytes on every curve). */

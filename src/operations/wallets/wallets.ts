@@ -6,8 +6,8 @@ import type { Db, Tx } from "../../store/handles.js";
 import type { WalletAccountsTable, WalletsTable } from "../../store/schema.js";
 import {
   DerivationError,
-  deriveKeyPair,
   generateMnemonic,
+  HdKeyTree,
   mnemonicToSeed,
   type KeyPair,
   type MnemonicLanguage,
@@ -156,10 +156,11 @@ const nextTurnOfEventLoop = () => new Promise<void>((resolve) => setImmediate(re
  */
 async function deriveAhead(seed: Uint8Array, accounts: WalletAccountParams[]): Promise<DerivedAccounts> {
   const derived: DerivedAccounts = new Map();
+  const tree = new HdKeyTree(seed);
   for (const account of accounts) {
     if (account.pathFormat !== "PATH_FORMAT_BIP32" || derived.has(accountKey(account))) continue;
     try {
-      const pair = deriveKeyPair(seed, account.curve, account.path);
+      const pair = tree.derive(account.curve, account.path);
       derived.set(accountKey(account), { ...pair, address: address(account.curve, account.addressFormat, pair.publicKey) });
     } catch {
       // execute derives it again and says what is wrong
@@ -188,14 +189,14 @@ async function deriveAccounts(
   ahead?: DerivedAccounts,
 ): Promise<string[]> {
   const addresses: string[] = [];
-  let madeSeed: Uint8Array | undefined;
+  let tree: HdKeyTree | undefined;
   for (const [i, account] of accounts.entries()) {
     const where = `accounts[${i}]`;
     if (account.pathFormat !== "PATH_FORMAT_BIP32") throw serviceError("REQUEST_INVALID", `${where}.pathFormat must be PATH_FORMAT_BIP32`);
     const derived =
       ahead?.get(accountKey(account)) ??
       asInvalidArgument(where, () => {
-        const pair = deriveKeyPair((madeSeed ??= seed()), account.curve, account.path);
+        const pair = (tree ??= new HdKeyTree(seed())).derive(account.curve, account.path);
         return { ...pair, address: address(account.curve, account.addressFormat, pair.publicKey) };
       });
     const { publicKey, privateKey, address: accountAddress } = derived;
