@@ -441,3 +441,55 @@ describe("buckets full again", () => {
     }
   });
 });
+
+describe("tokens taken ahead (PostgreSQL)", () => {
+  it("a busy bucket's next tokens are taken with its first request: counted without a statement, and two processes together never admit more than the bucket holds", async () => {
+    // The server's own limiter off: the two made here stand for two server processes.
+    const h = await startHarness({ SIGIL_RATE_LIMITS: "false" });
+    try {
+      const config = loadConfig({
+        SIGIL_RATE_LIMIT_KEY_ACTIVITIES: burstOf(12),
+        SIGIL_RATE_LIMIT_ORGANIZATION_ACTIVITIES: UNREACHED,
+        SIGIL_RATE_LIMIT_ROOT_RESERVE: "off",
+      }).rateLimits!;
+      // Three tokens at a time (the server takes a tenth of a second's worth; this bucket's rate is too low to).
+      const options = { leaseOf: () => 3 };
+      const limiter = () => rateLimiter(config, h.server.store, pino({ level: "silent" }), options)!;
+      // SQLite serves one process, whose buckets are its memory.
+      const first = limiter();
+      const second = h.server.store.dialect === "postgres" ? limiter() : first;
+      const org = await h.organization();
+      const requester = { credentialId: "busy key", userId: org.userId, organizationId: org.organizationId, organizationParentId: null };
+      const tally = h.server.store.statements;
+      tally.texts = [];
+      try {
+        for (let i = 0; i < 3; i++) await first.charge("activities", requester);
+        const charges = tally.texts.filter((text) => text.includes("sigil_charge_rate_limits(")).length;
+        // SQLite counts in memory, statement or not; PostgreSQL once for the three.
+        expect(charges).toBe(h.server.store.dialect === "postgres" ? 1 : 0);
+      } finally {
+        tally.texts = null;
+      }
+      // Both processes charge until each is refused: together exactly the bucket's 12 (the second's
+      // leases, and the first's, are the database's tokens), never more.
+      let admitted = 3;
+      const refused = new Set<number>();
+      for (let turn = 0; refused.size < 2 && turn < 40; turn++) {
+        const charging = turn % 2 === 0 ? second : first;
+        try {
+          await charging.charge("activities", requester);
+          admitted++;
+        } catch (error) {
+          expect(error).toMatchObject({ turnkeyErrorCode: "REQUEST_RATE_LIMITED" });
+          refused.add(turn % 2);
+        }
+      }
+      expect(refused.size).toBe(2);
+      expect(admitted).toBeLessThanOrEqual(12);
+      // At most one lease is left unused in each process when it is refused: 12 − 2 × 2 at the least.
+      expect(admitted).toBeGreaterThanOrEqual(8);
+    } finally {
+      await h.close();
+    }
+  });
+});

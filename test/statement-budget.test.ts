@@ -74,11 +74,13 @@ describe("a signature's statements", () => {
   // are one statement (a data-modifying WITH, named by the table it inserts into last). SQLite has no
   // round trips to save: it reads the key before the transaction and again in it, and reads and
   // writes each alone.
-  // Before the transaction, the request is counted against its rate limits: on PostgreSQL one
-  // statement (services/rate-limits.ts; concurrent requests share it), on SQLite none (in memory).
+  // Before the transaction, the request is counted against its rate limits: on SQLite in memory; on
+  // PostgreSQL by one statement (services/rate-limits.ts; concurrent requests share it) for a bucket's
+  // first request, which also takes the bucket's next tokens ahead, so that the signatures following
+  // it within a tenth of a second are counted without one (as here: the figures are the fewest of three).
   const byRoot =
     backend === "postgres"
-      ? ["rate limits", "begin", "organizations", "read ahead", "policy_evaluations", "commit"]
+      ? ["begin", "organizations", "read ahead", "policy_evaluations", "commit"]
       : [
           "api_keys",
           "begin",
@@ -91,7 +93,7 @@ describe("a signature's statements", () => {
           "commit",
         ];
 
-  it(`by a root user: ${backend === "postgres" ? "six" : "nine"}, BEGIN and COMMIT included`, async () => {
+  it(`by a root user: ${backend === "postgres" ? "five" : "nine"}, BEGIN and COMMIT included`, async () => {
     await sign(root);
     const texts = await statementsOfSignature(root);
     expect(kinds(texts), texts.join("\n")).toEqual(byRoot);
@@ -101,8 +103,8 @@ describe("a signature's statements", () => {
     await sign(alice.client);
     const texts = await statementsOfSignature(alice.client);
     const consensus = ["policies", "users", "user_tag_members"];
-    // PostgreSQL: the count, BEGIN, the lock, the reads ahead; SQLite: the key, BEGIN, the key again, the lock.
-    const lockAndReads = 4;
+    // PostgreSQL: BEGIN, the lock, the reads ahead; SQLite: the key, BEGIN, the key again, the lock.
+    const lockAndReads = backend === "postgres" ? 3 : 4;
     const byPolicy =
       backend === "postgres"
         ? [...byRoot.slice(0, lockAndReads), ...consensus, ...byRoot.slice(lockAndReads)]
@@ -110,14 +112,14 @@ describe("a signature's statements", () => {
     expect(kinds(texts), texts.join("\n")).toEqual(byPolicy);
   });
 
-  it("by a key's first signature: its key read before the transaction, then confirmed in it (on PostgreSQL read ahead)", async () => {
+  it("by a key's first signature: its key read before the transaction, then confirmed in it (on PostgreSQL read ahead), and counted by a statement", async () => {
     const keys = [newKeyPair(), newKeyPair(), newKeyPair()];
     await root.createApiKeys({
       userId: org.userId,
       apiKeys: keys.map((key, i) => ({ apiKeyName: `first ${i}`, publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" as const })),
     });
     const texts = await statementsOfSignature(keys.map((key) => h.sdk(org, key)));
-    const first = backend === "postgres" ? ["api_keys", ...byRoot] : byRoot;
+    const first = backend === "postgres" ? ["api_keys", "rate limits", ...byRoot] : byRoot;
     expect(kinds(texts), texts.join("\n")).toEqual(first);
   });
 });

@@ -14,7 +14,10 @@
 //
 // On PostgreSQL the buckets are rows of an UNLOGGED table shared by every server process, charged by
 // one function call (migration 0022) per batch of concurrent requests: one statement on the reader's
-// pipelined connection, whatever the number of requests and buckets. SQLite serves one process: its
+// pipelined connection, whatever the number of requests and buckets. A busy bucket's tokens are taken
+// a tenth of a second ahead (Leases): its next requests in this process are counted without a
+// statement, and the tokens are the database's all the same, so no process admits more than the
+// bucket allows. SQLite serves one process: its
 // buckets are kept in memory, with the same arithmetic.
 import { sql } from "kysely";
 import type pino from "pino";
@@ -245,6 +248,48 @@ interface Pending {
   reject(error: unknown): void;
 }
 
+/**
+ * How far ahead a process takes a busy bucket's tokens from the database: a tenth of a second of its
+ * rate (at most a quarter of its burst). A bucket of 50 a second is then charged once every five
+ * requests, one of 2,000 a second once every 200: the statement per request a busy key would otherwise
+ * cost shrinks as the rate grows, while a bucket of 10 a second or less is charged request by request.
+ */
+const LEASE_SECONDS = 0.1;
+/** Tokens taken ahead and not used within this time are dropped: they stay spent (a process may
+ * refuse a little early, never admit more than the bucket allows). */
+const LEASE_TTL_MS = 1000;
+
+/** Tokens of `rate` a process takes at once, 1 meaning none ahead. */
+export const defaultLease = (rate: Rate) => Math.max(1, Math.min(Math.floor(rate.perSecond * LEASE_SECONDS), Math.floor(rate.burst / 4)));
+
+/** The tokens this process took from the database ahead of its requests, by bucket. */
+class Leases {
+  private readonly held = new Map<string, { tokens: number; until: number }>();
+
+  /** Takes one token of each bucket from what is held, when every one has one; else takes none. */
+  takeAll(keys: string[], now: number): boolean {
+    const leases = keys.map((key) => this.held.get(key));
+    if (leases.some((lease) => !lease || lease.tokens < 1 || lease.until <= now)) return false;
+    for (const lease of leases) lease!.tokens--;
+    return true;
+  }
+
+  /** Whether `key` has tokens held. */
+  holds(key: string, now: number): boolean {
+    const lease = this.held.get(key);
+    return !!lease && lease.tokens >= 1 && lease.until > now;
+  }
+
+  add(key: string, tokens: number, now: number): void {
+    this.held.set(key, { tokens, until: now + LEASE_TTL_MS });
+  }
+
+  /** Forgets what has expired. */
+  prune(now: number): void {
+    for (const [key, lease] of this.held) if (lease.until <= now || lease.tokens < 1) this.held.delete(key);
+  }
+}
+
 /** Requests charged by one statement at most. */
 const MAX_BATCH = 256;
 
@@ -262,6 +307,7 @@ interface ChargeRow {
  */
 class PostgresRateLimiter implements RateLimiter {
   private readonly parents: OrganizationParents;
+  private readonly leases = new Leases();
   private queue: Pending[] = [];
   private sending = false;
   private prunedAt = Date.now();
@@ -272,6 +318,7 @@ class PostgresRateLimiter implements RateLimiter {
     private readonly db: Db,
     private readonly logger: pino.Logger,
     private readonly pruneIntervalMs: number,
+    private readonly leaseOf: (rate: Rate) => number,
   ) {
     this.parents = new OrganizationParents(reader);
   }
@@ -279,6 +326,14 @@ class PostgresRateLimiter implements RateLimiter {
   async charge(kind: RequestClass, requester: Requester): Promise<void> {
     const buckets = bucketsOf(this.config, kind, requester, await this.parents.of(requester));
     if (buckets.length === 0) return;
+    // Tokens taken ahead for every bucket it counts against: nothing to ask the database.
+    if (
+      this.leases.takeAll(
+        buckets.filter((b) => b.role !== "reserve").map((b) => b.key),
+        Date.now(),
+      )
+    )
+      return;
     return new Promise<void>((resolve, reject) => {
       this.queue.push({ kind, requester, buckets, resolve, reject });
       if (!this.sending) void this.send();
@@ -304,14 +359,30 @@ class PostgresRateLimiter implements RateLimiter {
     // Sorted: the function locks them in this order, as every other process does.
     const keys = [...rates.keys()].sort();
     const indexOf = new Map(keys.map((key, i) => [key, i + 1]));
-    const entries = batch.flatMap((p) => p.buckets);
+    // After the requests, a lease of the tokens ahead for each busy bucket that holds none: asked for
+    // alone, so that a bucket too low for it refuses the lease, never a request.
+    const now = Date.now();
+    const leases = keys.flatMap((key) => {
+      const ahead = this.leaseOf(rates.get(key)!) - 1;
+      const bucket = batch.flatMap((p) => p.buckets).find((b) => b.key === key)!;
+      return ahead >= 1 && bucket.role !== "reserve" && !this.leases.holds(key, now) ? [{ key, ahead }] : [];
+    });
+    const entries = [
+      ...batch.flatMap((p) => p.buckets.map((b) => ({ key: b.key, role: b.role, tokens: 1 }))),
+      ...leases.map((lease) => ({ key: lease.key, role: "other" as Role, tokens: lease.ahead })),
+    ];
+    const requests = [...batch.map((p) => p.buckets.length), ...leases.map(() => 1)];
     const { rows } = await sql<ChargeRow>`select request_index, wait_ms, bucket_index from sigil_charge_rate_limits(
       ${keys}, ${keys.map((key) => intervalOf(rates.get(key)!))}, ${keys.map((key) => toleranceOf(rates.get(key)!))},
-      ${entries.map((b) => indexOf.get(b.key)!)}, ${entries.map((b) => b.role)},
-      ${batch.map((p) => p.buckets.length)}, ${batch.map((p) => p.requester.organizationId)},
-      ${batch.map((p) => (p.buckets.some((b) => b.role === "reserve") ? p.requester.userId : null))}
+      ${entries.map((e) => indexOf.get(e.key)!)}, ${entries.map((e) => e.role)}, ${entries.map((e) => e.tokens)},
+      ${requests}, ${[...batch.map((p) => p.requester.organizationId), ...leases.map(() => "")]},
+      ${[...batch.map((p) => (p.buckets.some((b) => b.role === "reserve") ? p.requester.userId : null)), ...leases.map(() => null)]}
     )`.execute(this.reader);
     const answers = new Map(rows.map((row) => [row.request_index, row]));
+    leases.forEach((lease, i) => {
+      const answer = answers.get(batch.length + i + 1);
+      if (answer && answer.wait_ms <= SLACK_MS) this.leases.add(lease.key, lease.ahead, Date.now());
+    });
     batch.forEach((pending, i) => {
       const answer = answers.get(i + 1);
       if (!answer) return pending.reject(new Error(`rate limits: no answer for request ${i + 1} of a batch of ${batch.length}`));
@@ -329,6 +400,7 @@ class PostgresRateLimiter implements RateLimiter {
     const now = Date.now();
     if (now - this.prunedAt < this.pruneIntervalMs) return;
     this.prunedAt = now;
+    this.leases.prune(now);
     const table = sql.table(RATE_LIMIT_TABLE);
     const deleteSome = async (): Promise<void> => {
       const { numAffectedRows } = await sql`delete from ${table} where key in (
@@ -341,15 +413,16 @@ class PostgresRateLimiter implements RateLimiter {
 }
 
 /** The limiter for a store, or none when rate limits are off (SIGIL_RATE_LIMITS=false).
- * `pruneIntervalMs`: how often the buckets that are full again are forgotten (a minute). */
+ * `pruneIntervalMs`: how often the buckets that are full again are forgotten (a minute); `leaseOf`:
+ * how many tokens of a bucket a process takes at once on PostgreSQL (a tenth of a second's worth). */
 export function rateLimiter(
   config: RateLimitConfig | null,
   store: { dialect: Dialect; reader: Db; db: Db },
   logger: pino.Logger,
-  { pruneIntervalMs = PRUNE_INTERVAL_MS }: { pruneIntervalMs?: number } = {},
+  { pruneIntervalMs = PRUNE_INTERVAL_MS, leaseOf = defaultLease }: { pruneIntervalMs?: number; leaseOf?: (rate: Rate) => number } = {},
 ): RateLimiter | undefined {
   if (!config) return undefined;
   return store.dialect === "postgres"
-    ? new PostgresRateLimiter(config, store.reader, store.db, logger, pruneIntervalMs)
+    ? new PostgresRateLimiter(config, store.reader, store.db, logger, pruneIntervalMs, leaseOf)
     : new MemoryRateLimiter(config, store.reader, Date.now, pruneIntervalMs);
 }

@@ -781,8 +781,9 @@ const signerLookup: Migration = {
 // for the next version of its rows (HOT updates: no index entry per charge).
 //
 // sigil_charge_rate_limits charges the requests of one batch in one statement, in the order given:
-// each request takes one token from every bucket it counts against, or from none (when one has none,
-// it is refused with the milliseconds until it would fit, and which bucket). A request whose only
+// each request takes its entries' tokens (one, or for a lease a process takes ahead, several) from
+// every bucket it counts against, or from none (when one has too few, it is refused with the
+// milliseconds until it would fit, and which bucket). A request whose only
 // empty buckets are its own organization's ('own') may instead take from that organization's
 // reserve ('reserve') when its user is a member of the organization's root quorum. Buckets are
 // locked one by one in the order given (sorted by key by the caller), so two charges never wait for
@@ -796,7 +797,7 @@ const rateLimits: Migration = {
     await sql`
       CREATE FUNCTION sigil_charge_rate_limits(
         bucket_keys text[], intervals double precision[], tolerances double precision[],
-        entry_buckets integer[], entry_roles text[],
+        entry_buckets integer[], entry_roles text[], entry_tokens double precision[],
         request_entries integer[], request_organizations text[], request_users text[]
       ) RETURNS TABLE (request_index integer, wait_ms double precision, bucket_index integer)
       LANGUAGE plpgsql AS $charge$
@@ -838,7 +839,7 @@ const rateLimits: Migration = {
             IF entry_roles[e] = 'reserve' THEN
               has_reserve := true;
             ELSE
-              over := tats[b] + intervals[b] - now_ms - tolerances[b];
+              over := tats[b] + intervals[b] * entry_tokens[e] - now_ms - tolerances[b];
               IF over > worst THEN worst := over; worst_bucket := b; END IF;
               IF over > slack AND entry_roles[e] <> 'own' THEN own_only := false; END IF;
             END IF;
@@ -847,7 +848,7 @@ const rateLimits: Migration = {
             FOR e IN first_entry .. last_entry LOOP
               IF entry_roles[e] <> 'reserve' THEN
                 b := entry_buckets[e];
-                tats[b] := tats[b] + intervals[b];
+                tats[b] := tats[b] + intervals[b] * entry_tokens[e];
                 changed[b] := true;
               END IF;
             END LOOP;
@@ -860,14 +861,14 @@ const rateLimits: Migration = {
             FOR e IN first_entry .. last_entry LOOP
               IF entry_roles[e] <> 'own' THEN
                 b := entry_buckets[e];
-                reserve_worst := greatest(reserve_worst, tats[b] + intervals[b] - now_ms - tolerances[b]);
+                reserve_worst := greatest(reserve_worst, tats[b] + intervals[b] * entry_tokens[e] - now_ms - tolerances[b]);
               END IF;
             END LOOP;
             IF reserve_worst <= slack THEN
               FOR e IN first_entry .. last_entry LOOP
                 IF entry_roles[e] <> 'own' THEN
                   b := entry_buckets[e];
-                  tats[b] := tats[b] + intervals[b];
+                  tats[b] := tats[b] + intervals[b] * entry_tokens[e];
                   changed[b] := true;
                 END IF;
               END LOOP;
