@@ -512,6 +512,13 @@ function list<T>(item: Kind<T>): Kind<T[]> {
 /** A CAIP-2 chain id: namespace:reference (https://chainagnostic.org/CAIPs/caip-2). */
 export const CAIP2 = /^[-a-z0-9]{3,8}:[-_a-zA-Z0-9]{1,32}$/;
 
+/** Whether an `eip155:` chain id names its chain as clients and nodes do: a decimal number without
+ * leading zeros, within JavaScript's safe integers (the reference `eth_chainId` is compared with). */
+export function isEvmChainId(caip2: string): boolean {
+  const match = /^eip155:([1-9][0-9]{0,15})$/.exec(caip2);
+  return match !== null && Number.isSafeInteger(Number(match[1]));
+}
+
 /**
  * Solana's clusters as the API names them: CAIP-2 takes the first 32 characters of the cluster's
  * genesis hash; the API also accepts the whole hash and the human-readable aliases, and normalizes them.
@@ -546,6 +553,8 @@ const chainEndpoints: Kind<Record<string, string>> = {
         const chain = canonicalCaip2(at > 0 ? pair.slice(0, at).trim() : "");
         // The chain id is never a secret; the URL may carry an API key, so it is never repeated.
         if (!CAIP2.test(chain)) reading.refuse(`item ${i + 1} does not start with a CAIP-2 chain id and "="`, { quote: false });
+        if (chain.startsWith("eip155:") && !isEvmChainId(chain))
+          reading.refuse(`${chain} is not an EVM chain id (eip155: and the chain id in decimal, without leading zeros)`, { quote: false });
         if (Object.hasOwn(endpoints, chain)) reading.refuse(`${chain} is named twice`, { quote: false });
         endpoints[chain] = endpoint.parse(pair.slice(at + 1).trim(), {
           name: `${reading.name}[${chain}]`,
@@ -595,6 +604,8 @@ const chainAssets: Kind<Record<string, ConfiguredAsset[]>> = {
       const namespace = caip2.split(":")[0]!;
       if (!CAIP2.test(caip2) || !ASSET_REFERENCES[namespace])
         reading.refuse(`${JSON.stringify(key)} is not an eip155 or solana CAIP-2 chain id`, { quote: false });
+      if (namespace === "eip155" && !isEvmChainId(caip2))
+        reading.refuse(`${caip2} is not an EVM chain id (eip155: and the chain id in decimal, without leading zeros)`, { quote: false });
       if (catalog[caip2]) reading.refuse(`${caip2} is listed twice`, { quote: false });
       if (!Array.isArray(list)) reading.refuse(`the value of ${key} is not a list of assets`, { quote: false });
       catalog[caip2] = (list as unknown[]).map((item, i) => {
@@ -1260,7 +1271,8 @@ export const settings = {
     meaning:
       "the JSON-RPC node of each chain transactions may be sent to, e.g. `eip155:1=https://node.example,eip155:11155111=http://127.0.0.1:8545`; " +
       "Solana clusters by genesis-hash prefix or alias (`solana:devnet=https://…`, `solana:mainnet=…`). Sending, balances and history " +
-      "refuse a chain not listed (see [Sending transactions](sending-transactions.md))",
+      "refuse a chain not listed; a chain listed here may be named in requests though the API description does not list it " +
+      "(`eip155:31337`, a private chain: see [Sending transactions](sending-transactions.md#which-chains-a-request-may-name))",
     // Hosted node URLs carry their API key in the path or query.
     secret: true,
   }),

@@ -241,7 +241,8 @@ export const ERROR_CATALOG = {
   CHAIN_NOT_CONFIGURED: {
     status: "InvalidArgument",
     meaning:
-      "caip2 names a chain this server has no node for: add `<caip2>=<url>` to SIGIL_CHAIN_RPC_URLS, or send to a chain listed there",
+      "caip2 names a chain this server has no node for (one the API lists, or any other the operator did not configure): add " +
+      "`<caip2>=<url>` to SIGIL_CHAIN_RPC_URLS, or send to a chain listed there",
   },
 
   SMART_CONTRACT_INTERFACE_INVALID: {

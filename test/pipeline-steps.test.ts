@@ -49,10 +49,13 @@ const principal = (organizationId: string, userId: string, extra: Partial<Princi
   ...extra,
 });
 
+/** A deployment that configured no chain: requests may name only the API's. */
+const noChainsConfigured = { configures: () => false, notConfigured: (caip2: string) => new Error(`${caip2} is not configured`) };
+
 /** A request as the read step gives it: real bytes with a real stamp (not checked by read). */
 function request(type: string, organizationId: string, parameters: object) {
   const { body, headers } = signedRequest({ type, timestampMs: String(Date.now()), organizationId, parameters }, newKeyPair());
-  return readRequest(activityOperation(type), Buffer.from(body), { "x-stamp": headers["X-Stamp"] });
+  return readRequest(activityOperation(type), Buffer.from(body), { "x-stamp": headers["X-Stamp"] }, noChainsConfigured);
 }
 
 const tagRequest = (organizationId: string) => request(CREATE_TAG, organizationId, { userTagName: "t", userIds: [] });

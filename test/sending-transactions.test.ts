@@ -594,10 +594,13 @@ describe("bad input: a clear error, nothing signed, nothing broadcast", () => {
     });
   });
 
-  it("a caip2 outside the API's list is refused by the request schema, recording nothing", async () => {
+  it("a caip2 neither the API's nor configured: CHAIN_NOT_CONFIGURED before anything is recorded", async () => {
     const before = await h.snapshot();
     await expect(send(sdk, sender, [{ to: RECIPIENT, value: "1" }], { caip2: "eip155:31337" })).rejects.toMatchObject({
-      message: expect.stringContaining('field "parameters.caip2" must be one of'),
+      message: expect.stringContaining(
+        `caip2 eip155:31337 has no node on this server (SIGIL_CHAIN_RPC_URLS; chains with a node: ${node.caip2}, eip155:8453)`,
+      ),
+      details: [expect.objectContaining({ turnkeyErrorCode: "CHAIN_NOT_CONFIGURED" })],
     });
     expect(await h.snapshot()).toBe(before);
   });

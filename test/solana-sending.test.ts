@@ -524,11 +524,14 @@ describe("bad input: a clear error, nothing signed, nothing broadcast", () => {
     expect(failure.details[0].turnkeyErrorCode).toBe("REQUEST_INVALID");
   });
 
-  it("a caip2 outside the API's list is refused by the request schema, recording nothing", async () => {
+  it("a caip2 neither the API's nor configured: CHAIN_NOT_CONFIGURED before anything is recorded", async () => {
     const before = await h.snapshot();
     await expect(
       send(sdk, transfers(sender, [{ from: sender, to: RECIPIENT, lamports: 1n }]), [sender], { caip2: "solana:localnet" }),
-    ).rejects.toMatchObject({ message: expect.stringContaining('field "parameters.caip2" must be one of') });
+    ).rejects.toMatchObject({
+      message: expect.stringContaining("caip2 solana:localnet has no node on this server"),
+      details: [expect.objectContaining({ turnkeyErrorCode: "CHAIN_NOT_CONFIGURED" })],
+    });
     expect(await h.snapshot()).toBe(before);
   });
 

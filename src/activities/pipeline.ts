@@ -59,7 +59,7 @@ import { sha256 } from "../crypto/keys.js";
 import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../registry/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
 import { CLIENT_TYPE_SPELLINGS, swagger } from "../registry/registry.js";
-import { checkRequestText, validateActivityRequest, validateQueryRequest } from "../registry/validation.js";
+import { checkRequestText, type ServedChains, validateActivityRequest, validateQueryRequest } from "../registry/validation.js";
 import { assertRootQuorumReachable } from "../operations/organizations/organizations.js";
 import { newId } from "../store/ids.js";
 import {
@@ -252,7 +252,7 @@ function parseBody(raw: Buffer): unknown {
 }
 
 /** Step read: the stamp, the body as JSON, an activity type this path accepts, and the envelope schema. */
-export function readRequest(operation: SubmitOperation, raw: Buffer, headers: Headers): SubmitRequest {
+export function readRequest(operation: SubmitOperation, raw: Buffer, headers: Headers, chains: ServedChains): SubmitRequest {
   if (readOnlySessionHeader(headers) !== undefined)
     throw serviceError("READ_ONLY_SESSION", "a read-only session (X-Session) may only query: stamp activities with a key");
   const stamp = readStamp(headers, operation.kind === "vote");
@@ -276,7 +276,7 @@ export function readRequest(operation: SubmitOperation, raw: Buffer, headers: He
       `unknown activity type ${type}; /public/v1/submit/${operation.name} accepts ${operation.types.join(", ")}`,
     );
   }
-  validateActivityRequest(type, body);
+  validateActivityRequest(type, body, chains);
   return { raw, stamp, envelope: body as Envelope };
 }
 
@@ -761,7 +761,7 @@ export class Pipeline {
   }
 
   async submit(operation: SubmitOperation, raw: Buffer, headers: Headers, client?: string): Promise<PipelineResponse> {
-    const request = readRequest(operation, raw, headers);
+    const request = readRequest(operation, raw, headers, this.options.env.chains);
     const { envelope } = request;
     const received = this.clock();
     checkLiveness(envelope.timestampMs, received, this.options.timestampWindowMs);
@@ -1370,7 +1370,7 @@ export class Pipeline {
     const session = readOnlySessionHeader(headers);
     const stamp = session === undefined ? readStamp(headers) : undefined;
     const body = parseBody(raw);
-    validateQueryRequest(operation.name, body);
+    validateQueryRequest(operation.name, body, env.chains);
     const organizationId = (body as { organizationId: string }).organizationId;
     const now = this.clock();
     const maxAgeMs = this.options.queryCredentialMaxAgeMs ?? null;

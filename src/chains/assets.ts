@@ -18,7 +18,7 @@ const ETHER = { slip44: 60, symbol: "ETH", name: "Ethereum", decimals: 18 };
 const POL = { slip44: 966, symbol: "POL", name: "Polygon", decimals: 18 };
 const BNB = { slip44: 714, symbol: "BNB", name: "BNB", decimals: 18 };
 
-/** The native coin of the chains the API lists whose coin is certain; others are listed by the deployment. */
+/** The native coin of the chains whose coin is certain; others are listed by the deployment (SIGIL_CHAIN_ASSETS). */
 const NATIVE_COINS: Record<string, { slip44: number; symbol: string; name: string; decimals: number }> = {
   "eip155:1": ETHER,
   "eip155:11155111": ETHER,
@@ -32,6 +32,8 @@ const NATIVE_COINS: Record<string, { slip44: number; symbol: string; name: strin
   "eip155:80002": POL,
   "eip155:56": BNB,
   "eip155:97": BNB,
+  // Not the API's: the chain id Hardhat's and Anvil's local nodes run by default, whose coin is ether.
+  "eip155:31337": ETHER,
 };
 const SOL = { slip44: 501, symbol: "SOL", name: "Solana", decimals: 9 };
 

@@ -8,9 +8,56 @@ import { activityEnvelopeSchema, swagger } from "./registry.js";
 // Collecting every error costs time quadratic in their number (Ajv concatenates the error list of
 // each referenced schema into the caller's), so 70 000 wrong items in a 140 kB body held the event
 // loop for 12 s; every error is listed only for bodies small enough for that not to matter.
-const firstError = new Ajv({ allErrors: false, strict: false, validateFormats: false });
-const everyError = new Ajv({ allErrors: true, strict: false, validateFormats: false });
-for (const ajv of [firstError, everyError]) ajv.addSchema({ $id: "swagger", definitions: swagger.definitions });
+const firstError = new Ajv({ allErrors: false, strict: false, validateFormats: false, passContext: true });
+const everyError = new Ajv({ allErrors: true, strict: false, validateFormats: false, passContext: true });
+
+/**
+ * The chains a request may name beyond the API description's list: the API's `caip2` enums list the
+ * chains the hosted service runs, and a self-hosted deployment serves the chains its operator configured
+ * (Hardhat's eip155:31337, a private chain, a newer one). Each check is given the running server's.
+ */
+export interface ServedChains {
+  /** Whether the operator configured `caip2` (SIGIL_CHAIN_RPC_URLS, SIGIL_CHAIN_ASSETS). */
+  configures(caip2: string): boolean;
+  /** The refusal of a chain neither listed by the API nor configured: CHAIN_NOT_CONFIGURED, naming what is. */
+  notConfigured(caip2: string): Error;
+}
+
+const CHAIN_KEYWORD = "sigilChain";
+const CAIP2_NAMESPACES = /^(eip155|solana):/;
+
+/** Whether an enum lists CAIP-2 chain ids (every value `eip155:…` or `solana:…`). */
+const listsChains = (values: unknown[]) => values.length > 0 && values.every((v) => typeof v === "string" && CAIP2_NAMESPACES.test(v));
+
+/**
+ * The API description's definitions with every enum of chains replaced by the `sigilChain` keyword: a
+ * string the enum lists, or one the server's operator configured. GET /openapi.json keeps the enums as the
+ * product publishes them.
+ */
+function withServedChains(node: unknown): unknown {
+  if (Array.isArray(node)) return node.map(withServedChains);
+  if (typeof node !== "object" || node === null) return node;
+  const { enum: values, ...rest } = node as Record<string, unknown>;
+  if (Array.isArray(values) && listsChains(values)) return { ...rest, type: "string", [CHAIN_KEYWORD]: values };
+  return Object.fromEntries(Object.entries(node).map(([key, value]) => [key, withServedChains(value)]));
+}
+
+for (const ajv of [firstError, everyError]) {
+  ajv.addKeyword({
+    keyword: CHAIN_KEYWORD,
+    schemaType: "array",
+    type: "string",
+    errors: true,
+    validate: function servedChain(this: ServedChains | undefined, listed: string[], data: string) {
+      if (listed.includes(data) || this?.configures(data)) return true;
+      (servedChain as unknown as { errors: Partial<ErrorObject>[] }).errors = [
+        { keyword: CHAIN_KEYWORD, message: "is not a chain this server serves", params: { chain: data } },
+      ];
+      return false;
+    },
+  });
+  ajv.addSchema({ $id: "swagger", definitions: withServedChains(swagger.definitions) });
+}
 
 /** Bodies with at most this many values (objects, arrays, strings, numbers…) get every error listed. */
 const LIST_EVERY_ERROR_UP_TO = 2_000;
@@ -67,6 +114,8 @@ function describe(error: ErrorObject): string {
       return `missing required field "${fieldPath(error.instancePath, String(error.params.missingProperty))}"`;
     case "type":
       return `field "${fieldPath(error.instancePath) || "(body)"}" must be ${error.params.type}`;
+    case CHAIN_KEYWORD:
+      return `field "${fieldPath(error.instancePath)}" names ${String(error.params.chain).slice(0, 80)}, a chain this server does not serve`;
     case "enum": {
       const allowed = error.params.allowedValues as unknown[];
       const shown = allowed.slice(0, 8).join(", ") + (allowed.length > 8 ? `, … (${allowed.length} values)` : "");
@@ -77,26 +126,33 @@ function describe(error: ErrorObject): string {
   }
 }
 
-function check(validators: Validators, value: unknown): void {
-  if (validators.first(value)) return;
-  const errors = holdsAtMost(value, LIST_EVERY_ERROR_UP_TO) && !validators.every(value) ? validators.every.errors : validators.first.errors;
+function check(validators: Validators, value: unknown, chains?: ServedChains): void {
+  if (validators.first.call(chains, value)) return;
+  const errors =
+    holdsAtMost(value, LIST_EVERY_ERROR_UP_TO) && !validators.every.call(chains, value) ? validators.every.errors : validators.first.errors;
+  // A chain that is neither the API's nor configured, in a request that is otherwise sound, is refused
+  // as the chain services refuse one without a node: the operator's setting is what is missing.
+  const chain = errors?.find((e) => e.keyword === CHAIN_KEYWORD);
+  if (chain && chains && errors!.every((e) => e.keyword === CHAIN_KEYWORD)) throw chains.notConfigured(String(chain.params.chain));
   const messages = [...new Set((errors ?? []).map(describe))];
   const shown = messages.slice(0, 5).join("; ") + (messages.length > 5 ? `; and ${messages.length - 5} more` : "");
   throw serviceError("REQUEST_INVALID", `invalid request: ${shown}`);
 }
 
 /** The envelope of a submit request for one activity type version. */
-export function validateActivityRequest(type: string, body: unknown): void {
+export function validateActivityRequest(type: string, body: unknown, chains: ServedChains): void {
   check(
     compiled(`activity:${type}`, () => activityEnvelopeSchema(type, ref)),
     body,
+    chains,
   );
 }
 
-export function validateQueryRequest(operation: string, body: unknown): void {
+export function validateQueryRequest(operation: string, body: unknown, chains: ServedChains): void {
   check(
     compiled(`query:${operation}`, () => ref(swagger.queries[operation].request)),
     body,
+    chains,
   );
 }
 

@@ -15,7 +15,7 @@ import {
   type Hex,
   type PublicClient,
 } from "viem";
-import { canonicalCaip2, type ChainConfig } from "../config.js";
+import { canonicalCaip2, type ChainConfig, isEvmChainId } from "../config.js";
 import type { Db, Tx } from "../store/handles.js";
 import { serviceError } from "../errors.js";
 import { solanaRpc, verifyGenesisHash, type SolanaChain } from "./solana-rpc.js";
@@ -61,12 +61,22 @@ export class ChainRpc {
     return Object.hasOwn(this.config.rpcUrls, canonicalCaip2(caip2));
   }
 
+  /** Whether the operator configured `caip2`: a node for it, or assets listed for it. */
+  configures(caip2: string): boolean {
+    const canonical = canonicalCaip2(caip2);
+    return Object.hasOwn(this.config.rpcUrls, canonical) || Object.hasOwn(this.config.assets, canonical);
+  }
+
+  /** CHAIN_NOT_CONFIGURED for `caip2` (as sent, shortened when long), naming the chains that have a node. */
+  notConfigured(caip2: string): Error {
+    const listed = this.chains.length ? `chains with a node: ${this.chains.join(", ")}` : "no chain has one";
+    const sent = caip2.length > 80 ? `${caip2.slice(0, 80)}…` : caip2;
+    return serviceError("CHAIN_NOT_CONFIGURED", `caip2 ${sent} has no node on this server (SIGIL_CHAIN_RPC_URLS; ${listed})`);
+  }
+
   /** CHAIN_NOT_CONFIGURED when no node is listed for `caip2`. */
   private requireNode(caip2: string): void {
-    if (!this.has(caip2)) {
-      const listed = this.chains.length ? `chains with a node: ${this.chains.join(", ")}` : "no chain has one";
-      throw serviceError("CHAIN_NOT_CONFIGURED", `caip2 ${caip2} has no node on this server (SIGIL_CHAIN_RPC_URLS; ${listed})`);
-    }
+    if (!this.has(caip2)) throw this.notConfigured(caip2);
   }
 
   /** The client of a Solana cluster (`caip2` canonical: see canonicalCaip2), its genesis hash checked once. */
@@ -125,10 +135,8 @@ function evmTransport(caip2: string, url: string, timeoutMs: number, secrets: No
 
 /** eip155:<n> -> n; anything else is not an EVM chain. */
 export function evmChainId(caip2: string): number {
-  const match = /^eip155:([1-9][0-9]{0,15})$/.exec(caip2);
-  if (!match || !Number.isSafeInteger(Number(match[1])))
-    throw serviceError("REQUEST_INVALID", `caip2 ${caip2} is not an EVM chain id (eip155:<chain id>)`);
-  return Number(match[1]);
+  if (!isEvmChainId(caip2)) throw serviceError("REQUEST_INVALID", `caip2 ${caip2} is not an EVM chain id (eip155:<chain id>)`);
+  return Number(caip2.slice("eip155:".length));
 }
 
 async function verifyChainId(client: PublicClient, caip2: string, expected: number): Promise<void> {

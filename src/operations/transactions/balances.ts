@@ -69,10 +69,7 @@ export async function walletAccountOn(db: Db, organizationId: string, address: s
 /** The chain's assets, when it has a node here (an asset of a chain without one cannot be asked for). */
 export function supportedAssets(chains: ChainRpc, caip2: string): AssetMetadata[] {
   namespaceOf(caip2);
-  if (!chains.has(caip2)) {
-    const listed = chains.chains.length ? `chains with a node: ${chains.chains.join(", ")}` : "no chain has one";
-    throw serviceError("CHAIN_NOT_CONFIGURED", `caip2 ${caip2} has no node on this server (SIGIL_CHAIN_RPC_URLS; ${listed})`);
-  }
+  if (!chains.has(caip2)) throw chains.notConfigured(caip2);
   return chainAssets(caip2, chains.assets);
 }
 
