@@ -189,6 +189,108 @@ describe("stored secrets through the official clients", () => {
   });
 });
 
+/** The plaintext of one export payload, opened with the private key it was sealed to. */
+const opened = (secretPayload: string, privateKey: string, organizationId: string) =>
+  decryptSecretBundle({
+    secretPayload,
+    embeddedPrivateKey: privateKey,
+    organizationId,
+    dangerouslyOverrideSignerPublicKey: signerPublicKey,
+  });
+
+describe("one export, a target key per secret", () => {
+  const EXPORT = "activity.resource == 'SECRET' && activity.action == 'EXPORT'";
+
+  it("each secret is sealed to the key named beside it, and opens with that key only", async () => {
+    const { org, root } = await organizationWith(h, []);
+    const [first, second] = await importSecrets(root, org.organizationId, [{ plaintext: "first" }, { plaintext: "second" }]);
+    const [alice, bob] = [generateP256KeyPair(), generateP256KeyPair()];
+    const { secretPayloads } = await root.exportSecrets({
+      secrets: [
+        { secretId: first!, targetPublicKey: alice.publicKeyUncompressed, encryptionSuite: SUITE },
+        { secretId: second!, targetPublicKey: bob.publicKey, encryptionSuite: SUITE },
+        { secretId: first!, targetPublicKey: bob.publicKeyUncompressed, encryptionSuite: SUITE },
+      ],
+    });
+    expect(await opened(secretPayloads[0]!, alice.privateKey, org.organizationId)).toBe("first");
+    expect(await opened(secretPayloads[1]!, bob.privateKey, org.organizationId)).toBe("second");
+    expect(await opened(secretPayloads[2]!, bob.privateKey, org.organizationId)).toBe("first");
+    await expect(opened(secretPayloads[0]!, bob.privateKey, org.organizationId)).rejects.toThrow();
+  });
+
+  it("each (secret, target key) pair is judged as if exported alone; a deny on any pair refuses the whole request", async () => {
+    const { org, root, members } = await organizationWith(h, ["agent"]);
+    const agent = members.agent!;
+    const [card, apiKey] = await importSecrets(root, org.organizationId, [
+      { plaintext: "card data", name: "card" },
+      { plaintext: "exchange key", name: "exchange" },
+    ]);
+    const [cardHolder, exchangeBot, stranger] = [generateP256KeyPair(), generateP256KeyPair(), generateP256KeyPair()];
+    // The card may go to the card holder's key only, the exchange key to the bot's only.
+    await root.createPolicy({
+      policyName: "card to its holder",
+      effect: "EFFECT_ALLOW",
+      condition: `${EXPORT} && secret.name == 'card' && activity.params.target_public_key == '${cardHolder.publicKeyUncompressed}'`,
+      notes: "",
+    });
+    await root.createPolicy({
+      policyName: "exchange key to the bot",
+      effect: "EFFECT_ALLOW",
+      condition: `${EXPORT} && secret.name == 'exchange' && activity.params.target_public_key == '${exchangeBot.publicKeyUncompressed}'`,
+      notes: "",
+    });
+    const exportTo = (pairs: [string, string][]) => () =>
+      agent.client.exportSecrets({
+        secrets: pairs.map(([secretId, targetPublicKey]) => ({ secretId, targetPublicKey, encryptionSuite: SUITE })),
+      });
+
+    // Each pair allowed alone: allowed together, each to its own key.
+    const { secretPayloads } = await exportTo([
+      [card!, cardHolder.publicKey],
+      [apiKey!, exchangeBot.publicKeyUncompressed],
+    ])();
+    expect(await opened(secretPayloads[0]!, cardHolder.privateKey, org.organizationId)).toBe("card data");
+    expect(await opened(secretPayloads[1]!, exchangeBot.privateKey, org.organizationId)).toBe("exchange key");
+
+    // The same two secrets and keys, crossed: neither pair is allowed alone, so neither together.
+    await refusedLeavingOnlyItsActivity(
+      h,
+      exportTo([
+        [card!, exchangeBot.publicKey],
+        [apiKey!, cardHolder.publicKey],
+      ]),
+      { message: expect.stringContaining("OUTCOME_DENY_IMPLICIT") },
+    );
+    // One allowed pair does not carry another key along.
+    await refusedLeavingOnlyItsActivity(
+      h,
+      exportTo([
+        [card!, cardHolder.publicKey],
+        [card!, stranger.publicKey],
+      ]),
+      { message: expect.stringContaining("OUTCOME_DENY_IMPLICIT") },
+    );
+
+    // An explicit deny on one key refuses the request that names it beside allowed pairs.
+    await root.createPolicy({
+      policyName: "never the bot's key for the card",
+      effect: "EFFECT_DENY",
+      condition: `${EXPORT} && activity.params.target_public_key == '${exchangeBot.publicKeyUncompressed}' && secret.name == 'card'`,
+      notes: "",
+    });
+    const { failure } = await refusedLeavingOnlyItsActivity(
+      h,
+      exportTo([
+        [card!, cardHolder.publicKey],
+        [apiKey!, exchangeBot.publicKey],
+        [card!, exchangeBot.publicKey],
+      ]),
+      { message: expect.stringContaining("OUTCOME_DENY_EXPLICIT") },
+    );
+    expect(failure.details[0].turnkeyErrorCode).toBe("POLICY_DENIED");
+  });
+});
+
 describe("stored secrets of a sub-organization", () => {
   it("are its own (its parent's credential cannot export them) and go with it when it is deleted", async () => {
     const { org, root } = await organizationWith(h, []);
@@ -573,28 +675,17 @@ describe("refusals", () => {
       { code: 3 },
     );
     expect(failure.details[0].turnkeyErrorCode).toBe("INVALID_TARGET_PUBLIC_KEY");
-    // One export, one target key: the same key compressed is the same key; another key is refused.
-    const pair = generateP256KeyPair();
-    expect(
-      (
-        await root.exportSecrets({
-          secrets: [
-            { secretId: mine!, targetPublicKey: pair.publicKeyUncompressed, encryptionSuite: SUITE },
-            { secretId: mine!, targetPublicKey: pair.publicKey, encryptionSuite: SUITE },
-          ],
-        })
-      ).secretPayloads,
-    ).toHaveLength(2);
+    // A bad target key beside a good one refuses the whole export.
     await refusedLeavingOnlyItsActivity(
       h,
       () =>
         root.exportSecrets({
           secrets: [
-            { secretId: mine!, targetPublicKey: pair.publicKeyUncompressed, encryptionSuite: SUITE },
             { secretId: mine!, targetPublicKey: key, encryptionSuite: SUITE },
+            { secretId: mine!, targetPublicKey: "02abc", encryptionSuite: SUITE },
           ],
         }),
-      { code: 3, message: expect.stringContaining("must name the same targetPublicKey") },
+      { code: 3, message: expect.stringContaining("secrets[1].targetPublicKey") },
     );
   });
 

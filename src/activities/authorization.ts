@@ -236,15 +236,23 @@ function credentialValue(
 }
 
 /**
- * What policies judge: one input, or, for an activity signing with several keys (policyContexts), one
- * per key, each as if that key alone signed. Such an activity is allowed only when every input is.
+ * What policies judge: one input, or, for an activity made of several parts (policyContexts: the keys
+ * of a Solana send, the secrets of an export), one per part, each as if that part alone were requested:
+ * its keywords, and its own `activity.params` over the activity's. Such an activity is allowed only
+ * when every input is.
  */
 async function evaluationInputs(trx: Tx | Db, subject: ActivitySubject, approverIds: string[]): Promise<EvaluationInput[]> {
   const { operation, parameters, type } = subject;
   if (!operation.policyContexts) return [await evaluationInput(trx, subject, approverIds)];
   const contexts = await operation.policyContexts(trx as Tx, subject.organizationId, parameters, type, subject.prepared);
   const base = await evaluationInput(trx, subject, approverIds);
-  return contexts.length ? contexts.map((extra) => ({ ...base, condition: { ...extra, ...base.condition } })) : [base];
+  const activity = base.condition.activity as { params: Record<string, unknown> };
+  return contexts.length
+    ? contexts.map(({ params, keywords }) => ({
+        ...base,
+        condition: { ...keywords, ...base.condition, activity: { ...activity, params: { ...activity.params, ...params } } },
+      }))
+    : [base];
 }
 
 /** What policies' conditions judge the activity on, with its approvals so far: an MFA policy's

@@ -46,9 +46,9 @@ export function policyTargetKey(targetPublicKey: string): string {
 }
 
 /** The client's key an export is sealed to, uncompressed; INVALID_TARGET_PUBLIC_KEY when it is none. */
-export function targetKey(targetPublicKey: string): Uint8Array {
+export function targetKey(targetPublicKey: string, field = "targetPublicKey"): Uint8Array {
   try {
-    return uncompressedP256(String(targetPublicKey ?? ""), "targetPublicKey");
+    return uncompressedP256(String(targetPublicKey ?? ""), field);
   } catch (error) {
     if (error instanceof HpkeError) throw serviceError("INVALID_TARGET_PUBLIC_KEY", error.message);
     throw error;

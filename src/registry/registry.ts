@@ -221,6 +221,14 @@ export type PolicyResource =
   | "USER"
   | "WALLET"
   | "WEBHOOK_ENDPOINT";
+/** One part of an activity that policies judge alone (see policyContexts). */
+export interface PolicyPart {
+  /** Condition keywords of this part (`secret`, `solana.tx`, …), by keyword path. */
+  keywords: Record<string, unknown>;
+  /** `activity.params` this part has alone, over the activity's. */
+  params?: Record<string, unknown>;
+}
+
 export type PolicyAction = "CREATE" | "UPDATE" | "DELETE" | "SIGN" | "EXPORT" | "IMPORT" | "VERIFY" | "ENCRYPT";
 
 /** `activity.kind`: the version-agnostic name of an activity type (ACTIVITY_TYPE_X_V2 -> X). */
@@ -304,10 +312,12 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
    * precheck; when a vote's rights are weighed for a listing, as stored with the pending activity;
    * undefined when the precheck failed. Reads the database only (never the network). */
   policyContext?(trx: Tx, organizationId: string, parameters: P, type: T, prepared: R | undefined): Promise<Record<string, unknown>>;
-  /** For an activity that signs with several keys (sol_send_transaction's signWiths): one set of
-   * condition keywords per key, each what sign_transaction would show for that key alone; the activity
-   * is allowed only when policies allow it under every set. When present, policyContext is not used. */
-  policyContexts?(trx: Tx, organizationId: string, parameters: P, type: T, prepared: R | undefined): Promise<Record<string, unknown>[]>;
+  /** For an activity made of several parts, each of which policies judge alone (sol_send_transaction's
+   * signWiths, each what sign_transaction would show for that key alone; export_secrets' secrets, each
+   * with its own target key): per part, its condition keywords and the `activity.params` it has alone
+   * (over policyParameters'). The activity is allowed only when policies allow every part. When
+   * present, policyContext is not used. */
+  policyContexts?(trx: Tx, organizationId: string, parameters: P, type: T, prepared: R | undefined): Promise<PolicyPart[]>;
   /** The intent as recorded, when it differs from the parameters as sent (extra fields a spec names). */
   intentOf?(parameters: P, type: T): Record<string, unknown>;
   /** Checks and reads that wait on the network (a webhook host's DNS; a chain node's fees, gas

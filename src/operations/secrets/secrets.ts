@@ -11,7 +11,7 @@ import { serviceError } from "../../errors.js";
 import { uncompressedP256 } from "../../crypto/hpke.js";
 import { defineKeyword } from "../../policy/keywords.js";
 import { T } from "../../policy/types.js";
-import { defineActivity, defineQuery, type ActivityContext } from "../../registry/registry.js";
+import { defineActivity, defineQuery, type ActivityContext, type PolicyPart } from "../../registry/registry.js";
 import type { Db, Tx } from "../../store/handles.js";
 import type { SecretsTable } from "../../store/schema.js";
 import { newId } from "../../store/ids.js";
@@ -162,12 +162,12 @@ export const secretOperations = [
     secretParameters: ["secrets[].secretPayload"],
     async policyContexts(_trx, _organizationId, p) {
       try {
-        return p.secrets.map((s, i) =>
-          secretKeyword({
+        return p.secrets.map((s, i) => ({
+          keywords: secretKeyword({
             name: nameOf(s.name, `secrets[${i}].name`),
             properties: staticProperties(s.staticProperties, `secrets[${i}].staticProperties`),
           }),
-        );
+        }));
       } catch {
         // refused with its reason when the activity runs
         return [];
@@ -223,29 +223,30 @@ export const secretOperations = [
     summary: "Export stored secrets, each encrypted (HPKE) to the target public key named beside it, in signed bundles.",
     resource: "SECRET",
     action: "EXPORT",
-    // An export goes to one target key (execute refuses a request mixing keys: a deny on one key must
-    // not be sidestepped by sending elsewhere too), and policies see it as activity.params.target_public_key.
+    // Each secret goes to the target key named beside it, and each (secret, target key) pair is judged
+    // as if it were exported alone: its `secret` and activity.params.target_public_key. The request is
+    // allowed only when every pair is, so a deny on one key cannot be sidestepped by naming it beside
+    // others. activity.params.target_public_key of the request as a whole is set when all pairs share it.
     policyParameters(p) {
       const keys = new Set(p.secrets.map((s) => policyTargetKey(s.targetPublicKey)));
       return keys.size === 1 ? { target_public_key: [...keys][0]! } : {};
     },
     async policyContexts(trx, organizationId, p) {
-      const contexts: Record<string, unknown>[] = [];
-      for (const { secretId } of p.secrets) {
+      const parts: PolicyPart[] = [];
+      for (const { secretId, targetPublicKey } of p.secrets) {
         const row = await findSecret(trx, organizationId, secretId);
         // An unknown id leaves `secret` unset: a policy reading it cannot allow the request.
-        contexts.push(row ? secretKeyword({ id: row.id, name: row.name, properties: storedProperties(row) }) : {});
+        parts.push({
+          keywords: row ? secretKeyword({ id: row.id, name: row.name, properties: storedProperties(row) }) : {},
+          params: { target_public_key: policyTargetKey(targetPublicKey) },
+        });
       }
-      return contexts;
+      return parts;
     },
     async execute(ctx, p) {
       requireCount(p.secrets.length, "the number of secrets");
-      const keys = new Set(p.secrets.map((s) => Buffer.from(targetKey(s.targetPublicKey)).toString("hex")));
-      if (keys.size > 1)
-        throw serviceError(
-          "REQUEST_INVALID",
-          "every secret of one export_secrets must name the same targetPublicKey: export to each key in its own request",
-        );
+      // Every target key is a key before any secret is opened.
+      p.secrets.forEach((s, i) => targetKey(s.targetPublicKey, `secrets[${i}].targetPublicKey`));
       const rows: Selectable<SecretsTable>[] = [];
       for (const { secretId } of p.secrets) {
         const row = await findSecret(ctx.trx, ctx.organizationId, secretId);

@@ -163,7 +163,7 @@ export const solanaSendingOperations = [
     async policyContexts(trx, organizationId, p, type, reads) {
       try {
         const send = await buildSend(trx, organizationId, p, type, reads);
-        return send.signers.map((signer) => ({ ...signerKeywords(signer), ...send.keywords }));
+        return send.signers.map((signer) => ({ keywords: { ...signerKeywords(signer), ...send.keywords } }));
       } catch {
         // refused with its reason when the activity runs
         return [];
