@@ -610,7 +610,7 @@ async function info(values: Values) {
     const databaseKeyIds = (await keyIdsInUse(store.reader)).sort();
     const line = {
       database: store.location,
-      masterKey: await masterKeyAtHand(config, databaseKeyIds, text(values, "data-dir") !== undefined),
+      masterKey: await masterKeyAtHand(config, databaseKeyIds),
       databaseKeyIds,
       signerPublicKey: of(BUNDLE_SIGNER),
       webhookSigningPublicKey: of(WEBHOOK_SIGNING),
@@ -631,16 +631,14 @@ async function info(values: Values) {
  * never made: where there is none (or it cannot be read) the answer is null and stderr says why, so an
  * operator sees which file the servers would use and whether it is the deployment's key.
  */
-async function masterKeyAtHand(config: Config, databaseKeyIds: string[], dataDirFlag: boolean) {
+async function masterKeyAtHand(config: Config, databaseKeyIds: string[]) {
   const { loadKeyring } = await import("../crypto/master-key.js");
   const { file, key, fileIsDefault } = config.masterKey;
   const origin = !fileIsDefault
     ? "SIGIL_MASTER_KEY_FILE"
-    : dataDirFlag
-      ? "--data-dir"
-      : process.env.SIGIL_DATA_DIR
-        ? "SIGIL_DATA_DIR"
-        : "the default data directory ./data: no --data-dir, no SIGIL_DATA_DIR";
+    : config.dataDirFrom === "default"
+      ? "the default data directory ./data: no --data-dir, no SIGIL_DATA_DIR"
+      : config.dataDirFrom;
   const where = key ? "SIGIL_MASTER_KEY" : `${file} (${origin})`;
   const needed = databaseKeyIds.length > 0 ? `the key the database's secrets are sealed under (${databaseKeyIds.join(", ")})` : "a key";
   // loadKeyring would make a default key file where there is none: info never makes one.
