@@ -22,6 +22,8 @@ export interface Config {
   workers: number;
   /** Directory of the embedded SQLite database and the default master key file. */
   dataDir: string;
+  /** What named the data directory, for messages that point at it: the flag, the variable, or neither (./data). */
+  dataDirFrom: "--data-dir" | "SIGIL_DATA_DIR" | "default";
   /** postgres://… or postgresql://… to keep all state in PostgreSQL instead of SQLite. */
   databaseUrl: string | null;
   /** How many connections to PostgreSQL a server process keeps at most. */
@@ -1386,6 +1388,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
     port: s.port,
     workers,
     dataDir,
+    // readSettings took the flag over the variable, and an empty variable as unset.
+    dataDirFrom: flags.dataDir !== undefined ? "--data-dir" : env.SIGIL_DATA_DIR ? "SIGIL_DATA_DIR" : "default",
     databaseUrl: s.databaseUrl,
     databasePoolSize: s.databasePoolSize,
     databasePreparedStatements: s.databasePreparedStatements,

@@ -1,7 +1,9 @@
 // The commands users run, as child processes of the built CLI (npm test builds it first): `sigil
 // keygen`, `sigil serve`, `sigil bootstrap` while a server runs on the same data; --help and --version;
-// the refusal of every kind of bad command line; the commands that must create no database; keygen's
-// key file; and, on PostgreSQL, a database that does not exist.
+// the refusal of every kind of bad command line, with the command or option a slip most likely meant;
+// the commands that must create no database; a start that fails leaving no directory; which master key
+// `info` reports; keygen's key file; the README's quickstart; and, on PostgreSQL, a database that does
+// not exist.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { promisify } from "node:util";
@@ -17,6 +19,9 @@ import { backend, createTestDatabase, type TestDatabase } from "./helpers/backen
 import { newKeyPair } from "./helpers/harness.js";
 import { openStore } from "../src/store/database.js";
 import { migrations } from "../src/store/migrations.js";
+import { commands as declarations } from "../src/cli/main.js";
+import { keyIdOf } from "../src/crypto/envelope.js";
+import { parseMasterKey } from "../src/crypto/master-key.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");
@@ -272,6 +277,11 @@ describe("sigil CLI", () => {
       tlsFetcherEncryptPublicKey: string;
     };
     expect(line.signerPublicKey).toBe(published.signerPublicKey);
+    // The server's key, made in its data directory on first start, which opens what the database holds.
+    const file = path.join(database.dataDir, "master.key");
+    const keyId = keyIdOf(parseMasterKey(fs.readFileSync(file, "utf8"), file));
+    expect(line.masterKey).toEqual({ source: file, keyId, opensDatabase: true });
+    expect(line.databaseKeyIds).toEqual([keyId]);
     // What clients encrypt OAuth 2.0 client secrets to (encryptOauth2ClientSecret).
     expect(line.tlsFetcherEncryptPublicKey).toMatch(/^04[0-9a-f]{128}$/);
     expect(line.tlsFetcherEncryptPublicKey).toBe(published.tlsFetcherEncryptPublicKey);
@@ -282,6 +292,49 @@ describe("sigil CLI", () => {
       p256: "@noble/curves",
       bip340: "@noble/curves",
     });
+  });
+
+  it("the README's quickstart program runs as the README says, with the key and organization its commands make", async () => {
+    const readme = fs.readFileSync("README.md", "utf8");
+    const section = readme.slice(readme.indexOf("## Quickstart with the official client"), readme.indexOf("## Configuration"));
+    // What the README tells the reader to do, which the steps below follow.
+    for (const step of [
+      "npx sigil keygen --out ../sigil-quickstart/root-key.json",
+      "npm install @turnkey/sdk-server",
+      "as `quickstart.mjs`",
+      "ORGANIZATION_ID=<organizationId from bootstrap> node quickstart.mjs",
+    ])
+      expect(section).toContain(step);
+    const program = section.match(/```js\n([\s\S]*?)```/)![1]!;
+    expect(program.split("http://127.0.0.1:8080")).toHaveLength(2);
+    // Inside the checkout, so that `@turnkey/sdk-server` resolves to the installed package.
+    const dir = fs.mkdtempSync(path.resolve(".vitest-quickstart-"));
+    temporary.push(dir);
+    expect((await sigil(["keygen", "--out", path.join(dir, "root-key.json")])).code).toBe(0);
+    const { publicKey } = JSON.parse(fs.readFileSync(path.join(dir, "root-key.json"), "utf8"));
+    const boot = await sigil([
+      "bootstrap",
+      "--data-dir",
+      database.dataDir,
+      "--org-name",
+      "Acme",
+      "--user-name",
+      "ops",
+      "--api-public-key",
+      publicKey,
+    ]);
+    expect(boot.code).toBe(0);
+    fs.writeFileSync(path.join(dir, "quickstart.mjs"), program.replace("http://127.0.0.1:8080", baseUrl));
+    const { organizationId } = JSON.parse(boot.stdout);
+    const { stdout, stderr } = await run(process.execPath, ["quickstart.mjs"], {
+      cwd: dir,
+      env: { ...env, ORGANIZATION_ID: organizationId },
+    });
+    // Node 20.10+ reads `with { type: "json" }` without a warning.
+    expect(stderr).toBe("");
+    expect(stdout).toMatch(
+      /^\[ '[0-9a-f-]{36}' \] \{\n {2}userId: '[0-9a-f-]{36}',\n {2}userName: 'alice',\n {2}userEmail: 'alice@example\.com',/,
+    );
   });
 
   it("info names the secp256k1 library SIGIL_SECP256K1 forces", async () => {
@@ -323,8 +376,23 @@ describe("--help and --version", () => {
     expect(help).toMatchObject({ code: 0, stderr: "" });
     for (const command of COMMANDS) expect(help.stdout).toContain(`\n  sigil ${command}`);
     expect(fs.readFileSync("docs/cli.md", "utf8")).toContain("```text\n" + help.stdout + "```");
+    for (const alias of [["help"], ["-h"]]) expect(await sigil(alias), alias[0]).toEqual(help);
     const { version } = JSON.parse(fs.readFileSync("package.json", "utf8")) as { version: string };
     expect(await sigil(["--version"])).toEqual({ code: 0, stdout: `${version}\n`, stderr: "" });
+    expect(await sigil(["-v"])).toEqual({ code: 0, stdout: `${version}\n`, stderr: "" });
+  });
+
+  it("each command's --help says what it does with the master key when SIGIL_DATABASE_URL is set", async () => {
+    const note = {
+      serve: "--data-dir then only locates the master key.",
+      bootstrap: "this command reads no master key, so --data-dir then plays no part.",
+      info: "--data-dir then only locates the master key, which this command reports (masterKey) but does not need.",
+      webhooks: "this command reads no master key, so --data-dir then plays no part.",
+    };
+    for (const [command, text] of Object.entries(note)) {
+      const { stdout } = await sigil(["help", command]);
+      expect(stdout.replace(/\n/g, " "), command).toContain(text);
+    }
   });
 });
 
@@ -336,6 +404,26 @@ describe("a command line that is not right is refused: exit 2, the reason and th
     const cases: { args: string[]; message: RegExp; env?: NodeJS.ProcessEnv }[] = [
       { args: [], message: /^sigil: no command given\n/ },
       { args: ["frobnicate"], message: /^sigil: unknown command "frobnicate"\n/ },
+      // A slip gets the command or option it most likely meant; a word close to none gets nothing (above).
+      { args: ["serv"], message: /^sigil: unknown command "serv"; did you mean serve\?\n/ },
+      { args: ["sevre", "--port", "8080"], message: /^sigil: unknown command "sevre"; did you mean serve\?\n/ },
+      { args: ["boostrap"], message: /^sigil: unknown command "boostrap"; did you mean bootstrap\?\n/ },
+      { args: ["rotate"], message: /^sigil: unknown command "rotate"; did you mean rotate-master-key\?\n/ },
+      { args: ["help", "webhook"], message: /^sigil: unknown command "webhook"; did you mean webhooks\?\n/ },
+      { args: ["--verison"], message: /^sigil: unknown option --verison; did you mean --version\?\n/ },
+      { args: ["serve", "--prot", "9000"], message: /^sigil serve: unknown option --prot; did you mean --port\?\n/ },
+      { args: ["info", "--data-dr", "<db>"], message: /^sigil info: unknown option --data-dr; did you mean --data-dir\?\n/ },
+      { args: ["info", "--hlep"], message: /^sigil info: unknown option --hlep; did you mean --help\?\n/ },
+      { args: ["serve", "--port", "abc"], message: /^sigil serve: --port must be a whole number from 1 to 65535, got "abc"\n/ },
+      { args: ["serve", "--workers", "0"], message: /^sigil serve: --workers must be a whole number from 1 to 64, or auto, got "0"\n/ },
+      {
+        args: ["serve", "--workers", "aut"],
+        message: /--workers must be a whole number from 1 to 64, or auto, got "aut"; did you mean auto\?\n/,
+      },
+      {
+        args: ["webhooks", "--status", "faild"],
+        message: /--status must be one of pending, delivered, failed, cancelled, got "faild"; did you mean failed\?\n/,
+      },
       { args: ["--frobnicate"], message: /^sigil: unknown option --frobnicate\n/ },
       { args: ["--version", "now"], message: /^sigil: unexpected argument "now"\n/ },
       { args: ["help", "frobnicate"], message: /^sigil: unknown command "frobnicate"\n/ },
@@ -380,6 +468,10 @@ describe("a command line that is not right is refused: exit 2, the reason and th
       { args: [...boot, "--user-email"], message: /^sigil bootstrap: --user-email needs a value \(E\)\n/ },
       { args: [...boot, "--api-key-name="], message: /^sigil bootstrap: --api-key-name must not be empty\n/ },
       { args: [...boot, "--verbose"], message: /^sigil bootstrap: unknown option --verbose\n/ },
+      {
+        args: [...boot.slice(0, 3), "--org", "A", ...boot.slice(5)],
+        message: /^sigil bootstrap: unknown option --org; did you mean --org-name\?\n/,
+      },
     ];
     const before = await snapshot();
     const cwd = emptyDir(); // ./data (the default data directory) and keygen's key.json would appear here
@@ -398,6 +490,47 @@ describe("a command line that is not right is refused: exit 2, the reason and th
       const command = COMMANDS.includes(args[0]!) ? args[0] : null;
       // The command's usage line, or the list of all commands when no command was recognized.
       expect(outcome.stderr, label).toContain(command ? `\n\nusage: sigil ${command}` : "\n\nusage:\n  sigil serve [--host H]");
+    });
+    expect(fs.readdirSync(cwd)).toEqual([]);
+    expect(await snapshot()).toBe(before);
+  });
+});
+
+describe("every option that takes a number or one of a list refuses any other value, as its declaration says", () => {
+  // From the declarations in src/cli/main.ts, so that an option added later is checked too.
+  const cases = Object.entries(declarations).flatMap(([command, spec]) =>
+    Object.entries(spec.options).flatMap(([option, o]) => {
+      const bad = o.range ? [String(o.range[0] - 1), String(o.range[1] + 1), "abc", `${o.range[0]}.5`, `-${o.range[1]}`] : [];
+      if (o.choices) bad.push(`not-${o.choices[0]}`);
+      return bad.map((value) => ({ command, option, value, spec: o }));
+    }),
+  );
+
+  it("the options checked are the ones this file knows", () => {
+    expect([...new Set(cases.map((c) => `${c.command} --${c.option}`))]).toEqual([
+      "serve --port",
+      "serve --workers",
+      "webhooks --status",
+      "webhooks --limit",
+    ]);
+  });
+
+  it("names the option, the values it takes and the value given, shows the command's usage, exits 2 and does nothing", async () => {
+    const before = await snapshot();
+    const cwd = emptyDir();
+    const outcomes = await inBatches(cases, (c) => sigil([c.command, `--${c.option}`, c.value, "--data-dir", database.dataDir], { cwd }));
+    outcomes.forEach((outcome, i) => {
+      const { command, option, value, spec } = cases[i]!;
+      const label = `${command} --${option} ${value}`;
+      const takes = spec.range
+        ? `a whole number from ${spec.range[0]} to ${spec.range[1]}${spec.choices ? `, or ${spec.choices.join(", ")}` : ""}`
+        : `one of ${spec.choices!.join(", ")}`;
+      expect(outcome.code, label).toBe(2);
+      expect(outcome.stdout, label).toBe("");
+      expect(outcome.stderr, label).toMatch(
+        new RegExp(`^sigil ${command}: --${option} must be ${takes}, got "${value}"\n\nusage: sigil ${command} `),
+      );
+      expect(outcome.stderr, label).toContain(`(\`sigil ${command} --help\` describes it)`);
     });
     expect(fs.readdirSync(cwd)).toEqual([]);
     expect(await snapshot()).toBe(before);
@@ -554,6 +687,156 @@ describe("commands that find no Sigil database create none", () => {
       await empty.drop();
     }
   });
+});
+
+describe("which master key info reports; bootstrap reads none", () => {
+  const serversKey = () => {
+    const file = path.join(database.dataDir, "master.key");
+    return keyIdOf(parseMasterKey(fs.readFileSync(file, "utf8"), file));
+  };
+
+  it("info with no --data-dir and no SIGIL_DATA_DIR: on PostgreSQL it names the ./data key it looked for and finds none, making none; on SQLite ./data is where it looks for the database", async () => {
+    const cwd = emptyDir();
+    const outcome = await sigil(["info"], { cwd });
+    if (backend === "sqlite") {
+      expect(outcome.code).toBe(1);
+      expect(outcome.stderr).toContain(`no Sigil database at ${path.join(cwd, "data", "sigil.db")} (`);
+    } else {
+      expect(outcome.code).toBe(0);
+      const line = JSON.parse(outcome.stdout);
+      expect(line.masterKey).toBeNull();
+      expect(line.databaseKeyIds).toEqual([serversKey()]);
+      expect(line.signerPublicKey).toMatch(/^[0-9a-f]{66,130}$/);
+      expect(outcome.stderr).toContain(
+        `no master key at ${path.join(cwd, "data", "master.key")} (the default data directory ./data: no --data-dir, no SIGIL_DATA_DIR): ` +
+          `info needs none, but the servers need the key the database's secrets are sealed under (${serversKey()})\n`,
+      );
+    }
+    expect(fs.readdirSync(cwd)).toEqual([]);
+  });
+
+  it("info names the key SIGIL_DATA_DIR, SIGIL_MASTER_KEY_FILE or SIGIL_MASTER_KEY give, and says when it does not open the database", async () => {
+    const elsewhere = emptyDir();
+    const otherKey = crypto.randomBytes(32);
+    fs.writeFileSync(path.join(elsewhere, "master.key"), `${otherKey.toString("hex")}\n`, { mode: 0o600 });
+    const missingFile = path.join(elsewhere, "missing.key");
+    const runs = [
+      // The servers' own key, through SIGIL_DATA_DIR (on SQLite the database is found there too).
+      { env: { ...env, SIGIL_DATA_DIR: database.dataDir }, args: [] as string[] },
+      // On PostgreSQL, another data directory: its key is not the deployment's.
+      ...(backend === "postgres" ? [{ env: { ...env, SIGIL_DATA_DIR: elsewhere }, args: [] as string[] }] : []),
+      { env: { ...env, SIGIL_MASTER_KEY_FILE: path.join(elsewhere, "master.key") }, args: ["--data-dir", database.dataDir] },
+      { env: { ...env, SIGIL_MASTER_KEY: otherKey.toString("hex") }, args: ["--data-dir", database.dataDir] },
+      { env: { ...env, SIGIL_MASTER_KEY_FILE: missingFile }, args: ["--data-dir", database.dataDir] },
+    ];
+    const outcomes = await inBatches(runs, (r) => sigil(["info", ...r.args], { env: r.env }));
+    for (const outcome of outcomes) expect(outcome.code).toBe(0);
+    const [own, ...others] = outcomes.map((o) => ({ line: JSON.parse(o.stdout), stderr: o.stderr }));
+    const servers = serversKey();
+    const other = keyIdOf(otherKey);
+    expect(own!.line.masterKey).toEqual({ source: path.join(database.dataDir, "master.key"), keyId: servers, opensDatabase: true });
+    expect(own!.stderr).not.toContain("master key");
+    const expected = [
+      ...(backend === "postgres"
+        ? [
+            {
+              masterKey: { source: path.join(elsewhere, "master.key"), keyId: other, opensDatabase: false },
+              stderr: `the master key at ${path.join(elsewhere, "master.key")} (SIGIL_DATA_DIR), key id ${other}, does not open this database`,
+            },
+          ]
+        : []),
+      {
+        masterKey: { source: path.join(elsewhere, "master.key"), keyId: other, opensDatabase: false },
+        stderr: `the master key at ${path.join(elsewhere, "master.key")} (SIGIL_MASTER_KEY_FILE), key id ${other}, does not open this database`,
+      },
+      {
+        masterKey: { source: "SIGIL_MASTER_KEY", keyId: other, opensDatabase: false },
+        stderr: `the master key at SIGIL_MASTER_KEY, key id ${other}, does not open this database`,
+      },
+      { masterKey: null, stderr: `no master key at ${missingFile} (SIGIL_MASTER_KEY_FILE): info needs none` },
+    ];
+    others.forEach((outcome, i) => {
+      expect(outcome.line.masterKey).toEqual(expected[i]!.masterKey);
+      expect(outcome.line.databaseKeyIds).toEqual([servers]);
+      expect(outcome.stderr).toContain(expected[i]!.stderr);
+      expect(outcome.stderr).toContain(`the key the database's secrets are sealed under (${servers})\n`);
+      expect(outcome.stderr).not.toContain(otherKey.toString("hex"));
+    });
+    // Read, never made: no key file appeared.
+    expect(fs.readdirSync(elsewhere)).toEqual(["master.key"]);
+  });
+
+  it("bootstrap with no --data-dir and no SIGIL_DATA_DIR: on PostgreSQL it reads no ./data and no key; on SQLite ./data is where it looks for the database", async () => {
+    const cwd = emptyDir();
+    const key = newKeyPair();
+    const before = await snapshot();
+    const outcome = await sigil(["bootstrap", "--org-name", "Nodir", "--user-name", "ops", "--api-public-key", key.publicKey], { cwd });
+    if (backend === "sqlite") {
+      expect(outcome.code).toBe(1);
+      expect(outcome.stderr).toContain(`no Sigil database at ${path.join(cwd, "data", "sigil.db")} (`);
+      expect(await snapshot()).toBe(before);
+    } else {
+      expect(outcome.code).toBe(0);
+      expect(outcome.stderr).toBe("");
+      const created = JSON.parse(outcome.stdout);
+      const { user } = await new Turnkey({
+        apiBaseUrl: baseUrl,
+        apiPublicKey: key.publicKey,
+        apiPrivateKey: key.privateKey,
+        defaultOrganizationId: created.organizationId,
+      })
+        .apiClient()
+        .getUser({ userId: created.userId });
+      expect(user.userName).toBe("ops");
+    }
+    expect(fs.readdirSync(cwd)).toEqual([]);
+  });
+});
+
+describe("sigil serve that fails to start leaves nothing behind", () => {
+  /** Starts `serve` on a database it cannot open, with a data directory two levels below missing directories. */
+  async function failedStart(databaseUrl: string, workers: number) {
+    const parent = emptyDir();
+    const dataDir = path.join(parent, "a", "b", "data");
+    const kept = emptyDir(); // a data directory that exists already stays, empty as it was
+    const runs = [dataDir, kept].map(async (dir) =>
+      sigil(["serve", "--port", String(await freePort()), "--workers", String(workers), "--data-dir", dir], {
+        env: { ...env, SIGIL_DATABASE_URL: databaseUrl },
+      }),
+    );
+    const outcomes = await Promise.all(runs);
+    return { outcomes, parent, kept };
+  }
+
+  it("a PostgreSQL port nobody listens on: no master key and no directory it made, with one process or several", async () => {
+    const closed = await freePort();
+    for (const workers of [1, 2]) {
+      const { outcomes, parent, kept } = await failedStart(`postgres://sigil:${PASSWORD}@127.0.0.1:${closed}/sigil`, workers);
+      for (const outcome of outcomes) {
+        expect(outcome.code, `--workers ${workers}`).toBe(1);
+        expect(outcome.stderr).toContain(`cannot open PostgreSQL database postgres://sigil:***@127.0.0.1:${closed}/sigil: `);
+        expect(outcome.stderr).not.toContain(PASSWORD);
+      }
+      expect(fs.readdirSync(parent), `--workers ${workers}`).toEqual([]);
+      expect(fs.readdirSync(kept)).toEqual([]);
+    }
+  });
+
+  if (backend === "postgres") {
+    it("a PostgreSQL database that does not exist: no master key and no directory it made, with one process or several", async () => {
+      const url = new URL(process.env.TEST_DATABASE_URL!);
+      url.pathname = `/sigil_no_such_db_${crypto.randomBytes(6).toString("hex")}`;
+      for (const workers of [1, 2]) {
+        const { outcomes, parent, kept } = await failedStart(url.toString(), workers);
+        for (const outcome of outcomes) {
+          expect(outcome.code, `--workers ${workers}`).toBe(1);
+          expect(outcome.stderr).toContain(`PostgreSQL database "${url.pathname.slice(1)}" does not exist`);
+        }
+        expect(fs.readdirSync(parent), `--workers ${workers}`).toEqual([]);
+        expect(fs.readdirSync(kept)).toEqual([]);
+      }
+    });
+  }
 });
 
 describe("keygen --out", () => {

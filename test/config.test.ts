@@ -83,6 +83,7 @@ describe("defaults", () => {
     port: 8080,
     workers: 1,
     dataDir: path.resolve("data"),
+    dataDirFrom: "default",
     databaseUrl: null,
     databasePoolSize: 10,
     databasePreparedStatements: true,
@@ -260,6 +261,7 @@ describe("accepted values", () => {
       port: 9090,
       workers: 3,
       dataDir: "/srv/sigil",
+      dataDirFrom: "SIGIL_DATA_DIR",
       databasePoolSize: 24,
       databasePreparedStatements: false,
       timestampWindowMs: 60_000,
@@ -347,7 +349,7 @@ describe("accepted values", () => {
       { SIGIL_HOST: "::1", SIGIL_PORT: "not a port", SIGIL_DATA_DIR: "", SIGIL_WORKERS: "none" },
       { host: "0.0.0.0", port: 7070, dataDir: "flagged", workers: 2 },
     );
-    expect(config).toMatchObject({ host: "0.0.0.0", port: 7070, dataDir: path.resolve("flagged"), workers: 2 });
+    expect(config).toMatchObject({ host: "0.0.0.0", port: 7070, dataDir: path.resolve("flagged"), dataDirFrom: "--data-dir", workers: 2 });
   });
 
   it("SIGIL_WORKERS=auto is one worker per available core (at most 64) on PostgreSQL, one on SQLite; each has a share of the spare cores as signature threads", () => {

@@ -10,7 +10,7 @@ import fs from "node:fs";
 import type { Config } from "../config.js";
 import type { OpenMode, Store } from "../store/database.js";
 
-interface OptionSpec {
+export interface OptionSpec {
   /** The value's placeholder in the usage text; absent for a switch, which takes no value. */
   value?: string;
   summary: string;
@@ -23,11 +23,16 @@ interface OptionSpec {
 
 type Values = Record<string, string | number | true | undefined>;
 
-interface CommandSpec {
+export interface CommandSpec {
   /** One line, for the list of commands. */
   summary: string;
   /** What --help adds below the usage line. */
   description: string;
+  /**
+   * What the command does with the master key, which --help says beside SIGIL_DATABASE_URL (where
+   * --data-dir locates nothing else): uses it, reports it (info), or never reads it.
+   */
+  masterKey: "uses" | "reports" | "none";
   options: Record<string, OptionSpec>;
   run(values: Values): Promise<void>;
 }
@@ -46,15 +51,24 @@ const dataDirOption: OptionSpec = {
   value: "D",
   summary: "directory of the SQLite database (sigil.db) and the master key file (default: SIGIL_DATA_DIR, else ./data)",
 };
-const databaseNote =
-  "With SIGIL_DATABASE_URL=postgres://… set, the database is that PostgreSQL database; --data-dir then only locates the master key.";
+const databaseNote: Record<CommandSpec["masterKey"], string> = {
+  uses: "With SIGIL_DATABASE_URL=postgres://… set, the database is that PostgreSQL database; --data-dir then only locates the master key.",
+  reports:
+    "With SIGIL_DATABASE_URL=postgres://… set, the database is that PostgreSQL database; --data-dir then only locates the master key, " +
+    "which this command reports (masterKey) but does not need.",
+  none:
+    "With SIGIL_DATABASE_URL=postgres://… set, the database is that PostgreSQL database; this command reads no master key, so " +
+    "--data-dir then plays no part.",
+};
 const readOnlyNote =
   "It only reads: it never creates, migrates or changes a database, and fails (naming the file or URL) where there is no Sigil database.";
 
 const text = (values: Values, name: string) => values[name] as string | undefined;
 
-const commands: Record<string, CommandSpec> = {
+// Exported for test/cli.test.ts, which sends a bad value to every option declared with a range or choices.
+export const commands: Record<string, CommandSpec> = {
   serve: {
+    masterKey: "uses",
     summary: "runs the server; creates the database and the master key on first start",
     description:
       "Runs the server until SIGINT or SIGTERM. The first start makes the data directory, the database (or Sigil's tables in the " +
@@ -78,6 +92,7 @@ const commands: Record<string, CommandSpec> = {
     run: serve,
   },
   keygen: {
+    masterKey: "none",
     summary: "makes a P-256 API key pair: written to a new file (mode 0600), or printed",
     description:
       'Makes a P-256 API key pair, {"publicKey":"02…","privateKey":"…"} (hex). With --out the pair is written to a new file ' +
@@ -87,11 +102,13 @@ const commands: Record<string, CommandSpec> = {
     run: keygen,
   },
   bootstrap: {
+    masterKey: "none",
     summary: "creates an organization whose root user holds the given API key",
     description:
       "Creates an organization with one root user (root quorum threshold 1) holding the API public key, and prints " +
       '{"organizationId","userId","apiKeyId","database"}. It may run while servers use the same database. Where there is no Sigil ' +
-      "database yet it refuses, creating nothing, unless --create is given.",
+      "database yet it refuses, creating nothing, unless --create is given. It writes no secret: it needs no master key and " +
+      "makes none (the first `sigil serve` does).",
     options: {
       "org-name": { value: "N", summary: "the organization's name", required: true },
       "user-name": { value: "U", summary: "the root user's name", required: true },
@@ -108,6 +125,7 @@ const commands: Record<string, CommandSpec> = {
     run: bootstrap,
   },
   "rotate-master-key": {
+    masterKey: "uses",
     summary: "re-seals every stored secret under a new master key (see docs/secrets.md)",
     description:
       "Re-seals every stored secret under a new master key, in one transaction. With the default key file the new key is made " +
@@ -120,15 +138,20 @@ const commands: Record<string, CommandSpec> = {
     run: rotateMasterKey,
   },
   info: {
+    masterKey: "reports",
     summary: "prints the deployment's public keys as one JSON line",
     description:
       "Prints the database's location and the deployment's public keys as one JSON line: signerPublicKey (what clients " +
-      "pass as dangerouslyOverrideSignerPublicKey), the webhook signing key and the session signing key. " +
+      "pass as dangerouslyOverrideSignerPublicKey), the webhook signing key and the session signing key. It also says which " +
+      "master key this configuration names (masterKey: where it is, its key id, whether it opens the database's secrets; null, " +
+      "with the reason on stderr, where there is none) and the key ids the database's secrets are sealed under " +
+      "(databaseKeyIds): the servers need a key holding those. It reads the key but needs none, and never makes one. " +
       readOnlyNote,
     options: { "data-dir": dataDirOption },
     run: info,
   },
   outbox: {
+    masterKey: "uses",
     summary: "prints the emails and SMS waiting in the local outbox",
     description:
       "Prints the emails and SMS kept in the local outbox (no SIGIL_SMTP_URL / SIGIL_SMS_URL) whose codes are still valid, " +
@@ -141,6 +164,7 @@ const commands: Record<string, CommandSpec> = {
     run: outbox,
   },
   "remove-ip-allowlist": {
+    masterKey: "none",
     summary: "removes an organization's (or one API key's) IP allowlist: the way back for a locked-out organization",
     description:
       "Removes the IP allowlist of the organization, or with --api-key that of one of its API keys, directly in the database, and " +
@@ -156,6 +180,7 @@ const commands: Record<string, CommandSpec> = {
     run: removeIpAllowlistCommand,
   },
   webhooks: {
+    masterKey: "none",
     summary: "prints the webhook delivery log, newest first",
     description:
       "Prints the webhook delivery log, newest first, one JSON line per delivery (event id, activity, URL, status, attempts, " +
@@ -186,9 +211,9 @@ function overallUsage(): string {
   const lines = ["usage:"];
   for (const [name, spec] of Object.entries(commands)) lines.push(`  ${usageLine(name)}`, `      ${spec.summary}`);
   lines.push(
-    "  sigil <command> --help",
+    "  sigil help <command>, sigil <command> --help",
     "      describes one command",
-    "  sigil --version",
+    "  sigil -v, --version",
     "      prints the version",
     "",
     "SIGIL_DATABASE_URL=postgres://… keeps state in PostgreSQL instead of SQLite in the data directory.",
@@ -208,7 +233,7 @@ function commandHelp(name: string): string {
     `usage: ${usageLine(name)}`,
     "",
     ...wrap(spec.description),
-    ...(Object.hasOwn(spec.options, "data-dir") ? wrap(databaseNote) : []),
+    ...(Object.hasOwn(spec.options, "data-dir") ? wrap(databaseNote[spec.masterKey]) : []),
     "",
     "options:",
     ...options.map(([left, summary]) => `  ${left.padEnd(width)}${summary}`),
@@ -229,6 +254,48 @@ function wrap(paragraph: string): string[] {
 const shortUsage = (name: string) => `usage: ${usageLine(name)}\n(\`sigil ${name} --help\` describes it)`;
 
 // ---- parsing -----------------------------------------------------------------------------------
+
+/**
+ * The one of `candidates` that a mistyped `word` most likely meant, if any is close: a unique start of
+ * it (`rotate` for rotate-master-key), or within a few typing slips of it (`serv`, `sevre`, `--prot`),
+ * counted as the restricted Damerau-Levenshtein distance (insertions, deletions, substitutions and
+ * swaps of neighbours). A word nothing is close to gets no suggestion rather than a far-fetched one.
+ */
+function closest(word: string, candidates: readonly string[]): string | undefined {
+  const typed = word.toLowerCase();
+  const starts = candidates.filter((c) => typed.length >= 3 && c.startsWith(typed));
+  if (starts.length === 1) return starts[0];
+  let best: { candidate: string; distance: number } | undefined;
+  for (const candidate of candidates) {
+    const distance = slips(typed, candidate);
+    // One slip in three letters at most (so `info` admits one, `bootstrap` three).
+    if (distance <= Math.max(1, Math.floor(candidate.length / 3)) && (!best || distance < best.distance)) best = { candidate, distance };
+  }
+  return best?.candidate;
+}
+
+/** The restricted Damerau-Levenshtein (optimal string alignment) distance between a and b. */
+function slips(a: string, b: string): number {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i]![j] = Math.min(d[i]![j]!, d[i - 2]![j - 2]! + 1);
+    }
+  }
+  return d[a.length]![b.length]!;
+}
+
+/** "; did you mean X?" when a candidate is close to what was typed, else nothing. */
+function suggestion(word: string, candidates: readonly string[], prefix = ""): string {
+  const near = closest(word, candidates);
+  return near === undefined ? "" : `; did you mean ${prefix}${near}?`;
+}
+
+const unknownOption = (rawName: string, names: readonly string[]) =>
+  // A short option (-x) is one letter: any other letter is as close as the next, so none is suggested.
+  `unknown option ${rawName}${rawName.startsWith("--") ? suggestion(rawName.slice(2), names, "--") : ""}`;
 
 /**
  * node's parseArgs splits the command line into tokens; the rules are applied here, so that each refusal
@@ -260,7 +327,7 @@ function parseCommandLine(name: string, args: string[]): Values | "help" {
       continue;
     }
     const option = Object.hasOwn(spec.options, token.name) ? spec.options[token.name]! : undefined;
-    if (!option) throw refuse(`unknown option ${token.rawName}`);
+    if (!option) throw refuse(unknownOption(token.rawName, [...Object.keys(spec.options), "help"]));
     if (token.name in values) throw refuse(`--${token.name} is given twice`);
     if (!option.value) {
       if (token.value !== undefined) throw refuse(`--${token.name} takes no value`);
@@ -279,11 +346,12 @@ function parseCommandLine(name: string, args: string[]): Values | "help" {
       const number = /^\d{1,15}$/.test(value) ? Number(value) : NaN;
       if (!(number >= min && number <= max)) {
         const or = option.choices ? `, or ${option.choices.join(", ")}` : "";
-        throw refuse(`--${token.name} must be a whole number from ${min} to ${max}${or}, got "${value}"`);
+        const near = option.choices ? suggestion(value, option.choices) : "";
+        throw refuse(`--${token.name} must be a whole number from ${min} to ${max}${or}, got "${value}"${near}`);
       }
       values[token.name] = number;
     } else if (option.choices && !option.choices.includes(value)) {
-      throw refuse(`--${token.name} must be one of ${option.choices.join(", ")}, got "${value}"`);
+      throw refuse(`--${token.name} must be one of ${option.choices.join(", ")}, got "${value}"${suggestion(value, option.choices)}`);
     } else {
       values[token.name] = value;
     }
@@ -305,19 +373,21 @@ async function dispatch(argv: string[]): Promise<void> {
   const [first, ...rest] = argv;
   const refuse = (message: string) => new UsageError(`sigil: ${message}`, overallUsage());
   if (first === undefined) throw refuse("no command given");
+  const unknownCommand = (name: string) => `unknown command "${name}"${suggestion(name, Object.keys(commands))}`;
   if (first === "--help" || first === "-h" || first === "help") {
     if (rest.length === 0) return void process.stdout.write(overallUsage() + "\n");
     const [name, ...extra] = rest as [string, ...string[]];
     if (first !== "help") throw refuse(`unexpected argument "${name}"`);
-    if (!Object.hasOwn(commands, name)) throw refuse(`unknown command "${name}"`);
+    if (!Object.hasOwn(commands, name)) throw refuse(unknownCommand(name));
     if (extra.length > 0) throw refuse(`unexpected argument "${extra[0]}"`);
     return void process.stdout.write(commandHelp(name) + "\n");
   }
-  if (first === "--version") {
+  if (first === "--version" || first === "-v") {
     if (rest.length > 0) throw refuse(`unexpected argument "${rest[0]}"`);
     return void process.stdout.write(version() + "\n");
   }
-  if (!Object.hasOwn(commands, first)) throw refuse(first.startsWith("-") ? `unknown option ${first}` : `unknown command "${first}"`);
+  if (!Object.hasOwn(commands, first))
+    throw refuse(first.startsWith("-") ? unknownOption(first, ["help", "version"]) : unknownCommand(first));
   const values = parseCommandLine(first, rest);
   if (values === "help") return void process.stdout.write(commandHelp(first) + "\n");
   await commands[first]!.run(values);
@@ -522,6 +592,7 @@ async function info(values: Values) {
   const { BUNDLE_SIGNER, SESSION_SIGNER, TLS_FETCHER_ENCRYPT, WEBHOOK_SIGNING } = await import("../services/service-keys.js");
   const { selectSecp256k1 } = await import("../crypto/secp256k1.js");
   const { signatureLibraries } = await import("../crypto/sign.js");
+  const { keyIdsInUse } = await import("../services/sealed-secrets.js");
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
   // The libraries `sigil serve` would sign with here, chosen as it chooses them.
   let signatures: Record<string, unknown>;
@@ -536,8 +607,11 @@ async function info(values: Values) {
     const keys = await store.reader.selectFrom("service_keys").select(["purpose", "public_key"]).execute();
     const of = (purpose: string) => keys.find((k) => k.purpose === purpose)?.public_key ?? null;
     if (!of(BUNDLE_SIGNER)) process.stderr.write("no service keys yet: they are made when `sigil serve` first starts\n");
+    const databaseKeyIds = (await keyIdsInUse(store.reader)).sort();
     const line = {
       database: store.location,
+      masterKey: await masterKeyAtHand(config, databaseKeyIds),
+      databaseKeyIds,
       signerPublicKey: of(BUNDLE_SIGNER),
       webhookSigningPublicKey: of(WEBHOOK_SIGNING),
       sessionSigningPublicKey: of(SESSION_SIGNER),
@@ -549,6 +623,42 @@ async function info(values: Values) {
   } finally {
     await store.close();
   }
+}
+
+/**
+ * The master key this configuration names, for `info`: where it is, its key id and whether it holds
+ * every key the database's secrets are sealed under (as a server checks before it serves). It is read,
+ * never made: where there is none (or it cannot be read) the answer is null and stderr says why, so an
+ * operator sees which file the servers would use and whether it is the deployment's key.
+ */
+async function masterKeyAtHand(config: Config, databaseKeyIds: string[]) {
+  const { loadKeyring } = await import("../crypto/master-key.js");
+  const { file, key, fileIsDefault } = config.masterKey;
+  const origin = !fileIsDefault
+    ? "SIGIL_MASTER_KEY_FILE"
+    : config.dataDirFrom === "default"
+      ? "the default data directory ./data: no --data-dir, no SIGIL_DATA_DIR"
+      : config.dataDirFrom;
+  const where = key ? "SIGIL_MASTER_KEY" : `${file} (${origin})`;
+  const needed = databaseKeyIds.length > 0 ? `the key the database's secrets are sealed under (${databaseKeyIds.join(", ")})` : "a key";
+  // loadKeyring would make a default key file where there is none: info never makes one.
+  if (!key && !fs.existsSync(file)) {
+    process.stderr.write(`no master key at ${where}: info needs none, but the servers need ${needed}\n`);
+    return null;
+  }
+  let keyring;
+  try {
+    ({ keyring } = loadKeyring(config.masterKey));
+  } catch (error) {
+    process.stderr.write(`the master key at ${where} cannot be read: ${(error as Error).message}\n`);
+    return null;
+  }
+  const opensDatabase = databaseKeyIds.every((id) => keyring.holds(id));
+  if (!opensDatabase)
+    process.stderr.write(
+      `the master key at ${where}, key id ${keyring.currentKeyId}, does not open this database: a server given it would refuse to start; it needs ${needed}\n`,
+    );
+  return { source: key ? "SIGIL_MASTER_KEY" : file, keyId: keyring.currentKeyId, opensDatabase };
 }
 
 /** Removes an IP allowlist outside the API: the way back for an organization whose lists refuse every

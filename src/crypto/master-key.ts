@@ -52,8 +52,9 @@ export function syncDirectory(dir: string): void {
   }
 }
 
-export function writeKeyFile(file: string, key: Uint8Array): void {
-  fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+/** Writes a new key file; returns the first directory it had to make for it, if any. */
+export function writeKeyFile(file: string, key: Uint8Array): string | undefined {
+  const madeDirectory = fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
   // "wx": two servers starting on a fresh data directory must not each write a different key.
   const fd = fs.openSync(file, "wx", 0o600);
   try {
@@ -63,6 +64,7 @@ export function writeKeyFile(file: string, key: Uint8Array): void {
     fs.closeSync(fd);
   }
   syncDirectory(path.dirname(file));
+  return madeDirectory;
 }
 
 export interface LoadedKeyring {
@@ -70,6 +72,8 @@ export interface LoadedKeyring {
   /** For the start-up log line: where the key came from, never the key. */
   source: string;
   created: boolean;
+  /** The first directory made for the new key file (the data directory, or a parent of it), if any. */
+  madeDirectory?: string;
 }
 
 export function loadKeyring(config: MasterKeyConfig): LoadedKeyring {
@@ -79,10 +83,11 @@ export function loadKeyring(config: MasterKeyConfig): LoadedKeyring {
     return { keyring: new Keyring(key, previous), source: `SIGIL_MASTER_KEY (key id ${keyIdOf(key)})`, created: false };
   }
   let created = false;
+  let madeDirectory: string | undefined;
   if (!fs.existsSync(config.file)) {
     if (!config.fileIsDefault) throw new SecretError(`master key file ${config.file} (SIGIL_MASTER_KEY_FILE) does not exist`);
     try {
-      writeKeyFile(config.file, crypto.randomBytes(MASTER_KEY_BYTES));
+      madeDirectory = writeKeyFile(config.file, crypto.randomBytes(MASTER_KEY_BYTES));
       created = true;
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
@@ -92,5 +97,25 @@ export function loadKeyring(config: MasterKeyConfig): LoadedKeyring {
   const others = [nextKeyFile(config.file), ...previousKeyFiles(config.file)]
     .filter((f) => fs.existsSync(f))
     .map((f) => parseMasterKey(fs.readFileSync(f, "utf8"), f));
-  return { keyring: new Keyring(key, [...others, ...previous]), source: `${config.file} (key id ${keyIdOf(key)})`, created };
+  return { keyring: new Keyring(key, [...others, ...previous]), source: `${config.file} (key id ${keyIdOf(key)})`, created, madeDirectory };
+}
+
+/**
+ * Undoes what loadKeyring made for a deployment that then failed to open: a fresh key left behind
+ * would be mistaken for the real one on the next start, and an empty data directory for a deployment.
+ * The directories it made go too, each only while empty (another process may be using it by now),
+ * from the key file's up to the first one made.
+ */
+export function forgetNewKey(file: string, loaded: LoadedKeyring): void {
+  if (!loaded.created) return;
+  fs.rmSync(file, { force: true });
+  if (!loaded.madeDirectory) return;
+  for (let dir = path.dirname(file); ; dir = path.dirname(dir)) {
+    try {
+      fs.rmdirSync(dir);
+    } catch {
+      return;
+    }
+    if (dir === loaded.madeDirectory) return;
+  }
 }

@@ -36,9 +36,8 @@ import { oidcVerifier } from "../auth/oidc.js";
 import { trustedProxyTest } from "../auth/ip-allowlists.js";
 import { oauth2Providers } from "../services/oauth2-providers.js";
 import { purgeExpiredImportTargets } from "../operations/secure-channel.js";
-import { loadKeyring } from "../crypto/master-key.js";
+import { forgetNewKey, loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../services/sealed-secrets.js";
-import fs from "node:fs";
 import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { notServedError, notServedOperations } from "../operations/not-served.js";
 import { ACCEPT_PATH } from "../operations/organizations/invitations.js";
@@ -409,8 +408,9 @@ async function openDeployment(
   mode: "create" | "existing",
   flushWal?: (file: string) => Promise<void>,
 ) {
-  const { keyring, source, created } = loadKeyring(config.masterKey);
-  const forgetNewKey = () => created && fs.rmSync(config.masterKey.file, { force: true });
+  const loaded = loadKeyring(config.masterKey);
+  const { keyring, source, created } = loaded;
+  const forget = () => forgetNewKey(config.masterKey.file, loaded);
   let store: Store;
   try {
     store = await openStore({
@@ -420,13 +420,13 @@ async function openDeployment(
       onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect"),
     });
   } catch (error) {
-    forgetNewKey();
+    forget();
     throw error;
   }
   try {
     await assertKeyringOpensStore(store.db, keyring);
   } catch (error) {
-    forgetNewKey();
+    forget();
     await store.close();
     throw error;
   }
