@@ -88,14 +88,20 @@ describe("a signature by a key already accepted", () => {
     const { result, texts } = await sentBy(() => signature(key).send());
     expect(result.status).toBe(200);
     expect(result.json.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
-    // The key's statement before the transaction (api_keys joined with users) only where it is not read in it.
-    const beforeBegin = texts.slice(
-      0,
-      texts.findIndex((text) => /^begin/.test(text)),
-    );
-    expect(beforeBegin.some((text) => /^select .* from "api_keys" inner join "users"/.test(text))).toBe(
-      h.server.store.dialect !== "postgres",
-    );
+    // The key's statement before the transaction (api_keys joined with users) only where it is not read
+    // in it. A background service's transaction may begin first on a busy machine: on SQLite the
+    // statement is looked for anywhere (it is never part of the transaction there), on PostgreSQL it
+    // must not come before the first BEGIN, whosever that is.
+    const keyRead = (text: string) => /^select .* from "api_keys" inner join "users"/.test(text);
+    if (h.server.store.dialect === "postgres") {
+      const beforeBegin = texts.slice(
+        0,
+        texts.findIndex((text) => /^begin/.test(text)),
+      );
+      expect(beforeBegin.some(keyRead)).toBe(false);
+    } else {
+      expect(texts.some(keyRead)).toBe(true);
+    }
   });
 
   it("is refused PUBLIC_KEY_NOT_FOUND once the key is deleted, changing nothing; its next stamp is refused before any transaction", async () => {
