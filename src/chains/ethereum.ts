@@ -3,7 +3,9 @@
 // policies see of them (`eth.tx`, `eth.eip_712`), with the product's field names.
 import {
   checksumAddress,
-  hashTypedData,
+  concatHex,
+  hashDomain,
+  hashStruct,
   hexToBytes,
   keccak256,
   parseTransaction,
@@ -188,9 +190,66 @@ const DOMAIN_FIELDS: Field[] = [
   { name: "salt", type: "bytes32" },
 ];
 
+/** A field's name: a Solidity identifier ("a,uint256 b" would make encodeType ambiguous). */
 const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+
+/**
+ * What a struct's name may not hold. EIP-712 hashes each struct with its type's encoding,
+ * `Name(type1 name1,type2 name2)` followed by the structs it refers to sorted by name, and refers to
+ * a struct from a field's type as `Name`, `Name[]` or `Name[N]`. The reference encoders write the
+ * name as it is sent: ethers' TypedDataEncoder and eth-account check nothing, viem's hashTypedData
+ * checks `[A-Za-z0-9_$:]` (narrower: typedDataDigest hashes with viem's struct encoder instead).
+ * A name is refused only where one type string would stand for two sets of types, so that a
+ * signature policies judged as one thing could be verified as another:
+ * - `(`: ends the name. A struct `A(B b)B` with fields `uint256 x` encodes exactly as a struct `A`
+ *   with a field `B b` followed by a struct `B(uint256 x)`: one type hash for two different types.
+ * - `)` and `,`: end a field.
+ * - whitespace: a space separates a field's type from its name; readers of encoded type strings
+ *   (alloy's parser) trim any Unicode whitespace around names and types.
+ * - `[` and `]`: a field's type names its struct before its array dimensions; readers cut the
+ *   struct's name at the first `[` (ethers, alloy) or strip trailing `[N]` (viem).
+ * - `.`: the ABI writes an enum declared in a contract `Contract.Enum`, and alloy's type parser
+ *   reads such a name as `uint8`.
+ * - a character beyond U+FFFF: the structs a type refers to are sorted by name, and JavaScript
+ *   encoders (viem, ethers) sort by UTF-16 code units where others (eth-account, alloy, Go) sort by
+ *   code points; the two orders disagree only when such a character meets one from U+E000 to U+FFFF.
+ * - an unpaired surrogate (not text): encoded as U+FFFD, like a real U+FFFD in another name.
+ * - the empty name, and a name that reads as an elementary type (`address`, `bool`, `string`,
+ *   `bytes`, `function`, and `int`, `uint` or `bytes` followed by digits, in range or not): ethers
+ *   and alloy read `uint` as `uint256`, and a field of any of these types as that type.
+ * `EIP712Domain` names only the domain's type. Everything else is accepted: Hyperliquid's
+ * `HyperliquidTransaction:ApproveAgent`, a leading digit, `-`, `/`, `@`, letters beyond ASCII.
+ */
+const STRUCT_NAME_BREAKS = /[(),.[\]\s]|[\u{10000}-\u{10FFFF}]/u;
+const ELEMENTARY_LOOKALIKE = /^(address|bool|string|bytes|function|u?int[0-9]*|bytes[0-9]+)$/;
+
+/** Why `name` cannot be a struct's name, or undefined if it can. */
+function structNameProblem(name: string): string | undefined {
+  if (name === "") return "is empty";
+  if (!isWellFormed(name)) return "contains an unpaired UTF-16 surrogate, which is not text";
+  const character = STRUCT_NAME_BREAKS.exec(name)?.[0];
+  if (character !== undefined) {
+    const codePoint = `U+${character.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`;
+    if (/\s/.test(character))
+      return `contains whitespace (${codePoint}), which separates a field's type from its name in EIP-712's type encoding`;
+    if (character === ".") return `contains ".", which readers of ABI types take for an enum (Contract.Enum, read as uint8)`;
+    if (character.length === 2)
+      return (
+        `contains a character beyond U+FFFF (${codePoint}), which encoders sort differently (by UTF-16 code units or by ` +
+        "code points) when they list the structs a type refers to"
+      );
+    return (
+      `contains ${JSON.stringify(character)}, which EIP-712's type encoding uses as punctuation ` +
+      "(Name(type field,…) and Name[N]): two different sets of types could encode to the same string"
+    );
+  }
+  if (ELEMENTARY_LOOKALIKE.test(name))
+    return "is the name of an elementary type, or reads as one (a field of this type would mean that type)";
+  return undefined;
+}
+
 /** A field's type: a type name and array dimensions (`[]` or `[N]`, N from 1 to 9999). */
-const FIELD_TYPE = /^([A-Za-z_$][A-Za-z0-9_$]*)((?:\[(?:[1-9][0-9]{0,3})?\])*)$/;
+const FIELD_TYPE = /^([^[\]]+)((?:\[(?:[1-9][0-9]{0,3})?\])*)$/;
 /** Real typed data declares a handful of struct types (a Seaport order four); viem follows a type's
  * references by recursion, one level per type. */
 export const MAX_STRUCT_TYPES = 128;
@@ -215,7 +274,6 @@ function fieldsOf(value: unknown, where: string): Field[] {
   return value.map((field, i) => {
     if (!isPlainObject(field) || typeof field.name !== "string" || typeof field.type !== "string")
       throw new EthereumError(`${where}[${i}] must be {name, type}`);
-    // An identifier, as in Solidity: anything else ("a,uint256 b") would make encodeType ambiguous.
     if (!IDENTIFIER.test(field.name))
       throw new EthereumError(`${where}[${i}].name must be an identifier (letters, digits, _ and $, not starting with a digit)`);
     if (names.has(field.name)) throw new EthereumError(`${where} declares ${field.name} twice`);
@@ -279,7 +337,8 @@ export function parseTypedData(payload: string): TypedData {
   if (declared.length > MAX_STRUCT_TYPES)
     throw new EthereumError(`EIP-712 types declares ${declared.length} struct types; at most ${MAX_STRUCT_TYPES} are accepted`);
   for (const [name, fields] of declared) {
-    if (!IDENTIFIER.test(name) || isElementary(name)) throw new EthereumError(`types.${name} is not a usable struct name`);
+    const problem = structNameProblem(name);
+    if (problem) throw new EthereumError(`types: the struct name ${JSON.stringify(name.slice(0, 80))} ${problem}`);
     types[name] = fieldsOf(fields, `types.${name}`);
   }
   // Every field's type is known, not only those of the fields the message reaches: the hash encodes
@@ -370,12 +429,16 @@ export function parseTypedData(payload: string): TypedData {
   return { domain, types, primaryType: data.primaryType, message };
 }
 
+/**
+ * `keccak256("\x19\x01" ‖ hashStruct(domain) ‖ hashStruct(message))`, each struct hashed by viem's
+ * EIP-712 encoder. Not viem's hashTypedData: it also checks struct names against `[A-Za-z0-9_$:]`,
+ * narrower than what ethers and eth-account sign; parseTypedData has checked every name and value.
+ */
 export function typedDataDigest(data: TypedData): Uint8Array {
-  try {
-    return Buffer.from(hashTypedData(data as Parameters<typeof hashTypedData>[0]).slice(2), "hex");
-  } catch (error) {
-    throw new EthereumError(`EIP-712 payload does not hash: ${(error as Error).message.split("\n")[0]}`);
-  }
+  const types = data.types as Record<string, Field[]>;
+  const domainHash = hashDomain({ domain: data.domain, types } as Parameters<typeof hashDomain>[0]);
+  const messageHash = hashStruct({ data: data.message, primaryType: data.primaryType, types } as Parameters<typeof hashStruct>[0]);
+  return hexToBytes(keccak256(concatHex(["0x1901", domainHash, messageHash])));
 }
 
 /** `eth.eip_712`, from the canonical values (the domain holds only the fields the signature covers). */
