@@ -4,12 +4,14 @@
 import {
   checksumAddress,
   concatHex,
+  fromRlp,
   hashDomain,
   hashStruct,
   hexToBytes,
   keccak256,
   parseTransaction,
   serializeTransaction,
+  toRlp,
   type Hex,
   type TransactionSerializable,
 } from "viem";
@@ -28,28 +30,162 @@ export interface ParsedEthereumTransaction {
   digest: Uint8Array;
 }
 
+/** The typed transactions, by their first byte (EIP-2718), with their fields unsigned, in order. */
+const TYPED_TRANSACTIONS: Record<number, { name: string; fields: string[] }> = {
+  1: { name: "EIP-2930", fields: ["chainId", "nonce", "gasPrice", "gas", "to", "value", "data", "accessList"] },
+  2: {
+    name: "EIP-1559",
+    fields: ["chainId", "nonce", "maxPriorityFeePerGas", "maxFeePerGas", "gas", "to", "value", "data", "accessList"],
+  },
+  3: {
+    name: "EIP-4844",
+    fields: [
+      "chainId",
+      "nonce",
+      "maxPriorityFeePerGas",
+      "maxFeePerGas",
+      "gas",
+      "to",
+      "value",
+      "data",
+      "accessList",
+      "maxFeePerBlobGas",
+      "blobVersionedHashes",
+    ],
+  },
+  4: {
+    name: "EIP-7702",
+    fields: ["chainId", "nonce", "maxPriorityFeePerGas", "maxFeePerGas", "gas", "to", "value", "data", "accessList", "authorizationList"],
+  },
+};
+const LEGACY_FIELDS = ["nonce", "gasPrice", "gas", "to", "value", "data"];
+
+/** The kind of transaction the bytes announce: a typed one by its first byte, else legacy (an RLP list). */
+function transactionKind(hex: Hex): { name: string; fields: string[] } | undefined {
+  const first = Number.parseInt(hex.slice(2, 4), 16);
+  if (first >= 0xc0) return { name: "legacy", fields: LEGACY_FIELDS };
+  return TYPED_TRANSACTIONS[first];
+}
+
+/** An RLP item as viem decodes it to hex: a byte string, or a list of items. */
+type RlpItem = Hex | readonly RlpItem[];
+
+/**
+ * A transaction's RLP (after a typed transaction's type byte), decoded by viem, or a message saying
+ * why it is not RLP: viem's own errors name its cursor ("Position `1` is out of bounds").
+ */
+function rlpOf(hex: Hex, kind: { name: string }, what: string): RlpItem {
+  try {
+    return fromRlp(kind.name === "legacy" ? hex : `0x${hex.slice(4)}`, "hex") as RlpItem;
+  } catch (error) {
+    const name = (error as { name?: string }).name;
+    const a = `${what} is not a valid ${kind.name} transaction`;
+    if (name === "RlpTrailingBytesError") throw new EthereumError(`${a}: bytes follow the end of its RLP list`);
+    if (name === "RlpNonCanonicalError")
+      throw new EthereumError(`${a}: its RLP is not in canonical form (a length, or a single byte, written the long way)`);
+    throw new EthereumError(`${a}: its bytes are not well-formed RLP (a length runs past the end of the bytes or of its list)`);
+  }
+}
+
+/**
+ * The list holding a typed transaction's chain id (first) when that chain id is 0. EIP-2930, 1559,
+ * 4844 and 7702 declare chain_id a plain integer, which RLP writes as the empty string for 0: ethers
+ * signs such a transaction (a TurnkeySigner without a provider sends chain id 0), while viem's parser
+ * and serializer refuse chain ids below 1. Viem is then handed chain id 1, and the field is put back
+ * to 0 around it.
+ */
+function zeroChainIdList(hex: Hex, rlp: RlpItem): RlpItem[] | undefined {
+  const type = Number.parseInt(hex.slice(2, 4), 16);
+  if (!TYPED_TRANSACTIONS[type] || !Array.isArray(rlp)) return undefined;
+  // An EIP-4844 transaction in its network wrapper: [transaction, blobs, commitments, proofs].
+  const fields = (type === 0x03 && Array.isArray(rlp[0]) ? rlp[0] : rlp) as RlpItem[];
+  return typeof fields[0] === "string" && /^0x(00)*$/.test(fields[0]) ? fields : undefined;
+}
+
+/** A typed transaction (type byte, then `rlp`) with its chain id field set to `chainId` in `fields`. */
+function withChainId(hex: Hex, rlp: RlpItem, fields: RlpItem[], chainId: Hex): Hex {
+  fields[0] = chainId;
+  return concatHex([hex.slice(0, 4) as Hex, toRlp(rlp as Parameters<typeof toRlp>[0])]);
+}
+
+/**
+ * Reads a transaction (unsigned or signed), chain id 0 included, refusing what viem refuses with a
+ * message in the request's terms (`what` names the field) rather than viem's own.
+ */
+export function readEthereumTransaction(hex: Hex, what: string): TransactionSerializable {
+  const kind = transactionKind(hex);
+  if (!kind)
+    throw new EthereumError(
+      `${what} starts with 0x${hex.slice(2, 4)}, which is neither a transaction type this server signs (01 EIP-2930, 02 EIP-1559, ` +
+        "03 EIP-4844, 04 EIP-7702; 76 is Tempo: send it as TRANSACTION_TYPE_TEMPO) nor the RLP list of a legacy transaction",
+    );
+  const rlp = rlpOf(hex, kind, what);
+  const zero = zeroChainIdList(hex, rlp);
+  try {
+    const transaction = parseTransaction(zero ? withChainId(hex, rlp, zero, "0x01") : hex) as TransactionSerializable;
+    if (zero) transaction.chainId = 0;
+    return transaction;
+  } catch (error) {
+    throw new EthereumError(`${what} ${transactionProblem(error, kind)}`);
+  }
+}
+
+/** What viem's reading of a transaction's fields refused, in the request's terms: viem's messages name its own internals. */
+function transactionProblem(error: unknown, kind: { name: string; fields: string[] }): string {
+  const a = `is not a valid ${kind.name} transaction`;
+  switch ((error as { name?: string }).name) {
+    case "InvalidSerializedTransactionError":
+      return (
+        `${a}: it needs ${kind.fields.length} fields unsigned (${kind.fields.join(", ")})` +
+        `${kind.name === "legacy" ? ", or 9 with EIP-155's chainId, 0, 0," : ""} and 3 more when signed; the RLP list holds another number`
+      );
+    case "InvalidAddressError":
+      return `${a}: an address in it (to, an access list entry or an authorization) is not 20 bytes`;
+    case "TipAboveFeeCapError":
+      return `${a}: maxPriorityFeePerGas is above maxFeePerGas`;
+    case "FeeCapTooHighError":
+      return `${a}: its fee per gas is above 2^256 - 1`;
+    case "IntegerOutOfRangeError":
+      return `${a}: a chain id or nonce in it is above 2^53 - 1, the largest this server reads`;
+    case "InvalidStorageKeySizeError":
+      return `${a}: a storage key of its access list is not 32 bytes`;
+    case "EmptyBlobError":
+      return `${a}: blobVersionedHashes is empty (an EIP-4844 transaction carries at least one blob)`;
+    case "InvalidVersionedHashSizeError":
+    case "InvalidVersionedHashVersionError":
+      return `${a}: a blob versioned hash is not 32 bytes starting with 0x01 (EIP-4844's KZG version)`;
+    case "InvalidLegacyVError":
+    case "InvalidYParityError":
+      return `${a}: its signature's v (or yParity) is not one a signature has`;
+    default:
+      return `${a}: its fields do not decode as one (${kind.fields.join(", ")})`;
+  }
+}
+
+/** The serialization viem makes, with a typed transaction's chain id 0 written as RLP writes 0. */
+function serialize(transaction: TransactionSerializable, signature?: Parameters<typeof serializeTransaction>[1]): Hex {
+  if (transaction.type === "legacy" || transaction.type === undefined || transaction.chainId !== 0)
+    return serializeTransaction(transaction, signature);
+  const serialized = serializeTransaction({ ...transaction, chainId: 1 } as TransactionSerializable, signature);
+  const rlp = fromRlp(`0x${serialized.slice(4)}`, "hex") as RlpItem[];
+  return withChainId(serialized, rlp, rlp, "0x");
+}
+
 export function parseUnsignedTransaction(unsigned: string): ParsedEthereumTransaction {
   if (!/^(0x)?([0-9a-fA-F]{2})+$/.test(unsigned))
     throw new EthereumError("unsignedTransaction must be the hex of an RLP-encoded Ethereum transaction");
-  let transaction: TransactionSerializable;
-  try {
-    transaction = parseTransaction(hexOf(unsigned)) as TransactionSerializable;
-  } catch (error) {
-    throw new EthereumError(
-      `unsignedTransaction is not an Ethereum transaction viem can parse: ${(error as Error).message.split("\n")[0]}`,
-    );
-  }
+  const transaction = readEthereumTransaction(hexOf(unsigned), "unsignedTransaction");
   if ("r" in transaction && transaction.r) throw new EthereumError("unsignedTransaction is already signed");
   // An EIP-4844 transaction may come in its network wrapper (blobs, commitments, proofs): the
   // signature covers the transaction alone.
   for (const field of ["sidecars", "blobs", "kzg"] as const) delete (transaction as Record<string, unknown>)[field];
-  const digest = Buffer.from(keccak256(serializeTransaction(transaction)).slice(2), "hex");
+  const digest = Buffer.from(keccak256(serialize(transaction)).slice(2), "hex");
   return { transaction, digest };
 }
 
 /** The signed serialization, without 0x (the form the clients expect). EIP-155 v for legacy. */
 export function serializeSigned(transaction: TransactionSerializable, signature: { r: string; s: string; recovery: number }): string {
-  const signed = serializeTransaction(transaction, {
+  const signed = serialize(transaction, {
     r: `0x${signature.r}`,
     s: `0x${signature.s}`,
     yParity: signature.recovery,
