@@ -368,7 +368,7 @@ describe("a PSBT whose contents policies cannot be shown is refused, not signed"
           account.address,
           psbtFrom(account.script, payment, (tx) => tx.updateInput(0, { sighashType: btc.SigHash.NONE })),
         ),
-      "input 0 cannot be signed: Input with not allowed sigHash",
+      "input 0 asks for SIGHASH_NONE: only SIGHASH_ALL is signed",
     );
     // A previous transaction that does not hash to the input's txid: the amount it states proves
     // nothing. The PSBT is made honest, then the previous transaction's amount is edited in place.
@@ -384,7 +384,10 @@ describe("a PSBT whose contents policies cannot be shown is refused, not signed"
     const honestHex = Buffer.from(honest.toPSBT()).toString("hex");
     const [real, inflated] = [previous(100_000n), previous(900_000n)].map((tx) => Buffer.from(tx.unsignedTx).toString("hex"));
     expect(honestHex).toContain(real);
-    await expectInvalid(() => sign(spender, account.address, honestHex.replace(real!, inflated!)), "nonWitnessUtxo: wrong txid");
+    await expectInvalid(
+      () => sign(spender, account.address, honestHex.replace(real!, inflated!)),
+      "an input's nonWitnessUtxo (the previous transaction) does not hash to the txid the input spends",
+    );
     expect((await sign(spender, account.address, honestHex)).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
     await expectInvalid(() => sign(spender, account.address, "00"), "unsignedTransaction is not a PSBT");
   });

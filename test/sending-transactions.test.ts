@@ -447,7 +447,7 @@ describe("eth_send_raw_transaction through @turnkey/http", () => {
       maxPriorityFeePerGas: 1n,
     });
     await refusedLeavingOnlyItsActivity(h, raw(unsigned), {
-      message: expect.stringContaining("signedTransaction is not a signed Ethereum transaction"),
+      message: expect.stringContaining("signedTransaction carries no signature"),
     });
     // Signed, but with a nonce already used: the node's own words.
     const account = await createAccount({ client: sdk, organizationId: org.organizationId, signWith: sender });

@@ -427,7 +427,7 @@ describe("raw payloads", () => {
       ],
       [
         () => client.signTransaction({ signWith: ethAddress, unsignedTransaction: "deadbeef", type: "TRANSACTION_TYPE_ETHEREUM" }),
-        /not an Ethereum transaction/,
+        /unsignedTransaction is not a valid legacy transaction: its bytes are not well-formed RLP/,
       ],
       [
         () =>

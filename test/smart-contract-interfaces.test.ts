@@ -173,7 +173,7 @@ describe("malformed uploads are refused, and change nothing", () => {
     [
       "a function without outputs",
       { smartContractInterface: '[{"type":"function","name":"f","inputs":[],"stateMutability":"view"}]' },
-      "smartContractInterface is not an Ethereum ABI: [0].outputs: Invalid input: expected array, received undefined",
+      "smartContractInterface is not an Ethereum ABI: [0].outputs must be a list",
     ],
     [
       "a compiler artifact instead of its ABI",

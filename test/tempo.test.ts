@@ -88,7 +88,7 @@ describe("sign_transaction with TRANSACTION_TYPE_TEMPO through @turnkey/viem", (
     const signed = (await signWith({ client }, org.organizationId, ethAddress, tempoTransaction([{ to: ALPHA_USD }]))).slice(2);
     const cases: [string, string, string][] = [
       [ethAddress, ethereum.slice(2), "must be the hex of a Tempo transaction (type 0x76)"],
-      [ethAddress, "76c0", "is not a Tempo transaction ox can parse"],
+      [ethAddress, "76c0", "is not a valid Tempo transaction: its RLP list does not hold a Tempo transaction's fields"],
       [ethAddress, signed, "already signed"],
       // A trailing byte after the RLP list: not the encoding of the transaction policies would see.
       [ethAddress, `${unsigned}00`, "is not in the canonical encoding of the transaction it describes"],

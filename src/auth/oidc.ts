@@ -41,6 +41,22 @@ export function unverifiedOidcClaims(raw: unknown): { iss: string; sub: string; 
   }
 }
 
+/** What jose found wrong with a token, in the token's terms (jose's messages name its own checks). */
+function tokenProblem(error: unknown): string {
+  if (error instanceof joseErrors.JWTClaimValidationFailed)
+    return error.reason === "missing"
+      ? `it has no ${error.claim} claim`
+      : error.claim === "iss"
+        ? "its iss claim is not the issuer whose keys verified it"
+        : error.claim === "nbf" || error.claim === "iat"
+          ? `its ${error.claim} claim is in the future`
+          : `its ${error.claim} claim is not valid`;
+  if (error instanceof joseErrors.JOSEAlgNotAllowed || error instanceof joseErrors.JOSENotSupported)
+    return `its algorithm (alg) is not one of ${ALGORITHMS.join(", ")}`;
+  if (error instanceof joseErrors.JWKSMultipleMatchingKeys) return "its header names no key (kid) the issuer's key set tells apart";
+  return "it is not a signed JWT the issuer's keys can verify (header, claims or signature malformed)";
+}
+
 const ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"];
 
 export function oidcVerifier(
@@ -54,12 +70,24 @@ export function oidcVerifier(
   async function discover(issuer: string): Promise<ReturnType<typeof createRemoteJWKSet>> {
     const url = `${issuer.replace(/\/$/, "")}/.well-known/openid-configuration`;
     let document: { issuer?: unknown; jwks_uri?: unknown };
+    let response: Response;
     try {
-      const response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), redirect: "error" });
-      if (!response.ok) throw new Error(`answered ${response.status}`);
-      document = (await response.json()) as typeof document;
+      response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), redirect: "error" });
     } catch (error) {
-      throw serviceError("OIDC_DISCOVERY_FAILED", `could not read the discovery document of issuer ${issuer}: ${(error as Error).message}`);
+      // fetch's own words ("fetch failed") say nothing of why; a timeout is told apart.
+      const why =
+        (error as Error).name === "TimeoutError" ? `did not answer within ${timeoutMs / 1000} s` : "could not be reached (or redirected)";
+      throw serviceError("OIDC_DISCOVERY_FAILED", `could not read the discovery document of issuer ${issuer}: ${url} ${why}`);
+    }
+    if (!response.ok)
+      throw serviceError(
+        "OIDC_DISCOVERY_FAILED",
+        `could not read the discovery document of issuer ${issuer}: ${url} answered ${response.status}`,
+      );
+    try {
+      document = (await response.json()) as typeof document;
+    } catch {
+      throw serviceError("OIDC_DISCOVERY_FAILED", `could not read the discovery document of issuer ${issuer}: ${url} did not answer JSON`);
     }
     if (document.issuer !== issuer || typeof document.jwks_uri !== "string") {
       throw serviceError(
@@ -129,10 +157,14 @@ export function oidcVerifier(
         if (error instanceof joseErrors.JWSSignatureVerificationFailed || error instanceof joseErrors.JWKSNoMatchingKey) {
           throw serviceError("OIDC_SIGNATURE_INVALID", `the OIDC token's signature does not verify with the keys of ${issuer}`);
         }
-        if (error instanceof joseErrors.JWKSTimeout || (error as { code?: string }).code === "ERR_JOSE_GENERIC") {
-          throw serviceError("OIDC_DISCOVERY_FAILED", `could not fetch the keys of issuer ${issuer}: ${(error as Error).message}`);
-        }
-        throw serviceError("OIDC_TOKEN_INVALID", `the OIDC token is not valid: ${(error as Error).message}`, "Unauthenticated");
+        if (error instanceof joseErrors.JWKSTimeout)
+          throw serviceError("OIDC_DISCOVERY_FAILED", `could not fetch the keys of issuer ${issuer}: its jwks_uri did not answer in time`);
+        if ((error as { code?: string }).code === "ERR_JOSE_GENERIC" || error instanceof joseErrors.JWKSInvalid)
+          throw serviceError(
+            "OIDC_DISCOVERY_FAILED",
+            `could not fetch the keys of issuer ${issuer}: its jwks_uri did not answer a JSON Web Key Set`,
+          );
+        throw serviceError("OIDC_TOKEN_INVALID", `the OIDC token is not valid: ${tokenProblem(error)}`, "Unauthenticated");
       }
     },
   };

@@ -50,11 +50,38 @@ function challengeMatches(presented: string, fromClientData: string): boolean {
   return fromClientData === presented || fromClientData === Buffer.from(presented, "utf8").toString("base64url");
 }
 
+/**
+ * Why @simplewebauthn refused a registration, in the request's terms: its messages quote its own
+ * checks. Its errors carry no code (but for the relying-party check's class name), so the
+ * client data is checked again here, and the rest told apart by their text; anything else is told as
+ * an attestation object that does not verify.
+ */
+function attestationProblem(
+  error: unknown,
+  clientData: { origin?: string; challenge?: string; type?: string },
+  challenge: string,
+  policy: WebauthnPolicy,
+): string {
+  if (clientData.type !== "webauthn.create")
+    return `clientDataJson's type is ${JSON.stringify(clientData.type ?? "")}, not "webauthn.create" (a registration)`;
+  if (!challengeMatches(challenge, String(clientData.challenge ?? "")))
+    return "clientDataJson's challenge is not the challenge this request presents";
+  if (policy.origins.length && !policy.origins.includes(String(clientData.origin ?? "")))
+    return `clientDataJson's origin ${JSON.stringify(clientData.origin ?? "")} is not one this server accepts (${policy.origins.join(", ")})`;
+  const message = error instanceof Error ? `${error.name} ${error.message}` : "";
+  if (/RPID|RP ID/i.test(message)) return `the authenticator data is for another relying party than ${policy.rpIds.join(" or ")}`;
+  if (/public key alg|numeric alg/.test(message)) return "the passkey's key is not P-256 (ES256), the only kind of passkey served";
+  if (/User presence/.test(message)) return "the authenticator did not report the user present";
+  if (/[Aa]ttestation|attStmt|certificate|x5c/.test(message))
+    return "its attestation statement does not verify (format, certificate chain or signature)";
+  return "attestationObject does not decode as a WebAuthn registration (CBOR with authenticator data and a credential key)";
+}
+
 /** Verifies a passkey registration and returns the key to store. Only ES256 (P-256) passkeys are
  * accepted, as stamps are verified as P-256 signatures. */
 export async function verifyPasskeyRegistration(input: RegistrationInput, policy: WebauthnPolicy): Promise<RegisteredPasskey> {
   const clientDataJson = toBase64url(input.clientDataJson);
-  let clientData: { origin?: string; challenge?: string };
+  let clientData: { origin?: string; challenge?: string; type?: string };
   try {
     clientData = decodeClientDataJSON(clientDataJson);
   } catch {
@@ -83,7 +110,7 @@ export async function verifyPasskeyRegistration(input: RegistrationInput, policy
       supportedAlgorithmIDs: [cose.COSEALG.ES256],
     });
   } catch (error) {
-    throw serviceError("INVALID_ATTESTATION", `attestation rejected: ${error instanceof Error ? error.message : String(error)}`);
+    throw serviceError("INVALID_ATTESTATION", `attestation rejected: ${attestationProblem(error, clientData, input.challenge, policy)}`);
   }
   if (!verification.verified || !verification.registrationInfo) throw serviceError("INVALID_ATTESTATION", "attestation rejected");
   const info = verification.registrationInfo;

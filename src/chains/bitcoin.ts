@@ -6,7 +6,7 @@
 // product's field names, read from the very Transaction object that is then signed.
 // @scure/btc-signer does the work.
 import { schnorr } from "@noble/curves/secp256k1.js";
-import { Address, DEFAULT_SEQUENCE, NETWORK, OutScript, TEST_NETWORK, Transaction } from "@scure/btc-signer";
+import { Address, DEFAULT_SEQUENCE, NETWORK, OutScript, SigHash, TEST_NETWORK, Transaction } from "@scure/btc-signer";
 
 export class BitcoinError extends Error {
   override name = "BitcoinError";
@@ -82,13 +82,34 @@ export function parsePsbt(unsignedHex: string, addresses: { format: string; addr
   try {
     transaction = Transaction.fromPSBT(Buffer.from(hex, "hex"));
   } catch (error) {
-    throw new BitcoinError(`unsignedTransaction is not a PSBT: ${(error as Error).message}`);
+    throw new BitcoinError(`unsignedTransaction is not a PSBT this server can sign: ${psbtProblem(error)}`);
   }
   if (transaction.inputsLength > MAX_INPUTS)
     throw new BitcoinError(`the PSBT has ${transaction.inputsLength} inputs; at most ${MAX_INPUTS} are signed per request`);
   const scripts = bitcoin.map(({ format, address }) => bitcoinScript(format, address)!);
   return { transaction, scripts, keyword: transactionKeyword(transaction, network!) };
 }
+
+/**
+ * What @scure/btc-signer found wrong in a PSBT, in the request's terms (its own messages name its
+ * internals). Its errors carry no code, so the checks a well-formed PSBT can fail are told apart by
+ * their text; any other failure, or a reworded one, is told as not decoding.
+ */
+function psbtProblem(error: unknown): string {
+  const message = error instanceof Error ? error.message : "";
+  if (/wrong txid/.test(message)) return "an input's nonWitnessUtxo (the previous transaction) does not hash to the txid the input spends";
+  if (/witnessUtxo different from nonWitnessUtxo/.test(message))
+    return "an input's witnessUtxo is not the output its nonWitnessUtxo holds at the index it spends";
+  if (/not in nonWitnessUtxo|output index/.test(message))
+    return "an input spends an output index its nonWitnessUtxo (the previous transaction) does not have";
+  if (/Taproot|tapInternalKey|tapMerkleRoot/.test(message))
+    return "an input's Taproot fields (tapInternalKey, tapMerkleRoot, tapLeafScript) do not match the output it spends";
+  return "its bytes do not decode as a PSBT (BIP-174 or BIP-370): send the hex of the binary PSBT, which starts with 70736274ff";
+}
+
+const SIGHASH_NAMES: Record<number, string> = Object.fromEntries(
+  Object.entries(SigHash).map(([name, value]) => [value, `SIGHASH_${name}`]),
+);
 
 /** The output an input spends, as the PSBT states it (@scure/btc-signer has checked that a previous
  * transaction hashes to the input's txid, and that a witnessUtxo beside it agrees). */
@@ -165,12 +186,22 @@ export function signPsbt(parsed: ParsedPsbt, privateKey: Uint8Array, signerName:
     if (!input.tapInternalKey && OutScript.decode(previous).type === "tr") {
       transaction.updateInput(i, { tapInternalKey: schnorr.getPublicKey(privateKey) }, true);
     }
+    // Only each input type's default sighash (ALL; Taproot's DEFAULT) is signed, so the signature
+    // commits to every input and output policies were shown; a PSBT asking another is refused.
+    const sighash = input.sighashType;
+    const taproot = OutScript.decode(previous).type === "tr";
+    if (sighash !== undefined && sighash !== (taproot ? SigHash.DEFAULT : SigHash.ALL))
+      throw new BitcoinError(
+        `input ${i} asks for ${SIGHASH_NAMES[sighash] ?? `sighash type 0x${sighash.toString(16)}`}: only ` +
+          `${taproot ? "SIGHASH_DEFAULT (a Taproot input's default)" : "SIGHASH_ALL"} is signed, so that the signature covers every input and output policies saw`,
+      );
     try {
-      // Only each input type's default sighash (ALL; Taproot's DEFAULT) is signed, so the signature
-      // commits to every input and output policies were shown; a PSBT asking another is refused.
       if (transaction.signIdx(privateKey, i)) signed += 1;
-    } catch (error) {
-      throw new BitcoinError(`input ${i} cannot be signed: ${(error as Error).message}`);
+    } catch {
+      throw new BitcoinError(
+        `input ${i} cannot be signed with this key: its script needs what the PSBT does not give (a P2SH input's redeemScript, ` +
+          "a P2WSH input's witnessScript), or names another key",
+      );
     }
   }
   if (signed === 0)

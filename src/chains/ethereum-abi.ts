@@ -84,6 +84,29 @@ function checkParameters(parameters: unknown, where: string, level = 1): void {
   }
 }
 
+/** A schema issue of abitype's (zod's), said in the ABI's terms: zod's own words ("Invalid input") name no rule. */
+function issueProblem(issue: { code: string; expected?: unknown; values?: unknown[]; errors?: unknown[][]; keys?: string[] }): string {
+  const KINDS: Record<string, string> = {
+    string: "a string",
+    boolean: "true or false",
+    number: "a number",
+    array: "a list",
+    object: "an object",
+  };
+  if (issue.code === "invalid_type" && typeof issue.expected === "string") return `must be ${KINDS[issue.expected] ?? issue.expected}`;
+  if (issue.code === "invalid_value" && issue.values) return `must be ${issue.values.map((v) => JSON.stringify(v)).join(" or ")}`;
+  if (issue.code === "invalid_union" && issue.errors) {
+    // A field of one of several literal values (stateMutability): each alternative names its value.
+    const values = issue.errors.flat().flatMap((e) => {
+      const alternative = e as { code?: string; values?: unknown[] };
+      return alternative.code === "invalid_value" && alternative.values ? alternative.values : [];
+    });
+    if (values.length === issue.errors.length) return `must be ${values.map((v) => JSON.stringify(v)).join(" or ")}`;
+  }
+  if (issue.code === "unrecognized_keys" && issue.keys) return `has fields an ABI item does not have: ${issue.keys.join(", ")}`;
+  return "is not what the Solidity JSON ABI format allows here";
+}
+
 /**
  * Checks that `text` is an Ethereum JSON ABI (the Solidity ABI specification's JSON format, as
  * abitype's schema reads it: a list of functions, events, errors, constructor, fallback, receive)
@@ -104,7 +127,7 @@ export function validateAbi(text: string): Abi {
     if (!checked.success) {
       const issue = checked.error.issues[0]!;
       const path = issue.path.map((p: PropertyKey) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("");
-      throw new AbiError(`[${i}]${path}: ${issue.message}`);
+      throw new AbiError(`[${i}]${path} ${issueProblem(issue)}`);
     }
   }
   // The whole list, by the same schema: what passes here is what viem's types describe.

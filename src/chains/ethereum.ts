@@ -3,11 +3,15 @@
 // policies see of them (`eth.tx`, `eth.eip_712`), with the product's field names.
 import {
   checksumAddress,
-  hashTypedData,
+  concatHex,
+  fromRlp,
+  hashDomain,
+  hashStruct,
   hexToBytes,
   keccak256,
   parseTransaction,
   serializeTransaction,
+  toRlp,
   type Hex,
   type TransactionSerializable,
 } from "viem";
@@ -26,28 +30,162 @@ export interface ParsedEthereumTransaction {
   digest: Uint8Array;
 }
 
+/** The typed transactions, by their first byte (EIP-2718), with their fields unsigned, in order. */
+const TYPED_TRANSACTIONS: Record<number, { name: string; fields: string[] }> = {
+  1: { name: "EIP-2930", fields: ["chainId", "nonce", "gasPrice", "gas", "to", "value", "data", "accessList"] },
+  2: {
+    name: "EIP-1559",
+    fields: ["chainId", "nonce", "maxPriorityFeePerGas", "maxFeePerGas", "gas", "to", "value", "data", "accessList"],
+  },
+  3: {
+    name: "EIP-4844",
+    fields: [
+      "chainId",
+      "nonce",
+      "maxPriorityFeePerGas",
+      "maxFeePerGas",
+      "gas",
+      "to",
+      "value",
+      "data",
+      "accessList",
+      "maxFeePerBlobGas",
+      "blobVersionedHashes",
+    ],
+  },
+  4: {
+    name: "EIP-7702",
+    fields: ["chainId", "nonce", "maxPriorityFeePerGas", "maxFeePerGas", "gas", "to", "value", "data", "accessList", "authorizationList"],
+  },
+};
+const LEGACY_FIELDS = ["nonce", "gasPrice", "gas", "to", "value", "data"];
+
+/** The kind of transaction the bytes announce: a typed one by its first byte, else legacy (an RLP list). */
+function transactionKind(hex: Hex): { name: string; fields: string[] } | undefined {
+  const first = Number.parseInt(hex.slice(2, 4), 16);
+  if (first >= 0xc0) return { name: "legacy", fields: LEGACY_FIELDS };
+  return TYPED_TRANSACTIONS[first];
+}
+
+/** An RLP item as viem decodes it to hex: a byte string, or a list of items. */
+type RlpItem = Hex | readonly RlpItem[];
+
+/**
+ * A transaction's RLP (after a typed transaction's type byte), decoded by viem, or a message saying
+ * why it is not RLP: viem's own errors name its cursor ("Position `1` is out of bounds").
+ */
+function rlpOf(hex: Hex, kind: { name: string }, what: string): RlpItem {
+  try {
+    return fromRlp(kind.name === "legacy" ? hex : `0x${hex.slice(4)}`, "hex") as RlpItem;
+  } catch (error) {
+    const name = (error as { name?: string }).name;
+    const a = `${what} is not a valid ${kind.name} transaction`;
+    if (name === "RlpTrailingBytesError") throw new EthereumError(`${a}: bytes follow the end of its RLP list`);
+    if (name === "RlpNonCanonicalError")
+      throw new EthereumError(`${a}: its RLP is not in canonical form (a length, or a single byte, written the long way)`);
+    throw new EthereumError(`${a}: its bytes are not well-formed RLP (a length runs past the end of the bytes or of its list)`);
+  }
+}
+
+/**
+ * The list holding a typed transaction's chain id (first) when that chain id is 0. EIP-2930, 1559,
+ * 4844 and 7702 declare chain_id a plain integer, which RLP writes as the empty string for 0: ethers
+ * signs such a transaction (a TurnkeySigner without a provider sends chain id 0), while viem's parser
+ * and serializer refuse chain ids below 1. Viem is then handed chain id 1, and the field is put back
+ * to 0 around it.
+ */
+function zeroChainIdList(hex: Hex, rlp: RlpItem): RlpItem[] | undefined {
+  const type = Number.parseInt(hex.slice(2, 4), 16);
+  if (!TYPED_TRANSACTIONS[type] || !Array.isArray(rlp)) return undefined;
+  // An EIP-4844 transaction in its network wrapper: [transaction, blobs, commitments, proofs].
+  const fields = (type === 0x03 && Array.isArray(rlp[0]) ? rlp[0] : rlp) as RlpItem[];
+  return typeof fields[0] === "string" && /^0x(00)*$/.test(fields[0]) ? fields : undefined;
+}
+
+/** A typed transaction (type byte, then `rlp`) with its chain id field set to `chainId` in `fields`. */
+function withChainId(hex: Hex, rlp: RlpItem, fields: RlpItem[], chainId: Hex): Hex {
+  fields[0] = chainId;
+  return concatHex([hex.slice(0, 4) as Hex, toRlp(rlp as Parameters<typeof toRlp>[0])]);
+}
+
+/**
+ * Reads a transaction (unsigned or signed), chain id 0 included, refusing what viem refuses with a
+ * message in the request's terms (`what` names the field) rather than viem's own.
+ */
+export function readEthereumTransaction(hex: Hex, what: string): TransactionSerializable {
+  const kind = transactionKind(hex);
+  if (!kind)
+    throw new EthereumError(
+      `${what} starts with 0x${hex.slice(2, 4)}, which is neither a transaction type this server signs (01 EIP-2930, 02 EIP-1559, ` +
+        "03 EIP-4844, 04 EIP-7702; 76 is Tempo: send it as TRANSACTION_TYPE_TEMPO) nor the RLP list of a legacy transaction",
+    );
+  const rlp = rlpOf(hex, kind, what);
+  const zero = zeroChainIdList(hex, rlp);
+  try {
+    const transaction = parseTransaction(zero ? withChainId(hex, rlp, zero, "0x01") : hex) as TransactionSerializable;
+    if (zero) transaction.chainId = 0;
+    return transaction;
+  } catch (error) {
+    throw new EthereumError(`${what} ${transactionProblem(error, kind)}`);
+  }
+}
+
+/** What viem's reading of a transaction's fields refused, in the request's terms: viem's messages name its own internals. */
+function transactionProblem(error: unknown, kind: { name: string; fields: string[] }): string {
+  const a = `is not a valid ${kind.name} transaction`;
+  switch ((error as { name?: string }).name) {
+    case "InvalidSerializedTransactionError":
+      return (
+        `${a}: it needs ${kind.fields.length} fields unsigned (${kind.fields.join(", ")})` +
+        `${kind.name === "legacy" ? ", or 9 with EIP-155's chainId, 0, 0," : ""} and 3 more when signed; the RLP list holds another number`
+      );
+    case "InvalidAddressError":
+      return `${a}: an address in it (to, an access list entry or an authorization) is not 20 bytes`;
+    case "TipAboveFeeCapError":
+      return `${a}: maxPriorityFeePerGas is above maxFeePerGas`;
+    case "FeeCapTooHighError":
+      return `${a}: its fee per gas is above 2^256 - 1`;
+    case "IntegerOutOfRangeError":
+      return `${a}: a chain id or nonce in it is above 2^53 - 1, the largest this server reads`;
+    case "InvalidStorageKeySizeError":
+      return `${a}: a storage key of its access list is not 32 bytes`;
+    case "EmptyBlobError":
+      return `${a}: blobVersionedHashes is empty (an EIP-4844 transaction carries at least one blob)`;
+    case "InvalidVersionedHashSizeError":
+    case "InvalidVersionedHashVersionError":
+      return `${a}: a blob versioned hash is not 32 bytes starting with 0x01 (EIP-4844's KZG version)`;
+    case "InvalidLegacyVError":
+    case "InvalidYParityError":
+      return `${a}: its signature's v (or yParity) is not one a signature has`;
+    default:
+      return `${a}: its fields do not decode as one (${kind.fields.join(", ")})`;
+  }
+}
+
+/** The serialization viem makes, with a typed transaction's chain id 0 written as RLP writes 0. */
+function serialize(transaction: TransactionSerializable, signature?: Parameters<typeof serializeTransaction>[1]): Hex {
+  if (transaction.type === "legacy" || transaction.type === undefined || transaction.chainId !== 0)
+    return serializeTransaction(transaction, signature);
+  const serialized = serializeTransaction({ ...transaction, chainId: 1 } as TransactionSerializable, signature);
+  const rlp = fromRlp(`0x${serialized.slice(4)}`, "hex") as RlpItem[];
+  return withChainId(serialized, rlp, rlp, "0x");
+}
+
 export function parseUnsignedTransaction(unsigned: string): ParsedEthereumTransaction {
   if (!/^(0x)?([0-9a-fA-F]{2})+$/.test(unsigned))
     throw new EthereumError("unsignedTransaction must be the hex of an RLP-encoded Ethereum transaction");
-  let transaction: TransactionSerializable;
-  try {
-    transaction = parseTransaction(hexOf(unsigned)) as TransactionSerializable;
-  } catch (error) {
-    throw new EthereumError(
-      `unsignedTransaction is not an Ethereum transaction viem can parse: ${(error as Error).message.split("\n")[0]}`,
-    );
-  }
+  const transaction = readEthereumTransaction(hexOf(unsigned), "unsignedTransaction");
   if ("r" in transaction && transaction.r) throw new EthereumError("unsignedTransaction is already signed");
   // An EIP-4844 transaction may come in its network wrapper (blobs, commitments, proofs): the
   // signature covers the transaction alone.
   for (const field of ["sidecars", "blobs", "kzg"] as const) delete (transaction as Record<string, unknown>)[field];
-  const digest = Buffer.from(keccak256(serializeTransaction(transaction)).slice(2), "hex");
+  const digest = Buffer.from(keccak256(serialize(transaction)).slice(2), "hex");
   return { transaction, digest };
 }
 
 /** The signed serialization, without 0x (the form the clients expect). EIP-155 v for legacy. */
 export function serializeSigned(transaction: TransactionSerializable, signature: { r: string; s: string; recovery: number }): string {
-  const signed = serializeTransaction(transaction, {
+  const signed = serialize(transaction, {
     r: `0x${signature.r}`,
     s: `0x${signature.s}`,
     yParity: signature.recovery,
@@ -188,9 +326,66 @@ const DOMAIN_FIELDS: Field[] = [
   { name: "salt", type: "bytes32" },
 ];
 
+/** A field's name: a Solidity identifier ("a,uint256 b" would make encodeType ambiguous). */
 const IDENTIFIER = /^[A-Za-z_$][A-Za-z0-9_$]*$/;
+
+/**
+ * What a struct's name may not hold. EIP-712 hashes each struct with its type's encoding,
+ * `Name(type1 name1,type2 name2)` followed by the structs it refers to sorted by name, and refers to
+ * a struct from a field's type as `Name`, `Name[]` or `Name[N]`. The reference encoders write the
+ * name as it is sent: ethers' TypedDataEncoder and eth-account check nothing, viem's hashTypedData
+ * checks `[A-Za-z0-9_$:]` (narrower: typedDataDigest hashes with viem's struct encoder instead).
+ * A name is refused only where one type string would stand for two sets of types, so that a
+ * signature policies judged as one thing could be verified as another:
+ * - `(`: ends the name. A struct `A(B b)B` with fields `uint256 x` encodes exactly as a struct `A`
+ *   with a field `B b` followed by a struct `B(uint256 x)`: one type hash for two different types.
+ * - `)` and `,`: end a field.
+ * - whitespace: a space separates a field's type from its name; readers of encoded type strings
+ *   (alloy's parser) trim any Unicode whitespace around names and types.
+ * - `[` and `]`: a field's type names its struct before its array dimensions; readers cut the
+ *   struct's name at the first `[` (ethers, alloy) or strip trailing `[N]` (viem).
+ * - `.`: the ABI writes an enum declared in a contract `Contract.Enum`, and alloy's type parser
+ *   reads such a name as `uint8`.
+ * - a character beyond U+FFFF: the structs a type refers to are sorted by name, and JavaScript
+ *   encoders (viem, ethers) sort by UTF-16 code units where others (eth-account, alloy, Go) sort by
+ *   code points; the two orders disagree only when such a character meets one from U+E000 to U+FFFF.
+ * - an unpaired surrogate (not text): encoded as U+FFFD, like a real U+FFFD in another name.
+ * - the empty name, and a name that reads as an elementary type (`address`, `bool`, `string`,
+ *   `bytes`, `function`, and `int`, `uint` or `bytes` followed by digits, in range or not): ethers
+ *   and alloy read `uint` as `uint256`, and a field of any of these types as that type.
+ * `EIP712Domain` names only the domain's type. Everything else is accepted: Hyperliquid's
+ * `HyperliquidTransaction:ApproveAgent`, a leading digit, `-`, `/`, `@`, letters beyond ASCII.
+ */
+const STRUCT_NAME_BREAKS = /[(),.[\]\s]|[\u{10000}-\u{10FFFF}]/u;
+const ELEMENTARY_LOOKALIKE = /^(address|bool|string|bytes|function|u?int[0-9]*|bytes[0-9]+)$/;
+
+/** Why `name` cannot be a struct's name, or undefined if it can. */
+function structNameProblem(name: string): string | undefined {
+  if (name === "") return "is empty";
+  if (!isWellFormed(name)) return "contains an unpaired UTF-16 surrogate, which is not text";
+  const character = STRUCT_NAME_BREAKS.exec(name)?.[0];
+  if (character !== undefined) {
+    const codePoint = `U+${character.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`;
+    if (/\s/.test(character))
+      return `contains whitespace (${codePoint}), which separates a field's type from its name in EIP-712's type encoding`;
+    if (character === ".") return `contains ".", which readers of ABI types take for an enum (Contract.Enum, read as uint8)`;
+    if (character.length === 2)
+      return (
+        `contains a character beyond U+FFFF (${codePoint}), which encoders sort differently (by UTF-16 code units or by ` +
+        "code points) when they list the structs a type refers to"
+      );
+    return (
+      `contains ${JSON.stringify(character)}, which EIP-712's type encoding uses as punctuation ` +
+      "(Name(type field,…) and Name[N]): two different sets of types could encode to the same string"
+    );
+  }
+  if (ELEMENTARY_LOOKALIKE.test(name))
+    return "is the name of an elementary type, or reads as one (a field of this type would mean that type)";
+  return undefined;
+}
+
 /** A field's type: a type name and array dimensions (`[]` or `[N]`, N from 1 to 9999). */
-const FIELD_TYPE = /^([A-Za-z_$][A-Za-z0-9_$]*)((?:\[(?:[1-9][0-9]{0,3})?\])*)$/;
+const FIELD_TYPE = /^([^[\]]+)((?:\[(?:[1-9][0-9]{0,3})?\])*)$/;
 /** Real typed data declares a handful of struct types (a Seaport order four); viem follows a type's
  * references by recursion, one level per type. */
 export const MAX_STRUCT_TYPES = 128;
@@ -215,7 +410,6 @@ function fieldsOf(value: unknown, where: string): Field[] {
   return value.map((field, i) => {
     if (!isPlainObject(field) || typeof field.name !== "string" || typeof field.type !== "string")
       throw new EthereumError(`${where}[${i}] must be {name, type}`);
-    // An identifier, as in Solidity: anything else ("a,uint256 b") would make encodeType ambiguous.
     if (!IDENTIFIER.test(field.name))
       throw new EthereumError(`${where}[${i}].name must be an identifier (letters, digits, _ and $, not starting with a digit)`);
     if (names.has(field.name)) throw new EthereumError(`${where} declares ${field.name} twice`);
@@ -279,7 +473,8 @@ export function parseTypedData(payload: string): TypedData {
   if (declared.length > MAX_STRUCT_TYPES)
     throw new EthereumError(`EIP-712 types declares ${declared.length} struct types; at most ${MAX_STRUCT_TYPES} are accepted`);
   for (const [name, fields] of declared) {
-    if (!IDENTIFIER.test(name) || isElementary(name)) throw new EthereumError(`types.${name} is not a usable struct name`);
+    const problem = structNameProblem(name);
+    if (problem) throw new EthereumError(`types: the struct name ${JSON.stringify(name.slice(0, 80))} ${problem}`);
     types[name] = fieldsOf(fields, `types.${name}`);
   }
   // Every field's type is known, not only those of the fields the message reaches: the hash encodes
@@ -370,12 +565,16 @@ export function parseTypedData(payload: string): TypedData {
   return { domain, types, primaryType: data.primaryType, message };
 }
 
+/**
+ * `keccak256("\x19\x01" ‖ hashStruct(domain) ‖ hashStruct(message))`, each struct hashed by viem's
+ * EIP-712 encoder. Not viem's hashTypedData: it also checks struct names against `[A-Za-z0-9_$:]`,
+ * narrower than what ethers and eth-account sign; parseTypedData has checked every name and value.
+ */
 export function typedDataDigest(data: TypedData): Uint8Array {
-  try {
-    return Buffer.from(hashTypedData(data as Parameters<typeof hashTypedData>[0]).slice(2), "hex");
-  } catch (error) {
-    throw new EthereumError(`EIP-712 payload does not hash: ${(error as Error).message.split("\n")[0]}`);
-  }
+  const types = data.types as Record<string, Field[]>;
+  const domainHash = hashDomain({ domain: data.domain, types } as Parameters<typeof hashDomain>[0]);
+  const messageHash = hashStruct({ data: data.message, primaryType: data.primaryType, types } as Parameters<typeof hashStruct>[0]);
+  return hexToBytes(keccak256(concatHex(["0x1901", domainHash, messageHash])));
 }
 
 /** `eth.eip_712`, from the canonical values (the domain holds only the fields the signature covers). */

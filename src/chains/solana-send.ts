@@ -22,7 +22,7 @@ import {
   TokenInstruction,
 } from "@solana-program/token";
 import type { RawSignature } from "../crypto/sign.js";
-import { SolanaError, decode } from "./solana.js";
+import { MESSAGE_UNREADABLE, SolanaError, decode } from "./solana.js";
 
 const SYSTEM_PROGRAM = "11111111111111111111111111111111";
 
@@ -31,8 +31,8 @@ type CompiledMessage = ReturnType<ReturnType<typeof getCompiledTransactionMessag
 function compiledMessage(transaction: Transaction): CompiledMessage {
   try {
     return getCompiledTransactionMessageDecoder().decode(transaction.messageBytes);
-  } catch (error) {
-    throw new SolanaError(`the transaction's message cannot be read: ${(error as Error).message}`);
+  } catch {
+    throw new SolanaError(MESSAGE_UNREADABLE);
   }
 }
 

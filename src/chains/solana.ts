@@ -20,14 +20,22 @@ const TOKEN_PROGRAMS = new Set(["TokenkegQfeZyiNwAJbNbGKPFXCWuBvf9Ss623VQ5DA", "
 /** What the product calls an account that a v0 message takes from an address lookup table. */
 const LOOKUP_PLACEHOLDER = "ADDRESS_TABLE_LOOKUP";
 
+/** A message @solana/kit cannot decode, in the request's terms (its own errors name its decoders). */
+export const MESSAGE_UNREADABLE =
+  "the transaction's message cannot be read: its header, account keys, blockhash and instructions do not decode as a legacy or " +
+  "v0 message (a count or a length runs past the end of its bytes)";
+
 /** The wire transaction in `unsignedHex` (hex, with or without 0x), as @solana/kit reads it. */
 export function decode(unsignedHex: string): Transaction {
   const hex = unsignedHex.startsWith("0x") ? unsignedHex.slice(2) : unsignedHex;
   if (!/^([0-9a-fA-F]{2})+$/.test(hex)) throw new SolanaError("unsignedTransaction must be the hex of a serialized Solana transaction");
   try {
     return getTransactionDecoder().decode(Buffer.from(hex, "hex"));
-  } catch (error) {
-    throw new SolanaError(`unsignedTransaction is not a Solana transaction: ${(error as Error).message}`);
+  } catch {
+    throw new SolanaError(
+      "unsignedTransaction is not a Solana transaction: its bytes do not decode as a wire transaction (the number of " +
+        "signatures, that many 64-byte signature slots, then a legacy or v0 message)",
+    );
   }
 }
 
@@ -64,7 +72,7 @@ export function solanaKeyword(unsignedHex: string): Record<string, unknown> {
       throw new SolanaError(`the transaction's message has ${messageBytes.length - end} bytes after its last instruction`);
   } catch (error) {
     if (error instanceof SolanaError) throw error;
-    throw new SolanaError(`the transaction's message cannot be read: ${(error as Error).message}`);
+    throw new SolanaError(MESSAGE_UNREADABLE);
   }
   if (!("instructions" in decoded))
     throw new SolanaError(`Solana message version ${String(decoded.version)} is not supported: legacy and v0 messages are`);

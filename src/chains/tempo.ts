@@ -23,6 +23,37 @@ export interface ParsedTempoTransaction {
   library: typeof import("ox/tempo");
 }
 
+/** What ox refused in a Tempo transaction, in the request's terms (ox's messages name its own internals). */
+function tempoProblem(error: unknown): string {
+  switch ((error as { name?: string }).name) {
+    case "TransactionEnvelope.InvalidSerializedError":
+      return (
+        "its RLP list does not hold a Tempo transaction's fields (chainId, maxPriorityFeePerGas, maxFeePerGas, gas, calls, " +
+        "accessList, nonceKey, nonce, validBefore, validAfter, feeToken, feePayerSignature, authorizationList)"
+      );
+    case "TxEnvelopeTempo.CallsEmptyError":
+      return "calls is empty: a Tempo transaction makes at least one call";
+    case "TxEnvelopeTempo.InvalidValidityBoundError":
+      return "validBefore or validAfter is not a whole number of seconds below 2^53";
+    case "TxEnvelopeTempo.InvalidValidityWindowError":
+      return "validBefore is not after validAfter";
+    case "TransactionEnvelope.InvalidChainIdError":
+      return "its chain id is 0 or not below 2^53";
+    case "TransactionEnvelope.FeeCapTooHighError":
+      return "maxFeePerGas is above 2^256 - 1";
+    case "TransactionEnvelope.TipAboveFeeCapError":
+      return "maxPriorityFeePerGas is above maxFeePerGas";
+    case "Address.InvalidAddressError":
+      return "an address in it (a call's to, an access list entry, the fee token) is not 20 bytes";
+    case "Hex.IntegerOutOfRangeError":
+      return "a chain id, nonce or validity time in it is not below 2^53, the largest read";
+    default:
+      if (/^Signature\./.test((error as { name?: string }).name ?? ""))
+        return "a signature in it (feePayerSignature, an authorization's) is not valid";
+      return "its bytes do not decode as one (RLP of the type 0x76 fields, as viem's Tempo serializer writes them)";
+  }
+}
+
 /**
  * Reads an unsigned Tempo transaction. It must be exactly what ox serializes for the envelope it
  * decodes to, so policies (shown that envelope) see every byte that is signed.
@@ -42,14 +73,14 @@ export async function parseTempoTransaction(unsigned: string): Promise<ParsedTem
   try {
     envelope = TxEnvelopeTempo.deserialize(serialized);
   } catch (error) {
-    throw new TempoError(`unsignedTransaction is not a Tempo transaction ox can parse: ${(error as Error).message.split("\n")[0]}`);
+    throw new TempoError(`unsignedTransaction is not a valid Tempo transaction: ${tempoProblem(error)}`);
   }
   if (envelope.signature) throw new TempoError("unsignedTransaction is already signed");
   let canonical: string;
   try {
     canonical = TxEnvelopeTempo.serialize(envelope);
   } catch (error) {
-    throw new TempoError(`unsignedTransaction cannot be signed as it stands: ${(error as Error).message.split("\n")[0]}`);
+    throw new TempoError(`unsignedTransaction cannot be signed as it stands: ${tempoProblem(error)}`);
   }
   if (canonical !== serialized)
     throw new TempoError(

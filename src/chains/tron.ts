@@ -114,8 +114,12 @@ function decodeExactly(message: protobuf.Type, bytes: Uint8Array, what: string):
   let decoded: protobuf.Message;
   try {
     decoded = message.decode(bytes);
-  } catch (error) {
-    throw new TronError(`${what} is not a protobuf ${message.name}: ${(error as Error).message}`);
+  } catch {
+    // protobufjs's own words name its reader ("index out of range: 5 + 10 > 12").
+    throw new TronError(
+      `${what} is not a protobuf ${message.name}: its bytes do not decode as protobuf (a length runs past the end, ` +
+        "or a field has a wire type protobuf does not have)",
+    );
   }
   if (!same(message.encode(decoded).finish(), bytes))
     throw new TronError(

@@ -275,9 +275,9 @@ export class HdKeyTree {
           (parent: Bip32Key, index) => {
             try {
               return parent.deriveChild(index);
-            } catch (e) {
+            } catch {
               // Only reachable when I_L >= n or the child is zero (odds ~2^-127); BIP-32 says skip the index.
-              throw new DerivationError(`BIP-32 has no key at ${path} (${(e as Error).message}); use the next index`);
+              throw new DerivationError(`BIP-32 has no key at ${path} (the derived key is out of range); use the next index`);
             }
           },
         );

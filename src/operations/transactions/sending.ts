@@ -4,13 +4,13 @@
 // function), signs it and records it; the chain broadcaster (services/chain-broadcaster.ts) sends it
 // once the activity has committed and follows it to its final status. eth_send_raw_transaction hands
 // an already signed transaction to the node. get_send_transaction_status and get_nonces read them.
-import { getAddress, isAddress, keccak256, parseTransaction, recoverTransactionAddress, serializeTransaction, type Hex } from "viem";
+import { getAddress, isAddress, keccak256, recoverTransactionAddress, serializeTransaction, type Hex } from "viem";
 import { oncePerRequest } from "../resources.js";
-import type { TransactionSerializableEIP1559 } from "viem";
+import type { TransactionSerializable, TransactionSerializableEIP1559 } from "viem";
 import { ServiceError, serviceError } from "../../errors.js";
 import type { Tx } from "../../store/handles.js";
 import { address as addressOf } from "../../crypto/addresses.js";
-import { serializeSigned } from "../../chains/ethereum.js";
+import { EthereumError, readEthereumTransaction, serializeSigned } from "../../chains/ethereum.js";
 import { decodeRevert, revertError, type SendError } from "../../chains/ethereum-reverts.js";
 import { defineActivity, defineQuery, type OperationEnvironment, type ParametersOf } from "../../registry/registry.js";
 import { SEND_STATUS } from "../../services/chain-broadcaster.js";
@@ -249,19 +249,30 @@ async function parseSignedTransaction(signed: string) {
   const hex = (signed.startsWith("0x") ? signed : `0x${signed}`) as Hex;
   if (!/^0x([0-9a-fA-F]{2})+$/.test(hex))
     throw serviceError("REQUEST_INVALID", "signedTransaction must be the hex of a signed Ethereum transaction");
+  let transaction: TransactionSerializable;
   try {
-    const transaction = parseTransaction(hex);
-    if (transaction.r === undefined || transaction.s === undefined) throw new Error("it carries no signature");
-    const from = await recoverTransactionAddress({
-      serializedTransaction: hex as Parameters<typeof recoverTransactionAddress>[0]["serializedTransaction"],
-    });
-    return { hex, transaction, from };
+    transaction = readEthereumTransaction(hex, "signedTransaction");
   } catch (error) {
+    if (error instanceof EthereumError) throw serviceError("REQUEST_INVALID", error.message);
+    throw error;
+  }
+  if (!("r" in transaction) || transaction.r === undefined || transaction.s === undefined)
+    throw serviceError("REQUEST_INVALID", "signedTransaction carries no signature: send a signed transaction (sign_transaction's answer)");
+  // Typed transactions only: a legacy one without a chain id is refused with its own reason below.
+  if (transaction.chainId === 0)
     throw serviceError(
       "REQUEST_INVALID",
-      `signedTransaction is not a signed Ethereum transaction viem can read: ${(error as Error).message.split("\n")[0]}`,
+      "signedTransaction is signed for chain id 0, which names no chain: sign it for the chain it is sent to",
     );
+  let from: Hex;
+  try {
+    from = await recoverTransactionAddress({
+      serializedTransaction: hex as Parameters<typeof recoverTransactionAddress>[0]["serializedTransaction"],
+    });
+  } catch {
+    throw serviceError("REQUEST_INVALID", "signedTransaction's signature recovers no sender: r and s are not a secp256k1 signature");
   }
+  return { hex, transaction, from };
 }
 
 /**

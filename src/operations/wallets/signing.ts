@@ -47,7 +47,7 @@ const isCallerError = (error: unknown): error is Error =>
   error instanceof TempoError ||
   error instanceof SigningError;
 
-/** Chain and payload errors are the caller's to fix: InvalidArgument with the library's words. */
+/** Chain and payload errors are the caller's to fix: InvalidArgument, with the parsers' words (in the request's terms). */
 export function callerError<T>(where: string, f: () => T): T {
   try {
     return f();
