@@ -426,7 +426,10 @@ describe("invitations", () => {
     await refusedChangingNothing(() => accept(`${token}x`, key), 404, "INVITATION_NOT_FOUND");
     await refusedChangingNothing(() => accept("", key), 400, "REQUEST_INVALID");
     await refusedChangingNothing(() => stamped(body({ token: 42 })), 400, "REQUEST_INVALID");
-    await refusedChangingNothing(() => stamped(body({ token: "t".repeat(300) })), 400, "REQUEST_INVALID");
+    // In Sigil's words, not the schema validator's.
+    expect(await refusedChangingNothing(() => stamped(body({ token: "t".repeat(300) })), 400, "REQUEST_INVALID")).toContain(
+      'field "token" must be at most 256 characters long',
+    );
     await refusedChangingNothing(() => stamped(body({ organizationId: org.organizationId })), 400, "REQUEST_INVALID");
     await refusedChangingNothing(() => stamped(JSON.stringify({ token })), 400, "REQUEST_INVALID");
     await refusedChangingNothing(

@@ -121,8 +121,17 @@ function describe(error: ErrorObject): string {
       const shown = allowed.slice(0, 8).join(", ") + (allowed.length > 8 ? `, … (${allowed.length} values)` : "");
       return `field "${fieldPath(error.instancePath)}" must be one of: ${shown}`;
     }
+    case "minLength":
+    case "maxLength": {
+      const { limit } = error.params as { limit: number };
+      if (error.keyword === "minLength" && limit === 1) return `field "${fieldPath(error.instancePath)}" must not be empty`;
+      return `field "${fieldPath(error.instancePath)}" must be ${error.keyword === "minLength" ? "at least" : "at most"} ${limit} characters long`;
+    }
+    case "const":
+      return `field "${fieldPath(error.instancePath)}" must be ${JSON.stringify(error.params.allowedValue)}`;
     default:
-      return `field "${fieldPath(error.instancePath) || "(body)"}" ${error.message ?? "is invalid"}`;
+      // The request schemas use only the keywords above; another would be worded by Ajv, whose text is not quoted.
+      return `field "${fieldPath(error.instancePath) || "(body)"}" is not valid here`;
   }
 }
 
