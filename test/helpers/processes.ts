@@ -19,9 +19,10 @@ export async function freePort(): Promise<number> {
   });
 }
 
-/** Resolves once `GET <url>/health` answers 200; throws after ten seconds. */
+/** Resolves once `GET <url>/health` answers 200; throws after thirty seconds (a process start takes
+ * one or two on a quiet machine, and over ten was seen on a loaded one). */
 export async function waitForHealth(url: string): Promise<void> {
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 300; i++) {
     if (
       await fetch(`${url}/health`).then(
         (r) => r.ok,
