@@ -25,6 +25,9 @@ import { SignatureThreads } from "../src/crypto/signature-threads.js";
 import { verifySecp256k1Der, verifySecp256k1Eip191Der, sha256 } from "../src/crypto/keys.js";
 import { bip39Seed, keyPairFromPrivateKey, mnemonicToSeed } from "../src/crypto/hd.js";
 
+// Thousands of cases each: 15 s on a quiet machine, over the suite's 30 s default on a loaded one.
+const PROPERTY_TEST_TIMEOUT_MS = 120_000;
+
 const N = noble.Point.CURVE().n;
 const hex = (bytes: Uint8Array) => Buffer.from(bytes).toString("hex");
 const libraries = SECP256K1_CHOICES.map((choice) => loadSecp256k1(choice));
@@ -60,20 +63,24 @@ describe("secp256k1 implementations", () => {
     expect(selection.implementation.name).toBe(SECP256K1_NAMES.native);
   });
 
-  it("sign 5,000 random keys and digests to the bytes noble signs: r, s and the recovery id, low S", () => {
-    for (let i = 0; i < 5000; i++) {
-      const key = randomKey(i);
-      const digest = randomDigest(i);
-      const reference = noble.sign(digest, key, { prehash: false, format: "recovered" });
-      const expected = { signature: hex(reference.subarray(1)), recovery: reference[0] };
-      // noble's wrapper is noble's own sign again: checked on every tenth case, to keep the test short.
-      for (const lib of libraries.filter((l) => l.choice !== "noble" || i % 10 === 0)) {
-        const { signature, recovery } = lib.sign(digest, key);
-        expect({ signature: hex(signature), recovery }, `${lib.name}, case ${i}`).toEqual(expected);
+  it(
+    "sign 5,000 random keys and digests to the bytes noble signs: r, s and the recovery id, low S",
+    () => {
+      for (let i = 0; i < 5000; i++) {
+        const key = randomKey(i);
+        const digest = randomDigest(i);
+        const reference = noble.sign(digest, key, { prehash: false, format: "recovered" });
+        const expected = { signature: hex(reference.subarray(1)), recovery: reference[0] };
+        // noble's wrapper is noble's own sign again: checked on every tenth case, to keep the test short.
+        for (const lib of libraries.filter((l) => l.choice !== "noble" || i % 10 === 0)) {
+          const { signature, recovery } = lib.sign(digest, key);
+          expect({ signature: hex(signature), recovery }, `${lib.name}, case ${i}`).toEqual(expected);
+        }
+        expect(BigInt(`0x${expected.signature.slice(64)}`) <= N / 2n).toBe(true);
       }
-      expect(BigInt(`0x${expected.signature.slice(64)}`) <= N / 2n).toBe(true);
-    }
-  });
+    },
+    PROPERTY_TEST_TIMEOUT_MS,
+  );
 
   it("sign digests at or above the group order n as noble does (a caller may send any 32 bytes): 500 of them", () => {
     // The native binding's libsecp256k1 would feed such a digest unreduced to its RFC 6979 nonce.
@@ -100,24 +107,28 @@ describe("secp256k1 implementations", () => {
     }
   });
 
-  it("verify DER signatures as noble does: low S and high S accepted, another digest, key or signature refused", () => {
-    // 300 cases: noble's verification is ~2 ms each, and every case verifies 4 times per library.
-    for (let i = 0; i < 300; i++) {
-      const key = randomKey(i + 5);
-      const publicKey = noble.getPublicKey(key, i % 2 === 0);
-      const digest = crypto.randomBytes(32);
-      const signature = noble.sign(digest, key, { prehash: false, lowS: true, format: "der" });
-      const parsed = noble.Signature.fromBytes(signature, "der");
-      const highS = new noble.Signature(parsed.r, N - parsed.s).toBytes("der");
-      const otherKey = noble.getPublicKey(randomKey(i + 5), true);
-      for (const lib of libraries) {
-        expect(lib.verifyDer(signature, digest, publicKey), lib.name).toBe(true);
-        expect(lib.verifyDer(highS, digest, publicKey), `${lib.name}: high S`).toBe(true);
-        expect(lib.verifyDer(signature, crypto.randomBytes(32), publicKey), `${lib.name}: another digest`).toBe(false);
-        expect(lib.verifyDer(signature, digest, otherKey), `${lib.name}: another key`).toBe(false);
+  it(
+    "verify DER signatures as noble does: low S and high S accepted, another digest, key or signature refused",
+    () => {
+      // 300 cases: noble's verification is ~2 ms each, and every case verifies 4 times per library.
+      for (let i = 0; i < 300; i++) {
+        const key = randomKey(i + 5);
+        const publicKey = noble.getPublicKey(key, i % 2 === 0);
+        const digest = crypto.randomBytes(32);
+        const signature = noble.sign(digest, key, { prehash: false, lowS: true, format: "der" });
+        const parsed = noble.Signature.fromBytes(signature, "der");
+        const highS = new noble.Signature(parsed.r, N - parsed.s).toBytes("der");
+        const otherKey = noble.getPublicKey(randomKey(i + 5), true);
+        for (const lib of libraries) {
+          expect(lib.verifyDer(signature, digest, publicKey), lib.name).toBe(true);
+          expect(lib.verifyDer(highS, digest, publicKey), `${lib.name}: high S`).toBe(true);
+          expect(lib.verifyDer(signature, crypto.randomBytes(32), publicKey), `${lib.name}: another digest`).toBe(false);
+          expect(lib.verifyDer(signature, digest, otherKey), `${lib.name}: another key`).toBe(false);
+        }
       }
-    }
-  });
+    },
+    PROPERTY_TEST_TIMEOUT_MS,
+  );
 
   it("agree with noble on every one-byte change to a DER signature and on malformed encodings and keys", () => {
     const key = randomKey(7);
