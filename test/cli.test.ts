@@ -25,7 +25,18 @@ import { parseMasterKey } from "../src/crypto/master-key.js";
 
 const run = promisify(execFile);
 const CLI = path.resolve("bin/sigil.js");
-const COMMANDS = ["serve", "keygen", "bootstrap", "rotate-master-key", "info", "outbox", "remove-ip-allowlist", "webhooks"];
+const COMMANDS = [
+  "serve",
+  "keygen",
+  "bootstrap",
+  "rotate-master-key",
+  "info",
+  "outbox",
+  "remove-ip-allowlist",
+  "webhooks",
+  "backup",
+  "restore",
+];
 const READ_ONLY = ["info", "outbox", "webhooks"];
 const PASSWORD = "pw-never-shown";
 

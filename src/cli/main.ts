@@ -33,6 +33,8 @@ export interface CommandSpec {
    * --data-dir locates nothing else): uses it, reports it (info), or never reads it.
    */
   masterKey: "uses" | "reports" | "none";
+  /** What --help says about SIGIL_DATABASE_URL instead of the note `masterKey` implies. */
+  postgresNote?: string;
   options: Record<string, OptionSpec>;
   run(values: Values): Promise<void>;
 }
@@ -194,6 +196,42 @@ export const commands: Record<string, CommandSpec> = {
     },
     run: webhooks,
   },
+  backup: {
+    masterKey: "none",
+    summary: "copies the SQLite database while servers run to a new, checksummed file (PostgreSQL: prints the pg_dump commands)",
+    description:
+      "Copies the SQLite database while servers may be running and writing: the copy is the database as of one instant " +
+      "(SQLite's VACUUM INTO, in one read transaction; the servers go on writing). It is written to a new file, readable by " +
+      "its owner only, with a manifest and a SHA-256 checksum that `sigil restore` verifies, and prints " +
+      '{"file","bytes","sha256","createdAt","masterKeyIds"}. An existing file is never overwritten. The master key is not ' +
+      "in the backup: keep it apart (docs/backups.md). It only reads the database, and refuses, writing nothing, where there is none.",
+    postgresNote:
+      "With SIGIL_DATABASE_URL=postgres://… set, it writes nothing: it prints the pg_dump and pg_restore commands for that " +
+      "database (without its password) and how to get point-in-time recovery, and exits with status 3.",
+    options: {
+      out: { value: "FILE", summary: "the backup file to write, which must not exist yet", required: true },
+      "data-dir": { value: "D", summary: "directory of the SQLite database (sigil.db) to copy (default: SIGIL_DATA_DIR, else ./data)" },
+    },
+    run: backup,
+  },
+  restore: {
+    masterKey: "none",
+    summary: "restores a backup made by `sigil backup` into an empty data directory",
+    description:
+      "Checks the backup whole (its format, its length and its SHA-256 checksum) and writes its database as sigil.db into the " +
+      'data directory, which must be empty or absent (it is made, mode 0700), then prints {"database","createdAt","masterKeyIds"}. ' +
+      "A truncated or altered file, a non-empty directory or a backup of a newer Sigil's database is refused, writing " +
+      "nothing. The master key is not in the backup: start `sigil serve` on the directory with the deployment's key " +
+      "(master.key copied there, SIGIL_MASTER_KEY_FILE or SIGIL_MASTER_KEY); any other key is refused at start.",
+    postgresNote:
+      "It restores SQLite backups only: with SIGIL_DATABASE_URL set it refuses (PostgreSQL is restored with pg_restore; " +
+      "`sigil backup` prints the commands).",
+    options: {
+      from: { value: "FILE", summary: "the backup file, as `sigil backup` wrote it", required: true },
+      "data-dir": { value: "D", summary: "the data directory to restore into: empty, or absent", required: true },
+    },
+    run: restore,
+  },
 };
 
 // ---- the usage text ----------------------------------------------------------------------------
@@ -233,7 +271,7 @@ function commandHelp(name: string): string {
     `usage: ${usageLine(name)}`,
     "",
     ...wrap(spec.description),
-    ...(Object.hasOwn(spec.options, "data-dir") ? wrap(databaseNote[spec.masterKey]) : []),
+    ...(Object.hasOwn(spec.options, "data-dir") ? wrap(spec.postgresNote ?? databaseNote[spec.masterKey]) : []),
     "",
     "options:",
     ...options.map(([left, summary]) => `  ${left.padEnd(width)}${summary}`),
@@ -739,4 +777,57 @@ async function outbox(values: Values) {
   } finally {
     await store.close();
   }
+}
+
+/** A copy of the SQLite database taken while servers run; on PostgreSQL, the commands that do it there (exit 3). */
+async function backup(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { postgresBackupAdvice, writeBackup } = await import("../services/backups.js");
+  const { MissingDatabaseError } = await import("../store/database.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const out = text(values, "out")!;
+  if (config.databaseUrl) {
+    process.stdout.write(postgresBackupAdvice(config.databaseUrl, out) + "\n");
+    process.stderr.write(
+      "sigil backup: SIGIL_DATABASE_URL is set: nothing was written (exit status 3); back up with the pg_dump command printed on stdout\n",
+    );
+    process.exitCode = 3;
+    return;
+  }
+  let written;
+  try {
+    written = await writeBackup({ dataDir: config.dataDir, out, sigilVersion: version() });
+  } catch (error) {
+    if (error instanceof MissingDatabaseError) throw new Error(`${error.message}: nothing was written. ${readOnlyAdvice}`);
+    throw new Error(`sigil backup: ${(error as Error).message}; nothing was written`);
+  }
+  const { file, bytes, sha256, manifest } = written;
+  process.stdout.write(JSON.stringify({ file, bytes, sha256, createdAt: manifest.createdAt, masterKeyIds: manifest.masterKeyIds }) + "\n");
+}
+
+/** Restores a backup of `sigil backup` into an empty data directory, having checked it whole. */
+async function restore(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { restoreBackup } = await import("../services/backups.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  if (config.databaseUrl)
+    throw new Error(
+      "sigil restore: SIGIL_DATABASE_URL is set, and restore writes SQLite backups into a data directory: nothing was restored. " +
+        "Unset it to restore an SQLite backup; a PostgreSQL database is restored with pg_restore (`sigil backup` prints the commands, docs/backups.md).",
+    );
+  let restored;
+  try {
+    restored = await restoreBackup({ from: text(values, "from")!, dataDir: config.dataDir });
+  } catch (error) {
+    throw new Error(`sigil restore: ${(error as Error).message}; nothing was restored`);
+  }
+  const { database, manifest } = restored;
+  process.stdout.write(JSON.stringify({ database, createdAt: manifest.createdAt, masterKeyIds: manifest.masterKeyIds }) + "\n");
+  const keys = manifest.masterKeyIds?.length
+    ? `the master key it was sealed with (key id ${manifest.masterKeyIds.join(", ")})`
+    : "the deployment's master key";
+  process.stderr.write(
+    `restored the database of ${manifest.createdAt} into ${database}. The master key is not in a backup: start \`sigil serve --data-dir ${path.dirname(database)}\` ` +
+      `with ${keys}: copy its master.key into that directory, or name it with SIGIL_MASTER_KEY_FILE or SIGIL_MASTER_KEY\n`,
+  );
 }

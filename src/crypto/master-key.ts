@@ -119,3 +119,38 @@ export function forgetNewKey(file: string, loaded: LoadedKeyring): void {
     if (dir === loaded.madeDirectory) return;
   }
 }
+
+/** What named the data directory (Config.dataDirFrom), when the key file is the default one in it. */
+export type DataDirOrigin = "--data-dir" | "SIGIL_DATA_DIR" | "default";
+
+/**
+ * Why a server will not start with the master key it was given: the database's secrets are sealed under
+ * `missing`, which its keyring does not hold. Names the setting the key came from and the one to change,
+ * so an operator starting a restored or moved deployment knows where to put the key. `created`: the
+ * default key file did not exist and was made just now (it is removed again).
+ */
+export function wrongMasterKeyMessage(
+  config: MasterKeyConfig,
+  dataDirOrigin: DataDirOrigin,
+  facts: { missing: string[]; keyId: string; created: boolean },
+): string {
+  const sealed = `the database holds secrets sealed under master key ${facts.missing.join(", ")}, which this server was not given`;
+  const previous = "or, if it is an older key, add it to SIGIL_MASTER_KEY_PREVIOUS";
+  if (config.key)
+    return `${sealed}: its key (key id ${facts.keyId}) comes from SIGIL_MASTER_KEY. Set SIGIL_MASTER_KEY to the key the database was sealed with, ${previous}.`;
+  if (!config.fileIsDefault)
+    return (
+      `${sealed}: its key (key id ${facts.keyId}) is the file SIGIL_MASTER_KEY_FILE names, ${config.file}. ` +
+      `Set SIGIL_MASTER_KEY_FILE to the file holding the key the database was sealed with (or SIGIL_MASTER_KEY to that key), ${previous}.`
+    );
+  const directory =
+    dataDirOrigin === "default"
+      ? "the default data directory ./data: no --data-dir, no SIGIL_DATA_DIR"
+      : `the data directory ${dataDirOrigin} names`;
+  const where = `${config.file}, in ${directory}, as no SIGIL_MASTER_KEY or SIGIL_MASTER_KEY_FILE is set`;
+  return facts.created
+    ? `${sealed}: there was no master key at ${where}, and a new key opens nothing here (it was not kept). ` +
+        "Copy the deployment's master.key there, or name its file with SIGIL_MASTER_KEY_FILE (or give the key in SIGIL_MASTER_KEY)."
+    : `${sealed}: its key (key id ${facts.keyId}) is ${where}. ` +
+        `Put the deployment's master.key there, or name its file with SIGIL_MASTER_KEY_FILE (or give the key in SIGIL_MASTER_KEY), ${previous}.`;
+}

@@ -424,7 +424,7 @@ async function openDeployment(
     throw error;
   }
   try {
-    await assertKeyringOpensStore(store.db, keyring);
+    await assertKeyringOpensStore(store.db, keyring, { masterKey: config.masterKey, dataDirOrigin: config.dataDirFrom, created });
   } catch (error) {
     forget();
     await store.close();

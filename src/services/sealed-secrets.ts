@@ -2,6 +2,7 @@
 import { sql, type Kysely } from "kysely";
 import type { Db } from "../store/handles.js";
 import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
+import { wrongMasterKeyMessage, type DataDirOrigin, type MasterKeyConfig } from "../crypto/master-key.js";
 
 /** A column holding sealed secrets, and the identity each row's secret is bound to. */
 interface SecretColumn {
@@ -95,8 +96,17 @@ export async function keyIdsInUse(db: Db): Promise<string[]> {
  * key file that is missing (a wrong data directory, an unmounted volume) and was just created anew.
  * Serving would fail every signature and seal new secrets under a key nobody backed up.
  */
-export async function assertKeyringOpensStore(db: Db, keyring: Keyring): Promise<void> {
+export async function assertKeyringOpensStore(
+  db: Db,
+  keyring: Keyring,
+  given?: { masterKey: MasterKeyConfig; dataDirOrigin: DataDirOrigin; created: boolean },
+): Promise<void> {
   const missing = (await keyIdsInUse(db)).filter((id) => !keyring.holds(id));
+  if (missing.length && given) {
+    throw new Error(
+      wrongMasterKeyMessage(given.masterKey, given.dataDirOrigin, { missing, keyId: keyring.currentKeyId, created: given.created }),
+    );
+  }
   if (missing.length) {
     throw new Error(
       `the database holds secrets sealed under master key ${missing.join(", ")}, which this server was not given (its key is ${keyring.currentKeyId}). ` +

@@ -44,7 +44,8 @@ function target(raw: string) {
   };
 }
 
-const shellWord = (word: string) => (/^[A-Za-z0-9_./:@-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`);
+// "=" and "," need no quoting after the command's name, where every word printed here stands.
+const shellWord = (word: string) => (/^[A-Za-z0-9_./:@=,+-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`);
 
 /** The name of the database the URL names, and the two usual ways to create it (with no password). */
 export function missingDatabaseAdvice(raw: string): { database: string; advice: string } {
@@ -53,4 +54,44 @@ export function missingDatabaseAdvice(raw: string): { database: string; advice: 
   const createdb = ["createdb", ...flags, database].map(shellWord).join(" ");
   const statement = `CREATE DATABASE "${database.replaceAll('"', '""')}";`;
   return { database, advice: `create it first (\`${createdb}\`, or \`${statement}\` in psql), then run this again` };
+}
+
+/** Query parameters of a URL that libpq's tools read from the environment instead (the URL's
+ * `host` is read by target()); `password` and `sslpassword` are never shown. */
+const LIBPQ_ENVIRONMENT: Record<string, string> = {
+  sslmode: "PGSSLMODE",
+  sslrootcert: "PGSSLROOTCERT",
+  sslcert: "PGSSLCERT",
+  sslkey: "PGSSLKEY",
+  sslcrl: "PGSSLCRL",
+  options: "PGOPTIONS",
+};
+
+/**
+ * The pg_dump, createdb and pg_restore commands that back up the database the URL names into `out`
+ * and restore it into a new database beside it (`<name>_restored`), as shell command lines without the
+ * password. `notCarried`: the query parameters left out (other than the password's).
+ */
+export function postgresBackupCommands(raw: string, out: string) {
+  const { host, port, user, database } = target(raw);
+  const url = new URL(raw);
+  const environment: string[] = [];
+  const notCarried: string[] = [];
+  for (const [key, value] of url.searchParams) {
+    if (key === "host" || key === "password" || key === "sslpassword") continue;
+    if (LIBPQ_ENVIRONMENT[key]) environment.push(`${LIBPQ_ENVIRONMENT[key]}=${shellWord(value)}`);
+    else notCarried.push(key);
+  }
+  const flags = [...(host ? ["-h", host] : []), ...(port ? ["-p", port] : []), ...(user ? ["-U", user] : [])];
+  const restoredDatabase = `${database}_restored`;
+  const line = (words: string[]) => [...environment, ...words.map(shellWord)].join(" ");
+  return {
+    location: displayDatabaseUrl(raw),
+    database,
+    restoredDatabase,
+    dump: line(["pg_dump", "--format=custom", "--file", out, ...flags, database]),
+    createdb: line(["createdb", ...flags, restoredDatabase]),
+    restore: line(["pg_restore", "--exit-on-error", "--single-transaction", "--no-owner", ...flags, "--dbname", restoredDatabase, out]),
+    notCarried,
+  };
 }
