@@ -50,7 +50,9 @@ export function renderConfigurationPage(): string {
     "Logs are JSON lines (pino) on stdout. They name activities, organizations and users, never request bodies or credentials. At",
     'the default level every activity has a line (`"msg":"activity"`: its id, type, status, policy outcome and, when it failed, its',
     '`errorCode` and `error` message), and so has every refused request (`"msg":"request refused"`: method, URL, client address, HTTP',
-    "status, `errorCode`, `error`); `debug` adds one line per request with its duration.",
+    "status, `errorCode`, `error`); `debug` adds one line per request with its duration. Every line written while serving a request",
+    "carries its `requestId` (and `traceId` and `spanId` when it came with a W3C `traceparent`): see",
+    "[Request ids and traces](running.md#request-ids-and-traces).",
   );
   return lines.join("\n") + "\n";
 }

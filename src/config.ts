@@ -20,6 +20,9 @@ export interface Config {
   /** Server processes `sigil serve` runs on the one port (node:cluster); 1 runs the server in the
    * command's own process. `auto` is read as the machine's available parallelism on PostgreSQL, 1 on SQLite. */
   workers: number;
+  /** On SIGTERM or SIGINT, how long /ready answers 503 while everything else is still served, before
+   * the server stops accepting connections (docs/running.md#readiness-and-shutdown). */
+  shutdownDelayMs: number;
   /** Directory of the embedded SQLite database and the default master key file. */
   dataDir: string;
   /** What named the data directory, for messages that point at it: the flag, the variable, or neither (./data). */
@@ -720,6 +723,16 @@ export const settings = {
       "process prepares the deployment and keeps them running. Each has its own connection limits and database pool: see " +
       "[Several processes](running.md#several-processes)",
   }),
+  shutdownDelayMs: setting({
+    variable: "SIGIL_SHUTDOWN_DELAY_MS",
+    group: SERVER,
+    kind: milliseconds(0),
+    default: 0,
+    meaning:
+      "on SIGTERM or SIGINT, how long `/ready` answers 503 while every other request is still served, before the server stops " +
+      "accepting connections and finishes the requests in flight: set it above your load balancer's probe interval times its failure " +
+      "threshold, so it stops sending traffic first ([Readiness and shutdown](running.md#readiness-and-shutdown))",
+  }),
   dataDir: setting({
     variable: "SIGIL_DATA_DIR",
     flag: "--data-dir",
@@ -1387,6 +1400,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
     host: s.host,
     port: s.port,
     workers,
+    shutdownDelayMs: s.shutdownDelayMs,
     dataDir,
     // readSettings took the flag over the variable, and an empty variable as unset.
     dataDirFrom: flags.dataDir !== undefined ? "--data-dir" : env.SIGIL_DATA_DIR ? "SIGIL_DATA_DIR" : "default",

@@ -672,6 +672,19 @@ export const ERROR_CATALOG = {
       "the write transaction this request shared with others (activities on SQLite, signatures on PostgreSQL) could not be committed; " +
       "nothing of it was kept: send it again",
   },
+  DATABASE_UNAVAILABLE: {
+    status: "Unavailable",
+    meaning:
+      "the database could not be reached, or the connection to it was lost while this request was served (a restart, a failover, a " +
+      "terminated connection): nothing of this request was kept; send it again after the Retry-After seconds",
+  },
+  COMMIT_OUTCOME_UNKNOWN: {
+    status: "Unavailable",
+    meaning:
+      "the connection to the database was lost while this request's transaction was being committed, so it may or may not have been " +
+      "kept: send the very same body again after the Retry-After seconds (it is answered with the activity if it was kept, and carried " +
+      "out if not), or look for the activity (list_activities) before sending a new request",
+  },
   CHAIN_NODE_UNAVAILABLE: {
     status: "Unavailable",
     meaning:

@@ -82,6 +82,7 @@ function expectError(response: { status: number; json: any }, status: number, co
     code,
     message: expect.any(String),
     details: [{ "@type": "type.googleapis.com/errors.v1.TurnkeyErrorDetail", turnkeyErrorCode }],
+    requestId: expect.any(String),
   });
   expect(response.json.message.length).toBeGreaterThan(10);
 }
@@ -134,7 +135,10 @@ async function expectOperationFailure(
     status: "ACTIVITY_STATUS_FAILED",
     user_id: org.userId,
   });
-  expect(JSON.parse(added[0].failure)).toEqual(response.json);
+  // The recorded failure is the answer but for the request's id, which the row keeps apart.
+  const { requestId, ...recorded } = response.json;
+  expect(JSON.parse(added[0].failure)).toEqual(recorded);
+  expect(added[0].request_id).toBe(requestId);
   expect(before.activities.length + 1).toBe(after.activities.length);
   return response.json.message;
 }

@@ -121,7 +121,12 @@ async function sendStamped(path: string, text: string, org: TestOrganization) {
 // ---------------------------------------------------------------------------------------------
 
 function errorBody(turnkeyErrorCode: string, message: string) {
-  return { code: 3, message, details: [{ "@type": "type.googleapis.com/errors.v1.TurnkeyErrorDetail", turnkeyErrorCode }] };
+  return {
+    code: 3,
+    message,
+    details: [{ "@type": "type.googleapis.com/errors.v1.TurnkeyErrorDetail", turnkeyErrorCode }],
+    requestId: expect.any(String),
+  };
 }
 
 /** Sends a stamped body that must be refused with `code` (400), and checks that nothing changed. */

@@ -53,6 +53,7 @@ async function refused(operation: string, body: Record<string, unknown>, code: s
     code: 3,
     message: expect.any(String),
     details: [{ "@type": "type.googleapis.com/errors.v1.TurnkeyErrorDetail", turnkeyErrorCode: code }],
+    requestId: expect.any(String),
   });
   const after = JSON.parse(await h.snapshot()) as Snapshot;
   for (const table of Object.keys(before))
@@ -60,7 +61,10 @@ async function refused(operation: string, body: Record<string, unknown>, code: s
   const added = after.activities!.filter((row) => !before.activities!.includes(row)).map((row) => JSON.parse(row));
   expect(added).toHaveLength(1);
   expect(added[0]).toMatchObject({ organization_id: org.organizationId, status: "ACTIVITY_STATUS_FAILED" });
-  expect(JSON.parse(added[0].failure)).toEqual(answer.json);
+  // The recorded failure is the answer but for the request's id, which the row keeps apart.
+  const { requestId, ...recorded } = answer.json;
+  expect(JSON.parse(added[0].failure)).toEqual(recorded);
+  expect(added[0].request_id).toBe(requestId);
   return answer.json.message as string;
 }
 

@@ -25,6 +25,7 @@ function expectNotServed(response: { status: number; json: any }, path: string, 
     code: 12,
     message: expect.any(String),
     details: [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "OPERATION_NOT_SERVED" }],
+    requestId: expect.any(String),
   });
   expect(response.json.message).toContain(`${path} is a hosted-only service of the product (${service})`);
   expect(response.json.message).toContain("a self-hosted Sigil does not provide it");
@@ -33,7 +34,7 @@ function expectNotServed(response: { status: number; json: any }, path: string, 
 function expectEndpointNotFound(response: { status: number; json: any }, path: string) {
   expect(response.status, path).toBe(404);
   const details = [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "ENDPOINT_NOT_FOUND" }];
-  expect(response.json).toEqual({ code: 5, message: `no endpoint POST ${path}`, details });
+  expect(response.json).toEqual({ code: 5, message: `no endpoint POST ${path}`, details, requestId: expect.any(String) });
 }
 
 const served = new Set([

@@ -442,6 +442,7 @@ describe("raw HTTP: the spec's bodies and both response shapes", () => {
       code: 5,
       message: expect.stringContaining(alice.apiKeyId),
       details: [{ "@type": ERROR_DETAIL, turnkeyErrorCode: "API_KEY_NOT_FOUND" }],
+      requestId: expect.any(String),
     });
     const stale = await query("whoami", { organizationId: org.organizationId }, alice.key);
     expect(stale.status).toBe(401);

@@ -27,7 +27,8 @@ import type pino from "pino";
 import type { Store } from "../store/database.js";
 import { controlled, type Dialect, type LockMode, type OpenTx, type Tx, type WriteTx } from "../store/handles.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
-import { BatchRolledBack } from "../store/group-commit.js";
+import { isLostConnection } from "../store/lost-connections.js";
+import { outageError } from "../services/database-outages.js";
 import { readAhead, type Read } from "../store/prepared.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
 import { attestedStampNotAccepted, readStamp, type ApiKeyStamp, type AttestedStamp, type Stamp } from "../auth/stamps.js";
@@ -127,6 +128,13 @@ export interface PipelineResponse {
   body: unknown;
 }
 
+/** The HTTP request an entry point serves (http/request-ids.ts): its id, stored with the activity it
+ * makes, and its logger, whose every line carries the id (and the caller's trace, if any). */
+export interface RequestContext {
+  requestId: string;
+  log: pino.Logger;
+}
+
 type Headers = Record<string, string | string[] | undefined>;
 
 /** The operation an activity runs (the registry's ActivityOperation). */
@@ -187,6 +195,8 @@ interface Run {
   /** Who the operation runs for: the requester, also when an approval runs it later. */
   requester: Principal;
   precheck?: Precheck;
+  /** The request it runs in, whose logger tells of an internal error. */
+  context?: RequestContext;
 }
 
 /** What record writes: one entry of the audit log. */
@@ -218,6 +228,8 @@ interface Publication {
   broadcastsQueued: boolean;
   /** The response, rendered after commit. */
   answer: () => PipelineResponse;
+  /** The request whose logger writes the line. */
+  context?: RequestContext;
 }
 
 // Fatal: bytes that are not UTF-8 are refused rather than read as U+FFFD, so the body kept in a vote
@@ -421,6 +433,7 @@ export function draftActivity(
   fingerprint: string,
   now: number,
   precheck?: Precheck,
+  requestId?: string,
 ): Draft {
   const { envelope } = request;
   const activityId = newId();
@@ -445,6 +458,7 @@ export function draftActivity(
     created_at: now,
     updated_at: now,
     prepared: null,
+    request_id: requestId ?? null,
   };
   const subject: ActivitySubject = {
     organizationId: envelope.organizationId,
@@ -760,12 +774,18 @@ export class Pipeline {
     this.clock = options.clock ?? Date.now;
   }
 
-  async submit(operation: SubmitOperation, raw: Buffer, headers: Headers, client?: string): Promise<PipelineResponse> {
+  async submit(
+    operation: SubmitOperation,
+    raw: Buffer,
+    headers: Headers,
+    client?: string,
+    context?: RequestContext,
+  ): Promise<PipelineResponse> {
     const request = readRequest(operation, raw, headers, this.options.env.chains);
     const { envelope } = request;
     const received = this.clock();
     checkLiveness(envelope.timestampMs, received, this.options.timestampWindowMs);
-    if (operation.kind === "vote") return this.vote(operation, request, received, client);
+    if (operation.kind === "vote") return this.vote(operation, request, received, client, context);
     const fingerprint = fingerprintOf(raw);
     const { store } = this.options;
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
@@ -832,10 +852,10 @@ export class Pipeline {
         }
         // Assigned above on either road; TypeScript cannot follow it into this closure.
         const requester = principal!;
-        const { row, vote, subject } = draftActivity(operation, request, requester, fingerprint, now, precheck);
+        const { row, vote, subject } = draftActivity(operation, request, requester, fingerprint, now, precheck, context?.requestId);
         const decided = await authorize(trx, subject);
         const { authorization, authentication } = await demandAuthentication(trx, subject, requester, decided, confirmation);
-        const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
+        const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck, context });
         const secretResults = operation.secretResults;
         const recorded = await record(
           trx,
@@ -854,6 +874,7 @@ export class Pipeline {
             messagesQueued: !!operation.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
             broadcastsQueued: !!operation.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
             answer: () => answerOf(recorded, execution, secretResults),
+            context,
           },
           now,
         );
@@ -995,7 +1016,11 @@ export class Pipeline {
     const committed = { db: this.options.store.reader, organizationId: envelope.organizationId };
     return operation.precheck(envelope.parameters, this.options.env, envelope.type, committed).then(
       (prepared) => ({ kind: "passed", prepared }) as const,
-      (error: unknown) => ({ kind: "failed", error: error ?? new Error("precheck failed") }) as const,
+      (error: unknown) => {
+        // The database's unavailability is no outcome of the activity's: nothing is recorded.
+        if (isLostConnection(error)) throw error;
+        return { kind: "failed", error: error ?? new Error("precheck failed") } as const;
+      },
     );
   }
 
@@ -1016,9 +1041,8 @@ export class Pipeline {
       });
       return typeof outcome === "function" ? outcome() : outcome;
     } catch (error) {
-      if (error instanceof BatchRolledBack)
-        throw serviceError("TRANSACTION_ROLLED_BACK", `${error.message}; nothing of this request was kept: send it again`);
-      throw error;
+      // A shared transaction rolled back, or the database lost (services/database-outages.ts).
+      throw outageError(error) ?? error;
     }
   }
 
@@ -1033,7 +1057,7 @@ export class Pipeline {
     if (authorization.kind === "rejected") return { kind: "rejected" };
     if (authorization.kind === "authenticating") return { kind: "authenticating" };
     const { subject, activityId } = run;
-    if (run.precheck?.kind === "failed") return { kind: "failed", error: this.asServiceError(run.precheck.error, activityId) };
+    if (run.precheck?.kind === "failed") return { kind: "failed", error: this.asServiceError(run.precheck.error, activityId, run.context) };
     const { store, env } = this.options;
     const ctx = {
       trx,
@@ -1055,8 +1079,10 @@ export class Pipeline {
       await savepoint?.releaseSavepoint("operation").execute();
       return { kind: "completed", result };
     } catch (error) {
+      // The database's unavailability is no failure of the operation's: the transaction is lost.
+      if (isLostConnection(error)) throw error;
       await savepoint?.rollbackToSavepoint("operation").execute();
-      const failure = this.asServiceError(error, activityId);
+      const failure = this.asServiceError(error, activityId, run.context);
       await subject.operation.afterFailure?.(ctx, subject.parameters);
       return { kind: "failed", error: failure };
     }
@@ -1069,7 +1095,7 @@ export class Pipeline {
   private async publish(trx: Tx, publication: Publication, now: number): Promise<() => PipelineResponse> {
     const { recorded } = publication;
     const queued = publication.announce ? await enqueueActivityEvent(trx, recorded, () => renderActivity(recorded), now) : 0;
-    this.options.logger.info(
+    (publication.context?.log ?? this.options.logger).info(
       {
         activityId: recorded.id,
         organizationId: recorded.organization_id,
@@ -1093,7 +1119,13 @@ export class Pipeline {
    * fingerprint and decides it again. The answer is that activity as it now stands, so a client
    * reads the result of an activity its approval completed from the approval's response.
    */
-  private async vote(operation: VoteOperation, request: SubmitRequest, received: number, client?: string): Promise<PipelineResponse> {
+  private async vote(
+    operation: VoteOperation,
+    request: SubmitRequest,
+    received: number,
+    client?: string,
+    context?: RequestContext,
+  ): Promise<PipelineResponse> {
     const { envelope } = request;
     const principal = await this.authenticate(request, received);
     await this.checkIpAllowlist(principal, client);
@@ -1124,7 +1156,7 @@ export class Pipeline {
       if (principal.attestedMethod && (row.status !== "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED" || row.user_id !== principal.userId))
         throw attestedStampNotAccepted();
       if (row.status === "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED")
-        return this.authenticateFurther(trx, operation, envelope.type, row, principal, request.raw, precheck, now);
+        return this.authenticateFurther(trx, operation, envelope.type, row, principal, request.raw, precheck, now, context);
       const votes = JSON.parse(row.votes) as StoredVote[];
       const ballot = ballotOn(row, votes, principal, operation.selection, request.raw, now);
       if (ballot.kind === "answered") return { status: 200, body: { activity: renderActivity(row) } };
@@ -1147,7 +1179,7 @@ export class Pipeline {
       const subject = ballot.kind === "new" ? { ...asFound, votes: [...votes, ballot.vote] } : asFound;
       const { authorization, authentication } = await authorizeVote(trx, subject, row, operation.selection, now);
       const requester = requesterOf(votes[0]!, row.organization_id);
-      const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
+      const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck, context });
       const base = { ...row, votes: JSON.stringify(subject.votes), updated_at: now };
       const entry = { base, stored: true, vote: ballot.vote, authorization, execution, secretResults: target.secretResults, precheck };
       const recorded = await record(trx, this.options.store.dialect, entry, now);
@@ -1164,6 +1196,7 @@ export class Pipeline {
           messagesQueued: !!target.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
           broadcastsQueued: !!target.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
           answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
+          context,
         },
         now,
       );
@@ -1186,6 +1219,7 @@ export class Pipeline {
     raw: Buffer,
     precheck: Precheck | undefined,
     now: number,
+    context?: RequestContext,
   ): Promise<PipelineResponse | (() => PipelineResponse)> {
     const votes = JSON.parse(row.votes) as StoredVote[];
     const subject = pendingSubject(row, votes, principal, now, precheck ? preparedBy(precheck) : {});
@@ -1202,7 +1236,7 @@ export class Pipeline {
             ? { authorization: { kind: "refused", outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], error: outcome.error } }
             : { authorization: { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: [] } };
     const requester = requesterOf(votes[0]!, row.organization_id);
-    const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck });
+    const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck, context });
     // A rejection is kept among the votes (who withdrew or rejected it); a proof is kept with the
     // authentication it proves (activity_authentications), the vote recorded being the request's.
     const rejection = operation.selection === "VOTE_SELECTION_REJECTED";
@@ -1221,6 +1255,7 @@ export class Pipeline {
         messagesQueued: !!target.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
         broadcastsQueued: !!target.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
         answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
+        context,
       },
       now,
     );
@@ -1252,7 +1287,7 @@ export class Pipeline {
    * an ACTIVITY_TYPE_ACCEPT_INVITATION_V2 activity of the new user (the audit log and webhooks see it;
    * its intent and vote never hold the token). A refusal changes nothing and records nothing.
    */
-  async acceptInvitation(raw: Buffer, headers: Headers, client?: string): Promise<PipelineResponse> {
+  async acceptInvitation(raw: Buffer, headers: Headers, client?: string, context?: RequestContext): Promise<PipelineResponse> {
     const stamp = readStamp(headers);
     const acceptance = readAcceptance(parseBody(raw));
     const { publicKey } = acceptance.apiKey;
@@ -1309,6 +1344,7 @@ export class Pipeline {
         prepared: null,
         created_at: now,
         updated_at: now,
+        request_id: context?.requestId ?? null,
       };
       await insertActivity(trx, row);
       const answer = { organizationId, userId: accepted.userId, invitationId: accepted.invitationId };
@@ -1322,6 +1358,7 @@ export class Pipeline {
           messagesQueued: false,
           broadcastsQueued: false,
           answer: () => ({ status: 200, body: answer }),
+          context,
         },
         now,
       );
@@ -1330,9 +1367,9 @@ export class Pipeline {
 
   /** An error the caller may see: a ServiceError as it is; anything else becomes INTERNAL, and its
    * cause goes to the operator's log only (it may quote data the caller should not see). */
-  private asServiceError(error: unknown, activityId: string): ServiceError {
+  private asServiceError(error: unknown, activityId: string, context?: RequestContext): ServiceError {
     if (error instanceof ServiceError) return error;
-    this.options.logger.error({ err: error, activityId }, "activity failed with an internal error");
+    (context?.log ?? this.options.logger).error({ err: error, activityId }, "activity failed with an internal error");
     return serviceError("INTERNAL", `internal error while executing activity ${activityId}`);
   }
 

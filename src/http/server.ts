@@ -1,8 +1,8 @@
 // The HTTP face of the service: one route per registered operation, the error body the official
-// clients parse, body, time and connection limits, and /health. No SQL and no business rules live here.
+// clients parse, body, time and connection limits, request ids, /health and /ready. No SQL and no
+// business rules live here.
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import pino from "pino";
-import { sql } from "kysely";
 import { ConfigError, type Config } from "../config.js";
 import { ServiceError, serviceError } from "../errors.js";
 import { RETRY_INFO_TYPE } from "../services/send-budgets.js";
@@ -43,6 +43,9 @@ import { notServedError, notServedOperations } from "../operations/not-served.js
 import { ACCEPT_PATH } from "../operations/organizations/invitations.js";
 import { buildOpenApiDocument } from "./openapi.js";
 import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.js";
+import { REQUEST_ID_LOG_LABEL, requestContextOf, requestIdOptions, traceRequests } from "./request-ids.js";
+import { Readiness, readyRoute } from "./readiness.js";
+import { outageError } from "../services/database-outages.js";
 import packageJson from "../../package.json" with { type: "json" };
 
 export interface RunningServer {
@@ -50,13 +53,18 @@ export interface RunningServer {
   store: Store;
   /** Base URL the server answers on, e.g. http://127.0.0.1:8080 */
   url: string;
+  /** Turns /ready to 503 (shutdown) while everything else is served as before: close() does it first. */
+  drain(): void;
+  /** The graceful stop (docs/running.md#readiness-and-shutdown): /ready answers 503, then, after
+   * SIGIL_SHUTDOWN_DELAY_MS, no new connection is accepted, the requests in flight are finished, the
+   * outbox workers finish what they are sending, and the database and signature threads are closed. */
   close(): Promise<void>;
 }
 
-/** The Retry-After (whole seconds) of a 429 whose error body carries a google.rpc.RetryInfo detail:
- * a client told "too many" is also told when to come back. */
+/** The Retry-After (whole seconds) of a 429 or 503 whose error body carries a google.rpc.RetryInfo
+ * detail: a client told "too many" or "unavailable" is also told when to come back. */
 function retryAfterOf(status: number, body: unknown): string | undefined {
-  if (status !== 429) return undefined;
+  if (status !== 429 && status !== 503) return undefined;
   const details = (body as { details?: Array<{ "@type"?: unknown; retryDelay?: unknown }> } | null)?.details;
   const delay = Array.isArray(details) ? details.find((d) => d?.["@type"] === RETRY_INFO_TYPE)?.retryDelay : undefined;
   const seconds = typeof delay === "string" && /^\d+(\.\d+)?s$/.test(delay) ? Math.ceil(Number(delay.slice(0, -1))) : undefined;
@@ -82,17 +90,6 @@ const ACCEPT_PAGE = [
 
 /** Where the keys of the OIDC tokens Sigil issues are published (the discovery document names it). */
 const IDENTITY_JWKS_PATH = "/oauth2/jwks";
-
-/** How long /health waits for the database before it answers 503. */
-const HEALTH_CHECK_TIMEOUT_MS = 5_000;
-
-function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
-}
 
 export function createLogger(config: Pick<Config, "logLevel">): pino.Logger {
   return pino({ level: config.logLevel, base: { service: "sigil" } });
@@ -126,6 +123,8 @@ export interface ServerParts {
   otpCodeHash: (message: string) => string;
   /** The chain nodes (SIGIL_CHAIN_RPC_URLS). */
   chains: ChainRpc;
+  /** What GET /ready checks, and whether a shutdown has begun. */
+  readiness: Readiness;
   onWebhookEventsQueued?: () => void;
   onMessagesQueued?: () => void;
   onBroadcastsQueued?: () => void;
@@ -152,6 +151,7 @@ export function buildApp(
     identityTokens,
     otpCodeHash,
     chains,
+    readiness,
     onWebhookEventsQueued,
     onMessagesQueued,
     onBroadcastsQueued,
@@ -165,7 +165,8 @@ export function buildApp(
     ...timeoutOptions(config.http),
     clientErrorHandler: clientErrorHandler(config.http),
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
-    logController: new LogController({ disableRequestLogging: true }),
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: REQUEST_ID_LOG_LABEL }),
+    ...requestIdOptions,
     // request.ip is the client: the TCP peer, or, when the peer is a trusted proxy (SIGIL_TRUSTED_PROXIES),
     // the right-most X-Forwarded-For address that is not one. Never trusted by default: anyone can write
     // the header, and IP allowlists are checked against this address. A function, so that addresses are
@@ -173,6 +174,7 @@ export function buildApp(
     trustProxy: config.http.trustedProxies.length > 0 ? trustedProxyTest(config.http.trustedProxies) : false,
   });
   limitConnections(app.server, config.http, logger);
+  traceRequests(app);
   const issuer = config.invitations.publicUrl;
   const env: OperationEnvironment = {
     webauthn: config.webauthn,
@@ -220,6 +222,8 @@ export function buildApp(
       status: error.httpStatus,
       errorCode: error.turnkeyErrorCode,
       error: error.message,
+      // What the service's words stand for (a lost connection's driver error): for the log only.
+      ...(error.cause instanceof Error ? { cause: error.cause.message || (error.cause as { code?: string }).code } : {}),
     };
     if (error.httpStatus < 500 || error.httpStatus === 501) request.log.info(fields, "request refused");
     else request.log.warn(fields, "request failed");
@@ -230,6 +234,8 @@ export function buildApp(
 
   app.setErrorHandler((error, request, reply) => {
     if (error instanceof ServiceError) return refuse(request, reply, error);
+    const outage = outageError(error);
+    if (outage) return refuse(request, reply, outage);
     const fastifyError = error as { code?: string; statusCode?: number; message: string };
     if (fastifyError.code === "FST_ERR_CTP_BODY_TOO_LARGE") {
       return refuse(request, reply, serviceError("REQUEST_TOO_LARGE", `request body exceeds the limit of ${config.bodyLimitBytes} bytes`));
@@ -260,17 +266,10 @@ export function buildApp(
     done();
   });
 
-  // For load balancers and orchestrators: 200 while this process can reach its database, else 503
-  // (a server that answers every request with an error should be taken out of rotation).
-  app.get("/health", async (request, reply) => {
-    try {
-      await withTimeout(sql`select 1`.execute(store.reader), HEALTH_CHECK_TIMEOUT_MS);
-      return { status: "ok" };
-    } catch (error) {
-      request.log.warn({ err: error }, "health check: the database does not answer");
-      return reply.status(503).send({ status: "unavailable", reason: "the database does not answer" });
-    }
-  });
+  // Liveness: 200 while the process answers, whatever the database does (a restart would not bring
+  // the database back). Whether to send it traffic is /ready's answer (readiness.ts).
+  app.get("/health", async () => ({ status: "ok" }));
+  readyRoute(app, readiness);
   // What a client or receiver needs to know of this deployment's own keys (no authentication).
   const webhookVerificationKey = { keyId: webhookKey.keyId, publicKey: webhookKey.publicKey, algorithm: "ed25519", signatureVersion: "v1" };
   // signerPublicKey: what clients pass as dangerouslyOverrideSignerPublicKey to open export bundles.
@@ -346,7 +345,13 @@ export function buildApp(
   const raw = (body: unknown) => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
   for (const operation of activityOperations) {
     app.post(`/public/v1/submit/${operation.name}`, async (request, reply) => {
-      const response = await pipeline.submit(operation, raw(request.body), request.raw.headersDistinct, request.ip);
+      const response = await pipeline.submit(
+        operation,
+        raw(request.body),
+        request.raw.headersDistinct,
+        request.ip,
+        requestContextOf(request),
+      );
       const retryAfter = retryAfterOf(response.status, response.body);
       if (retryAfter) reply.header("retry-after", retryAfter);
       return reply.status(response.status).send(response.body);
@@ -361,7 +366,7 @@ export function buildApp(
   // Sigil's own acceptance of an invitation (docs/invitations.md): the link in the invitation email
   // points here; a program or a console page POSTs the token with the key to register, stamped by it.
   app.post(ACCEPT_PATH, async (request, reply) => {
-    const response = await pipeline.acceptInvitation(raw(request.body), request.raw.headersDistinct, request.ip);
+    const response = await pipeline.acceptInvitation(raw(request.body), request.raw.headersDistinct, request.ip, requestContextOf(request));
     return reply.status(response.status).send(response.body);
   });
   app.get(ACCEPT_PATH, async (_request, reply) =>
@@ -486,6 +491,7 @@ export async function startServer(config: Config, logger = createLogger(config),
   let dispatcher: WebhookDispatcher;
   let courier: MessageCourier;
   let broadcaster: ChainBroadcaster;
+  let readiness: Readiness;
   let app: FastifyInstance;
   try {
     const { webhookKey, bundles, sessions, otpCodeHash, clientSecrets, identityTokens } = await deploymentKeys(
@@ -497,6 +503,7 @@ export async function startServer(config: Config, logger = createLogger(config),
     courier = new MessageCourier(store, keyring, config.messages, logger, options.clock);
     const chains = new ChainRpc(config.chains);
     broadcaster = new ChainBroadcaster(store, chains, findContractAbi, config.chains, logger, options.clock);
+    readiness = new Readiness({ store, keyring, outboxes: { webhooks: dispatcher, messages: courier, broadcasts: broadcaster } }, logger);
     app = buildApp(
       config,
       {
@@ -513,6 +520,7 @@ export async function startServer(config: Config, logger = createLogger(config),
         chains,
         onMessagesQueued: () => courier.notify(),
         onBroadcastsQueued: () => broadcaster.notify(),
+        readiness,
       },
       logger,
       options,
@@ -536,7 +544,13 @@ export async function startServer(config: Config, logger = createLogger(config),
     app,
     store,
     url: `http://${host}:${port}`,
+    drain: () => readiness.drain(),
     async close() {
+      readiness.drain();
+      if (config.shutdownDelayMs > 0) {
+        logger.info({ delayMs: config.shutdownDelayMs }, "shutting down: /ready answers 503; requests are served until the delay ends");
+        await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs));
+      }
       await app.close();
       await dispatcher.close();
       await courier.close();

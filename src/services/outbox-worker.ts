@@ -76,6 +76,11 @@ export abstract class OutboxWorker<Item> {
   /** Until when an item is worth sending; none is retried past it. */
   protected expiresAt?(item: Item): number;
 
+  /** Whether the worker has been started and not closed (what /ready reports). */
+  get running(): boolean {
+    return this.timer !== null && !this.closed;
+  }
+
   start(): void {
     this.timer = setInterval(() => this.notify(), this.settings.pollMs);
     this.timer.unref();

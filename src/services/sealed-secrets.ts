@@ -5,7 +5,7 @@ import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
 import { wrongMasterKeyMessage, type DataDirOrigin, type MasterKeyConfig } from "../crypto/master-key.js";
 
 /** A column holding sealed secrets, and the identity each row's secret is bound to. */
-interface SecretColumn {
+export interface SecretColumn {
   table:
     | "wallets"
     | "wallet_accounts"
@@ -74,12 +74,15 @@ export async function resealAll(db: Db, from: Keyring, to: Keyring): Promise<Rot
   return report;
 }
 
-/** The master key ids the stored secrets are sealed under ("v1.<key id>.<…>"). */
-export async function keyIdsInUse(db: Db): Promise<string[]> {
+/** The deployment's own keys (service_keys): a handful of rows, sealed under the current master key. */
+export const SERVICE_KEY_COLUMNS = SECRET_COLUMNS.filter((c) => c.table === "service_keys");
+
+/** The master key ids the stored secrets (of `columns`: all by default) are sealed under ("v1.<key id>.<…>"). */
+export async function keyIdsInUse(db: Db, columns: readonly SecretColumn[] = SECRET_COLUMNS): Promise<string[]> {
   // biome-ignore lint/suspicious/noExplicitAny: the tables holding secrets are named at run time from SECRET_COLUMNS
   const dynamic = db as unknown as Kysely<any>;
   const ids = new Set<string>();
-  for (const { table, column } of SECRET_COLUMNS) {
+  for (const { table, column } of columns) {
     const rows: { keyId: string }[] = await dynamic
       .selectFrom(table)
       .select(sql<string>`substr(${sql.ref(column)}, 4, 16)`.as("keyId"))

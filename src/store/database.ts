@@ -37,6 +37,7 @@ import { prepare, type Slots } from "./prepared.js";
 import { WalFlush } from "./wal-flush.js";
 import { beginPipelined } from "./pipelined-transaction.js";
 import { PipelinedReadsDriver } from "./pipelined-reads.js";
+import { CommitOutcomeUnknown, DatabaseUnreachable, isLostConnection } from "./lost-connections.js";
 import { WalCheckpoints, type WalCheckpointOptions } from "./wal-checkpoints.js";
 
 export interface Store {
@@ -349,14 +350,17 @@ function openPostgres(
   const shared = new GroupCommit(db, {
     maxMembers: 256,
     maxAgeMs: 20,
-    abortsTransaction: (error) => error instanceof pg.DatabaseError,
+    // A lost connection ends the transaction too (PostgreSQL rolls it back with the session).
+    abortsTransaction: (error) => error instanceof pg.DatabaseError || isLostConnection(error),
     begin: async () => beginPipelined(db, dialect, await batchConnections.connect()),
   });
   /** `work` in a transaction of its own, on the pool. */
   const alone = async <T>(work: (trx: OpenTx) => Promise<T>): Promise<T> => {
     const trx = await db.startTransaction().execute();
+    let committing = false;
     try {
       const value = await work(trx);
+      committing = true;
       await trx.commit().execute();
       return value;
     } catch (error) {
@@ -364,7 +368,9 @@ function openPostgres(
         .rollback()
         .execute()
         .catch(() => undefined);
-      throw error;
+      // Before COMMIT, a lost connection took the transaction with it; during COMMIT, it may have
+      // been committed first (lost-connections.ts).
+      throw committing && isLostConnection(error) ? new CommitOutcomeUnknown(error) : error;
     }
   };
   // Signatures whose organization another transaction holds exclusively (lockOrganization found it
@@ -439,7 +445,9 @@ async function postgresHasSigilTables(url: string, db: Db, location: string): Pr
   try {
     const { rows } = await sql<{ present: boolean }>`select to_regclass(${MIGRATION_TABLE}) is not null as present`.execute(db);
     return rows[0]!.present;
-  } catch (error) {
+  } catch (failure) {
+    // The first connection's own failure, not the pool's wrapping of it.
+    const error = failure instanceof DatabaseUnreachable ? failure.cause : failure;
     const e = error as { code?: string; message?: string };
     if (e.code === "3D000") {
       const { database, advice } = missingDatabaseAdvice(url);
@@ -485,8 +493,9 @@ async function prepareOrClose(store: Pick<Store, "db" | "close" | "location">, m
   }
 }
 
-/** A read-only opening does not migrate: it refuses a schema this version would change, or does not know. */
-async function assertSchemaIsCurrent(db: Db, location: string): Promise<void> {
+/** The migrations of this version not applied to the database (`pending`), and those applied that
+ * this version does not know (`unknown`: a newer Sigil migrated it). */
+export async function schemaState(db: Db): Promise<{ pending: string[]; unknown: string[] }> {
   const rows = await db
     // biome-ignore lint/suspicious/noExplicitAny: the migrations table is Sigil's bookkeeping, not part of the typed schema
     .selectFrom(MIGRATION_TABLE as any)
@@ -495,11 +504,15 @@ async function assertSchemaIsCurrent(db: Db, location: string): Promise<void> {
     .execute();
   const applied = new Set(rows.map((row) => (row as { name: string }).name));
   const known = Object.keys(migrations);
-  const unknown = [...applied].filter((name) => !known.includes(name));
+  return { pending: known.filter((name) => !applied.has(name)), unknown: [...applied].filter((name) => !known.includes(name)) };
+}
+
+/** A read-only opening does not migrate: it refuses a schema this version would change, or does not know. */
+async function assertSchemaIsCurrent(db: Db, location: string): Promise<void> {
+  const { pending, unknown } = await schemaState(db);
   if (unknown.length > 0) {
     throw new Error(`the database at ${location} was migrated by a newer Sigil (migrations ${unknown.join(", ")}): use that version`);
   }
-  const pending = known.filter((name) => !applied.has(name));
   if (pending.length > 0) {
     throw new Error(
       `the database at ${location} has an older schema (migrations ${pending.join(", ")} not applied): ` +

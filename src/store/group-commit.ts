@@ -26,6 +26,7 @@
 // (operations/activities/records.ts).
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from "kysely";
 import { controlled, markShared, type Db, type LockMode, type OpenTx, type Tx, type WriteTx } from "./handles.js";
+import { CommitOutcomeUnknown } from "./lost-connections.js";
 
 /** FIFO readers-writer lock: a waiting exclusive holder is not overtaken by later shared ones. */
 class ReadersWriterLock {
@@ -132,6 +133,7 @@ export interface GroupCommitOptions {
   begin?: () => Promise<BatchTransaction>;
 }
 
+/** A shared transaction was rolled back (its `cause`: the failure that lost it): nothing of any member was kept. */
 export class BatchRolledBack extends Error {
   override name = "BatchRolledBack";
 }
@@ -214,6 +216,7 @@ export class GroupCommit {
       if (tracker.wrote || aborted)
         batch.poisoned ??= new BatchRolledBack(
           `a write transaction shared by several activities was rolled back because one of them failed ${aborted ? "in the database" : "after writing"}: ${error instanceof Error ? error.message : String(error)}`,
+          { cause: error },
         );
       throw error;
     }
@@ -294,8 +297,18 @@ export class GroupCommit {
       }
     } catch (error) {
       await batch.transaction.rollback().catch(() => undefined);
+      // A COMMIT whose connection went while it was under way (CommitOutcomeUnknown) may have
+      // committed: its members are told so, not that nothing was kept.
       batch.settle(
-        new BatchRolledBack(`the write transaction could not be committed: ${error instanceof Error ? error.message : String(error)}`),
+        batch.poisoned ??
+          (error instanceof CommitOutcomeUnknown
+            ? error
+            : new BatchRolledBack(
+                `the write transaction could not be committed: ${error instanceof Error ? error.message : String(error)}`,
+                {
+                  cause: error,
+                },
+              )),
       );
     } finally {
       if (this.batch === batch) this.batch = null;

@@ -894,6 +894,14 @@ const rateLimits: Migration = {
   },
 };
 
+/** The id of the request that made each activity (its X-Request-Id, or the one made for it), so an
+ * activity can be found in the logs: every log line written while serving the request carries it. */
+const activityRequestIds: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema.alterTable("activities").addColumn("request_id", "text").execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -917,6 +925,7 @@ export const migrations: Record<string, Migration> = {
   "0020_oauth2_envelope_digests": oauth2EnvelopeDigests,
   "0021_signer_lookup": signerLookup,
   "0022_rate_limits": rateLimits,
+  "0023_activity_request_ids": activityRequestIds,
 };
 
 export const migrationProvider: MigrationProvider = {

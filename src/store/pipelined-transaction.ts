@@ -15,6 +15,7 @@ import { Transaction, type ConnectionProvider, type DatabaseConnection, type Dia
 import type { PooledConnection } from "./postgres-pool.js";
 import type { Database } from "./schema.js";
 import type { Db, Tx } from "./handles.js";
+import { CommitOutcomeUnknown, isLostConnection } from "./lost-connections.js";
 
 /** A connection handing every statement to pg at once (on a client of a pool made with `pipeline: true`). */
 export class PipelinedConnection implements DatabaseConnection {
@@ -74,15 +75,26 @@ export interface PipelinedTransaction {
  */
 export async function beginPipelined(base: Db, dialect: Dialect, client: PooledConnection): Promise<PipelinedTransaction> {
   let ended = false;
+  // Whether the connection is known to be gone; a COMMIT that never left cannot have committed.
+  let gone = false;
+  const lose = () => {
+    gone = true;
+  };
+  client.raw.once("end", lose).once("error", lose);
   const end = async (statement: "commit" | "rollback") => {
     // A rollback after a failed commit has nothing left to end: the connection was discarded.
     if (ended) return;
     ended = true;
+    const goneBefore = gone;
+    client.raw.off("end", lose).off("error", lose);
     let answer: { command?: string };
     try {
       answer = await client.query(statement, []);
     } catch (error) {
       client.release(error as Error);
+      // The connection went while the COMMIT was on its way or being answered: PostgreSQL may have
+      // committed before it went.
+      if (statement === "commit" && !goneBefore && isLostConnection(error)) throw new CommitOutcomeUnknown(error);
       throw error;
     }
     client.release();
@@ -95,6 +107,7 @@ export async function beginPipelined(base: Db, dialect: Dialect, client: PooledC
   try {
     await client.query("begin", []);
   } catch (error) {
+    client.raw.off("end", lose).off("error", lose);
     client.release(error as Error);
     throw error;
   }

@@ -6,6 +6,7 @@ import crypto from "node:crypto";
 import type pg from "pg";
 import type { PostgresPool, PostgresPoolClient } from "kysely";
 import { tally, type StatementTally } from "./handles.js";
+import { DatabaseUnreachable, endsConnection, markLost } from "./lost-connections.js";
 
 /**
  * Which SQL texts are prepared, by name. A text is named once it has run a few times (so a text made
@@ -71,12 +72,13 @@ export function preparingPool(pool: pg.Pool, statements: StatementTally, names: 
       // Statements without parameters (BEGIN, COMMIT, savepoints) go by the simple protocol: one
       // message, nothing to prepare.
       const name = values.length > 0 ? names.nameOf(text) : undefined;
-      if (!name) return client.query(text, values as unknown[]);
       try {
-        return await client.query({ name, text, values: values as unknown[] });
+        return await (name ? client.query({ name, text, values: values as unknown[] }) : client.query(text, values as unknown[]));
       } catch (error) {
-        if (STALE_PREPARED_STATEMENT.has((error as { code?: string }).code ?? "")) stale = error as Error;
-        throw error;
+        if (name && STALE_PREPARED_STATEMENT.has((error as { code?: string }).code ?? "")) stale = error as Error;
+        // Every statement passes here: the one place a lost connection is told from a statement's
+        // own failure (lost-connections.ts).
+        throw endsConnection(error) ? markLost(error) : error;
       }
     };
     return {
@@ -93,7 +95,12 @@ export function preparingPool(pool: pg.Pool, statements: StatementTally, names: 
   };
   return {
     async connect() {
-      const client = await pool.connect();
+      let client: pg.PoolClient;
+      try {
+        client = await pool.connect();
+      } catch (error) {
+        throw new DatabaseUnreachable(error);
+      }
       let adapter = wrapped.get(client);
       if (!adapter) {
         adapter = wrap(client);

@@ -404,6 +404,9 @@ export interface ActivitiesTable {
   /** JSON: what the operation's precheck prepared (a send's fees, gas and pending nonce), kept while
    * the activity waits for approvals so a listing weighs canApprove / canReject on it; null otherwise. */
   prepared: string | null;
+  /** The id of the request that made the activity (its X-Request-Id, or the one made for it), which
+   * every log line of that request carries; null for activities recorded before it was kept. */
+  request_id: string | null;
 }
 
 export interface PoliciesTable {

@@ -106,6 +106,7 @@ const ACTIVITY_COLUMNS: Record<keyof ActivitiesTable, true> = {
   created_at: true,
   updated_at: true,
   prepared: true,
+  request_id: true,
 };
 
 const activityInsert = prepare((db, slot: Slots<ActivitiesTable>) =>
@@ -156,6 +157,7 @@ const storable = (row: ActivitiesTable): ActivitiesTable => ({
   failure: row.failure ?? null,
   user_id: row.user_id ?? null,
   prepared: row.prepared ?? null,
+  request_id: row.request_id ?? null,
 });
 
 export async function insertActivity(trx: Tx, row: ActivitiesTable): Promise<void> {
