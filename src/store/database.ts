@@ -25,11 +25,13 @@ import {
   markShared,
   OrganizationBusy,
   tally,
+  type ConnectionUse,
   type Db,
   type Dialect,
   type LockMode,
   type OpenTx,
   type StatementTally,
+  type TransactionObserver,
   type Tx,
   type WriteTx,
 } from "./handles.js";
@@ -69,6 +71,8 @@ export interface Store {
   created: boolean;
   /** Every statement sent to the database so far, by any connection of this store. */
   statements: StatementTally;
+  /** How its connections are used at this moment, pool by pool (for the operator's metrics). */
+  connections(): ConnectionUse[];
   /** SQLite, unless read-only: the thread that copies the write-ahead log into the file (wal-checkpoints.ts). */
   checkpoints?: WalCheckpoints;
   close(): Promise<void>;
@@ -111,6 +115,8 @@ export interface StoreOptions {
   flushWal?: (file: string) => Promise<void>;
   /** SQLite only, for tests: how often and on what thread the write-ahead log is checkpointed. */
   checkpoints?: WalCheckpointOptions;
+  /** Told of each write transaction as it ends (the metrics; none by default). */
+  transactionObserver?: TransactionObserver;
 }
 
 /**
@@ -266,6 +272,7 @@ function openSqlite(
   mode: OpenMode,
   flushWal: ((file: string) => Promise<void>) | undefined,
   checkpointOptions: WalCheckpointOptions | undefined,
+  observer: TransactionObserver | undefined,
 ): Omit<Store, "reader"> & { openReader(): Db } {
   if (mode === "create") fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(dataDir, SQLITE_FILE_NAME);
@@ -285,7 +292,7 @@ function openSqlite(
   const db = new Kysely<Database>({
     dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, statements) }, sqlite, wal, checkpoints),
   });
-  const writes = new GroupCommit(db);
+  const writes = new GroupCommit(db, { maxMembers: 256, maxAgeMs: 20, ...(observer ? { observer } : {}) });
   let reader: Kysely<Database> | null = null;
   return {
     db,
@@ -293,6 +300,11 @@ function openSqlite(
     location: file,
     created,
     statements,
+    // The one write connection; the reader's statements run synchronously, so it is never seen busy.
+    connections: () => {
+      const { busy, waiting } = writes.usage;
+      return [{ pool: "writer", open: 1, idle: busy ? 0 : 1, waiting }];
+    },
     transact: (lockMode, work) => writes.run(lockMode, work),
     settled: () => wal?.settled() ?? Promise.resolve(),
     // Opened once the schema exists. A WAL reader never waits for the writer, so the busy timeout
@@ -320,6 +332,7 @@ function openPostgres(
   poolSize: number,
   names: StatementNames,
   onConnectionError: (error: Error) => void,
+  observer: TransactionObserver | undefined,
 ): Omit<Store, "created"> {
   const statements: StatementTally = { count: 0, texts: null };
   // int8 columns hold millisecond timestamps, well inside Number's exact range.
@@ -351,20 +364,28 @@ function openPostgres(
     maxAgeMs: 20,
     abortsTransaction: (error) => error instanceof pg.DatabaseError,
     begin: async () => beginPipelined(db, dialect, await batchConnections.connect()),
+    ...(observer ? { observer } : {}),
   });
   /** `work` in a transaction of its own, on the pool. */
   const alone = async <T>(work: (trx: OpenTx) => Promise<T>): Promise<T> => {
-    const trx = await db.startTransaction().execute();
+    const began = performance.now();
+    let committed = false;
     try {
-      const value = await work(trx);
-      await trx.commit().execute();
-      return value;
-    } catch (error) {
-      await trx
-        .rollback()
-        .execute()
-        .catch(() => undefined);
-      throw error;
+      const trx = await db.startTransaction().execute();
+      try {
+        const value = await work(trx);
+        await trx.commit().execute();
+        committed = true;
+        return value;
+      } catch (error) {
+        await trx
+          .rollback()
+          .execute()
+          .catch(() => undefined);
+        throw error;
+      }
+    } finally {
+      observer?.transactionEnded("single", committed, (performance.now() - began) / 1000, 1);
     }
   };
   // Signatures whose organization another transaction holds exclusively (lockOrganization found it
@@ -405,10 +426,17 @@ function openPostgres(
       createQueryCompiler: () => dialect.createQueryCompiler(),
     },
   });
+  const use = (name: string, of: pg.Pool): ConnectionUse => ({
+    pool: name,
+    open: of.totalCount,
+    idle: of.idleCount,
+    waiting: of.waitingCount,
+  });
   return {
     db,
     reader,
     statements,
+    connections: () => [use("transactions", pool), use("batches", batchPool), use("reads", readsPool)],
     // READ COMMITTED (the default) would give each statement its own snapshot.
     readSnapshot: (work) => db.transaction().setIsolationLevel("repeatable read").setAccessMode("read only").execute(work),
     settled: () => Promise.resolve(),
@@ -457,7 +485,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   if (options.databaseUrl) {
     // Turned off, no text is ever named: every statement runs unnamed, parsed and planned each time.
     const names = options.databasePreparedStatements === false ? new StatementNames(2, 0) : new StatementNames();
-    const store = openPostgres(options.databaseUrl, options.databasePoolSize ?? 10, names, onConnectionError);
+    const store = openPostgres(options.databaseUrl, options.databasePoolSize ?? 10, names, onConnectionError, options.transactionObserver);
     let created: boolean;
     try {
       const hasTables = await postgresHasSigilTables(options.databaseUrl, store.db, store.location);
@@ -470,7 +498,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     await prepareOrClose(store, mode);
     return { ...store, created };
   }
-  const { openReader, ...store } = openSqlite(options.dataDir, mode, options.flushWal, options.checkpoints);
+  const { openReader, ...store } = openSqlite(options.dataDir, mode, options.flushWal, options.checkpoints, options.transactionObserver);
   await prepareOrClose(store, mode);
   return { ...store, reader: openReader() };
 }
