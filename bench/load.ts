@@ -395,49 +395,59 @@ function scrapeOnce(url: string): Promise<number> {
 }
 
 /**
- * metrics_cost: sign_raw_payload on two servers started alike, one collecting metrics (SIGIL_METRICS=on,
- * scraped every SCRAPE_MS meanwhile) and one not (off), alternating at each level (the one collecting
- * first in even runs, second in odd ones, so that a drift of the machine's speed favours neither).
- * Both are fresh processes on the same backend; only one is loaded at a time.
+ * metrics_cost: sign_raw_payload on four servers started alike, fresh processes on the same backend:
+ * two collecting metrics (SIGIL_METRICS=on, each scraped every SCRAPE_MS meanwhile) and two not (off),
+ * made in the order on, off, off, on, and loaded at the same time by the same generator, each at the
+ * same concurrency. Whatever else the machine does then weighs on all alike (one after the other, the
+ * shared 2-core machine's speed drifted by more than the few per cent being measured), the cores they
+ * share go to those that need less of them per request, and whatever favours a server for its place
+ * in the order (measured: two identical servers side by side differed by up to a tenth) cancels out
+ * between the pairs. on ÷ off (the two collecting over the two not, per run) is what collecting costs
+ * in throughput; on ÷ on and off ÷ off, between identical servers, show the noise it is read against.
  */
 async function metricsCost(label: string, env: NodeJS.ProcessEnv, dataDir: (name: string) => string, sizer: StampSizer) {
-  const on = await comparisonServer({ ...env, SIGIL_METRICS: "on" }, dataDir("metrics-on"), "metrics-on");
-  const off = await comparisonServer({ ...env, SIGIL_METRICS: "off" }, dataDir("metrics-off"), "metrics-off");
+  const servers: Array<Awaited<ReturnType<typeof comparisonServer>> & { collects: boolean }> = [];
   const scrapes: number[] = [];
   try {
-    for (const side of [on, off])
+    for (const [name, collects] of [
+      ["metrics-on-1", true],
+      ["metrics-off-1", false],
+      ["metrics-off-2", false],
+      ["metrics-on-2", true],
+    ] as const)
+      servers.push({ ...(await comparisonServer({ ...env, SIGIL_METRICS: collects ? "on" : "off" }, dataDir(name), name)), collects });
+    for (const side of servers)
       await load(side.client, WARM_UP_CONCURRENCY, side.signing, WARM_UP_SECONDS, sizer.ahead(`${label}/warm-up`, WARM_UP_CONCURRENCY));
-    const runs: Array<Record<number, { on: RunResult; off: RunResult }>> = [];
+    const runs: Array<Record<number, RunResult[]>> = [];
     for (let run = 0; run < RUNS; run++) {
-      const levels: Record<number, { on: RunResult; off: RunResult }> = {};
+      const levels: Record<number, RunResult[]> = {};
       for (const level of LEVELS) {
-        const measureOn = async () => {
-          const scraper = setInterval(() => void scrapeOnce(`${on.server.url}/metrics`).then((n) => scrapes.push(n)), SCRAPE_MS);
-          try {
-            return await measured(sizer, `${label}/metrics-on`, on.client, level, on.signing);
-          } finally {
-            clearInterval(scraper);
-          }
-        };
-        const measureOff = () => measured(sizer, `${label}/metrics-off`, off.client, level, off.signing);
-        if (run % 2 === 0) {
-          const onResult = await measureOn();
-          levels[level] = { on: onResult, off: await measureOff() };
-        } else {
-          const offResult = await measureOff();
-          levels[level] = { off: offResult, on: await measureOn() };
+        const scraper = setInterval(() => {
+          for (const side of servers) if (side.collects) void scrapeOnce(`${side.server.url}/metrics`).then((n) => scrapes.push(n));
+        }, SCRAPE_MS);
+        try {
+          levels[level] = await Promise.all(
+            servers.map((side, i) => measured(sizer, `${label}/metrics-${i}`, side.client, level, side.signing)),
+          );
+        } finally {
+          clearInterval(scraper);
         }
       }
       runs.push(levels);
     }
+    const [on1, off1, off2, on2] = [0, 1, 2, 3];
     const byLevel: Record<string, unknown> = {};
     for (const level of LEVELS) {
       const at = runs.map((r) => r[level]!);
+      const rate = (m: RunResult[], i: number) => m[i]!.requestsPerSecond;
       byLevel[`c${level}`] = {
-        on: figures(at.map((m) => m.on)),
-        off: figures(at.map((m) => m.off)),
-        // Requests per second with metrics over without, per run (1: no cost at all).
-        onToOff: spread(at.map((m) => m.on.requestsPerSecond / m.off.requestsPerSecond)),
+        on: figures(at.flatMap((m) => [m[on1]!, m[on2]!])),
+        off: figures(at.flatMap((m) => [m[off1]!, m[off2]!])),
+        // Requests per second of the two collecting over the two not, per run (1: no cost at all).
+        onToOff: spread(at.map((m) => (rate(m, on1) + rate(m, on2)) / (rate(m, off1) + rate(m, off2)))),
+        // Between identical servers: the noise the above is read against.
+        onToOn: spread(at.map((m) => rate(m, on1) / rate(m, on2))),
+        offToOff: spread(at.map((m) => rate(m, off1) / rate(m, off2))),
       };
     }
     const answered = scrapes.filter((n) => n > 0);
@@ -447,10 +457,10 @@ async function metricsCost(label: string, env: NodeJS.ProcessEnv, dataDir: (name
       ...byLevel,
     };
   } finally {
-    on.client.close();
-    off.client.close();
-    await on.server.stop();
-    await off.server.stop();
+    for (const side of servers) {
+      side.client.close();
+      await side.server.stop();
+    }
   }
 }
 
@@ -888,6 +898,8 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
         withSpread(at.on.requestsPerSecond),
         withSpread(at.off.requestsPerSecond),
         withSpread(at.onToOff),
+        withSpread(at.onToOn),
+        withSpread(at.offToOff),
         `${at.on.serverCpuUsPerRequest === undefined ? "" : n(at.on.serverCpuUsPerRequest)} / ${at.off.serverCpuUsPerRequest === undefined ? "" : n(at.off.serverCpuUsPerRequest)}`,
       ]);
     }
