@@ -197,6 +197,7 @@ describe("GET /metrics after traffic through the official client", () => {
     );
     expect(after.value("sigil_database_statements_total")).toBeGreaterThan(before.value("sigil_database_statements_total"));
     expect(after.value("sigil_database_reachable")).toBe(1);
+    expect(after.value("sigil_ready")).toBe(1);
     expect(after.value("sigil_build_info", { database: backend })).toBe(1);
     // Node's own process metrics, under their usual names.
     for (const name of ["process_cpu_user_seconds_total", "process_resident_memory_bytes", "nodejs_eventloop_lag_seconds"])
@@ -447,6 +448,21 @@ describe("outboxes: pending entries, the oldest one's age, attempts by result", 
   });
 });
 
+describe("sigil_ready", () => {
+  it("is 1 while /ready answers 200, and 0 once the server drains for a shutdown", async () => {
+    const h = await startHarness();
+    try {
+      expect((await fetch(`${h.url}/ready`)).status).toBe(200);
+      expect((await scrape(`${h.url}/metrics`)).value("sigil_ready")).toBe(1);
+      h.server.drain();
+      expect((await fetch(`${h.url}/ready`)).status).toBe(503);
+      expect((await scrape(`${h.url}/metrics`)).value("sigil_ready")).toBe(0);
+    } finally {
+      await h.close();
+    }
+  });
+});
+
 describe("a scrape when the database does not answer", () => {
   it("still answers: sigil_database_reachable 0, the database's figures left out, a warning logged", async () => {
     const database = await createTestDatabase();
@@ -540,7 +556,14 @@ describe("docs/metrics.md", () => {
 
   it("has alert rules for a growing outbox, the error rate, the p99 latency and a node that does not answer", () => {
     expect(rules.map((r) => r.alert)).toEqual(
-      expect.arrayContaining(["SigilOutboxBacklogGrowing", "SigilErrorRate", "SigilLatencyP99", "SigilDown", "SigilDatabaseUnreachable"]),
+      expect.arrayContaining([
+        "SigilOutboxBacklogGrowing",
+        "SigilErrorRate",
+        "SigilLatencyP99",
+        "SigilDown",
+        "SigilNotReady",
+        "SigilDatabaseUnreachable",
+      ]),
     );
   });
 

@@ -527,7 +527,8 @@ export async function startServer(config: Config, logger = createLogger(config),
     broadcaster = new ChainBroadcaster(store, chains, findContractAbi, config.chains, logger, options.clock);
     readiness = new Readiness({ store, keyring, outboxes: { webhooks: dispatcher, messages: courier, broadcasts: broadcaster } }, logger);
     if (metrics) {
-      metrics.watch({ store, signatures, logger, version: packageJson.version, ...(options.clock ? { clock: options.clock } : {}) });
+      const ready = async () => Object.keys(await readiness.notReady()).length === 0;
+      metrics.watch({ store, signatures, logger, version: packageJson.version, ready, ...(options.clock ? { clock: options.clock } : {}) });
       dispatcher.observeAttempts(metrics.outboxRecorder("webhooks"));
       courier.observeAttempts(metrics.outboxRecorder("messages"));
       broadcaster.observeAttempts(metrics.outboxRecorder("broadcasts"));

@@ -240,6 +240,8 @@ export interface MetricsSources {
   logger: pino.Logger;
   version: string;
   clock?: () => number;
+  /** Whether this process would answer /ready with 200 (http/readiness.ts), asked at each scrape. */
+  ready?: () => Promise<boolean>;
 }
 
 export class Metrics {
@@ -367,6 +369,16 @@ export class Metrics {
     "Delivery attempts this process made, by outbox and result",
     ["outbox", "result"],
   );
+  private readonly ready: Gauge = new Gauge({
+    name: "sigil_ready",
+    help: "1 when the process would answer /ready with 200 (it may take traffic), else 0",
+    aggregator: "min",
+    registers: [this.registry],
+    collect: async (): Promise<void> => {
+      const ready = this.sources?.ready;
+      if (ready) this.ready.set((await ready().catch(() => false)) ? 1 : 0);
+    },
+  });
   private readonly buildInfo = new Gauge({
     name: "sigil_build_info",
     help: "Always 1: the version of the process and the database it uses",
