@@ -10,7 +10,7 @@ import { TurnkeySigner } from "@turnkey/ethers";
 import { Transaction, type TransactionRequest } from "ethers";
 import { fromRlp, toRlp, type Hex } from "viem";
 import { refusedLeavingOnlyItsActivity, startHarness, type Harness } from "./helpers/harness.js";
-import { organizationWith, type Member } from "./helpers/organizations.js";
+import { ethereumAccountOrganization, type Member } from "./helpers/organizations.js";
 
 let h: Harness;
 let organizationId: string;
@@ -22,17 +22,9 @@ const TO = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8";
 
 beforeAll(async () => {
   h = await startHarness();
-  const made = await organizationWith(h, ["alice"]);
-  ({ root } = made);
+  const made = await ethereumAccountOrganization(h, "no chain");
+  ({ root, alice, address } = made);
   organizationId = made.org.organizationId;
-  alice = made.members.alice!;
-  const { addresses } = await root.createWallet({
-    walletName: "no chain",
-    accounts: [
-      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
-    ],
-  });
-  address = addresses[0]!;
 });
 afterAll(() => h?.close());
 

@@ -11,7 +11,7 @@ import { createWalletClient, http as viemHttp, recoverTypedDataAddress, verifyTy
 import { arbitrum } from "viem/chains";
 import { TypedDataEncoder, verifyTypedData as ethersVerifyTypedData } from "ethers";
 import { refusedLeavingOnlyItsActivity, startHarness, type Harness } from "./helpers/harness.js";
-import { organizationWith, type Member } from "./helpers/organizations.js";
+import { ethereumAccountOrganization, type Member } from "./helpers/organizations.js";
 
 type Client = ReturnType<Harness["sdk"]>;
 
@@ -69,17 +69,10 @@ const usdSend = {
 
 beforeAll(async () => {
   h = await startHarness();
-  const made = await organizationWith(h, ["alice"]);
-  root = made.root;
+  const made = await ethereumAccountOrganization(h, "hyperliquid");
+  ({ root, alice } = made);
   organizationId = made.org.organizationId;
-  alice = made.members.alice!;
-  const { addresses } = await root.createWallet({
-    walletName: "hyperliquid",
-    accounts: [
-      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
-    ],
-  });
-  address = addresses[0]! as Hex;
+  address = made.address as Hex;
 });
 afterAll(() => h?.close());
 

@@ -23,6 +23,10 @@ afterAll(() => h.close());
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
 
 /** The JSON log lines written since `from`, parsed. */
+/** The request id stored with an activity. */
+const storedRequestId = async (activityId: string) =>
+  (await h.server.store.db.selectFrom("activities").select("request_id").where("id", "=", activityId).executeTakeFirstOrThrow()).request_id;
+
 const linesSince = (from: number) => h.logLines.slice(from).map((line) => JSON.parse(line) as Record<string, unknown>);
 
 /** Sends a request; returns its status, X-Request-Id header, body and the log lines written meanwhile. */
@@ -61,12 +65,7 @@ describe("the request id", () => {
       expect(response.lines).toContainEqual(expect.objectContaining({ msg: "request", status: 200, requestId: sent }));
       for (const line of response.lines) expect(line.requestId).toBe(sent);
       // Stored with the activity, not shown in it (the API description has no field for it).
-      const row = await h.server.store.db
-        .selectFrom("activities")
-        .select("request_id")
-        .where("id", "=", activityId)
-        .executeTakeFirstOrThrow();
-      expect(row.request_id).toBe(sent);
+      expect(await storedRequestId(activityId)).toBe(sent);
       expect(JSON.stringify(response.json)).not.toContain(`"${sent}"`);
       const fetched = await h.sdk(org, org.key).getActivity({ activityId });
       expect(Object.keys(fetched.activity)).not.toContain("requestId");
@@ -82,12 +81,7 @@ describe("the request id", () => {
       expect(response.requestId).toMatch(UUID);
       ids.add(response.requestId!);
       expect(response.lines).toContainEqual(expect.objectContaining({ msg: "activity", requestId: response.requestId }));
-      const row = await h.server.store.db
-        .selectFrom("activities")
-        .select("request_id")
-        .where("id", "=", response.json.activity.id)
-        .executeTakeFirstOrThrow();
-      expect(row.request_id).toBe(response.requestId);
+      expect(await storedRequestId(response.json.activity.id)).toBe(response.requestId);
     }
     expect(ids.size).toBe(3);
   });
@@ -101,12 +95,7 @@ describe("the request id", () => {
       expect(response.status, sent).toBe(200);
       expect(response.requestId).toMatch(UUID);
       if (sent) expect(h.logLines.slice(from).join("\n")).not.toContain(sent);
-      const row = await h.server.store.db
-        .selectFrom("activities")
-        .select("request_id")
-        .where("id", "=", response.json.activity.id)
-        .executeTakeFirstOrThrow();
-      expect(row.request_id).toBe(response.requestId);
+      expect(await storedRequestId(response.json.activity.id)).toBe(response.requestId);
     }
   });
 

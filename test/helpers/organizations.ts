@@ -36,14 +36,8 @@ export async function organizationWith(h: Harness, names: string[], keyOptions: 
  * the root quorum, alice's by a policy).
  */
 export async function signingOrganization(h: Harness, walletName: string) {
-  const made = await organizationWith(h, ["alice"]);
-  const wallet = await made.root.createWallet({
-    walletName,
-    accounts: [
-      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
-    ],
-  });
-  const alice = made.members.alice!;
+  const made = await ethereumAccountOrganization(h, walletName);
+  const { alice } = made;
   await made.root.createPolicy({
     policyName: "alice signs",
     effect: "EFFECT_ALLOW",
@@ -51,7 +45,19 @@ export async function signingOrganization(h: Harness, walletName: string) {
     consensus: `approvers.any(user, user.id == '${alice.userId}')`,
     notes: "",
   });
-  return { org: made.org, root: made.root, alice, signWith: wallet.addresses[0]! };
+  return { org: made.org, root: made.root, alice, signWith: made.address };
+}
+
+/** An organization with a member alice (no policy) and a wallet of one Ethereum account, m/44'/60'/0'/0/0. */
+export async function ethereumAccountOrganization(h: Harness, walletName: string) {
+  const made = await organizationWith(h, ["alice"]);
+  const wallet = await made.root.createWallet({
+    walletName,
+    accounts: [
+      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+    ],
+  });
+  return { org: made.org, root: made.root, alice: made.members.alice!, address: wallet.addresses[0]! };
 }
 
 /** The EIP-712 specification's example message. */
