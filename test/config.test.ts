@@ -79,6 +79,7 @@ describe("the catalog", () => {
 
 describe("defaults", () => {
   const today = (): Config => ({
+    transparencyLog: { name: null, checkpointMs: 3_600_000 },
     host: "127.0.0.1",
     port: 8080,
     workers: 1,

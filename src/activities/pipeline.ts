@@ -28,6 +28,7 @@ import type { Store } from "../store/database.js";
 import { controlled, type Dialect, type LockMode, type OpenTx, type Tx, type WriteTx } from "../store/handles.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { isLostConnection } from "../store/lost-connections.js";
+import { appendToLog, isFinal } from "../store/transparency-log.js";
 import { outageError } from "../services/database-outages.js";
 import { readAhead, type Read } from "../store/prepared.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
@@ -1094,6 +1095,9 @@ export class Pipeline {
    */
   private async publish(trx: Tx, publication: Publication, now: number): Promise<() => PipelineResponse> {
     const { recorded } = publication;
+    // An activity that has reached its final status becomes the next leaf of its organization's
+    // transparency log, committed with it (store/transparency-log.ts).
+    if (isFinal(recorded.status)) await appendToLog(trx, this.options.store.dialect, recorded, now);
     const queued = publication.announce ? await enqueueActivityEvent(trx, recorded, () => renderActivity(recorded), now) : 0;
     (publication.context?.log ?? this.options.logger).info(
       {

@@ -34,6 +34,7 @@ import {
   type WriteTx,
 } from "./handles.js";
 import { prepare, type Slots } from "./prepared.js";
+import { organizationAndLogAtOnce, rememberHead } from "./transparency-log.js";
 import { WalFlush } from "./wal-flush.js";
 import { beginPipelined } from "./pipelined-transaction.js";
 import { PipelinedReadsDriver } from "./pipelined-reads.js";
@@ -560,7 +561,12 @@ export async function lockOrganization(
   // apart from the batch (openPostgres, sharedApart).
   let taking = held.get(organizationId);
   if (!taking) {
-    taking = organizationSharedLockAtOnce.first(trx, { organizationId }).then((row) => row !== undefined);
+    // The log's head is locked with it (FOR UPDATE): a signature's append to the log must not wait
+    // either (store/transparency-log.ts), and the head read here is where the batch's first append starts.
+    taking = organizationAndLogAtOnce.first(trx, { organizationId }).then((row) => {
+      if (row) rememberHead(held, organizationId, row);
+      return row !== undefined;
+    });
     held.set(organizationId, taking);
   }
   if (!(await taking)) throw new OrganizationBusy(organizationId);
@@ -571,9 +577,6 @@ const organizationLock = prepare((db, slot: Slots<{ organizationId: string }>) =
 );
 const organizationSharedLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
   db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forShare(),
-);
-const organizationSharedLockAtOnce = prepare((db, slot: Slots<{ organizationId: string }>) =>
-  db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forShare().skipLocked(),
 );
 
 /** A second activity with the same fingerprint, inserted by a transaction running beside this one. */
