@@ -1511,7 +1511,14 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
     // Without its trailing slash, so a path is appended to it as `${publicUrl}/invitations/accept`.
     invitations: { publicUrl: s.publicUrl?.replace(/\/+$/, "") ?? null, lifetimeMs: s.invitationSeconds * 1000 },
     transparencyLog: {
-      name: s.logName ?? (s.publicUrl ? s.publicUrl.replace(/^https?:\/\//, "").replace(/\/+$/, "").replace(/[^!-*,-~]/g, "-") : null),
+      name:
+        s.logName ??
+        (s.publicUrl
+          ? s.publicUrl
+              .replace(/^https?:\/\//, "")
+              .replace(/\/+$/, "")
+              .replace(/[^!-*,-~]/g, "-")
+          : null),
       checkpointMs: s.logCheckpointSeconds * 1000,
     },
     oauth2Providers: {

@@ -1436,7 +1436,16 @@ export class Pipeline {
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);
     const readSnapshot = <T>(work: (trx: Tx) => Promise<T>) => store.readSnapshot(work);
     const result = await operation.run(
-      { db: store.reader, readSnapshot, organizationId, principal, now, votingRights, chains: this.options.env.chains },
+      {
+        db: store.reader,
+        readSnapshot,
+        organizationId,
+        principal,
+        now,
+        votingRights,
+        chains: this.options.env.chains,
+        transparencyLog: this.options.env.transparencyLog,
+      },
       body,
     );
     if ("activity" in result) return { status: 200, body: result };

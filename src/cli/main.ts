@@ -144,7 +144,8 @@ export const commands: Record<string, CommandSpec> = {
     summary: "prints the deployment's public keys as one JSON line",
     description:
       "Prints the database's location and the deployment's public keys as one JSON line: signerPublicKey (what clients " +
-      "pass as dangerouslyOverrideSignerPublicKey), the webhook signing key and the session signing key. It also says which " +
+      "pass as dangerouslyOverrideSignerPublicKey), the webhook signing key, the session signing key and the verifier key of " +
+      "the organizations' transparency log checkpoints (transparencyLogVerifierKey, docs/audit-log.md). It also says which " +
       "master key this configuration names (masterKey: where it is, its key id, whether it opens the database's secrets; null, " +
       "with the reason on stderr, where there is none) and the key ids the database's secrets are sealed under " +
       "(databaseKeyIds): the servers need a key holding those. It reads the key but needs none, and never makes one. " +
@@ -627,7 +628,9 @@ async function rotateMasterKey(values: Values) {
 /** The deployment's public keys (made by the first `sigil serve`), as /.well-known/sigil.json shows them. */
 async function info(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const { BUNDLE_SIGNER, SESSION_SIGNER, TLS_FETCHER_ENCRYPT, WEBHOOK_SIGNING } = await import("../services/service-keys.js");
+  const { BUNDLE_SIGNER, SESSION_SIGNER, TLS_FETCHER_ENCRYPT, TRANSPARENCY_LOG_SIGNING, WEBHOOK_SIGNING } = await import(
+    "../services/service-keys.js"
+  );
   const { selectSecp256k1 } = await import("../crypto/secp256k1.js");
   const { signatureLibraries } = await import("../crypto/sign.js");
   const { keyIdsInUse } = await import("../services/sealed-secrets.js");
@@ -655,12 +658,21 @@ async function info(values: Values) {
       sessionSigningPublicKey: of(SESSION_SIGNER),
       // What clients pass to encryptOauth2ClientSecret (create_oauth2_credential).
       tlsFetcherEncryptPublicKey: of(TLS_FETCHER_ENCRYPT),
+      transparencyLogVerifierKey: await logVerifierKey(config, of(TRANSPARENCY_LOG_SIGNING)),
       signatures,
     };
     process.stdout.write(JSON.stringify(line) + "\n");
   } finally {
     await store.close();
   }
+}
+
+/** The transparency logs' verifier key (signed-note text form) as the servers publish it; null before the first start. */
+async function logVerifierKey(config: Config, publicKeyHex: string | null): Promise<string | null> {
+  if (!publicKeyHex) return null;
+  const { defaultLogName, verifierKeyOf } = await import("../services/log-checkpoints.js");
+  const publicKey = Buffer.from(publicKeyHex, "hex");
+  return verifierKeyOf(config.transparencyLog.name ?? defaultLogName(publicKey), publicKey);
 }
 
 /**

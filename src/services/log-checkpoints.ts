@@ -39,13 +39,7 @@ export const originOf = (name: string, organizationId: string) => `${name}/organ
 
 /** The 4-byte key id of an Ed25519 key named `name` (C2SP signed-note). */
 export function keyIdOf(name: string, publicKey: Buffer): Buffer {
-  return crypto
-    .createHash("sha256")
-    .update(`${name}\n`, "utf8")
-    .update(Buffer.of(ED25519))
-    .update(publicKey)
-    .digest()
-    .subarray(0, 4);
+  return crypto.createHash("sha256").update(`${name}\n`, "utf8").update(Buffer.of(ED25519)).update(publicKey).digest().subarray(0, 4);
 }
 
 export const verifierKeyOf = (name: string, publicKey: Buffer) =>
@@ -82,14 +76,18 @@ export class NoteError extends Error {
 }
 
 export function parseVerifierKey(text: string): Verifier {
-  const parts = text.trim().split("+");
-  if (parts.length !== 3) throw new NoteError("a verifier key is <name>+<key id>+<key>: three parts joined by '+'");
-  const [name, hash, encoded] = parts as [string, string, string];
+  // The key's base64 may hold '+' itself: the name and the id end at the first two.
+  const trimmed = text.trim();
+  const first = trimmed.indexOf("+");
+  const second = trimmed.indexOf("+", first + 1);
+  if (first <= 0 || second < 0) throw new NoteError("a verifier key is <name>+<key id>+<key>: three parts joined by '+'");
+  const [name, hash, encoded] = [trimmed.slice(0, first), trimmed.slice(first + 1, second), trimmed.slice(second + 1)];
   const key = Buffer.from(encoded, "base64");
   if (!/^[0-9a-f]{8}$/.test(hash)) throw new NoteError("the verifier key's id is not 8 hex digits");
   if (key.length !== 33 || key[0] !== ED25519) throw new NoteError("the verifier key is not an Ed25519 key (type 0x01 and 32 bytes)");
   const publicKey = key.subarray(1);
-  if (!keyIdOf(name, publicKey).equals(Buffer.from(hash, "hex"))) throw new NoteError("the verifier key's id does not match its name and key");
+  if (!keyIdOf(name, publicKey).equals(Buffer.from(hash, "hex")))
+    throw new NoteError("the verifier key's id does not match its name and key");
   return { name, keyId: Buffer.from(hash, "hex"), publicKey };
 }
 
@@ -130,7 +128,13 @@ export interface StoredCheckpoint {
   createdAt: number;
 }
 
-const fromRow = (r: { organization_id: string; tree_size: number; root_hash: string; note: string; created_at: number }): StoredCheckpoint => ({
+const fromRow = (r: {
+  organization_id: string;
+  tree_size: number;
+  root_hash: string;
+  note: string;
+  created_at: number;
+}): StoredCheckpoint => ({
   organizationId: r.organization_id,
   treeSize: Number(r.tree_size),
   rootHash: Buffer.from(r.root_hash, "hex"),
@@ -143,7 +147,12 @@ const fromRow = (r: { organization_id: string; tree_size: number; root_hash: str
  * one, signed and stored (several processes making the same one store it once: the note of a tree
  * size is the same text signed by the same key, and Ed25519 signatures are deterministic).
  */
-export async function checkpointNow(store: Store, signer: LogSigner, organizationId: string, now: number): Promise<StoredCheckpoint | undefined> {
+export async function checkpointNow(
+  store: Store,
+  signer: LogSigner,
+  organizationId: string,
+  now: number,
+): Promise<StoredCheckpoint | undefined> {
   const head = await readHead(store.db, organizationId);
   if (!head) return undefined;
   const stored = await store.db
@@ -209,3 +218,15 @@ export function startCheckpoints(store: Store, signer: LogSigner, intervalMs: nu
   timer.unref();
   return () => clearInterval(timer);
 }
+
+/** What the queries of the log are given: the signer, and checkpoints made on demand. */
+export interface TransparencyLog {
+  signer: LogSigner;
+  /** A checkpoint of the organization's log as committed now (checkpointNow). */
+  checkpoint(organizationId: string, now: number): Promise<StoredCheckpoint | undefined>;
+}
+
+export const transparencyLogOf = (store: Store, signer: LogSigner): TransparencyLog => ({
+  signer,
+  checkpoint: (organizationId, now) => checkpointNow(store, signer, organizationId, now),
+});

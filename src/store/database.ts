@@ -563,7 +563,7 @@ export async function lockOrganization(
   if (!taking) {
     // The log's head is locked with it (FOR UPDATE): a signature's append to the log must not wait
     // either (store/transparency-log.ts), and the head read here is where the batch's first append starts.
-    taking = organizationAndLogAtOnce.first(trx, { organizationId }).then((row) => {
+    taking = organizationAndLogAtOnce(trx, organizationId).then((row) => {
       if (row) rememberHead(held, organizationId, row);
       return row !== undefined;
     });

@@ -965,8 +965,16 @@ const transparencyLog: Migration = {
         for (const n of append.nodes) nodes.push({ organization_id: id, ...n });
         head = next;
       }
-      for (let i = 0; i < leaves.length; i += 500) await db.insertInto("transparency_log_leaves").values(leaves.slice(i, i + 500)).execute();
-      for (let i = 0; i < nodes.length; i += 500) await db.insertInto("transparency_log_nodes").values(nodes.slice(i, i + 500)).execute();
+      for (let i = 0; i < leaves.length; i += 500)
+        await db
+          .insertInto("transparency_log_leaves")
+          .values(leaves.slice(i, i + 500))
+          .execute();
+      for (let i = 0; i < nodes.length; i += 500)
+        await db
+          .insertInto("transparency_log_nodes")
+          .values(nodes.slice(i, i + 500))
+          .execute();
       await db
         .insertInto("transparency_log_heads")
         .values({

@@ -18,7 +18,16 @@ import { sql } from "kysely";
 import type { ActivitiesTable, TransparencyLogHeadsTable } from "./schema.js";
 import type { Db, Dialect, Tx } from "./handles.js";
 import { sharedLocksHeld } from "./group-commit.js";
-import { appendLeaf, EMPTY_ROOT, leafHash, rootOf as foldFrontier, type Frontier, type Hash, type ProofPlan, type Subtree } from "./merkle.js";
+import {
+  appendLeaf,
+  EMPTY_ROOT,
+  leafHash,
+  rootOf as foldFrontier,
+  type Frontier,
+  type Hash,
+  type ProofPlan,
+  type Subtree,
+} from "./merkle.js";
 import { prepare, type Slots } from "./prepared.js";
 
 /** The statuses after which an activity never changes again: each is a leaf of the log. */
@@ -142,23 +151,29 @@ const headPlain = prepare((db, slot: Slots<{ organizationId: string }>) =>
  * its log's head FOR UPDATE in one statement, neither waited for (SKIP LOCKED): no row means one of
  * them is held by another transaction (or the log has no head yet), and the member runs apart.
  */
-export const organizationAndLogAtOnce = prepare((db, slot: Slots<{ organizationId: string }>) =>
-  db
-    .selectFrom("organizations")
-    .innerJoin("transparency_log_heads", "transparency_log_heads.organization_id", "organizations.id")
-    .select(["transparency_log_heads.size", "transparency_log_heads.root_hash", "transparency_log_heads.frontier"])
-    .where("organizations.id", "=", slot("organizationId"))
-    .forShare("organizations")
-    .skipLocked()
-    .forUpdate("transparency_log_heads")
-    .skipLocked(),
-);
+export async function organizationAndLogAtOnce(
+  trx: Tx,
+  organizationId: string,
+): Promise<Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier"> | undefined> {
+  // Two locking clauses, one per table, which Kysely's builder does not write.
+  const { rows } = await sql<
+    Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier">
+  >`select "h"."size", "h"."root_hash", "h"."frontier"
+    from "organizations" as "o" inner join "transparency_log_heads" as "h" on "h"."organization_id" = "o"."id"
+    where "o"."id" = ${organizationId}
+    for share of "o" skip locked for update of "h" skip locked`.execute(trx);
+  return rows[0];
+}
 
 /** Per batch transaction (its shared-locks map) and organization: the head as the last append in it left it. */
 const heldHeads = new WeakMap<object, Map<string, Promise<LogHead>>>();
 
 /** Notes the head a batch read when it locked the log (PostgreSQL): its first append starts from it. */
-export function rememberHead(batch: object, organizationId: string, row: Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier">) {
+export function rememberHead(
+  batch: object,
+  organizationId: string,
+  row: Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier">,
+) {
   let heads = heldHeads.get(batch);
   if (!heads) heldHeads.set(batch, (heads = new Map()));
   if (!heads.has(organizationId)) heads.set(organizationId, Promise.resolve(headOf(row)));
@@ -187,17 +202,17 @@ interface Append {
 
 // PostgreSQL: the whole append in one statement (one round trip).
 async function writeAppendPostgres(trx: Tx, a: Append): Promise<void> {
-  await sql`WITH leaf AS (
-      INSERT INTO transparency_log_leaves (organization_id, leaf_index, activity_id, leaf_hash)
-      VALUES (${a.organizationId}::text, ${a.leafIndex}::bigint, ${a.activityId}::text, ${a.leafHash}::text)
-    ), nodes AS (
-      INSERT INTO transparency_log_nodes (organization_id, level, node_index, hash)
-      SELECT ${a.organizationId}::text, n.level, n.node_index, n.hash
-      FROM json_to_recordset(${JSON.stringify(a.nodes)}::json) AS n(level integer, node_index bigint, hash text)
+  await sql`with "leaf" as (
+      insert into "transparency_log_leaves" ("organization_id", "leaf_index", "activity_id", "leaf_hash")
+      values (${a.organizationId}::text, ${a.leafIndex}::bigint, ${a.activityId}::text, ${a.leafHash}::text)
+    ), "nodes" as (
+      insert into "transparency_log_nodes" ("organization_id", "level", "node_index", "hash")
+      select ${a.organizationId}::text, "n"."level", "n"."node_index", "n"."hash"
+      from json_to_recordset(${JSON.stringify(a.nodes)}::json) as "n"("level" integer, "node_index" bigint, "hash" text)
     )
-    UPDATE transparency_log_heads SET size = ${a.head.size}::bigint, root_hash = ${a.head.root_hash}::text,
-      frontier = ${a.head.frontier}::text, updated_at = ${a.head.updated_at}::bigint
-    WHERE organization_id = ${a.organizationId}::text`.execute(trx);
+    update "transparency_log_heads" set "size" = ${a.head.size}::bigint, "root_hash" = ${a.head.root_hash}::text,
+      "frontier" = ${a.head.frontier}::text, "updated_at" = ${a.head.updated_at}::bigint
+    where "organization_id" = ${a.organizationId}::text`.execute(trx);
 }
 
 async function writeAppendSqlite(trx: Tx, a: Append): Promise<void> {
@@ -218,7 +233,13 @@ async function writeAppendSqlite(trx: Tx, a: Append): Promise<void> {
 }
 
 /** The append of `leaf` to `head`, as rows. */
-export function appendOf(organizationId: string, head: LogHead, activityId: string, leaf: Hash, now: number): { append: Append; next: LogHead } {
+export function appendOf(
+  organizationId: string,
+  head: LogHead,
+  activityId: string,
+  leaf: Hash,
+  now: number,
+): { append: Append; next: LogHead } {
   const { frontier, completed } = appendLeaf(head.frontier, leaf);
   const next: LogHead = { size: frontier.size, frontier, root: foldFrontier(frontier) };
   return {
