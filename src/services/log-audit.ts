@@ -4,8 +4,8 @@
 // not match is named: its leaf index, its activity, and what is wrong.
 import type { Db, Tx } from "../store/handles.js";
 import type { ActivitiesTable } from "../store/schema.js";
-import { appendLeaf, EMPTY_ROOT, rootOf, type Frontier, type Hash } from "../store/merkle.js";
-import { activityLeafHash, FINAL_STATUSES, readHead } from "../store/transparency-log.js";
+import { appendLeaf, EMPTY_ROOT, leafHash, rootOf, type Frontier, type Hash } from "../store/merkle.js";
+import { activityLeafHash, entryBytes, FINAL_STATUSES, logEntry, readHead } from "../store/transparency-log.js";
 import { checkpointsOf, NoteError, openNote, originOf, parseCheckpoint, type StoredCheckpoint, type Verifier } from "./log-checkpoints.js";
 
 export interface LogProblem {
@@ -221,4 +221,198 @@ export async function verifyStoredLog(db: Db | Tx, organizationId: string, verif
       problem: `activity ${unlogged.id} is ${unlogged.status} but is not in the log: it was inserted into the database, or its entry removed`,
     });
   return result(frontier.size, root, null);
+}
+
+// ---- the export file: JSON lines ----------------------------------------------------------------
+//   {"type":"header","format":"sigil.transparency-log.v1","organizationId","origin","verifierKey","treeSize","rootHash"}
+//   {"type":"checkpoint","treeSize","rootHash","note"}   every checkpoint, smallest first
+//   {"type":"entry","index","activityId","leafHash","entry"}   every entry, in order
+// The checkpoints come before the entries so that a file is checked as it is read, however long.
+
+export const EXPORT_FORMAT = "sigil.transparency-log.v1";
+
+/** Writes the organization's log (its entries rebuilt from the activities, its stored checkpoints) as JSON lines to `write`. */
+export async function exportLog(
+  db: Db | Tx,
+  organizationId: string,
+  verifier: { name: string; verifierKey: string },
+  write: (line: string) => Promise<void> | void,
+): Promise<{ treeSize: number; entries: number; checkpoints: number }> {
+  const head = await readHead(db, organizationId);
+  if (!head) throw new Error(`organization ${organizationId} has no transparency log`);
+  const checkpoints = (await checkpointsOf(db, organizationId)).filter((c) => c.treeSize <= head.size);
+  await write(
+    JSON.stringify({
+      type: "header",
+      format: EXPORT_FORMAT,
+      organizationId,
+      origin: originOf(verifier.name, organizationId),
+      verifierKey: verifier.verifierKey,
+      treeSize: head.size,
+      rootHash: head.root.toString("base64"),
+    }),
+  );
+  for (const c of checkpoints)
+    await write(JSON.stringify({ type: "checkpoint", treeSize: c.treeSize, rootHash: c.rootHash.toString("base64"), note: c.note }));
+  let entries = 0;
+  for (let from = 0; from < head.size; ) {
+    const page = await db
+      .selectFrom("transparency_log_leaves as l")
+      .leftJoin("activities as a", "a.id", "l.activity_id")
+      .select(["l.leaf_index", "l.activity_id", "l.leaf_hash"])
+      .selectAll("a")
+      .where("l.organization_id", "=", organizationId)
+      .where("l.leaf_index", ">=", from)
+      .where("l.leaf_index", "<", head.size)
+      .orderBy("l.leaf_index")
+      .limit(PAGE)
+      .execute();
+    if (page.length === 0) break;
+    for (const row of page) {
+      const index = Number(row.leaf_index);
+      // An entry whose activity is gone is exported without its text: the file says so, and fails to verify.
+      const entry = row.id ? canonicalEntry(row as unknown as ActivitiesTable, index) : null;
+      await write(
+        JSON.stringify({
+          type: "entry",
+          index,
+          activityId: row.activity_id,
+          leafHash: Buffer.from(row.leaf_hash, "hex").toString("base64"),
+          entry,
+        }),
+      );
+      entries++;
+    }
+    from = Number(page[page.length - 1]!.leaf_index) + 1;
+  }
+  return { treeSize: head.size, entries, checkpoints: checkpoints.length };
+}
+
+const canonicalEntry = (row: ActivitiesTable, index: number) => entryBytes(logEntry(row, index)).toString("utf8");
+
+/** Checks an export file's lines, as read, against the verifier key: no database. */
+export async function verifyExport(lines: AsyncIterable<string>, verifier: Verifier): Promise<LogVerification> {
+  let header: { organizationId: string; origin: string; treeSize: number } | undefined;
+  const checkpoints: { treeSize: number; rootHash: Buffer; note: string; line: number }[] = [];
+  let frontier: Frontier = { size: 0, hashes: [] };
+  let nextCheckpoint = 0;
+  let lineNumber = 0;
+  const result = (problem: LogProblem | null): LogVerification => ({
+    organizationId: header?.organizationId ?? "",
+    size: frontier.size,
+    rootHash: rootOf(frontier).toString("base64"),
+    checkpoints: checkpoints.length,
+    problem,
+  });
+  const fileProblem = (problem: string, leafIndex: number | null = null, activityId: string | null = null) =>
+    result({ leafIndex, activityId, problem: `line ${lineNumber}: ${problem}` });
+  const checkReached = (): LogVerification | null => {
+    while (nextCheckpoint < checkpoints.length && checkpoints[nextCheckpoint]!.treeSize === frontier.size) {
+      const c = checkpoints[nextCheckpoint++]!;
+      // The signed root against the entries' (the line's own rootHash is not signed, so not trusted).
+      const wrong = checkNote(c, verifier, header!.organizationId, rootOf(frontier));
+      if (wrong)
+        return result({
+          leafIndex: c.treeSize - 1,
+          activityId: null,
+          problem: `the checkpoint of ${c.treeSize} entries (line ${c.line}): ${wrong}: an entry before it was changed, removed, inserted or reordered, or the checkpoint forged`,
+        });
+    }
+    return null;
+  };
+  for await (const text of lines) {
+    lineNumber++;
+    if (text.trim() === "") continue;
+    let line: Record<string, unknown>;
+    try {
+      line = JSON.parse(text);
+    } catch {
+      return fileProblem("not a JSON line", frontier.size);
+    }
+    if (!header) {
+      if (line.type !== "header" || line.format !== EXPORT_FORMAT || typeof line.organizationId !== "string")
+        return fileProblem(`the file does not start with a ${EXPORT_FORMAT} header`);
+      header = { organizationId: line.organizationId, origin: String(line.origin), treeSize: Number(line.treeSize) };
+      if (header.origin !== originOf(verifier.name, header.organizationId))
+        return fileProblem(
+          `the log's origin ${header.origin} is not one the key ${verifier.name} signs for organization ${header.organizationId}`,
+        );
+      continue;
+    }
+    if (line.type === "checkpoint") {
+      if (frontier.size > 0) return fileProblem("a checkpoint after the entries (the file was reordered)");
+      const size = Number(line.treeSize);
+      if (checkpoints.length > 0 && size <= checkpoints[checkpoints.length - 1]!.treeSize)
+        return fileProblem("the checkpoints are not in increasing order of size (the file was reordered)");
+      checkpoints.push({
+        treeSize: size,
+        rootHash: Buffer.from(String(line.rootHash), "base64"),
+        note: String(line.note),
+        line: lineNumber,
+      });
+      continue;
+    }
+    if (line.type !== "entry") return fileProblem(`a line of unknown type ${JSON.stringify(line.type)}`, frontier.size);
+    if (frontier.size === 0) {
+      const early = checkReached();
+      if (early) return early;
+    }
+    const index = frontier.size;
+    const activityId = typeof line.activityId === "string" ? line.activityId : null;
+    if (line.index !== index)
+      return fileProblem(
+        typeof line.index === "number" && line.index > index
+          ? `entry ${index} is missing here (the next line is entry ${line.index}): it was removed, or the lines reordered`
+          : `entry ${String(line.index)} where entry ${index} belongs: a line was inserted or the lines reordered`,
+        index,
+        activityId,
+      );
+    if (typeof line.entry !== "string")
+      return fileProblem(`entry ${index} has no text: its activity was missing at export`, index, activityId);
+    const leaf = leafHash(Buffer.from(line.entry, "utf8"));
+    if (leaf.toString("base64") !== line.leafHash)
+      return fileProblem(`entry ${index} does not hash to its leaf hash: it was changed`, index, activityId);
+    let recorded: { leafIndex?: unknown; id?: unknown };
+    try {
+      recorded = JSON.parse(line.entry);
+    } catch {
+      return fileProblem(`entry ${index} is not JSON`, index, activityId);
+    }
+    if (recorded.leafIndex !== index || recorded.id !== activityId)
+      return fileProblem(
+        `entry ${index} records activity ${String(recorded.id)} at index ${String(recorded.leafIndex)}: the lines were reordered`,
+        index,
+        activityId,
+      );
+    frontier = appendLeaf(frontier, leaf).frontier;
+    const reached = checkReached();
+    if (reached) return reached;
+  }
+  if (!header) return fileProblem("the file is empty");
+  if (frontier.size === 0) {
+    const early = checkReached();
+    if (early) return early;
+  }
+  if (nextCheckpoint < checkpoints.length) {
+    const c = checkpoints[nextCheckpoint]!;
+    return result({
+      leafIndex: frontier.size,
+      activityId: null,
+      problem: `the checkpoint of ${c.treeSize} entries (line ${c.line}) covers more than the file's ${frontier.size} entries: entries were removed`,
+    });
+  }
+  if (frontier.size !== header.treeSize)
+    return result({
+      leafIndex: Math.min(frontier.size, header.treeSize),
+      activityId: null,
+      problem: `the header says ${header.treeSize} entries, the file holds ${frontier.size}`,
+    });
+  const covered = checkpoints.at(-1)?.treeSize ?? 0;
+  if (covered < frontier.size)
+    return result({
+      leafIndex: covered,
+      activityId: null,
+      problem: `entries from ${covered} on are covered by no signed checkpoint in the file: they cannot be checked`,
+    });
+  return result(null);
 }
