@@ -15,7 +15,7 @@
 // chained in the order they ask, each reading what the previous one wrote.
 import crypto from "node:crypto";
 import { sql } from "kysely";
-import type { ActivitiesTable, TransparencyLogHeadsTable } from "./schema.js";
+import type { ActivitiesTable, TransparencyLogHeadsTable, TransparencyLogLeavesTable, TransparencyLogNodesTable } from "./schema.js";
 import type { Db, Dialect, Tx } from "./handles.js";
 import { sharedLocksHeld } from "./group-commit.js";
 import {
@@ -165,8 +165,25 @@ export async function organizationAndLogAtOnce(
   return rows[0];
 }
 
-/** Per batch transaction (its shared-locks map) and organization: the head as the last append in it left it. */
-const heldHeads = new WeakMap<object, Map<string, Promise<LogHead>>>();
+/** Appends this process made outside shared transactions, per organization: a head a shared transaction
+ * keeps in memory is good only while this count is what it was when the head was read (on SQLite an
+ * exclusive activity may join the same transaction between two shared ones, and append). */
+const appendsApart = new Map<string, number>();
+
+interface HeldHead {
+  /** The head after the last append this transaction computed (resolves once the first read is done). */
+  head: Promise<LogHead>;
+  appendsApart: number;
+}
+
+/** Per shared transaction (its shared-locks map) and organization: the head as its last append left it. */
+const heldHeads = new WeakMap<object, Map<string, HeldHead>>();
+
+function heldHeadsOf(batch: object): Map<string, HeldHead> {
+  let heads = heldHeads.get(batch);
+  if (!heads) heldHeads.set(batch, (heads = new Map()));
+  return heads;
+}
 
 /** Notes the head a batch read when it locked the log (PostgreSQL): its first append starts from it. */
 export function rememberHead(
@@ -174,9 +191,9 @@ export function rememberHead(
   organizationId: string,
   row: Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier">,
 ) {
-  let heads = heldHeads.get(batch);
-  if (!heads) heldHeads.set(batch, (heads = new Map()));
-  if (!heads.has(organizationId)) heads.set(organizationId, Promise.resolve(headOf(row)));
+  const heads = heldHeadsOf(batch);
+  if (!heads.has(organizationId))
+    heads.set(organizationId, { head: Promise.resolve(headOf(row)), appendsApart: appendsApart.get(organizationId) ?? 0 });
 }
 
 /** The head, locked for this transaction (PostgreSQL; SQLite's one writer needs no lock), made if missing. */
@@ -212,24 +229,43 @@ async function writeAppendPostgres(trx: Tx, a: Append): Promise<void> {
     )
     update "transparency_log_heads" set "size" = ${a.head.size}::bigint, "root_hash" = ${a.head.root_hash}::text,
       "frontier" = ${a.head.frontier}::text, "updated_at" = ${a.head.updated_at}::bigint
-    where "organization_id" = ${a.organizationId}::text`.execute(trx);
+    where "organization_id" = ${a.organizationId}::text and "size" < ${a.head.size}::bigint`.execute(trx);
 }
 
-async function writeAppendSqlite(trx: Tx, a: Append): Promise<void> {
-  await trx
-    .insertInto("transparency_log_leaves")
-    .values({ organization_id: a.organizationId, leaf_index: a.leafIndex, activity_id: a.activityId, leaf_hash: a.leafHash })
-    .execute();
-  if (a.nodes.length > 0)
-    await trx
-      .insertInto("transparency_log_nodes")
-      .values(a.nodes.map((n) => ({ organization_id: a.organizationId, ...n })))
-      .execute();
-  await trx
+const leafInsert = prepare((db, slot: Slots<TransparencyLogLeavesTable>) =>
+  db.insertInto("transparency_log_leaves").values({
+    organization_id: slot("organization_id"),
+    leaf_index: slot("leaf_index"),
+    activity_id: slot("activity_id"),
+    leaf_hash: slot("leaf_hash"),
+  }),
+);
+const nodeInsert = prepare((db, slot: Slots<TransparencyLogNodesTable>) =>
+  db.insertInto("transparency_log_nodes").values({
+    organization_id: slot("organization_id"),
+    level: slot("level"),
+    node_index: slot("node_index"),
+    hash: slot("hash"),
+  }),
+);
+const headUpdate = prepare((db, slot: Slots<TransparencyLogHeadsTable>) =>
+  db
     .updateTable("transparency_log_heads")
-    .set({ size: a.head.size, root_hash: a.head.root_hash, frontier: a.head.frontier, updated_at: a.head.updated_at })
-    .where("organization_id", "=", a.organizationId)
-    .execute();
+    .set({ size: slot("size"), root_hash: slot("root_hash"), frontier: slot("frontier"), updated_at: slot("updated_at") })
+    .where("organization_id", "=", slot("organization_id"))
+    .where("size", "<", slot("size")),
+);
+
+// SQLite: statements cost no round trip; each is prepared once (store/prepared.ts).
+async function writeAppendSqlite(trx: Tx, a: Append): Promise<void> {
+  await leafInsert.run(trx, {
+    organization_id: a.organizationId,
+    leaf_index: a.leafIndex,
+    activity_id: a.activityId,
+    leaf_hash: a.leafHash,
+  });
+  for (const n of a.nodes) await nodeInsert.run(trx, { organization_id: a.organizationId, ...n });
+  await headUpdate.run(trx, a.head);
 }
 
 /** The append of `leaf` to `head`, as rows. */
@@ -273,26 +309,26 @@ export async function appendToLog(trx: Tx, dialect: Dialect, row: ActivitiesTabl
     const head = await lockedHead(trx, dialect, organizationId, now);
     const { append } = appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), now);
     await write(append);
+    appendsApart.set(organizationId, (appendsApart.get(organizationId) ?? 0) + 1);
     return append.leafIndex;
   }
-  // Several activities share this transaction: one append to a log at a time, each after the last.
-  // On PostgreSQL the batch holds the head's lock for the whole transaction and no one else writes it,
-  // so the head stays known between appends; on SQLite an exclusive activity of the same batch may have
-  // appended meanwhile, so each reads it again (a statement costs no round trip there).
-  let heads = heldHeads.get(batch);
-  if (!heads) heldHeads.set(batch, (heads = new Map()));
-  const previous = heads.get(organizationId);
-  const known = dialect === "postgres" ? previous : previous?.then(() => lockedHead(trx, dialect, organizationId, now));
-  let leafIndex = -1;
-  const mine = (known ?? lockedHead(trx, dialect, organizationId, now)).then(async (head) => {
-    const { append, next } = appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), now);
-    await write(append);
-    leafIndex = append.leafIndex;
-    return next;
-  });
-  heads.set(organizationId, mine);
-  await mine;
-  return leafIndex;
+  // Several activities share this transaction, which holds the log (the head's row lock on PostgreSQL,
+  // the one writer on SQLite): each append is computed from the head the previous one left, in the
+  // order they ask, without waiting for the previous one's statements. Those may run in any order
+  // among themselves: a leaf and its subtrees are rows of their own, and the head is only ever moved
+  // forward (writeAppend*).
+  const heads = heldHeadsOf(batch);
+  const apart = appendsApart.get(organizationId) ?? 0;
+  let held = heads.get(organizationId);
+  if (!held || held.appendsApart !== apart) {
+    held = { head: (held?.head ?? Promise.resolve()).then(() => lockedHead(trx, dialect, organizationId, now)), appendsApart: apart };
+    heads.set(organizationId, held);
+  }
+  const computed = held.head.then((head) => appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), now));
+  held.head = computed.then((c) => c.next);
+  const { append } = await computed;
+  await write(append);
+  return append.leafIndex;
 }
 
 /** The log's head as committed (no lock): what a checkpoint or a proof is made of. */
@@ -320,7 +356,13 @@ export async function readSubtrees(db: Db | Tx, organizationId: string, subtrees
       .selectFrom("transparency_log_nodes")
       .select(["level", "node_index", "hash"])
       .where("organization_id", "=", organizationId)
-      .where((eb) => eb.or(nodes.map((n) => eb.and([eb("level", "=", n.level), eb("node_index", "=", n.index)]))))
+      .where((eb) =>
+        eb(
+          eb.refTuple("level", "node_index"),
+          "in",
+          nodes.map((n) => eb.tuple(n.level, n.index)),
+        ),
+      )
       .execute();
     for (const r of rows) read.set(`${Number(r.level)}/${Number(r.node_index)}`, Buffer.from(r.hash, "hex"));
   }
