@@ -34,7 +34,7 @@ import {
   type WriteTx,
 } from "./handles.js";
 import { prepare, type Slots } from "./prepared.js";
-import { organizationAndLogAtOnce, rememberHead } from "./transparency-log.js";
+import { organizationAndLogAtOnce, organizationWithoutLogAtOnce, rememberHead } from "./transparency-log.js";
 import { WalFlush } from "./wal-flush.js";
 import { beginPipelined } from "./pipelined-transaction.js";
 import { PipelinedReadsDriver } from "./pipelined-reads.js";
@@ -563,9 +563,10 @@ export async function lockOrganization(
   if (!taking) {
     // The log's head is locked with it (FOR UPDATE): a signature's append to the log must not wait
     // either (store/transparency-log.ts), and the head read here is where the batch's first append starts.
-    taking = organizationAndLogAtOnce(trx, organizationId).then((row) => {
-      if (row) rememberHead(held, organizationId, row);
-      return row !== undefined;
+    taking = organizationAndLogAtOnce(trx, organizationId).then(async (row) => {
+      if (!row) return organizationWithoutLogAtOnce(trx, organizationId);
+      rememberHead(held, organizationId, row);
+      return true;
     });
     held.set(organizationId, taking);
   }

@@ -155,14 +155,31 @@ export async function organizationAndLogAtOnce(
   trx: Tx,
   organizationId: string,
 ): Promise<Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier"> | undefined> {
-  // Two locking clauses, one per table, which Kysely's builder does not write.
-  const { rows } = await sql<
-    Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier">
-  >`select "h"."size", "h"."root_hash", "h"."frontier"
-    from "organizations" as "o" inner join "transparency_log_heads" as "h" on "h"."organization_id" = "o"."id"
-    where "o"."id" = ${organizationId}
-    for share of "o" skip locked for update of "h" skip locked`.execute(trx);
-  return rows[0];
+  // Two locking clauses, one per table, which Kysely's builder does not write: added at the end of a
+  // select it builds (a select, so the group commit does not count it as a write).
+  return trx
+    .selectFrom("organizations as o")
+    .innerJoin("transparency_log_heads as h", "h.organization_id", "o.id")
+    .select(["h.size", "h.root_hash", "h.frontier"])
+    .where("o.id", "=", organizationId)
+    .modifyEnd(sql`for share of "o" skip locked for update of "h" skip locked`)
+    .executeTakeFirst();
+}
+
+/** PostgreSQL, a batch whose organizationAndLogAtOnce found no row: the organization's row FOR SHARE
+ * (not waited for) if its log has no head at all (an organization made by a path that makes none), in
+ * which case its first append makes the head. No row: the organization or its log is held elsewhere. */
+export async function organizationWithoutLogAtOnce(trx: Tx, organizationId: string): Promise<boolean> {
+  const row = await trx
+    .selectFrom("organizations as o")
+    .select("o.id")
+    .where("o.id", "=", organizationId)
+    .where(({ not, exists, selectFrom }) =>
+      not(exists(selectFrom("transparency_log_heads as h").select("h.size").whereRef("h.organization_id", "=", "o.id"))),
+    )
+    .modifyEnd(sql`for share of "o" skip locked`)
+    .executeTakeFirst();
+  return row !== undefined;
 }
 
 /** Appends this process made outside shared transactions, per organization: a head a shared transaction
