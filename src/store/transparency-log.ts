@@ -213,6 +213,18 @@ export function rememberHead(
     heads.set(organizationId, { head: Promise.resolve(headOf(row)), appendsApart: appendsApart.get(organizationId) ?? 0 });
 }
 
+export type LockedHeadRow = Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier">;
+
+/** Per transaction holding an organization's row lock exclusively (PostgreSQL): the log's head read with it. */
+const lockedHeads = new WeakMap<object, Map<string, LogHead>>();
+
+/** Notes the head read with the organization's exclusive lock (database.ts, lockOrganization). */
+export function rememberLockedHead(trx: object, organizationId: string, row: LockedHeadRow) {
+  let heads = lockedHeads.get(trx);
+  if (!heads) lockedHeads.set(trx, (heads = new Map()));
+  heads.set(organizationId, headOf(row));
+}
+
 /** The head, locked for this transaction (PostgreSQL; SQLite's one writer needs no lock), made if missing. */
 async function lockedHead(trx: Tx, dialect: Dialect, organizationId: string, now: number): Promise<LogHead> {
   const read = dialect === "postgres" ? headForUpdate : headPlain;
@@ -323,9 +335,12 @@ export async function appendToLog(trx: Tx, dialect: Dialect, row: ActivitiesTabl
   const batch = sharedLocksHeld(trx);
   const write = (a: Append) => (dialect === "postgres" ? writeAppendPostgres(trx, a) : writeAppendSqlite(trx, a));
   if (!batch) {
-    const head = await lockedHead(trx, dialect, organizationId, now);
-    const { append } = appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), now);
+    // Read with the organization's exclusive lock, when this transaction took it (one round trip fewer).
+    const known = lockedHeads.get(trx)?.get(organizationId);
+    const head = known ?? (await lockedHead(trx, dialect, organizationId, now));
+    const { append, next } = appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), now);
     await write(append);
+    if (known) lockedHeads.get(trx)!.set(organizationId, next);
     appendsApart.set(organizationId, (appendsApart.get(organizationId) ?? 0) + 1);
     return append.leafIndex;
   }
