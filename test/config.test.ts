@@ -101,7 +101,7 @@ describe("defaults", () => {
     queryCredentialMaxAgeMs: null,
     webauthn: { rpIds: [], origins: [] },
     logLevel: "info",
-    masterKey: { key: null, file: path.resolve("data", "master.key"), fileIsDefault: true, previous: [] },
+    masterKey: { key: null, file: path.resolve("data", "master.key"), fileIsDefault: true, previous: [], token: null },
     signatureThreads: Math.min(4, Math.max(1, os.availableParallelism() - 1)),
     secp256k1: null,
     importTargetTtlMs: 1_800_000,
