@@ -1472,7 +1472,7 @@ function tokenProblems(read: SettingValues, options: LoadOptions): string[] {
     problems.push(
       `SIGIL_PKCS11_MODULE and ${fileKeys.join(" and ")} are both set: the master key is either in a token or in a file. ` +
         `To move the secrets from the file key to the token run \`sigil rotate-master-key --to token\` with both set, then unset ${fileKeys.join(" and ")}; ` +
-        "to keep the file key, unset the SIGIL_PKCS11_* settings",
+        "to keep the file key, unset the token settings (SIGIL_PKCS11_MODULE and the others)",
     );
   return problems;
 }

@@ -20,7 +20,7 @@ import { Keyring } from "../src/crypto/envelope.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
 import { SECRET_COLUMNS } from "../src/services/sealed-secrets.js";
 import { readDataKeyRow, tokenKeyring, unwrapDataKey } from "../src/services/token-keyring.js";
-import { createTestDatabase, type TestDatabase } from "./helpers/backend.js";
+import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
 import { newKeyPair, type ApiKeyPair } from "./helpers/harness.js";
 import { freePort } from "./helpers/processes.js";
 import { createSoftToken, type SoftToken } from "./helpers/softhsm.js";
@@ -298,6 +298,51 @@ describe("a server whose master key is in a PKCS#11 token", () => {
         expect((error as Error).message).not.toContain(token.config.pin!);
       }
     }
+  });
+
+  it("servers starting at once on a new PostgreSQL database all take the one data key stored, and sign each other's wallets", async () => {
+    const a = new Deployment(await createTestDatabase());
+    const b = new Deployment(a.database);
+    try {
+      // Several processes share a PostgreSQL database; an SQLite database is served by one process
+      // (docs/running.md#sqlite), and two servers on its file in one test process block each other.
+      const servers = backend === "postgres" ? [a, b] : [a];
+      await Promise.all(servers.map((server) => server.start(token.env)));
+      const rows = await a.withDb((db) => db.selectFrom("token_data_keys").selectAll().execute());
+      expect(rows).toHaveLength(1);
+      for (const server of servers) expect(server.logLines.join("\n")).toContain(`data key id ${rows[0].key_id}`);
+      const created = await createOrganization(a.server!.store.db, {
+        organizationName: "two servers",
+        userName: "root",
+        apiPublicKey: (a.org = { organizationId: "", key: newKeyPair() }).key.publicKey,
+        apiKeyName: "root key",
+      });
+      a.org.organizationId = created.organizationId;
+      b.org = a.org;
+      const wallet = await a.sdk().createWallet({
+        walletName: "made on a",
+        accounts: [
+          { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+        ],
+      });
+      const signatures = await Promise.all(servers.map((server) => signature(server, wallet.addresses[0]!)));
+      expect(new Set(signatures).size).toBe(1);
+    } finally {
+      await Promise.all([a.stop(), b.stop()]);
+      await a.database.drop();
+    }
+  });
+
+  it("sigil info reports the token's key and whether its data key opens the database", async () => {
+    const { code, stdout, stderr } = await d.cli(["info"], env);
+    expect(code).toBe(0);
+    const row = (await d.withDb((db) => readDataKeyRow(db)))!;
+    expect(JSON.parse(stdout).masterKey).toEqual({
+      source: `key "sigil-master" of PKCS#11 token "sigil-test" (${token.config.module})`,
+      keyId: row.key_id,
+      opensDatabase: true,
+    });
+    expect(stdout + stderr).not.toContain(token.config.pin!);
   });
 
   it("sigil serve exits non-zero on a wrong PIN, saying which setting, without the PIN", async () => {

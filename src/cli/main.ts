@@ -132,7 +132,7 @@ export const commands: Record<string, CommandSpec> = {
     description:
       "Re-seals every stored secret under a new master key, in one transaction, opening them with every key at hand (the key " +
       "file, SIGIL_MASTER_KEY_PREVIOUS, the data key a PKCS#11 token wraps). --to token moves them under a new data key wrapped " +
-      "by the token the SIGIL_PKCS11_* settings name; --to file, under a key file (docs/hsm.md). With the default key file the " +
+      "by the token SIGIL_PKCS11_MODULE and the other token settings name; --to file, under a key file (docs/hsm.md). With the default key file the " +
       "new key is made into master.key.next, and becomes master.key afterwards (the old one is kept as " +
       "master.key.previous-<key id>). With SIGIL_MASTER_KEY set, the new key is read from --new-key-file. Refuses, creating " +
       "nothing, where there is no database or no master key.",
@@ -141,7 +141,7 @@ export const commands: Record<string, CommandSpec> = {
       to: {
         value: "K",
         summary:
-          "where the new master key is: file (a key file) or token (a new data key wrapped by the PKCS#11 token SIGIL_PKCS11_* names); " +
+          "where the new master key is: file (a key file) or token (a new data key wrapped by the PKCS#11 token the token settings name); " +
           "default: where it is now",
         choices: ["file", "token"],
       },
@@ -683,14 +683,14 @@ async function rotateMasterKey(values: Values) {
     to === "token"
       ? `The secrets are sealed under data key ${report.to}, wrapped by ${describeToken(token!)}. ` +
         (fileKeyNamed
-          ? `Unset ${fileSettings} and restart every server with the SIGIL_PKCS11_* settings.`
-          : "Restart every server with the SIGIL_PKCS11_* settings.") +
+          ? `Unset ${fileSettings} and restart every server with the token settings (SIGIL_PKCS11_MODULE and the others).`
+          : "Restart every server with the token settings (SIGIL_PKCS11_MODULE and the others).") +
         (keyFileExists && !config.masterKey.key ? ` The key file ${config.masterKey.file} opens nothing now.` : "")
       : fileBased
         ? `The new key is ${config.masterKey.file}${fileKeys ? `; the old one was kept as ${config.masterKey.file}.previous-${fileKeys.currentKeyId}` : ""}. ` +
-          (token ? "Unset the SIGIL_PKCS11_* settings and restart every server." : "Restart every server.")
+          (token ? "Unset the token settings (SIGIL_PKCS11_MODULE and the others) and restart every server." : "Restart every server.")
         : token
-          ? `Now unset the SIGIL_PKCS11_* settings, set SIGIL_MASTER_KEY_FILE (or SIGIL_MASTER_KEY) to the new key and restart every server.`
+          ? `Now unset the token settings (SIGIL_PKCS11_MODULE and the others), set SIGIL_MASTER_KEY_FILE (or SIGIL_MASTER_KEY) to the new key and restart every server.`
           : `Now set SIGIL_MASTER_KEY (or the key file) to the new key and keep the old one in SIGIL_MASTER_KEY_PREVIOUS until every server has restarted.`;
   process.stderr.write(after + "\n");
 }

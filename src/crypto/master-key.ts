@@ -1,4 +1,4 @@
-// Where the master key comes from: a PKCS#11 token (SIGIL_PKCS11_*, crypto/token-key.ts: the key
+// Where the master key comes from: a PKCS#11 token (SIGIL_PKCS11_MODULE …, crypto/token-key.ts: the key
 // there wraps a data key kept in the database), or, in order, SIGIL_MASTER_KEY (hex or base64 of 32
 // bytes), the file SIGIL_MASTER_KEY_FILE, or — the embedded default — <data dir>/master.key, created
 // on first start with mode 0600. Earlier keys (SIGIL_MASTER_KEY_PREVIOUS, or the files a rotation leaves beside the
@@ -18,7 +18,7 @@ export interface MasterKeyConfig {
   previous: string[];
   /** Whether `file` is the default in the data directory (then it may be created). */
   fileIsDefault: boolean;
-  /** SIGIL_PKCS11_*: the master key is this token's key, and `key` / `file` are not used (but by a rotation). */
+  /** SIGIL_PKCS11_MODULE and the other token settings: the master key is this token's key, and `key` / `file` are not used (but by a rotation). */
   token: TokenConfig | null;
 }
 

@@ -93,7 +93,7 @@ export async function tokenKeyring(store: Store, config: MasterKeyConfig, create
       throw new TokenError(
         `the database holds secrets sealed under master key ${sealedUnder.join(", ")}, and no data key wrapped by a token: ` +
           `they are sealed under a file key (SIGIL_MASTER_KEY_FILE, SIGIL_MASTER_KEY or master.key). Move them under ${describeToken(token)} ` +
-          "with `sigil rotate-master-key --to token`, giving it that key; or start without the SIGIL_PKCS11_* settings, with that key",
+          "with `sigil rotate-master-key --to token`, giving it that key; or start without the token settings (SIGIL_PKCS11_MODULE and the others), with that key",
       );
     if (!create) throw new TokenError("the database has no data key wrapped by the token yet: the first `sigil serve` makes it");
     const fresh = newWrappedDataKey(token, Date.now());
