@@ -35,6 +35,8 @@ let token: SoftToken;
 beforeAll(() => {
   token = createSoftToken();
   token.addKey("another-key");
+  token.addKey("not-aes", { generic: true });
+  token.addKey("readable-key", { readable: true });
 });
 afterAll(() => token.remove());
 
@@ -236,6 +238,10 @@ describe("a server whose master key is in a PKCS#11 token", () => {
         /was wrapped by key "sigil-master" of token "sigil-test", and does not open under key "another-key".*SIGIL_PKCS11_KEY_LABEL/,
       ],
       [
+        { SIGIL_PKCS11_KEY_LABEL: "not-aes" },
+        /^SIGIL_PKCS11_KEY_LABEL: the key labelled "not-aes" in token "sigil-test" must be an AES key allowed to encrypt and decrypt/,
+      ],
+      [
         { SIGIL_PKCS11_MODULE: NOT_A_MODULE },
         /^SIGIL_PKCS11_MODULE names .*better_sqlite3\.node, which is not a PKCS#11 module: it has no C_GetFunctionList/,
       ],
@@ -255,6 +261,7 @@ describe("a server whose master key is in a PKCS#11 token", () => {
     // The same, on a data directory with no database yet: none is made.
     const fresh = new Deployment(await createTestDatabase());
     try {
+      await expect(fresh.start({ ...token.env, SIGIL_PKCS11_TOKEN_LABEL: "no-such-token" })).rejects.toThrow(/^SIGIL_PKCS11_TOKEN_LABEL/);
       await expect(fresh.start({ ...token.env, SIGIL_PKCS11_PIN: "0000" })).rejects.toThrow(
         /SIGIL_PKCS11_PIN: token "sigil-test" refused the PIN/,
       );
@@ -330,6 +337,22 @@ describe("a server whose master key is in a PKCS#11 token", () => {
     } finally {
       await Promise.all([a.stop(), b.stop()]);
       await a.database.drop();
+    }
+  });
+
+  it("serves with a key whose value can be read out of the token, warning at each start that it can", async () => {
+    const readable = new Deployment(await createTestDatabase());
+    try {
+      await readable.start({ ...token.env, SIGIL_PKCS11_KEY_LABEL: "readable-key" });
+      const warnings = readable.logLines.map((line) => JSON.parse(line)).filter((line) => line.level === 40);
+      expect(warnings.map((line) => line.msg)).toEqual([
+        "master key: the key is extractable (CKA_EXTRACTABLE): it can be exported from the token",
+        "master key: the key is not sensitive (CKA_SENSITIVE false): its value can be read from the token",
+      ]);
+      expect((await fetch(`${readable.server!.url}/ready`)).status).toBe(200);
+    } finally {
+      await readable.stop();
+      await readable.database.drop();
     }
   });
 

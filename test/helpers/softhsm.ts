@@ -20,9 +20,16 @@ export interface SoftToken {
   config: TokenConfig;
   /** The SIGIL_PKCS11_* settings naming the token and its key "sigil-master", with the PIN in the environment. */
   env: Record<string, string>;
-  /** Makes another AES key in the token. */
-  addKey(label: string): void;
+  /** Makes another key in the token: AES, sensitive and not extractable unless `options` say otherwise. */
+  addKey(label: string, options?: KeyOptions): void;
   remove(): void;
+}
+
+export interface KeyOptions {
+  /** CKA_EXTRACTABLE true, CKA_SENSITIVE false: a key whose value can be read out of the token. */
+  readable?: boolean;
+  /** A generic secret (CKK_GENERIC_SECRET), not an AES key. */
+  generic?: boolean;
 }
 
 export function createSoftToken(tokenLabel = "sigil-test", pin = "4711-hsm-pin"): SoftToken {
@@ -36,7 +43,7 @@ export function createSoftToken(tokenLabel = "sigil-test", pin = "4711-hsm-pin")
     stdio: "ignore",
   });
   const config: TokenConfig = { module: SOFTHSM_MODULE, tokenLabel, keyLabel: "sigil-master", pin, pinFile: null };
-  const addKey = (label: string) => generateAesKey(config, label);
+  const addKey = (label: string, options: KeyOptions = {}) => generateKey(config, label, options);
   addKey("sigil-master");
   return {
     dir,
@@ -52,7 +59,7 @@ export function createSoftToken(tokenLabel = "sigil-test", pin = "4711-hsm-pin")
   };
 }
 
-function generateAesKey(config: TokenConfig, label: string): void {
+function generateKey(config: TokenConfig, label: string, options: KeyOptions): void {
   const p11 = new pkcs11js.PKCS11();
   p11.load(config.module);
   p11.C_Initialize();
@@ -60,16 +67,21 @@ function generateAesKey(config: TokenConfig, label: string): void {
     const slot = p11.C_GetSlotList(true).find((s) => p11.C_GetTokenInfo(s).label.trim() === config.tokenLabel)!;
     const session = p11.C_OpenSession(slot, pkcs11js.CKF_SERIAL_SESSION | pkcs11js.CKF_RW_SESSION);
     p11.C_Login(session, pkcs11js.CKU_USER, config.pin!);
-    p11.C_GenerateKey(session, { mechanism: pkcs11js.CKM_AES_KEY_GEN, parameter: undefined }, [
+    const mechanism = options.generic ? pkcs11js.CKM_GENERIC_SECRET_KEY_GEN : pkcs11js.CKM_AES_KEY_GEN;
+    p11.C_GenerateKey(session, { mechanism, parameter: undefined }, [
       { type: pkcs11js.CKA_CLASS, value: pkcs11js.CKO_SECRET_KEY },
-      { type: pkcs11js.CKA_KEY_TYPE, value: pkcs11js.CKK_AES },
+      { type: pkcs11js.CKA_KEY_TYPE, value: options.generic ? pkcs11js.CKK_GENERIC_SECRET : pkcs11js.CKK_AES },
       { type: pkcs11js.CKA_VALUE_LEN, value: 32 },
       { type: pkcs11js.CKA_TOKEN, value: true },
       { type: pkcs11js.CKA_PRIVATE, value: true },
-      { type: pkcs11js.CKA_SENSITIVE, value: true },
-      { type: pkcs11js.CKA_EXTRACTABLE, value: false },
-      { type: pkcs11js.CKA_ENCRYPT, value: true },
-      { type: pkcs11js.CKA_DECRYPT, value: true },
+      { type: pkcs11js.CKA_SENSITIVE, value: !options.readable },
+      { type: pkcs11js.CKA_EXTRACTABLE, value: options.readable === true },
+      ...(options.generic
+        ? [{ type: pkcs11js.CKA_SIGN, value: true }]
+        : [
+            { type: pkcs11js.CKA_ENCRYPT, value: true },
+            { type: pkcs11js.CKA_DECRYPT, value: true },
+          ]),
       { type: pkcs11js.CKA_LABEL, value: label },
     ]);
     p11.C_Logout(session);
