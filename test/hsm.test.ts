@@ -19,6 +19,7 @@ import { createOrganization } from "../src/operations/organizations/organization
 import { Keyring } from "../src/crypto/envelope.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
 import { SECRET_COLUMNS } from "../src/services/sealed-secrets.js";
+import { mnemonicIdentity } from "../src/operations/wallets/wallets.js";
 import { readDataKeyRow, tokenKeyring, unwrapDataKey } from "../src/services/token-keyring.js";
 import { backend, createTestDatabase, type TestDatabase } from "./helpers/backend.js";
 import { newKeyPair, type ApiKeyPair } from "./helpers/harness.js";
@@ -487,11 +488,33 @@ describe("sigil rotate-master-key between a key file and the token", () => {
     await expect(openEverySecret(fileKey)).rejects.toThrow(/which this server does not hold/);
     await d.stop();
 
+    // A server left running on the old key file after the rotation sealed one more secret under it: a
+    // server on the token refuses to start, writing nothing, and a second rotation (which opens with
+    // every key at hand) brings it under the token too.
+    await d.withDb(async (db) => {
+      const row = await db.selectFrom("wallets").select(["id", "organization_id", "sealed_mnemonic"]).executeTakeFirstOrThrow();
+      const plain = tokenKeys.open(row.sealed_mnemonic, mnemonicIdentity(row));
+      await db
+        .updateTable("wallets")
+        .set({ sealed_mnemonic: fileKey.seal(plain, mnemonicIdentity(row)) })
+        .where("id", "=", row.id)
+        .execute();
+    });
+    const beforeStray = await d.snapshot();
+    await expect(d.start(token.env)).rejects.toThrow(
+      new RegExp(`sealed under master key ${fileKey.currentKeyId}.*data key wrapped by key "sigil-master".*rotate-master-key --to token`),
+    );
+    expect(await d.snapshot()).toBe(beforeStray);
+    const again = await d.cli(["rotate-master-key", "--to", "token"], token.env);
+    expect(again.code).toBe(0);
+    const movedAgain = JSON.parse(again.stdout);
+    expect(movedAgain.sealedBefore).toEqual({ [moved.to]: moved.resealed - 1, [fileKey.currentKeyId]: 1 });
+
     // Token → file: a new master.key; the old one is kept aside, the token's data key row goes.
     const toFile = await d.cli(["rotate-master-key", "--to", "file"], token.env);
     expect(toFile.code).toBe(0);
     const back = JSON.parse(toFile.stdout);
-    expect(back).toMatchObject({ from: moved.to, toKind: "file", resealed: moved.resealed });
+    expect(back).toMatchObject({ from: movedAgain.to, toKind: "file", resealed: moved.resealed });
     expect(fs.existsSync(path.join(d.database.dataDir, `master.key.previous-${fileKey.currentKeyId}`))).toBe(true);
     await d.start({});
     expect(await readDataKeyRow(d.server!.store.db)).toBeUndefined();
