@@ -576,7 +576,7 @@ async function rotateMasterKey(values: Values) {
   const { resealAll } = await import("../services/sealed-secrets.js");
   const { Keyring, MASTER_KEY_BYTES } = await import("../crypto/envelope.js");
   const { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } = await import("../crypto/master-key.js");
-  const { describeToken } = await import("../crypto/token-key.js");
+  const { describeToken } = await import("../crypto/master-key.js");
   const { checkToken, newWrappedDataKey, readDataKeyRow, unwrapDataKey } = await import("../services/token-keyring.js");
   // A key file beside the token is what a move between the two needs.
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") }, { fileKeyBesideToken: true });
@@ -743,7 +743,7 @@ async function info(values: Values) {
 async function masterKeyAtHand(config: Config, databaseKeyIds: string[], store: Store) {
   const { loadKeyring } = await import("../crypto/master-key.js");
   if (config.masterKey.token) {
-    const { describeToken } = await import("../crypto/token-key.js");
+    const { describeToken } = await import("../crypto/master-key.js");
     const where = describeToken(config.masterKey.token);
     let keyring;
     try {

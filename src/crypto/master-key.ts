@@ -7,7 +7,24 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { Keyring, MASTER_KEY_BYTES, SecretError, keyIdOf } from "./envelope.js";
-import { describeToken, type TokenConfig } from "./token-key.js";
+
+/** The master key in a PKCS#11 token (crypto/token-key.ts uses it; declared here so that reading the
+ * configuration does not load the native PKCS#11 binding). */
+export interface TokenConfig {
+  /** SIGIL_PKCS11_MODULE: the PKCS#11 library (libsofthsm2.so, a vendor's .so). */
+  module: string;
+  /** SIGIL_PKCS11_TOKEN_LABEL */
+  tokenLabel: string;
+  /** SIGIL_PKCS11_PIN (or null when the PIN is in a file). */
+  pin: string | null;
+  /** SIGIL_PKCS11_PIN_FILE */
+  pinFile: string | null;
+  /** SIGIL_PKCS11_KEY_LABEL: the CKA_LABEL of the AES key in the token. */
+  keyLabel: string;
+}
+
+/** Where a token or key came from, for log lines and messages (never the PIN). */
+export const describeToken = (config: TokenConfig) => `key "${config.keyLabel}" of PKCS#11 token "${config.tokenLabel}" (${config.module})`;
 
 export interface MasterKeyConfig {
   /** SIGIL_MASTER_KEY */

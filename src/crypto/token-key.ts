@@ -8,19 +8,7 @@ import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
 import pkcs11js from "pkcs11js";
-
-export interface TokenConfig {
-  /** SIGIL_PKCS11_MODULE: the PKCS#11 library (libsofthsm2.so, a vendor's .so). */
-  module: string;
-  /** SIGIL_PKCS11_TOKEN_LABEL */
-  tokenLabel: string;
-  /** SIGIL_PKCS11_PIN (or null when the PIN is in a file). */
-  pin: string | null;
-  /** SIGIL_PKCS11_PIN_FILE */
-  pinFile: string | null;
-  /** SIGIL_PKCS11_KEY_LABEL: the CKA_LABEL of the AES key in the token. */
-  keyLabel: string;
-}
+import { describeToken, type TokenConfig } from "./master-key.js";
 
 /** A token that cannot be used as configured: the message names the setting to change. */
 export class TokenError extends Error {
@@ -31,9 +19,6 @@ export class TokenError extends Error {
 const WRAP_FORMAT = "p11-aes-gcm-v1";
 const IV_BYTES = 12;
 const TAG_BITS = 128;
-
-/** Where a token or key came from, for log lines and messages (never the PIN). */
-export const describeToken = (config: TokenConfig) => `key "${config.keyLabel}" of PKCS#11 token "${config.tokenLabel}" (${config.module})`;
 
 /**
  * The PIN, from SIGIL_PKCS11_PIN or the file SIGIL_PKCS11_PIN_FILE names. A PIN file others may read

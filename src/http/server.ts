@@ -36,9 +36,7 @@ import { oidcVerifier } from "../auth/oidc.js";
 import { trustedProxyTest } from "../auth/ip-allowlists.js";
 import { oauth2Providers } from "../services/oauth2-providers.js";
 import { purgeExpiredImportTargets } from "../operations/secure-channel.js";
-import { forgetNewKey, loadKeyring } from "../crypto/master-key.js";
-import { describeToken } from "../crypto/token-key.js";
-import { checkToken, tokenKeyring } from "../services/token-keyring.js";
+import { describeToken, forgetNewKey, loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../services/sealed-secrets.js";
 import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { notServedError, notServedOperations } from "../operations/not-served.js";
@@ -452,6 +450,8 @@ async function openTokenDeployment(
   mode: "create" | "existing",
   flushWal?: (file: string) => Promise<void>,
 ) {
+  // Loaded here only: a deployment with a key file never loads the native PKCS#11 binding.
+  const { checkToken, tokenKeyring } = await import("../services/token-keyring.js");
   const warnings = checkToken(config.masterKey.token!);
   for (const warning of warnings) logger.warn({ masterKey: describeToken(config.masterKey.token!) }, `master key: ${warning}`);
   const store = await openStore({

@@ -5,8 +5,8 @@
 // serving, so a signature costs no token round trip and the token's sessions are not held.
 import crypto from "node:crypto";
 import { Keyring, MASTER_KEY_BYTES, keyIdOf } from "../crypto/envelope.js";
-import { parseMasterKey, type MasterKeyConfig } from "../crypto/master-key.js";
-import { describeToken, TokenError, withToken, type TokenConfig } from "../crypto/token-key.js";
+import { describeToken, parseMasterKey, type MasterKeyConfig, type TokenConfig } from "../crypto/master-key.js";
+import { TokenError, withToken } from "../crypto/token-key.js";
 import type { Db } from "../store/handles.js";
 import type { Store } from "../store/database.js";
 import type { TokenDataKeysTable } from "../store/schema.js";

@@ -7,7 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import { execFileSync } from "node:child_process";
 import pkcs11js from "pkcs11js";
-import type { TokenConfig } from "../../src/crypto/token-key.js";
+import type { TokenConfig } from "../../src/crypto/master-key.js";
 
 /** Where Debian's softhsm2 package puts the module (libsofthsm2 also installs it under the multiarch directory). */
 export const SOFTHSM_MODULE = [
