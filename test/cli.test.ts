@@ -521,6 +521,7 @@ describe("every option that takes a number or one of a list refuses any other va
     expect([...new Set(cases.map((c) => `${c.command} --${c.option}`))]).toEqual([
       "serve --port",
       "serve --workers",
+      "rotate-master-key --to",
       "webhooks --status",
       "webhooks --limit",
     ]);

@@ -101,7 +101,7 @@ describe("defaults", () => {
     queryCredentialMaxAgeMs: null,
     webauthn: { rpIds: [], origins: [] },
     logLevel: "info",
-    masterKey: { key: null, file: path.resolve("data", "master.key"), fileIsDefault: true, previous: [] },
+    masterKey: { key: null, file: path.resolve("data", "master.key"), fileIsDefault: true, previous: [], token: null },
     signatureThreads: Math.min(4, Math.max(1, os.availableParallelism() - 1)),
     secp256k1: null,
     importTargetTtlMs: 1_800_000,
@@ -247,19 +247,32 @@ describe("accepted values", () => {
     SIGIL_RATE_LIMIT_ORGANIZATION_QUERIES: "1000000/1000000",
     SIGIL_RATE_LIMIT_ROOT_RESERVE: "0.25/1",
     SIGIL_METRICS: "127.0.0.1:9464",
+    SIGIL_PKCS11_MODULE: "/opt/hsm/libvendor-pkcs11.so",
+    SIGIL_PKCS11_TOKEN_LABEL: "other token",
+    SIGIL_PKCS11_KEY_LABEL: "other key",
+    SIGIL_PKCS11_PIN: "5678",
+    SIGIL_PKCS11_PIN_FILE: "/run/secrets/hsm-pin",
   };
+  // The token settings are accepted only together (and not beside a key file): each is changed within a whole token configuration.
+  const token = (variable: string): Record<string, string> => ({
+    SIGIL_PKCS11_MODULE: "/usr/lib/softhsm/libsofthsm2.so",
+    SIGIL_PKCS11_TOKEN_LABEL: "sigil",
+    SIGIL_PKCS11_KEY_LABEL: "master",
+    ...(variable === "SIGIL_PKCS11_PIN_FILE" ? { SIGIL_PKCS11_PIN_FILE: "/run/pin" } : { SIGIL_PKCS11_PIN: "1234" }),
+  });
+  const withoutToken = Object.fromEntries(Object.entries(samples).filter(([variable]) => !variable.startsWith("SIGIL_PKCS11_")));
 
   it("every declared setting reaches the Config: setting it alone changes it", () => {
     expect(Object.keys(samples).sort()).toEqual(declared.map((s) => s.variable).sort());
-    const defaults = loadConfig({}, {});
-    const unchanged = Object.entries(samples).filter(
-      ([variable, value]) => JSON.stringify(loadConfig({ [variable]: value }, {})) === JSON.stringify(defaults),
-    );
+    const unchanged = Object.entries(samples).filter(([variable, value]) => {
+      const base = variable.startsWith("SIGIL_PKCS11_") ? token(variable) : {};
+      return JSON.stringify(loadConfig({ ...base, [variable]: value }, {})) === JSON.stringify(loadConfig(base, {}));
+    });
     expect(unchanged.map(([variable]) => variable)).toEqual([]);
   });
 
   it("all of them together make the Config they say", () => {
-    const config = loadConfig(samples, {});
+    const config = loadConfig(withoutToken, {});
     expect(config).toMatchObject({
       host: "0.0.0.0",
       port: 9090,
@@ -305,6 +318,24 @@ describe("accepted values", () => {
     expect(read("metrics.internal:1")).toEqual({ serve: "listener", host: "metrics.internal", port: 1 });
     // The main listener's own port on another address is another listener.
     expect(loadConfig({ SIGIL_METRICS: "127.0.0.2:8080" }, {}).metrics).toEqual({ serve: "listener", host: "127.0.0.2", port: 8080 });
+  });
+
+  it("reads the token settings into the master key's configuration, paths resolved", () => {
+    const { SIGIL_PKCS11_PIN_FILE: _pinFile, ...tokenSamples } = Object.fromEntries(
+      Object.entries(samples).filter(([variable]) => variable.startsWith("SIGIL_PKCS11_")),
+    );
+    expect(loadConfig(tokenSamples, {}).masterKey.token).toEqual({
+      module: "/opt/hsm/libvendor-pkcs11.so",
+      tokenLabel: "other token",
+      keyLabel: "other key",
+      pin: "5678",
+      pinFile: null,
+    });
+    expect(loadConfig({ ...token("SIGIL_PKCS11_PIN_FILE"), SIGIL_PKCS11_PIN_FILE: "pin" }, {}).masterKey.token).toMatchObject({
+      pin: null,
+      pinFile: path.resolve("pin"),
+    });
+    expect(loadConfig({}, {}).masterKey.token).toBeNull();
   });
 
   it("reads each rate limit as requests a second and a burst, `off` as a bucket not counted, and SIGIL_RATE_LIMITS=false as none", () => {

@@ -128,14 +128,24 @@ export const commands: Record<string, CommandSpec> = {
   },
   "rotate-master-key": {
     masterKey: "uses",
-    summary: "re-seals every stored secret under a new master key (see docs/secrets.md)",
+    summary: "re-seals every stored secret under a new master key, in a key file or a PKCS#11 token (see docs/secrets.md, docs/hsm.md)",
     description:
-      "Re-seals every stored secret under a new master key, in one transaction. With the default key file the new key is made " +
-      "into master.key.next, and becomes master.key afterwards (the old one is kept as master.key.previous-<key id>). With " +
-      "SIGIL_MASTER_KEY set, the new key is read from --new-key-file. Refuses, creating nothing, where there is no database or no master key.",
+      "Re-seals every stored secret under a new master key, in one transaction, opening them with every key at hand (the key " +
+      "file, SIGIL_MASTER_KEY_PREVIOUS, the data key a PKCS#11 token wraps). --to token moves them under a new data key wrapped " +
+      "by the token SIGIL_PKCS11_MODULE and the other token settings name; --to file, under a key file (docs/hsm.md). With the default key file the " +
+      "new key is made into master.key.next, and becomes master.key afterwards (the old one is kept as " +
+      "master.key.previous-<key id>). With SIGIL_MASTER_KEY set, the new key is read from --new-key-file. Refuses, creating " +
+      "nothing, where there is no database or no master key.",
     options: {
       "data-dir": dataDirOption,
-      "new-key-file": { value: "F", summary: "file holding the new 32-byte key (64 hex digits or base64)" },
+      to: {
+        value: "K",
+        summary:
+          "where the new master key is: file (a key file) or token (a new data key wrapped by the PKCS#11 token the token settings name); " +
+          "default: where it is now",
+        choices: ["file", "token"],
+      },
+      "new-key-file": { value: "F", summary: "with --to file: file holding the new 32-byte key (64 hex digits or base64)" },
     },
     run: rotateMasterKey,
   },
@@ -553,74 +563,135 @@ async function bootstrap(values: Values) {
 }
 
 /**
- * Re-seals every stored secret under a new master key, in one transaction. With the default key file
- * the new key is generated into master.key.next first, so a crash at any point leaves every secret
- * readable (the keyring loads master.key, master.key.next and master.key.previous-*), and running the
- * command again finishes the job. With SIGIL_MASTER_KEY the new key comes from --new-key-file.
+ * Re-seals every stored secret under a new master key, in one transaction, with every key at hand
+ * opening them (the key file's, SIGIL_MASTER_KEY_PREVIOUS, and the data key the token wraps). The
+ * new key is a file key (`--to file`) or a new data key wrapped by the token (`--to token`); by
+ * default, of the kind the deployment has now. With the default key file the new key is generated
+ * into master.key.next first, so a crash at any point leaves every secret readable (the keyring loads
+ * master.key, master.key.next and master.key.previous-*), and running the command again finishes the
+ * job. With SIGIL_MASTER_KEY the new key comes from --new-key-file.
  */
 async function rotateMasterKey(values: Values) {
   const { loadConfig } = await import("../config.js");
   const { resealAll } = await import("../services/sealed-secrets.js");
   const { Keyring, MASTER_KEY_BYTES } = await import("../crypto/envelope.js");
   const { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } = await import("../crypto/master-key.js");
-  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const { describeToken } = await import("../crypto/master-key.js");
+  const { checkToken, newWrappedDataKey, readDataKeyRow, unwrapDataKey } = await import("../services/token-keyring.js");
+  // A key file beside the token is what a move between the two needs.
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") }, { fileKeyBesideToken: true });
+  const { token } = config.masterKey;
   const newKeyFile = text(values, "new-key-file");
-  const fileBased = !config.masterKey.key;
-  if (!fileBased && !newKeyFile) {
-    throw new UsageError(
-      "sigil rotate-master-key: SIGIL_MASTER_KEY is set: give the new key with --new-key-file F",
-      shortUsage("rotate-master-key"),
-    );
+  const fileKeyNamed = config.masterKey.key !== null || !config.masterKey.fileIsDefault;
+  const refuse = (message: string) => new UsageError(`sigil rotate-master-key: ${message}`, shortUsage("rotate-master-key"));
+  let to = text(values, "to") as "file" | "token" | undefined;
+  if (!to) {
+    if (token && fileKeyNamed)
+      throw refuse(
+        `both a token (SIGIL_PKCS11_MODULE) and a key ${config.masterKey.key ? "(SIGIL_MASTER_KEY)" : "file (SIGIL_MASTER_KEY_FILE)"} are set: ` +
+          "say where the secrets move to, with --to token or --to file",
+      );
+    to = token ? "token" : "file";
   }
+  if (to === "token" && !token)
+    throw refuse(
+      "--to token needs the token: set SIGIL_PKCS11_MODULE, SIGIL_PKCS11_TOKEN_LABEL, SIGIL_PKCS11_KEY_LABEL and SIGIL_PKCS11_PIN or SIGIL_PKCS11_PIN_FILE",
+    );
+  if (to === "token" && newKeyFile) throw refuse("--new-key-file is for --to file: the token's new data key is made by the rotation");
+  if (to === "file" && config.masterKey.key && !newKeyFile) throw refuse("SIGIL_MASTER_KEY is set: give the new key with --new-key-file F");
+  // The token first: a wrong PIN or label stops the rotation before the database is opened.
+  if (token) checkToken(token);
+  const keyFileExists = config.masterKey.key !== null || fs.existsSync(config.masterKey.file);
   // Loading the keyring would make a fresh default key file: a rotation starts from the existing one.
-  if (fileBased && !fs.existsSync(config.masterKey.file)) {
+  if (!token && !keyFileExists) {
     throw new Error(`no master key at ${config.masterKey.file}: nothing to rotate (check --data-dir / SIGIL_MASTER_KEY_FILE)`);
   }
-  const { keyring: from } = loadKeyring(config.masterKey);
+  const fileKeys = keyFileExists ? loadKeyring(config.masterKey).keyring : null;
   const store = await openDatabase(config, "existing", "Check --data-dir / SIGIL_DATA_DIR (SQLite) or SIGIL_DATABASE_URL.");
+  const fileBased = to === "file" && !newKeyFile;
   let report;
+  let from: InstanceType<typeof Keyring>;
   try {
-    let newKey: Buffer;
-    if (newKeyFile) {
-      newKey = parseMasterKey(fs.readFileSync(newKeyFile, "utf8"), newKeyFile);
+    const row = token ? await readDataKeyRow(store.db) : undefined;
+    const wrappedKeys = row ? new Keyring(unwrapDataKey(token!, row)) : null;
+    // What the secrets move away from comes first: its key id is the report's `from`.
+    const moving = to === "token" ? [fileKeys, wrappedKeys] : [wrappedKeys, fileKeys];
+    const [first, second] = moving.filter((keyring) => keyring !== null);
+    if (!first)
+      throw new Error(
+        `there is no master key to rotate from: the database has no data key wrapped by ${describeToken(token!)}, and there is no key file at ${config.masterKey.file}`,
+      );
+    from = second ? first.including(second) : first;
+    let target: InstanceType<typeof Keyring>;
+    let alsoInTransaction: Parameters<typeof resealAll>[3];
+    if (to === "token") {
+      const { dataKey, row: wrapped } = newWrappedDataKey(token!, Date.now());
+      target = new Keyring(dataKey);
+      dataKey.fill(0);
+      alsoInTransaction = async (trx) => {
+        await trx.deleteFrom("token_data_keys").execute();
+        await trx.insertInto("token_data_keys").values(wrapped).execute();
+      };
     } else {
-      const next = nextKeyFile(config.masterKey.file);
-      if (!fs.existsSync(next)) writeKeyFile(next, crypto.randomBytes(MASTER_KEY_BYTES));
-      newKey = parseMasterKey(fs.readFileSync(next, "utf8"), next);
+      let newKey: Buffer;
+      if (newKeyFile) {
+        newKey = parseMasterKey(fs.readFileSync(newKeyFile, "utf8"), newKeyFile);
+      } else {
+        const next = nextKeyFile(config.masterKey.file);
+        if (!fs.existsSync(next)) writeKeyFile(next, crypto.randomBytes(MASTER_KEY_BYTES));
+        newKey = parseMasterKey(fs.readFileSync(next, "utf8"), next);
+      }
+      target = new Keyring(newKey);
+      // The token wraps no data key once nothing is sealed under it.
+      alsoInTransaction = async (trx) => void (await trx.deleteFrom("token_data_keys").execute());
     }
-    const to = new Keyring(newKey);
-    // One rotation at a time: a second one would re-seal under yet another key mid-way.
+    // One rotation at a time: a second one would re-seal under yet another key mid-way. (A deployment
+    // with no data directory, on PostgreSQL with the key in a token, has nowhere to put the lock.)
     const lock = `${config.masterKey.file}.rotating`;
-    let lockFd: number;
-    try {
-      lockFd = fs.openSync(lock, "wx", 0o600);
-    } catch {
-      throw new Error(`another rotation holds ${lock}; if none is running (a crash), remove the file and run again`);
+    let lockFd: number | null = null;
+    if (fs.existsSync(path.dirname(lock))) {
+      try {
+        lockFd = fs.openSync(lock, "wx", 0o600);
+      } catch {
+        throw new Error(`another rotation holds ${lock}; if none is running (a crash), remove the file and run again`);
+      }
     }
     try {
-      report = { ...(await resealAll(store.db, from, to)), to: to.currentKeyId };
+      report = { ...(await resealAll(store.db, from, target, alsoInTransaction)), to: target.currentKeyId };
     } finally {
-      fs.closeSync(lockFd);
-      fs.rmSync(lock, { force: true });
+      if (lockFd !== null) {
+        fs.closeSync(lockFd);
+        fs.rmSync(lock, { force: true });
+      }
     }
   } finally {
     await store.close();
   }
-  if (fileBased && !newKeyFile) {
+  if (fileBased) {
     // Link, then rename over: master.key exists at every instant, holding the old key or the new.
     const file = config.masterKey.file;
-    const previous = `${file}.previous-${from.currentKeyId}`;
-    if (!fs.existsSync(previous)) fs.linkSync(file, previous);
+    const previous = `${file}.previous-${fileKeys?.currentKeyId}`;
+    if (fileKeys && fs.existsSync(file) && !fs.existsSync(previous)) fs.linkSync(file, previous);
     fs.renameSync(nextKeyFile(file), file);
     syncDirectory(path.dirname(file));
   }
   process.stdout.write(
-    JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: report.to }) + "\n",
+    JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: report.to, toKind: to }) + "\n",
   );
+  const fileSettings = config.masterKey.key ? "SIGIL_MASTER_KEY" : "SIGIL_MASTER_KEY_FILE";
   const after =
-    fileBased && !newKeyFile
-      ? `The new key is ${config.masterKey.file}; the old one was kept as ${config.masterKey.file}.previous-${from.currentKeyId}. Restart every server.`
-      : `Now set SIGIL_MASTER_KEY (or the key file) to the new key and keep the old one in SIGIL_MASTER_KEY_PREVIOUS until every server has restarted.`;
+    to === "token"
+      ? `The secrets are sealed under data key ${report.to}, wrapped by ${describeToken(token!)}. ` +
+        (fileKeyNamed
+          ? `Unset ${fileSettings} and restart every server with the token settings (SIGIL_PKCS11_MODULE and the others).`
+          : "Restart every server with the token settings (SIGIL_PKCS11_MODULE and the others).") +
+        (keyFileExists && !config.masterKey.key ? ` The key file ${config.masterKey.file} opens nothing now.` : "")
+      : fileBased
+        ? `The new key is ${config.masterKey.file}${fileKeys ? `; the old one was kept as ${config.masterKey.file}.previous-${fileKeys.currentKeyId}` : ""}. ` +
+          (token ? "Unset the token settings (SIGIL_PKCS11_MODULE and the others) and restart every server." : "Restart every server.")
+        : token
+          ? `Now unset the token settings (SIGIL_PKCS11_MODULE and the others), set SIGIL_MASTER_KEY_FILE (or SIGIL_MASTER_KEY) to the new key and restart every server.`
+          : `Now set SIGIL_MASTER_KEY (or the key file) to the new key and keep the old one in SIGIL_MASTER_KEY_PREVIOUS until every server has restarted.`;
   process.stderr.write(after + "\n");
 }
 
@@ -648,7 +719,7 @@ async function info(values: Values) {
     const databaseKeyIds = (await keyIdsInUse(store.reader)).sort();
     const line = {
       database: store.location,
-      masterKey: await masterKeyAtHand(config, databaseKeyIds),
+      masterKey: await masterKeyAtHand(config, databaseKeyIds, store),
       databaseKeyIds,
       signerPublicKey: of(BUNDLE_SIGNER),
       webhookSigningPublicKey: of(WEBHOOK_SIGNING),
@@ -669,8 +740,25 @@ async function info(values: Values) {
  * never made: where there is none (or it cannot be read) the answer is null and stderr says why, so an
  * operator sees which file the servers would use and whether it is the deployment's key.
  */
-async function masterKeyAtHand(config: Config, databaseKeyIds: string[]) {
+async function masterKeyAtHand(config: Config, databaseKeyIds: string[], store: Store) {
   const { loadKeyring } = await import("../crypto/master-key.js");
+  if (config.masterKey.token) {
+    const { describeToken } = await import("../crypto/master-key.js");
+    const where = describeToken(config.masterKey.token);
+    let keyring;
+    try {
+      ({ keyring } = await tokenKeyringAtHand(config, store));
+    } catch (error) {
+      process.stderr.write(`the master key in ${where} cannot be used: ${(error as Error).message}\n`);
+      return null;
+    }
+    const opensDatabase = databaseKeyIds.every((id) => keyring.holds(id));
+    if (!opensDatabase)
+      process.stderr.write(
+        `the data key ${keyring.currentKeyId} wrapped by ${where} does not open this database: a server given it would refuse to start\n`,
+      );
+    return { source: where, keyId: keyring.currentKeyId, opensDatabase };
+  }
   const { file, key, fileIsDefault } = config.masterKey;
   const origin = !fileIsDefault
     ? "SIGIL_MASTER_KEY_FILE"
@@ -697,6 +785,14 @@ async function masterKeyAtHand(config: Config, databaseKeyIds: string[]) {
       `the master key at ${where}, key id ${keyring.currentKeyId}, does not open this database: a server given it would refuse to start; it needs ${needed}\n`,
     );
   return { source: key ? "SIGIL_MASTER_KEY" : file, keyId: keyring.currentKeyId, opensDatabase };
+}
+
+/** The keyring of a deployment whose master key is in the token, for a command that reads: the token
+ * checked, then the database's data key unwrapped; never made (the first `sigil serve` makes it). */
+async function tokenKeyringAtHand(config: Config, store: Store) {
+  const { checkToken, tokenKeyring } = await import("../services/token-keyring.js");
+  checkToken(config.masterKey.token!);
+  return tokenKeyring(store, config.masterKey, false);
 }
 
 /** Removes an IP allowlist outside the API: the way back for an organization whose lists refuse every
@@ -761,12 +857,12 @@ async function outbox(values: Values) {
   const store = await openDatabase(config, "read-only", readOnlyAdvice);
   try {
     // Loading the keyring would make a fresh default key file, which opens nothing: the servers' key is needed.
-    if (!config.masterKey.key && !fs.existsSync(config.masterKey.file)) {
+    if (!config.masterKey.token && !config.masterKey.key && !fs.existsSync(config.masterKey.file)) {
       throw new Error(
         `no master key at ${config.masterKey.file}: the outbox is sealed under the servers' key (SIGIL_MASTER_KEY or SIGIL_MASTER_KEY_FILE)`,
       );
     }
-    const { keyring } = loadKeyring(config.masterKey);
+    const { keyring } = config.masterKey.token ? await tokenKeyringAtHand(config, store) : loadKeyring(config.masterKey);
     const messages = await readOutbox(store, keyring, Date.now());
     for (const message of messages) {
       if (organization && message.organizationId !== organization) continue;

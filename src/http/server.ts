@@ -37,7 +37,7 @@ import { oidcVerifier } from "../auth/oidc.js";
 import { trustedProxyTest } from "../auth/ip-allowlists.js";
 import { oauth2Providers } from "../services/oauth2-providers.js";
 import { purgeExpiredImportTargets } from "../operations/secure-channel.js";
-import { forgetNewKey, loadKeyring } from "../crypto/master-key.js";
+import { describeToken, forgetNewKey, loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../services/sealed-secrets.js";
 import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { notServedError, notServedOperations } from "../operations/not-served.js";
@@ -428,6 +428,7 @@ async function openDeployment(
   flushWal?: (file: string) => Promise<void>,
   metrics?: Metrics,
 ) {
+  if (config.masterKey.token) return openTokenDeployment(config, logger, mode, flushWal);
   const loaded = loadKeyring(config.masterKey);
   const { keyring, source, created } = loaded;
   const forget = () => forgetNewKey(config.masterKey.file, loaded);
@@ -454,6 +455,37 @@ async function openDeployment(
   return { store, keyring, source, created };
 }
 
+/**
+ * openDeployment with the master key in a PKCS#11 token: the token is checked (module, token, PIN,
+ * key) before the database is opened, so a start refused for it creates and writes nothing; then the
+ * database's data key is unwrapped (made, on a first start) and checked against what the database holds.
+ */
+async function openTokenDeployment(
+  config: Config,
+  logger: pino.Logger,
+  mode: "create" | "existing",
+  flushWal?: (file: string) => Promise<void>,
+) {
+  // Loaded here only: a deployment with a key file never loads the native PKCS#11 binding.
+  const { checkToken, tokenKeyring } = await import("../services/token-keyring.js");
+  const warnings = checkToken(config.masterKey.token!);
+  for (const warning of warnings) logger.warn({ masterKey: describeToken(config.masterKey.token!) }, `master key: ${warning}`);
+  const store = await openStore({
+    ...config,
+    mode,
+    flushWal,
+    onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect"),
+  });
+  try {
+    const { keyring, source, created } = await tokenKeyring(store, config.masterKey, mode === "create");
+    await assertKeyringOpensStore(store.db, keyring, { masterKey: config.masterKey, dataDirOrigin: config.dataDirFrom, created: false });
+    return { store, keyring, source, created };
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+}
+
 /** The deployment's own keys, made (sealed) on the first start, and the expired import targets
  * dropped: what any start does once before serving. */
 async function deploymentKeys(store: Store, keyring: Keyring, clock: () => number) {
@@ -470,10 +502,14 @@ async function deploymentKeys(store: Store, keyring: Keyring, clock: () => numbe
   return keys;
 }
 
-const logMasterKey = (logger: pino.Logger, source: string, created: boolean) =>
-  created
-    ? logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it")
-    : logger.info({ masterKey: source }, "master key loaded");
+const logMasterKey = (config: Config, logger: pino.Logger, source: string, created: boolean) =>
+  config.masterKey.token
+    ? created
+      ? logger.info({ masterKey: source }, "made the data key and stored it wrapped by the token's key")
+      : logger.info({ masterKey: source }, "master key: the data key was unwrapped by the token")
+    : created
+      ? logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it")
+      : logger.info({ masterKey: source }, "master key loaded");
 
 /**
  * What the primary of `sigil serve --workers N` does once before it starts its workers, so that they
@@ -488,7 +524,7 @@ export async function prepareDeployment(config: Config, logger: pino.Logger): Pr
   } finally {
     await store.close();
   }
-  logMasterKey(logger, source, created);
+  logMasterKey(config, logger, source, created);
   return { location: store.location };
 }
 
@@ -505,7 +541,7 @@ export async function startServer(config: Config, logger = createLogger(config),
     metrics,
   );
   if (options.prepared) logger.debug({ masterKey: source }, "master key loaded");
-  else logMasterKey(logger, source, created);
+  else logMasterKey(config, logger, source, created);
   const signatures = new SignatureThreads(config.signatureThreads, metrics ? { onWait: metrics.onSignatureWait } : {});
   let dispatcher: WebhookDispatcher;
   let courier: MessageCourier;

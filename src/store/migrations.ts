@@ -914,6 +914,23 @@ const waitingActivities: Migration = {
   },
 };
 
+/** The data key secrets are sealed under when the master key is in a PKCS#11 token, as the token's key
+ * wrapped it (docs/hsm.md). One row at most (`slot` "master"): servers starting at once on a new
+ * database each try to add theirs, and all take the one that got in. */
+const tokenDataKey: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("token_data_keys")
+      .addColumn("slot", "text", (c) => c.primaryKey())
+      .addColumn("key_id", "text", (c) => c.notNull())
+      .addColumn("wrapped_key", "text", (c) => c.notNull())
+      .addColumn("token_label", "text", (c) => c.notNull())
+      .addColumn("key_label", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -939,6 +956,7 @@ export const migrations: Record<string, Migration> = {
   "0022_rate_limits": rateLimits,
   "0023_activity_request_ids": activityRequestIds,
   "0024_waiting_activities": waitingActivities,
+  "0026_token_data_key": tokenDataKey,
 };
 
 export const migrationProvider: MigrationProvider = {
