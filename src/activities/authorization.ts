@@ -25,6 +25,7 @@ import {
   type PolicySource,
   type PolicyVerdict,
   type Effect,
+  type DecidingPart,
 } from "../policy/engine.js";
 import { evaluationTurn } from "../policy/turns.js";
 import type { Value } from "../policy/types.js";
@@ -32,9 +33,19 @@ import { STEP_BUDGET } from "../policy/compile.js";
 import { requesterOf, type StoredVote } from "../operations/activities/records.js";
 import { sessionProfileScope } from "../operations/logins/session-profiles.js";
 
+/** What settled a decision: the requester's session profile's scope, the root quorum (its approvals,
+ * or a type only it may approve), the policies (one that allows or denies, or waits for a consensus),
+ * their step budget running out, the default allowance of one's own credentials, or no policy at all. */
+export type DecidedBy = "SESSION_SCOPE" | "ROOT_QUORUM" | "ROOT_ONLY" | "POLICIES" | "BUDGET" | "OWN_CREDENTIALS" | "NO_POLICY";
+
 export interface Decision {
   outcome: "OUTCOME_ALLOW" | "OUTCOME_DENY_EXPLICIT" | "OUTCOME_DENY_IMPLICIT" | "OUTCOME_REQUIRES_CONSENSUS";
   verdicts: PolicyVerdict[];
+  /** For each verdict (same index), the part of its policy that gave it. */
+  parts: DecidingPart[];
+  by: DecidedBy;
+  /** The root quorum's state when the decision was made: threshold, how many of its members approved. */
+  rootQuorum?: { threshold: number; approvals: number };
   /** Why, in words: goes into the error message of a denial and the operator's log. */
   reason: string;
   /** Denied because the requester's session profile's scope does not hold (SESSION_SCOPE_DENIED). */
@@ -328,6 +339,8 @@ async function outsideSessionScope(trx: Tx, subject: ActivitySubject, sessionPro
   return {
     outcome: "OUTCOME_DENY_EXPLICIT",
     verdicts: [],
+    parts: [],
+    by: "SESSION_SCOPE",
     reason: `outside the scope of session profile ${sessionProfileId}, which the requesting session key was issued with`,
     outsideSessionScope: true,
   };
@@ -365,7 +378,11 @@ export async function voteWithinScope(
   return evaluatePolicies(policies, input).outcome === "OUTCOME_ALLOW";
 }
 
-export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Promise<Decision> {
+/**
+ * The decision on an activity, given its approvals so far. `policies`, when given, stand in for the
+ * organization's stored policies: a proposed set, judged by this very code (docs/policy-testing.md).
+ */
+export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject, policies?: PolicySource[]): Promise<Decision> {
   // A session profile's scope bounds its session whoever else approves: not even the root quorum
   // lifts it (the key's holder can log in again without the profile if their policies allow).
   if (asSubmitted.sessionProfileId) {
@@ -378,23 +395,26 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
   const rootApprovals = approvers.filter((id) => quorum.members.has(id)).length;
   const rootPending = rootApprovals > 0;
   const quorumText = `${rootApprovals} of the ${quorum.threshold} root approval(s) needed`;
+  const rootQuorumState = { threshold: quorum.threshold, approvals: rootApprovals };
+  const none = { verdicts: [], parts: [], rootQuorum: rootQuorumState };
 
   if (rootApprovals >= quorum.threshold)
-    return { outcome: "OUTCOME_ALLOW", verdicts: [], reason: `approved by the root quorum (${quorumText})` };
+    return { outcome: "OUTCOME_ALLOW", ...none, by: "ROOT_QUORUM", reason: `approved by the root quorum (${quorumText})` };
   const rootOnlyBecause = subject.operation.rootOnly
     ? `${subject.type} can only be approved by the root quorum; no policy can allow it`
     : await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters);
   if (rootOnlyBecause) {
     return rootPending
-      ? { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: [], reason: `waiting for the root quorum (${quorumText})` }
-      : { outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], reason: rootOnlyBecause };
+      ? { outcome: "OUTCOME_REQUIRES_CONSENSUS", ...none, by: "ROOT_ONLY", reason: `waiting for the root quorum (${quorumText})` }
+      : { outcome: "OUTCOME_DENY_IMPLICIT", ...none, by: "ROOT_ONLY", reason: rootOnlyBecause };
   }
 
-  const policies = await loadPolicies(trx, authorityOf(subject));
+  const judging = policies ?? (await loadPolicies(trx, authorityOf(subject)));
   const inputs = await evaluationInputs(trx, subject, approvers);
   // Evaluation is synchronous from here: it waits for its turn on the event loop (policy/turns.ts).
   await evaluationTurn(authorityOf(subject));
-  const { outcome, verdicts, budgetExceeded } = evaluateEach(policies, inputs);
+  const { outcome, verdicts, parts, budgetExceeded } = evaluateEach(judging, inputs);
+  const judged = { verdicts, parts, rootQuorum: rootQuorumState };
   const deciding = (o: Outcome) =>
     verdicts
       .filter((v) => v.outcome === o)
@@ -405,27 +425,39 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
     if (rootPending)
       return {
         outcome: "OUTCOME_REQUIRES_CONSENSUS",
-        verdicts,
+        ...judged,
+        by: "ROOT_QUORUM",
         reason: `denied by policy ${deciding(outcome)} unless the root quorum approves (${quorumText})`,
       };
-    return { outcome, verdicts, reason: `explicitly denied by policy ${deciding(outcome)}` };
+    return { outcome, ...judged, by: "POLICIES", reason: `explicitly denied by policy ${deciding(outcome)}` };
   }
-  if (outcome === "OUTCOME_ALLOW") return { outcome, verdicts, reason: `allowed by policy ${deciding(outcome)}` };
+  if (outcome === "OUTCOME_ALLOW") return { outcome, ...judged, by: "POLICIES", reason: `allowed by policy ${deciding(outcome)}` };
   if (budgetExceeded) {
     const first = verdicts.find((v) => v.outcome === "OUTCOME_ERROR" && v.error?.includes("budget"));
     const reason = `evaluating the policies exceeded the budget of one decision (${STEP_BUDGET} steps) at policy ${first?.policyId ?? "?"}, so nothing can be allowed: simplify that policy, or send shorter parameters`;
     if (rootPending)
-      return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `${reason}; waiting for the root quorum (${quorumText})` };
-    return { outcome: "OUTCOME_DENY_IMPLICIT", verdicts, reason };
+      return {
+        outcome: "OUTCOME_REQUIRES_CONSENSUS",
+        ...judged,
+        by: "ROOT_QUORUM",
+        reason: `${reason}; waiting for the root quorum (${quorumText})`,
+      };
+    return { outcome: "OUTCOME_DENY_IMPLICIT", ...judged, by: "BUDGET", reason };
   }
   const owner = subject.operation.credentialOwner?.(subject.parameters, { userId: subject.requesterId } as Principal);
   if (owner !== undefined && owner === subject.requesterId) {
-    return { outcome: "OUTCOME_ALLOW", verdicts, reason: "a user may change its own credentials unless a policy denies it" };
+    return {
+      outcome: "OUTCOME_ALLOW",
+      ...judged,
+      by: "OWN_CREDENTIALS",
+      reason: "a user may change its own credentials unless a policy denies it",
+    };
   }
   if (outcome === "OUTCOME_REQUIRES_CONSENSUS")
-    return { outcome, verdicts, reason: `waiting for the approvals policy ${deciding(outcome)} requires` };
-  if (rootPending) return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `waiting for the root quorum (${quorumText})` };
-  return { outcome: "OUTCOME_DENY_IMPLICIT", verdicts, reason: "no policy allows it" };
+    return { outcome, ...judged, by: "POLICIES", reason: `waiting for the approvals policy ${deciding(outcome)} requires` };
+  if (rootPending)
+    return { outcome: "OUTCOME_REQUIRES_CONSENSUS", ...judged, by: "ROOT_QUORUM", reason: `waiting for the root quorum (${quorumText})` };
+  return { outcome: "OUTCOME_DENY_IMPLICIT", ...judged, by: "NO_POLICY", reason: "no policy allows it" };
 }
 
 /**

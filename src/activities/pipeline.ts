@@ -406,7 +406,7 @@ function writesFreely(principal: Principal, organizationId: string): boolean {
 }
 
 /** A vote of `principal`, as stored in the activity's votes (who they were comes from authentication). */
-function voteOf(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
+export function voteOf(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
   return {
     id: newId(),
     userId: principal.userId,
@@ -460,7 +460,21 @@ export function draftActivity(
     prepared: null,
     request_id: requestId ?? null,
   };
-  const subject: ActivitySubject = {
+  return { row, vote, subject: subjectOf(operation, envelope, principal, vote, now, precheck) };
+}
+
+/** The activity a request makes, as policies judge it: by its requester's vote (an approval), at
+ * `now`. A submit builds it here; so does a policy dry run (policy-evaluation.ts), so both are judged
+ * on the same subject. */
+export function subjectOf(
+  operation: ActivityOperation,
+  envelope: Pick<Envelope, "organizationId" | "type" | "parameters">,
+  principal: Principal,
+  vote: StoredVote,
+  now: number,
+  precheck?: Precheck,
+): ActivitySubject {
+  return {
     organizationId: envelope.organizationId,
     type: envelope.type,
     operation,
@@ -475,7 +489,6 @@ export function draftActivity(
     ...(precheck?.kind === "passed" ? { prepared: precheck.prepared } : {}),
     ...(principal.sessionProfileId ? { sessionProfileId: principal.sessionProfileId } : {}),
   };
-  return { row, vote, subject };
 }
 
 /**
