@@ -36,7 +36,19 @@ export function renderOperationsTable(): string {
     );
   }
   lines.push("", "## Queries (`POST /public/v1/query/<operation>`)", "", "| operation | what it returns |", "|---|---|");
-  for (const op of queryOperations) lines.push(`| \`${op.name}\` | ${op.summary} |`);
+  for (const op of queryOperations.filter((op) => !op.own)) lines.push(`| \`${op.name}\` | ${op.summary} |`);
+  lines.push(
+    "",
+    "## Sigil's own queries (`POST /sigil/v1/query/<operation>`)",
+    "",
+    "Queries the product's API does not have, served under a prefix of Sigil's own so that no path the product adds can ever",
+    "collide with one. They are stamped, authenticated and answered exactly as the queries above (`organizationId` names the",
+    "organization asked about); their request bodies are described in `/openapi.json`.",
+    "",
+    "| operation | what it returns |",
+    "|---|---|",
+  );
+  for (const op of queryOperations.filter((op) => op.own)) lines.push(`| \`${op.name}\` | ${op.summary} |`);
   lines.push(
     "",
     "## Not served (HTTP 501)",

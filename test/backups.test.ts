@@ -486,9 +486,11 @@ if (backend === "sqlite") {
         newer: "was taken of a database a newer Sigil migrated (migrations 9999_from_the_future)",
         missing: "there is no file",
       };
-      const dataDir = path.join(tempDir(), "never");
+      // A data directory per case: restores running at once into one directory would see each other's
+      // temporary files and rightly refuse it as not empty.
+      const parent = tempDir();
       const cases = Object.entries(files);
-      const outcomes = await inBatches(cases, ([, file]) => sigil(["restore", "--from", file, "--data-dir", dataDir]));
+      const outcomes = await inBatches(cases, ([name, file]) => sigil(["restore", "--from", file, "--data-dir", path.join(parent, name)]));
       outcomes.forEach((outcome, i) => {
         const name = cases[i]![0] as keyof typeof files;
         expect(outcome.code, name).toBe(1);
@@ -496,7 +498,7 @@ if (backend === "sqlite") {
         expect(outcome.stderr, name).toContain("nothing was restored");
       });
       // Also those that got as far as writing the database: it is gone, with the directory restore made.
-      expect(listing(path.dirname(dataDir))).toEqual([]);
+      expect(listing(parent)).toEqual([]);
     }, 90_000);
 
     it("restores only into an empty or absent directory: a non-empty one, a file, is refused and left as it was", async () => {

@@ -60,7 +60,13 @@ import { sha256 } from "../crypto/keys.js";
 import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../registry/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
 import { CLIENT_TYPE_SPELLINGS, swagger } from "../registry/registry.js";
-import { checkRequestText, type ServedChains, validateActivityRequest, validateQueryRequest } from "../registry/validation.js";
+import {
+  checkRequestText,
+  type ServedChains,
+  validateActivityRequest,
+  validateOwnRequest,
+  validateQueryRequest,
+} from "../registry/validation.js";
 import { assertRootQuorumReachable } from "../operations/organizations/organizations.js";
 import { newId } from "../store/ids.js";
 import {
@@ -1420,7 +1426,8 @@ export class Pipeline {
     const session = readOnlySessionHeader(headers);
     const stamp = session === undefined ? readStamp(headers) : undefined;
     const body = parseBody(raw);
-    validateQueryRequest(operation.name, body, env.chains);
+    if (operation.own) validateOwnRequest(`query:${operation.name}`, operation.own.schema, body);
+    else validateQueryRequest(operation.name, body, env.chains);
     const organizationId = (body as { organizationId: string }).organizationId;
     const now = this.clock();
     const maxAgeMs = this.options.queryCredentialMaxAgeMs ?? null;

@@ -1,7 +1,7 @@
 // An OpenAPI 3.1 description of exactly the operations this server registers, derived from the
 // registry and the swagger-derived request schemas (served at GET /openapi.json).
 import { activityOperations, queryOperations } from "../operations/catalog.js";
-import { activityEnvelopeSchema, swagger } from "../registry/registry.js";
+import { activityEnvelopeSchema, queryPath, swagger } from "../registry/registry.js";
 import { ACCEPT_PATH, invitationAcceptanceSchema } from "../operations/organizations/invitations.js";
 
 const errorBody = {
@@ -59,14 +59,16 @@ export function buildOpenApiDocument(version: string) {
     };
   }
   for (const op of queryOperations) {
-    paths[`/public/v1/query/${op.name}`] = {
+    paths[queryPath(op)] = {
       post: {
         operationId: op.name,
         summary: op.summary,
-        tags: ["queries"],
+        tags: [op.own ? "sigil queries" : "queries"],
         requestBody: {
           required: true,
-          content: { "application/json": { schema: { $ref: `#/components/schemas/${swagger.queries[op.name].request}` } } },
+          content: {
+            "application/json": { schema: op.own ? op.own.schema : { $ref: `#/components/schemas/${swagger.queries[op.name].request}` } },
+          },
         },
         responses: { "200": { description: "The result" }, ...errors },
       },

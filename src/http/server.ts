@@ -10,7 +10,7 @@ import { openStore, type Store } from "../store/database.js";
 import { Pipeline } from "../activities/pipeline.js";
 import { rateLimiter } from "../services/rate-limits.js";
 import type { Keyring } from "../crypto/envelope.js";
-import type { OperationEnvironment } from "../registry/registry.js";
+import { type OperationEnvironment, queryPath } from "../registry/registry.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
 import { selectSecp256k1, type Secp256k1Selection } from "../crypto/secp256k1.js";
 import { signatureLibraries } from "../crypto/sign.js";
@@ -358,7 +358,7 @@ export function buildApp(
     });
   }
   for (const operation of queryOperations) {
-    app.post(`/public/v1/query/${operation.name}`, async (request, reply) => {
+    app.post(queryPath(operation), async (request, reply) => {
       const response = await pipeline.query(operation, raw(request.body), request.raw.headersDistinct, request.ip);
       return reply.status(response.status).send(response.body);
     });

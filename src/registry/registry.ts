@@ -359,9 +359,13 @@ export type SubmitOperation = ActivityOperation | VoteOperation;
 /** `B`: the request body the query receives; `unknown` where the endpoint is not known (the catalog). */
 export interface QueryOperation<B = unknown> {
   kind: "query";
-  /** Path suffix: /public/v1/query/<name> */
+  /** Path suffix: /public/v1/query/<name>, or /sigil/v1/query/<name> for a query of Sigil's own. */
   name: string;
   summary: string;
+  /** A query of Sigil's own, which the product's API description does not have: served under
+   * SIGIL_QUERY_PREFIX (so it can never collide with a path the product adds later), its body held to
+   * this JSON Schema instead of the description's. Authenticated and answered like every query. */
+  own?: { schema: OwnQuerySchema };
   /** A credential of a sub-organization of the organization named may ask too (whoami: a client that
    * knows only the parent's id finds the caller's own sub-organization). */
   resolvesSubOrganizations?: boolean;
@@ -381,6 +385,35 @@ export function defineActivity<N extends SubmitName, R = undefined>(
 
 export function defineVote(op: Omit<VoteOperation, "kind" | "types">): VoteOperation {
   return { ...op, kind: "vote", types: activityTypesFor(op.name) };
+}
+
+/** Where the queries of Sigil's own are served: `${SIGIL_QUERY_PREFIX}<name>`. */
+export const SIGIL_QUERY_PREFIX = "/sigil/v1/query/";
+const API_QUERY_PREFIX = "/public/v1/query/";
+
+/** The path a query is served at. */
+export function queryPath(op: Pick<QueryOperation, "name" | "own">): string {
+  return `${op.own ? SIGIL_QUERY_PREFIX : API_QUERY_PREFIX}${op.name}`;
+}
+
+/** The body schema of a query of Sigil's own: an object naming the organization asked about, as every
+ * query of the API does (authentication reads `organizationId`), and no field it does not declare. */
+export interface OwnQuerySchema {
+  type: "object";
+  required: ["organizationId", ...string[]];
+  properties: { organizationId: { type: "string" } & Record<string, unknown> } & Record<string, object>;
+  additionalProperties: false;
+  [keyword: string]: unknown;
+}
+
+/** Declares a query of Sigil's own, served at /sigil/v1/query/<name>; `B` is the body `schema` admits. */
+export function defineSigilQuery<B extends { organizationId: string }>(
+  op: Omit<QueryOperation<B>, "kind" | "own"> & { schema: OwnQuerySchema },
+): QueryOperation<B> {
+  if (!/^[a-z][a-z0-9_]*$/.test(op.name)) throw new Error(`a query name is snake_case: ${op.name}`);
+  if (swagger.queries[op.name]) throw new Error(`${op.name} is a query of the API description: declare it with defineQuery`);
+  const { schema, ...rest } = op;
+  return { ...rest, kind: "query", own: { schema } };
 }
 
 /** Declares the query served at /public/v1/query/<name>, its request body typed by the name. */
