@@ -8,7 +8,8 @@
 // is what a submit would see. It only reads: it records no activity and consumes no fingerprint.
 import type { Tx, Db } from "../store/handles.js";
 import type { Principal } from "../auth/authenticate.js";
-import type { ActivityOperation } from "../registry/registry.js";
+import type { ActivityOperation, WouldBeRequest } from "../registry/registry.js";
+import type { Store } from "../store/database.js";
 import { CLIENT_TYPE_SPELLINGS, swagger } from "../registry/registry.js";
 import { type ServedChains, validateActivityRequest } from "../registry/validation.js";
 import { serviceError } from "../errors.js";
@@ -175,4 +176,28 @@ export async function explainDecision(
 export async function policyNames(db: Db | Tx, organizationId: string): Promise<Map<string, string>> {
   const rows = await db.selectFrom("policies").select(["id", "name"]).where("organization_id", "=", organizationId).execute();
   return new Map(rows.map((r) => [r.id, r.name]));
+}
+
+/**
+ * The policy dry run (evaluate_policies): reads the would-be request as a submit would, then, on one
+ * snapshot of the database, decides it as a submit by the caller (or by `actingUserId`, a user of the
+ * organization) at `now` would be decided. Keywords a submit computes from a precheck's network reads
+ * (a send's fees and nonce) are absent here: the dry run sends nothing anywhere.
+ */
+export async function answerDryRun(
+  store: Store,
+  chains: ServedChains,
+  organizationId: string,
+  principal: Principal,
+  request: WouldBeRequest,
+  now: number,
+): Promise<Record<string, unknown>> {
+  const wouldBe = readWouldBe({ organizationId, type: request.type, parameters: request.parameters }, chains);
+  const explanation = await store.readSnapshot(async (trx) => {
+    const requester = request.actingUserId !== undefined ? await actingUser(trx, organizationId, request.actingUserId) : principal;
+    const subject = wouldBeSubject(organizationId, wouldBe, requester, now);
+    const names = await policyNames(trx, subject.authorityOrganizationId ?? organizationId);
+    return explainDecision(trx, subject, undefined, names);
+  });
+  return { ...explanation };
 }
