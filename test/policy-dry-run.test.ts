@@ -18,7 +18,16 @@ let bob: Member;
 let ids: { allow: string; deny: string; pair: string };
 
 const unsigned = (to: string, value: bigint) =>
-  serializeTransaction({ chainId: 1, to: to as Hex, value, nonce: 0, gas: 21_000n, maxFeePerGas: 1n, maxPriorityFeePerGas: 1n, type: "eip1559" });
+  serializeTransaction({
+    chainId: 1,
+    to: to as Hex,
+    value,
+    nonce: 0,
+    gas: 21_000n,
+    maxFeePerGas: 1n,
+    maxPriorityFeePerGas: 1n,
+    type: "eip1559",
+  });
 const signRequest = (to: string, value: bigint) => ({
   type: "ACTIVITY_TYPE_SIGN_TRANSACTION_V2",
   parameters: { signWith: made.address, unsignedTransaction: unsigned(to, value).slice(2), type: "TRANSACTION_TYPE_ETHEREUM" },
@@ -142,7 +151,11 @@ describe("evaluate_policies answers what a submit would be answered", () => {
 
     const two = await organizationWith(h, ["second"]);
     await two.root.updateRootQuorum({ threshold: 2, userIds: [two.org.userId, two.members.second!.userId] });
-    const body = { organizationId: two.org.organizationId, type: "ACTIVITY_TYPE_CREATE_USER_TAG", parameters: { userTagName: "x", userIds: [] } };
+    const body = {
+      organizationId: two.org.organizationId,
+      type: "ACTIVITY_TYPE_CREATE_USER_TAG",
+      parameters: { userTagName: "x", userIds: [] },
+    };
     const waiting: any = await h.http(two.org.key).request(PATH, body);
     expect(waiting).toMatchObject({
       verdict: "NEEDS_ROOT_QUORUM",
@@ -173,9 +186,15 @@ describe("evaluate_policies refuses bad input, changing nothing", () => {
       message: expect.stringContaining("is a vote on another activity"),
     });
     expect(
-      await refusal(alice.key, { type: "ACTIVITY_TYPE_SIGN_TRANSACTION_V2", parameters: { signWith: made.address, type: "TRANSACTION_TYPE_ETHEREUM" } }),
+      await refusal(alice.key, {
+        type: "ACTIVITY_TYPE_SIGN_TRANSACTION_V2",
+        parameters: { signWith: made.address, type: "TRANSACTION_TYPE_ETHEREUM" },
+      }),
     ).toMatchObject({ code: 3, errorCode: "REQUEST_INVALID", message: expect.stringContaining("unsignedTransaction") });
-    expect(await refusal(alice.key, { ...signRequest(FRIEND, 1n), fingerprint: "x" })).toMatchObject({ code: 3, errorCode: "REQUEST_INVALID" });
+    expect(await refusal(alice.key, { ...signRequest(FRIEND, 1n), fingerprint: "x" })).toMatchObject({
+      code: 3,
+      errorCode: "REQUEST_INVALID",
+    });
     expect(await refusal(alice.key, { type: "ACTIVITY_TYPE_CREATE_USER_TAG" })).toMatchObject({ code: 3, errorCode: "REQUEST_INVALID" });
     expect(await h.snapshot()).toBe(before);
   });

@@ -432,7 +432,13 @@ function writesFreely(principal: Principal, organizationId: string): boolean {
 }
 
 /** A vote of `principal`, as stored in the activity's votes (who they were comes from authentication). */
-export function voteOf(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
+export function voteOf(
+  principal: Principal,
+  activityId: string,
+  selection: StoredVote["selection"],
+  message: string,
+  now: number,
+): StoredVote {
   return {
     id: newId(),
     userId: principal.userId,

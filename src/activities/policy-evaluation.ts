@@ -65,7 +65,8 @@ export function readWouldBe(request: { organizationId: string; type: string; par
   const type = Object.hasOwn(CLIENT_TYPE_SPELLINGS, request.type) ? CLIENT_TYPE_SPELLINGS[request.type]! : request.type;
   const operation = operationByActivityType.get(type);
   if (!operation) {
-    if (swagger.activityTypes[type]) throw serviceError("ACTIVITY_TYPE_UNSUPPORTED", `activity type ${type} is not supported by this server`);
+    if (swagger.activityTypes[type])
+      throw serviceError("ACTIVITY_TYPE_UNSUPPORTED", `activity type ${type} is not supported by this server`);
     throw serviceError("ACTIVITY_TYPE_UNKNOWN", `unknown activity type ${type}: name an activity type a submit endpoint accepts`);
   }
   if (operation.kind !== "activity")
@@ -119,7 +120,14 @@ export function wouldBeSubject(
 ): ActivitySubject {
   const vote: StoredVote = voteOf(principal, "dry-run", "VOTE_SELECTION_APPROVED", "", now);
   const precheck = prepared && "prepared" in prepared ? { kind: "passed" as const, prepared: prepared.prepared } : undefined;
-  return subjectOf(wouldBe.operation, { organizationId, type: wouldBe.type, parameters: wouldBe.parameters }, principal, vote, now, precheck);
+  return subjectOf(
+    wouldBe.operation,
+    { organizationId, type: wouldBe.type, parameters: wouldBe.parameters },
+    principal,
+    vote,
+    now,
+    precheck,
+  );
 }
 
 /**
