@@ -201,9 +201,6 @@ export async function replayActivities(
     const unavailable = [
       ...(requesterOrganization === undefined ? [`the requesting user ${row.user_id} no longer exists`] : []),
       ...(await missingResources(db, row.organization_id, parameters)),
-      ...wouldBe.policyEvaluations
-        .filter((p) => p.outcome === "OUTCOME_ERROR" && p.error?.includes("is not available for this activity"))
-        .map((p) => `policy "${p.policyName ?? p.policyId}": ${p.error}`),
     ];
     changed.push({
       activityId: row.id,
