@@ -133,7 +133,7 @@ describe("sigil policy replay", () => {
     expect(json.stderr).toBe("");
     expect(json.code).toBe(0);
     const report = JSON.parse(json.stdout);
-    const byId = new Map(report.changed.map((a: any) => [a.activityId, a]));
+    const byId = new Map<string, any>(report.changed.map((a: any) => [a.activityId, a]));
     // The tag (allowed today by "alice tags", which the proposal drops): denied.
     expect(byId.get(ids.tag)).toMatchObject({
       type: "ACTIVITY_TYPE_CREATE_USER_TAG",

@@ -78,7 +78,7 @@ export interface ActivitySubject {
 
 const authorityOf = (subject: ActivitySubject) => subject.authorityOrganizationId ?? subject.organizationId;
 
-interface RootQuorum {
+export interface RootQuorum {
   threshold: number;
   members: Set<string>;
 }
@@ -110,7 +110,7 @@ const policiesOf = prepare((db, slot: Slots<{ organizationId: string }>) =>
     .orderBy("id"),
 );
 
-async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<PolicySource[]> {
+export async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<PolicySource[]> {
   const rows = await policiesOf.all(trx, { organizationId });
   return rows.map((r) => ({ ...r, effect: r.effect as Effect }));
 }
@@ -378,21 +378,57 @@ export async function voteWithinScope(
   return evaluatePolicies(policies, input).outcome === "OUTCOME_ALLOW";
 }
 
+/** What a decision rests on besides the policies: the subject with its live votes, the root quorum,
+ * and, unless the root quorum alone decides, what the policies judge (their inputs). Read once, it
+ * can be decided on several sets of policies (a replay weighs the current and the proposed ones). */
+export interface DecisionGrounds {
+  subject: ActivitySubject;
+  authority: string;
+  approvers: string[];
+  quorum: RootQuorum;
+  rootApprovals: number;
+  /** Why only the root quorum may approve it, when it may not be allowed by a policy. */
+  rootOnlyBecause?: string;
+  /** What policies judge; absent when the root quorum alone decides. */
+  inputs?: EvaluationInput[];
+  /** Refused before anything else is weighed (outside its session profile's scope). */
+  refusal?: Decision;
+}
+
+export async function decisionGrounds(trx: Tx, asSubmitted: ActivitySubject): Promise<DecisionGrounds> {
+  // A session profile's scope bounds its session whoever else approves: not even the root quorum
+  // lifts it (the key's holder can log in again without the profile if their policies allow).
+  if (asSubmitted.sessionProfileId) {
+    const refusal = await outsideSessionScope(trx, asSubmitted, asSubmitted.sessionProfileId);
+    if (refusal) return { subject: asSubmitted, authority: authorityOf(asSubmitted), approvers: [], quorum: { threshold: 1, members: new Set() }, rootApprovals: 0, refusal };
+  }
+  const subject = await withLiveVotes(trx, asSubmitted);
+  const authority = authorityOf(subject);
+  const quorum = await rootQuorum(trx, authority);
+  const approvers = approvedBy(subject.votes);
+  const rootApprovals = approvers.filter((id) => quorum.members.has(id)).length;
+  const grounds: DecisionGrounds = { subject, authority, approvers, quorum, rootApprovals };
+  if (rootApprovals >= quorum.threshold) return grounds;
+  const rootOnlyBecause = subject.operation.rootOnly
+    ? `${subject.type} can only be approved by the root quorum; no policy can allow it`
+    : await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters);
+  if (rootOnlyBecause) return { ...grounds, rootOnlyBecause };
+  return { ...grounds, inputs: await evaluationInputs(trx, subject, approvers) };
+}
+
 /**
  * The decision on an activity, given its approvals so far. `policies`, when given, stand in for the
  * organization's stored policies: a proposed set, judged by this very code (docs/policy-testing.md).
  */
 export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject, policies?: PolicySource[]): Promise<Decision> {
-  // A session profile's scope bounds its session whoever else approves: not even the root quorum
-  // lifts it (the key's holder can log in again without the profile if their policies allow).
-  if (asSubmitted.sessionProfileId) {
-    const refusal = await outsideSessionScope(trx, asSubmitted, asSubmitted.sessionProfileId);
-    if (refusal) return refusal;
-  }
-  const subject = await withLiveVotes(trx, asSubmitted);
-  const quorum = await rootQuorum(trx, authorityOf(subject));
-  const approvers = approvedBy(subject.votes);
-  const rootApprovals = approvers.filter((id) => quorum.members.has(id)).length;
+  const grounds = await decisionGrounds(trx, asSubmitted);
+  return decideOn(grounds, grounds.inputs && (policies ?? (await loadPolicies(trx, grounds.authority))));
+}
+
+/** The decision on `grounds` with `policies` (read only when the grounds leave it to policies). */
+export async function decideOn(grounds: DecisionGrounds, policies: PolicySource[] | undefined): Promise<Decision> {
+  if (grounds.refusal) return grounds.refusal;
+  const { subject, quorum, rootApprovals, inputs } = grounds;
   const rootPending = rootApprovals > 0;
   const quorumText = `${rootApprovals} of the ${quorum.threshold} root approval(s) needed`;
   const rootQuorumState = { threshold: quorum.threshold, approvals: rootApprovals };
@@ -400,20 +436,16 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject, poli
 
   if (rootApprovals >= quorum.threshold)
     return { outcome: "OUTCOME_ALLOW", ...none, by: "ROOT_QUORUM", reason: `approved by the root quorum (${quorumText})` };
-  const rootOnlyBecause = subject.operation.rootOnly
-    ? `${subject.type} can only be approved by the root quorum; no policy can allow it`
-    : await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters);
-  if (rootOnlyBecause) {
+  if (grounds.rootOnlyBecause) {
     return rootPending
       ? { outcome: "OUTCOME_REQUIRES_CONSENSUS", ...none, by: "ROOT_ONLY", reason: `waiting for the root quorum (${quorumText})` }
-      : { outcome: "OUTCOME_DENY_IMPLICIT", ...none, by: "ROOT_ONLY", reason: rootOnlyBecause };
+      : { outcome: "OUTCOME_DENY_IMPLICIT", ...none, by: "ROOT_ONLY", reason: grounds.rootOnlyBecause };
   }
+  if (!inputs || !policies) throw new Error("a decision left to policies needs its inputs and the policies");
 
-  const judging = policies ?? (await loadPolicies(trx, authorityOf(subject)));
-  const inputs = await evaluationInputs(trx, subject, approvers);
   // Evaluation is synchronous from here: it waits for its turn on the event loop (policy/turns.ts).
-  await evaluationTurn(authorityOf(subject));
-  const { outcome, verdicts, parts, budgetExceeded } = evaluateEach(judging, inputs);
+  await evaluationTurn(grounds.authority);
+  const { outcome, verdicts, parts, budgetExceeded } = evaluateEach(policies, inputs);
   const judged = { verdicts, parts, rootQuorum: rootQuorumState };
   const deciding = (o: Outcome) =>
     verdicts

@@ -16,7 +16,15 @@ import { serviceError } from "../errors.js";
 import type { DecidingPart, Outcome, PolicySource } from "../policy/engine.js";
 import { operationByActivityType } from "../operations/catalog.js";
 import type { StoredVote } from "../operations/activities/records.js";
-import { decideActivity, type ActivitySubject, type DecidedBy, type Decision } from "./authorization.js";
+import {
+  decideOn,
+  decisionGrounds,
+  loadPolicies,
+  type ActivitySubject,
+  type DecidedBy,
+  type Decision,
+  type DecisionGrounds,
+} from "./authorization.js";
 import { ruleOn, subjectOf, voteOf } from "./pipeline.js";
 
 /** The answer, in four words: runs, refused, waits for approvals a policy's consensus names, or
@@ -131,9 +139,9 @@ export function wouldBeSubject(
 }
 
 /**
- * What a submit of `subject` would be answered: the decision of the submit's own code (decideActivity,
- * then ruleOn), judged on `policies` when given and on the organization's stored policies otherwise.
- * `names` gives policies' names by id.
+ * What a submit of `subject` would be answered: the decision of the submit's own code (decideActivity's
+ * two steps, then ruleOn), judged on `policies` when given and on the organization's stored policies
+ * otherwise. `names` gives policies' names by id.
  */
 export async function explainDecision(
   trx: Tx,
@@ -141,8 +149,18 @@ export async function explainDecision(
   policies?: PolicySource[],
   names?: ReadonlyMap<string, string>,
 ): Promise<Explanation> {
-  const decision = await decideActivity(trx, subject, policies);
-  const ruled = ruleOn(decision, subject);
+  const grounds = await decisionGrounds(trx, subject);
+  return explainOn(grounds, grounds.inputs && (policies ?? (await loadPolicies(trx, grounds.authority))), names);
+}
+
+/** explainDecision on grounds already read: one activity decided on several sets of policies. */
+export async function explainOn(
+  grounds: DecisionGrounds,
+  policies: PolicySource[] | undefined,
+  names?: ReadonlyMap<string, string>,
+): Promise<Explanation> {
+  const decision = await decideOn(grounds, grounds.inputs && policies);
+  const ruled = ruleOn(decision, grounds.subject);
   const policyOutcome: Outcome | undefined =
     decision.by === "POLICIES"
       ? decision.outcome

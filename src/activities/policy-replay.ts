@@ -11,8 +11,8 @@ import type { Effect, PolicySource } from "../policy/engine.js";
 import { operationByActivityType } from "../operations/catalog.js";
 import type { StoredVote } from "../operations/activities/records.js";
 import { findSigner } from "../operations/wallets/signers.js";
-import type { ActivitySubject } from "./authorization.js";
-import { explainDecision, policyNames, type Explanation, type Verdict } from "./policy-evaluation.js";
+import { decisionGrounds, type ActivitySubject } from "./authorization.js";
+import { explainOn, policyNames, type Explanation, type Verdict } from "./policy-evaluation.js";
 
 export type Change = "ALLOWED_TO_DENIED" | "DENIED_TO_ALLOWED" | "NOW_NEEDS_CONSENSUS" | "NOW_NEEDS_ROOT_QUORUM" | "NO_LONGER_WAITS";
 
@@ -191,8 +191,10 @@ export async function replayActivities(
       ...(requesterOrganization && requesterOrganization !== row.organization_id ? { authorityOrganizationId: requesterOrganization } : {}),
       ...(row.prepared !== null ? { prepared: JSON.parse(row.prepared) } : {}),
     };
-    const today = await explainDecision(db as unknown as Tx, subject, current, currentNames);
-    const wouldBe = await explainDecision(db as unknown as Tx, subject, proposed.policies, proposed.names);
+    // Read once, decided twice: the grounds (root quorum, approvers, policy context) do not depend on the policies.
+    const grounds = await decisionGrounds(db as unknown as Tx, subject);
+    const today = await explainOn(grounds, current, currentNames);
+    const wouldBe = await explainOn(grounds, proposed.policies, proposed.names);
     replayed += 1;
     const recordedOutcome = recorded.get(row.id) ?? null;
     if (recordedOutcome !== null && recordedOutcome !== today.outcome) decidedOtherwiseToday += 1;
