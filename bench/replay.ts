@@ -41,9 +41,19 @@ async function seconds<T>(work: () => Promise<T>): Promise<{ value: T; seconds: 
 /** An organization with real activities of several kinds, then copies of them up to ACTIVITIES. */
 async function recordActivities(store: Store, url: string) {
   const key = generateP256KeyPair();
-  const org = await createOrganization(store.db, { organizationName: "replay", userName: "root", apiPublicKey: key.publicKey, apiKeyName: "root" });
+  const org = await createOrganization(store.db, {
+    organizationName: "replay",
+    userName: "root",
+    apiPublicKey: key.publicKey,
+    apiKeyName: "root",
+  });
   const client = (k: { publicKey: string; privateKey: string }) =>
-    new Turnkey({ apiBaseUrl: url, apiPublicKey: k.publicKey, apiPrivateKey: k.privateKey, defaultOrganizationId: org.organizationId }).apiClient();
+    new Turnkey({
+      apiBaseUrl: url,
+      apiPublicKey: k.publicKey,
+      apiPrivateKey: k.privateKey,
+      defaultOrganizationId: org.organizationId,
+    }).apiClient();
   const root = client(key);
   const aliceKey = generateP256KeyPair();
   const { userIds } = await root.createUsers({
@@ -61,7 +71,9 @@ async function recordActivities(store: Store, url: string) {
   const only = `approvers.any(u, u.id == '${userIds[0]}')`;
   const { addresses } = await root.createWallet({
     walletName: "hot",
-    accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" }],
+    accounts: [
+      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+    ],
   });
   for (const [policyName, condition] of [
     ["tags", "activity.type == 'ACTIVITY_TYPE_CREATE_USER_TAG'"],
@@ -82,26 +94,50 @@ async function recordActivities(store: Store, url: string) {
       type: "eip1559",
     }).slice(2);
     await alice.signTransaction({ signWith: addresses[0]!, unsignedTransaction, type: "TRANSACTION_TYPE_ETHEREUM" });
-    await alice.signRawPayload({ signWith: addresses[0]!, payload: `0x${i.toString(16).padStart(2, "0")}`, encoding: "PAYLOAD_ENCODING_HEXADECIMAL", hashFunction: "HASH_FUNCTION_KECCAK256" });
+    await alice.signRawPayload({
+      signWith: addresses[0]!,
+      payload: `0x${i.toString(16).padStart(2, "0")}`,
+      encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+      hashFunction: "HASH_FUNCTION_KECCAK256",
+    });
     await alice.createWallet({ walletName: `w${i}`, accounts: [] }).catch(() => undefined);
   }
   const real = await store.db.selectFrom("activities").selectAll().where("organization_id", "=", org.organizationId).execute();
-  const evaluations = await store.db.selectFrom("policy_evaluations").selectAll().where("organization_id", "=", org.organizationId).execute();
+  const evaluations = await store.db
+    .selectFrom("policy_evaluations")
+    .selectAll()
+    .where("organization_id", "=", org.organizationId)
+    .execute();
   const firstEvaluation = new Map<string, (typeof evaluations)[number]>();
-  for (const e of evaluations.sort((a, b) => a.created_at - b.created_at)) if (!firstEvaluation.has(e.activity_id)) firstEvaluation.set(e.activity_id, e);
+  for (const e of evaluations.sort((a, b) => a.created_at - b.created_at))
+    if (!firstEvaluation.has(e.activity_id)) firstEvaluation.set(e.activity_id, e);
   const oldest = Math.min(...real.map((r) => r.created_at));
   const copies = [];
   const copiedEvaluations = [];
   for (let i = 0; real.length + copies.length < ACTIVITIES; i++) {
     const from = real[i % real.length]!;
     const id = crypto.randomUUID();
-    copies.push({ ...from, id, fingerprint: crypto.randomBytes(32).toString("hex"), created_at: oldest - 1000 * (i + 1), updated_at: oldest - 1000 * (i + 1) });
+    copies.push({
+      ...from,
+      id,
+      fingerprint: crypto.randomBytes(32).toString("hex"),
+      created_at: oldest - 1000 * (i + 1),
+      updated_at: oldest - 1000 * (i + 1),
+    });
     const evaluation = firstEvaluation.get(from.id);
-    if (evaluation) copiedEvaluations.push({ ...evaluation, id: crypto.randomUUID(), activity_id: id, created_at: oldest - 1000 * (i + 1) });
+    if (evaluation)
+      copiedEvaluations.push({ ...evaluation, id: crypto.randomUUID(), activity_id: id, created_at: oldest - 1000 * (i + 1) });
   }
-  for (let i = 0; i < copies.length; i += 500) await store.db.insertInto("activities").values(copies.slice(i, i + 500)).execute();
+  for (let i = 0; i < copies.length; i += 500)
+    await store.db
+      .insertInto("activities")
+      .values(copies.slice(i, i + 500))
+      .execute();
   for (let i = 0; i < copiedEvaluations.length; i += 500)
-    await store.db.insertInto("policy_evaluations").values(copiedEvaluations.slice(i, i + 500)).execute();
+    await store.db
+      .insertInto("policy_evaluations")
+      .values(copiedEvaluations.slice(i, i + 500))
+      .execute();
   return { organizationId: org.organizationId, realActivities: real.length, only };
 }
 
@@ -120,23 +156,57 @@ async function backendRun(backend: "sqlite" | "postgres", databaseUrl: string | 
       { id: "pay friends", effect: "EFFECT_ALLOW", condition: `eth.tx.to == '${FRIEND}'`, consensus: made.only, time: null },
       { id: "nothing over one ether", effect: "EFFECT_DENY", condition: "eth.tx.value > 1000000000000000000", consensus: null, time: null },
       { id: "sign with hot", effect: "EFFECT_ALLOW", condition: "wallet.label == 'hot'", consensus: made.only, time: null },
-      { id: "wallets", effect: "EFFECT_ALLOW", condition: "activity.type == 'ACTIVITY_TYPE_CREATE_WALLET'", consensus: made.only, time: null },
+      {
+        id: "wallets",
+        effect: "EFFECT_ALLOW",
+        condition: "activity.type == 'ACTIVITY_TYPE_CREATE_WALLET'",
+        consensus: made.only,
+        time: null,
+      },
     ];
     const names = new Map(proposed.map((p) => [p.id, p.id]));
     const reader = server.store.reader;
     const floor = await seconds(() =>
-      reader.selectFrom("activities").selectAll().where("organization_id", "=", made.organizationId).orderBy("created_at", "desc").limit(ACTIVITIES).execute(),
+      reader
+        .selectFrom("activities")
+        .selectAll()
+        .where("organization_id", "=", made.organizationId)
+        .orderBy("created_at", "desc")
+        .limit(ACTIVITIES)
+        .execute(),
     );
     const concurrency = backend === "postgres" ? 32 : 1;
-    const replay = await seconds(() => replayActivities(reader, made.organizationId, { policies: proposed, names }, ACTIVITIES, concurrency));
+    const replay = await seconds(() =>
+      replayActivities(reader, made.organizationId, { policies: proposed, names }, ACTIVITIES, concurrency),
+    );
     const file = path.join(dataDir, "proposed.json");
-    fs.writeFileSync(file, JSON.stringify(proposed.map((p) => ({ policyName: p.id, effect: p.effect, condition: p.condition, consensus: p.consensus }))));
+    fs.writeFileSync(
+      file,
+      JSON.stringify(proposed.map((p) => ({ policyName: p.id, effect: p.effect, condition: p.condition, consensus: p.consensus }))),
+    );
     const env = { ...process.env, ...(databaseUrl ? { SIGIL_DATABASE_URL: databaseUrl } : {}) };
     const cli = await seconds(() =>
-      run(process.execPath, [CLI, "policy", "replay", "--organization", made.organizationId, "--policies", file, "--last", String(ACTIVITIES), "--json", "--data-dir", dataDir], {
-        env,
-        maxBuffer: 1 << 28,
-      }),
+      run(
+        process.execPath,
+        [
+          CLI,
+          "policy",
+          "replay",
+          "--organization",
+          made.organizationId,
+          "--policies",
+          file,
+          "--last",
+          String(ACTIVITIES),
+          "--json",
+          "--data-dir",
+          dataDir,
+        ],
+        {
+          env,
+          maxBuffer: 1 << 28,
+        },
+      ),
     );
     const report = replay.value;
     return {

@@ -75,11 +75,15 @@ beforeAll(async () => {
   const only = `approvers.any(u, u.id == '${alice.userId}')`;
   const { walletId, addresses } = await root.createWallet({
     walletName: "hot",
-    accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" }],
+    accounts: [
+      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+    ],
   });
   const gone = await root.createWallet({
     walletName: "gone",
-    accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" }],
+    accounts: [
+      { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+    ],
   });
   for (const [policyName, condition] of [
     ["alice tags", "activity.type == 'ACTIVITY_TYPE_CREATE_USER_TAG'"],
@@ -121,8 +125,18 @@ describe("sigil policy replay", () => {
       policies: [
         { policyName: "alice pays friends", effect: "EFFECT_ALLOW", condition: `eth.tx.to == '${FRIEND}'`, consensus: only },
         { policyName: "nothing over one ether", effect: "EFFECT_DENY", condition: "eth.tx.value > 1000000000000000000" },
-        { policyName: "alice makes wallets", effect: "EFFECT_ALLOW", condition: "activity.type == 'ACTIVITY_TYPE_CREATE_WALLET'", consensus: only },
-        { policyName: "signing takes two", effect: "EFFECT_ALLOW", condition: "activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2'", consensus: "approvers.count() >= 2" },
+        {
+          policyName: "alice makes wallets",
+          effect: "EFFECT_ALLOW",
+          condition: "activity.type == 'ACTIVITY_TYPE_CREATE_WALLET'",
+          consensus: only,
+        },
+        {
+          policyName: "signing takes two",
+          effect: "EFFECT_ALLOW",
+          condition: "activity.type == 'ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2'",
+          consensus: "approvers.count() >= 2",
+        },
       ],
     });
     const before = await h.snapshot();
@@ -184,7 +198,9 @@ describe("sigil policy replay", () => {
     expect(table.stdout).toContain(`\n  not rebuilt: the key ${ids.goneAddress} signed with no longer exists\n`);
     expect(table.stdout).not.toContain(ids.tag);
     expect(table.stdout).toMatch(
-      new RegExp(`\\n3 activities of organization ${org.org.organizationId} read, 3 replayed: 2 would change \\(0 allowed → denied, 1 denied → allowed, 1 now need consensus`),
+      new RegExp(
+        `\\n3 activities of organization ${org.org.organizationId} read, 3 replayed: 2 would change \\(0 allowed → denied, 1 denied → allowed, 1 now need consensus`,
+      ),
     );
     expect(await h.snapshot()).toBe(before);
   });
@@ -213,7 +229,9 @@ describe("sigil policy replay", () => {
     expect(unknown.stderr).toMatch(/^no organization no-such-organization in /);
     expect(uncompiled.code).toBe(1);
     expect(uncompiled.stdout).toBe("");
-    expect(uncompiled.stderr).toBe(`${bad}:2:73: policy "p", condition: Activity has no field "typ" (fields: type, kind, resource, action, params, organization_id)\n`);
+    expect(uncompiled.stderr).toBe(
+      `${bad}:2:73: policy "p", condition: Activity has no field "typ" (fields: type, kind, resource, action, params, organization_id)\n`,
+    );
     expect(await h.snapshot()).toBe(before);
   });
 });

@@ -74,14 +74,14 @@ describe("the example in docs/policy-tests", () => {
     const [passing, failed] = await Promise.all([sigil(["policy", "test", EXAMPLE]), sigil(["policy", "test", failing])]);
     expect(passing.code).toBe(0);
     expect(passing.stdout).toMatch(/^RESULT +CASE +EXPECTED +GOT +DECIDED BY\n/);
-    expect(passing.stdout).toMatch(/\nPASS +finance pays payroll half an ether +ALLOW +ALLOW +payments to the payroll address \(effect\)\n/);
+    expect(passing.stdout).toMatch(
+      /\nPASS +finance pays payroll half an ether +ALLOW +ALLOW +payments to the payroll address \(effect\)\n/,
+    );
     expect(passing.stdout).toContain("\n8 passed, 0 failed\n");
     expect(failed.code).toBe(1);
     expect(failed.stdout).toMatch(/\nFAIL +tags are allowed +ALLOW +DENY +no policy allows it\n/);
     expect(failed.stdout).toContain("FAIL tags are allowed\n  expected ALLOW, got DENY: no policy allows it\n");
-    expect(failed.stdout).toContain(
-      'FAIL names a policy\n  expected the deciding policies to be "wallets only", got none\n',
-    );
+    expect(failed.stdout).toContain('FAIL names a policy\n  expected the deciding policies to be "wallets only", got none\n');
     expect(failed.stdout).toContain("\n0 passed, 2 failed\n");
   });
 });
@@ -93,7 +93,12 @@ describe("cases decided against --policies", () => {
       users: [{ name: "alice" }],
       cases: [
         { name: "coffee", user: "alice", request: { type: "ACTIVITY_TYPE_MAKE_COFFEE", parameters: {} }, expect: "ALLOW" },
-        { name: "no name", user: "alice", request: { type: "ACTIVITY_TYPE_CREATE_USER_TAG", parameters: { userIds: [] } }, expect: "ALLOW" },
+        {
+          name: "no name",
+          user: "alice",
+          request: { type: "ACTIVITY_TYPE_CREATE_USER_TAG", parameters: { userIds: [] } },
+          expect: "ALLOW",
+        },
         { name: "allowed", user: { name: "bob", tags: ["x"] }, request: TAG, expect: "ALLOW", expectPolicies: ["tags"] },
       ],
     });
@@ -111,7 +116,14 @@ describe("cases decided against --policies", () => {
 
   it("a time-bound policy is judged at the case's time", async () => {
     const policies = write("office-hours.json", {
-      policies: [{ policyName: "2026 only", effect: "EFFECT_ALLOW", condition: "activity.resource == 'USER'", time: "time.now < Timestamp('2027-01-01T00:00:00Z')" }],
+      policies: [
+        {
+          policyName: "2026 only",
+          effect: "EFFECT_ALLOW",
+          condition: "activity.resource == 'USER'",
+          time: "time.now < Timestamp('2027-01-01T00:00:00Z')",
+        },
+      ],
     });
     const cases = write("times.json", {
       users: [{ name: "alice" }],
@@ -161,7 +173,7 @@ describe("an unusable file is refused naming its line and column, deciding nothi
         '  "policies": [',
         '    { "policyName": "fine", "effect": "EFFECT_ALLOW", "condition": "true" },',
         '    { "policyName": "typo", "effect": "EFFECT_ALLOW",',
-        '      "condition": "activity.type == \'caf\\u00e9\\t\' && activity.typ == \'y\'" }',
+        "      \"condition\": \"activity.type == 'caf\\u00e9\\t' && activity.typ == 'y'\" }",
         "  ]",
         "}",
       ].join("\n"),
@@ -176,7 +188,9 @@ describe("an unusable file is refused naming its line and column, deciding nothi
     expect(await refusal(cases, write("bad-effect.json", [{ policyName: "p", effect: "EFFECT_MAYBE" }]))).toMatch(
       /bad-effect\.json:\d+:\d+: policy "p": effect must be EFFECT_ALLOW or EFFECT_DENY, not "EFFECT_MAYBE"/,
     );
-    expect(await refusal(cases, write("twice.json", [allowTags[0], allowTags[0]]))).toMatch(/policy "tags": another policy .* has the same name/);
+    expect(await refusal(cases, write("twice.json", [allowTags[0], allowTags[0]]))).toMatch(
+      /policy "tags": another policy .* has the same name/,
+    );
   });
 
   it("the built CLI exits 2 on an unusable file and names it on stderr", async () => {

@@ -400,7 +400,15 @@ export async function decisionGrounds(trx: Tx, asSubmitted: ActivitySubject): Pr
   // lifts it (the key's holder can log in again without the profile if their policies allow).
   if (asSubmitted.sessionProfileId) {
     const refusal = await outsideSessionScope(trx, asSubmitted, asSubmitted.sessionProfileId);
-    if (refusal) return { subject: asSubmitted, authority: authorityOf(asSubmitted), approvers: [], quorum: { threshold: 1, members: new Set() }, rootApprovals: 0, refusal };
+    if (refusal)
+      return {
+        subject: asSubmitted,
+        authority: authorityOf(asSubmitted),
+        approvers: [],
+        quorum: { threshold: 1, members: new Set() },
+        rootApprovals: 0,
+        refusal,
+      };
   }
   const subject = await withLiveVotes(trx, asSubmitted);
   const authority = authorityOf(subject);

@@ -480,6 +480,11 @@ async function dispatch(argv: string[]): Promise<void> {
     if (rest.length > 0) throw refuse(`unexpected argument "${rest[0]}"`);
     return void process.stdout.write(version() + "\n");
   }
+  const group = Object.keys(commands).filter((name) => name.startsWith(`${first} `));
+  if (group.length > 0 && !Object.hasOwn(commands, first)) {
+    const named = rest[0] !== undefined && !rest[0].startsWith("-") ? `${first} ${rest[0]}` : first;
+    throw refuse(`unknown command "${named}": the ${first} commands are ${group.map((g) => `"${g}"`).join(", ")}`);
+  }
   if (!Object.hasOwn(commands, first))
     throw refuse(first.startsWith("-") ? unknownOption(first, ["help", "version"]) : unknownCommand(first));
   const values = parseCommandLine(first, rest);

@@ -136,7 +136,7 @@ export function stringOf(file: SourceFile, parent: Node, key: string, what: stri
   return node.value as string;
 }
 
-export const valueOf = (node: Node): unknown => getNodeValue(node);
+export const jsonValueOf = (node: Node): unknown => getNodeValue(node);
 
 /**
  * The file offset of the character at `index` of the string a JSON string node holds: walks the

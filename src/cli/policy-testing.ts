@@ -25,7 +25,7 @@ import {
   property,
   readPolicies,
   stringOf,
-  valueOf,
+  jsonValueOf,
   type ProposedPolicy,
 } from "./policy-files.js";
 
@@ -207,7 +207,7 @@ export function readCasesFile(file: SourceFile): CasesFile {
       user,
       approvers,
       ...(atMs !== undefined ? { at: atMs } : {}),
-      request: { type, parameters: valueOf(parameters) },
+      request: { type, parameters: jsonValueOf(parameters) },
       expect: expected as Verdict,
       ...(expectPolicies ? { expectPolicies } : {}),
       node,
