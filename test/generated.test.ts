@@ -21,7 +21,9 @@ describe("src/api/types.ts", () => {
   it("has a request and response type for every query Sigil serves", () => {
     const text = readFileSync(API_TYPES_FILE, "utf8");
     const queries = text.slice(text.indexOf("export interface QueryShapes {"), text.indexOf("export interface SubmitShapes {"));
-    for (const operation of queryOperations) expect(queries, operation.name).toContain(`  ${operation.name}: { request: `);
+    // Queries of Sigil's own (defineSigilQuery) are not the API description's: their body is their own schema.
+    for (const operation of queryOperations.filter((op) => !op.own))
+      expect(queries, operation.name).toContain(`  ${operation.name}: { request: `);
   });
 
   it("lists for every submit endpoint the activity type versions the registry accepts for it (handlers are typed by that list)", () => {

@@ -159,7 +159,7 @@ export function readCasesFile(file: SourceFile): CasesFile {
     expectKind(file, quorum, "object", '"rootQuorum"', root);
     onlyKeys(file, quorum, ["threshold"], '"rootQuorum"');
     const t = property(quorum, "threshold");
-    if (!t || t.type !== "number" || !Number.isInteger(t.value) || t.value < 1)
+    if (t?.type !== "number" || !Number.isInteger(t.value) || t.value < 1)
       throw file.fail(t ?? quorum, '"rootQuorum": "threshold" must be a whole number of at least 1');
     threshold = t.value as number;
   }
