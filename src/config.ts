@@ -68,7 +68,12 @@ export interface Config {
   oauth2Providers: Oauth2ProviderConfig;
   /** How many requests each credential and organization may make (docs/rate-limits.md); null: none counted. */
   rateLimits: RateLimitConfig | null;
+  /** Where GET /metrics is served (docs/metrics.md). */
+  metrics: MetricsConfig;
 }
+
+/** SIGIL_METRICS: on the main listener, not at all, or on a listener of its own. */
+export type MetricsConfig = { serve: "main" } | { serve: "off" } | { serve: "listener"; host: string; port: number };
 
 /** A token bucket: it holds `burst` requests and refills at `perSecond`. */
 export interface Rate {
@@ -379,6 +384,35 @@ const listenAddress: Kind<string> = {
   accepts: "an IP address or a host name (`0.0.0.0` or `::` listens on every address)",
   parse: (raw, reading) => (net.isIP(raw) || HOSTNAME.test(raw.toLowerCase().replace(/\.$/, "")) ? raw : reading.refuse()),
 };
+
+/** `on`, `off`, or the HOST:PORT of a listener of its own (an IPv6 address in brackets). Read as text and
+ * written back in one spelling (`ON` is `on`); loadConfig turns it into a MetricsConfig (metricsOf). */
+const metricsPlace: Kind<string> = {
+  accepts:
+    "`on` (served at `/metrics` on the main listener), `off`, or `HOST:PORT` for a listener of its own (`127.0.0.1:9464`, `[::1]:9464`): " +
+    "an IP address (IPv6 in brackets) or a host name, and a port from 1 to 65535",
+  parse(raw, reading) {
+    const text = raw.trim();
+    if (text.toLowerCase() === "on" || text.toLowerCase() === "off") return text.toLowerCase();
+    const match = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(text);
+    if (!match) return reading.refuse();
+    const host = match[1] ?? match[2]!;
+    if (match[1] !== undefined && !net.isIPv6(host)) reading.refuse("only an IPv6 address is written in brackets");
+    if (match[1] === undefined && net.isIPv6(host)) reading.refuse("write an IPv6 address in brackets: [::1]:9464");
+    const port = Number(match[3]);
+    if (port < 1 || port > 65_535) reading.refuse("the port must be from 1 to 65535");
+    listenAddress.parse(host, reading);
+    return text;
+  },
+};
+
+/** SIGIL_METRICS's value as loadConfig hands it on. */
+function metricsOf(text: string): MetricsConfig {
+  if (text === "on") return { serve: "main" };
+  if (text === "off") return { serve: "off" };
+  const at = text.lastIndexOf(":");
+  return { serve: "listener", host: text.slice(0, at).replace(/^\[(.*)\]$/, "$1"), port: Number(text.slice(at + 1)) };
+}
 
 /** A domain as browsers and mail hosts compare it: lower case, ASCII. */
 function domain(leadingDot: boolean): Kind<string> {
@@ -773,6 +807,16 @@ export const settings = {
     default: true,
     meaning:
       "run PostgreSQL's recurring statements as named prepared statements, parsed and planned once per connection; `false` behind a connection pooler in transaction mode that does not keep them (PgBouncer before 1.21, or without `max_prepared_statements`) — about half of PostgreSQL's CPU per signature more ([Storage](storage.md#postgresql-behind-a-connection-pooler))",
+  }),
+  metrics: setting({
+    variable: "SIGIL_METRICS",
+    group: SERVER,
+    kind: metricsPlace,
+    default: "on",
+    meaning:
+      "where the Prometheus metrics are served ([Metrics](metrics.md)): `on` at `/metrics` on the main listener, `off` (none are " +
+      "collected), or a listener of its own, to keep them off the public port. With `--workers`, every answer is the whole " +
+      "cluster's (the primary gathers the workers'; on a listener of its own, the primary listens)",
   }),
   logLevel: setting({
     variable: "SIGIL_LOG_LEVEL",
@@ -1376,6 +1420,12 @@ function readSettings(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}): SettingV
   if (headers > 0 && request > 0 && headers > request) {
     problems.push(`SIGIL_HEADERS_TIMEOUT_MS (${headers}) must not exceed SIGIL_REQUEST_TIMEOUT_MS (${request})`);
   }
+  const metrics = metricsOf(read.metrics);
+  if (metrics.serve === "listener" && metrics.host === read.host && metrics.port === read.port) {
+    problems.push(
+      `SIGIL_METRICS (${read.metrics}) must not be the main listener's address (SIGIL_HOST, SIGIL_PORT): write \`on\` to serve /metrics there`,
+    );
+  }
   if (problems.length > 0) throw new ConfigError(problems.join("\n"));
   return read;
 }
@@ -1478,6 +1528,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       x: { tokenUrl: s.oauth2XTokenUrl, userInfoUrl: s.oauth2XUserInfoUrl },
       discord: { tokenUrl: s.oauth2DiscordTokenUrl, userInfoUrl: s.oauth2DiscordUserInfoUrl },
     },
+    metrics: metricsOf(s.metrics),
     rateLimits: s.rateLimits
       ? {
           activities: {

@@ -375,7 +375,7 @@ export interface QueryOperation<B = unknown> {
   name: string;
   summary: string;
   /** A query of Sigil's own, which the product's API description does not have: served under
-   * SIGIL_QUERY_PREFIX (so it can never collide with a path the product adds later), its body held to
+   * OWN_QUERY_PREFIX (so it can never collide with a path the product adds later), its body held to
    * this JSON Schema instead of the description's. Authenticated and answered like every query. */
   own?: { schema: OwnQuerySchema };
   /** A credential of a sub-organization of the organization named may ask too (whoami: a client that
@@ -399,13 +399,13 @@ export function defineVote(op: Omit<VoteOperation, "kind" | "types">): VoteOpera
   return { ...op, kind: "vote", types: activityTypesFor(op.name) };
 }
 
-/** Where the queries of Sigil's own are served: `${SIGIL_QUERY_PREFIX}<name>`. */
-export const SIGIL_QUERY_PREFIX = "/sigil/v1/query/";
+/** Where the queries of Sigil's own are served: `${OWN_QUERY_PREFIX}<name>`. */
+export const OWN_QUERY_PREFIX = "/sigil/v1/query/";
 const API_QUERY_PREFIX = "/public/v1/query/";
 
 /** The path a query is served at. */
 export function queryPath(op: Pick<QueryOperation, "name" | "own">): string {
-  return `${op.own ? SIGIL_QUERY_PREFIX : API_QUERY_PREFIX}${op.name}`;
+  return `${op.own ? OWN_QUERY_PREFIX : API_QUERY_PREFIX}${op.name}`;
 }
 
 /** The body schema of a query of Sigil's own: an object naming the organization asked about, as every
