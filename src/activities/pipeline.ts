@@ -58,7 +58,14 @@ import {
   readParentKeyLists,
 } from "../auth/ip-allowlists.js";
 import { sha256 } from "../crypto/keys.js";
-import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../registry/registry.js";
+import type {
+  OperationEnvironment,
+  QueryOperation,
+  SubmitOperation,
+  VoteOperation,
+  VotingRights,
+  WouldBeRequest,
+} from "../registry/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
 import { CLIENT_TYPE_SPELLINGS, swagger } from "../registry/registry.js";
 import {
@@ -111,8 +118,21 @@ import {
   readAcceptance,
 } from "../operations/organizations/invitations.js";
 
+/** Answers a policy dry run (activities/policy-evaluation.ts, answerDryRun): given to the pipeline by
+ * the server, since that module builds on this one. */
+export type DryRun = (
+  store: Store,
+  chains: ServedChains,
+  organizationId: string,
+  principal: Principal,
+  request: WouldBeRequest,
+  now: number,
+) => Promise<Record<string, unknown>>;
+
 export interface PipelineOptions {
   store: Store;
+  /** The policy dry run's answer (evaluate_policies). */
+  dryRun?: DryRun;
   /** A request's timestampMs must lie within this many ms of now, either side. */
   timestampWindowMs: number;
   /** Queries are refused to API keys and read-only sessions older than this (null: no limit). */
@@ -417,7 +437,13 @@ function writesFreely(principal: Principal, organizationId: string): boolean {
 }
 
 /** A vote of `principal`, as stored in the activity's votes (who they were comes from authentication). */
-function voteOf(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
+export function voteOf(
+  principal: Principal,
+  activityId: string,
+  selection: StoredVote["selection"],
+  message: string,
+  now: number,
+): StoredVote {
   return {
     id: newId(),
     userId: principal.userId,
@@ -471,7 +497,21 @@ export function draftActivity(
     prepared: null,
     request_id: requestId ?? null,
   };
-  const subject: ActivitySubject = {
+  return { row, vote, subject: subjectOf(operation, envelope, principal, vote, now, precheck) };
+}
+
+/** The activity a request makes, as policies judge it: by its requester's vote (an approval), at
+ * `now`. A submit builds it here; so does a policy dry run (policy-evaluation.ts), so both are judged
+ * on the same subject. */
+export function subjectOf(
+  operation: ActivityOperation,
+  envelope: Pick<Envelope, "organizationId" | "type" | "parameters">,
+  principal: Principal,
+  vote: StoredVote,
+  now: number,
+  precheck?: Precheck,
+): ActivitySubject {
+  return {
     organizationId: envelope.organizationId,
     type: envelope.type,
     operation,
@@ -486,7 +526,6 @@ export function draftActivity(
     ...(precheck?.kind === "passed" ? { prepared: precheck.prepared } : {}),
     ...(principal.sessionProfileId ? { sessionProfileId: principal.sessionProfileId } : {}),
   };
-  return { row, vote, subject };
 }
 
 /**
@@ -1470,8 +1509,12 @@ export class Pipeline {
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);
     const readSnapshot = <T>(work: (trx: Tx) => Promise<T>) => store.readSnapshot(work);
+    const wouldBeAnswered = (request: WouldBeRequest) => {
+      if (!this.options.dryRun) throw new Error("this pipeline was given no policy dry run");
+      return this.options.dryRun(store, env.chains, organizationId, principal, request, now);
+    };
     const result = await operation.run(
-      { db: store.reader, readSnapshot, organizationId, principal, now, votingRights, chains: this.options.env.chains },
+      { db: store.reader, readSnapshot, organizationId, principal, now, votingRights, chains: this.options.env.chains, wouldBeAnswered },
       body,
     );
     if ("activity" in result) return { status: 200, body: result };

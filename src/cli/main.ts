@@ -36,6 +36,9 @@ export interface CommandSpec {
   /** What --help says about SIGIL_DATABASE_URL instead of the note `masterKey` implies. */
   postgresNote?: string;
   options: Record<string, OptionSpec>;
+  /** The one argument the command takes besides its options (a file), written in the usage as `value`;
+   * it is required. The command reads it as values._ */
+  argument?: { value: string; summary: string };
   run(values: Values): Promise<void>;
 }
 
@@ -242,17 +245,55 @@ export const commands: Record<string, CommandSpec> = {
     },
     run: restore,
   },
+  "policy test": {
+    masterKey: "none",
+    summary: "decides test cases offline against a set of policies; exits 1 when a case fails (see docs/policy-testing.md)",
+    description:
+      "Runs the cases of CASES_FILE (JSON, comments allowed): each a would-be request (activity type and parameters), its acting " +
+      "user and the outcome expected (ALLOW, DENY, NEEDS_CONSENSUS or NEEDS_ROOT_QUORUM), decided against the policies of " +
+      '--policies, else of the cases file\'s own "policies", by the code a submit is decided with. It needs no server and no ' +
+      "database: the organization the cases describe (users, tags, root quorum, wallets) lives in a temporary SQLite database " +
+      "for the run. It prints one line per case with the policy that decided it, what each failure was, and the count, and " +
+      "exits 0 when every case passes, 1 when one fails, 2 when a file cannot be used (its file:line:column is named, a " +
+      "policy that does not compile at the character that does not).",
+    argument: { value: "CASES_FILE", summary: "the test cases (docs/policy-testing.md describes the format)" },
+    options: {
+      policies: { value: "FILE", summary: 'the policies to test (a list, or {"policies": [...]}, as create_policy takes them)' },
+    },
+    run: policyTest,
+  },
+  "policy replay": {
+    masterKey: "none",
+    summary: "judges an organization's recorded activities on proposed policies and reports what would change",
+    description:
+      "Decides the newest --last activities of the organization again as they were submitted (their stored intents, their " +
+      "requester, at the time they were recorded, with the policy context a submit builds), once on the organization's " +
+      "policies as they stand and once on the policies of --policies, and prints every activity whose answer differs " +
+      "(allowed to denied, denied to allowed, now needs consensus, …) with the proposed policy that decided it, then a " +
+      "summary count. What cannot be rebuilt from the record (a wallet or key since deleted, a requester since removed) is " +
+      "named with the activity. With --json it prints the report as one JSON object instead. " +
+      readOnlyNote,
+    options: {
+      organization: { value: "ID", summary: "the organization whose activities are replayed", required: true },
+      policies: { value: "FILE", summary: 'the proposed policies (a list, or {"policies": [...]})', required: true },
+      last: { value: "N", summary: "the newest N activities, 1 to 1000000 (default 10000)", range: [1, 1_000_000] },
+      json: { summary: "print the report as one JSON object" },
+      "data-dir": dataDirOption,
+    },
+    run: policyReplay,
+  },
 };
 
 // ---- the usage text ----------------------------------------------------------------------------
 
 function usageLine(name: string): string {
+  const argument = commands[name]!.argument;
   const parts = Object.entries(commands[name]!.options).map(([option, spec]) => {
     const placeholder = spec.choices ? [...(spec.range ? [spec.value] : []), ...spec.choices].join("|") : spec.value;
     const written = spec.value ? `--${option} ${placeholder}` : `--${option}`;
     return spec.required ? written : `[${written}]`;
   });
-  return ["sigil", name, ...parts].join(" ");
+  return ["sigil", name, ...(argument ? [argument.value] : []), ...parts].join(" ");
 }
 
 function overallUsage(): string {
@@ -276,6 +317,7 @@ function commandHelp(name: string): string {
     o.choices && !o.range ? `${o.summary}: ${o.choices.join(", ")}` : o.summary,
   ]);
   options.push(["-h, --help", "print this help"]);
+  if (spec.argument) options.unshift([spec.argument.value, spec.argument.summary]);
   const width = Math.max(...options.map(([left]) => left.length)) + 2;
   return [
     `usage: ${usageLine(name)}`,
@@ -368,7 +410,13 @@ function parseCommandLine(name: string, args: string[]): Values | "help" {
   let help = false;
   for (const token of tokens) {
     if (token.kind === "option-terminator") continue;
-    if (token.kind === "positional") throw refuse(`unexpected argument "${token.value}" (every value follows its option)`);
+    if (token.kind === "positional") {
+      if (spec.argument && values._ === undefined) {
+        values._ = token.value;
+        continue;
+      }
+      throw refuse(`unexpected argument "${token.value}" (every value follows its option)`);
+    }
     if (token.name === "help") {
       if (token.value !== undefined) throw refuse(`${token.rawName} takes no value`);
       help = true;
@@ -405,6 +453,7 @@ function parseCommandLine(name: string, args: string[]): Values | "help" {
     }
   }
   if (help) return "help";
+  if (spec.argument && values._ === undefined) throw refuse(`${spec.argument.value} is required`);
   const missing = Object.entries(spec.options)
     .filter(([option, o]) => o.required && values[option] === undefined)
     .map(([option]) => `--${option}`);
@@ -417,14 +466,21 @@ function version(): string {
   return (JSON.parse(fs.readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 }
 
+/** `policy test …` is the command "policy test": a group's name and its command's name, read as one. */
+function grouped(argv: string[]): string[] {
+  const [first, second, ...rest] = argv;
+  if (first !== undefined && second !== undefined && Object.hasOwn(commands, `${first} ${second}`)) return [`${first} ${second}`, ...rest];
+  return argv;
+}
+
 async function dispatch(argv: string[]): Promise<void> {
-  const [first, ...rest] = argv;
+  const [first, ...rest] = grouped(argv);
   const refuse = (message: string) => new UsageError(`sigil: ${message}`, overallUsage());
   if (first === undefined) throw refuse("no command given");
   const unknownCommand = (name: string) => `unknown command "${name}"${suggestion(name, Object.keys(commands))}`;
   if (first === "--help" || first === "-h" || first === "help") {
     if (rest.length === 0) return void process.stdout.write(overallUsage() + "\n");
-    const [name, ...extra] = rest as [string, ...string[]];
+    const [name, ...extra] = grouped(rest) as [string, ...string[]];
     if (first !== "help") throw refuse(`unexpected argument "${name}"`);
     if (!Object.hasOwn(commands, name)) throw refuse(unknownCommand(name));
     if (extra.length > 0) throw refuse(`unexpected argument "${extra[0]}"`);
@@ -433,6 +489,11 @@ async function dispatch(argv: string[]): Promise<void> {
   if (first === "--version" || first === "-v") {
     if (rest.length > 0) throw refuse(`unexpected argument "${rest[0]}"`);
     return void process.stdout.write(version() + "\n");
+  }
+  const group = Object.keys(commands).filter((name) => name.startsWith(`${first} `));
+  if (group.length > 0 && !Object.hasOwn(commands, first)) {
+    const named = rest[0] !== undefined && !rest[0].startsWith("-") ? `${first} ${rest[0]}` : first;
+    throw refuse(`unknown command "${named}": the ${first} commands are ${group.map((g) => `"${g}"`).join(", ")}`);
   }
   if (!Object.hasOwn(commands, first))
     throw refuse(first.startsWith("-") ? unknownOption(first, ["help", "version"]) : unknownCommand(first));
@@ -926,4 +987,46 @@ async function restore(values: Values) {
     `restored the database of ${manifest.createdAt} into ${database}. The master key is not in a backup: start \`sigil serve --data-dir ${path.dirname(database)}\` ` +
       `with ${keys}: copy its master.key into that directory, or name it with SIGIL_MASTER_KEY_FILE or SIGIL_MASTER_KEY\n`,
   );
+}
+
+/** `sigil policy test`: the cases decided, a table printed; exit 1 on a failed case, 2 on an unusable file. */
+async function policyTest(values: Values) {
+  const { runPolicyTests, renderResults } = await import("./policy-testing.js");
+  const { PolicyFileError } = await import("./policy-files.js");
+  try {
+    const results = await runPolicyTests(text(values, "_")!, text(values, "policies"));
+    process.stdout.write(renderResults(results) + "\n");
+    if (results.some((r) => !r.passed)) process.exitCode = 1;
+  } catch (error) {
+    if (!(error instanceof PolicyFileError)) throw error;
+    process.stderr.write(`sigil policy test: ${error.message}\n`);
+    process.exitCode = 2;
+  }
+}
+
+/** `sigil policy replay`: the organization's recorded activities judged on proposed policies. */
+async function policyReplay(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { readPolicies, SourceFile } = await import("./policy-files.js");
+  const { replayActivities } = await import("../activities/policy-replay.js");
+  const { renderReplay } = await import("./policy-testing.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const organizationId = text(values, "organization")!;
+  // The file first: a mistake in it is named before any database is opened.
+  const proposed = readPolicies(SourceFile.read(text(values, "policies")!));
+  const store = await openDatabase(config, "read-only", readOnlyAdvice);
+  try {
+    const organization = await store.reader.selectFrom("organizations").select("id").where("id", "=", organizationId).executeTakeFirst();
+    if (!organization) throw new Error(`no organization ${organizationId} in ${store.location}`);
+    const report = await replayActivities(
+      store.reader,
+      organizationId,
+      { policies: proposed, names: new Map(proposed.map((p) => [p.id, p.name])) },
+      (values.last as number | undefined) ?? 10_000,
+      store.dialect === "postgres" ? 32 : 1,
+    );
+    process.stdout.write((values.json ? JSON.stringify(report) : renderReplay(report)) + "\n");
+  } finally {
+    await store.close();
+  }
 }

@@ -12,6 +12,7 @@ import { Pipeline } from "../activities/pipeline.js";
 import { rateLimiter } from "../services/rate-limits.js";
 import type { Keyring } from "../crypto/envelope.js";
 import { type OperationEnvironment, queryPath } from "../registry/registry.js";
+import { answerDryRun } from "../activities/policy-evaluation.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
 import { selectSecp256k1, type Secp256k1Selection } from "../crypto/secp256k1.js";
 import { signatureLibraries } from "../crypto/sign.js";
@@ -213,6 +214,7 @@ export function buildApp(
     onMessagesQueued,
     onBroadcastsQueued,
     rateLimits: rateLimiter(config.rateLimits, store, logger),
+    dryRun: answerDryRun,
     ...(metrics ? { metrics } : {}),
   });
 

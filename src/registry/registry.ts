@@ -184,6 +184,18 @@ export interface QueryContext {
   votingRights(activity: ActivitiesTable): Promise<VotingRights>;
   /** The chain nodes (get_nonces asks one). */
   chains: ChainRpc;
+  /** The policy dry run (evaluate_policies): what a submit of `request` by the caller, or by its
+   * acting user, would be answered, decided by the submit's own code on the organization's policies.
+   * It reads only: no activity is recorded, no fingerprint consumed. */
+  wouldBeAnswered(request: WouldBeRequest): Promise<Record<string, unknown>>;
+}
+
+/** A submit request that is not sent: the activity type and parameters a submit would carry, and
+ * the user it would be requested by when not the caller. */
+export interface WouldBeRequest {
+  type: string;
+  parameters: unknown;
+  actingUserId?: string;
 }
 
 export interface VotingRights {
