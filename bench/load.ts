@@ -38,6 +38,9 @@ const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,32,128").split(",").filter(B
 if (LEVELS.length === 0 || LEVELS.some((c) => !Number.isInteger(c) || c < 1))
   throw new Error("BENCH_CONCURRENCY: positive integers, e.g. 1,32,128");
 const OTHER_LEVELS = LEVELS.slice(0, 2);
+/** BENCH_SCRAPE_MS=1000 (the default): how often metrics_cost scrapes /metrics of the server that collects them
+ * (Prometheus's usual interval is 15 s: this is harsher). */
+const SCRAPE_MS = Number(process.env.BENCH_SCRAPE_MS ?? 1000);
 /** BENCH_PG_WORKERS=1,2 (the default): the PostgreSQL runs, by server processes (`sigil serve --workers N` above 1). */
 const PG_WORKERS = (process.env.BENCH_PG_WORKERS ?? "1,2").split(",").filter(Boolean).map(Number);
 /** Before its first measurement each server is loaded briefly at the highest concurrency: the code is
@@ -345,6 +348,122 @@ async function signingAgainstReferences(label: string, client: Client, scenario:
   };
 }
 
+/** A server of its own for a comparison: its own organization (bootstrapped into `dataDir`, or into
+ * the same PostgreSQL database), a wallet with one Ethereum account, and a client at its URL. */
+async function comparisonServer(env: NodeJS.ProcessEnv, dataDir: string, name: string) {
+  const key: Key = apiKey();
+  const boot = spawnSync(
+    process.execPath,
+    [CLI, "bootstrap", "--create", "--data-dir", dataDir, "--org-name", name, "--user-name", name, "--api-public-key", key.publicKey],
+    { env, encoding: "utf8" },
+  );
+  if (boot.status !== 0) throw new Error(`bootstrap failed: ${boot.stderr}`);
+  const { organizationId } = JSON.parse(boot.stdout);
+  const server = await startProcess(
+    (port) => [CLI, "serve", "--port", String(port), "--data-dir", dataDir],
+    env,
+    1,
+    path.join(dataDir, `${name}.log`),
+  );
+  const client = new Client(server.url, key, organizationId, Math.max(...LEVELS));
+  client.cpuProbes = { server: serverCpuUs(server.pid), ...(env.SIGIL_DATABASE_URL ? { database: postgresCpuUs } : {}) };
+  const eth = {
+    curve: "CURVE_SECP256K1",
+    pathFormat: "PATH_FORMAT_BIP32",
+    path: "m/44'/60'/0'/0/0",
+    addressFormat: "ADDRESS_FORMAT_ETHEREUM",
+  };
+  const created = await client.submit("create_wallet", "ACTIVITY_TYPE_CREATE_WALLET", () => ({ walletName: name, accounts: [eth] }));
+  const signWith = created.activity.result.createWalletResult.addresses[0] as string;
+  const signing: Scenario = {
+    fresh: true,
+    make: () => client.submitBody("sign_raw_payload", "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2", (n) => signRawPayloadParameters(signWith, n)),
+  };
+  return { server, client, signing };
+}
+
+/** GET `url` on a connection of its own; resolves with the body's length (0 on failure). */
+function scrapeOnce(url: string): Promise<number> {
+  return new Promise((resolve) => {
+    const request = http.get(url, { agent: false }, (response) => {
+      let length = 0;
+      response.on("data", (chunk: Buffer) => (length += chunk.length));
+      response.on("end", () => resolve(response.statusCode === 200 ? length : 0));
+    });
+    request.on("error", () => resolve(0));
+  });
+}
+
+/**
+ * metrics_cost: sign_raw_payload on four servers started alike, fresh processes on the same backend:
+ * two collecting metrics (SIGIL_METRICS=on, each scraped every SCRAPE_MS meanwhile) and two not (off),
+ * made in the order on, off, off, on, and loaded at the same time by the same generator, each at the
+ * same concurrency. Whatever else the machine does then weighs on all alike (one after the other, the
+ * shared 2-core machine's speed drifted by more than the few per cent being measured), the cores they
+ * share go to those that need less of them per request, and whatever favours a server for its place
+ * in the order (measured: two identical servers side by side differed by up to a tenth) cancels out
+ * between the pairs. on ÷ off (the two collecting over the two not, per run) is what collecting costs
+ * in throughput; on ÷ on and off ÷ off, between identical servers, show the noise it is read against.
+ */
+async function metricsCost(label: string, env: NodeJS.ProcessEnv, dataDir: (name: string) => string, sizer: StampSizer) {
+  const servers: Array<Awaited<ReturnType<typeof comparisonServer>> & { collects: boolean }> = [];
+  const scrapes: number[] = [];
+  try {
+    for (const [name, collects] of [
+      ["metrics-on-1", true],
+      ["metrics-off-1", false],
+      ["metrics-off-2", false],
+      ["metrics-on-2", true],
+    ] as const)
+      servers.push({ ...(await comparisonServer({ ...env, SIGIL_METRICS: collects ? "on" : "off" }, dataDir(name), name)), collects });
+    for (const side of servers)
+      await load(side.client, WARM_UP_CONCURRENCY, side.signing, WARM_UP_SECONDS, sizer.ahead(`${label}/warm-up`, WARM_UP_CONCURRENCY));
+    const runs: Array<Record<number, RunResult[]>> = [];
+    for (let run = 0; run < RUNS; run++) {
+      const levels: Record<number, RunResult[]> = {};
+      for (const level of LEVELS) {
+        const scraper = setInterval(() => {
+          for (const side of servers) if (side.collects) void scrapeOnce(`${side.server.url}/metrics`).then((n) => scrapes.push(n));
+        }, SCRAPE_MS);
+        try {
+          levels[level] = await Promise.all(
+            servers.map((side, i) => measured(sizer, `${label}/metrics-${i}`, side.client, level, side.signing)),
+          );
+        } finally {
+          clearInterval(scraper);
+        }
+      }
+      runs.push(levels);
+    }
+    const [on1, off1, off2, on2] = [0, 1, 2, 3];
+    const byLevel: Record<string, unknown> = {};
+    for (const level of LEVELS) {
+      const at = runs.map((r) => r[level]!);
+      const rate = (m: RunResult[], i: number) => m[i]!.requestsPerSecond;
+      byLevel[`c${level}`] = {
+        on: figures(at.flatMap((m) => [m[on1]!, m[on2]!])),
+        off: figures(at.flatMap((m) => [m[off1]!, m[off2]!])),
+        // Requests per second of the two collecting over the two not, per run (1: no cost at all).
+        onToOff: spread(at.map((m) => (rate(m, on1) + rate(m, on2)) / (rate(m, off1) + rate(m, off2)))),
+        // Between identical servers: the noise the above is read against.
+        onToOn: spread(at.map((m) => rate(m, on1) / rate(m, on2))),
+        offToOff: spread(at.map((m) => rate(m, off1) / rate(m, off2))),
+      };
+    }
+    const answered = scrapes.filter((n) => n > 0);
+    return {
+      scrapeEveryMs: SCRAPE_MS,
+      scrapes: { made: scrapes.length, answered: answered.length, medianBytes: answered.length ? spread(answered).median : 0 },
+      ...byLevel,
+    };
+  } finally {
+    for (const side of servers) {
+      side.client.close();
+      await side.server.stop();
+    }
+  }
+}
+
 /** Each scenario at each of `levels`, the whole set repeated RUNS times, as figures per level. */
 async function repeated(sizer: StampSizer, label: string, client: Client, scenario: Scenario, levels: number[]) {
   const results: Record<number, RunResult[]> = {};
@@ -491,6 +610,14 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
       } finally {
         attacker.close();
       }
+    }
+
+    // What collecting metrics costs signing: two more servers, metrics on and off (bench/load.ts, metricsCost).
+    if (selected("metrics_cost") && workers === 1) {
+      // SQLite: a data directory each (inside this run's, removed with it); PostgreSQL: the same
+      // database and master key, an organization each.
+      const dirFor = (name: string) => (databaseUrl ? dataDir : path.join(dataDir, name));
+      results.metrics_cost = await metricsCost(label, env, dirFor, refs.sizer);
     }
 
     // Reads at 1,000 accounts, then at ACCOUNTS: flat means the same latency. Their cost is in the
@@ -756,6 +883,28 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     ]);
   }
   if (neighbours.length > 1) lines.push(...align(neighbours), "");
+  const cost: string[][] = [
+    ["metrics_cost: sign_raw_payload", "backend", "c", "on req/s", "off req/s", "on ÷ off", "on / off server µs/req"],
+  ];
+  for (const run of summary.backends) {
+    const mc = run.metrics_cost;
+    if (!mc) continue;
+    for (const level of LEVELS) {
+      const at = mc[`c${level}`];
+      cost.push([
+        `scraped every ${mc.scrapeEveryMs} ms`,
+        `${run.backend} ×${run.workers}`,
+        String(level),
+        withSpread(at.on.requestsPerSecond),
+        withSpread(at.off.requestsPerSecond),
+        withSpread(at.onToOff),
+        withSpread(at.onToOn),
+        withSpread(at.offToOff),
+        `${at.on.serverCpuUsPerRequest === undefined ? "" : n(at.on.serverCpuUsPerRequest)} / ${at.off.serverCpuUsPerRequest === undefined ? "" : n(at.off.serverCpuUsPerRequest)}`,
+      ]);
+    }
+  }
+  if (cost.length > 1) lines.push(...align(cost), "");
   return lines.join("\n");
 }
 

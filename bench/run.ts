@@ -9,3 +9,6 @@ const { runLoad } = await import("./load.js");
 await runLoad();
 // Signatures: each secp256k1 library, ed25519, and a signature inline against on a signature thread.
 await import("./signatures.js");
+// sigil policy replay on 10,000 recorded activities (docs/benchmarks.md, "Policy replay").
+const { runReplayBench } = await import("./replay.js");
+await runReplayBench();

@@ -77,7 +77,12 @@ export interface Config {
   oauth2Providers: Oauth2ProviderConfig;
   /** How many requests each credential and organization may make (docs/rate-limits.md); null: none counted. */
   rateLimits: RateLimitConfig | null;
+  /** Where GET /metrics is served (docs/metrics.md). */
+  metrics: MetricsConfig;
 }
+
+/** SIGIL_METRICS: on the main listener, not at all, or on a listener of its own. */
+export type MetricsConfig = { serve: "main" } | { serve: "off" } | { serve: "listener"; host: string; port: number };
 
 /** A token bucket: it holds `burst` requests and refills at `perSecond`. */
 export interface Rate {
@@ -389,6 +394,35 @@ const listenAddress: Kind<string> = {
   parse: (raw, reading) => (net.isIP(raw) || HOSTNAME.test(raw.toLowerCase().replace(/\.$/, "")) ? raw : reading.refuse()),
 };
 
+/** `on`, `off`, or the HOST:PORT of a listener of its own (an IPv6 address in brackets). Read as text and
+ * written back in one spelling (`ON` is `on`); loadConfig turns it into a MetricsConfig (metricsOf). */
+const metricsPlace: Kind<string> = {
+  accepts:
+    "`on` (served at `/metrics` on the main listener), `off`, or `HOST:PORT` for a listener of its own (`127.0.0.1:9464`, `[::1]:9464`): " +
+    "an IP address (IPv6 in brackets) or a host name, and a port from 1 to 65535",
+  parse(raw, reading) {
+    const text = raw.trim();
+    if (text.toLowerCase() === "on" || text.toLowerCase() === "off") return text.toLowerCase();
+    const match = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(text);
+    if (!match) return reading.refuse();
+    const host = match[1] ?? match[2]!;
+    if (match[1] !== undefined && !net.isIPv6(host)) reading.refuse("only an IPv6 address is written in brackets");
+    if (match[1] === undefined && net.isIPv6(host)) reading.refuse("write an IPv6 address in brackets: [::1]:9464");
+    const port = Number(match[3]);
+    if (port < 1 || port > 65_535) reading.refuse("the port must be from 1 to 65535");
+    listenAddress.parse(host, reading);
+    return text;
+  },
+};
+
+/** SIGIL_METRICS's value as loadConfig hands it on. */
+function metricsOf(text: string): MetricsConfig {
+  if (text === "on") return { serve: "main" };
+  if (text === "off") return { serve: "off" };
+  const at = text.lastIndexOf(":");
+  return { serve: "listener", host: text.slice(0, at).replace(/^\[(.*)\]$/, "$1"), port: Number(text.slice(at + 1)) };
+}
+
 /** A domain as browsers and mail hosts compare it: lower case, ASCII. */
 function domain(leadingDot: boolean): Kind<string> {
   return {
@@ -459,6 +493,14 @@ const masterKey: Kind<string> = {
     return raw;
   },
 };
+
+/** A PKCS#11 label (CKA_LABEL, a token's label): compared exactly as written; a token label fills at most 32 bytes. */
+function pkcs11Label(maxBytes: number): Kind<string> {
+  return {
+    accepts: `text of 1 to ${maxBytes} bytes (UTF-8) with no space at either end, as the token shows it`,
+    parse: (raw, reading) => (raw.trim() === raw && Buffer.byteLength(raw, "utf8") <= maxBytes ? raw : reading.refuse()),
+  };
+}
 
 /** The deployment's own base URL: links in emails are built on it, so it must be exactly a base to append a path to. */
 const publicUrl = url(["https:", "http:"], {
@@ -790,6 +832,16 @@ export const settings = {
     meaning:
       "run PostgreSQL's recurring statements as named prepared statements, parsed and planned once per connection; `false` behind a connection pooler in transaction mode that does not keep them (PgBouncer before 1.21, or without `max_prepared_statements`) — about half of PostgreSQL's CPU per signature more ([Storage](storage.md#postgresql-behind-a-connection-pooler))",
   }),
+  metrics: setting({
+    variable: "SIGIL_METRICS",
+    group: SERVER,
+    kind: metricsPlace,
+    default: "on",
+    meaning:
+      "where the Prometheus metrics are served ([Metrics](metrics.md)): `on` at `/metrics` on the main listener, `off` (none are " +
+      "collected), or a listener of its own, to keep them off the public port. With `--workers`, every answer is the whole " +
+      "cluster's (the primary gathers the workers'; on a listener of its own, the primary listens)",
+  }),
   logLevel: setting({
     variable: "SIGIL_LOG_LEVEL",
     group: SERVER,
@@ -855,6 +907,55 @@ export const settings = {
     defaultText: "*(unset)*",
     meaning: "comma-separated earlier master keys, kept to open secrets sealed before a rotation",
     secret: true,
+  }),
+  pkcs11Module: setting({
+    variable: "SIGIL_PKCS11_MODULE",
+    group: KEYS,
+    kind: filePath("the path of a PKCS#11 library (`/usr/lib/softhsm/libsofthsm2.so`, an HSM vendor's module)"),
+    default: null,
+    defaultText: "*(unset: the master key is a key file)*",
+    meaning:
+      "keeps the master key in a PKCS#11 token (an HSM) instead of a file: the token's AES key wraps the data key secrets are " +
+      "sealed under, and never leaves the token ([The master key in an HSM](hsm.md)). Needs `SIGIL_PKCS11_TOKEN_LABEL`, " +
+      "`SIGIL_PKCS11_KEY_LABEL` and `SIGIL_PKCS11_PIN` or `SIGIL_PKCS11_PIN_FILE`; refused beside `SIGIL_MASTER_KEY` or " +
+      "`SIGIL_MASTER_KEY_FILE` (but by `sigil rotate-master-key`, which moves secrets between the two)",
+  }),
+  pkcs11TokenLabel: setting({
+    variable: "SIGIL_PKCS11_TOKEN_LABEL",
+    group: KEYS,
+    kind: pkcs11Label(32),
+    default: null,
+    defaultText: "*(unset)*",
+    meaning: "the label of the token holding the master key, among the tokens of `SIGIL_PKCS11_MODULE`",
+  }),
+  pkcs11KeyLabel: setting({
+    variable: "SIGIL_PKCS11_KEY_LABEL",
+    group: KEYS,
+    kind: pkcs11Label(255),
+    default: null,
+    defaultText: "*(unset)*",
+    meaning:
+      "the label (`CKA_LABEL`) of the master key in the token: an AES key (256 bits advised) allowed to encrypt and decrypt, " +
+      "best made in the token, sensitive and not extractable",
+  }),
+  pkcs11Pin: setting({
+    variable: "SIGIL_PKCS11_PIN",
+    group: KEYS,
+    kind: { accepts: "the token's user PIN", parse: (raw: string) => raw },
+    default: null,
+    defaultText: "*(unset)*",
+    meaning: "the token's user PIN; never logged. `SIGIL_PKCS11_PIN_FILE` keeps it out of the environment",
+    secret: true,
+  }),
+  pkcs11PinFile: setting({
+    variable: "SIGIL_PKCS11_PIN_FILE",
+    group: KEYS,
+    kind: filePath("a file path (relative ones from the working directory)"),
+    default: null,
+    defaultText: "*(unset)*",
+    meaning:
+      "a file holding the token's user PIN (one line), instead of `SIGIL_PKCS11_PIN`; refused at start unless only its owner " +
+      "may read and write it (mode 0600 or 0400)",
   }),
   importTargetTtlSeconds: setting({
     variable: "SIGIL_IMPORT_TARGET_TTL_SECONDS",
@@ -1380,7 +1481,7 @@ type SettingValues = { [K in keyof Settings]: Settings[K] extends Setting<infer 
 const flagProperty = (flag: string) => flag.slice(2).replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase()) as keyof ConfigFlags;
 
 /** Reads every setting; refuses, all at once, every value that is not accepted. */
-function readSettings(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}): SettingValues {
+function readSettings(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}, options: LoadOptions = {}): SettingValues {
   const problems: string[] = [];
   const values: Record<string, unknown> = {};
   for (const [key, declared] of Object.entries(settings) as [string, Setting<unknown, unknown>][]) {
@@ -1412,8 +1513,54 @@ function readSettings(env: NodeJS.ProcessEnv, flags: ConfigFlags = {}): SettingV
   if (headers > 0 && request > 0 && headers > request) {
     problems.push(`SIGIL_HEADERS_TIMEOUT_MS (${headers}) must not exceed SIGIL_REQUEST_TIMEOUT_MS (${request})`);
   }
+  const metrics = metricsOf(read.metrics);
+  if (metrics.serve === "listener" && metrics.host === read.host && metrics.port === read.port) {
+    problems.push(
+      `SIGIL_METRICS (${read.metrics}) must not be the main listener's address (SIGIL_HOST, SIGIL_PORT): write \`on\` to serve /metrics there`,
+    );
+  }
+  problems.push(...tokenProblems(read, options));
   if (problems.length > 0) throw new ConfigError(problems.join("\n"));
   return read;
+}
+
+/** What loadConfig is asked to accept beyond a server's configuration. */
+export interface LoadOptions {
+  /** A master key file (or SIGIL_MASTER_KEY) beside a token: `sigil rotate-master-key` moves secrets between them. */
+  fileKeyBesideToken?: boolean;
+}
+
+/** A token is named whole (module, token, key, one PIN) or not at all, and not beside a key file a server would also take for the master key. */
+function tokenProblems(read: SettingValues, options: LoadOptions): string[] {
+  const named = {
+    SIGIL_PKCS11_MODULE: read.pkcs11Module,
+    SIGIL_PKCS11_TOKEN_LABEL: read.pkcs11TokenLabel,
+    SIGIL_PKCS11_KEY_LABEL: read.pkcs11KeyLabel,
+  };
+  const set = Object.entries(named).filter(([, value]) => value !== null);
+  if (set.length === 0 && read.pkcs11Pin === null && read.pkcs11PinFile === null) return [];
+  const problems: string[] = [];
+  const missing = Object.entries(named)
+    .filter(([, value]) => value === null)
+    .map(([name]) => name);
+  if (read.pkcs11Pin === null && read.pkcs11PinFile === null) missing.push("SIGIL_PKCS11_PIN or SIGIL_PKCS11_PIN_FILE");
+  if (missing.length > 0)
+    problems.push(
+      `the master key in a PKCS#11 token needs SIGIL_PKCS11_MODULE, SIGIL_PKCS11_TOKEN_LABEL, SIGIL_PKCS11_KEY_LABEL and ` +
+        `SIGIL_PKCS11_PIN or SIGIL_PKCS11_PIN_FILE: ${missing.join(", ")} ${missing.length === 1 ? "is" : "are"} not set`,
+    );
+  if (read.pkcs11Pin !== null && read.pkcs11PinFile !== null)
+    problems.push(
+      "SIGIL_PKCS11_PIN and SIGIL_PKCS11_PIN_FILE are both set: give the PIN one way (the file keeps it out of the environment)",
+    );
+  const fileKeys = [read.masterKey !== null && "SIGIL_MASTER_KEY", read.masterKeyFile !== null && "SIGIL_MASTER_KEY_FILE"].filter(Boolean);
+  if (read.pkcs11Module !== null && fileKeys.length > 0 && !options.fileKeyBesideToken)
+    problems.push(
+      `SIGIL_PKCS11_MODULE and ${fileKeys.join(" and ")} are both set: the master key is either in a token or in a file. ` +
+        `To move the secrets from the file key to the token run \`sigil rotate-master-key --to token\` with both set, then unset ${fileKeys.join(" and ")}; ` +
+        "to keep the file key, unset the token settings (SIGIL_PKCS11_MODULE and the others)",
+    );
+  return problems;
 }
 
 /**
@@ -1427,8 +1574,8 @@ function signatureThreadsPerWorker(workers: number): number {
   return Math.min(4, Math.max(1, Math.floor((os.availableParallelism() - workers) / workers)));
 }
 
-export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFlags = {}): Config {
-  const s = readSettings(env, flags);
+export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFlags = {}, options: LoadOptions = {}): Config {
+  const s = readSettings(env, flags, options);
   const dataDir = path.resolve(s.dataDir);
   // SQLite gains nothing from several processes (docs/running.md#sqlite): `auto` is one there.
   const workers = s.workers === "auto" ? (s.databaseUrl ? Math.min(MAX_WORKERS, os.availableParallelism()) : 1) : s.workers;
@@ -1461,6 +1608,15 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       file: s.masterKeyFile ? path.resolve(s.masterKeyFile) : path.join(dataDir, "master.key"),
       fileIsDefault: !s.masterKeyFile,
       previous: s.masterKeyPrevious,
+      token: s.pkcs11Module
+        ? {
+            module: path.resolve(s.pkcs11Module),
+            tokenLabel: s.pkcs11TokenLabel!,
+            keyLabel: s.pkcs11KeyLabel!,
+            pin: s.pkcs11Pin,
+            pinFile: s.pkcs11PinFile ? path.resolve(s.pkcs11PinFile) : null,
+          }
+        : null,
     },
     signatureThreads: s.signatureThreads ?? signatureThreadsPerWorker(workers),
     secp256k1: s.secp256k1,
@@ -1525,6 +1681,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
       x: { tokenUrl: s.oauth2XTokenUrl, userInfoUrl: s.oauth2XUserInfoUrl },
       discord: { tokenUrl: s.oauth2DiscordTokenUrl, userInfoUrl: s.oauth2DiscordUserInfoUrl },
     },
+    metrics: metricsOf(s.metrics),
     rateLimits: s.rateLimits
       ? {
           activities: {

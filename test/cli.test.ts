@@ -36,6 +36,8 @@ const COMMANDS = [
   "webhooks",
   "backup",
   "restore",
+  "policy test",
+  "policy replay",
 ];
 const READ_ONLY = ["info", "outbox", "webhooks"];
 const PASSWORD = "pw-never-shown";
@@ -415,6 +417,13 @@ describe("a command line that is not right is refused: exit 2, the reason and th
     const cases: { args: string[]; message: RegExp; env?: NodeJS.ProcessEnv }[] = [
       { args: [], message: /^sigil: no command given\n/ },
       { args: ["frobnicate"], message: /^sigil: unknown command "frobnicate"\n/ },
+      {
+        args: ["policy", "frob"],
+        message: /^sigil: unknown command "policy frob": the policy commands are "policy test", "policy replay"\n/,
+      },
+      { args: ["policy test"], message: /^sigil policy test: CASES_FILE is required\n/ },
+      { args: ["policy test", "cases.json", "more.json"], message: /^sigil policy test: unexpected argument "more.json"/ },
+      { args: ["policy replay", "--policies", "p.json"], message: /^sigil policy replay: --organization is required\n/ },
       // A slip gets the command or option it most likely meant; a word close to none gets nothing (above).
       { args: ["serv"], message: /^sigil: unknown command "serv"; did you mean serve\?\n/ },
       { args: ["sevre", "--port", "8080"], message: /^sigil: unknown command "sevre"; did you mean serve\?\n/ },
@@ -521,8 +530,10 @@ describe("every option that takes a number or one of a list refuses any other va
     expect([...new Set(cases.map((c) => `${c.command} --${c.option}`))]).toEqual([
       "serve --port",
       "serve --workers",
+      "rotate-master-key --to",
       "webhooks --status",
       "webhooks --limit",
+      "policy replay --last",
     ]);
   });
 

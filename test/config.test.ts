@@ -102,7 +102,7 @@ describe("defaults", () => {
     queryCredentialMaxAgeMs: null,
     webauthn: { rpIds: [], origins: [] },
     logLevel: "info",
-    masterKey: { key: null, file: path.resolve("data", "master.key"), fileIsDefault: true, previous: [] },
+    masterKey: { key: null, file: path.resolve("data", "master.key"), fileIsDefault: true, previous: [], token: null },
     signatureThreads: Math.min(4, Math.max(1, os.availableParallelism() - 1)),
     secp256k1: null,
     importTargetTtlMs: 1_800_000,
@@ -140,6 +140,7 @@ describe("defaults", () => {
     },
     chains: { rpcUrls: {}, pollMs: 2000, timeoutMs: 10_000, nonceWaitMs: 600_000, assets: {} },
     invitations: { publicUrl: null, lifetimeMs: 604_800_000 },
+    metrics: { serve: "main" },
     oauth2Providers: {
       x: { tokenUrl: "https://api.x.com/2/oauth2/token", userInfoUrl: "https://api.x.com/2/users/me" },
       discord: { tokenUrl: "https://discord.com/api/oauth2/token", userInfoUrl: "https://discord.com/api/users/@me" },
@@ -248,19 +249,33 @@ describe("accepted values", () => {
     SIGIL_RATE_LIMIT_SUB_ORGANIZATION_QUERIES: "OFF",
     SIGIL_RATE_LIMIT_ORGANIZATION_QUERIES: "1000000/1000000",
     SIGIL_RATE_LIMIT_ROOT_RESERVE: "0.25/1",
+    SIGIL_METRICS: "127.0.0.1:9464",
+    SIGIL_PKCS11_MODULE: "/opt/hsm/libvendor-pkcs11.so",
+    SIGIL_PKCS11_TOKEN_LABEL: "other token",
+    SIGIL_PKCS11_KEY_LABEL: "other key",
+    SIGIL_PKCS11_PIN: "5678",
+    SIGIL_PKCS11_PIN_FILE: "/run/secrets/hsm-pin",
   };
+  // The token settings are accepted only together (and not beside a key file): each is changed within a whole token configuration.
+  const token = (variable: string): Record<string, string> => ({
+    SIGIL_PKCS11_MODULE: "/usr/lib/softhsm/libsofthsm2.so",
+    SIGIL_PKCS11_TOKEN_LABEL: "sigil",
+    SIGIL_PKCS11_KEY_LABEL: "master",
+    ...(variable === "SIGIL_PKCS11_PIN_FILE" ? { SIGIL_PKCS11_PIN_FILE: "/run/pin" } : { SIGIL_PKCS11_PIN: "1234" }),
+  });
+  const withoutToken = Object.fromEntries(Object.entries(samples).filter(([variable]) => !variable.startsWith("SIGIL_PKCS11_")));
 
   it("every declared setting reaches the Config: setting it alone changes it", () => {
     expect(Object.keys(samples).sort()).toEqual(declared.map((s) => s.variable).sort());
-    const defaults = loadConfig({}, {});
-    const unchanged = Object.entries(samples).filter(
-      ([variable, value]) => JSON.stringify(loadConfig({ [variable]: value }, {})) === JSON.stringify(defaults),
-    );
+    const unchanged = Object.entries(samples).filter(([variable, value]) => {
+      const base = variable.startsWith("SIGIL_PKCS11_") ? token(variable) : {};
+      return JSON.stringify(loadConfig({ ...base, [variable]: value }, {})) === JSON.stringify(loadConfig(base, {}));
+    });
     expect(unchanged.map(([variable]) => variable)).toEqual([]);
   });
 
   it("all of them together make the Config they say", () => {
-    const config = loadConfig(samples, {});
+    const config = loadConfig(withoutToken, {});
     expect(config).toMatchObject({
       host: "0.0.0.0",
       port: 9090,
@@ -279,6 +294,7 @@ describe("accepted values", () => {
       webhooks: { allowLoopback: true, allowPrivate: true, concurrency: 2 },
       // Off: none of the buckets set is counted.
       rateLimits: null,
+      metrics: { serve: "listener", host: "127.0.0.1", port: 9464 },
       // The trailing slash goes: links are built as `${publicUrl}/invitations/accept`.
       invitations: { publicUrl: "https://wallet.example.com/sigil", lifetimeMs: 3_600_000 },
       transparencyLog: { name: "audit.wallet.example.com", checkpointMs: 600_000 },
@@ -295,6 +311,35 @@ describe("accepted values", () => {
         },
       },
     });
+  });
+
+  it("reads SIGIL_METRICS as the main listener, none, or a listener of its own (an IPv6 address in brackets)", () => {
+    const read = (value: string) => loadConfig({ SIGIL_METRICS: value }, {}).metrics;
+    expect(read("on")).toEqual({ serve: "main" });
+    expect(read(" OFF ")).toEqual({ serve: "off" });
+    expect(read("0.0.0.0:9464")).toEqual({ serve: "listener", host: "0.0.0.0", port: 9464 });
+    expect(read("[::1]:9100")).toEqual({ serve: "listener", host: "::1", port: 9100 });
+    expect(read("metrics.internal:1")).toEqual({ serve: "listener", host: "metrics.internal", port: 1 });
+    // The main listener's own port on another address is another listener.
+    expect(loadConfig({ SIGIL_METRICS: "127.0.0.2:8080" }, {}).metrics).toEqual({ serve: "listener", host: "127.0.0.2", port: 8080 });
+  });
+
+  it("reads the token settings into the master key's configuration, paths resolved", () => {
+    const { SIGIL_PKCS11_PIN_FILE: _pinFile, ...tokenSamples } = Object.fromEntries(
+      Object.entries(samples).filter(([variable]) => variable.startsWith("SIGIL_PKCS11_")),
+    );
+    expect(loadConfig(tokenSamples, {}).masterKey.token).toEqual({
+      module: "/opt/hsm/libvendor-pkcs11.so",
+      tokenLabel: "other token",
+      keyLabel: "other key",
+      pin: "5678",
+      pinFile: null,
+    });
+    expect(loadConfig({ ...token("SIGIL_PKCS11_PIN_FILE"), SIGIL_PKCS11_PIN_FILE: "pin" }, {}).masterKey.token).toMatchObject({
+      pin: null,
+      pinFile: path.resolve("pin"),
+    });
+    expect(loadConfig({}, {}).masterKey.token).toBeNull();
   });
 
   it("reads each rate limit as requests a second and a burst, `off` as a bucket not counted, and SIGIL_RATE_LIMITS=false as none", () => {
@@ -382,8 +427,23 @@ describe("refused values: the message names the variable and what is expected", 
   const PUBLIC_URL =
     "an `https://` or `http://` URL, with no query, fragment or user name (a path is allowed: `https://wallet.example.com/sigil`)";
   // [environment, the whole message (or a pattern of it)]: one or more cases for each kind of value.
+  const METRICS =
+    "SIGIL_METRICS must be `on` (served at `/metrics` on the main listener), `off`, or `HOST:PORT` for a listener of its own (`127.0.0.1:9464`, `[::1]:9464`): an IP address (IPv6 in brackets) or a host name, and a port from 1 to 65535";
   const cases: [Record<string, string>, string | RegExp][] = [
     [{ SIGIL_PORT: "0" }, 'SIGIL_PORT must be a whole number from 1 to 65535, got "0"'],
+    [{ SIGIL_METRICS: "yes" }, `${METRICS}, got "yes"`],
+    [{ SIGIL_METRICS: "9464" }, `${METRICS}, got "9464"`],
+    [{ SIGIL_METRICS: ":9464" }, `${METRICS}, got ":9464"`],
+    [{ SIGIL_METRICS: "127.0.0.1:0" }, `${METRICS}, got "127.0.0.1:0" (the port must be from 1 to 65535)`],
+    [{ SIGIL_METRICS: "127.0.0.1:65536" }, `${METRICS}, got "127.0.0.1:65536" (the port must be from 1 to 65535)`],
+    [{ SIGIL_METRICS: "::1:9464" }, `${METRICS}, got "::1:9464"`],
+    [{ SIGIL_METRICS: "[127.0.0.1]:9464" }, `${METRICS}, got "[127.0.0.1]:9464" (only an IPv6 address is written in brackets)`],
+    [{ SIGIL_METRICS: "http://metrics:9464" }, `${METRICS}, got "http://metrics:9464"`],
+    [{ SIGIL_METRICS: "bad_host:9464" }, `${METRICS}, got "bad_host:9464"`],
+    [
+      { SIGIL_METRICS: "127.0.0.1:8080" },
+      "SIGIL_METRICS (127.0.0.1:8080) must not be the main listener's address (SIGIL_HOST, SIGIL_PORT): write `on` to serve /metrics there",
+    ],
     // The URLs may carry a node provider's API key: never repeated; the chain ids are named.
     [
       { SIGIL_CHAIN_RPC_URLS: "http://127.0.0.1:8545" },

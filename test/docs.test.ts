@@ -1,11 +1,12 @@
-// Docs that cannot drift: the operations table, the error codes and the configuration page in docs/ are derived
-// from the registry, the error catalog and the settings catalog (a stale copy fails here), and every relative link resolves.
+// Docs that cannot drift: the operations table, the error codes, the configuration page and the metrics' series in
+// docs/ are derived from the registry, the error catalog, the settings catalog and the metrics' declarations (a stale copy fails here), and every relative link resolves.
 import { existsSync, readFileSync, readdirSync } from "node:fs";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { renderOperationsTable } from "../scripts/operations-table.js";
 import { renderErrorsPage } from "../scripts/errors-table.js";
 import { renderConfigurationPage } from "../scripts/configuration-table.js";
+import { renderMetricsPage } from "../scripts/metrics-table.js";
 
 describe("docs/operations.md", () => {
   it("matches the operation registry (run `npm run docs` after changing an operation)", () => {
@@ -23,6 +24,13 @@ describe("docs/errors.md", () => {
 describe("docs/configuration.md", () => {
   it("matches the settings catalog in src/config.ts (run `npm run docs` after changing a setting)", () => {
     expect(readFileSync("docs/configuration.md", "utf8")).toBe(renderConfigurationPage());
+  });
+});
+
+describe("docs/metrics.md", () => {
+  it("lists every series /metrics serves as src/services/metrics.ts declares it (run `npm run docs` after changing one)", () => {
+    const page = readFileSync("docs/metrics.md", "utf8");
+    expect(page).toBe(renderMetricsPage(page));
   });
 });
 

@@ -39,7 +39,7 @@ function expectEndpointNotFound(response: { status: number; json: any }, path: s
 
 const served = new Set([
   ...activityOperations.map((op) => `/public/v1/submit/${op.name}`),
-  ...queryOperations.map((op) => `/public/v1/query/${op.name}`),
+  ...queryOperations.filter((op) => !op.own).map((op) => `/public/v1/query/${op.name}`),
 ]);
 const notServed = new Set(notServedOperations.map((op) => op.path));
 const productPaths = [

@@ -105,12 +105,18 @@ describe("authorize", () => {
 describe("ruleOn (authorize's ruling on a decision)", () => {
   const subjectOf = (type: string, parameters: object, extra: Partial<Principal> = {}) =>
     draftActivity(activityOperation(type), request(type, "org", parameters), principal("org", "u", extra), "f", 1).subject;
-  const consensus = { outcome: "OUTCOME_REQUIRES_CONSENSUS" as const, verdicts: [], reason: "waiting for the approvals policy p requires" };
+  const consensus = {
+    outcome: "OUTCOME_REQUIRES_CONSENSUS" as const,
+    verdicts: [],
+    parts: [],
+    by: "POLICIES" as const,
+    reason: "waiting for the approvals policy p requires",
+  };
 
   it("lets an ordinary activity wait for approvals and passes an allow through", () => {
     const subject = subjectOf(CREATE_TAG, { userTagName: "t", userIds: [] });
     expect(ruleOn(consensus, subject)).toEqual({ kind: "waiting", outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: [] });
-    const allow = { outcome: "OUTCOME_ALLOW" as const, verdicts: [], reason: "allowed by policy p" };
+    const allow = { outcome: "OUTCOME_ALLOW" as const, verdicts: [], parts: [], by: "POLICIES" as const, reason: "allowed by policy p" };
     expect(ruleOn(allow, subject)).toEqual({ kind: "allowed", outcome: "OUTCOME_ALLOW", verdicts: [] });
   });
 

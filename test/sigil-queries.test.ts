@@ -2,7 +2,7 @@
 // API has or may add; each declares the JSON Schema of its body. The queries themselves are tested with
 // their features (the transparency log, policy dry-runs); this file holds the declaration's rules.
 import { describe, expect, it } from "vitest";
-import { defineSigilQuery, queryPath, SIGIL_QUERY_PREFIX, type OwnQuerySchema } from "../src/registry/registry.js";
+import { defineSigilQuery, queryPath, OWN_QUERY_PREFIX, type OwnQuerySchema } from "../src/registry/registry.js";
 import { queryOperations } from "../src/operations/catalog.js";
 
 const schema: OwnQuerySchema = {
@@ -16,8 +16,8 @@ const run = async () => ({});
 describe("defineSigilQuery", () => {
   it("serves the query under Sigil's own prefix, the API's queries where the API has them", () => {
     const own = defineSigilQuery({ name: "get_example_thing", summary: "An example.", schema, run });
-    expect(queryPath(own)).toBe(`${SIGIL_QUERY_PREFIX}get_example_thing`);
-    expect(SIGIL_QUERY_PREFIX).toBe("/sigil/v1/query/");
+    expect(queryPath(own)).toBe(`${OWN_QUERY_PREFIX}get_example_thing`);
+    expect(OWN_QUERY_PREFIX).toBe("/sigil/v1/query/");
     expect(queryPath(queryOperations.find((op) => op.name === "get_user")!)).toBe("/public/v1/query/get_user");
   });
 

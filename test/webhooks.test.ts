@@ -362,7 +362,9 @@ describe("webhook endpoints", () => {
   });
 });
 
-describe("webhook deliveries across server processes", () => {
+// Each test starts, kills and restarts whole server processes (and runs the CLI): on a loaded 2-core
+// machine that alone can take longer than the default 30 s.
+describe("webhook deliveries across server processes", { timeout: 90_000 }, () => {
   async function processes(count: number, settings: Record<string, string> = {}) {
     const deployment = await cliDeployment({ ...FAST, ...settings });
     for (let i = 0; i < count; i++) await deployment.start();

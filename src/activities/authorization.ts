@@ -25,6 +25,7 @@ import {
   type PolicySource,
   type PolicyVerdict,
   type Effect,
+  type DecidingPart,
 } from "../policy/engine.js";
 import { evaluationTurn } from "../policy/turns.js";
 import type { Value } from "../policy/types.js";
@@ -32,9 +33,19 @@ import { STEP_BUDGET } from "../policy/compile.js";
 import { requesterOf, type StoredVote } from "../operations/activities/records.js";
 import { sessionProfileScope } from "../operations/logins/session-profiles.js";
 
+/** What settled a decision: the requester's session profile's scope, the root quorum (its approvals,
+ * or a type only it may approve), the policies (one that allows or denies, or waits for a consensus),
+ * their step budget running out, the default allowance of one's own credentials, or no policy at all. */
+export type DecidedBy = "SESSION_SCOPE" | "ROOT_QUORUM" | "ROOT_ONLY" | "POLICIES" | "BUDGET" | "OWN_CREDENTIALS" | "NO_POLICY";
+
 export interface Decision {
   outcome: "OUTCOME_ALLOW" | "OUTCOME_DENY_EXPLICIT" | "OUTCOME_DENY_IMPLICIT" | "OUTCOME_REQUIRES_CONSENSUS";
   verdicts: PolicyVerdict[];
+  /** For each verdict (same index), the part of its policy that gave it. */
+  parts: DecidingPart[];
+  by: DecidedBy;
+  /** The root quorum's state when the decision was made: threshold, how many of its members approved. */
+  rootQuorum?: { threshold: number; approvals: number };
   /** Why, in words: goes into the error message of a denial and the operator's log. */
   reason: string;
   /** Denied because the requester's session profile's scope does not hold (SESSION_SCOPE_DENIED). */
@@ -67,7 +78,7 @@ export interface ActivitySubject {
 
 const authorityOf = (subject: ActivitySubject) => subject.authorityOrganizationId ?? subject.organizationId;
 
-interface RootQuorum {
+export interface RootQuorum {
   threshold: number;
   members: Set<string>;
 }
@@ -99,7 +110,7 @@ const policiesOf = prepare((db, slot: Slots<{ organizationId: string }>) =>
     .orderBy("id"),
 );
 
-async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<PolicySource[]> {
+export async function loadPolicies(trx: Tx | Db, organizationId: string): Promise<PolicySource[]> {
   const rows = await policiesOf.all(trx, { organizationId });
   return rows.map((r) => ({ ...r, effect: r.effect as Effect }));
 }
@@ -328,6 +339,8 @@ async function outsideSessionScope(trx: Tx, subject: ActivitySubject, sessionPro
   return {
     outcome: "OUTCOME_DENY_EXPLICIT",
     verdicts: [],
+    parts: [],
+    by: "SESSION_SCOPE",
     reason: `outside the scope of session profile ${sessionProfileId}, which the requesting session key was issued with`,
     outsideSessionScope: true,
   };
@@ -365,36 +378,83 @@ export async function voteWithinScope(
   return evaluatePolicies(policies, input).outcome === "OUTCOME_ALLOW";
 }
 
-export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Promise<Decision> {
+/** What a decision rests on besides the policies: the subject with its live votes, the root quorum,
+ * and, unless the root quorum alone decides, what the policies judge (their inputs). Read once, it
+ * can be decided on several sets of policies (a replay weighs the current and the proposed ones). */
+export interface DecisionGrounds {
+  subject: ActivitySubject;
+  authority: string;
+  approvers: string[];
+  quorum: RootQuorum;
+  rootApprovals: number;
+  /** Why only the root quorum may approve it, when it may not be allowed by a policy. */
+  rootOnlyBecause?: string;
+  /** What policies judge; absent when the root quorum alone decides. */
+  inputs?: EvaluationInput[];
+  /** Refused before anything else is weighed (outside its session profile's scope). */
+  refusal?: Decision;
+}
+
+export async function decisionGrounds(trx: Tx, asSubmitted: ActivitySubject): Promise<DecisionGrounds> {
   // A session profile's scope bounds its session whoever else approves: not even the root quorum
   // lifts it (the key's holder can log in again without the profile if their policies allow).
   if (asSubmitted.sessionProfileId) {
     const refusal = await outsideSessionScope(trx, asSubmitted, asSubmitted.sessionProfileId);
-    if (refusal) return refusal;
+    if (refusal)
+      return {
+        subject: asSubmitted,
+        authority: authorityOf(asSubmitted),
+        approvers: [],
+        quorum: { threshold: 1, members: new Set() },
+        rootApprovals: 0,
+        refusal,
+      };
   }
   const subject = await withLiveVotes(trx, asSubmitted);
-  const quorum = await rootQuorum(trx, authorityOf(subject));
+  const authority = authorityOf(subject);
+  const quorum = await rootQuorum(trx, authority);
   const approvers = approvedBy(subject.votes);
   const rootApprovals = approvers.filter((id) => quorum.members.has(id)).length;
-  const rootPending = rootApprovals > 0;
-  const quorumText = `${rootApprovals} of the ${quorum.threshold} root approval(s) needed`;
-
-  if (rootApprovals >= quorum.threshold)
-    return { outcome: "OUTCOME_ALLOW", verdicts: [], reason: `approved by the root quorum (${quorumText})` };
+  const grounds: DecisionGrounds = { subject, authority, approvers, quorum, rootApprovals };
+  if (rootApprovals >= quorum.threshold) return grounds;
   const rootOnlyBecause = subject.operation.rootOnly
     ? `${subject.type} can only be approved by the root quorum; no policy can allow it`
     : await subject.operation.rootOnlyWhen?.(trx, subject.organizationId, subject.parameters);
-  if (rootOnlyBecause) {
-    return rootPending
-      ? { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts: [], reason: `waiting for the root quorum (${quorumText})` }
-      : { outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], reason: rootOnlyBecause };
-  }
+  if (rootOnlyBecause) return { ...grounds, rootOnlyBecause };
+  return { ...grounds, inputs: await evaluationInputs(trx, subject, approvers) };
+}
 
-  const policies = await loadPolicies(trx, authorityOf(subject));
-  const inputs = await evaluationInputs(trx, subject, approvers);
+/**
+ * The decision on an activity, given its approvals so far. `policies`, when given, stand in for the
+ * organization's stored policies: a proposed set, judged by this very code (docs/policy-testing.md).
+ */
+export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject, policies?: PolicySource[]): Promise<Decision> {
+  const grounds = await decisionGrounds(trx, asSubmitted);
+  return decideOn(grounds, grounds.inputs && (policies ?? (await loadPolicies(trx, grounds.authority))));
+}
+
+/** The decision on `grounds` with `policies` (read only when the grounds leave it to policies). */
+export async function decideOn(grounds: DecisionGrounds, policies: PolicySource[] | undefined): Promise<Decision> {
+  if (grounds.refusal) return grounds.refusal;
+  const { subject, quorum, rootApprovals, inputs } = grounds;
+  const rootPending = rootApprovals > 0;
+  const quorumText = `${rootApprovals} of the ${quorum.threshold} root approval(s) needed`;
+  const rootQuorumState = { threshold: quorum.threshold, approvals: rootApprovals };
+  const none = { verdicts: [], parts: [], rootQuorum: rootQuorumState };
+
+  if (rootApprovals >= quorum.threshold)
+    return { outcome: "OUTCOME_ALLOW", ...none, by: "ROOT_QUORUM", reason: `approved by the root quorum (${quorumText})` };
+  if (grounds.rootOnlyBecause) {
+    return rootPending
+      ? { outcome: "OUTCOME_REQUIRES_CONSENSUS", ...none, by: "ROOT_ONLY", reason: `waiting for the root quorum (${quorumText})` }
+      : { outcome: "OUTCOME_DENY_IMPLICIT", ...none, by: "ROOT_ONLY", reason: grounds.rootOnlyBecause };
+  }
+  if (!inputs || !policies) throw new Error("a decision left to policies needs its inputs and the policies");
+
   // Evaluation is synchronous from here: it waits for its turn on the event loop (policy/turns.ts).
-  await evaluationTurn(authorityOf(subject));
-  const { outcome, verdicts, budgetExceeded } = evaluateEach(policies, inputs);
+  await evaluationTurn(grounds.authority);
+  const { outcome, verdicts, parts, budgetExceeded } = evaluateEach(policies, inputs);
+  const judged = { verdicts, parts, rootQuorum: rootQuorumState };
   const deciding = (o: Outcome) =>
     verdicts
       .filter((v) => v.outcome === o)
@@ -405,27 +465,39 @@ export async function decideActivity(trx: Tx, asSubmitted: ActivitySubject): Pro
     if (rootPending)
       return {
         outcome: "OUTCOME_REQUIRES_CONSENSUS",
-        verdicts,
+        ...judged,
+        by: "ROOT_QUORUM",
         reason: `denied by policy ${deciding(outcome)} unless the root quorum approves (${quorumText})`,
       };
-    return { outcome, verdicts, reason: `explicitly denied by policy ${deciding(outcome)}` };
+    return { outcome, ...judged, by: "POLICIES", reason: `explicitly denied by policy ${deciding(outcome)}` };
   }
-  if (outcome === "OUTCOME_ALLOW") return { outcome, verdicts, reason: `allowed by policy ${deciding(outcome)}` };
+  if (outcome === "OUTCOME_ALLOW") return { outcome, ...judged, by: "POLICIES", reason: `allowed by policy ${deciding(outcome)}` };
   if (budgetExceeded) {
     const first = verdicts.find((v) => v.outcome === "OUTCOME_ERROR" && v.error?.includes("budget"));
     const reason = `evaluating the policies exceeded the budget of one decision (${STEP_BUDGET} steps) at policy ${first?.policyId ?? "?"}, so nothing can be allowed: simplify that policy, or send shorter parameters`;
     if (rootPending)
-      return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `${reason}; waiting for the root quorum (${quorumText})` };
-    return { outcome: "OUTCOME_DENY_IMPLICIT", verdicts, reason };
+      return {
+        outcome: "OUTCOME_REQUIRES_CONSENSUS",
+        ...judged,
+        by: "ROOT_QUORUM",
+        reason: `${reason}; waiting for the root quorum (${quorumText})`,
+      };
+    return { outcome: "OUTCOME_DENY_IMPLICIT", ...judged, by: "BUDGET", reason };
   }
   const owner = subject.operation.credentialOwner?.(subject.parameters, { userId: subject.requesterId } as Principal);
   if (owner !== undefined && owner === subject.requesterId) {
-    return { outcome: "OUTCOME_ALLOW", verdicts, reason: "a user may change its own credentials unless a policy denies it" };
+    return {
+      outcome: "OUTCOME_ALLOW",
+      ...judged,
+      by: "OWN_CREDENTIALS",
+      reason: "a user may change its own credentials unless a policy denies it",
+    };
   }
   if (outcome === "OUTCOME_REQUIRES_CONSENSUS")
-    return { outcome, verdicts, reason: `waiting for the approvals policy ${deciding(outcome)} requires` };
-  if (rootPending) return { outcome: "OUTCOME_REQUIRES_CONSENSUS", verdicts, reason: `waiting for the root quorum (${quorumText})` };
-  return { outcome: "OUTCOME_DENY_IMPLICIT", verdicts, reason: "no policy allows it" };
+    return { outcome, ...judged, by: "POLICIES", reason: `waiting for the approvals policy ${deciding(outcome)} requires` };
+  if (rootPending)
+    return { outcome: "OUTCOME_REQUIRES_CONSENSUS", ...judged, by: "ROOT_QUORUM", reason: `waiting for the root quorum (${quorumText})` };
+  return { outcome: "OUTCOME_DENY_IMPLICIT", ...judged, by: "NO_POLICY", reason: "no policy allows it" };
 }
 
 /**

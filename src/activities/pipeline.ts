@@ -35,6 +35,7 @@ import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
 import { attestedStampNotAccepted, readStamp, type ApiKeyStamp, type AttestedStamp, type Stamp } from "../auth/stamps.js";
 import { KnownKeys } from "./known-keys.js";
 import type { RateLimiter, Requester, RequestClass } from "../services/rate-limits.js";
+import type { Metrics } from "../services/metrics.js";
 import { authenticateAttested } from "../operations/logins/attested-stamps.js";
 import {
   apiKeyPrincipal,
@@ -58,7 +59,14 @@ import {
   readParentKeyLists,
 } from "../auth/ip-allowlists.js";
 import { sha256 } from "../crypto/keys.js";
-import type { OperationEnvironment, QueryOperation, SubmitOperation, VoteOperation, VotingRights } from "../registry/registry.js";
+import type {
+  OperationEnvironment,
+  QueryOperation,
+  SubmitOperation,
+  VoteOperation,
+  VotingRights,
+  WouldBeRequest,
+} from "../registry/registry.js";
 import type { PolicyVerdict } from "../policy/engine.js";
 import { CLIENT_TYPE_SPELLINGS, swagger } from "../registry/registry.js";
 import {
@@ -111,8 +119,21 @@ import {
   readAcceptance,
 } from "../operations/organizations/invitations.js";
 
+/** Answers a policy dry run (activities/policy-evaluation.ts, answerDryRun): given to the pipeline by
+ * the server, since that module builds on this one. */
+export type DryRun = (
+  store: Store,
+  chains: ServedChains,
+  organizationId: string,
+  principal: Principal,
+  request: WouldBeRequest,
+  now: number,
+) => Promise<Record<string, unknown>>;
+
 export interface PipelineOptions {
   store: Store;
+  /** The policy dry run's answer (evaluate_policies). */
+  dryRun?: DryRun;
   /** A request's timestampMs must lie within this many ms of now, either side. */
   timestampWindowMs: number;
   /** Queries are refused to API keys and read-only sessions older than this (null: no limit). */
@@ -128,6 +149,8 @@ export interface PipelineOptions {
   onBroadcastsQueued?: () => void;
   /** Counts each request against its credential's and organizations' buckets; none: not counted (SIGIL_RATE_LIMITS=false). */
   rateLimits?: RateLimiter;
+  /** Told the time of each step and what was committed (SIGIL_METRICS); none: nothing is measured. */
+  metrics?: Metrics;
 }
 
 export interface PipelineResponse {
@@ -233,6 +256,8 @@ interface Publication {
   messagesQueued: boolean;
   /** Whether the chain broadcaster is told: the activity may have queued signed transactions. */
   broadcastsQueued: boolean;
+  /** The policy decision recorded with it, if one was (the metrics count it once committed). */
+  decision?: Authorization["outcome"];
   /** The response, rendered after commit. */
   answer: () => PipelineResponse;
   /** The request whose logger writes the line. */
@@ -413,7 +438,13 @@ function writesFreely(principal: Principal, organizationId: string): boolean {
 }
 
 /** A vote of `principal`, as stored in the activity's votes (who they were comes from authentication). */
-function voteOf(principal: Principal, activityId: string, selection: StoredVote["selection"], message: string, now: number): StoredVote {
+export function voteOf(
+  principal: Principal,
+  activityId: string,
+  selection: StoredVote["selection"],
+  message: string,
+  now: number,
+): StoredVote {
   return {
     id: newId(),
     userId: principal.userId,
@@ -467,7 +498,21 @@ export function draftActivity(
     prepared: null,
     request_id: requestId ?? null,
   };
-  const subject: ActivitySubject = {
+  return { row, vote, subject: subjectOf(operation, envelope, principal, vote, now, precheck) };
+}
+
+/** The activity a request makes, as policies judge it: by its requester's vote (an approval), at
+ * `now`. A submit builds it here; so does a policy dry run (policy-evaluation.ts), so both are judged
+ * on the same subject. */
+export function subjectOf(
+  operation: ActivityOperation,
+  envelope: Pick<Envelope, "organizationId" | "type" | "parameters">,
+  principal: Principal,
+  vote: StoredVote,
+  now: number,
+  precheck?: Precheck,
+): ActivitySubject {
+  return {
     organizationId: envelope.organizationId,
     type: envelope.type,
     operation,
@@ -482,7 +527,6 @@ export function draftActivity(
     ...(precheck?.kind === "passed" ? { prepared: precheck.prepared } : {}),
     ...(principal.sessionProfileId ? { sessionProfileId: principal.sessionProfileId } : {}),
   };
-  return { row, vote, subject };
 }
 
 /**
@@ -818,10 +862,13 @@ export class Pipeline {
       if (stamp.kind === "API_KEY") this.rememberKey(stamp, principal, envelope.organizationId);
       await this.count("activities", principal);
     } else {
+      const verifying = performance.now();
       try {
         await checkApiKeySignature(knownStamp, raw);
       } catch (error) {
         return this.answerUnauthenticated(error, request, fingerprint, client);
+      } finally {
+        this.options.metrics?.step("authentication", verifying);
       }
       // The signature holds for the key, which this process accepted for the organization named (and
       // only keys of that very organization are remembered): the buckets are that credential's.
@@ -860,8 +907,10 @@ export class Pipeline {
         // Assigned above on either road; TypeScript cannot follow it into this closure.
         const requester = principal!;
         const { row, vote, subject } = draftActivity(operation, request, requester, fingerprint, now, precheck, context?.requestId);
+        const deciding = performance.now();
         const decided = await authorize(trx, subject);
         const { authorization, authentication } = await demandAuthentication(trx, subject, requester, decided, confirmation);
+        this.options.metrics?.step("decision", deciding);
         const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck, context });
         const secretResults = operation.secretResults;
         const recorded = await record(
@@ -880,6 +929,7 @@ export class Pipeline {
             fields: { userId: requester.userId, outcome: authorization.outcome },
             messagesQueued: !!operation.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
             broadcastsQueued: !!operation.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
+            decision: authorization.outcome,
             answer: () => answerOf(recorded, execution, secretResults),
             context,
           },
@@ -931,11 +981,16 @@ export class Pipeline {
   }
 
   /** Step authenticate: who stamped the request (auth/authenticate.ts checks the stamp and the credential). */
-  private authenticate(request: SubmitRequest, received: number): Promise<Principal> {
-    const { store, env } = this.options;
-    if (request.stamp.kind === "ATTESTED")
-      return authenticateAttested(store.reader, request.stamp, request.raw, request.envelope.organizationId, received, env);
-    return verifyStamp(store.reader, request.stamp, request.raw, request.envelope.organizationId, received, env.webauthn);
+  private async authenticate(request: SubmitRequest, received: number): Promise<Principal> {
+    const { store, env, metrics } = this.options;
+    const started = performance.now();
+    try {
+      if (request.stamp.kind === "ATTESTED")
+        return await authenticateAttested(store.reader, request.stamp, request.raw, request.envelope.organizationId, received, env);
+      return await verifyStamp(store.reader, request.stamp, request.raw, request.envelope.organizationId, received, env.webauthn);
+    } finally {
+      metrics?.step("authentication", started);
+    }
   }
 
   /**
@@ -1040,12 +1095,21 @@ export class Pipeline {
     lock: M,
     work: (trx: WriteTx<M>, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>,
   ): Promise<PipelineResponse> {
-    const { store } = this.options;
+    const { store, metrics } = this.options;
+    // Waiting for the lock includes waiting to join a write transaction (SQLite: the readers-writer
+    // lock of group-commit.ts is the organization's lock); the commit, from the end of the work to
+    // the transaction's durable commit.
+    const asked = performance.now();
+    let worked = 0;
     try {
       const outcome = await store.transact(lock, async (trx) => {
         await lockOrganization(trx, store.dialect, organizationId, lock);
-        return work(trx, this.clock());
+        metrics?.step("organization_lock", asked);
+        const answer = await work(trx, this.clock());
+        worked = performance.now();
+        return answer;
       });
+      metrics?.step("commit", worked);
       return typeof outcome === "function" ? outcome() : outcome;
     } catch (error) {
       // A shared transaction rolled back, or the database lost (services/database-outages.ts).
@@ -1078,6 +1142,7 @@ export class Pipeline {
     // An operation that writes nothing has nothing to undo: it runs without a savepoint (two round
     // trips fewer on PostgreSQL for every signature). One that writes holds its transaction alone.
     const undoable = !subject.operation.leavesOrganizationUnchanged;
+    const started = performance.now();
     const savepoint = undoable ? await controlled(trx).savepoint("operation").execute() : undefined;
     try {
       const prepared = run.precheck?.kind === "passed" ? run.precheck.prepared : undefined;
@@ -1092,6 +1157,8 @@ export class Pipeline {
       const failure = this.asServiceError(error, activityId, run.context);
       await subject.operation.afterFailure?.(ctx, subject.parameters);
       return { kind: "failed", error: failure };
+    } finally {
+      this.options.metrics?.step("execution", started);
     }
   }
 
@@ -1120,6 +1187,11 @@ export class Pipeline {
       if (queued) this.options.onWebhookEventsQueued?.();
       if (publication.messagesQueued) this.options.onMessagesQueued?.();
       if (publication.broadcastsQueued) this.options.onBroadcastsQueued?.();
+      const { metrics } = this.options;
+      if (metrics) {
+        if (publication.announce) metrics.activity(recorded.type, recorded.status);
+        if (publication.decision) metrics.decision(publication.decision);
+      }
       return publication.answer();
     };
   }
@@ -1187,7 +1259,9 @@ export class Pipeline {
       )
         return { status: 200, body: { activity: { ...renderActivity(row), status: "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED" } } };
       const subject = ballot.kind === "new" ? { ...asFound, votes: [...votes, ballot.vote] } : asFound;
+      const deciding = performance.now();
       const { authorization, authentication } = await authorizeVote(trx, subject, row, operation.selection, now);
+      this.options.metrics?.step("decision", deciding);
       const requester = requesterOf(votes[0]!, row.organization_id);
       const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck, context });
       const base = { ...row, votes: JSON.stringify(subject.votes), updated_at: now };
@@ -1205,6 +1279,7 @@ export class Pipeline {
           // An approval that ran a message-sending activity queued its message, as a submit would.
           messagesQueued: !!target.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
           broadcastsQueued: !!target.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
+          decision: authorization.outcome,
           answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
           context,
         },
@@ -1237,6 +1312,7 @@ export class Pipeline {
     const outcome = await voteOnWaiting(trx, subject, row, principal, cast, proofOf(principal, voteType, now), now);
     if (outcome.kind === "repeated") return { status: 200, body: { activity: renderActivity(row) } };
     const target = subject.operation;
+    const deciding = performance.now();
     const { authorization, authentication }: { authorization: Authorization; authentication?: Authentication } =
       outcome.kind === "satisfied"
         ? await decideAgain(trx, subject, row, votes[0]!, now)
@@ -1245,6 +1321,7 @@ export class Pipeline {
           : outcome.kind === "orphaned"
             ? { authorization: { kind: "refused", outcome: "OUTCOME_DENY_IMPLICIT", verdicts: [], error: outcome.error } }
             : { authorization: { kind: "authenticating", outcome: "OUTCOME_REQUIRES_AUTHENTICATORS", verdicts: [] } };
+    this.options.metrics?.step("decision", deciding);
     const requester = requesterOf(votes[0]!, row.organization_id);
     const execution = await this.execute(trx, authorization, { subject, activityId: row.id, requester, precheck, context });
     // A rejection is kept among the votes (who withdrew or rejected it); a proof is kept with the
@@ -1264,6 +1341,7 @@ export class Pipeline {
         fields: { userId: principal.userId, vote: operation.selection, waitingVote: outcome.kind },
         messagesQueued: !!target.queuesMessages && recorded.status === "ACTIVITY_STATUS_COMPLETED",
         broadcastsQueued: !!target.queuesBroadcasts && recorded.status === "ACTIVITY_STATUS_COMPLETED",
+        decision: authorization.outcome,
         answer: () => ({ status: 200, body: { activity: renderActivity(recorded) } }),
         context,
       },
@@ -1435,6 +1513,10 @@ export class Pipeline {
     // (a sibling's or a child's credential never gets here, except a child's asking whoami).
     const votingRights = (activity: ActivitiesTable) => this.votingRights(activity, principal, now);
     const readSnapshot = <T>(work: (trx: Tx) => Promise<T>) => store.readSnapshot(work);
+    const wouldBeAnswered = (request: WouldBeRequest) => {
+      if (!this.options.dryRun) throw new Error("this pipeline was given no policy dry run");
+      return this.options.dryRun(store, env.chains, organizationId, principal, request, now);
+    };
     const result = await operation.run(
       {
         db: store.reader,
@@ -1445,6 +1527,7 @@ export class Pipeline {
         votingRights,
         chains: this.options.env.chains,
         transparencyLog: this.options.env.transparencyLog,
+        wouldBeAnswered,
       },
       body,
     );

@@ -1,6 +1,7 @@
 // `sigil serve --workers N`: N server processes on one port (node:cluster), sharing the database.
 //
-// The primary serves nothing. It prepares the deployment once (database, migrations, master key, the
+// The primary serves no request (but scrapes of the metrics on a listener of their own: http/metrics.ts,
+// which gathers the workers' series into one answer). It prepares the deployment once (database, migrations, master key, the
 // deployment's keys: prepareDeployment), so that workers starting together on a fresh deployment do
 // not race to make them, then forks the workers, which run the command line again (cluster re-runs
 // bin/sigil.js with the same arguments) and each start an ordinary server on the shared port: the
@@ -18,6 +19,7 @@
 import cluster, { type Worker } from "node:cluster";
 import type pino from "pino";
 import type { Config } from "../config.js";
+import { answerPrimaryFromStart, gatherForWorkers } from "../http/metrics.js";
 
 /** A worker that has served this long before it dies was not failing to start: its slot's count of quick deaths starts over. */
 export const STABLE_MS = 30_000;
@@ -144,8 +146,18 @@ export function runPrimary(config: Config, logger: pino.Logger, database: string
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
 
+  // One answer to a scrape for all the workers (http/metrics.ts); a listener of its own that cannot
+  // listen stops the start, as the main port would.
+  const metrics = gatherForWorkers(config.metrics, logger).catch((error: unknown) => {
+    logger.error({ err: error }, (error as Error).message);
+    stop(1);
+    return undefined;
+  });
   for (const slot of slots) fork(slot);
-  return finished;
+  return finished.then(async (status) => {
+    await (await metrics)?.close();
+    return status;
+  });
 }
 
 /**
@@ -160,6 +172,7 @@ export async function runWorker(
 ): Promise<void> {
   let stopRequested = false;
   let stopServer: (() => void) | null = null;
+  answerPrimaryFromStart();
   process.on("SIGINT", () => undefined);
   process.on("SIGTERM", () => {
     if (stopRequested) return;

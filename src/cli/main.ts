@@ -36,6 +36,9 @@ export interface CommandSpec {
   /** What --help says about SIGIL_DATABASE_URL instead of the note `masterKey` implies. */
   postgresNote?: string;
   options: Record<string, OptionSpec>;
+  /** The one argument the command takes besides its options (a file), written in the usage as `value`;
+   * it is required. The command reads it as values._ */
+  argument?: { value: string; summary: string };
   run(values: Values): Promise<void>;
 }
 
@@ -128,14 +131,24 @@ export const commands: Record<string, CommandSpec> = {
   },
   "rotate-master-key": {
     masterKey: "uses",
-    summary: "re-seals every stored secret under a new master key (see docs/secrets.md)",
+    summary: "re-seals every stored secret under a new master key, in a key file or a PKCS#11 token (see docs/secrets.md, docs/hsm.md)",
     description:
-      "Re-seals every stored secret under a new master key, in one transaction. With the default key file the new key is made " +
-      "into master.key.next, and becomes master.key afterwards (the old one is kept as master.key.previous-<key id>). With " +
-      "SIGIL_MASTER_KEY set, the new key is read from --new-key-file. Refuses, creating nothing, where there is no database or no master key.",
+      "Re-seals every stored secret under a new master key, in one transaction, opening them with every key at hand (the key " +
+      "file, SIGIL_MASTER_KEY_PREVIOUS, the data key a PKCS#11 token wraps). --to token moves them under a new data key wrapped " +
+      "by the token SIGIL_PKCS11_MODULE and the other token settings name; --to file, under a key file (docs/hsm.md). With the default key file the " +
+      "new key is made into master.key.next, and becomes master.key afterwards (the old one is kept as " +
+      "master.key.previous-<key id>). With SIGIL_MASTER_KEY set, the new key is read from --new-key-file. Refuses, creating " +
+      "nothing, where there is no database or no master key.",
     options: {
       "data-dir": dataDirOption,
-      "new-key-file": { value: "F", summary: "file holding the new 32-byte key (64 hex digits or base64)" },
+      to: {
+        value: "K",
+        summary:
+          "where the new master key is: file (a key file) or token (a new data key wrapped by the PKCS#11 token the token settings name); " +
+          "default: where it is now",
+        choices: ["file", "token"],
+      },
+      "new-key-file": { value: "F", summary: "with --to file: file holding the new 32-byte key (64 hex digits or base64)" },
     },
     run: rotateMasterKey,
   },
@@ -266,17 +279,55 @@ export const commands: Record<string, CommandSpec> = {
     },
     run: restore,
   },
+  "policy test": {
+    masterKey: "none",
+    summary: "decides test cases offline against a set of policies; exits 1 when a case fails (see docs/policy-testing.md)",
+    description:
+      "Runs the cases of CASES_FILE (JSON, comments allowed): each a would-be request (activity type and parameters), its acting " +
+      "user and the outcome expected (ALLOW, DENY, NEEDS_CONSENSUS or NEEDS_ROOT_QUORUM), decided against the policies of " +
+      '--policies, else of the cases file\'s own "policies", by the code a submit is decided with. It needs no server and no ' +
+      "database: the organization the cases describe (users, tags, root quorum, wallets) lives in a temporary SQLite database " +
+      "for the run. It prints one line per case with the policy that decided it, what each failure was, and the count, and " +
+      "exits 0 when every case passes, 1 when one fails, 2 when a file cannot be used (its file:line:column is named, a " +
+      "policy that does not compile at the character that does not).",
+    argument: { value: "CASES_FILE", summary: "the test cases (docs/policy-testing.md describes the format)" },
+    options: {
+      policies: { value: "FILE", summary: 'the policies to test (a list, or {"policies": [...]}, as create_policy takes them)' },
+    },
+    run: policyTest,
+  },
+  "policy replay": {
+    masterKey: "none",
+    summary: "judges an organization's recorded activities on proposed policies and reports what would change",
+    description:
+      "Decides the newest --last activities of the organization again as they were submitted (their stored intents, their " +
+      "requester, at the time they were recorded, with the policy context a submit builds), once on the organization's " +
+      "policies as they stand and once on the policies of --policies, and prints every activity whose answer differs " +
+      "(allowed to denied, denied to allowed, now needs consensus, …) with the proposed policy that decided it, then a " +
+      "summary count. What cannot be rebuilt from the record (a wallet or key since deleted, a requester since removed) is " +
+      "named with the activity. With --json it prints the report as one JSON object instead. " +
+      readOnlyNote,
+    options: {
+      organization: { value: "ID", summary: "the organization whose activities are replayed", required: true },
+      policies: { value: "FILE", summary: 'the proposed policies (a list, or {"policies": [...]})', required: true },
+      last: { value: "N", summary: "the newest N activities, 1 to 1000000 (default 10000)", range: [1, 1_000_000] },
+      json: { summary: "print the report as one JSON object" },
+      "data-dir": dataDirOption,
+    },
+    run: policyReplay,
+  },
 };
 
 // ---- the usage text ----------------------------------------------------------------------------
 
 function usageLine(name: string): string {
+  const argument = commands[name]!.argument;
   const parts = Object.entries(commands[name]!.options).map(([option, spec]) => {
     const placeholder = spec.choices ? [...(spec.range ? [spec.value] : []), ...spec.choices].join("|") : spec.value;
     const written = spec.value ? `--${option} ${placeholder}` : `--${option}`;
     return spec.required ? written : `[${written}]`;
   });
-  return ["sigil", name, ...parts].join(" ");
+  return ["sigil", name, ...(argument ? [argument.value] : []), ...parts].join(" ");
 }
 
 function overallUsage(): string {
@@ -300,6 +351,7 @@ function commandHelp(name: string): string {
     o.choices && !o.range ? `${o.summary}: ${o.choices.join(", ")}` : o.summary,
   ]);
   options.push(["-h, --help", "print this help"]);
+  if (spec.argument) options.unshift([spec.argument.value, spec.argument.summary]);
   const width = Math.max(...options.map(([left]) => left.length)) + 2;
   return [
     `usage: ${usageLine(name)}`,
@@ -392,7 +444,13 @@ function parseCommandLine(name: string, args: string[]): Values | "help" {
   let help = false;
   for (const token of tokens) {
     if (token.kind === "option-terminator") continue;
-    if (token.kind === "positional") throw refuse(`unexpected argument "${token.value}" (every value follows its option)`);
+    if (token.kind === "positional") {
+      if (spec.argument && values._ === undefined) {
+        values._ = token.value;
+        continue;
+      }
+      throw refuse(`unexpected argument "${token.value}" (every value follows its option)`);
+    }
     if (token.name === "help") {
       if (token.value !== undefined) throw refuse(`${token.rawName} takes no value`);
       help = true;
@@ -429,6 +487,7 @@ function parseCommandLine(name: string, args: string[]): Values | "help" {
     }
   }
   if (help) return "help";
+  if (spec.argument && values._ === undefined) throw refuse(`${spec.argument.value} is required`);
   const missing = Object.entries(spec.options)
     .filter(([option, o]) => o.required && values[option] === undefined)
     .map(([option]) => `--${option}`);
@@ -441,20 +500,21 @@ function version(): string {
   return (JSON.parse(fs.readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string }).version;
 }
 
-/** `audit export …` as the one command `audit export`: a command's name may be two words. */
-function joinTwoWordCommand(args: string[]): string[] {
-  const [group, sub, ...rest] = args;
-  return group !== undefined && sub !== undefined && Object.hasOwn(commands, `${group} ${sub}`) ? [`${group} ${sub}`, ...rest] : args;
+/** `policy test …` is the command "policy test": a group's name and its command's name, read as one. */
+function grouped(argv: string[]): string[] {
+  const [first, second, ...rest] = argv;
+  if (first !== undefined && second !== undefined && Object.hasOwn(commands, `${first} ${second}`)) return [`${first} ${second}`, ...rest];
+  return argv;
 }
 
 async function dispatch(argv: string[]): Promise<void> {
-  const [first, ...rest] = joinTwoWordCommand(argv);
+  const [first, ...rest] = grouped(argv);
   const refuse = (message: string) => new UsageError(`sigil: ${message}`, overallUsage());
   if (first === undefined) throw refuse("no command given");
   const unknownCommand = (name: string) => `unknown command "${name}"${suggestion(name, Object.keys(commands))}`;
   if (first === "--help" || first === "-h" || first === "help") {
     if (rest.length === 0) return void process.stdout.write(overallUsage() + "\n");
-    const [name, ...extra] = joinTwoWordCommand(rest) as [string, ...string[]];
+    const [name, ...extra] = grouped(rest) as [string, ...string[]];
     if (first !== "help") throw refuse(`unexpected argument "${name}"`);
     if (!Object.hasOwn(commands, name)) throw refuse(unknownCommand(name));
     if (extra.length > 0) throw refuse(`unexpected argument "${extra[0]}"`);
@@ -463,6 +523,11 @@ async function dispatch(argv: string[]): Promise<void> {
   if (first === "--version" || first === "-v") {
     if (rest.length > 0) throw refuse(`unexpected argument "${rest[0]}"`);
     return void process.stdout.write(version() + "\n");
+  }
+  const group = Object.keys(commands).filter((name) => name.startsWith(`${first} `));
+  if (group.length > 0 && !Object.hasOwn(commands, first)) {
+    const named = rest[0] !== undefined && !rest[0].startsWith("-") ? `${first} ${rest[0]}` : first;
+    throw refuse(`unknown command "${named}": the ${first} commands are ${group.map((g) => `"${g}"`).join(", ")}`);
   }
   if (!Object.hasOwn(commands, first))
     throw refuse(first.startsWith("-") ? unknownOption(first, ["help", "version"]) : unknownCommand(first));
@@ -593,74 +658,135 @@ async function bootstrap(values: Values) {
 }
 
 /**
- * Re-seals every stored secret under a new master key, in one transaction. With the default key file
- * the new key is generated into master.key.next first, so a crash at any point leaves every secret
- * readable (the keyring loads master.key, master.key.next and master.key.previous-*), and running the
- * command again finishes the job. With SIGIL_MASTER_KEY the new key comes from --new-key-file.
+ * Re-seals every stored secret under a new master key, in one transaction, with every key at hand
+ * opening them (the key file's, SIGIL_MASTER_KEY_PREVIOUS, and the data key the token wraps). The
+ * new key is a file key (`--to file`) or a new data key wrapped by the token (`--to token`); by
+ * default, of the kind the deployment has now. With the default key file the new key is generated
+ * into master.key.next first, so a crash at any point leaves every secret readable (the keyring loads
+ * master.key, master.key.next and master.key.previous-*), and running the command again finishes the
+ * job. With SIGIL_MASTER_KEY the new key comes from --new-key-file.
  */
 async function rotateMasterKey(values: Values) {
   const { loadConfig } = await import("../config.js");
   const { resealAll } = await import("../services/sealed-secrets.js");
   const { Keyring, MASTER_KEY_BYTES } = await import("../crypto/envelope.js");
   const { loadKeyring, nextKeyFile, parseMasterKey, syncDirectory, writeKeyFile } = await import("../crypto/master-key.js");
-  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const { describeToken } = await import("../crypto/master-key.js");
+  const { checkToken, newWrappedDataKey, readDataKeyRow, unwrapDataKey } = await import("../services/token-keyring.js");
+  // A key file beside the token is what a move between the two needs.
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") }, { fileKeyBesideToken: true });
+  const { token } = config.masterKey;
   const newKeyFile = text(values, "new-key-file");
-  const fileBased = !config.masterKey.key;
-  if (!fileBased && !newKeyFile) {
-    throw new UsageError(
-      "sigil rotate-master-key: SIGIL_MASTER_KEY is set: give the new key with --new-key-file F",
-      shortUsage("rotate-master-key"),
-    );
+  const fileKeyNamed = config.masterKey.key !== null || !config.masterKey.fileIsDefault;
+  const refuse = (message: string) => new UsageError(`sigil rotate-master-key: ${message}`, shortUsage("rotate-master-key"));
+  let to = text(values, "to") as "file" | "token" | undefined;
+  if (!to) {
+    if (token && fileKeyNamed)
+      throw refuse(
+        `both a token (SIGIL_PKCS11_MODULE) and a key ${config.masterKey.key ? "(SIGIL_MASTER_KEY)" : "file (SIGIL_MASTER_KEY_FILE)"} are set: ` +
+          "say where the secrets move to, with --to token or --to file",
+      );
+    to = token ? "token" : "file";
   }
+  if (to === "token" && !token)
+    throw refuse(
+      "--to token needs the token: set SIGIL_PKCS11_MODULE, SIGIL_PKCS11_TOKEN_LABEL, SIGIL_PKCS11_KEY_LABEL and SIGIL_PKCS11_PIN or SIGIL_PKCS11_PIN_FILE",
+    );
+  if (to === "token" && newKeyFile) throw refuse("--new-key-file is for --to file: the token's new data key is made by the rotation");
+  if (to === "file" && config.masterKey.key && !newKeyFile) throw refuse("SIGIL_MASTER_KEY is set: give the new key with --new-key-file F");
+  // The token first: a wrong PIN or label stops the rotation before the database is opened.
+  if (token) checkToken(token);
+  const keyFileExists = config.masterKey.key !== null || fs.existsSync(config.masterKey.file);
   // Loading the keyring would make a fresh default key file: a rotation starts from the existing one.
-  if (fileBased && !fs.existsSync(config.masterKey.file)) {
+  if (!token && !keyFileExists) {
     throw new Error(`no master key at ${config.masterKey.file}: nothing to rotate (check --data-dir / SIGIL_MASTER_KEY_FILE)`);
   }
-  const { keyring: from } = loadKeyring(config.masterKey);
+  const fileKeys = keyFileExists ? loadKeyring(config.masterKey).keyring : null;
   const store = await openDatabase(config, "existing", "Check --data-dir / SIGIL_DATA_DIR (SQLite) or SIGIL_DATABASE_URL.");
+  const fileBased = to === "file" && !newKeyFile;
   let report;
+  let from: InstanceType<typeof Keyring>;
   try {
-    let newKey: Buffer;
-    if (newKeyFile) {
-      newKey = parseMasterKey(fs.readFileSync(newKeyFile, "utf8"), newKeyFile);
+    const row = token ? await readDataKeyRow(store.db) : undefined;
+    const wrappedKeys = row ? new Keyring(unwrapDataKey(token!, row)) : null;
+    // What the secrets move away from comes first: its key id is the report's `from`.
+    const moving = to === "token" ? [fileKeys, wrappedKeys] : [wrappedKeys, fileKeys];
+    const [first, second] = moving.filter((keyring) => keyring !== null);
+    if (!first)
+      throw new Error(
+        `there is no master key to rotate from: the database has no data key wrapped by ${describeToken(token!)}, and there is no key file at ${config.masterKey.file}`,
+      );
+    from = second ? first.including(second) : first;
+    let target: InstanceType<typeof Keyring>;
+    let alsoInTransaction: Parameters<typeof resealAll>[3];
+    if (to === "token") {
+      const { dataKey, row: wrapped } = newWrappedDataKey(token!, Date.now());
+      target = new Keyring(dataKey);
+      dataKey.fill(0);
+      alsoInTransaction = async (trx) => {
+        await trx.deleteFrom("token_data_keys").execute();
+        await trx.insertInto("token_data_keys").values(wrapped).execute();
+      };
     } else {
-      const next = nextKeyFile(config.masterKey.file);
-      if (!fs.existsSync(next)) writeKeyFile(next, crypto.randomBytes(MASTER_KEY_BYTES));
-      newKey = parseMasterKey(fs.readFileSync(next, "utf8"), next);
+      let newKey: Buffer;
+      if (newKeyFile) {
+        newKey = parseMasterKey(fs.readFileSync(newKeyFile, "utf8"), newKeyFile);
+      } else {
+        const next = nextKeyFile(config.masterKey.file);
+        if (!fs.existsSync(next)) writeKeyFile(next, crypto.randomBytes(MASTER_KEY_BYTES));
+        newKey = parseMasterKey(fs.readFileSync(next, "utf8"), next);
+      }
+      target = new Keyring(newKey);
+      // The token wraps no data key once nothing is sealed under it.
+      alsoInTransaction = async (trx) => void (await trx.deleteFrom("token_data_keys").execute());
     }
-    const to = new Keyring(newKey);
-    // One rotation at a time: a second one would re-seal under yet another key mid-way.
+    // One rotation at a time: a second one would re-seal under yet another key mid-way. (A deployment
+    // with no data directory, on PostgreSQL with the key in a token, has nowhere to put the lock.)
     const lock = `${config.masterKey.file}.rotating`;
-    let lockFd: number;
-    try {
-      lockFd = fs.openSync(lock, "wx", 0o600);
-    } catch {
-      throw new Error(`another rotation holds ${lock}; if none is running (a crash), remove the file and run again`);
+    let lockFd: number | null = null;
+    if (fs.existsSync(path.dirname(lock))) {
+      try {
+        lockFd = fs.openSync(lock, "wx", 0o600);
+      } catch {
+        throw new Error(`another rotation holds ${lock}; if none is running (a crash), remove the file and run again`);
+      }
     }
     try {
-      report = { ...(await resealAll(store.db, from, to)), to: to.currentKeyId };
+      report = { ...(await resealAll(store.db, from, target, alsoInTransaction)), to: target.currentKeyId };
     } finally {
-      fs.closeSync(lockFd);
-      fs.rmSync(lock, { force: true });
+      if (lockFd !== null) {
+        fs.closeSync(lockFd);
+        fs.rmSync(lock, { force: true });
+      }
     }
   } finally {
     await store.close();
   }
-  if (fileBased && !newKeyFile) {
+  if (fileBased) {
     // Link, then rename over: master.key exists at every instant, holding the old key or the new.
     const file = config.masterKey.file;
-    const previous = `${file}.previous-${from.currentKeyId}`;
-    if (!fs.existsSync(previous)) fs.linkSync(file, previous);
+    const previous = `${file}.previous-${fileKeys?.currentKeyId}`;
+    if (fileKeys && fs.existsSync(file) && !fs.existsSync(previous)) fs.linkSync(file, previous);
     fs.renameSync(nextKeyFile(file), file);
     syncDirectory(path.dirname(file));
   }
   process.stdout.write(
-    JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: report.to }) + "\n",
+    JSON.stringify({ resealed: report.resealed, sealedBefore: report.before, from: from.currentKeyId, to: report.to, toKind: to }) + "\n",
   );
+  const fileSettings = config.masterKey.key ? "SIGIL_MASTER_KEY" : "SIGIL_MASTER_KEY_FILE";
   const after =
-    fileBased && !newKeyFile
-      ? `The new key is ${config.masterKey.file}; the old one was kept as ${config.masterKey.file}.previous-${from.currentKeyId}. Restart every server.`
-      : `Now set SIGIL_MASTER_KEY (or the key file) to the new key and keep the old one in SIGIL_MASTER_KEY_PREVIOUS until every server has restarted.`;
+    to === "token"
+      ? `The secrets are sealed under data key ${report.to}, wrapped by ${describeToken(token!)}. ` +
+        (fileKeyNamed
+          ? `Unset ${fileSettings} and restart every server with the token settings (SIGIL_PKCS11_MODULE and the others).`
+          : "Restart every server with the token settings (SIGIL_PKCS11_MODULE and the others).") +
+        (keyFileExists && !config.masterKey.key ? ` The key file ${config.masterKey.file} opens nothing now.` : "")
+      : fileBased
+        ? `The new key is ${config.masterKey.file}${fileKeys ? `; the old one was kept as ${config.masterKey.file}.previous-${fileKeys.currentKeyId}` : ""}. ` +
+          (token ? "Unset the token settings (SIGIL_PKCS11_MODULE and the others) and restart every server." : "Restart every server.")
+        : token
+          ? `Now unset the token settings (SIGIL_PKCS11_MODULE and the others), set SIGIL_MASTER_KEY_FILE (or SIGIL_MASTER_KEY) to the new key and restart every server.`
+          : `Now set SIGIL_MASTER_KEY (or the key file) to the new key and keep the old one in SIGIL_MASTER_KEY_PREVIOUS until every server has restarted.`;
   process.stderr.write(after + "\n");
 }
 
@@ -690,7 +816,7 @@ async function info(values: Values) {
     const databaseKeyIds = (await keyIdsInUse(store.reader)).sort();
     const line = {
       database: store.location,
-      masterKey: await masterKeyAtHand(config, databaseKeyIds),
+      masterKey: await masterKeyAtHand(config, databaseKeyIds, store),
       databaseKeyIds,
       signerPublicKey: of(BUNDLE_SIGNER),
       webhookSigningPublicKey: of(WEBHOOK_SIGNING),
@@ -720,8 +846,25 @@ async function logVerifierKey(config: Config, publicKeyHex: string | null): Prom
  * never made: where there is none (or it cannot be read) the answer is null and stderr says why, so an
  * operator sees which file the servers would use and whether it is the deployment's key.
  */
-async function masterKeyAtHand(config: Config, databaseKeyIds: string[]) {
+async function masterKeyAtHand(config: Config, databaseKeyIds: string[], store: Store) {
   const { loadKeyring } = await import("../crypto/master-key.js");
+  if (config.masterKey.token) {
+    const { describeToken } = await import("../crypto/master-key.js");
+    const where = describeToken(config.masterKey.token);
+    let keyring;
+    try {
+      ({ keyring } = await tokenKeyringAtHand(config, store));
+    } catch (error) {
+      process.stderr.write(`the master key in ${where} cannot be used: ${(error as Error).message}\n`);
+      return null;
+    }
+    const opensDatabase = databaseKeyIds.every((id) => keyring.holds(id));
+    if (!opensDatabase)
+      process.stderr.write(
+        `the data key ${keyring.currentKeyId} wrapped by ${where} does not open this database: a server given it would refuse to start\n`,
+      );
+    return { source: where, keyId: keyring.currentKeyId, opensDatabase };
+  }
   const { file, key, fileIsDefault } = config.masterKey;
   const origin = !fileIsDefault
     ? "SIGIL_MASTER_KEY_FILE"
@@ -748,6 +891,14 @@ async function masterKeyAtHand(config: Config, databaseKeyIds: string[]) {
       `the master key at ${where}, key id ${keyring.currentKeyId}, does not open this database: a server given it would refuse to start; it needs ${needed}\n`,
     );
   return { source: key ? "SIGIL_MASTER_KEY" : file, keyId: keyring.currentKeyId, opensDatabase };
+}
+
+/** The keyring of a deployment whose master key is in the token, for a command that reads: the token
+ * checked, then the database's data key unwrapped; never made (the first `sigil serve` makes it). */
+async function tokenKeyringAtHand(config: Config, store: Store) {
+  const { checkToken, tokenKeyring } = await import("../services/token-keyring.js");
+  checkToken(config.masterKey.token!);
+  return tokenKeyring(store, config.masterKey, false);
 }
 
 /** Removes an IP allowlist outside the API: the way back for an organization whose lists refuse every
@@ -812,12 +963,12 @@ async function outbox(values: Values) {
   const store = await openDatabase(config, "read-only", readOnlyAdvice);
   try {
     // Loading the keyring would make a fresh default key file, which opens nothing: the servers' key is needed.
-    if (!config.masterKey.key && !fs.existsSync(config.masterKey.file)) {
+    if (!config.masterKey.token && !config.masterKey.key && !fs.existsSync(config.masterKey.file)) {
       throw new Error(
         `no master key at ${config.masterKey.file}: the outbox is sealed under the servers' key (SIGIL_MASTER_KEY or SIGIL_MASTER_KEY_FILE)`,
       );
     }
-    const { keyring } = loadKeyring(config.masterKey);
+    const { keyring } = config.masterKey.token ? await tokenKeyringAtHand(config, store) : loadKeyring(config.masterKey);
     const messages = await readOutbox(store, keyring, Date.now());
     for (const message of messages) {
       if (organization && message.organizationId !== organization) continue;
@@ -974,6 +1125,48 @@ async function auditVerify(values: Values) {
     const snapshot = <T>(work: (trx: Parameters<Parameters<Store["readSnapshot"]>[0]>[0]) => Promise<T>) =>
       store.dialect === "postgres" ? store.readSnapshot(work) : store.reader.transaction().execute(work);
     for (const id of organizations) report(await snapshot((trx) => verifyStoredLog(trx, id, verifier)));
+  } finally {
+    await store.close();
+  }
+}
+
+/** `sigil policy test`: the cases decided, a table printed; exit 1 on a failed case, 2 on an unusable file. */
+async function policyTest(values: Values) {
+  const { runPolicyTests, renderResults } = await import("./policy-testing.js");
+  const { PolicyFileError } = await import("./policy-files.js");
+  try {
+    const results = await runPolicyTests(text(values, "_")!, text(values, "policies"));
+    process.stdout.write(renderResults(results) + "\n");
+    if (results.some((r) => !r.passed)) process.exitCode = 1;
+  } catch (error) {
+    if (!(error instanceof PolicyFileError)) throw error;
+    process.stderr.write(`sigil policy test: ${error.message}\n`);
+    process.exitCode = 2;
+  }
+}
+
+/** `sigil policy replay`: the organization's recorded activities judged on proposed policies. */
+async function policyReplay(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { readPolicies, SourceFile } = await import("./policy-files.js");
+  const { replayActivities } = await import("../activities/policy-replay.js");
+  const { renderReplay } = await import("./policy-testing.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const organizationId = text(values, "organization")!;
+  // The file first: a mistake in it is named before any database is opened.
+  const proposed = readPolicies(SourceFile.read(text(values, "policies")!));
+  const store = await openDatabase(config, "read-only", readOnlyAdvice);
+  try {
+    const organization = await store.reader.selectFrom("organizations").select("id").where("id", "=", organizationId).executeTakeFirst();
+    if (!organization) throw new Error(`no organization ${organizationId} in ${store.location}`);
+    const report = await replayActivities(
+      store.reader,
+      organizationId,
+      { policies: proposed, names: new Map(proposed.map((p) => [p.id, p.name])) },
+      (values.last as number | undefined) ?? 10_000,
+      store.dialect === "postgres" ? 32 : 1,
+    );
+    process.stdout.write((values.json ? JSON.stringify(report) : renderReplay(report)) + "\n");
   } finally {
     await store.close();
   }

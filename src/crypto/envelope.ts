@@ -78,4 +78,12 @@ export class Keyring {
   holds(keyId: string): boolean {
     return this.keys.has(keyId);
   }
+
+  /** A keyring sealing under this one's current key and opening with the keys of both: every key at
+   * hand, for a rotation that must open what any of them sealed. */
+  including(other: Keyring): Keyring {
+    const merged = new Keyring(this.keys.get(this.currentKeyId)!);
+    for (const [id, key] of [...this.keys, ...other.keys]) merged.keys.set(id, key);
+    return merged;
+  }
 }

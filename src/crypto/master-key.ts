@@ -1,11 +1,30 @@
-// Where the master key comes from, in order: SIGIL_MASTER_KEY (hex or base64 of 32 bytes), the file
-// SIGIL_MASTER_KEY_FILE, or — the embedded default — <data dir>/master.key, created on first start
-// with mode 0600. Earlier keys (SIGIL_MASTER_KEY_PREVIOUS, or the files a rotation leaves beside the
+// Where the master key comes from: a PKCS#11 token (SIGIL_PKCS11_MODULE …, crypto/token-key.ts: the key
+// there wraps a data key kept in the database), or, in order, SIGIL_MASTER_KEY (hex or base64 of 32
+// bytes), the file SIGIL_MASTER_KEY_FILE, or — the embedded default — <data dir>/master.key, created
+// on first start with mode 0600. Earlier keys (SIGIL_MASTER_KEY_PREVIOUS, or the files a rotation leaves beside the
 // key) stay in the keyring so values sealed before a rotation still open.
 import crypto from "node:crypto";
 import fs from "node:fs";
 import path from "node:path";
 import { Keyring, MASTER_KEY_BYTES, SecretError, keyIdOf } from "./envelope.js";
+
+/** The master key in a PKCS#11 token (crypto/token-key.ts uses it; declared here so that reading the
+ * configuration does not load the native PKCS#11 binding). */
+export interface TokenConfig {
+  /** SIGIL_PKCS11_MODULE: the PKCS#11 library (libsofthsm2.so, a vendor's .so). */
+  module: string;
+  /** SIGIL_PKCS11_TOKEN_LABEL */
+  tokenLabel: string;
+  /** SIGIL_PKCS11_PIN (or null when the PIN is in a file). */
+  pin: string | null;
+  /** SIGIL_PKCS11_PIN_FILE */
+  pinFile: string | null;
+  /** SIGIL_PKCS11_KEY_LABEL: the CKA_LABEL of the AES key in the token. */
+  keyLabel: string;
+}
+
+/** Where a token or key came from, for log lines and messages (never the PIN). */
+export const describeToken = (config: TokenConfig) => `key "${config.keyLabel}" of PKCS#11 token "${config.tokenLabel}" (${config.module})`;
 
 export interface MasterKeyConfig {
   /** SIGIL_MASTER_KEY */
@@ -16,6 +35,8 @@ export interface MasterKeyConfig {
   previous: string[];
   /** Whether `file` is the default in the data directory (then it may be created). */
   fileIsDefault: boolean;
+  /** SIGIL_PKCS11_MODULE and the other token settings: the master key is this token's key, and `key` / `file` are not used (but by a rotation). */
+  token: TokenConfig | null;
 }
 
 export function parseMasterKey(text: string, where: string): Buffer {
@@ -136,6 +157,12 @@ export function wrongMasterKeyMessage(
 ): string {
   const sealed = `the database holds secrets sealed under master key ${facts.missing.join(", ")}, which this server was not given`;
   const previous = "or, if it is an older key, add it to SIGIL_MASTER_KEY_PREVIOUS";
+  if (config.token)
+    return (
+      `${sealed}: its key (key id ${facts.keyId}) is the data key wrapped by ${describeToken(config.token)}. ` +
+      "Move the secrets under the token with `sigil rotate-master-key --to token`, giving it the key they are sealed under " +
+      `(SIGIL_MASTER_KEY_FILE, SIGIL_MASTER_KEY or master.key in the data directory), ${previous}.`
+    );
   if (config.key)
     return `${sealed}: its key (key id ${facts.keyId}) comes from SIGIL_MASTER_KEY. Set SIGIL_MASTER_KEY to the key the database was sealed with, ${previous}.`;
   if (!config.fileIsDefault)

@@ -35,12 +35,19 @@ export interface SignatureWorkerData {
   secp256k1: ReturnType<typeof secp256k1>["choice"];
 }
 
-export type SignatureAnswer = { id: number; signature: RawSignature } | { id: number; error: string };
+/** `startedAt`: when the thread took the task up (wallClock()), to tell how long it waited. */
+export type SignatureAnswer = { id: number; startedAt: number } & ({ signature: RawSignature } | { error: string });
 
 interface Pending {
   resolve(signature: RawSignature): void;
   reject(error: Error): void;
+  /** When the task was handed to the thread (wallClock()). */
+  sentAt: number;
 }
+
+/** Milliseconds since the epoch, to a fraction of a microsecond, on the same clock in every thread of
+ * the process (each thread's performance.now() counts from its own start). */
+export const wallClock = () => performance.timeOrigin + performance.now();
 
 /** The default: one thread per core beyond the one the event loop runs on, at least one, at most four. */
 export function defaultSignatureThreads(): number {
@@ -52,6 +59,8 @@ class SignatureThread {
   private worker: Worker | null = null;
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
+
+  constructor(private readonly onWait?: (seconds: number) => void) {}
 
   get load(): number {
     return this.pending.size;
@@ -66,6 +75,7 @@ class SignatureThread {
       if (!task) return;
       this.pending.delete(answer.id);
       if (this.pending.size === 0) worker.unref();
+      this.onWait?.(Math.max(0, answer.startedAt - task.sentAt) / 1000);
       if ("error" in answer) task.reject(new Error(`signature thread: ${answer.error}`));
       else task.resolve(answer.signature);
     });
@@ -84,7 +94,7 @@ class SignatureThread {
     const worker = (this.worker ??= this.start());
     const id = ++this.nextId;
     return new Promise<RawSignature>((resolve, reject) => {
-      this.pending.set(id, { resolve, reject });
+      this.pending.set(id, { resolve, reject, sentAt: wallClock() });
       // An idle thread does not keep the process alive; one with work does, until it answers.
       worker.ref();
       // The copy crosses to the thread, which wipes it; the caller's key stays the caller's to drop.
@@ -110,6 +120,9 @@ export interface SignatureThreadOptions {
   /** Sign on a thread even what is cheaper inline (native libsecp256k1): for the benchmark that
    * measures the difference. */
   threadsForAll?: boolean;
+  /** Told, for each signature a thread computed, how long it waited for the thread (seconds): from
+   * the hand-over to the moment the thread took it up (the metrics). */
+  onWait?: (seconds: number) => void;
 }
 
 export class SignatureThreads {
@@ -117,8 +130,15 @@ export class SignatureThreads {
   private readonly threadsForAll: boolean;
 
   constructor(count: number = defaultSignatureThreads(), options: SignatureThreadOptions = {}) {
-    this.threads = Array.from({ length: count }, () => new SignatureThread());
+    this.threads = Array.from({ length: count }, () => new SignatureThread(options.onWait));
     this.threadsForAll = options.threadsForAll ?? false;
+  }
+
+  /** Signatures handed to the threads and not yet answered: the threads' queue. */
+  get queued(): number {
+    let queued = 0;
+    for (const thread of this.threads) queued += thread.load;
+    return queued;
   }
 
   /** The least busy thread, or none when signatures are computed inline. */

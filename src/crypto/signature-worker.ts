@@ -3,13 +3,14 @@
 import { parentPort, workerData } from "node:worker_threads";
 import { selectSecp256k1 } from "./secp256k1.js";
 import { signDigest, signEd25519, signSchnorr, signTaprootKeyPath } from "./sign.js";
-import type { SignatureTask, SignatureAnswer, SignatureWorkerData } from "./signature-threads.js";
+import { wallClock, type SignatureTask, type SignatureAnswer, type SignatureWorkerData } from "./signature-threads.js";
 
 if (!parentPort) throw new Error("signature-worker.ts runs as a worker thread");
 const port = parentPort;
 selectSecp256k1((workerData as SignatureWorkerData).secp256k1);
 
 port.on("message", (task: SignatureTask) => {
+  const startedAt = wallClock();
   let answer: SignatureAnswer;
   try {
     const signature =
@@ -20,9 +21,9 @@ port.on("message", (task: SignatureTask) => {
           : task.scheme === "BIP340"
             ? signSchnorr(task.privateKey, task.message)
             : signDigest(task.curve, task.privateKey, task.message);
-    answer = { id: task.id, signature };
+    answer = { id: task.id, startedAt, signature };
   } catch (error) {
-    answer = { id: task.id, error: error instanceof Error ? error.message : String(error) };
+    answer = { id: task.id, startedAt, error: error instanceof Error ? error.message : String(error) };
   } finally {
     task.privateKey.fill(0);
   }

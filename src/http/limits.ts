@@ -7,6 +7,8 @@ import { clientAddress } from "../auth/ip-allowlists.js";
 import type pino from "pino";
 import type { HttpLimits } from "../config.js";
 import { type ServiceError, serviceError } from "../errors.js";
+import type { Metrics } from "../services/metrics.js";
+import { refusalOf } from "./metrics.js";
 
 /** The parts of Fastify's options that carry the timeouts. */
 export function timeoutOptions(limits: HttpLimits) {
@@ -33,7 +35,7 @@ const REFUSAL_LOG_INTERVAL_MS = 10_000;
  * gets the error body the official clients parse (instead of Fastify's own shape), then the
  * connection is closed.
  */
-export function clientErrorHandler(limits: HttpLimits) {
+export function clientErrorHandler(limits: HttpLimits, metrics?: Metrics) {
   return function (this: { log: pino.Logger }, error: Error & { code?: string }, socket: Socket): void {
     if (error.code === "ECONNRESET" || socket.destroyed) return;
     let refusal: ServiceError;
@@ -49,6 +51,8 @@ export function clientErrorHandler(limits: HttpLimits) {
       refusal = serviceError("REQUEST_MALFORMED", "the request is not well-formed HTTP/1.1");
     }
     this.log.debug({ code: error.code, remoteAddress: socket.remoteAddress }, "client error");
+    const reason = refusalOf(refusal.turnkeyErrorCode);
+    if (reason) metrics?.refused(reason);
     if (socket.writable) {
       const body = JSON.stringify(refusal.toBody());
       const reason = { 408: "Request Timeout", 431: "Request Header Fields Too Large" }[refusal.httpStatus] ?? "Bad Request";
@@ -81,7 +85,7 @@ export function clientOf(address: string): string {
  * connection gets no answer: answering would mean reading its request. Refusals are logged at
  * most once per REFUSAL_LOG_INTERVAL_MS, with counts, so a flood does not flood the log too.
  */
-export function limitConnections(server: Server, limits: HttpLimits, logger: pino.Logger): void {
+export function limitConnections(server: Server, limits: HttpLimits, logger: pino.Logger, metrics?: Metrics): void {
   if (limits.maxConnections > 0) server.maxConnections = limits.maxConnections;
   let refused = { overall: 0, perAddress: 0 };
   let lastRemoteAddress: string | undefined;
@@ -99,6 +103,7 @@ export function limitConnections(server: Server, limits: HttpLimits, logger: pin
   let quietUntil = 0;
   const noteRefusal = (kind: keyof typeof refused, remoteAddress: string | undefined) => {
     refused[kind]++;
+    metrics?.refused(kind === "overall" ? "connections_overall" : "connections_per_address");
     lastRemoteAddress = remoteAddress;
     const now = Date.now();
     if (now >= quietUntil) {

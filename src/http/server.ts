@@ -1,6 +1,7 @@
 // The HTTP face of the service: one route per registered operation, the error body the official
 // clients parse, body, time and connection limits, request ids, /health and /ready. No SQL and no
 // business rules live here.
+import cluster from "node:cluster";
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from "fastify";
 import pino from "pino";
 import { ConfigError, type Config } from "../config.js";
@@ -11,6 +12,7 @@ import { Pipeline } from "../activities/pipeline.js";
 import { rateLimiter } from "../services/rate-limits.js";
 import type { Keyring } from "../crypto/envelope.js";
 import { type OperationEnvironment, queryPath } from "../registry/registry.js";
+import { answerDryRun } from "../activities/policy-evaluation.js";
 import { SignatureThreads } from "../crypto/signature-threads.js";
 import { selectSecp256k1, type Secp256k1Selection } from "../crypto/secp256k1.js";
 import { signatureLibraries } from "../crypto/sign.js";
@@ -37,7 +39,7 @@ import { oidcVerifier } from "../auth/oidc.js";
 import { trustedProxyTest } from "../auth/ip-allowlists.js";
 import { oauth2Providers } from "../services/oauth2-providers.js";
 import { purgeExpiredImportTargets } from "../operations/secure-channel.js";
-import { forgetNewKey, loadKeyring } from "../crypto/master-key.js";
+import { describeToken, forgetNewKey, loadKeyring } from "../crypto/master-key.js";
 import { assertKeyringOpensStore } from "../services/sealed-secrets.js";
 import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { notServedError, notServedOperations } from "../operations/not-served.js";
@@ -47,6 +49,8 @@ import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.j
 import { REQUEST_ID_LOG_LABEL, requestContextOf, requestIdOptions, traceRequests } from "./request-ids.js";
 import { Readiness, readyRoute } from "./readiness.js";
 import { outageError } from "../services/database-outages.js";
+import { Metrics } from "../services/metrics.js";
+import { listenForScrapes, recordRequests, refusalOf, scrapeSource, serveMetrics, shareWithPrimary } from "./metrics.js";
 import packageJson from "../../package.json" with { type: "json" };
 
 export interface RunningServer {
@@ -54,6 +58,8 @@ export interface RunningServer {
   store: Store;
   /** Base URL the server answers on, e.g. http://127.0.0.1:8080 */
   url: string;
+  /** Where its metrics are scraped (SIGIL_METRICS), when they are served. */
+  metricsUrl?: string;
   /** Turns /ready to 503 (shutdown) while everything else is served as before: close() does it first. */
   drain(): void;
   /** The graceful stop (docs/running.md#readiness-and-shutdown): /ready answers 503, then, after
@@ -131,6 +137,8 @@ export interface ServerParts {
   onWebhookEventsQueued?: () => void;
   onMessagesQueued?: () => void;
   onBroadcastsQueued?: () => void;
+  /** The process's metrics (SIGIL_METRICS not off): requests and activities are recorded in them. */
+  metrics?: Metrics;
 }
 
 /**
@@ -159,6 +167,7 @@ export function buildApp(
     onWebhookEventsQueued,
     onMessagesQueued,
     onBroadcastsQueued,
+    metrics,
   }: ServerParts,
   logger: pino.Logger,
   options: ServerOptions = {},
@@ -167,7 +176,7 @@ export function buildApp(
     loggerInstance: logger as unknown as FastifyBaseLogger,
     bodyLimit: config.bodyLimitBytes,
     ...timeoutOptions(config.http),
-    clientErrorHandler: clientErrorHandler(config.http),
+    clientErrorHandler: clientErrorHandler(config.http, metrics),
     // Per-request lines come from the onResponse hook below, at debug level; activities log themselves.
     logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: REQUEST_ID_LOG_LABEL }),
     ...requestIdOptions,
@@ -177,8 +186,10 @@ export function buildApp(
     // read as the allowlists read them (auth/ip-allowlists.ts), not by proxy-addr's parser.
     trustProxy: config.http.trustedProxies.length > 0 ? trustedProxyTest(config.http.trustedProxies) : false,
   });
-  limitConnections(app.server, config.http, logger);
+  limitConnections(app.server, config.http, logger, metrics);
   traceRequests(app);
+  // Before any route is registered: each route's series are bound to it as it is.
+  if (metrics) recordRequests(app, metrics);
   const issuer = config.invitations.publicUrl;
   const env: OperationEnvironment = {
     webauthn: config.webauthn,
@@ -208,6 +219,8 @@ export function buildApp(
     onMessagesQueued,
     onBroadcastsQueued,
     rateLimits: rateLimiter(config.rateLimits, store, logger),
+    dryRun: answerDryRun,
+    ...(metrics ? { metrics } : {}),
   });
 
   // Bodies stay raw bytes: the stamp signs, and the fingerprint hashes, the exact bytes sent.
@@ -232,6 +245,8 @@ export function buildApp(
     };
     if (error.httpStatus < 500 || error.httpStatus === 501) request.log.info(fields, "request refused");
     else request.log.warn(fields, "request failed");
+    const refusal = metrics && refusalOf(error.turnkeyErrorCode);
+    if (refusal) metrics.refused(refusal);
     const retryAfter = retryAfterOf(error.httpStatus, body);
     if (retryAfter) reply.header("retry-after", retryAfter);
     return reply.status(error.httpStatus).send(body);
@@ -349,6 +364,7 @@ export function buildApp(
   });
   const openApi = buildOpenApiDocument(packageJson.version);
   app.get("/openapi.json", async () => openApi);
+  if (metrics && config.metrics.serve === "main") serveMetrics(app, scrapeSource(metrics), metrics.contentType);
 
   const raw = (body: unknown) => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
   for (const operation of activityOperations) {
@@ -420,7 +436,9 @@ async function openDeployment(
   logger: pino.Logger,
   mode: "create" | "existing",
   flushWal?: (file: string) => Promise<void>,
+  metrics?: Metrics,
 ) {
+  if (config.masterKey.token) return openTokenDeployment(config, logger, mode, flushWal);
   const loaded = loadKeyring(config.masterKey);
   const { keyring, source, created } = loaded;
   const forget = () => forgetNewKey(config.masterKey.file, loaded);
@@ -430,6 +448,7 @@ async function openDeployment(
       ...config,
       mode,
       flushWal,
+      ...(metrics ? { transactionObserver: metrics.transactionObserver } : {}),
       onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect"),
     });
   } catch (error) {
@@ -444,6 +463,37 @@ async function openDeployment(
     throw error;
   }
   return { store, keyring, source, created };
+}
+
+/**
+ * openDeployment with the master key in a PKCS#11 token: the token is checked (module, token, PIN,
+ * key) before the database is opened, so a start refused for it creates and writes nothing; then the
+ * database's data key is unwrapped (made, on a first start) and checked against what the database holds.
+ */
+async function openTokenDeployment(
+  config: Config,
+  logger: pino.Logger,
+  mode: "create" | "existing",
+  flushWal?: (file: string) => Promise<void>,
+) {
+  // Loaded here only: a deployment with a key file never loads the native PKCS#11 binding.
+  const { checkToken, tokenKeyring } = await import("../services/token-keyring.js");
+  const warnings = checkToken(config.masterKey.token!);
+  for (const warning of warnings) logger.warn({ masterKey: describeToken(config.masterKey.token!) }, `master key: ${warning}`);
+  const store = await openStore({
+    ...config,
+    mode,
+    flushWal,
+    onConnectionError: (err) => logger.warn({ err }, "database connection lost; the pool will reconnect"),
+  });
+  try {
+    const { keyring, source, created } = await tokenKeyring(store, config.masterKey, mode === "create");
+    await assertKeyringOpensStore(store.db, keyring, { masterKey: config.masterKey, dataDirOrigin: config.dataDirFrom, created: false });
+    return { store, keyring, source, created };
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
 }
 
 /** The deployment's own keys, made (sealed) on the first start, and the expired import targets
@@ -463,10 +513,14 @@ async function deploymentKeys(config: Config, store: Store, keyring: Keyring, cl
   return keys;
 }
 
-const logMasterKey = (logger: pino.Logger, source: string, created: boolean) =>
-  created
-    ? logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it")
-    : logger.info({ masterKey: source }, "master key loaded");
+const logMasterKey = (config: Config, logger: pino.Logger, source: string, created: boolean) =>
+  config.masterKey.token
+    ? created
+      ? logger.info({ masterKey: source }, "made the data key and stored it wrapped by the token's key")
+      : logger.info({ masterKey: source }, "master key: the data key was unwrapped by the token")
+    : created
+      ? logger.warn({ masterKey: source }, "created a new master key: back it up, every stored secret is sealed under it")
+      : logger.info({ masterKey: source }, "master key loaded");
 
 /**
  * What the primary of `sigil serve --workers N` does once before it starts its workers, so that they
@@ -481,28 +535,34 @@ export async function prepareDeployment(config: Config, logger: pino.Logger): Pr
   } finally {
     await store.close();
   }
-  logMasterKey(logger, source, created);
+  logMasterKey(config, logger, source, created);
   return { location: store.location };
 }
 
 export async function startServer(config: Config, logger = createLogger(config), options: ServerOptions = {}): Promise<RunningServer> {
   chooseSignatureLibraries(config, logger, options.prepared ? "debug" : "info");
+  // Off, nothing is collected at all.
+  const metrics = config.metrics.serve === "off" ? undefined : new Metrics();
   // A worker's deployment was made by its primary (prepareDeployment): it opens, never creates.
   const { store, keyring, source, created } = await openDeployment(
     config,
     logger,
     options.prepared ? "existing" : "create",
     options.flushWal,
+    metrics,
   );
   if (options.prepared) logger.debug({ masterKey: source }, "master key loaded");
-  else logMasterKey(logger, source, created);
-  const signatures = new SignatureThreads(config.signatureThreads);
+  else logMasterKey(config, logger, source, created);
+  const signatures = new SignatureThreads(config.signatureThreads, metrics ? { onWait: metrics.onSignatureWait } : {});
   let dispatcher: WebhookDispatcher;
   let courier: MessageCourier;
   let broadcaster: ChainBroadcaster;
   let readiness: Readiness;
   let app: FastifyInstance;
   let checkpointSigner: LogSigner;
+  let scrapes: { url: string; close(): Promise<void> } | undefined;
+  /** The app once it listens: to be closed again if the start fails after that. */
+  let listening: FastifyInstance | undefined;
   try {
     const { webhookKey, bundles, sessions, otpCodeHash, clientSecrets, identityTokens, logSigner } = await deploymentKeys(
       config,
@@ -516,6 +576,13 @@ export async function startServer(config: Config, logger = createLogger(config),
     const chains = new ChainRpc(config.chains);
     broadcaster = new ChainBroadcaster(store, chains, findContractAbi, config.chains, logger, options.clock);
     readiness = new Readiness({ store, keyring, outboxes: { webhooks: dispatcher, messages: courier, broadcasts: broadcaster } }, logger);
+    if (metrics) {
+      const ready = async () => Object.keys(await readiness.notReady()).length === 0;
+      metrics.watch({ store, signatures, logger, version: packageJson.version, ready, ...(options.clock ? { clock: options.clock } : {}) });
+      dispatcher.observeAttempts(metrics.outboxRecorder("webhooks"));
+      courier.observeAttempts(metrics.outboxRecorder("messages"));
+      broadcaster.observeAttempts(metrics.outboxRecorder("broadcasts"));
+    }
     app = buildApp(
       config,
       {
@@ -534,12 +601,19 @@ export async function startServer(config: Config, logger = createLogger(config),
         onMessagesQueued: () => courier.notify(),
         onBroadcastsQueued: () => broadcaster.notify(),
         readiness,
+        ...(metrics ? { metrics } : {}),
       },
       logger,
       options,
     );
     await app.listen({ host: config.host, port: config.port });
+    listening = app;
+    // A worker of `serve --workers N` answers its primary, which gathers and serves the cluster's.
+    if (metrics && cluster.isWorker) shareWithPrimary(metrics);
+    else if (metrics && config.metrics.serve === "listener")
+      scrapes = await listenForScrapes(config.metrics, () => metrics.scrape(), metrics.contentType, logger);
   } catch (error) {
+    await listening?.close();
     await store.close();
     await signatures.close();
     throw error;
@@ -554,11 +628,16 @@ export async function startServer(config: Config, logger = createLogger(config),
   const port = typeof address === "object" && address ? address.port : config.port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
   // A worker's primary says it once for all of them.
-  logger[options.prepared ? "debug" : "info"]({ url: `http://${host}:${port}`, database: store.location }, "sigil is accepting requests");
+  logger[options.prepared ? "debug" : "info"](
+    { url: `http://${host}:${port}`, database: store.location, ...(scrapes ? { metrics: scrapes.url } : {}) },
+    "sigil is accepting requests",
+  );
+  const metricsUrl = scrapes?.url ?? (metrics && config.metrics.serve === "main" ? `http://${host}:${port}/metrics` : undefined);
   return {
     app,
     store,
     url: `http://${host}:${port}`,
+    ...(metricsUrl ? { metricsUrl } : {}),
     drain: () => readiness.drain(),
     async close() {
       readiness.drain();
@@ -567,6 +646,7 @@ export async function startServer(config: Config, logger = createLogger(config),
         await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs));
       }
       stopCheckpoints();
+      await scrapes?.close();
       await app.close();
       await dispatcher.close();
       await courier.close();

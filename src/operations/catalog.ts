@@ -7,6 +7,7 @@ import { tagOperations } from "./identity/tags.js";
 import { organizationOperations } from "./organizations/organizations.js";
 import { organizationDataOperations } from "./organizations/organization-data.js";
 import { policyOperations } from "./policies/policies.js";
+import { policyDryRunQueries } from "./policies/dry-run.js";
 import { mfaPolicyOperations } from "./mfa/mfa-policies.js";
 import { walletOperations } from "./wallets/wallets.js";
 import { privateKeyOperations } from "./wallets/private-keys.js";
@@ -71,6 +72,7 @@ export const operations: Operation[] = [
   ...voteOperations,
   ...activityQueries,
   ...transparencyLogQueries,
+  ...policyDryRunQueries,
 ];
 
 /** Everything served under /public/v1/submit/: activities and votes on them. */

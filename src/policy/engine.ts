@@ -101,9 +101,16 @@ export interface PolicyVerdict {
   error?: string;
 }
 
+/** Which part of a policy gave its verdict: its `effect` (every part held), the `time`, `condition` or
+ * `consensus` that did not hold or failed to evaluate, or `compile` (the stored text does not compile). */
+export type DecidingPart = "effect" | "time" | "condition" | "consensus" | "compile";
+
 export interface PolicySetResult {
   outcome: "OUTCOME_ALLOW" | "OUTCOME_DENY_EXPLICIT" | "OUTCOME_DENY_IMPLICIT" | "OUTCOME_REQUIRES_CONSENSUS";
   verdicts: PolicyVerdict[];
+  /** For each verdict (same index), the part of the policy that gave it. Kept beside the verdicts
+   * rather than in them: the verdicts are what the audit log records. */
+  parts: DecidingPart[];
   /** The decision ran out of steps: policies after that point were not evaluated, so it cannot allow. */
   budgetExceeded: boolean;
 }
@@ -164,11 +171,19 @@ class Evaluation {
     return evaluator({ roots: this.rootsOf(field), nowMs: this.input.nowMs, locals: [], budget: this.budget, trace }) as boolean;
   }
 
+  /** The part of the policy the last gate or verdict stopped at (see DecidingPart). */
+  part: DecidingPart = "effect";
+
   /** time and condition: whether the policy is in force for this activity at all. */
   gate(policy: Loaded): PolicyVerdict | null {
-    if (!("run" in policy)) return { policyId: policy.source.id, outcome: "OUTCOME_ERROR", error: policy.error };
+    if (!("run" in policy)) {
+      this.part = "compile";
+      return { policyId: policy.source.id, outcome: "OUTCOME_ERROR", error: policy.error };
+    }
     try {
+      this.part = "time";
       if (policy.run.time && !this.run(policy.run.time, "time")) return { policyId: policy.id, outcome: "OUTCOME_TIME_INACTIVE" };
+      this.part = "condition";
       if (policy.run.condition && !this.run(policy.run.condition, "condition"))
         return { policyId: policy.id, outcome: "OUTCOME_DENY_IMPLICIT" };
       return null;
@@ -181,6 +196,7 @@ class Evaluation {
     const gated = this.gate(policy);
     if (gated || !("run" in policy)) return gated!;
     try {
+      this.part = "consensus";
       if (policy.run.consensus && !this.run(policy.run.consensus, "consensus")) {
         return { policyId: policy.id, outcome: policy.effect === "EFFECT_ALLOW" ? "OUTCOME_REQUIRES_CONSENSUS" : "OUTCOME_DENY_IMPLICIT" };
       }
@@ -191,6 +207,7 @@ class Evaluation {
       if (policy.effect === "EFFECT_ALLOW" && !this.budgetSpent()) return { ...verdict, outcome: "OUTCOME_REQUIRES_CONSENSUS" };
       return verdict;
     }
+    this.part = "effect";
     return { policyId: policy.id, outcome: policy.effect === "EFFECT_ALLOW" ? "OUTCOME_ALLOW" : "OUTCOME_DENY_EXPLICIT" };
   }
 
@@ -213,7 +230,12 @@ function errorVerdict(policy: PolicySource, error: unknown): PolicyVerdict {
 export function evaluatePolicies(policies: PolicySource[], input: EvaluationInput, budget?: Budget): PolicySetResult {
   const evaluation = new Evaluation(input, budget);
   try {
-    const verdicts = policies.map((p) => evaluation.verdict(load(p)));
+    const parts: DecidingPart[] = [];
+    const verdicts = policies.map((p) => {
+      const verdict = evaluation.verdict(load(p));
+      parts.push(evaluation.part);
+      return verdict;
+    });
     const has = (outcome: Outcome) => verdicts.some((v) => v.outcome === outcome);
     // Past the budget the policies left were not really evaluated, and one of them may have been a
     // deny: a request made costly on purpose (long parameters) must not slip past it. It can still
@@ -228,7 +250,7 @@ export function evaluatePolicies(policies: PolicySource[], input: EvaluationInpu
           : has("OUTCOME_REQUIRES_CONSENSUS")
             ? "OUTCOME_REQUIRES_CONSENSUS"
             : "OUTCOME_DENY_IMPLICIT";
-    return { outcome, verdicts, budgetExceeded };
+    return { outcome, verdicts, parts, budgetExceeded };
   } finally {
     evaluation.done();
   }

@@ -189,6 +189,18 @@ export interface QueryContext {
   chains: ChainRpc;
   /** The organizations' transparency logs: their signer, and checkpoints made on demand. */
   transparencyLog: TransparencyLog;
+  /** The policy dry run (evaluate_policies): what a submit of `request` by the caller, or by its
+   * acting user, would be answered, decided by the submit's own code on the organization's policies.
+   * It reads only: no activity is recorded, no fingerprint consumed. */
+  wouldBeAnswered(request: WouldBeRequest): Promise<Record<string, unknown>>;
+}
+
+/** A submit request that is not sent: the activity type and parameters a submit would carry, and
+ * the user it would be requested by when not the caller. */
+export interface WouldBeRequest {
+  type: string;
+  parameters: unknown;
+  actingUserId?: string;
 }
 
 export interface VotingRights {
@@ -368,7 +380,7 @@ export interface QueryOperation<B = unknown> {
   name: string;
   summary: string;
   /** A query of Sigil's own, which the product's API description does not have: served under
-   * SIGIL_QUERY_PREFIX (so it can never collide with a path the product adds later), its body held to
+   * OWN_QUERY_PREFIX (so it can never collide with a path the product adds later), its body held to
    * this JSON Schema instead of the description's. Authenticated and answered like every query. */
   own?: { schema: OwnQuerySchema };
   /** A credential of a sub-organization of the organization named may ask too (whoami: a client that
@@ -392,13 +404,13 @@ export function defineVote(op: Omit<VoteOperation, "kind" | "types">): VoteOpera
   return { ...op, kind: "vote", types: activityTypesFor(op.name) };
 }
 
-/** Where the queries of Sigil's own are served: `${SIGIL_QUERY_PREFIX}<name>`. */
-export const SIGIL_QUERY_PREFIX = "/sigil/v1/query/";
+/** Where the queries of Sigil's own are served: `${OWN_QUERY_PREFIX}<name>`. */
+export const OWN_QUERY_PREFIX = "/sigil/v1/query/";
 const API_QUERY_PREFIX = "/public/v1/query/";
 
 /** The path a query is served at. */
 export function queryPath(op: Pick<QueryOperation, "name" | "own">): string {
-  return `${op.own ? SIGIL_QUERY_PREFIX : API_QUERY_PREFIX}${op.name}`;
+  return `${op.own ? OWN_QUERY_PREFIX : API_QUERY_PREFIX}${op.name}`;
 }
 
 /** The body schema of a query of Sigil's own: an object naming the organization asked about, as every

@@ -56,6 +56,8 @@ export abstract class OutboxWorker<Item> {
   private again = false;
   private closed = false;
   private readonly sending = new Set<Promise<void>>();
+  /** Told of each attempt's result once it is recorded (the metrics). */
+  private onAttempt?: (status: AttemptResult["status"]) => void;
 
   constructor(
     protected readonly settings: OutboxSettings,
@@ -79,6 +81,11 @@ export abstract class OutboxWorker<Item> {
   /** Whether the worker has been started and not closed (what /ready reports). */
   get running(): boolean {
     return this.timer !== null && !this.closed;
+  }
+
+  /** `recorder` is told of each attempt's result once it is recorded. */
+  observeAttempts(recorder: (status: AttemptResult["status"]) => void): void {
+    this.onAttempt = recorder;
   }
 
   start(): void {
@@ -138,6 +145,7 @@ export abstract class OutboxWorker<Item> {
     const status = outcome.kind === "delivered" ? "delivered" : outcome.kind === "failed" || gaveUp ? "failed" : "pending";
     const error = outcome.kind === "delivered" ? null : outcome.error;
     await this.record(item, { outcome, attempt, status, gaveUp, error, now, retryInMs: backoffMs(this.settings, attempt) });
+    this.onAttempt?.(status);
   }
 
   /** `send` within one deadline for the whole attempt, so a receiver that trickles bytes (and so never

@@ -1,6 +1,7 @@
 // Every sealed secret the service stores, and re-sealing them all under a new master key.
-import { sql, type Kysely } from "kysely";
+import { sql, type Kysely, type Transaction } from "kysely";
 import type { Db } from "../store/handles.js";
+import type { Database } from "../store/schema.js";
 import { Keyring, type SecretIdentity } from "../crypto/envelope.js";
 import { wrongMasterKeyMessage, type DataDirOrigin, type MasterKeyConfig } from "../crypto/master-key.js";
 
@@ -44,9 +45,16 @@ export interface RotationReport {
 
 /**
  * Re-seals every stored secret under `to`, in one transaction: either every secret moves to the new
- * key or none does. `from` must hold every key a stored secret names.
+ * key or none does. `from` must hold every key a stored secret names. The token's wrapped data key is
+ * not a sealed secret (the token wraps it, not a master key): `alsoInTransaction` replaces or drops it.
  */
-export async function resealAll(db: Db, from: Keyring, to: Keyring): Promise<RotationReport> {
+export async function resealAll(
+  db: Db,
+  from: Keyring,
+  to: Keyring,
+  /** What else the rotation changes, in the same transaction (the token's wrapped data key). */
+  alsoInTransaction?: (trx: Transaction<Database>) => Promise<void>,
+): Promise<RotationReport> {
   const report: RotationReport = { resealed: 0, before: {} };
   await db.transaction().execute(async (trx) => {
     // biome-ignore lint/suspicious/noExplicitAny: the tables holding secrets are named at run time from SECRET_COLUMNS
@@ -70,6 +78,7 @@ export async function resealAll(db: Db, from: Keyring, to: Keyring): Promise<Rot
         report.resealed += 1;
       }
     }
+    await alsoInTransaction?.(trx);
   });
   return report;
 }

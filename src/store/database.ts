@@ -25,11 +25,13 @@ import {
   markShared,
   OrganizationBusy,
   tally,
+  type ConnectionUse,
   type Db,
   type Dialect,
   type LockMode,
   type OpenTx,
   type StatementTally,
+  type TransactionObserver,
   type Tx,
   type WriteTx,
 } from "./handles.js";
@@ -71,6 +73,8 @@ export interface Store {
   created: boolean;
   /** Every statement sent to the database so far, by any connection of this store. */
   statements: StatementTally;
+  /** How its connections are used at this moment, pool by pool (for the operator's metrics). */
+  connections(): ConnectionUse[];
   /** SQLite, unless read-only: the thread that copies the write-ahead log into the file (wal-checkpoints.ts). */
   checkpoints?: WalCheckpoints;
   close(): Promise<void>;
@@ -113,6 +117,8 @@ export interface StoreOptions {
   flushWal?: (file: string) => Promise<void>;
   /** SQLite only, for tests: how often and on what thread the write-ahead log is checkpointed. */
   checkpoints?: WalCheckpointOptions;
+  /** Told of each write transaction as it ends (the metrics; none by default). */
+  transactionObserver?: TransactionObserver;
 }
 
 /**
@@ -268,6 +274,7 @@ function openSqlite(
   mode: OpenMode,
   flushWal: ((file: string) => Promise<void>) | undefined,
   checkpointOptions: WalCheckpointOptions | undefined,
+  observer: TransactionObserver | undefined,
 ): Omit<Store, "reader"> & { openReader(): Db } {
   if (mode === "create") fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const file = path.join(dataDir, SQLITE_FILE_NAME);
@@ -287,7 +294,7 @@ function openSqlite(
   const db = new Kysely<Database>({
     dialect: new ImmediateSqliteDialect({ database: withStatementCache(sqlite, statements) }, sqlite, wal, checkpoints),
   });
-  const writes = new GroupCommit(db);
+  const writes = new GroupCommit(db, { maxMembers: 256, maxAgeMs: 20, ...(observer ? { observer } : {}) });
   let reader: Kysely<Database> | null = null;
   return {
     db,
@@ -295,6 +302,11 @@ function openSqlite(
     location: file,
     created,
     statements,
+    // The one write connection; the reader's statements run synchronously, so it is never seen busy.
+    connections: () => {
+      const { busy, waiting } = writes.usage;
+      return [{ pool: "writer", open: 1, idle: busy ? 0 : 1, waiting }];
+    },
     transact: (lockMode, work) => writes.run(lockMode, work),
     settled: () => wal?.settled() ?? Promise.resolve(),
     // Opened once the schema exists. A WAL reader never waits for the writer, so the busy timeout
@@ -322,6 +334,7 @@ function openPostgres(
   poolSize: number,
   names: StatementNames,
   onConnectionError: (error: Error) => void,
+  observer: TransactionObserver | undefined,
 ): Omit<Store, "created"> {
   const statements: StatementTally = { count: 0, texts: null };
   // int8 columns hold millisecond timestamps, well inside Number's exact range.
@@ -354,24 +367,32 @@ function openPostgres(
     // A lost connection ends the transaction too (PostgreSQL rolls it back with the session).
     abortsTransaction: (error) => error instanceof pg.DatabaseError || isLostConnection(error),
     begin: async () => beginPipelined(db, dialect, await batchConnections.connect()),
+    ...(observer ? { observer } : {}),
   });
   /** `work` in a transaction of its own, on the pool. */
   const alone = async <T>(work: (trx: OpenTx) => Promise<T>): Promise<T> => {
-    const trx = await db.startTransaction().execute();
-    let committing = false;
+    const began = performance.now();
+    let committed = false;
     try {
-      const value = await work(trx);
-      committing = true;
-      await trx.commit().execute();
-      return value;
-    } catch (error) {
-      await trx
-        .rollback()
-        .execute()
-        .catch(() => undefined);
-      // Before COMMIT, a lost connection took the transaction with it; during COMMIT, it may have
-      // been committed first (lost-connections.ts).
-      throw committing && isLostConnection(error) ? new CommitOutcomeUnknown(error) : error;
+      const trx = await db.startTransaction().execute();
+      let committing = false;
+      try {
+        const value = await work(trx);
+        committing = true;
+        await trx.commit().execute();
+        committed = true;
+        return value;
+      } catch (error) {
+        await trx
+          .rollback()
+          .execute()
+          .catch(() => undefined);
+        // Before COMMIT, a lost connection took the transaction with it; during COMMIT, it may have
+        // been committed first (lost-connections.ts).
+        throw committing && isLostConnection(error) ? new CommitOutcomeUnknown(error) : error;
+      }
+    } finally {
+      observer?.transactionEnded("single", committed, (performance.now() - began) / 1000, 1);
     }
   };
   // Signatures whose organization another transaction holds exclusively (lockOrganization found it
@@ -412,10 +433,17 @@ function openPostgres(
       createQueryCompiler: () => dialect.createQueryCompiler(),
     },
   });
+  const use = (name: string, of: pg.Pool): ConnectionUse => ({
+    pool: name,
+    open: of.totalCount,
+    idle: of.idleCount,
+    waiting: of.waitingCount,
+  });
   return {
     db,
     reader,
     statements,
+    connections: () => [use("transactions", pool), use("batches", batchPool), use("reads", readsPool)],
     // READ COMMITTED (the default) would give each statement its own snapshot.
     readSnapshot: (work) => db.transaction().setIsolationLevel("repeatable read").setAccessMode("read only").execute(work),
     settled: () => Promise.resolve(),
@@ -466,7 +494,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
   if (options.databaseUrl) {
     // Turned off, no text is ever named: every statement runs unnamed, parsed and planned each time.
     const names = options.databasePreparedStatements === false ? new StatementNames(2, 0) : new StatementNames();
-    const store = openPostgres(options.databaseUrl, options.databasePoolSize ?? 10, names, onConnectionError);
+    const store = openPostgres(options.databaseUrl, options.databasePoolSize ?? 10, names, onConnectionError, options.transactionObserver);
     let created: boolean;
     try {
       const hasTables = await postgresHasSigilTables(options.databaseUrl, store.db, store.location);
@@ -479,7 +507,7 @@ export async function openStore(options: StoreOptions): Promise<Store> {
     await prepareOrClose(store, mode);
     return { ...store, created };
   }
-  const { openReader, ...store } = openSqlite(options.dataDir, mode, options.flushWal, options.checkpoints);
+  const { openReader, ...store } = openSqlite(options.dataDir, mode, options.flushWal, options.checkpoints, options.transactionObserver);
   await prepareOrClose(store, mode);
   return { ...store, reader: openReader() };
 }

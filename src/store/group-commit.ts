@@ -25,7 +25,7 @@
 // an activity whose fingerprint is already recorded is therefore found without an error
 // (operations/activities/records.ts).
 import type { KyselyPlugin, PluginTransformQueryArgs, PluginTransformResultArgs, QueryResult, RootOperationNode, UnknownRow } from "kysely";
-import { controlled, markShared, type Db, type LockMode, type OpenTx, type Tx, type WriteTx } from "./handles.js";
+import { controlled, markShared, type Db, type LockMode, type OpenTx, type TransactionObserver, type Tx, type WriteTx } from "./handles.js";
 import { CommitOutcomeUnknown } from "./lost-connections.js";
 
 /** FIFO readers-writer lock: a waiting exclusive holder is not overtaken by later shared ones. */
@@ -95,6 +95,8 @@ export interface BatchTransaction {
 interface Batch {
   transaction: BatchTransaction;
   openedAt: number;
+  /** performance.now() when BEGIN was asked for (the transaction's time, for the observer). */
+  beganAt: number;
   admitted: number;
   running: number;
   closing: boolean;
@@ -131,6 +133,8 @@ export interface GroupCommitOptions {
   abortsTransaction?: (error: unknown) => boolean;
   /** How a batch's transaction begins (default: Kysely's controlled transaction on the store's handle). */
   begin?: () => Promise<BatchTransaction>;
+  /** Told of each batch's transaction as it ends. */
+  observer?: TransactionObserver;
 }
 
 /** A shared transaction was rolled back (its `cause`: the failure that lost it): nothing of any member was kept. */
@@ -143,6 +147,12 @@ export class GroupCommit {
   private batch: Batch | null = null;
   private opening: Promise<Batch> | null = null;
   private joining = 0;
+
+  /** The write transaction as the operator's metrics see it: whether a batch is open, and how many
+   * members wait to join one (for the lock, or for the next batch). */
+  get usage(): { busy: boolean; waiting: number } {
+    return { busy: this.batch !== null || this.opening !== null, waiting: this.joining };
+  }
 
   constructor(
     private readonly db: Db,
@@ -245,6 +255,7 @@ export class GroupCommit {
   }
 
   private async open(): Promise<Batch> {
+    const beganAt = performance.now();
     const transaction = await (this.options.begin ?? (() => this.beginControlled()))();
     let settle!: (error?: Error) => void;
     const done = new Promise<void>((resolve, reject) => (settle = (error) => (error ? reject(error) : resolve())));
@@ -253,6 +264,7 @@ export class GroupCommit {
     const batch: Batch = {
       transaction,
       openedAt: Date.now(),
+      beganAt,
       admitted: 0,
       running: 0,
       closing: false,
@@ -287,12 +299,14 @@ export class GroupCommit {
   }
 
   private async finish(batch: Batch): Promise<void> {
+    let committed = false;
     try {
       if (batch.poisoned) {
         await batch.transaction.rollback();
         batch.settle(batch.poisoned);
       } else {
         await batch.transaction.commit();
+        committed = true;
         batch.settle();
       }
     } catch (error) {
@@ -312,6 +326,7 @@ export class GroupCommit {
       );
     } finally {
       if (this.batch === batch) this.batch = null;
+      this.options.observer?.transactionEnded("group", committed, (performance.now() - batch.beganAt) / 1000, batch.admitted);
     }
   }
 }

@@ -72,3 +72,23 @@ export class OrganizationBusy extends Error {
     super(`organization ${organizationId} is locked by another transaction`);
   }
 }
+
+/** What a store tells of its write transactions as they end, for the operator's metrics (services/metrics.ts). */
+export interface TransactionObserver {
+  /**
+   * A write transaction ended. `group`: a transaction shared by a batch of `members` activities
+   * (group-commit.ts); `single`: work holding a transaction of its own (PostgreSQL's exclusive
+   * activities, members 1). `seconds` runs from asking for BEGIN to the end of COMMIT or ROLLBACK.
+   */
+  transactionEnded(kind: "group" | "single", committed: boolean, seconds: number, members: number): void;
+}
+
+/** How one pool of database connections is used at this moment. */
+export interface ConnectionUse {
+  /** Which pool: `writer` (SQLite's one write connection), or PostgreSQL's `transactions`, `batches` and `reads`. */
+  pool: string;
+  open: number;
+  idle: number;
+  /** Work waiting for a connection of the pool (SQLite: activities waiting to join a write transaction). */
+  waiting: number;
+}

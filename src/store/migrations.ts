@@ -989,6 +989,35 @@ const transparencyLog: Migration = {
   },
 };
 
+// The activities waiting for approvals or for their requester's further authentication, which the
+// metrics count at each scrape (services/metrics.ts): a partial index holds those only, so counting
+// them reads no more than there are, however many activities the audit log keeps; an activity leaves
+// it when it is decided. Both databases use it for a query whose condition is the index's.
+const waitingActivities: Migration = {
+  async up(db: Kysely<any>) {
+    await sql`create index activities_waiting on activities (status) where status in ('ACTIVITY_STATUS_CONSENSUS_NEEDED', 'ACTIVITY_STATUS_AUTHENTICATORS_NEEDED')`.execute(
+      db,
+    );
+  },
+};
+
+/** The data key secrets are sealed under when the master key is in a PKCS#11 token, as the token's key
+ * wrapped it (docs/hsm.md). One row at most (`slot` "master"): servers starting at once on a new
+ * database each try to add theirs, and all take the one that got in. */
+const tokenDataKey: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("token_data_keys")
+      .addColumn("slot", "text", (c) => c.primaryKey())
+      .addColumn("key_id", "text", (c) => c.notNull())
+      .addColumn("wrapped_key", "text", (c) => c.notNull())
+      .addColumn("token_label", "text", (c) => c.notNull())
+      .addColumn("key_label", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -1013,7 +1042,9 @@ export const migrations: Record<string, Migration> = {
   "0021_signer_lookup": signerLookup,
   "0022_rate_limits": rateLimits,
   "0023_activity_request_ids": activityRequestIds,
+  "0024_waiting_activities": waitingActivities,
   "0025_transparency_log": transparencyLog,
+  "0026_token_data_key": tokenDataKey,
 };
 
 export const migrationProvider: MigrationProvider = {

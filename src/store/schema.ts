@@ -35,6 +35,20 @@ export interface ServiceKeysTable {
   created_at: number;
 }
 
+/** The data key secrets are sealed under while the master key is in a PKCS#11 token, wrapped by the token's key. */
+export interface TokenDataKeysTable {
+  /** Always "master": one data key per deployment. */
+  slot: string;
+  /** The data key's key id (what sealed values name). */
+  key_id: string;
+  /** AES-GCM under the token's key, bound to the key id (crypto/token-key.ts). */
+  wrapped_key: string;
+  /** The token and key that wrapped it, for messages: not secrets. */
+  token_label: string;
+  key_label: string;
+  created_at: number;
+}
+
 export interface WebhookEndpointsTable {
   id: string;
   organization_id: string;
@@ -644,6 +658,7 @@ export interface Database {
   activity_authentications: ActivityAuthenticationsTable;
   organization_features: OrganizationFeaturesTable;
   service_keys: ServiceKeysTable;
+  token_data_keys: TokenDataKeysTable;
   import_targets: ImportTargetsTable;
   secrets: SecretsTable;
   otps: OtpsTable;
