@@ -113,13 +113,15 @@ describe("a signature's statements", () => {
   it("by a user a policy allows: the policies and the approver with their tags too (and on SQLite the account for the policy)", async () => {
     await sign(alice.client);
     const texts = await statementsOfSignature(alice.client);
-    const consensus = ["policies", "users", "user_tag_members"];
+    // What the policies judge is read first (the approvers with their tags; on SQLite the account too),
+    // then the policies.
+    const consensus = ["users", "user_tag_members", "policies"];
     // PostgreSQL: BEGIN, the lock, the reads ahead; SQLite: the key, BEGIN, the key again, the lock.
     const lockAndReads = backend === "postgres" ? 3 : 4;
     const byPolicy =
       backend === "postgres"
         ? [...byRoot.slice(0, lockAndReads), ...consensus, ...byRoot.slice(lockAndReads)]
-        : [...byRoot.slice(0, lockAndReads), ...consensus, "wallet_accounts", ...byRoot.slice(lockAndReads)];
+        : [...byRoot.slice(0, lockAndReads), "users", "user_tag_members", "wallet_accounts", "policies", ...byRoot.slice(lockAndReads)];
     expect(kinds(texts), texts.join("\n")).toEqual(byPolicy);
   });
 
