@@ -72,6 +72,7 @@ const ACCESS_PATHS = [
   "SEARCH e USING INDEX webhook_endpoints_by_organization (organization_id=?)",
   "SEARCH s USING INDEX sqlite_autoindex_webhook_subscriptions_1 (endpoint_id=? AND event_type=?)",
   "SEARCH f USING INDEX sqlite_autoindex_organization_features_1 (organization_id=? AND name=?)",
+  "SEARCH transparency_log_heads USING INDEX sqlite_autoindex_transparency_log_heads_1 (organization_id=?)",
 ];
 
 describe("the plans of a signature's statements (SQLite)", () => {

@@ -59,7 +59,12 @@ function kinds(texts: string[]): string[] {
     if (text.includes("sigil_charge_rate_limits(")) return "rate limits";
     let outer = text;
     while (/\([^()]*\)/.test(outer)) outer = outer.replace(/\([^()]*\)/g, "");
-    return /^(?:with "\w+" as\s+)?(?:insert into|update|delete from) "(\w+)"|\bfrom "(\w+)"/.exec(outer)?.slice(1).find(Boolean) ?? text;
+    return (
+      /^(?:with "\w+" as\s*(?:,\s*"\w+" as\s*)*)?(?:insert into|update|delete from) "(\w+)"|\bfrom "(\w+)"/
+        .exec(outer)
+        ?.slice(1)
+        .find(Boolean) ?? text
+    );
   });
 }
 
@@ -67,7 +72,10 @@ describe("a signature's statements", () => {
   // The API key with its IP allowlists, and whether its user has MFA policies (one statement); the
   // organization's lock (PostgreSQL; on SQLite the transaction's BEGIN IMMEDIATE is the lock); the
   // credential still live; the root quorum; the signing account; the activity; its policy
-  // evaluation; the webhook subscriptions.
+  // evaluation; its entry in the organization's transparency log (store/transparency-log.ts: the head
+  // read, the leaf, and the head written; on PostgreSQL the head is read and locked with the
+  // organization's row, and the leaf, the subtrees it completes and the head are written by one
+  // statement, named by the head it updates last); the webhook subscriptions.
   // On PostgreSQL a key already accepted for the organization is read in the transaction, after the
   // lock, with the root quorum, the signing account and the webhook subscriptions, as one statement
   // read ahead (store/prepared.ts) that also confirms the credential; the activity and its evaluation
@@ -80,7 +88,7 @@ describe("a signature's statements", () => {
   // it within a tenth of a second are counted without one (as here: the figures are the fewest of three).
   const byRoot =
     backend === "postgres"
-      ? ["begin", "organizations", "read ahead", "policy_evaluations", "commit"]
+      ? ["begin", "organizations", "read ahead", "policy_evaluations", "transparency_log_heads", "commit"]
       : [
           "api_keys",
           "begin",
@@ -89,11 +97,14 @@ describe("a signature's statements", () => {
           "wallet_accounts",
           "activities",
           "policy_evaluations",
+          "transparency_log_heads",
+          "transparency_log_leaves",
+          "transparency_log_heads",
           "webhook_endpoints",
           "commit",
         ];
 
-  it(`by a root user: ${backend === "postgres" ? "five" : "nine"}, BEGIN and COMMIT included`, async () => {
+  it(`by a root user: ${backend === "postgres" ? "six" : "twelve"}, BEGIN and COMMIT included`, async () => {
     await sign(root);
     const texts = await statementsOfSignature(root);
     expect(kinds(texts), texts.join("\n")).toEqual(byRoot);

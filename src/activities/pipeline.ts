@@ -28,6 +28,7 @@ import type { Store } from "../store/database.js";
 import { controlled, type Dialect, type LockMode, type OpenTx, type Tx, type WriteTx } from "../store/handles.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { isLostConnection } from "../store/lost-connections.js";
+import { appendToLog, isFinal } from "../store/transparency-log.js";
 import { outageError } from "../services/database-outages.js";
 import { readAhead, type Read } from "../store/prepared.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
@@ -1167,6 +1168,9 @@ export class Pipeline {
    */
   private async publish(trx: Tx, publication: Publication, now: number): Promise<() => PipelineResponse> {
     const { recorded } = publication;
+    // An activity that has reached its final status becomes the next leaf of its organization's
+    // transparency log, committed with it (store/transparency-log.ts).
+    if (isFinal(recorded.status)) await appendToLog(trx, this.options.store.dialect, recorded, now);
     const queued = publication.announce ? await enqueueActivityEvent(trx, recorded, () => renderActivity(recorded), now) : 0;
     (publication.context?.log ?? this.options.logger).info(
       {
@@ -1514,7 +1518,17 @@ export class Pipeline {
       return this.options.dryRun(store, env.chains, organizationId, principal, request, now);
     };
     const result = await operation.run(
-      { db: store.reader, readSnapshot, organizationId, principal, now, votingRights, chains: this.options.env.chains, wouldBeAnswered },
+      {
+        db: store.reader,
+        readSnapshot,
+        organizationId,
+        principal,
+        now,
+        votingRights,
+        chains: this.options.env.chains,
+        transparencyLog: this.options.env.transparencyLog,
+        wouldBeAnswered,
+      },
       body,
     );
     if ("activity" in result) return { status: 200, body: result };

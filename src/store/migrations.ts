@@ -2,6 +2,8 @@
 // produces SQLite and PostgreSQL DDL. Append new migrations; never edit a released one.
 import crypto from "node:crypto";
 import { PostgresAdapter, sql, type Kysely, type Migration, type MigrationProvider } from "kysely";
+import type { ActivitiesTable } from "./schema.js";
+import { activityLeafHash, appendOf, emptyHeadRow, FINAL_STATUSES, headOf } from "./transparency-log.js";
 
 const initial: Migration = {
   async up(db: Kysely<any>) {
@@ -902,6 +904,91 @@ const activityRequestIds: Migration = {
   },
 };
 
+/**
+ * Each organization's transparency log (store/transparency-log.ts, docs/audit-log.md): heads, leaves,
+ * the complete subtrees above them, and signed checkpoints. The activities already final when it runs
+ * become the first leaves of their organizations' logs, in the order they became final.
+ */
+const transparencyLog: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createTable("transparency_log_heads")
+      .addColumn("organization_id", "text", (c) => c.primaryKey())
+      .addColumn("size", "bigint", (c) => c.notNull())
+      .addColumn("root_hash", "text", (c) => c.notNull())
+      .addColumn("frontier", "text", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createTable("transparency_log_leaves")
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("leaf_index", "bigint", (c) => c.notNull())
+      .addColumn("activity_id", "text", (c) => c.notNull().unique())
+      .addColumn("leaf_hash", "text", (c) => c.notNull())
+      .addPrimaryKeyConstraint("transparency_log_leaves_pk", ["organization_id", "leaf_index"])
+      .execute();
+    await db.schema
+      .createTable("transparency_log_nodes")
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("level", "integer", (c) => c.notNull())
+      .addColumn("node_index", "bigint", (c) => c.notNull())
+      .addColumn("hash", "text", (c) => c.notNull())
+      .addPrimaryKeyConstraint("transparency_log_nodes_pk", ["organization_id", "level", "node_index"])
+      .execute();
+    await db.schema
+      .createTable("transparency_log_checkpoints")
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("tree_size", "bigint", (c) => c.notNull())
+      .addColumn("root_hash", "text", (c) => c.notNull())
+      .addColumn("note", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addPrimaryKeyConstraint("transparency_log_checkpoints_pk", ["organization_id", "tree_size"])
+      .execute();
+    const now = Date.now();
+    const organizations = await db.selectFrom("organizations").select("id").execute();
+    for (const { id } of organizations) {
+      let head = headOf(emptyHeadRow(id, now));
+      const rows = (await db
+        .selectFrom("activities")
+        .selectAll()
+        .where("organization_id", "=", id)
+        .where("status", "in", [...FINAL_STATUSES])
+        .orderBy("updated_at")
+        .orderBy("created_at")
+        .orderBy("id")
+        .execute()) as ActivitiesTable[];
+      const leaves: Record<string, unknown>[] = [];
+      const nodes: Record<string, unknown>[] = [];
+      for (const row of rows) {
+        const { append, next } = appendOf(id, head, row.id, activityLeafHash(row, head.size), now);
+        leaves.push({ organization_id: id, leaf_index: append.leafIndex, activity_id: row.id, leaf_hash: append.leafHash });
+        for (const n of append.nodes) nodes.push({ organization_id: id, ...n });
+        head = next;
+      }
+      for (let i = 0; i < leaves.length; i += 500)
+        await db
+          .insertInto("transparency_log_leaves")
+          .values(leaves.slice(i, i + 500))
+          .execute();
+      for (let i = 0; i < nodes.length; i += 500)
+        await db
+          .insertInto("transparency_log_nodes")
+          .values(nodes.slice(i, i + 500))
+          .execute();
+      await db
+        .insertInto("transparency_log_heads")
+        .values({
+          organization_id: id,
+          size: head.size,
+          root_hash: head.root.toString("hex"),
+          frontier: head.frontier.hashes.map((h) => h.toString("hex")).join(""),
+          updated_at: now,
+        })
+        .execute();
+    }
+  },
+};
+
 // The activities waiting for approvals or for their requester's further authentication, which the
 // metrics count at each scrape (services/metrics.ts): a partial index holds those only, so counting
 // them reads no more than there are, however many activities the audit log keeps; an activity leaves
@@ -956,6 +1043,7 @@ export const migrations: Record<string, Migration> = {
   "0022_rate_limits": rateLimits,
   "0023_activity_request_ids": activityRequestIds,
   "0024_waiting_activities": waitingActivities,
+  "0025_transparency_log": transparencyLog,
   "0026_token_data_key": tokenDataKey,
 };
 
