@@ -75,7 +75,8 @@ describe("a signature's statements", () => {
   // evaluation; its entry in the organization's transparency log (store/transparency-log.ts: the head
   // read, the leaf, and the head written; on PostgreSQL the head is read and locked with the
   // organization's row, and the leaf, the subtrees it completes and the head are written by one
-  // statement, named by the head it updates last); the webhook subscriptions.
+  // statement, named by the head it updates last); the webhook subscriptions. The log's writes come
+  // last: the signatures sharing a transaction hand them to it, and it writes them all before COMMIT.
   // On PostgreSQL a key already accepted for the organization is read in the transaction, after the
   // lock, with the root quorum, the signing account and the webhook subscriptions, as one statement
   // read ahead (store/prepared.ts) that also confirms the credential; the activity and its evaluation
@@ -98,9 +99,11 @@ describe("a signature's statements", () => {
           "activities",
           "policy_evaluations",
           "transparency_log_heads",
+          "webhook_endpoints",
+          // The log's leaf and head, written once for all the signatures sharing the transaction,
+          // before its COMMIT (group-commit.ts, BatchWrites): here there is one.
           "transparency_log_leaves",
           "transparency_log_heads",
-          "webhook_endpoints",
           "commit",
         ];
 
@@ -134,6 +137,24 @@ describe("a signature's statements", () => {
     const texts = await statementsOfSignature(keys.map((key) => h.sdk(org, key)));
     const first = backend === "postgres" ? ["api_keys", "rate limits", ...byRoot] : byRoot;
     expect(kinds(texts), texts.join("\n")).toEqual(first);
+  });
+
+  it("by many at once: the log is written once per shared transaction, not once per signature", async () => {
+    const tally = h.server.store.statements;
+    const texts: string[] = [];
+    tally.texts = texts;
+    try {
+      await Promise.all(Array.from({ length: 24 }, () => sign(root)));
+    } finally {
+      tally.texts = null;
+    }
+    // Each transaction that recorded signatures inserts their leaves with one statement (on
+    // PostgreSQL leaves, subtrees and head together): at most one per COMMIT, fewer than signatures.
+    const leafInserts = texts.filter((text) => text.includes('insert into "transparency_log_leaves"')).length;
+    const commits = texts.filter((text) => text.startsWith("commit")).length;
+    expect(leafInserts).toBeGreaterThan(0);
+    expect(leafInserts).toBeLessThanOrEqual(commits);
+    expect(leafInserts).toBeLessThan(24);
   });
 });
 

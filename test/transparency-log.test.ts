@@ -405,7 +405,8 @@ describe("two server processes on one database", () => {
     } finally {
       await deployment.stop();
     }
-  });
+    // Two servers and their start on a shared 2-core machine: minutes under a heavy load, not seconds.
+  }, 120_000);
 });
 
 // The hashes are SHA-256 as node:crypto computes them.

@@ -17,7 +17,7 @@ import crypto from "node:crypto";
 import { sql } from "kysely";
 import type { ActivitiesTable, TransparencyLogHeadsTable, TransparencyLogLeavesTable, TransparencyLogNodesTable } from "./schema.js";
 import type { Db, Dialect, Tx } from "./handles.js";
-import { sharedLocksHeld } from "./group-commit.js";
+import { batchWrites, type BatchWrites, sharedLocksHeld } from "./group-commit.js";
 import {
   appendLeaf,
   EMPTY_ROOT,
@@ -38,13 +38,21 @@ export const isFinal = (status: string) => FINAL_STATUSES.includes(status);
 /** JSON with every object's keys in code-point order and no whitespace (RFC 8785 for the values Sigil
  * stores: strings, integers, booleans, null), so one record is one byte string wherever it is rebuilt. */
 export function canonicalJson(value: unknown): string {
+  // Written as loops over strings: every activity that completes is hashed through here on the write path.
   if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  const keys = Object.keys(value).sort();
-  return `{${keys
-    .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
-    .map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`)
-    .join(",")}}`;
+  if (Array.isArray(value)) {
+    let out = "[";
+    for (let i = 0; i < value.length; i++) out += (i === 0 ? "" : ",") + canonicalJson(value[i]);
+    return `${out}]`;
+  }
+  const object = value as Record<string, unknown>;
+  let out = "{";
+  for (const key of Object.keys(object).sort()) {
+    const item = object[key];
+    if (item === undefined) continue;
+    out += `${out.length === 1 ? "" : ","}${JSON.stringify(key)}:${canonicalJson(item)}`;
+  }
+  return `${out}}`;
 }
 
 interface VoteAsStored {
@@ -98,7 +106,7 @@ export function logEntry(row: ActivitiesTable, leafIndex: number): Record<string
   };
 }
 
-const sha256Hex = (text: string) => crypto.createHash("sha256").update(text, "utf8").digest("hex");
+const sha256Hex = (text: string) => crypto.hash("sha256", text, "hex");
 
 /** The bytes a leaf hashes: the entry as canonical JSON, UTF-8. */
 export const entryBytes = (entry: Record<string, unknown>) => Buffer.from(canonicalJson(entry), "utf8");
@@ -243,22 +251,56 @@ interface Append {
   activityId: string;
   leafHash: string;
   nodes: { level: number; node_index: number; hash: string }[];
-  head: TransparencyLogHeadsTable;
+  /** The head after it (its root is computed only for the head that is written). */
+  head: LogHead;
+  updatedAt: number;
 }
 
-// PostgreSQL: the whole append in one statement (one round trip).
-async function writeAppendPostgres(trx: Tx, a: Append): Promise<void> {
-  await sql`with "leaf" as (
+/** The head row an append leaves. */
+const headRow = (a: Append): TransparencyLogHeadsTable => ({
+  organization_id: a.organizationId,
+  size: a.head.size,
+  root_hash: a.head.root.toString("hex"),
+  frontier: a.head.frontier.hashes.map((h) => h.toString("hex")).join(""),
+  updated_at: a.updatedAt,
+});
+
+/** The rows of several appends: every leaf and subtree, and each log's head as the last of them left it. */
+function rowsOf(appends: Append[]) {
+  const last = new Map<string, Append>();
+  for (const a of appends) if ((last.get(a.organizationId)?.head.size ?? -1) < a.head.size) last.set(a.organizationId, a);
+  const heads = [...last.values()].map(headRow);
+  return {
+    leaves: appends.map((a) => ({
+      organization_id: a.organizationId,
+      leaf_index: a.leafIndex,
+      activity_id: a.activityId,
+      leaf_hash: a.leafHash,
+    })),
+    nodes: appends.flatMap((a) => a.nodes.map((n) => ({ organization_id: a.organizationId, ...n }))),
+    heads,
+  };
+}
+
+// PostgreSQL: any number of appends in one statement (one round trip). A head only ever moves forward.
+async function writeAppendsPostgres(trx: Tx, appends: Append[]): Promise<void> {
+  const { leaves, nodes, heads } = rowsOf(appends);
+  await sql`with "leaves" as (
       insert into "transparency_log_leaves" ("organization_id", "leaf_index", "activity_id", "leaf_hash")
-      values (${a.organizationId}::text, ${a.leafIndex}::bigint, ${a.activityId}::text, ${a.leafHash}::text)
+      select "l"."organization_id", "l"."leaf_index", "l"."activity_id", "l"."leaf_hash"
+      from json_to_recordset(${JSON.stringify(leaves)}::json)
+        as "l"("organization_id" text, "leaf_index" bigint, "activity_id" text, "leaf_hash" text)
     ), "nodes" as (
       insert into "transparency_log_nodes" ("organization_id", "level", "node_index", "hash")
-      select ${a.organizationId}::text, "n"."level", "n"."node_index", "n"."hash"
-      from json_to_recordset(${JSON.stringify(a.nodes)}::json) as "n"("level" integer, "node_index" bigint, "hash" text)
+      select "n"."organization_id", "n"."level", "n"."node_index", "n"."hash"
+      from json_to_recordset(${JSON.stringify(nodes)}::json)
+        as "n"("organization_id" text, "level" integer, "node_index" bigint, "hash" text)
     )
-    update "transparency_log_heads" set "size" = ${a.head.size}::bigint, "root_hash" = ${a.head.root_hash}::text,
-      "frontier" = ${a.head.frontier}::text, "updated_at" = ${a.head.updated_at}::bigint
-    where "organization_id" = ${a.organizationId}::text and "size" < ${a.head.size}::bigint`.execute(trx);
+    update "transparency_log_heads" as "h" set "size" = "x"."size", "root_hash" = "x"."root_hash",
+      "frontier" = "x"."frontier", "updated_at" = "x"."updated_at"
+    from json_to_recordset(${JSON.stringify(heads)}::json)
+      as "x"("organization_id" text, "size" bigint, "root_hash" text, "frontier" text, "updated_at" bigint)
+    where "h"."organization_id" = "x"."organization_id" and "h"."size" < "x"."size"`.execute(trx);
 }
 
 const leafInsert = prepare((db, slot: Slots<TransparencyLogLeavesTable>) =>
@@ -285,17 +327,41 @@ const headUpdate = prepare((db, slot: Slots<TransparencyLogHeadsTable>) =>
     .where("size", "<", slot("size")),
 );
 
-// SQLite: statements cost no round trip; each is prepared once (store/prepared.ts).
-async function writeAppendSqlite(trx: Tx, a: Append): Promise<void> {
-  await leafInsert.run(trx, {
-    organization_id: a.organizationId,
-    leaf_index: a.leafIndex,
-    activity_id: a.activityId,
-    leaf_hash: a.leafHash,
-  });
-  for (const n of a.nodes) await nodeInsert.run(trx, { organization_id: a.organizationId, ...n });
-  await headUpdate.run(trx, a.head);
+// SQLite: statements cost no round trip. One append: its statements prepared once (store/prepared.ts);
+// several: one insert of all their leaves, one of all their subtrees, one update per log's head.
+async function writeAppendsSqlite(trx: Tx, appends: Append[]): Promise<void> {
+  const { leaves, nodes, heads } = rowsOf(appends);
+  if (appends.length === 1) {
+    await leafInsert.run(trx, leaves[0]!);
+    for (const n of nodes) await nodeInsert.run(trx, n);
+  } else {
+    await trx.insertInto("transparency_log_leaves").values(leaves).execute();
+    if (nodes.length > 0) await trx.insertInto("transparency_log_nodes").values(nodes).execute();
+  }
+  for (const head of heads) await headUpdate.run(trx, head);
 }
+
+const writeAppends = (trx: Tx, dialect: Dialect, appends: Append[]) =>
+  dialect === "postgres" ? writeAppendsPostgres(trx, appends) : writeAppendsSqlite(trx, appends);
+
+/** The appends a shared transaction's members computed, written together before it commits (group-commit.ts). */
+class PendingAppends implements BatchWrites {
+  private appends: Append[] = [];
+  constructor(private readonly dialect: Dialect) {}
+
+  add(append: Append): void {
+    this.appends.push(append);
+  }
+
+  async flush(trx: Tx): Promise<void> {
+    if (this.appends.length === 0) return;
+    const appends = this.appends;
+    this.appends = [];
+    await writeAppends(trx, this.dialect, appends);
+  }
+}
+
+const PENDING_APPENDS = Symbol("transparency log appends");
 
 /** The append of `leaf` to `head`, as rows. */
 export function appendOf(
@@ -306,7 +372,17 @@ export function appendOf(
   now: number,
 ): { append: Append; next: LogHead } {
   const { frontier, completed } = appendLeaf(head.frontier, leaf);
-  const next: LogHead = { size: frontier.size, frontier, root: foldFrontier(frontier) };
+  // The root folds the whole right edge (a hash per level): only the head that is written needs it,
+  // once per transaction and log however many appends it holds.
+  let root: Hash | undefined;
+  const next: LogHead = {
+    size: frontier.size,
+    frontier,
+    get root() {
+      root ??= foldFrontier(frontier);
+      return root;
+    },
+  };
   return {
     next,
     append: {
@@ -315,13 +391,8 @@ export function appendOf(
       activityId,
       leafHash: leaf.toString("hex"),
       nodes: completed.map((c) => ({ level: c.subtree.level, node_index: c.subtree.index, hash: c.hash.toString("hex") })),
-      head: {
-        organization_id: organizationId,
-        size: next.size,
-        root_hash: next.root.toString("hex"),
-        frontier: frontier.hashes.map((h) => h.toString("hex")).join(""),
-        updated_at: now,
-      },
+      head: next,
+      updatedAt: now,
     },
   };
 }
@@ -333,22 +404,22 @@ export function appendOf(
 export async function appendToLog(trx: Tx, dialect: Dialect, row: ActivitiesTable, now: number): Promise<number> {
   const organizationId = row.organization_id;
   const batch = sharedLocksHeld(trx);
-  const write = (a: Append) => (dialect === "postgres" ? writeAppendPostgres(trx, a) : writeAppendSqlite(trx, a));
-  if (!batch) {
+  const pending = batchWrites(trx, PENDING_APPENDS, () => new PendingAppends(dialect));
+  if (!batch || !pending) {
     // Read with the organization's exclusive lock, when this transaction took it (one round trip fewer).
     const known = lockedHeads.get(trx)?.get(organizationId);
     const head = known ?? (await lockedHead(trx, dialect, organizationId, now));
     const { append, next } = appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), now);
-    await write(append);
+    await writeAppends(trx, dialect, [append]);
     if (known) lockedHeads.get(trx)!.set(organizationId, next);
     appendsApart.set(organizationId, (appendsApart.get(organizationId) ?? 0) + 1);
     return append.leafIndex;
   }
   // Several activities share this transaction, which holds the log (the head's row lock on PostgreSQL,
   // the one writer on SQLite): each append is computed from the head the previous one left, in the
-  // order they ask, without waiting for the previous one's statements. Those may run in any order
-  // among themselves: a leaf and its subtrees are rows of their own, and the head is only ever moved
-  // forward (writeAppend*).
+  // order they ask, and handed to the transaction, which writes them all before it commits (a few
+  // statements per batch instead of three per activity; a batch's appends are never read before then,
+  // as an exclusive member makes the batch write them first: group-commit.ts, BatchWrites).
   const heads = heldHeadsOf(batch);
   const apart = appendsApart.get(organizationId) ?? 0;
   let held = heads.get(organizationId);
@@ -359,7 +430,7 @@ export async function appendToLog(trx: Tx, dialect: Dialect, row: ActivitiesTabl
   const computed = held.head.then((head) => appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), now));
   held.head = computed.then((c) => c.next);
   const { append } = await computed;
-  await write(append);
+  pending.add(append);
   return append.leafIndex;
 }
 
