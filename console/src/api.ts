@@ -68,22 +68,33 @@ export async function apiKeyStamper(publicKeyHex: string, privateKeyHex: string)
 /** The relying party the console's passkeys belong to: the host the console is served from. */
 export const relyingPartyId = () => location.hostname;
 
-/** A passkey: each stamp is a new WebAuthn assertion over the request body's SHA-256. Once the first
- * assertion names the credential, later ones ask for that credential only. */
+const fromBase64url = (text: string) => Uint8Array.from(atob(text.replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
+
+/**
+ * A passkey: each stamp is a new WebAuthn assertion over the request body's SHA-256. Once the first
+ * assertion names the credential, later ones ask for that credential only. A browser runs one
+ * WebAuthn request at a time, so stamps are made one after the other.
+ */
 export function passkeyStamper(): Stamper & { credentialId?: string } {
   let stamper = new WebauthnStamper({ rpId: relyingPartyId() });
+  let queue: Promise<unknown> = Promise.resolve();
+  const stampNow = async (body: string) => {
+    const { stampHeaderName, stampHeaderValue } = await stamper.stamp(body);
+    if (!self.credentialId) {
+      self.credentialId = (JSON.parse(stampHeaderValue) as { credentialId: string }).credentialId;
+      stamper = new WebauthnStamper({
+        rpId: relyingPartyId(),
+        allowCredentials: [{ type: "public-key", id: fromBase64url(self.credentialId) }],
+      });
+    }
+    return { header: stampHeaderName, value: stampHeaderValue };
+  };
   const self: Stamper & { credentialId?: string } = {
     kind: "passkey",
-    async stamp(body) {
-      const { stampHeaderName, stampHeaderValue } = await stamper.stamp(body);
-      if (!self.credentialId) {
-        self.credentialId = (JSON.parse(stampHeaderValue) as { credentialId: string }).credentialId;
-        stamper = new WebauthnStamper({
-          rpId: relyingPartyId(),
-          allowCredentials: [{ type: "public-key", id: self.credentialId }] as never,
-        });
-      }
-      return { header: stampHeaderName, value: stampHeaderValue };
+    stamp(body) {
+      const stamped = queue.then(() => stampNow(body));
+      queue = stamped.catch(() => undefined);
+      return stamped;
     },
   };
   return self;

@@ -85,7 +85,7 @@ function SignIn({ onSignedIn }: { onSignedIn: (session: Session) => void }) {
         </div>
         <label class="check">
           <input type="checkbox" checked={remember} onChange={(e) => setRemember(e.currentTarget.checked)} />
-          Remember the organization ID on this device
+          Remember it on this device
         </label>
         <h2>With a passkey</h2>
         <button type="button" class="primary" disabled={busy} onClick={() => withPasskey()}>

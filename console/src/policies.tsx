@@ -5,6 +5,9 @@ import { useState } from "preact/hooks";
 import { ApiError, type Session, post, query, submit } from "./api";
 import { ErrorMessage, Json, Loading, Page, type Route, href, messageOf, useLoad } from "./ui";
 
+/** What the form said when a new policy was saved: the form of its edit page, opened next, says it again. */
+let savedNotice = "";
+
 interface Policy {
   policyId: string;
   policyName: string;
@@ -128,7 +131,11 @@ function PolicyForm({ session, policy }: { session: Session; policy?: Policy }) 
   });
   const [error, setError] = useState<unknown>();
   const [busy, setBusy] = useState(false);
-  const [saved, setSaved] = useState("");
+  const [saved, setSaved] = useState(() => {
+    const notice = savedNotice;
+    savedNotice = "";
+    return notice;
+  });
   const set = (field: keyof typeof values) => (event: Event) =>
     setValues({ ...values, [field]: (event.currentTarget as HTMLInputElement).value });
   const problem = compileError(error);
@@ -160,7 +167,10 @@ function PolicyForm({ session, policy }: { session: Session; policy?: Policy }) 
       if (status === "ACTIVITY_STATUS_COMPLETED") {
         setSaved(`Saved ${values.policyName}.`);
         const id = answer.activity.result?.createPolicyResult?.policyId;
-        if (!policy && id) location.hash = href(`policies/${id}`);
+        if (!policy && id) {
+          savedNotice = `Saved ${values.policyName}.`;
+          location.hash = href(`policies/${id}`);
+        }
       } else setSaved(`The change is ${String(status).replace(/^ACTIVITY_STATUS_/, "")}: see Activities.`);
     } catch (e) {
       setError(e);

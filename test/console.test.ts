@@ -1,0 +1,316 @@
+// The web console (docs/console.md) in Debian's Chromium: served files and their headers, sign-in
+// with an API key and with a passkey (Chromium's virtual authenticator), approvals, policies with the
+// compiler's errors, every page checked by axe-core. One browser and one server for the whole file.
+import type { Browser, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CONSOLE_CSP } from "../src/http/console.js";
+import { freePort, newKeyPair, startHarness, type Harness } from "./helpers/harness.js";
+import { fastPoller, organizationWith } from "./helpers/organizations.js";
+import {
+  consolePage,
+  launchChromium,
+  seriousViolations,
+  signInWithApiKey,
+  signInWithPasskey,
+  virtualAuthenticator,
+} from "./helpers/console-browser.js";
+
+let h: Harness;
+let browser: Browser;
+/** The console as a person opens it: on localhost, a host name WebAuthn accepts as a relying party. */
+let consoleUrl: string;
+/** Every page opened, so that the Content-Security-Policy violations of all of them are checked. */
+const opened: Array<{ violations: string[] }> = [];
+
+beforeAll(async () => {
+  const port = await freePort();
+  consoleUrl = `http://localhost:${port}/console`;
+  [h, browser] = await Promise.all([
+    startHarness({ SIGIL_PORT: String(port), SIGIL_WEBAUTHN_RP_IDS: "localhost", SIGIL_WEBAUTHN_ORIGINS: `http://localhost:${port}` }),
+    launchChromium(),
+  ]);
+});
+
+afterAll(async () => {
+  await browser?.close();
+  await h?.close();
+});
+
+async function newPage(viewport?: { width: number; height: number }) {
+  const opened_ = await consolePage(browser, viewport);
+  opened.push(opened_);
+  return opened_.page;
+}
+
+const heading = (page: Page) => page.getByRole("heading", { level: 1 });
+const nav = (page: Page, name: string) => page.getByRole("navigation", { name: "Console" }).getByRole("link", { name, exact: true });
+
+async function expectAccessible(page: Page) {
+  expect(await seriousViolations(page)).toEqual([]);
+}
+
+describe("the console's files", () => {
+  it("are served at /console with a strict Content-Security-Policy and no other path", async () => {
+    const page = await fetch(`${h.url}/console`);
+    expect(page.status).toBe(200);
+    expect(page.headers.get("content-type")).toBe("text/html; charset=utf-8");
+    expect(page.headers.get("content-security-policy")).toBe(CONSOLE_CSP);
+    expect(CONSOLE_CSP).not.toMatch(/unsafe-inline|unsafe-eval/);
+    expect(CONSOLE_CSP).toContain("frame-ancestors 'none'");
+    expect(page.headers.get("x-content-type-options")).toBe("nosniff");
+    expect(page.headers.get("referrer-policy")).toBe("no-referrer");
+    const html = await page.text();
+    const assets = [...html.matchAll(/(?:src|href)="(\/console\/assets\/[^"]+)"/g)].map((m) => m[1]!);
+    expect(assets.length).toBeGreaterThanOrEqual(2);
+    // Nothing but the console's own files: no inline script or style, no other origin.
+    expect(html).not.toMatch(/<script(?![^>]*\bsrc=)|<style|https?:\/\//);
+    for (const asset of assets) {
+      const response = await fetch(h.url + asset);
+      expect(response.status).toBe(200);
+      expect(response.headers.get("x-content-type-options")).toBe("nosniff");
+      expect(response.headers.get("content-security-policy")).toBe(CONSOLE_CSP);
+      expect(response.headers.get("content-type")).toMatch(/^text\/(javascript|css); charset=utf-8$/);
+    }
+    for (const path of ["/console/assets/missing.js", "/console/assets/../index.html", "/console/users", "/console/index.html"]) {
+      const response = await fetch(h.url + path);
+      expect(response.status, path).toBe(404);
+      expect(((await response.json()) as { details: Array<{ turnkeyErrorCode: string }> }).details[0]!.turnkeyErrorCode).toBe("ENDPOINT_NOT_FOUND");
+    }
+  });
+});
+
+describe("signing in with an API key", () => {
+  it("shows the server's refusal for an unknown key and for another organization's key, and keeps no key in storage", async () => {
+    const org = await h.organization("Keys");
+    const other = await h.organization("Other");
+    const page = await newPage();
+    await expectAccessible(await (async () => (await page.goto(consoleUrl), page))());
+
+    await signInWithApiKey(page, consoleUrl, org.organizationId, newKeyPair());
+    await expect.poll(() => page.getByRole("alert").textContent()).toMatch(/UNAUTHENTICATED|not found|unknown|API key/i);
+    const unknownKey = await page.getByRole("alert").textContent();
+
+    await signInWithApiKey(page, consoleUrl, org.organizationId, other.key);
+    await expect.poll(() => page.getByRole("alert").textContent()).not.toBe(unknownKey);
+    const otherOrganization = (await page.getByRole("alert").textContent())!;
+    // The words are the server's own: the same request from a program is refused with them.
+    const direct = await h.sdk(org, other.key).getWhoami({ organizationId: org.organizationId }).catch((e: Error) => e.message);
+    expect(direct).toContain(otherOrganization.replace(/ \([A-Z_]+\)$/, ""));
+
+    // A private key that is not the public key's is refused in the page, before any request.
+    await signInWithApiKey(page, consoleUrl, org.organizationId, { publicKey: org.key.publicKey, privateKey: newKeyPair().privateKey });
+    await expect.poll(() => page.getByRole("alert").textContent()).toContain("does not belong");
+
+    await signInWithApiKey(page, consoleUrl, org.organizationId, org.key);
+    await expect(heading(page).textContent()).resolves.toBe("Activities");
+    const stored = await page.evaluate(() => JSON.stringify({ ...localStorage, ...sessionStorage }));
+    expect(stored).not.toContain(org.key.privateKey);
+    await page.getByRole("button", { name: "Sign out" }).click();
+    await expect(page.getByLabel("API private key").inputValue()).resolves.toBe("");
+  });
+});
+
+describe("activities and approvals with API keys", () => {
+  it("pages and filters the activity log, and approves and rejects from the detail", async () => {
+    const { org, root, members } = await organizationWith(h, ["alice", "bob"]);
+    const { alice, bob } = members;
+    await root.createPolicy({
+      policyName: "tags need bob",
+      effect: "EFFECT_ALLOW",
+      condition: "activity.resource == 'USER' && activity.action == 'CREATE'",
+      consensus: `approvers.count() >= 2 && approvers.any(user, user.id == '${bob!.userId}')`,
+      notes: "",
+    });
+    for (let i = 0; i < 22; i++) await root.createUserTag({ userTagName: `tag ${i}`, userIds: [] });
+    const approveMe = await alice!.client.createUserTag({ userTagName: "approve me", userIds: [] });
+    const rejectMe = await alice!.client.createUserTag({ userTagName: "reject me", userIds: [] });
+    expect(approveMe.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+
+    const page = await newPage();
+    await signInWithApiKey(page, consoleUrl, org.organizationId, bob!.key);
+    await expect(heading(page).textContent()).resolves.toBe("Activities");
+    const rows = page.getByRole("table").getByRole("row");
+    await expect.poll(() => rows.count()).toBe(21); // a header and a page of 20
+    await expectAccessible(page);
+    await page.getByRole("link", { name: "Older" }).click();
+    await expect.poll(() => rows.count()).toBe(1 + 6); // create_users, the policy, 22 tags and the two waiting: 26
+    await page.getByLabel("Status").selectOption("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await expect.poll(() => rows.count()).toBe(3);
+    await page.getByLabel("User").selectOption(alice!.userId);
+    await page.getByLabel("Status").selectOption("");
+    await page.getByRole("button", { name: "Filter" }).click();
+    await expect.poll(() => rows.count()).toBe(3);
+    expect(page.url()).toContain(`user=${alice!.userId}`);
+
+    await nav(page, "Approvals").click();
+    await expect(heading(page).textContent()).resolves.toBe("Approvals");
+    await expect.poll(() => rows.count()).toBe(3);
+    await expectAccessible(page);
+    await page.goto(`${consoleUrl}#/activities/${approveMe.activity.id}`);
+    // A shared link opens the sign-in first, then the page it names.
+    await signInAgain(page, org.organizationId, bob!.key);
+    await expect(page.getByLabel("Status").textContent()).resolves.toBe("CONSENSUS_NEEDED");
+    await expectAccessible(page);
+    await page.getByRole("button", { name: "Approve" }).click();
+    await expect.poll(() => page.getByLabel("Status").textContent()).toBe("COMPLETED");
+    expect((await root.getActivity({ activityId: approveMe.activity.id })).activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+
+    await nav(page, "Approvals").click();
+    await expect.poll(() => rows.count()).toBe(2);
+    await rows.nth(1).getByRole("link").click();
+    await page.getByRole("button", { name: "Reject" }).click();
+    await expect.poll(() => page.getByLabel("Status").textContent()).toBe("REJECTED");
+    expect((await root.getActivity({ activityId: rejectMe.activity.id })).activity.status).toBe("ACTIVITY_STATUS_REJECTED");
+    await nav(page, "Approvals").click();
+    await expect.poll(() => page.getByText("Nothing waits for you.").count()).toBe(1);
+  });
+});
+
+async function signInAgain(page: Page, organizationId: string, key: { publicKey: string; privateKey: string }) {
+  await page.getByLabel("Organization ID", { exact: true }).fill(organizationId);
+  await page.getByLabel("API public key").fill(key.publicKey);
+  await page.getByLabel("API private key").fill(key.privateKey);
+  await page.getByRole("button", { name: "Sign in", exact: true }).click();
+}
+
+describe("passkeys", () => {
+  it("registers passkeys through the console, signs in with them, and completes a two-approval activity", async () => {
+    const { org, members } = await organizationWith(h, ["alice", "bob", "carol"]);
+    const { alice, bob, carol } = members;
+    const root = h.sdk(org, org.key, fastPoller);
+    await root.createPolicy({
+      policyName: "tags need alice and bob",
+      effect: "EFFECT_ALLOW",
+      condition: "activity.resource == 'USER' && activity.action == 'CREATE'",
+      consensus: `approvers.any(user, user.id == '${alice!.userId}') && approvers.any(user, user.id == '${bob!.userId}')`,
+      notes: "",
+    });
+
+    /** A person with their own browser and passkey: registers it with their API key, then signs in with it. */
+    const passkeySession = async (member: typeof alice, name: string) => {
+      const page = await newPage();
+      const authenticator = await virtualAuthenticator(page);
+      await signInWithApiKey(page, consoleUrl, org.organizationId, member!.key);
+      await nav(page, "Users").click();
+      await page.getByLabel("Passkey name").fill(name);
+      await page.getByRole("button", { name: "Add a passkey" }).click();
+
+      await expect.poll(() => page.getByText(`Passkey ${name} added.`).count()).toBe(1);
+      await expect.poll(() => page.getByText(name).count()).toBeGreaterThan(0);
+      await page.getByRole("button", { name: "Sign out" }).click();
+      await signInWithPasskey(page, consoleUrl, org.organizationId);
+      await nav(page, "Organization").click();
+      await expect.poll(() => page.getByText("with a passkey").count()).toBe(1);
+      const [credentialId] = await authenticator.credentialIds();
+      return { page, credentialId: credentialId! };
+    };
+    const [a, b] = await Promise.all([passkeySession(alice, "alice's laptop"), passkeySession(bob, "bob's phone")]);
+    const registered = await root.getAuthenticators({ userId: alice!.userId });
+    expect(registered.authenticators.map((x) => x.credentialId)).toEqual([a.credentialId]);
+
+    const pending = await carol!.client.createUserTag({ userTagName: "needs two", userIds: [] });
+    expect(pending.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+
+    for (const [person, after] of [
+      [a, "CONSENSUS_NEEDED"],
+      [b, "COMPLETED"],
+    ] as const) {
+      await nav(person.page, "Approvals").click();
+      await person.page.getByRole("link", { name: "CREATE_USER_TAG" }).click();
+      await person.page.getByRole("button", { name: "Approve" }).click();
+      await expect.poll(() => person.page.getByLabel("Status").textContent()).toBe(after);
+    }
+    await expectAccessible(b.page);
+
+    // On the server: each approval is a vote stamped by that person's passkey.
+    const row = await h.server.store.db.selectFrom("activities").select(["status", "votes"]).where("id", "=", pending.activity.id).executeTakeFirstOrThrow();
+    expect(row.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    const votes = JSON.parse(row.votes) as Array<{ userId: string; scheme: string; webauthnCredentialId?: string }>;
+    expect(votes.map((v) => [v.userId, v.scheme, v.webauthnCredentialId ?? null])).toEqual([
+      [carol!.userId, "SIGNATURE_SCHEME_TK_API_P256", null],
+      [alice!.userId, "SIGNATURE_SCHEME_TK_WEBAUTHN", a.credentialId],
+      [bob!.userId, "SIGNATURE_SCHEME_TK_WEBAUTHN", b.credentialId],
+    ]);
+  });
+});
+
+describe("policies", () => {
+  it("shows a compile error at its line and column, saves the fixed policy, evaluates a request and deletes it", async () => {
+    const org = await h.organization("Policies");
+    const root = h.sdk(org, org.key);
+    const page = await newPage();
+    await signInWithApiKey(page, consoleUrl, org.organizationId, org.key);
+    await nav(page, "Policies").click();
+    await page.getByRole("link", { name: "New policy" }).click();
+    await page.getByLabel("Policy name").fill("wallets need two");
+    await page.getByLabel("Condition").fill("activity.resource == 'WALLET' &&\nactivity.action ==");
+    await page.getByLabel("Consensus").fill("approvers.count() >= 2");
+    const before = await h.snapshot();
+    await page.getByRole("button", { name: "Save policy" }).click();
+    const error = page.locator("#policy-condition-error");
+    await expect.poll(() => error.textContent()).toMatch(/^Line 2, column 19: /);
+    await expect(page.getByLabel("Condition").getAttribute("aria-invalid")).resolves.toBe("true");
+    await expectAccessible(page);
+    expect((await root.getPolicies({})).policies).toEqual([]);
+    // A refused activity is recorded; nothing else changed.
+    expect(JSON.parse(await h.snapshot()).policies).toEqual(JSON.parse(before).policies);
+
+    await page.getByLabel("Condition").fill("activity.resource == 'WALLET' &&\nactivity.action == 'CREATE'");
+    await page.getByRole("button", { name: "Save policy" }).click();
+    await expect.poll(() => page.getByText("Saved wallets need two.").count()).toBe(1);
+    const [saved] = (await root.getPolicies({})).policies;
+    expect(saved).toMatchObject({ policyName: "wallets need two", condition: "activity.resource == 'WALLET' &&\nactivity.action == 'CREATE'" });
+
+    await page.getByLabel("Activity type").fill("ACTIVITY_TYPE_CREATE_WALLET");
+    await page.getByLabel("Parameters (JSON)").fill('{ "walletName": "w", "accounts": [] }');
+    await page.getByRole("button", { name: "Evaluate" }).click();
+    await expect.poll(() => page.locator(".verdict").textContent()).toBe("ALLOW");
+
+    await page.getByRole("button", { name: "Delete wallets need two" }).click();
+    await page.getByRole("button", { name: "Delete wallets need two for good" }).click();
+    await expect.poll(async () => (await root.getPolicies({})).policies.length).toBe(0);
+  });
+});
+
+describe("every page", () => {
+  it("opens from its navigation link and by its URL, with no serious accessibility violation, at 1280 and 390 px", async () => {
+    const { org, root } = await organizationWith(h, ["dora"]);
+    await root.createWallet({ walletName: "treasury", accounts: [{ curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" }] });
+    await root.createPrivateKeys({ privateKeys: [{ privateKeyName: "signer", curve: "CURVE_SECP256K1", addressFormats: ["ADDRESS_FORMAT_ETHEREUM"], privateKeyTags: [] }] });
+    const pages: Array<[string, string]> = [
+      ["Activities", "activities"],
+      ["Approvals", "approvals"],
+      ["Users", "users"],
+      ["Policies", "policies"],
+      ["Wallets", "wallets"],
+      ["Private keys", "private-keys"],
+      ["Sub-organizations", "sub-organizations"],
+      ["Webhooks", "webhooks"],
+      ["Organization", "organization"],
+    ];
+    for (const width of [1280, 390]) {
+      const page = await newPage({ width, height: 900 });
+      await signInWithApiKey(page, consoleUrl, org.organizationId, org.key);
+      for (const [name, path] of pages) {
+        await nav(page, name).click();
+        await expect.poll(() => heading(page).textContent()).toBe(name);
+        expect(page.url()).toBe(`${consoleUrl}#/${path}`);
+        await page.getByText("Loading…").waitFor({ state: "detached" });
+        await expectAccessible(page);
+      }
+      await page.getByRole("link", { name: "treasury" }).click().catch(async () => {
+        await nav(page, "Wallets").click();
+        await page.getByRole("link", { name: "treasury" }).click();
+      });
+      await expect.poll(() => page.getByRole("table").getByRole("row").count()).toBe(2);
+      await page.keyboard.press("Tab");
+      const documentWidth = await page.evaluate(() => document.documentElement.scrollWidth);
+      expect(documentWidth).toBeLessThanOrEqual(width);
+    }
+  });
+
+  it("ran without a Content-Security-Policy violation or a script error", () => {
+    expect(opened.flatMap((o) => o.violations)).toEqual([]);
+  });
+});
