@@ -16,6 +16,8 @@ export async function launchChromium(): Promise<Browser> {
 /** A page in a context of its own (its own storage), with every Content-Security-Policy violation recorded. */
 export async function consolePage(browser: Browser, viewport = { width: 1280, height: 900 }) {
   const context: BrowserContext = await browser.newContext({ viewport });
+  // A step that cannot happen fails with its locator named, before the test itself times out.
+  context.setDefaultTimeout(8_000);
   const page = await context.newPage();
   const violations: string[] = [];
   page.on("console", (message) => {
