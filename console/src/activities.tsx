@@ -194,6 +194,14 @@ interface PolicyEvaluations {
   policyEvaluations: Array<{ id: string; voteId: string; policyEvaluations: Array<{ policyId: string; outcome: string }> }>;
 }
 
+/** "After alice's approval": which vote an evaluation followed, as a person reads it. */
+function voteName(activity: Activity, voteId: string): string {
+  const vote = activity.votes.find((v) => v.id === voteId);
+  if (!vote) return `After vote ${voteId}`;
+  const who = vote.user?.userName ?? vote.userId;
+  return `After ${who}'s ${vote.selection === "VOTE_SELECTION_REJECTED" ? "rejection" : "approval"}`;
+}
+
 export function ActivityDetail({ session, id }: { session: Session; id: string }) {
   const loaded = useLoad(async () => {
     const [{ activity }, evaluations, policies] = await Promise.all([
@@ -234,6 +242,8 @@ export function ActivityDetail({ session, id }: { session: Session; id: string }
             {shortStatus(activity.status)}
           </output>
         </dd>
+        <dt>Requested by</dt>
+        <dd>{activity.votes[0]?.user?.userName ?? activity.votes[0]?.userId ?? ""}</dd>
         <dt>Activity id</dt>
         <dd>
           <code>{activity.id}</code>
@@ -313,7 +323,7 @@ export function ActivityDetail({ session, id }: { session: Session; id: string }
         <ul class="plain">
           {loaded.data.evaluations.policyEvaluations.map((e) => (
             <li key={e.id}>
-              After vote <code>{e.voteId}</code>:
+              {voteName(activity, e.voteId)}:
               <ul>
                 {e.policyEvaluations.length === 0 ? <li>no policy applied (root quorum or own credentials)</li> : null}
                 {e.policyEvaluations.map((p) => (

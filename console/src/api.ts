@@ -65,8 +65,18 @@ export async function apiKeyStamper(publicKeyHex: string, privateKeyHex: string)
   };
 }
 
-/** The relying party the console's passkeys belong to: the host the console is served from. */
-export const relyingPartyId = () => location.hostname;
+let chosenRelyingParty = "";
+
+/**
+ * The relying party the console's passkeys belong to: the host the console is served from, unless
+ * the person signing in names another (a registrable suffix of that host, such as the domain of the
+ * application whose passkeys the organization's users already hold). The server accepts the ids of
+ * SIGIL_WEBAUTHN_RP_IDS (docs/console.md).
+ */
+export const relyingPartyId = () => chosenRelyingParty || location.hostname;
+export const chooseRelyingParty = (id: string) => {
+  chosenRelyingParty = id.trim();
+};
 
 const fromBase64url = (text: string) => Uint8Array.from(atob(text.replace(/-/g, "+").replace(/_/g, "/")), (c) => c.charCodeAt(0));
 

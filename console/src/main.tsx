@@ -5,7 +5,7 @@ import "./style.css";
 import { render } from "preact";
 import { useState } from "preact/hooks";
 import { ActivityDetail, ActivityList, Approvals } from "./activities";
-import { type Session, apiKeyStamper, passkeyStamper, signIn } from "./api";
+import { type Session, apiKeyStamper, chooseRelyingParty, passkeyStamper, signIn } from "./api";
 import { Organization, PrivateKeys, SubOrganizations, Users, Wallets, Webhooks } from "./pages";
 import { Policies } from "./policies";
 import { ErrorMessage, type Route, href, useRoute } from "./ui";
@@ -23,18 +23,25 @@ const NAVIGATION: Array<[string, string]> = [
 ];
 
 const REMEMBERED_ORGANIZATION = "sigil-console.organizationId";
+const REMEMBERED_RELYING_PARTY = "sigil-console.relyingPartyId";
 
 function SignIn({ onSignedIn }: { onSignedIn: (session: Session) => void }) {
   const [organizationId, setOrganizationId] = useState(() => localStorage.getItem(REMEMBERED_ORGANIZATION) ?? "");
   const [remember, setRemember] = useState(() => localStorage.getItem(REMEMBERED_ORGANIZATION) !== null);
+  const [relyingParty, setRelyingParty] = useState(() => localStorage.getItem(REMEMBERED_RELYING_PARTY) ?? "");
   const [publicKey, setPublicKey] = useState("");
   const [privateKey, setPrivateKey] = useState("");
   const [error, setError] = useState<unknown>();
   const [busy, setBusy] = useState(false);
   const finish = async (stamper: Parameters<typeof signIn>[0]) => {
+    // The passkeys of this session, to sign in with or to register, belong to this relying party.
+    chooseRelyingParty(relyingParty);
     const session = await signIn(stamper, organizationId.trim());
+    // Neither is a secret: what may be remembered is where to sign in, never with what.
     if (remember) localStorage.setItem(REMEMBERED_ORGANIZATION, session.organizationId);
     else localStorage.removeItem(REMEMBERED_ORGANIZATION);
+    if (remember && relyingParty.trim()) localStorage.setItem(REMEMBERED_RELYING_PARTY, relyingParty.trim());
+    else localStorage.removeItem(REMEMBERED_RELYING_PARTY);
     onSignedIn(session);
   };
   const attempt = (how: () => Promise<void>) => async (event?: Event) => {
@@ -91,6 +98,20 @@ function SignIn({ onSignedIn }: { onSignedIn: (session: Session) => void }) {
         <button type="button" class="primary" disabled={busy} onClick={() => withPasskey()}>
           Sign in with a passkey
         </button>
+        <details>
+          <summary>Passkey options</summary>
+          <div class="field">
+            <label for="relying-party">Relying party ID (empty: {location.hostname})</label>
+            <input
+              id="relying-party"
+              value={relyingParty}
+              onInput={(e) => setRelyingParty(e.currentTarget.value)}
+              placeholder={location.hostname}
+              autoComplete="off"
+              spellcheck={false}
+            />
+          </div>
+        </details>
         <h2>With an API key</h2>
         <div class="field">
           <label for="api-public-key">API public key</label>

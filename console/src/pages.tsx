@@ -325,14 +325,16 @@ export function Webhooks({ session }: { session: Session }) {
 }
 
 export function Organization({ session }: { session: Session }) {
-  const loaded = useLoad(
-    () =>
+  const loaded = useLoad(async () => {
+    const [{ configs }, { users }] = await Promise.all([
       query<{ configs: { features?: Array<{ name: string; value?: string }>; quorum?: { threshold: number; userIds: string[] } } }>(
         session,
         "get_organization_configs",
       ),
-    "organization",
-  );
+      query<{ users: Array<{ userId: string; userName: string }> }>(session, "list_users"),
+    ]);
+    return { configs, names: new Map(users.map((u) => [u.userId, u.userName])) };
+  }, "organization");
   const configs = loaded.data?.configs;
   return (
     <Page title="Organization">
@@ -358,7 +360,7 @@ export function Organization({ session }: { session: Session }) {
           <ul>
             {configs.quorum?.userIds.map((id) => (
               <li key={id}>
-                <code>{id}</code>
+                {loaded.data?.names.get(id) ?? ""} <code>{id}</code>
               </li>
             ))}
           </ul>

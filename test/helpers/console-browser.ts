@@ -52,7 +52,12 @@ export async function virtualAuthenticator(page: Page) {
   };
 }
 
-export async function signInWithApiKey(page: Page, consoleUrl: string, organizationId: string, key: { publicKey: string; privateKey: string }) {
+export async function signInWithApiKey(
+  page: Page,
+  consoleUrl: string,
+  organizationId: string,
+  key: { publicKey: string; privateKey: string },
+) {
   await page.goto(consoleUrl);
   await page.getByLabel("Organization ID", { exact: true }).fill(organizationId);
   await page.getByLabel("API public key").fill(key.publicKey);
