@@ -1,6 +1,6 @@
 // Activities (the audit log, filtered and paged through the API) and one activity in detail, with
 // the Approve and Reject buttons for an activity waiting for the signed-in user's vote.
-import { useState } from "preact/hooks";
+import { useEffect, useState } from "preact/hooks";
 import { type Session, query, submit } from "./api";
 import { ErrorMessage, Json, Loading, Page, Pager, type Route, href, shortStatus, shortType, useLoad, when } from "./ui";
 
@@ -38,6 +38,7 @@ export interface Activity {
 }
 
 const PAGE_SIZE = 20;
+const WATCH_INTERVAL_MS = 3000;
 /** Filters the API has no parameter for (user, dates) are applied to pages of this many, read one
  * after the other until a page of the console is full or this many were read. */
 const SCAN_PAGES = 10;
@@ -162,7 +163,7 @@ export function ActivityList({ session, route }: { session: Session; route: Rout
 export function ActivityTable({ activities }: { activities: Activity[] }) {
   return (
     <div class="scroll">
-      <table>
+      <table class="stack">
         <thead>
           <tr>
             <th scope="col">Type</th>
@@ -174,14 +175,14 @@ export function ActivityTable({ activities }: { activities: Activity[] }) {
         <tbody>
           {activities.map((a) => (
             <tr key={a.id}>
-              <td>
+              <td data-label="Type">
                 <a href={href(`activities/${a.id}`)}>{shortType(a.type)}</a>
               </td>
-              <td>
+              <td data-label="Status">
                 <span class={`status ${shortStatus(a.status).toLowerCase()}`}>{shortStatus(a.status)}</span>
               </td>
-              <td>{a.votes[0]?.user?.userName ?? a.votes[0]?.userId ?? ""}</td>
-              <td>{when(a.createdAt)}</td>
+              <td data-label="Requested by">{a.votes[0]?.user?.userName ?? a.votes[0]?.userId ?? ""}</td>
+              <td data-label="Created">{when(a.createdAt)}</td>
             </tr>
           ))}
         </tbody>
@@ -231,8 +232,20 @@ export function ActivityDetail({ session, id }: { session: Session; id: string }
       setBusy(false);
     }
   };
+  const waiting = activity?.status === "ACTIVITY_STATUS_CONSENSUS_NEEDED";
+  // A waiting activity is read again every few seconds, so the page shows it complete when others
+  // approve it. Only with an API key: with a passkey every read is an assertion the person would be
+  // asked for, so there the page has Refresh instead.
+  const watch = waiting && session.stamper.kind === "API key";
+  useEffect(() => {
+    if (!watch) return;
+    const timer = setInterval(() => {
+      setVoted(undefined);
+      loaded.reload();
+    }, WATCH_INTERVAL_MS);
+    return () => clearInterval(timer);
+  }, [watch, loaded.reload]);
   if (!activity) return <Page title="Activity">{<Loading loaded={loaded} />}</Page>;
-  const waiting = activity.status === "ACTIVITY_STATUS_CONSENSUS_NEEDED";
   return (
     <Page title={shortType(activity.type)}>
       <dl class="facts">
