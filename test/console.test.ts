@@ -325,7 +325,18 @@ describe("every page", () => {
     ];
     for (const width of [1280, 390]) {
       const page = await newPage({ width, height: 900 });
-      await signInWithApiKey(page, consoleUrl, org.organizationId, org.key);
+      // By keyboard: the form is submitted with Enter, and a page is reached by Tab and Enter.
+      await page.goto(consoleUrl);
+      await page.getByLabel("Organization ID", { exact: true }).fill(org.organizationId);
+      await page.getByLabel("API public key").fill(org.key.publicKey);
+      await page.getByLabel("API private key").fill(org.key.privateKey);
+      await page.getByLabel("API private key").press("Enter");
+      await expect.poll(() => heading(page).textContent()).toBe("Activities");
+      for (let tabs = 0; tabs < 20 && (await page.evaluate(() => document.activeElement?.textContent)) !== "Users"; tabs++) {
+        await page.keyboard.press("Tab");
+      }
+      await page.keyboard.press("Enter");
+      await expect.poll(() => heading(page).textContent()).toBe("Users");
       for (const [name, path] of pages) {
         await nav(page, name).click();
         await expect.poll(() => heading(page).textContent()).toBe(name);
