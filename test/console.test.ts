@@ -3,7 +3,11 @@
 // compiler's errors, every page checked by axe-core. One browser and one server for the whole file.
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CONSOLE_CSP } from "../src/http/console.js";
+import { mkdtempSync, rmSync } from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import Fastify from "fastify";
+import { CONSOLE_CSP, serveConsole } from "../src/http/console.js";
 import { freePort, newKeyPair, signedRequest, startHarness, type Harness } from "./helpers/harness.js";
 import { fastPoller, organizationWith } from "./helpers/organizations.js";
 import {
@@ -77,6 +81,20 @@ describe("the console's files", () => {
       expect(((await response.json()) as { details: Array<{ turnkeyErrorCode: string }> }).details[0]!.turnkeyErrorCode).toBe(
         "ENDPOINT_NOT_FOUND",
       );
+    }
+  });
+});
+
+describe("a checkout whose console was not built", () => {
+  it("serves no /console", async () => {
+    const empty = mkdtempSync(path.join(os.tmpdir(), "sigil-no-console-"));
+    const app = Fastify();
+    try {
+      expect(serveConsole(app, empty)).toBe(false);
+      expect((await app.inject({ method: "GET", url: "/console" })).statusCode).toBe(404);
+    } finally {
+      await app.close();
+      rmSync(empty, { recursive: true });
     }
   });
 });
@@ -254,6 +272,15 @@ describe("passkeys", () => {
       [alice!.userId, "SIGNATURE_SCHEME_TK_WEBAUTHN", a.credentialId],
       [bob!.userId, "SIGNATURE_SCHEME_TK_WEBAUTHN", b.credentialId],
     ]);
+
+    // Alice's passkey is no key of another organization: signing in there shows the server's refusal.
+    const other = await h.organization("Elsewhere");
+    await a.page.getByRole("button", { name: "Sign out" }).click();
+    await signInWithPasskey(a.page, consoleUrl, other.organizationId);
+    await expect
+      .poll(() => a.page.getByRole("alert").textContent())
+      .toBe(`the stamp's authenticator does not belong to organization ${other.organizationId} (ORGANIZATION_MISMATCH)`);
+    expect(await heading(a.page).textContent()).toBe("Sigil console");
   });
 });
 

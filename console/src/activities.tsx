@@ -122,7 +122,7 @@ export function ActivityList({ session, route }: { session: Session; route: Rout
         </label>
         <label>
           Type
-          <input name="type" value={filters.type ?? ""} placeholder="ACTIVITY_TYPE_…" list="activity-types" />
+          <input name="type" value={filters.type ?? ""} placeholder="ACTIVITY_TYPE_…" />
         </label>
         <label>
           User

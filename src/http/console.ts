@@ -1,7 +1,7 @@
 // The web console (console/, docs/console.md): the static files `npm run build` writes to
 // dist/console, answered at /console and /console/assets/<file> and nowhere else. The page talks to
 // the public API like any client, stamping every request itself, so nothing here authenticates.
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import type { FastifyInstance } from "fastify";
@@ -59,7 +59,7 @@ function readConsole(directory: string): { index: Buffer; assets: Map<string, Co
   }
   const assets = new Map<string, ConsoleFile>();
   const assetDirectory = path.join(directory, "assets");
-  for (const name of readdirSync(assetDirectory)) {
+  for (const name of existsSync(assetDirectory) ? readdirSync(assetDirectory) : []) {
     const type = TYPES[path.extname(name)];
     if (type) assets.set(name, { body: readFileSync(path.join(assetDirectory, name)), type });
   }
