@@ -13,6 +13,7 @@ import { startServer } from "../src/http/server.js";
 import { createOrganization } from "../src/operations/organizations/organizations.js";
 import { generateP256KeyPair } from "../src/crypto/keys.js";
 import { consolePage, launchChromium, signInWithApiKey } from "../test/helpers/console-browser.js";
+import { SoftwarePasskey } from "../test/helpers/passkey.js";
 
 const OUT = path.resolve("docs/console");
 const WIDTHS = [1280, 390];
@@ -62,6 +63,14 @@ try {
     ],
   });
   const { userTagId } = await root.createUserTag({ userTagName: "approvers", userIds });
+  // A passkey of alice's, made by the tests' software authenticator, for the Users page to show.
+  const registration = new SoftwarePasskey("localhost", consoleUrl.replace(/\/console$/, "")).register();
+  await root.createAuthenticators({
+    userId: userIds[0]!,
+    authenticators: [
+      { authenticatorName: "alice's laptop", challenge: registration.challenge, attestation: registration.attestation as never },
+    ],
+  });
   await root.createPolicy({
     policyName: "Two approvers for new wallets",
     effect: "EFFECT_ALLOW",
@@ -131,6 +140,8 @@ try {
     await page.getByRole("link", { name: "CREATE_WALLET" }).waitFor();
     await shot("approvals");
     await open("#/users", "Users");
+    // Alice's card, with her passkey.
+    await page.getByRole("heading", { name: "alice", exact: true }).evaluate((card) => card.scrollIntoView());
     await shot("users");
     await open("#/policies/new", "Policies");
     await page.getByLabel("Policy name").fill("Large transfers");

@@ -184,7 +184,7 @@ function Accounts({ session, walletId, route }: { session: Session; walletId: st
       <h2>Accounts</h2>
       <Loading loaded={loaded} />
       <div class="scroll">
-        <table>
+        <table class="stack">
           <thead>
             <tr>
               <th scope="col">Address</th>
@@ -195,11 +195,11 @@ function Accounts({ session, walletId, route }: { session: Session; walletId: st
           <tbody>
             {accounts.map((a) => (
               <tr key={a.walletAccountId}>
-                <td>
+                <td data-label="Address">
                   <code class="key">{a.address}</code>
                 </td>
-                <td>{a.path}</td>
-                <td>{a.addressFormat.replace(/^ADDRESS_FORMAT_/, "")}</td>
+                <td data-label="Path">{a.path}</td>
+                <td data-label="Format">{a.addressFormat.replace(/^ADDRESS_FORMAT_/, "")}</td>
               </tr>
             ))}
           </tbody>
