@@ -155,8 +155,17 @@ describe("activities and approvals with API keys", () => {
     let rows = rowsOf(list);
     await expect.poll(() => rows.count()).toBe(21); // a header and a page of 20
     await expectAccessible(list);
+    const links = () => rows.getByRole("link").evaluateAll((found) => found.map((a) => a.getAttribute("href")));
+    const firstPage = await links();
+    expect(await list.getByRole("link", { name: "Newer" }).count()).toBe(0);
     await list.getByRole("link", { name: "Older" }).click();
     await expect.poll(() => rows.count()).toBe(1 + 6); // create_users, the policy, 22 tags and the two waiting: 26
+    const secondPage = await links();
+    expect(new Set([...firstPage, ...secondPage]).size).toBe(26);
+    expect(await list.getByRole("link", { name: "Older" }).count()).toBe(0);
+    // Back to the newer page: the same 20, none skipped.
+    await list.getByRole("link", { name: "Newer" }).click();
+    await expect.poll(links).toEqual(firstPage);
     await list.getByLabel("Status").selectOption("ACTIVITY_STATUS_CONSENSUS_NEEDED");
     await list.getByRole("button", { name: "Filter" }).click();
     await expect.poll(() => rows.count()).toBe(3);

@@ -54,8 +54,13 @@ interface ActivityFilters {
   to?: string;
 }
 
+/**
+ * A page of the activity log, newest first. The API's cursors read away from the cursor (`after`:
+ * older ones, nearest first; `before`: the newer ones nearest the cursor), so a page is read in that
+ * direction and shown newest first. Filters the API lacks are applied to what is read.
+ */
 async function loadActivities(session: Session, filters: ActivityFilters, cursor: { after?: string; before?: string }) {
-  const local = filters.user || filters.from || filters.to;
+  const local = !!(filters.user || filters.from || filters.to);
   const fromSec = filters.from ? Date.parse(`${filters.from}T00:00:00Z`) / 1000 : undefined;
   const toSec = filters.to ? Date.parse(`${filters.to}T23:59:59Z`) / 1000 : undefined;
   const keep = (a: Activity) => {
@@ -64,27 +69,39 @@ async function loadActivities(session: Session, filters: ActivityFilters, cursor
       (!filters.user || requesterOf(a) === filters.user) && (fromSec === undefined || at >= fromSec) && (toSec === undefined || at <= toSec)
     );
   };
-  const shown: Activity[] = [];
-  let after = cursor.after;
-  let before = cursor.before;
-  let more = false;
+  const towardsNewer = !!cursor.before;
+  const limit = local ? 100 : PAGE_SIZE + 1;
+  let position = cursor.before ?? cursor.after;
+  const matched: Activity[] = [];
+  /** Whether the log may go on past what was read, in the reading direction. */
+  let beyond = false;
   for (let page = 0; page < (local ? SCAN_PAGES : 1); page++) {
-    const limit = local ? 100 : PAGE_SIZE + 1;
     const { activities } = await query<{ activities: Activity[] }>(session, "list_activities", {
       ...(filters.status ? { filterByStatus: [filters.status] } : {}),
       ...(filters.type ? { filterByType: [filters.type] } : {}),
-      paginationOptions: { limit: String(limit), ...(after ? { after } : {}), ...(before ? { before } : {}) },
+      paginationOptions: { limit: String(limit), ...(position ? { [towardsNewer ? "before" : "after"]: position } : {}) },
     });
-    const page_ = local ? activities : activities.slice(0, PAGE_SIZE);
-    more = activities.length === limit;
-    for (const a of page_) if (keep(a) && shown.length < PAGE_SIZE) shown.push(a);
-    // Newest first: once past the start date, nothing older can match.
-    const oldest = activities[activities.length - 1];
-    if (!more || shown.length >= PAGE_SIZE || (fromSec !== undefined && oldest && Number(oldest.createdAt?.seconds) < fromSec)) break;
-    if (before) before = activities[0]?.id;
-    else after = oldest?.id;
+    // Nearest the cursor first.
+    const read = towardsNewer ? [...activities].reverse() : activities;
+    for (const a of read) if (keep(a)) matched.push(a);
+    beyond = activities.length === limit;
+    const last = read[read.length - 1];
+    if (!beyond || !last || matched.length > PAGE_SIZE) break;
+    // Past the date range in the reading direction, nothing further can match.
+    const at = Number(last.createdAt?.seconds ?? 0);
+    if ((!towardsNewer && fromSec !== undefined && at < fromSec) || (towardsNewer && toSec !== undefined && at > toSec)) {
+      beyond = false;
+      break;
+    }
+    position = last.id;
   }
-  return { activities: shown, more };
+  if (matched.length > PAGE_SIZE) beyond = true;
+  const page = matched.slice(0, PAGE_SIZE);
+  return {
+    activities: towardsNewer ? page.reverse() : page,
+    newer: towardsNewer ? beyond : !!cursor.after,
+    older: towardsNewer ? true : beyond,
+  };
 }
 
 export function ActivityList({ session, route }: { session: Session; route: Route }) {
@@ -105,7 +122,6 @@ export function ActivityList({ session, route }: { session: Session; route: Rout
     location.hash = href("activities", Object.fromEntries([...form.entries()].map(([k, v]) => [k, String(v)])));
   };
   const activities = loaded.data?.activities ?? [];
-  const paged = !!(cursor.after || cursor.before);
   return (
     <Page title="Activities">
       <form class="filters" onSubmit={onFilter} aria-label="Filter activities">
@@ -149,9 +165,9 @@ export function ActivityList({ session, route }: { session: Session; route: Rout
       {loaded.data && activities.length === 0 ? <p>No activity matches.</p> : null}
       {activities.length ? <ActivityTable activities={activities} /> : null}
       <Pager
-        newer={paged && activities.length ? href("activities", { ...filters, before: activities[0].id }) : undefined}
+        newer={loaded.data?.newer && activities.length ? href("activities", { ...filters, before: activities[0].id }) : undefined}
         older={
-          loaded.data?.more && activities.length
+          loaded.data?.older && activities.length
             ? href("activities", { ...filters, after: activities[activities.length - 1].id })
             : undefined
         }
