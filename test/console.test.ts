@@ -387,6 +387,34 @@ describe("every page", () => {
     }
   });
 
+  it("pages a wallet's accounts through the API, 50 at a time, none skipped either way", async () => {
+    const org = await h.organization("Accounts");
+    const root = h.sdk(org, org.key);
+    const { walletId } = await root.createWallet({
+      walletName: "many",
+      accounts: Array.from({ length: 60 }, (_, i) => ({
+        curve: "CURVE_SECP256K1" as const,
+        pathFormat: "PATH_FORMAT_BIP32" as const,
+        path: `m/44'/60'/0'/0/${i}`,
+        addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const,
+      })),
+    });
+    const page = await newPage();
+    await signInWithApiKey(page, consoleUrl, org.organizationId, org.key);
+    await expect.poll(() => heading(page).textContent()).toBe("Activities");
+    await page.goto(`${consoleUrl}#/wallets/${walletId}`);
+    const paths = () => page.getByRole("table").locator("tbody tr td:nth-child(2)").allTextContents();
+    await expect.poll(async () => (await paths()).length).toBe(50);
+    const first = await paths();
+    expect(first[0]).toBe("m/44'/60'/0'/0/0");
+    expect(await page.getByRole("link", { name: "Previous" }).count()).toBe(0);
+    await page.getByRole("link", { name: "Next" }).click();
+    await expect.poll(paths).toEqual(Array.from({ length: 10 }, (_, i) => `m/44'/60'/0'/0/${50 + i}`));
+    expect(await page.getByRole("link", { name: "Next" }).count()).toBe(0);
+    await page.getByRole("link", { name: "Previous" }).click();
+    await expect.poll(paths).toEqual(first);
+  });
+
   it("ran without a Content-Security-Policy violation or a script error", () => {
     expect(opened.flatMap((o) => o.violations)).toEqual([]);
   });

@@ -165,8 +165,9 @@ export function ActivityList({ session, route }: { session: Session; route: Rout
       {loaded.data && activities.length === 0 ? <p>No activity matches.</p> : null}
       {activities.length ? <ActivityTable activities={activities} /> : null}
       <Pager
-        newer={loaded.data?.newer && activities.length ? href("activities", { ...filters, before: activities[0].id }) : undefined}
-        older={
+        names={["Newer", "Older"]}
+        back={loaded.data?.newer && activities.length ? href("activities", { ...filters, before: activities[0].id }) : undefined}
+        forward={
           loaded.data?.older && activities.length
             ? href("activities", { ...filters, after: activities[activities.length - 1].id })
             : undefined

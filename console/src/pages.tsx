@@ -2,7 +2,7 @@
 // organization itself. Lists the API pages (wallet accounts, sub-organizations) are read a page at a time.
 import { useState } from "preact/hooks";
 import { type Session, query, registerPasskey } from "./api";
-import { ErrorMessage, Json, Loading, Page, Pager, type Route, href, useLoad, when } from "./ui";
+import { ErrorMessage, Json, Loading, Page, Pager, type Route, cursorPage, href, useLoad, when } from "./ui";
 
 const PAGE_SIZE = 50;
 
@@ -177,8 +177,7 @@ function Accounts({ session, walletId, route }: { session: Session; walletId: st
       }),
     `${walletId}/${after}/${before}`,
   );
-  const accounts = loaded.data?.accounts.slice(0, PAGE_SIZE) ?? [];
-  const more = (loaded.data?.accounts.length ?? 0) > PAGE_SIZE;
+  const { page: accounts, back, forward } = cursorPage(loaded.data?.accounts ?? [], { after, before }, PAGE_SIZE);
   return (
     <>
       <h2>Accounts</h2>
@@ -206,8 +205,10 @@ function Accounts({ session, walletId, route }: { session: Session; walletId: st
         </table>
       </div>
       <Pager
-        newer={(after || before) && accounts.length ? href(`wallets/${walletId}`, { before: accounts[0].walletAccountId }) : undefined}
-        older={more ? href(`wallets/${walletId}`, { after: accounts[accounts.length - 1].walletAccountId }) : undefined}
+        back={back && accounts.length ? href(`wallets/${walletId}`, { before: accounts[0].walletAccountId }) : undefined}
+        forward={
+          forward && accounts.length ? href(`wallets/${walletId}`, { after: accounts[accounts.length - 1].walletAccountId }) : undefined
+        }
       />
     </>
   );
@@ -266,8 +267,7 @@ export function SubOrganizations({ session, route }: { session: Session; route: 
       }),
     `${after}/${before}`,
   );
-  const ids = loaded.data?.organizationIds.slice(0, PAGE_SIZE) ?? [];
-  const more = (loaded.data?.organizationIds.length ?? 0) > PAGE_SIZE;
+  const { page: ids, back, forward } = cursorPage(loaded.data?.organizationIds ?? [], { after, before }, PAGE_SIZE);
   return (
     <Page title="Sub-organizations">
       <Loading loaded={loaded} />
@@ -280,8 +280,8 @@ export function SubOrganizations({ session, route }: { session: Session; route: 
         ))}
       </ul>
       <Pager
-        newer={(after || before) && ids.length ? href("sub-organizations", { before: ids[0] }) : undefined}
-        older={more ? href("sub-organizations", { after: ids[ids.length - 1] }) : undefined}
+        back={back && ids.length ? href("sub-organizations", { before: ids[0] }) : undefined}
+        forward={forward && ids.length ? href("sub-organizations", { after: ids[ids.length - 1] }) : undefined}
       />
     </Page>
   );

@@ -106,13 +106,25 @@ export function when(timestamp: { seconds?: string } | undefined): string {
 export const shortType = (type: string) => type.replace(/^ACTIVITY_TYPE_/, "");
 export const shortStatus = (status: string) => status.replace(/^ACTIVITY_STATUS_/, "");
 
-/** Links to the newer and older pages of a list the API pages by id cursors. */
-export function Pager({ newer, older }: { newer?: string; older?: string }) {
-  if (!newer && !older) return null;
+/** Links to the pages before and after this one, named as the list reads ("Newer"/"Older" for the
+ * activity log, "Previous"/"Next" for lists oldest first). */
+export function Pager({ back, forward, names = ["Previous", "Next"] }: { back?: string; forward?: string; names?: [string, string] }) {
+  if (!back && !forward) return null;
   return (
     <nav class="pager" aria-label="Pages">
-      {newer ? <a href={newer}>Newer</a> : null}
-      {older ? <a href={older}>Older</a> : null}
+      {back ? <a href={back}>{names[0]}</a> : null}
+      {forward ? <a href={forward}>{names[1]}</a> : null}
     </nav>
   );
+}
+
+/**
+ * One page of a list the API pages by id cursors, read with a limit one above the page size: the
+ * extra row says the list goes on. `after` reads away from the cursor in the list's order, `before`
+ * towards its start, nearest the cursor last, so there the extra row is the first.
+ */
+export function cursorPage<T>(rows: T[], cursor: { after?: string; before?: string }, size: number) {
+  const extra = rows.length > size;
+  const page = extra ? (cursor.before ? rows.slice(rows.length - size) : rows.slice(0, size)) : rows;
+  return { page, back: cursor.before ? extra : !!cursor.after, forward: cursor.before ? true : extra };
 }
