@@ -323,6 +323,17 @@ describe("policies", () => {
       condition: "activity.resource == 'WALLET' &&\nactivity.action == 'CREATE'",
     });
 
+    // Edited: the consensus is compiled too, and its error shown under it.
+    await page.getByRole("link", { name: "Edit wallets need two" }).click();
+    await page.getByLabel("Consensus").fill("approvers.count() >=");
+    await page.getByRole("button", { name: "Save policy" }).click();
+    await expect.poll(() => page.locator("#policy-consensus-error").textContent()).toMatch(/^Line 1, column 21: /);
+    expect((await root.getPolicies({})).policies[0]!.consensus).toBe("approvers.count() >= 2");
+    await page.getByLabel("Consensus").fill("approvers.count() >= 3");
+    await page.getByRole("button", { name: "Save policy" }).click();
+    await expect.poll(() => page.getByText("Saved wallets need two.").count()).toBe(1);
+    expect((await root.getPolicies({})).policies[0]!.consensus).toBe("approvers.count() >= 3");
+
     await page.getByLabel("Activity type").fill("ACTIVITY_TYPE_CREATE_WALLET");
     await page.getByLabel("Parameters (JSON)").fill('{ "walletName": "w", "accounts": [] }');
     await page.getByRole("button", { name: "Evaluate" }).click();
