@@ -123,7 +123,13 @@ describe("signing in with an API key", () => {
     await signInWithApiKey(page, consoleUrl, org.organizationId, { publicKey: org.key.publicKey, privateKey: newKeyPair().privateKey });
     await expect.poll(() => page.getByRole("alert").textContent()).toContain("does not belong");
 
-    await signInWithApiKey(page, consoleUrl, org.organizationId, org.key);
+    // The file `sigil keygen` writes fills both fields; a file that is not one is refused in the page.
+    const keyFile = page.getByLabel("Or the key file from sigil keygen");
+    await keyFile.setInputFiles({ name: "notes.txt", mimeType: "text/plain", buffer: Buffer.from("not a key") });
+    await expect.poll(() => page.getByRole("alert").textContent()).toBe("The file is not a key file written by sigil keygen");
+    await keyFile.setInputFiles({ name: "root-key.json", mimeType: "application/json", buffer: Buffer.from(JSON.stringify(org.key)) });
+    await expect.poll(() => page.getByLabel("API public key").inputValue()).toBe(org.key.publicKey);
+    await page.getByRole("button", { name: "Sign in", exact: true }).click();
     await expect.poll(() => heading(page).textContent()).toBe("Activities");
     const stored = await page.evaluate(() => JSON.stringify({ ...localStorage, ...sessionStorage }));
     expect(stored).not.toContain(org.key.privateKey);
@@ -334,6 +340,14 @@ describe("policies", () => {
     await expect.poll(() => page.getByText("Saved wallets need two.").count()).toBe(1);
     expect((await root.getPolicies({})).policies[0]!.consensus).toBe("approvers.count() >= 3");
 
+    // Parameters that are not JSON are refused in the page; a type the server does not know, by the server.
+    await page.getByLabel("Parameters (JSON)").fill("{ walletName: ");
+    await page.getByRole("button", { name: "Evaluate" }).click();
+    await expect.poll(() => page.locator("#evaluate-title ~ [role=alert]").textContent()).toMatch(/^Parameters are not JSON: /);
+    await page.getByLabel("Activity type").fill("ACTIVITY_TYPE_MAKE_COFFEE");
+    await page.getByLabel("Parameters (JSON)").fill("{}");
+    await page.getByRole("button", { name: "Evaluate" }).click();
+    await expect.poll(() => page.locator("#evaluate-title ~ [role=alert]").textContent()).toMatch(/\(ACTIVITY_TYPE_UNKNOWN\)$/);
     await page.getByLabel("Activity type").fill("ACTIVITY_TYPE_CREATE_WALLET");
     await page.getByLabel("Parameters (JSON)").fill('{ "walletName": "w", "accounts": [] }');
     await page.getByRole("button", { name: "Evaluate" }).click();

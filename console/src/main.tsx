@@ -64,16 +64,21 @@ function SignIn({ onSignedIn }: { onSignedIn: (session: Session) => void }) {
   });
   const withPasskey = attempt(() => finish(passkeyStamper()));
   const readKeyFile = async (event: Event) => {
-    const file = (event.currentTarget as HTMLInputElement).files?.[0];
+    const input = event.currentTarget as HTMLInputElement;
+    const file = input.files?.[0];
     if (!file) return;
+    setError(undefined);
     try {
-      const key = JSON.parse(await file.text()) as { publicKey?: string; privateKey?: string };
-      setPublicKey(key.publicKey ?? "");
-      setPrivateKey(key.privateKey ?? "");
+      const key = JSON.parse(await file.text()) as { publicKey?: unknown; privateKey?: unknown };
+      if (typeof key.publicKey !== "string" || typeof key.privateKey !== "string") throw new Error("no key");
+      setPublicKey(key.publicKey);
+      setPrivateKey(key.privateKey);
     } catch {
       setError(new Error("The file is not a key file written by sigil keygen"));
+    } finally {
+      // The file's contents are in the fields (and, once signed in, in WebCrypto): the input forgets it.
+      input.value = "";
     }
-    (event.currentTarget as HTMLInputElement).value = "";
   };
   return (
     <main id="main" class="sign-in">
