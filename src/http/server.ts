@@ -44,6 +44,7 @@ import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { notServedError, notServedOperations } from "../operations/not-served.js";
 import { ACCEPT_PATH } from "../operations/organizations/invitations.js";
 import { buildOpenApiDocument } from "./openapi.js";
+import { serveConsole } from "./console.js";
 import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.js";
 import { REQUEST_ID_LOG_LABEL, requestContextOf, requestIdOptions, traceRequests } from "./request-ids.js";
 import { Readiness, readyRoute } from "./readiness.js";
@@ -356,6 +357,8 @@ export function buildApp(
   });
   const openApi = buildOpenApiDocument(packageJson.version);
   app.get("/openapi.json", async () => openApi);
+  // The web console, when `npm run build` has built it (docs/console.md).
+  if (!serveConsole(app)) logger.debug("the web console is not built (npm run build): /console is not served");
   if (metrics && config.metrics.serve === "main") serveMetrics(app, scrapeSource(metrics), metrics.contentType);
 
   const raw = (body: unknown) => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
