@@ -47,7 +47,7 @@ import { buildOpenApiDocument } from "./openapi.js";
 import { serveConsole } from "./console.js";
 import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.js";
 import { REQUEST_ID_LOG_LABEL, requestContextOf, requestIdOptions, traceRequests } from "./request-ids.js";
-import { Readiness, readyRoute } from "./readiness.js";
+import { Readiness, readyRoute, SCRAPE_READINESS_MAX_AGE_MS } from "./readiness.js";
 import { outageError } from "../services/database-outages.js";
 import { Metrics } from "../services/metrics.js";
 import { listenForScrapes, recordRequests, refusalOf, scrapeSource, serveMetrics, shareWithPrimary } from "./metrics.js";
@@ -568,7 +568,7 @@ export async function startServer(config: Config, logger = createLogger(config),
     broadcaster = new ChainBroadcaster(store, chains, findContractAbi, config.chains, logger, options.clock);
     readiness = new Readiness({ store, keyring, outboxes: { webhooks: dispatcher, messages: courier, broadcasts: broadcaster } }, logger);
     if (metrics) {
-      const ready = async () => Object.keys(await readiness.notReady()).length === 0;
+      const ready = async () => Object.keys(await readiness.recently(SCRAPE_READINESS_MAX_AGE_MS)).length === 0;
       metrics.watch({ store, signatures, logger, version: packageJson.version, ready, ...(options.clock ? { clock: options.clock } : {}) });
       dispatcher.observeAttempts(metrics.outboxRecorder("webhooks"));
       courier.observeAttempts(metrics.outboxRecorder("messages"));
