@@ -3,8 +3,9 @@ import { defineConfig } from "vitest/config";
 
 const backends = ["sqlite", ...(process.env.TEST_DATABASE_URL ? ["postgres"] : [])];
 // Suites that touch no database (the policy language on its own), or only SQLite (its shared write
-// transactions), run once, in the first project.
-const databaseFree = ["test/layers.test.ts", "test/query-plans.test.ts", "test/stamps.test.ts", "test/wal-flush.test.ts", "test/policy-language.test.ts", "test/policy-fuzz.test.ts", "test/policy-chain-keywords.test.ts", "test/crypto-wallets.test.ts", "test/group-commit.test.ts", "test/bench-floor.test.ts", "test/secp256k1.test.ts"];
+// transactions), run once, in the first project. So does the web console's browser suite: the page
+// is the same whatever database the server uses, and the server's backends are proven by the others.
+const databaseFree = ["test/layers.test.ts", "test/query-plans.test.ts", "test/stamps.test.ts", "test/wal-flush.test.ts", "test/policy-language.test.ts", "test/policy-fuzz.test.ts", "test/policy-chain-keywords.test.ts", "test/crypto-wallets.test.ts", "test/group-commit.test.ts", "test/bench-floor.test.ts", "test/secp256k1.test.ts", "test/console.test.ts"];
 
 export default defineConfig({
   test: {

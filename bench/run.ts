@@ -12,3 +12,6 @@ await import("./signatures.js");
 // sigil policy replay on 10,000 recorded activities (docs/benchmarks.md, "Policy replay").
 const { runReplayBench } = await import("./replay.js");
 await runReplayBench();
+// The web console opening a wallet of 100,000 accounts, next to one of 1,000 (docs/benchmarks.md, "Web console").
+const { runConsoleBench } = await import("./console.js");
+await runConsoleBench();

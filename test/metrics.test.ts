@@ -466,6 +466,28 @@ describe("sigil_ready", () => {
       await h.close();
     }
   });
+
+  it("asks the database checks behind it at most every few seconds; /ready asks them every time", async () => {
+    const h = await startHarness();
+    const tally = h.server.store.statements;
+    const migrationsRead = (texts: string[]) => texts.filter((text) => text.includes('from "sigil_migrations"')).length;
+    try {
+      const texts: string[] = [];
+      tally.texts = texts;
+      await fetch(`${h.url}/ready`);
+      await fetch(`${h.url}/ready`);
+      expect(migrationsRead(texts)).toBe(2);
+      // The scrapes that follow within SCRAPE_READINESS_MAX_AGE_MS use the last checks.
+      for (let i = 0; i < 3; i++) expect((await scrape(`${h.url}/metrics`)).value("sigil_ready")).toBe(1);
+      expect(migrationsRead(texts)).toBe(2);
+      // What the process knows of itself is never old: a drain shows at the next scrape.
+      h.server.drain();
+      expect((await scrape(`${h.url}/metrics`)).value("sigil_ready")).toBe(0);
+    } finally {
+      tally.texts = null;
+      await h.close();
+    }
+  });
 });
 
 describe("a scrape when the database does not answer", () => {

@@ -12,6 +12,10 @@ import { keyIdsInUse, SERVICE_KEY_COLUMNS } from "../services/sealed-secrets.js"
 /** How long /ready waits for the database (a probe's own timeout should be longer). */
 export const READY_TIMEOUT_MS = 2_000;
 
+/** How old the database checks behind a scrape's `sigil_ready` may be (ms): a scrape every second
+ * asks them a fifth as often, while /ready itself always checks. */
+export const SCRAPE_READINESS_MAX_AGE_MS = 5_000;
+
 /** A worker whose running /ready reports (services/outbox-worker.ts). */
 export interface RunningWorker {
   readonly running: boolean;
@@ -35,8 +39,12 @@ function withTimeout<T>(work: Promise<T>, ms: number): Promise<T> {
   return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
 }
 
+type DatabaseChecks = Pick<NotReady, "database" | "migrations" | "masterKey">;
+
 export class Readiness {
   private shuttingDown = false;
+  /** The last database checks, when they finished (performance.now()). */
+  private lastDatabaseChecks: { at: number; failing: Promise<DatabaseChecks> } | null = null;
 
   constructor(
     private readonly parts: ReadinessParts,
@@ -56,13 +64,32 @@ export class Readiness {
   /** Every check that fails, with why; empty when ready. The reasons are Sigil's words: the
    * database's own errors go to the log. */
   async notReady(): Promise<NotReady> {
-    const { store, keyring, outboxes } = this.parts;
+    const checks = this.checkDatabase();
+    this.lastDatabaseChecks = { at: performance.now(), failing: checks };
+    return { ...this.inProcess(), ...(await checks) };
+  }
+
+  /** As notReady, with database checks up to `maxAgeMs` old (those of a check under way count as
+   * new); what the process knows of itself (a shutdown begun, the outbox workers) is always current. */
+  async recently(maxAgeMs: number): Promise<NotReady> {
+    const last = this.lastDatabaseChecks;
+    if (!last || performance.now() - last.at > maxAgeMs) return this.notReady();
+    return { ...this.inProcess(), ...(await last.failing) };
+  }
+
+  private inProcess(): NotReady {
     const failing: NotReady = {};
     if (this.shuttingDown) failing.shutdown = "the server is shutting down: it finishes the requests in flight, then stops";
-    const stopped = Object.entries(outboxes)
+    const stopped = Object.entries(this.parts.outboxes)
       .filter(([, worker]) => !worker.running)
       .map(([name]) => name);
     if (stopped.length > 0) failing.outboxes = `the outbox workers for ${stopped.join(", ")} are not running`;
+    return failing;
+  }
+
+  private async checkDatabase(): Promise<DatabaseChecks> {
+    const { store, keyring } = this.parts;
+    const failing: DatabaseChecks = {};
     try {
       // Both roads to the database: the connection(s) writes take, and the one reads take.
       const [, state, sealedUnder] = await withTimeout(

@@ -45,9 +45,10 @@ import { activityOperations, queryOperations } from "../operations/catalog.js";
 import { notServedError, notServedOperations } from "../operations/not-served.js";
 import { ACCEPT_PATH } from "../operations/organizations/invitations.js";
 import { buildOpenApiDocument } from "./openapi.js";
+import { serveConsole } from "./console.js";
 import { clientErrorHandler, limitConnections, timeoutOptions } from "./limits.js";
 import { REQUEST_ID_LOG_LABEL, requestContextOf, requestIdOptions, traceRequests } from "./request-ids.js";
-import { Readiness, readyRoute } from "./readiness.js";
+import { Readiness, readyRoute, SCRAPE_READINESS_MAX_AGE_MS } from "./readiness.js";
 import { outageError } from "../services/database-outages.js";
 import { Metrics } from "../services/metrics.js";
 import { listenForScrapes, recordRequests, refusalOf, scrapeSource, serveMetrics, shareWithPrimary } from "./metrics.js";
@@ -364,6 +365,8 @@ export function buildApp(
   });
   const openApi = buildOpenApiDocument(packageJson.version);
   app.get("/openapi.json", async () => openApi);
+  // The web console, when `npm run build` has built it (docs/console.md).
+  if (!serveConsole(app)) logger.debug("the web console is not built (npm run build): /console is not served");
   if (metrics && config.metrics.serve === "main") serveMetrics(app, scrapeSource(metrics), metrics.contentType);
 
   const raw = (body: unknown) => (Buffer.isBuffer(body) ? body : Buffer.alloc(0));
@@ -577,7 +580,7 @@ export async function startServer(config: Config, logger = createLogger(config),
     broadcaster = new ChainBroadcaster(store, chains, findContractAbi, config.chains, logger, options.clock);
     readiness = new Readiness({ store, keyring, outboxes: { webhooks: dispatcher, messages: courier, broadcasts: broadcaster } }, logger);
     if (metrics) {
-      const ready = async () => Object.keys(await readiness.notReady()).length === 0;
+      const ready = async () => Object.keys(await readiness.recently(SCRAPE_READINESS_MAX_AGE_MS)).length === 0;
       metrics.watch({ store, signatures, logger, version: packageJson.version, ready, ...(options.clock ? { clock: options.clock } : {}) });
       dispatcher.observeAttempts(metrics.outboxRecorder("webhooks"));
       courier.observeAttempts(metrics.outboxRecorder("messages"));

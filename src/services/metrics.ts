@@ -20,6 +20,7 @@ import type pino from "pino";
 import type { Store } from "../store/database.js";
 import type { TransactionObserver } from "../store/handles.js";
 import type { SignatureThreads } from "../crypto/signature-threads.js";
+import { prepare } from "../store/prepared.js";
 
 /** The steps of an activity's road whose time is measured (activities/pipeline.ts). */
 export const PIPELINE_STEPS = ["authentication", "organization_lock", "decision", "execution", "commit"] as const;
@@ -54,6 +55,28 @@ const WAITING_STATUSES = ["ACTIVITY_STATUS_CONSENSUS_NEEDED", "ACTIVITY_STATUS_A
  * database uses a partial index only for a query whose condition it can see implies the index's, and
  * neither sees through bound parameters. */
 const WAITING = sql<boolean>`status in ('ACTIVITY_STATUS_CONSENSUS_NEEDED', 'ACTIVITY_STATUS_AUTHENTICATORS_NEEDED')`;
+
+// A scrape's reads, prepared once (store/prepared.ts). Each is served by an index on the status
+// (store/migrations.ts): it reads only what waits, not the history.
+const waitingByStatus = prepare((db) =>
+  db
+    .selectFrom("activities")
+    .select((eb) => ["status", eb.fn.countAll<number | string>().as("count")])
+    .where(WAITING)
+    .groupBy("status"),
+);
+const oldestPending = (table: "webhook_deliveries" | "outbound_messages" | "sent_transactions", statuses: string[]) =>
+  prepare((db) =>
+    db
+      .selectFrom(table)
+      .select((eb) => [eb.fn.countAll<number | string>().as("pending"), eb.fn.min<number | string | null>("created_at").as("oldest")])
+      .where("status", "in", statuses),
+  );
+const oldestPendingOf = {
+  webhooks: oldestPending("webhook_deliveries", ["pending"]),
+  messages: oldestPending("outbound_messages", ["pending"]),
+  broadcasts: oldestPending("sent_transactions", ["INITIALIZED", "BROADCASTING"]),
+};
 
 /** Every outcome a policy evaluation records (activities/pipeline.ts, Authorization). */
 const DECISION_OUTCOMES = [
@@ -240,7 +263,8 @@ export interface MetricsSources {
   logger: pino.Logger;
   version: string;
   clock?: () => number;
-  /** Whether this process would answer /ready with 200 (http/readiness.ts), asked at each scrape. */
+  /** Whether this process would answer /ready with 200 (http/readiness.ts), asked at each scrape
+   * (its database checks may be a few seconds old: SCRAPE_READINESS_MAX_AGE_MS). */
   ready?: () => Promise<boolean>;
 }
 
@@ -371,7 +395,7 @@ export class Metrics {
   );
   private readonly ready: Gauge = new Gauge({
     name: "sigil_ready",
-    help: "1 when the process would answer /ready with 200 (it may take traffic), else 0",
+    help: "1 when the process would answer /ready with 200 (it may take traffic), else 0; the database checks behind it are at most 5 s old",
     aggregator: "min",
     registers: [this.registry],
     collect: async (): Promise<void> => {
@@ -530,25 +554,10 @@ export class Metrics {
     if (!sources) return;
     const db = sources.store.reader;
     const now = (sources.clock ?? Date.now)();
-    // Each read is served by an index on the status (store/migrations.ts): it reads only what waits,
-    // not the history.
-    const oldestPending = (table: "webhook_deliveries" | "outbound_messages" | "sent_transactions", statuses: string[]) =>
-      db
-        .selectFrom(table)
-        .select((eb) => [eb.fn.countAll<number | string>().as("pending"), eb.fn.min<number | string | null>("created_at").as("oldest")])
-        .where("status", "in", statuses)
-        .executeTakeFirstOrThrow();
     try {
       const [waiting, ...outboxes] = await Promise.all([
-        db
-          .selectFrom("activities")
-          .select((eb) => ["status", eb.fn.countAll<number | string>().as("count")])
-          .where(WAITING)
-          .groupBy("status")
-          .execute(),
-        oldestPending("webhook_deliveries", ["pending"]),
-        oldestPending("outbound_messages", ["pending"]),
-        oldestPending("sent_transactions", ["INITIALIZED", "BROADCASTING"]),
+        waitingByStatus.all(db, {}),
+        ...OUTBOXES.map((outbox) => oldestPendingOf[outbox].first(db, {}).then((row) => row!)),
       ]);
       for (const status of WAITING_STATUSES)
         this.waiting.labels(status).set(Number(waiting.find((row) => row.status === status)?.count ?? 0));

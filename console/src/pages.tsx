@@ -1,0 +1,373 @@
+// The organization's resources: users, wallets, private keys, sub-organizations, webhooks and the
+// organization itself. Lists the API pages (wallet accounts, sub-organizations) are read a page at a time.
+import { useState } from "preact/hooks";
+import { type Session, query, registerPasskey } from "./api";
+import { ErrorMessage, Json, Loading, Page, Pager, type Route, cursorPage, href, useLoad, when } from "./ui";
+
+const PAGE_SIZE = 50;
+
+interface User {
+  userId: string;
+  userName: string;
+  userEmail?: string;
+  apiKeys: Array<{ apiKeyId: string; apiKeyName: string; credential: { publicKey: string; type: string }; expirationSeconds?: string }>;
+  authenticators: Array<{ authenticatorId: string; authenticatorName: string; credentialId: string; createdAt: { seconds?: string } }>;
+  oauthProviders: Array<{ providerId: string; providerName: string; issuer: string; subject: string }>;
+  userTags: string[];
+}
+
+export function Users({ session }: { session: Session }) {
+  const loaded = useLoad(async () => {
+    const [{ users }, { userTags }] = await Promise.all([
+      query<{ users: User[] }>(session, "list_users"),
+      query<{ userTags: Array<{ tagId: string; tagName: string }> }>(session, "list_user_tags"),
+    ]);
+    return { users, tags: new Map(userTags.map((t) => [t.tagId, t.tagName])) };
+  }, "users");
+  return (
+    <Page title="Users">
+      <Loading loaded={loaded} />
+      {loaded.data?.users.map((user) => (
+        <article class="card" key={user.userId} aria-labelledby={`user-${user.userId}`}>
+          <h2 id={`user-${user.userId}`}>
+            {user.userName}
+            {user.userId === session.userId ? " (you)" : ""}
+          </h2>
+          <dl class="facts">
+            <dt>User id</dt>
+            <dd>
+              <code>{user.userId}</code>
+            </dd>
+            {user.userEmail ? (
+              <>
+                <dt>Email</dt>
+                <dd>{user.userEmail}</dd>
+              </>
+            ) : null}
+            <dt>Tags</dt>
+            <dd>{user.userTags.map((t) => loaded.data?.tags.get(t) ?? t).join(", ") || "none"}</dd>
+          </dl>
+          <h3>API keys</h3>
+          {user.apiKeys.length ? (
+            <ul>
+              {user.apiKeys.map((k) => (
+                <li key={k.apiKeyId}>
+                  {k.apiKeyName} <code class="key">{k.credential.publicKey}</code>
+                </li>
+              ))}
+            </ul>
+          ) : (
+            <p>None.</p>
+          )}
+          <h3>Passkeys</h3>
+          {user.authenticators.length ? (
+            <ul>
+              {user.authenticators.map((a) => (
+                <li key={a.authenticatorId}>
+                  {a.authenticatorName} <span class="muted">credential</span> <code class="key">{a.credentialId}</code>
+                </li>
+              ))}
+            </ul>
+          ) : (
+            <p>None.</p>
+          )}
+          {user.userId === session.userId ? <AddPasskey session={session} user={user} done={loaded.reload} /> : null}
+          <h3>OAuth identities</h3>
+          {user.oauthProviders.length ? (
+            <ul>
+              {user.oauthProviders.map((o) => (
+                <li key={o.providerId}>
+                  {o.providerName}: {o.issuer} <code>{o.subject}</code>
+                </li>
+              ))}
+            </ul>
+          ) : (
+            <p>None.</p>
+          )}
+        </article>
+      ))}
+    </Page>
+  );
+}
+
+function AddPasskey({ session, user, done }: { session: Session; user: User; done: () => void }) {
+  const [name, setName] = useState("");
+  const [error, setError] = useState<unknown>();
+  const [busy, setBusy] = useState(false);
+  const [added, setAdded] = useState("");
+  const onSubmit = async (event: Event) => {
+    event.preventDefault();
+    setBusy(true);
+    setError(undefined);
+    try {
+      const answer = await registerPasskey(session, user.userId, user.userName, name || "passkey");
+      setAdded(
+        answer.activity?.status === "ACTIVITY_STATUS_COMPLETED"
+          ? `Passkey ${name || "passkey"} added.`
+          : "The passkey waits for approvals.",
+      );
+      setName("");
+      done();
+    } catch (e) {
+      setError(e);
+    } finally {
+      setBusy(false);
+    }
+  };
+  return (
+    <form class="inline" onSubmit={onSubmit}>
+      <label>
+        Passkey name
+        <input value={name} onInput={(e) => setName(e.currentTarget.value)} required />
+      </label>
+      <button type="submit" disabled={busy}>
+        Add a passkey
+      </button>
+      {added ? <output>{added}</output> : null}
+      <ErrorMessage error={error} />
+    </form>
+  );
+}
+
+interface Wallet {
+  walletId: string;
+  walletName: string;
+  createdAt: { seconds?: string };
+  exported: boolean;
+  imported: boolean;
+}
+interface Account {
+  walletAccountId: string;
+  address: string;
+  path: string;
+  curve: string;
+  addressFormat: string;
+}
+
+export function Wallets({ session, route }: { session: Session; route: Route }) {
+  const walletId = route.path[1];
+  const loaded = useLoad(() => query<{ wallets: Wallet[] }>(session, "list_wallets"), "wallets");
+  return (
+    <Page title="Wallets">
+      <Loading loaded={loaded} />
+      {loaded.data && loaded.data.wallets.length === 0 ? <p>No wallet.</p> : null}
+      <ul class="plain">
+        {loaded.data?.wallets.map((w) => (
+          <li key={w.walletId}>
+            <a href={href(`wallets/${w.walletId}`)} aria-current={w.walletId === walletId ? "page" : undefined}>
+              {w.walletName}
+            </a>{" "}
+            <span class="muted">created {when(w.createdAt)}</span>
+          </li>
+        ))}
+      </ul>
+      {walletId ? <Accounts session={session} walletId={walletId} route={route} /> : null}
+    </Page>
+  );
+}
+
+function Accounts({ session, walletId, route }: { session: Session; walletId: string; route: Route }) {
+  const after = route.params.get("after") ?? undefined;
+  const before = route.params.get("before") ?? undefined;
+  const loaded = useLoad(
+    () =>
+      query<{ accounts: Account[] }>(session, "list_wallet_accounts", {
+        walletId,
+        paginationOptions: { limit: String(PAGE_SIZE + 1), ...(after ? { after } : {}), ...(before ? { before } : {}) },
+      }),
+    `${walletId}/${after}/${before}`,
+  );
+  const { page: accounts, back, forward } = cursorPage(loaded.data?.accounts ?? [], { after, before }, PAGE_SIZE);
+  return (
+    <>
+      <h2>Accounts</h2>
+      <Loading loaded={loaded} />
+      <div class="scroll">
+        <table class="stack">
+          <thead>
+            <tr>
+              <th scope="col">Address</th>
+              <th scope="col">Path</th>
+              <th scope="col">Format</th>
+            </tr>
+          </thead>
+          <tbody>
+            {accounts.map((a) => (
+              <tr key={a.walletAccountId}>
+                <td data-label="Address">
+                  <code class="key">{a.address}</code>
+                </td>
+                <td data-label="Path">{a.path}</td>
+                <td data-label="Format">{a.addressFormat.replace(/^ADDRESS_FORMAT_/, "")}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      </div>
+      <Pager
+        back={back && accounts.length ? href(`wallets/${walletId}`, { before: accounts[0].walletAccountId }) : undefined}
+        forward={
+          forward && accounts.length ? href(`wallets/${walletId}`, { after: accounts[accounts.length - 1].walletAccountId }) : undefined
+        }
+      />
+    </>
+  );
+}
+
+export function PrivateKeys({ session }: { session: Session }) {
+  const loaded = useLoad(
+    () =>
+      query<{
+        privateKeys: Array<{
+          privateKeyId: string;
+          privateKeyName: string;
+          curve: string;
+          publicKey: string;
+          addresses: Array<{ format: string; address: string }>;
+        }>;
+      }>(session, "list_private_keys"),
+    "private-keys",
+  );
+  return (
+    <Page title="Private keys">
+      <Loading loaded={loaded} />
+      {loaded.data && loaded.data.privateKeys.length === 0 ? <p>No private key.</p> : null}
+      {loaded.data?.privateKeys.map((k) => (
+        <article class="card" key={k.privateKeyId} aria-labelledby={`key-${k.privateKeyId}`}>
+          <h2 id={`key-${k.privateKeyId}`}>{k.privateKeyName}</h2>
+          <dl class="facts">
+            <dt>Curve</dt>
+            <dd>{k.curve.replace(/^CURVE_/, "")}</dd>
+            <dt>Public key</dt>
+            <dd>
+              <code class="key">{k.publicKey}</code>
+            </dd>
+            {k.addresses.map((a) => (
+              <>
+                <dt>{a.format.replace(/^ADDRESS_FORMAT_/, "")}</dt>
+                <dd>
+                  <code class="key">{a.address}</code>
+                </dd>
+              </>
+            ))}
+          </dl>
+        </article>
+      ))}
+    </Page>
+  );
+}
+
+export function SubOrganizations({ session, route }: { session: Session; route: Route }) {
+  const after = route.params.get("after") ?? undefined;
+  const before = route.params.get("before") ?? undefined;
+  const loaded = useLoad(
+    () =>
+      query<{ organizationIds: string[] }>(session, "list_suborgs", {
+        paginationOptions: { limit: String(PAGE_SIZE + 1), ...(after ? { after } : {}), ...(before ? { before } : {}) },
+      }),
+    `${after}/${before}`,
+  );
+  const { page: ids, back, forward } = cursorPage(loaded.data?.organizationIds ?? [], { after, before }, PAGE_SIZE);
+  return (
+    <Page title="Sub-organizations">
+      <Loading loaded={loaded} />
+      {loaded.data && ids.length === 0 ? <p>No sub-organization.</p> : null}
+      <ul>
+        {ids.map((id) => (
+          <li key={id}>
+            <code>{id}</code>
+          </li>
+        ))}
+      </ul>
+      <Pager
+        back={back && ids.length ? href("sub-organizations", { before: ids[0] }) : undefined}
+        forward={forward && ids.length ? href("sub-organizations", { after: ids[ids.length - 1] }) : undefined}
+      />
+    </Page>
+  );
+}
+
+export function Webhooks({ session }: { session: Session }) {
+  const loaded = useLoad(
+    () =>
+      query<{
+        webhookEndpoints: Array<{
+          endpointId: string;
+          name: string;
+          url: string;
+          isActive: boolean;
+          subscriptions?: Array<{ eventType: string; filtersJson?: string }>;
+        }>;
+      }>(session, "list_webhook_endpoints"),
+    "webhooks",
+  );
+  return (
+    <Page title="Webhooks">
+      <Loading loaded={loaded} />
+      {loaded.data && loaded.data.webhookEndpoints.length === 0 ? <p>No webhook endpoint.</p> : null}
+      {loaded.data?.webhookEndpoints.map((w) => (
+        <article class="card" key={w.endpointId} aria-labelledby={`hook-${w.endpointId}`}>
+          <h2 id={`hook-${w.endpointId}`}>{w.name}</h2>
+          <dl class="facts">
+            <dt>URL</dt>
+            <dd>
+              <code class="key">{w.url}</code>
+            </dd>
+            <dt>Active</dt>
+            <dd>{w.isActive ? "yes" : "no"}</dd>
+            <dt>Events</dt>
+            <dd>{(w.subscriptions ?? []).map((s) => s.eventType).join(", ") || "none"}</dd>
+          </dl>
+        </article>
+      ))}
+    </Page>
+  );
+}
+
+export function Organization({ session }: { session: Session }) {
+  const loaded = useLoad(async () => {
+    const [{ configs }, { users }] = await Promise.all([
+      query<{ configs: { features?: Array<{ name: string; value?: string }>; quorum?: { threshold: number; userIds: string[] } } }>(
+        session,
+        "get_organization_configs",
+      ),
+      query<{ users: Array<{ userId: string; userName: string }> }>(session, "list_users"),
+    ]);
+    return { configs, names: new Map(users.map((u) => [u.userId, u.userName])) };
+  }, "organization");
+  const configs = loaded.data?.configs;
+  return (
+    <Page title="Organization">
+      <dl class="facts">
+        <dt>Name</dt>
+        <dd>{session.organizationName}</dd>
+        <dt>Organization id</dt>
+        <dd>
+          <code>{session.organizationId}</code>
+        </dd>
+        <dt>Signed in as</dt>
+        <dd>
+          {session.username} (<code>{session.userId}</code>) with {session.stamper.kind === "passkey" ? "a passkey" : "an API key"}
+        </dd>
+      </dl>
+      <Loading loaded={loaded} />
+      {configs ? (
+        <>
+          <h2>Root quorum</h2>
+          <p>
+            {configs.quorum?.threshold} of {configs.quorum?.userIds.length} users:
+          </p>
+          <ul>
+            {configs.quorum?.userIds.map((id) => (
+              <li key={id}>
+                {loaded.data?.names.get(id) ?? ""} <code>{id}</code>
+              </li>
+            ))}
+          </ul>
+          <h2>Features</h2>
+          {configs.features?.length ? <Json value={configs.features} label="Features" /> : <p>None enabled.</p>}
+        </>
+      ) : null}
+    </Page>
+  );
+}
