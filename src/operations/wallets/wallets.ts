@@ -9,6 +9,7 @@ import {
   generateMnemonic,
   HdKeyTree,
   mnemonicToSeed,
+  mnemonicToSeedAsync,
   type KeyPair,
   type MnemonicLanguage,
   type MnemonicLength,
@@ -261,7 +262,7 @@ async function accountsAhead(
   if (!wallet) return {};
   let seed: Uint8Array;
   try {
-    seed = walletSeed(env.keyring, wallet);
+    seed = await mnemonicToSeedAsync(env.keyring.open(wallet.sealed_mnemonic, mnemonicIdentity(wallet)).toString("utf8"));
   } catch {
     return {}; // execute opens it again and fails as it should
   }
@@ -280,7 +281,7 @@ export async function walletAhead(p: Partial<NewWalletParams> | undefined): Prom
   const words = p?.mnemonicLength ?? 12;
   if (!p || !derivable(p.accounts) || !MNEMONIC_LENGTHS.includes(words)) return undefined;
   const mnemonic = generateMnemonic(words as MnemonicLength);
-  return new InMemoryOnly({ mnemonic, accounts: await deriveAhead(mnemonicToSeed(mnemonic), p.accounts) });
+  return new InMemoryOnly({ mnemonic, accounts: await deriveAhead(await mnemonicToSeedAsync(mnemonic), p.accounts) });
 }
 
 const MNEMONIC_LENGTHS = [12, 15, 18, 21, 24];
