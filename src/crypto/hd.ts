@@ -169,7 +169,12 @@ function pbkdf2Inputs(normalizedMnemonic: string, passphrase: string): [Buffer, 
 export async function mnemonicToSeedAsync(mnemonic: string, passphrase = ""): Promise<Uint8Array> {
   const problem = mnemonicProblem(mnemonic);
   if (problem) throw new DerivationError(problem);
-  const [password, salt] = pbkdf2Inputs(normalizeMnemonic(mnemonic), passphrase);
+  return bip39SeedAsync(normalizeMnemonic(mnemonic), passphrase);
+}
+
+/** bip39Seed on one of libuv's threads (for a phrase already valid, such as one just generated). */
+export async function bip39SeedAsync(normalizedMnemonic: string, passphrase = ""): Promise<Uint8Array> {
+  const [password, salt] = pbkdf2Inputs(normalizedMnemonic, passphrase);
   const seed = await new Promise<Buffer>((resolve, reject) =>
     crypto.pbkdf2(password, salt, 2048, 64, "sha512", (error, key) => (error ? reject(error) : resolve(key))),
   );

@@ -10,6 +10,7 @@ import {
   HdKeyTree,
   mnemonicToSeed,
   mnemonicToSeedAsync,
+  bip39SeedAsync,
   type KeyPair,
   type MnemonicLanguage,
   type MnemonicLength,
@@ -281,7 +282,15 @@ export async function walletAhead(p: Partial<NewWalletParams> | undefined): Prom
   const words = p?.mnemonicLength ?? 12;
   if (!p || !derivable(p.accounts) || !MNEMONIC_LENGTHS.includes(words)) return undefined;
   const mnemonic = generateMnemonic(words as MnemonicLength);
-  return new InMemoryOnly({ mnemonic, accounts: await deriveAhead(await mnemonicToSeedAsync(mnemonic), p.accounts) });
+  // Just generated: valid and normalized, so its seed is hashed without checking it again.
+  return new InMemoryOnly({ mnemonic, accounts: await deriveAhead(await bip39SeedAsync(mnemonic), p.accounts) });
+}
+
+/** An imported wallet's accounts derived before the lock, from the mnemonic an import's precheck
+ * opened (imports.ts); execute uses them only for the same mnemonic. */
+export async function importedWalletAhead(mnemonic: string, accounts: unknown): Promise<InMemoryOnly<WalletAhead> | undefined> {
+  if (!derivable(accounts)) return undefined;
+  return new InMemoryOnly({ mnemonic, accounts: await deriveAhead(await mnemonicToSeedAsync(mnemonic), accounts) });
 }
 
 const MNEMONIC_LENGTHS = [12, 15, 18, 21, 24];
@@ -314,8 +323,15 @@ export async function createWallet(
     throw serviceError("REQUEST_INVALID", `${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
   await requireUniqueWalletName(ctx, name);
   const language: MnemonicLanguage = imported?.language ?? "MNEMONIC_LANGUAGE_ENGLISH";
-  // A mnemonic made ahead (walletAhead) is English and of the length asked, like one made here.
-  const fresh = !imported && ahead?.mnemonic.split(" ").length === words ? ahead : undefined;
+  // A mnemonic made ahead (walletAhead) is English and of the length asked, like one made here; one
+  // opened ahead (an import's precheck) is used only when it is the very one execute opened.
+  const fresh = imported
+    ? ahead?.mnemonic === imported.mnemonic
+      ? ahead
+      : undefined
+    : ahead?.mnemonic.split(" ").length === words
+      ? ahead
+      : undefined;
   const mnemonic = imported?.mnemonic ?? fresh?.mnemonic ?? generateMnemonic(words as MnemonicLength, language);
   const id = newId();
   const row: WalletsTable = {
