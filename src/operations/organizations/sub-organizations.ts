@@ -12,7 +12,7 @@ import { newId } from "../../store/ids.js";
 import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams, type OauthProviderParams } from "../identity/users.js";
 import { createWallet, walletAhead, type WalletAhead } from "../wallets/wallets.js";
 import { createPrivateKeys, keysAhead, type KeyAhead } from "../wallets/private-keys.js";
-import { setFeatures, type Feature } from "./features.js";
+import { addFeatures, type Feature } from "./features.js";
 import { checkClientSignature } from "../logins/client-signatures.js";
 import { foldEmail } from "../logins/contacts.js";
 import { spendVerificationToken } from "../logins/verification-tokens.js";
@@ -104,7 +104,9 @@ async function createSubOrganization(
     await ctx.trx.insertInto("root_quorum_members").values({ organization_id: subOrganizationId, user_id: userId }).execute();
     rootUserIds.push(userId);
   }
-  await setFeatures(ctx.trx, subOrganizationId, loginFeatures(p), ctx.now);
+  // Organization, users and wallet are new: nothing of theirs to replace or to collide with (below,
+  // createWallet's `inNewOrganization`), so no statement looks for it while the parent's lock is held.
+  await addFeatures(ctx.trx, subOrganizationId, loginFeatures(p), ctx.now);
   // A verification token (verify_otp, in this parent) proves a root user's email or phone number.
   if (p.verificationToken !== undefined) {
     const claims = await spendVerificationToken(ctx, p.verificationToken);
@@ -142,7 +144,7 @@ async function createSubOrganization(
     const privateKeys = await createPrivateKeys(inSub, p.privateKeys ?? [], undefined, keysMadeAhead);
     return { subOrganizationId, privateKeys, rootUserIds };
   }
-  const wallet = version >= 4 && p.wallet ? await createWallet(inSub, p.wallet, "wallet.", undefined, walletMadeAhead) : undefined;
+  const wallet = version >= 4 && p.wallet ? await createWallet(inSub, p.wallet, "wallet.", undefined, walletMadeAhead, true) : undefined;
   return { subOrganizationId, ...(wallet ? { wallet } : {}), rootUserIds };
 }
 

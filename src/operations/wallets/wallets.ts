@@ -189,9 +189,12 @@ async function deriveAccounts(
   accounts: WalletAccountParams[],
   persist: boolean,
   ahead?: DerivedAccounts,
+  newWallet = false,
 ): Promise<string[]> {
   const addresses: string[] = [];
   let tree: HdKeyTree | undefined;
+  // A wallet created in this activity has only the accounts stored below: they are known without a statement.
+  const stored = new Set<string>();
   for (const [i, account] of accounts.entries()) {
     const where = `accounts[${i}]`;
     if (account.pathFormat !== "PATH_FORMAT_BIP32") throw serviceError("REQUEST_INVALID", `${where}.pathFormat must be PATH_FORMAT_BIP32`);
@@ -204,14 +207,18 @@ async function deriveAccounts(
     const { publicKey, privateKey, address: accountAddress } = derived;
     addresses.push(accountAddress);
     if (!persist) continue;
-    const existing = await ctx.trx
-      .selectFrom("wallet_accounts")
-      .select("id")
-      .where("wallet_id", "=", wallet.id)
-      .where("curve", "=", account.curve)
-      .where("path", "=", account.path)
-      .where("address_format", "=", account.addressFormat)
-      .executeTakeFirst();
+    if (stored.has(accountKey(account))) continue;
+    stored.add(accountKey(account));
+    const existing =
+      !newWallet &&
+      (await ctx.trx
+        .selectFrom("wallet_accounts")
+        .select("id")
+        .where("wallet_id", "=", wallet.id)
+        .where("curve", "=", account.curve)
+        .where("path", "=", account.path)
+        .where("address_format", "=", account.addressFormat)
+        .executeTakeFirst());
     if (existing) continue;
     const id = newId();
     await ctx.trx
@@ -315,13 +322,15 @@ export async function createWallet(
   field = "",
   imported?: { mnemonic: string; language: MnemonicLanguage },
   ahead?: WalletAhead,
+  inNewOrganization = false,
 ): Promise<{ walletId: string; addresses: string[] }> {
   const name = requireName(p.walletName, `${field}walletName`);
   requireAtMost(p.accounts, `${field}accounts`);
   const words = p.mnemonicLength ?? 12;
   if (!imported && !MNEMONIC_LENGTHS.includes(words))
     throw serviceError("REQUEST_INVALID", `${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
-  await requireUniqueWalletName(ctx, name);
+  // An organization created in this very activity has no wallet yet to share the name.
+  if (!inNewOrganization) await requireUniqueWalletName(ctx, name);
   const language: MnemonicLanguage = imported?.language ?? "MNEMONIC_LANGUAGE_ENGLISH";
   // A mnemonic made ahead (walletAhead) is English and of the length asked, like one made here; one
   // opened ahead (an import's precheck) is used only when it is the very one execute opened.
@@ -346,7 +355,7 @@ export async function createWallet(
     updated_at: ctx.now,
   };
   await ctx.trx.insertInto("wallets").values(row).execute();
-  const addresses = await deriveAccounts(ctx, row, () => mnemonicToSeed(mnemonic), p.accounts, true, fresh?.accounts);
+  const addresses = await deriveAccounts(ctx, row, () => mnemonicToSeed(mnemonic), p.accounts, true, fresh?.accounts, true);
   return { walletId: id, addresses };
 }
 
