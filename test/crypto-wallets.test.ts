@@ -11,6 +11,8 @@ import { base64, bech32, bech32m, hex } from "@scure/base";
 import { Address as TonAddress } from "@ton/core";
 import { WalletContractV3R2, WalletContractV4, WalletContractV5R1 } from "@ton/ton";
 import { p256 } from "@noble/curves/nist.js";
+import { ed25519 } from "@noble/curves/ed25519.js";
+import { HDKey as Slip10Ed25519 } from "micro-key-producer/slip10.js";
 import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { hmac } from "@noble/hashes/hmac.js";
 import { ripemd160 } from "@noble/hashes/legacy.js";
@@ -28,6 +30,8 @@ import {
   keyPairFromPrivateKey,
   mnemonicToSeed,
   mnemonicToSeedAsync,
+  ed25519PublicKey,
+  p256PublicKey,
   parsePath,
   slip10P256Derive,
   validateMnemonic,
@@ -457,6 +461,37 @@ describe("BIP-32 secp256k1 on libsecp256k1 against @scure/bip32 (the oracle)", (
       expect(hex.encode(lib.privateKeyTweakAdd!(parent, one)!), choice).toBe(`${"00".repeat(31)}02`);
       expect(parent).toEqual(one);
     }
+  });
+});
+
+describe("SLIP-10 on node:crypto against the pure-JavaScript libraries", () => {
+  const hardenedStep = fc.integer({ min: 0, max: HARDENED - 1 });
+
+  it("ed25519: random seeds and hardened paths give micro-key-producer's slip10 keys", () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 16, maxLength: 64 }),
+        fc.array(hardenedStep, { minLength: 0, maxLength: 6 }),
+        (seed, steps) => {
+          const path = `m${steps.map((i) => `/${i}'`).join("")}`;
+          const expected = Slip10Ed25519.fromMasterSeed(seed).derive(path);
+          const pair = deriveKeyPair(seed, ED, path);
+          expect(hex.encode(pair.privateKey)).toBe(hex.encode(expected.privateKey));
+          expect(hex.encode(pair.publicKey)).toBe(hex.encode(expected.publicKeyRaw));
+        },
+      ),
+      { seed: 37, numRuns: 500 },
+    );
+  });
+
+  it("OpenSSL's P-256 and ed25519 public keys are @noble/curves' for random keys", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 32, maxLength: 32 }), (bytes) => {
+        expect(hex.encode(ed25519PublicKey(bytes))).toBe(hex.encode(ed25519.getPublicKey(bytes)));
+        if (p256.utils.isValidSecretKey(bytes)) expect(hex.encode(p256PublicKey(bytes))).toBe(hex.encode(p256.getPublicKey(bytes, true)));
+      }),
+      { seed: 37, numRuns: 1000 },
+    );
   });
 });
 

@@ -4,9 +4,10 @@
 // libuv's threads), secp256k1 BIP-32 on libsecp256k1 (the binding signatures use, crypto/secp256k1.ts:
 // its tweak-add and public key, node:crypto's HMAC-SHA512; about 20x @scure/bip32's pure-JS derivation
 // of m/44'/60'/0'/0/0 here) with @scure/bip32 where libsecp256k1 does not load, and as the oracle tests
-// hold the fast one to; micro-key-producer's slip10 (ed25519 SLIP-10), @noble/curves for standalone
-// keys; SLIP-10 P-256 is composed from @noble/hashes HMAC-SHA512 and @noble/curves p256 (no library
-// implements it).
+// hold the fast one to; SLIP-10 for ed25519 and P-256 composed from node:crypto (HMAC-SHA512, OpenSSL's
+// public keys) and, for P-256, @noble/curves' scalar field (micro-key-producer's slip10, pure
+// JavaScript, is the ed25519 oracle in the tests; no library implements SLIP-10 P-256); @noble/curves
+// for standalone keys' randomness and range checks.
 //
 // What the product documents (tkhq/docs features/wallets.mdx, networks/*.mdx, public_api.swagger.json):
 // wallets are BIP-39 seeds of 12/15/18/21/24 words (default 12); "the Wallet seed and Account curve
@@ -28,10 +29,7 @@ import { ed25519 } from "@noble/curves/ed25519.js";
 import { p256 } from "@noble/curves/nist.js";
 import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { bytesToNumberBE } from "@noble/curves/utils.js";
-import { hmac } from "@noble/hashes/hmac.js";
-import { sha512 } from "@noble/hashes/sha2.js";
 import { concatBytes, utf8ToBytes } from "@noble/hashes/utils.js";
-import { HDKey as Slip10Ed25519Key } from "micro-key-producer/slip10.js";
 import { secp256k1 as fastSecp256k1, type Secp256k1 } from "./secp256k1.js";
 
 export type Curve = "CURVE_SECP256K1" | "CURVE_ED25519" | "CURVE_P256";
@@ -212,10 +210,28 @@ export function parsePath(path: string): number[] {
 
 const formatPath = (indexes: number[]) => ["m", ...indexes.map((i) => (i >= HARDENED ? `${i - HARDENED}'` : String(i)))].join("/");
 
-// SLIP-10 for NIST P-256 (satoshilabs/slips slip-0010.md), composed from @noble/hashes (HMAC-SHA512)
-// and @noble/curves (scalar field mod n, point multiplication, SEC 1 compressed encoding): no
-// well-kept library implements it (@scure/bip32 is secp256k1 only, micro-key-producer's slip10
-// ed25519 only), so only the SLIP-10 steps are written here.
+/** The compressed P-256 public key of a valid private key, by OpenSSL (node:crypto's ECDH): ~25x
+ * @noble/curves' point multiplication here, the same SEC 1 bytes. */
+export function p256PublicKey(privateKey: Uint8Array): Uint8Array {
+  const ecdh = crypto.createECDH("prime256v1");
+  ecdh.setPrivateKey(privateKey);
+  return new Uint8Array(ecdh.getPublicKey(null, "compressed"));
+}
+
+/** The ed25519 public key of a 32-byte private key (RFC 8032's seed), by OpenSSL (node:crypto): a JWK
+ * with only `d` (as signEd25519 imports one; Node derives the public key itself). */
+export function ed25519PublicKey(privateKey: Uint8Array): Uint8Array {
+  const key = crypto.createPrivateKey({
+    key: { kty: "OKP", crv: "Ed25519", d: Buffer.from(privateKey.buffer, privateKey.byteOffset, 32).toString("base64url"), x: "" },
+    format: "jwk",
+  });
+  return new Uint8Array(Buffer.from(crypto.createPublicKey(key).export({ format: "jwk" }).x!, "base64url"));
+}
+
+// SLIP-10 for NIST P-256 (satoshilabs/slips slip-0010.md), composed from node:crypto (HMAC-SHA512,
+// and OpenSSL's P-256 public keys) and @noble/curves (the scalar field mod n): no well-kept library
+// implements it (@scure/bip32 is secp256k1 only, micro-key-producer's slip10 ed25519 only), so only
+// the SLIP-10 steps are written here.
 interface Slip10P256Key {
   scalar: bigint;
   chainCode: Uint8Array;
@@ -223,6 +239,7 @@ interface Slip10P256Key {
 
 const P256_ORDER = p256.Point.Fn.ORDER;
 const NIST256P1_SEED_KEY = utf8ToBytes("Nist256p1 seed");
+const ED25519_SEED_KEY = utf8ToBytes("ed25519 seed");
 
 function ser32(index: number): Uint8Array {
   const out = new Uint8Array(4);
@@ -234,7 +251,7 @@ function ser32(index: number): Uint8Array {
 function slip10P256Master(seed: Uint8Array): Slip10P256Key {
   let data = seed;
   for (;;) {
-    const i = hmac(sha512, NIST256P1_SEED_KEY, data);
+    const i = hmacSha512(NIST256P1_SEED_KEY, data);
     const scalar = bytesToNumberBE(i.subarray(0, 32));
     if (scalar !== 0n && scalar < P256_ORDER) return { scalar, chainCode: i.slice(32) };
     data = i;
@@ -245,13 +262,13 @@ function slip10P256Master(seed: Uint8Array): Slip10P256Key {
  * the child is 0, SLIP-10 (unlike BIP-32, which skips the index) rehashes 0x01 || I_R || ser32(i). */
 function slip10P256Child(parent: Slip10P256Key, index: number): Slip10P256Key {
   const parentBytes = p256.Point.Fn.toBytes(parent.scalar);
-  const head = index >= HARDENED ? concatBytes(new Uint8Array([0]), parentBytes) : p256.getPublicKey(parentBytes, true);
-  let i = hmac(sha512, parent.chainCode, concatBytes(head, ser32(index)));
+  const head = index >= HARDENED ? concatBytes(new Uint8Array([0]), parentBytes) : p256PublicKey(parentBytes);
+  let i = hmacSha512(parent.chainCode, head, ser32(index));
   for (;;) {
     const tweak = bytesToNumberBE(i.subarray(0, 32));
     const scalar = p256.Point.Fn.create(tweak + parent.scalar);
     if (tweak < P256_ORDER && scalar !== 0n) return { scalar, chainCode: i.slice(32) };
-    i = hmac(sha512, parent.chainCode, concatBytes(new Uint8Array([1]), i.subarray(32), ser32(index)));
+    i = hmacSha512(parent.chainCode, new Uint8Array([1]), i.subarray(32), ser32(index));
   }
 }
 
@@ -261,7 +278,7 @@ export function slip10P256Derive(seed: Uint8Array, indexes: number[]): KeyPair &
   let key = slip10P256Master(seed);
   for (const index of indexes) key = slip10P256Child(key, index);
   const privateKey = p256.Point.Fn.toBytes(key.scalar);
-  return { privateKey, publicKey: p256.getPublicKey(privateKey, true), chainCode: key.chainCode };
+  return { privateKey, publicKey: p256PublicKey(privateKey), chainCode: key.chainCode };
 }
 
 // BIP-32 for secp256k1 on libsecp256k1 (bitcoin/bips bip-0032.mediawiki, "Private parent key → private
@@ -308,8 +325,27 @@ function bip32NativeChild(lib: TweakingSecp256k1, parent: Bip32NativeNode, index
   return { privateKey, chainCode: i.slice(32) };
 }
 
-/** A node of one curve's tree: secp256k1 (libsecp256k1, or @scure/bip32), ed25519 (micro-key-producer's SLIP-10), P-256 (SLIP-10 above). */
-type TreeNode = Bip32NativeNode | Bip32Key | Slip10Ed25519Key | Slip10P256Key;
+// SLIP-10 for ed25519 (satoshilabs/slips slip-0010.md): hardened steps only, each I = HMAC-SHA512(c,
+// 0x00 ‖ k ‖ ser32(i)), the child's key I_L and chain code I_R; the public key is OpenSSL's. Every
+// step is node:crypto's: ~20x micro-key-producer's slip10 (pure JavaScript, which computes each
+// level's public key) here; micro-key-producer stays as the oracle the tests hold this to.
+interface Slip10Ed25519Node {
+  privateKey: Uint8Array;
+  chainCode: Uint8Array;
+}
+
+function slip10Ed25519Master(seed: Uint8Array): Slip10Ed25519Node {
+  const i = hmacSha512(ED25519_SEED_KEY, seed);
+  return { privateKey: i.slice(0, 32), chainCode: i.slice(32) };
+}
+
+function slip10Ed25519Child(parent: Slip10Ed25519Node, index: number): Slip10Ed25519Node {
+  const i = hmacSha512(parent.chainCode, new Uint8Array([0]), parent.privateKey, ser32(index));
+  return { privateKey: i.slice(0, 32), chainCode: i.slice(32) };
+}
+
+/** A node of one curve's tree: secp256k1 (libsecp256k1, or @scure/bip32), ed25519 and P-256 (SLIP-10 above). */
+type TreeNode = Bip32NativeNode | Bip32Key | Slip10Ed25519Node | Slip10P256Key;
 
 /**
  * One wallet seed's keys, derived along their paths with each node kept: the accounts of one request
@@ -374,13 +410,8 @@ export class HdKeyTree {
             `ed25519 derivation (SLIP-10) supports only hardened steps: write ${formatPath(indexes.map((i) => (i >= HARDENED ? i : i + HARDENED)))}`,
           );
         }
-        const key = this.node(
-          curve,
-          indexes,
-          () => Slip10Ed25519Key.fromMasterSeed(this.seed),
-          (parent: Slip10Ed25519Key, index) => parent.deriveChild(index),
-        );
-        return { privateKey: Uint8Array.from(key.privateKey), publicKey: Uint8Array.from(key.publicKeyRaw) };
+        const key = this.node(curve, indexes, () => slip10Ed25519Master(this.seed), slip10Ed25519Child);
+        return { privateKey: Uint8Array.from(key.privateKey), publicKey: ed25519PublicKey(key.privateKey) };
       }
       case "CURVE_P256": {
         // SLIP-10 nist256p1: the only standard HD scheme for P-256. The product names no scheme for
@@ -388,7 +419,7 @@ export class HdKeyTree {
         // equality with its derivation is unconfirmed; see docs/wallets.md.
         const key = this.node(curve, indexes, () => slip10P256Master(this.seed), slip10P256Child);
         const privateKey = p256.Point.Fn.toBytes(key.scalar);
-        return { privateKey, publicKey: p256.getPublicKey(privateKey, true) };
+        return { privateKey, publicKey: p256PublicKey(privateKey) };
       }
       default:
         throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
@@ -431,11 +462,11 @@ export function keyPairFromPrivateKey(curve: Curve, privateKey: Uint8Array): Key
       }
       return {
         privateKey: copy,
-        publicKey: curve === "CURVE_SECP256K1" ? fastSecp256k1().publicKey(copy) : ecdsa.getPublicKey(copy, true),
+        publicKey: curve === "CURVE_SECP256K1" ? fastSecp256k1().publicKey(copy) : p256PublicKey(copy),
       };
     }
     case "CURVE_ED25519":
-      return { privateKey: copy, publicKey: ed25519.getPublicKey(copy) };
+      return { privateKey: copy, publicKey: ed25519PublicKey(copy) };
     default:
       throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
   }
