@@ -17,12 +17,15 @@ import { serializeTransaction } from "viem";
 import { loadConfig } from "../src/config.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
 import { openStore } from "../src/store/database.js";
-import { type Ceiling, compareSigners, measureCeiling } from "./ceiling.js";
+import { type Ceiling, compareSigners, measureCeiling, measureSignupCeiling, type SignupCeiling, signupParameters } from "./ceiling.js";
+import { generateP256KeyPair } from "../src/crypto/keys.js";
 import { apiKey, Client, type Key, load, type RunResult, type Scenario, signRawPayloadParameters } from "./generator.js";
 import type { RecoverableSigner } from "./signers.js";
 import { noisyNeighbour } from "./neighbours.js";
 
-const CLI = path.resolve("bin/sigil.js");
+/** BENCH_CLI=/other/checkout/bin/sigil.js loads another build (another commit's, to compare two in the
+ * same way); the references and ceilings are still this checkout's. */
+const CLI = path.resolve(process.env.BENCH_CLI ?? "bin/sigil.js");
 const FLOOR = path.resolve("bench/floor-server.ts");
 const SECONDS_PER_RUN = Number(process.env.BENCH_SECONDS ?? 3);
 /** BENCH_RUNS=3 (the default): each measurement is repeated, and reported as median, min and max. */
@@ -38,6 +41,10 @@ const LEVELS = (process.env.BENCH_CONCURRENCY ?? "1,32,128").split(",").filter(B
 if (LEVELS.length === 0 || LEVELS.some((c) => !Number.isInteger(c) || c < 1))
   throw new Error("BENCH_CONCURRENCY: positive integers, e.g. 1,32,128");
 const OTHER_LEVELS = LEVELS.slice(0, 2);
+/** BENCH_SIGNUP_CONCURRENCY=1,16,64 (the default): the levels the signup scenario runs at. */
+const SIGNUP_LEVELS = (process.env.BENCH_SIGNUP_CONCURRENCY ?? "1,16,64").split(",").filter(Boolean).map(Number);
+if (SIGNUP_LEVELS.length === 0 || SIGNUP_LEVELS.some((c) => !Number.isInteger(c) || c < 1))
+  throw new Error("BENCH_SIGNUP_CONCURRENCY: positive integers, e.g. 1,16,64");
 /** BENCH_SCRAPE_MS=1000 (the default): how often metrics_cost scrapes /metrics of the server that collects them
  * (Prometheus's usual interval is 15 s: this is harsher). */
 const SCRAPE_MS = Number(process.env.BENCH_SCRAPE_MS ?? 1000);
@@ -472,6 +479,58 @@ async function repeated(sizer: StampSizer, label: string, client: Client, scenar
   return Object.fromEntries(levels.map((level) => [`c${level}`, figures(results[level]!)]));
 }
 
+/**
+ * signup: create_sub_organization with a root user holding a new API key and a wallet with one
+ * Ethereum account — an app's sign-up — at each of SIGNUP_LEVELS, against its own crypto ceiling
+ * (bench/ceiling.ts, measureSignupCeiling), measured before the first run and after each: a run's
+ * ratio uses the mean of the ceilings on either side of it. Its own stamp sizer: a sign-up costs
+ * some twenty signatures.
+ */
+async function signup(label: string, client: Client) {
+  const scenario: Scenario = {
+    fresh: true,
+    make: () =>
+      client.submitBody("create_sub_organization", "ACTIVITY_TYPE_CREATE_SUB_ORGANIZATION_V7", (n) =>
+        signupParameters(n, generateP256KeyPair().publicKey),
+      ),
+  };
+  const ceilings: SignupCeiling[] = [measureSignupCeiling()];
+  const sizer = new StampSizer(CORES * ceilings[0]!.singleCoreSignupsPerSecond);
+  await load(
+    client,
+    Math.max(...SIGNUP_LEVELS),
+    scenario,
+    WARM_UP_SECONDS,
+    sizer.ahead(`${label}/signup-warm-up`, Math.max(...SIGNUP_LEVELS)),
+  );
+  const runs: Array<Record<number, RunResult>> = [];
+  for (let run = 0; run < RUNS; run++) {
+    const levels: Record<number, RunResult> = {};
+    for (const level of SIGNUP_LEVELS) levels[level] = await measured(sizer, `${label}/signup`, client, level, scenario);
+    runs.push(levels);
+    ceilings.push(measureSignupCeiling());
+  }
+  const ceilingOfRun = (run: number) => (ceilings[run]!.singleCoreSignupsPerSecond + ceilings[run + 1]!.singleCoreSignupsPerSecond) / 2;
+  const byLevel: Record<string, unknown> = {};
+  for (const level of SIGNUP_LEVELS) {
+    const at = runs.map((r) => r[level]!);
+    byLevel[`c${level}`] = {
+      ...figures(at),
+      // Sign-ups per second over one core's crypto ceiling (1: a server doing nothing but that crypto on one core).
+      toCeiling: spread(at.map((m, run) => m.requestsPerSecond / ceilingOfRun(run))),
+    };
+  }
+  const parts = Object.keys(ceilings[0]!.microseconds) as Array<keyof SignupCeiling["microseconds"]>;
+  return {
+    ...byLevel,
+    ceiling: {
+      singleCoreSignupsPerSecond: spread(ceilings.map((c) => c.singleCoreSignupsPerSecond)),
+      microsecondsPerSignup: spread(ceilings.map((c) => c.microsecondsPerSignup)),
+      microseconds: Object.fromEntries(parts.map((p) => [p, spread(ceilings.map((c) => c.microseconds[p])).median])),
+    },
+  };
+}
+
 /** The request rate limits stay on, as operators run them (each request counted: one statement more
  * on PostgreSQL), but no bucket empties: the generator is one key of one organization sending
  * thousands of requests a second, which the defaults would refuse (docs/rate-limits.md). */
@@ -543,6 +602,7 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
       }).slice(2);
 
     const results: Record<string, unknown> = {};
+    if (selected("signup")) results.signup = await signup(label, client);
     if (selected("sign_raw_payload")) {
       const signing: Scenario = {
         fresh: true,
@@ -854,6 +914,29 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     }
   }
   if (other.length > 1) lines.push(...align(other), "");
+  const signups: string[][] = [
+    ["signup", "backend", "c", "sign-ups/s", "÷ceiling", "p50 ms", "p99 ms", "p99÷p50", "server µs/req", "db µs/req"],
+  ];
+  for (const run of summary.backends) {
+    const su = run.signup;
+    if (!su) continue;
+    for (const level of SIGNUP_LEVELS) {
+      const f = su[`c${level}`];
+      signups.push([
+        `ceiling ${n(su.ceiling.singleCoreSignupsPerSecond.median)}/s`,
+        `${run.backend} ×${run.workers}`,
+        String(level),
+        withSpread(f.requestsPerSecond),
+        withSpread(f.toCeiling),
+        withSpread(f.p50Ms),
+        withSpread(f.p99Ms),
+        withSpread(f.p99ToP50),
+        f.serverCpuUsPerRequest === undefined ? "" : n(f.serverCpuUsPerRequest),
+        f.databaseCpuUsPerRequest === undefined ? "" : n(f.databaseCpuUsPerRequest),
+      ]);
+    }
+  }
+  if (signups.length > 1) lines.push(...align(signups), "");
   const neighbours: string[][] = [
     [
       "noisy neighbour: victim's sign_raw_payload",

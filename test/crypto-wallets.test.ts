@@ -11,6 +11,8 @@ import { base64, bech32, bech32m, hex } from "@scure/base";
 import { Address as TonAddress } from "@ton/core";
 import { WalletContractV3R2, WalletContractV4, WalletContractV5R1 } from "@ton/ton";
 import { p256 } from "@noble/curves/nist.js";
+import { ed25519 } from "@noble/curves/ed25519.js";
+import { HDKey as Slip10Ed25519 } from "micro-key-producer/slip10.js";
 import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { hmac } from "@noble/hashes/hmac.js";
 import { ripemd160 } from "@noble/hashes/legacy.js";
@@ -27,12 +29,16 @@ import {
   generatePrivateKey,
   keyPairFromPrivateKey,
   mnemonicToSeed,
+  mnemonicToSeedAsync,
+  ed25519PublicKey,
+  p256PublicKey,
   parsePath,
   slip10P256Derive,
   validateMnemonic,
   type Curve,
   type MnemonicLength,
 } from "../src/crypto/hd.js";
+import { loadSecp256k1, selectSecp256k1, type Secp256k1 } from "../src/crypto/secp256k1.js";
 import { ADDRESS_FORMATS, UnsupportedAddressError, address, supportedFormats, type AddressFormat } from "../src/crypto/addresses.js";
 
 const SECP = "CURVE_SECP256K1" as const;
@@ -332,6 +338,173 @@ describe("BIP-32 secp256k1 (bitcoin/bips bip-0032.mediawiki @ 7fe0b034, test vec
       expect(keyPairFromPrivateKey(SECP, pair.privateKey).publicKey).toEqual(pair.publicKey);
     },
   );
+
+  // Test vectors 3 and 4 (bitcoin/bips bip-0032.mediawiki, "retention of leading zeros": keys whose
+  // private key starts with a zero byte, hashed whole into the next hardened step); private and
+  // public keys compared with those inside the published xprv and xpub.
+  const LEADING_ZEROS: { seed: string; path: string; xprv: string; xpub: string }[] = [
+    {
+      seed: "4b381541583be4423346c643850da4b320e46a87ae3d2a4e6da11eba819cd4acba45d239319ac14f863b8d5ab5a0d0c64d2e8a1e7d1457df2e5a3c51c73235be",
+      path: "m",
+      xprv: "xprv9s21ZrQH143K25QhxbucbDDuQ4naNntJRi4KUfWT7xo4EKsHt2QJDu7KXp1A3u7Bi1j8ph3EGsZ9Xvz9dGuVrtHHs7pXeTzjuxBrCmmhgC6",
+      xpub: "xpub661MyMwAqRbcEZVB4dScxMAdx6d4nFc9nvyvH3v4gJL378CSRZiYmhRoP7mBy6gSPSCYk6SzXPTf3ND1cZAceL7SfJ1Z3GC8vBgp2epUt13",
+    },
+    {
+      seed: "4b381541583be4423346c643850da4b320e46a87ae3d2a4e6da11eba819cd4acba45d239319ac14f863b8d5ab5a0d0c64d2e8a1e7d1457df2e5a3c51c73235be",
+      path: "m/0H",
+      xprv: "xprv9uPDJpEQgRQfDcW7BkF7eTya6RPxXeJCqCJGHuCJ4GiRVLzkTXBAJMu2qaMWPrS7AANYqdq6vcBcBUdJCVVFceUvJFjaPdGZ2y9WACViL4L",
+      xpub: "xpub68NZiKmJWnxxS6aaHmn81bvJeTESw724CRDs6HbuccFQN9Ku14VQrADWgqbhhTHBaohPX4CjNLf9fq9MYo6oDaPPLPxSb7gwQN3ih19Zm4Y",
+    },
+    {
+      seed: "3ddd5602285899a946114506157c7997e5444528f3003f6134712147db19b678",
+      path: "m",
+      xprv: "xprv9s21ZrQH143K48vGoLGRPxgo2JNkJ3J3fqkirQC2zVdk5Dgd5w14S7fRDyHH4dWNHUgkvsvNDCkvAwcSHNAQwhwgNMgZhLtQC63zxwhQmRv",
+      xpub: "xpub661MyMwAqRbcGczjuMoRm6dXaLDEhW1u34gKenbeYqAix21mdUKJyuyu5F1rzYGVxyL6tmgBUAEPrEz92mBXjByMRiJdba9wpnN37RLLAXa",
+    },
+    {
+      seed: "3ddd5602285899a946114506157c7997e5444528f3003f6134712147db19b678",
+      path: "m/0H",
+      xprv: "xprv9vB7xEWwNp9kh1wQRfCCQMnZUEG21LpbR9NPCNN1dwhiZkjjeGRnaALmPXCX7SgjFTiCTT6bXes17boXtjq3xLpcDjzEuGLQBM5ohqkao9G",
+      xpub: "xpub69AUMk3qDBi3uW1sXgjCmVjJ2G6WQoYSnNHyzkmdCHEhSZ4tBok37xfFEqHd2AddP56Tqp4o56AePAgCjYdvpW2PU2jbUPFKsav5ut6Ch1m",
+    },
+    {
+      seed: "3ddd5602285899a946114506157c7997e5444528f3003f6134712147db19b678",
+      path: "m/0H/1H",
+      xprv: "xprv9xJocDuwtYCMNAo3Zw76WENQeAS6WGXQ55RCy7tDJ8oALr4FWkuVoHJeHVAcAqiZLE7Je3vZJHxspZdFHfnBEjHqU5hG1Jaj32dVoS6XLT1",
+      xpub: "xpub6BJA1jSqiukeaesWfxe6sNK9CCGaujFFSJLomWHprUL9DePQ4JDkM5d88n49sMGJxrhpjazuXYWdMf17C9T5XnxkopaeS7jGk1GyyVziaMt",
+    },
+  ];
+
+  // Every vector on every implementation the tree can use: libsecp256k1 native and WebAssembly
+  // (tweak-add), and @scure/bip32 (the fallback).
+  const implementations = () => [
+    ...(["native", "wasm"] as const).map((choice) => ({ name: choice, lib: loadSecp256k1(choice) as Secp256k1 | "scure" })),
+    { name: "scure", lib: "scure" as const },
+  ];
+  const ALL = [
+    ...VECTORS.flatMap(({ seed, chains }) => chains.map(([path, xpub]) => ({ seed, path, xpub, xprv: undefined as string | undefined }))),
+    ...LEADING_ZEROS,
+  ];
+  it.each(ALL)("$path of seed $seed, on libsecp256k1 (native, wasm) and @scure/bip32", ({ seed, path, xpub, xprv }) => {
+    for (const { name, lib } of implementations()) {
+      const pair = new HdKeyTree(hex.decode(seed), lib).derive(SECP, path);
+      expect(hex.encode(pair.publicKey), name).toBe(hex.encode(HDKey.fromExtendedKey(xpub).publicKey!));
+      if (xprv) expect(hex.encode(pair.privateKey), name).toBe(hex.encode(HDKey.fromExtendedKey(xprv).privateKey!));
+    }
+  });
+});
+
+describe("BIP-32 secp256k1 on libsecp256k1 against @scure/bip32 (the oracle)", () => {
+  const step = fc.tuple(fc.integer({ min: 0, max: HARDENED - 1 }), fc.boolean());
+  const spell = (steps: [number, boolean][]) => `m${steps.map(([i, hardened]) => `/${i}${hardened ? "'" : ""}`).join("")}`;
+
+  it("derives thousands of random paths of random seeds to the same keys, native and WebAssembly, in one tree per seed", () => {
+    const native = loadSecp256k1("native");
+    const wasm = loadSecp256k1("wasm");
+    let paths = 0;
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 16, maxLength: 64 }),
+        // Several paths per seed, sharing a prefix as a request's accounts do, and some unrelated.
+        fc.array(step, { minLength: 0, maxLength: 4 }),
+        fc.array(fc.array(step, { minLength: 0, maxLength: 4 }), { minLength: 1, maxLength: 6 }),
+        (seed, prefix, tails) => {
+          const trees = [new HdKeyTree(seed, native), new HdKeyTree(seed, wasm)];
+          const oracle = HDKey.fromMasterSeed(seed);
+          for (const tail of tails) {
+            const path = spell([...prefix, ...tail]);
+            const expected = oracle.derive(path);
+            for (const tree of trees) {
+              const pair = tree.derive(SECP, path);
+              expect(hex.encode(pair.privateKey)).toBe(hex.encode(expected.privateKey!));
+              expect(hex.encode(pair.publicKey)).toBe(hex.encode(expected.publicKey!));
+            }
+            paths++;
+          }
+        },
+      ),
+      { seed: 37, numRuns: 600 },
+    );
+    expect(paths).toBeGreaterThan(1000);
+  });
+
+  it("the process's choice decides: libsecp256k1 when it loads, @scure/bip32 under SIGIL_SECP256K1=noble", () => {
+    const seed = hex.decode("000102030405060708090a0b0c0d0e0f");
+    const path = "m/44'/60'/0'/0/7";
+    const expected = hex.encode(HDKey.fromMasterSeed(seed).derive(path).privateKey!);
+    try {
+      for (const choice of ["native", "wasm", "noble"] as const) {
+        selectSecp256k1(choice);
+        expect(hex.encode(deriveKeyPair(seed, SECP, path).privateKey), choice).toBe(expected);
+      }
+    } finally {
+      selectSecp256k1();
+    }
+  });
+
+  it("a seed whose master key or child is out of range is refused, not wrapped (BIP-32: no such key)", () => {
+    // Forced through the library's range check: a tweak of n itself is no tweak.
+    const n = hex.decode("fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141");
+    for (const choice of ["native", "wasm"] as const) {
+      const lib = loadSecp256k1(choice);
+      expect(lib.privateKeyTweakAdd!(new Uint8Array(32).fill(1), n), choice).toBeUndefined();
+      expect(lib.privateKeyTweakAdd!(n, new Uint8Array(32)), choice).toBeUndefined();
+      expect(lib.privateKeyTweakAdd!(new Uint8Array(32), new Uint8Array(32)), choice).toBeUndefined();
+      // The sum of a key and its negation is zero: no key either.
+      const one = new Uint8Array(32);
+      one[31] = 1;
+      const minusOne = Uint8Array.from(n);
+      minusOne[31] = minusOne[31]! - 1;
+      expect(lib.privateKeyTweakAdd!(minusOne, one), choice).toBeUndefined();
+      // And the parent is left as it was.
+      const parent = Uint8Array.from(one);
+      expect(hex.encode(lib.privateKeyTweakAdd!(parent, one)!), choice).toBe(`${"00".repeat(31)}02`);
+      expect(parent).toEqual(one);
+    }
+  });
+});
+
+describe("SLIP-10 on node:crypto against the pure-JavaScript libraries", () => {
+  const hardenedStep = fc.integer({ min: 0, max: HARDENED - 1 });
+
+  it("ed25519: random seeds and hardened paths give micro-key-producer's slip10 keys", () => {
+    fc.assert(
+      fc.property(
+        fc.uint8Array({ minLength: 16, maxLength: 64 }),
+        fc.array(hardenedStep, { minLength: 0, maxLength: 6 }),
+        (seed, steps) => {
+          const path = `m${steps.map((i) => `/${i}'`).join("")}`;
+          const expected = Slip10Ed25519.fromMasterSeed(seed).derive(path);
+          const pair = deriveKeyPair(seed, ED, path);
+          expect(hex.encode(pair.privateKey)).toBe(hex.encode(expected.privateKey));
+          expect(hex.encode(pair.publicKey)).toBe(hex.encode(expected.publicKeyRaw));
+        },
+      ),
+      { seed: 37, numRuns: 500 },
+    );
+  });
+
+  it("OpenSSL's P-256 and ed25519 public keys are @noble/curves' for random keys", () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 32, maxLength: 32 }), (bytes) => {
+        expect(hex.encode(ed25519PublicKey(bytes))).toBe(hex.encode(ed25519.getPublicKey(bytes)));
+        if (p256.utils.isValidSecretKey(bytes)) expect(hex.encode(p256PublicKey(bytes))).toBe(hex.encode(p256.getPublicKey(bytes, true)));
+      }),
+      { seed: 37, numRuns: 1000 },
+    );
+  });
+});
+
+describe("BIP-39 seed on libuv's threads", () => {
+  it("mnemonicToSeedAsync gives mnemonicToSeed's bytes and refuses what it refuses", async () => {
+    for (const words of [12, 24] as const) {
+      const phrase = generateMnemonic(words);
+      expect(await mnemonicToSeedAsync(phrase)).toEqual(mnemonicToSeed(phrase));
+      expect(await mnemonicToSeedAsync(phrase, "TREZOR")).toEqual(mnemonicToSeed(phrase, "TREZOR"));
+    }
+    expect(hex.encode(await mnemonicToSeedAsync(ABANDON))).toBe(hex.encode(abandonSeed));
+    await expect(mnemonicToSeedAsync(ABANDON.replace("about", "abandon"))).rejects.toThrow(DerivationError);
+  });
 });
 
 describe("SLIP-10 ed25519 (satoshilabs/slips slip-0010.md @ 73c23acf, test vector 1)", () => {

@@ -10,6 +10,8 @@
 import crypto from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ed25519 } from "@noble/curves/ed25519.js";
+import { p256 } from "@noble/curves/nist.js";
+import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { createOrganization } from "../src/operations/organizations/organizations.js";
 import { stampKeyProblem, validatePublicKey, decompressP256 } from "../src/crypto/keys.js";
 import { verifyApiKeyStamp, verifyApiKeyStampInline, type ApiKeyStamp } from "../src/auth/stamps.js";
@@ -102,6 +104,38 @@ describe("the rule (crypto/keys.ts)", () => {
     const secpPoint = secp.getPublicKey();
     const secpHybrid = `${secpPoint[64]! & 1 ? "07" : "06"}${secpPoint.subarray(1).toString("hex")}`;
     expect(validatePublicKey("API_KEY_CURVE_SECP256K1", secpHybrid)).toContain("must be 33 bytes");
+  });
+
+  it("decodes compressed P-256 and secp256k1 points (OpenSSL, libsecp256k1) exactly as @noble/curves does: random x, x past the field, x = 0", () => {
+    const P = {
+      API_KEY_CURVE_P256: 0xffffffff00000001000000000000000000000000ffffffffffffffffffffffffn,
+      API_KEY_CURVE_SECP256K1: 0xfffffffffffffffffffffffffffffffffffffffffffffffffffffffefffffc2fn,
+    } as const;
+    const nobleAccepts = (curve: keyof typeof P, hex: string) => {
+      try {
+        (curve === "API_KEY_CURVE_P256" ? p256 : secp256k1).Point.fromHex(hex);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    const x64 = (x: bigint) => x.toString(16).padStart(64, "0");
+    for (const curve of Object.keys(P) as (keyof typeof P)[]) {
+      const edges = [0n, 1n, 5n, P[curve] - 1n, P[curve], P[curve] + 1n, P[curve] + 5n, 2n ** 256n - 1n].map(x64);
+      const randoms = Array.from({ length: 400 }, () => crypto.randomBytes(32).toString("hex"));
+      let accepted = 0;
+      for (const x of [...edges, ...randoms])
+        for (const prefix of ["02", "03"]) {
+          const hex = `${prefix}${x}`;
+          const ok = validatePublicKey(curve, hex) === null;
+          expect(ok, `${curve} ${hex}`).toBe(nobleAccepts(curve, hex));
+          if (ok) accepted++;
+          else expect(validatePublicKey(curve, hex)).toContain("not a valid point");
+        }
+      // About half of all x are on the curve: both answers were exercised.
+      expect(accepted).toBeGreaterThan(200);
+      expect(accepted).toBeLessThan(700);
+    }
   });
 
   it("verifies no stamp under the identity: 01‖0…0 as the signature holds for every body under OpenSSL's equation, and is refused", async () => {

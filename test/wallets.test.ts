@@ -10,7 +10,7 @@ import { sha256 } from "@noble/hashes/sha2.js";
 import { decryptExportBundle, generateP256KeyPair } from "@turnkey/crypto";
 import { refusedLeavingOnlyItsActivity, signerPublicKeyOf, startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { organizationWith } from "./helpers/organizations.js";
-import { deriveKeyPair, mnemonicToSeed } from "../src/crypto/hd.js";
+import { deriveKeyPair, keyPairFromPrivateKey, mnemonicToSeed } from "../src/crypto/hd.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
 import { mnemonicIdentity } from "../src/operations/wallets/wallets.js";
 import { privateKeyIdentity } from "../src/operations/wallets/private-keys.js";
@@ -201,6 +201,61 @@ describe("wallets", () => {
 });
 
 describe("private keys", () => {
+  it("keys generated before the lock (create_private_keys' precheck) are the keys stored: on every curve the public key and address are the sealed key's", async () => {
+    const created = await client.createPrivateKeys({
+      privateKeys: [
+        { privateKeyName: "ahead k1", curve: "CURVE_SECP256K1", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_ETHEREUM"] },
+        { privateKeyName: "ahead p256", curve: "CURVE_P256", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_COMPRESSED"] },
+        { privateKeyName: "ahead ed", curve: "CURVE_ED25519", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_SOLANA"] },
+      ],
+    });
+    const publicKeys = new Set<string>();
+    for (const [i, curve] of (["CURVE_SECP256K1", "CURVE_P256", "CURVE_ED25519"] as const).entries()) {
+      const key = created.privateKeys[i]!;
+      const row = await h.server.store.db
+        .selectFrom("private_keys")
+        .selectAll()
+        .where("id", "=", key.privateKeyId!)
+        .executeTakeFirstOrThrow();
+      const secret = keyring().open(row.sealed_private_key, privateKeyIdentity(row));
+      expect(row.public_key, curve).toBe(Buffer.from(keyPairFromPrivateKey(curve, secret).publicKey).toString("hex"));
+      if (curve === "CURVE_SECP256K1") expect(key.addresses![0]!.address).toBe(privateKeyToAddress(`0x${secret.toString("hex")}`));
+      publicKeys.add(row.public_key);
+    }
+    expect(publicKeys.size).toBe(3);
+  });
+
+  it("keys of a request waiting for approvals: nothing generated ahead is stored with the waiting activity; the approval makes the keys", async () => {
+    const { org: held, root, members } = await organizationWith(h, ["bob"]);
+    await root.createPolicy({
+      policyName: "bob creates keys with the root's approval",
+      effect: "EFFECT_ALLOW",
+      consensus: `approvers.any(user, user.id == '${held.userId}')`,
+      condition: "activity.type == 'ACTIVITY_TYPE_CREATE_PRIVATE_KEYS_V2'",
+      notes: "",
+    });
+    const pending = await members.bob!.client.createPrivateKeys({
+      privateKeys: [{ privateKeyName: "held", curve: "CURVE_P256", privateKeyTags: [], addressFormats: ["ADDRESS_FORMAT_COMPRESSED"] }],
+    });
+    expect(pending.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    const row = await h.server.store.db
+      .selectFrom("activities")
+      .select("prepared")
+      .where("fingerprint", "=", pending.activity.fingerprint)
+      .executeTakeFirstOrThrow();
+    expect(row.prepared).toBe("{}");
+    const approved = await root.approveActivity({ fingerprint: pending.activity.fingerprint });
+    expect(approved.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    const [made] = approved.activity.result.createPrivateKeysResultV2!.privateKeys!;
+    const stored = await h.server.store.db
+      .selectFrom("private_keys")
+      .selectAll()
+      .where("id", "=", made!.privateKeyId!)
+      .executeTakeFirstOrThrow();
+    const secret = keyring().open(stored.sealed_private_key, privateKeyIdentity(stored));
+    expect(made!.addresses![0]!.address).toBe(Buffer.from(keyPairFromPrivateKey("CURVE_P256", secret).publicKey).toString("hex"));
+  });
+
   it("creates keys (V2 answers with addresses), reads and lists them; the Ethereum address is the key's", async () => {
     const created = await client.createPrivateKeys({
       privateKeys: [

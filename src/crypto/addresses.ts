@@ -32,7 +32,6 @@ import { bech32, bech32m, base32nopad, base58, base58xrp, createBase58check, hex
 import { NETWORK, TEST_NETWORK, p2pk, p2pkh, p2sh, p2tr, p2wpkh, p2wsh } from "@scure/btc-signer";
 import { ed25519 } from "@noble/curves/ed25519.js";
 import { p256 } from "@noble/curves/nist.js";
-import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { blake2b } from "@noble/hashes/blake2.js";
 import { ripemd160 } from "@noble/hashes/legacy.js";
 import { sha256 } from "@noble/hashes/sha2.js";
@@ -41,6 +40,7 @@ import { concatBytes as concat } from "@noble/hashes/utils.js";
 import { createRequire } from "node:module";
 import { publicKeyToAddress } from "viem/accounts";
 import type { Curve } from "./hd.js";
+import { secp256k1 as fastSecp256k1 } from "./secp256k1.js";
 
 const BITCOIN_NETWORKS = ["MAINNET", "TESTNET", "SIGNET", "REGTEST"] as const;
 const BITCOIN_SCRIPTS = ["P2PKH", "P2SH", "P2WPKH", "P2WSH", "P2TR"] as const;
@@ -213,7 +213,12 @@ function parseKey(curve: Curve, publicKey: Uint8Array): Key {
       ed25519.Point.fromBytes(publicKey); // rejects encodings that are not on the curve
       return { raw: publicKey, compressed: publicKey, uncompressed: publicKey };
     }
-    const point = (curve === "CURVE_SECP256K1" ? secp256k1 : p256).Point.fromBytes(publicKey);
+    if (curve === "CURVE_SECP256K1") {
+      // libsecp256k1 where it loads (crypto/secp256k1.ts): a few µs, against ~0.1 ms for noble's square root.
+      const lib = fastSecp256k1();
+      return { raw: publicKey, compressed: lib.convertPublicKey(publicKey, true), uncompressed: lib.convertPublicKey(publicKey, false) };
+    }
+    const point = p256.Point.fromBytes(publicKey);
     return { raw: publicKey, compressed: point.toBytes(true), uncompressed: point.toBytes(false) };
   } catch {
     const expected = curve === "CURVE_ED25519" ? "32 bytes" : "a 33-byte compressed or 65-byte uncompressed point";

@@ -1,8 +1,13 @@
 // HD wallet plumbing: BIP-39 mnemonics, BIP-32 paths and key derivation per curve. Every primitive
 // comes from a library: @scure/bip39 (wordlists, checksums), node:crypto (the seed's PBKDF2, OpenSSL's:
-// 7x @scure/bip39's pure-JS one, the largest cost of create_wallet), @scure/bip32 (secp256k1 BIP-32),
-// micro-key-producer's slip10 (ed25519 SLIP-10), @noble/curves for standalone keys; SLIP-10 P-256
-// is composed from @noble/hashes HMAC-SHA512 and @noble/curves p256 (no library implements it).
+// 7x @scure/bip39's pure-JS one, the largest cost of create_wallet; its asynchronous form runs on
+// libuv's threads), secp256k1 BIP-32 on libsecp256k1 (the binding signatures use, crypto/secp256k1.ts:
+// its tweak-add and public key, node:crypto's HMAC-SHA512; about 20x @scure/bip32's pure-JS derivation
+// of m/44'/60'/0'/0/0 here) with @scure/bip32 where libsecp256k1 does not load, and as the oracle tests
+// hold the fast one to; SLIP-10 for ed25519 and P-256 composed from node:crypto (HMAC-SHA512, OpenSSL's
+// public keys) and, for P-256, @noble/curves' scalar field (micro-key-producer's slip10, pure
+// JavaScript, is the ed25519 oracle in the tests; no library implements SLIP-10 P-256); @noble/curves
+// for standalone keys' randomness and range checks.
 //
 // What the product documents (tkhq/docs features/wallets.mdx, networks/*.mdx, public_api.swagger.json):
 // wallets are BIP-39 seeds of 12/15/18/21/24 words (default 12); "the Wallet seed and Account curve
@@ -24,11 +29,8 @@ import { ed25519 } from "@noble/curves/ed25519.js";
 import { p256 } from "@noble/curves/nist.js";
 import { secp256k1 } from "@noble/curves/secp256k1.js";
 import { bytesToNumberBE } from "@noble/curves/utils.js";
-import { hmac } from "@noble/hashes/hmac.js";
-import { sha512 } from "@noble/hashes/sha2.js";
 import { concatBytes, utf8ToBytes } from "@noble/hashes/utils.js";
-import { HDKey as Slip10Ed25519Key } from "micro-key-producer/slip10.js";
-import { secp256k1 as fastSecp256k1 } from "./secp256k1.js";
+import { secp256k1 as fastSecp256k1, type Secp256k1 } from "./secp256k1.js";
 
 export type Curve = "CURVE_SECP256K1" | "CURVE_ED25519" | "CURVE_P256";
 
@@ -151,13 +153,28 @@ export function mnemonicToSeed(mnemonic: string, passphrase = ""): Uint8Array {
  * "mnemonic" + the NFKD passphrase; what @scure/bip39's mnemonicToSeedSync computes (a test holds
  * them to the same bytes and to the BIP-39 vectors), by OpenSSL. */
 export function bip39Seed(normalizedMnemonic: string, passphrase = ""): Uint8Array {
+  const seed = crypto.pbkdf2Sync(...pbkdf2Inputs(normalizedMnemonic, passphrase), 2048, 64, "sha512");
+  return new Uint8Array(seed.buffer, seed.byteOffset, seed.length);
+}
+
+function pbkdf2Inputs(normalizedMnemonic: string, passphrase: string): [Buffer, Buffer] {
   if (typeof passphrase !== "string") throw new DerivationError("passphrase must be a string");
-  const seed = crypto.pbkdf2Sync(
-    Buffer.from(normalizedMnemonic.normalize("NFKD"), "utf8"),
-    Buffer.from(`mnemonic${passphrase}`.normalize("NFKD"), "utf8"),
-    2048,
-    64,
-    "sha512",
+  return [Buffer.from(normalizedMnemonic.normalize("NFKD"), "utf8"), Buffer.from(`mnemonic${passphrase}`.normalize("NFKD"), "utf8")];
+}
+
+/** mnemonicToSeed, its PBKDF2 on one of libuv's threads: the event loop serves other requests for the
+ * millisecond or two it takes (what work before an activity's transaction uses; the same bytes). */
+export async function mnemonicToSeedAsync(mnemonic: string, passphrase = ""): Promise<Uint8Array> {
+  const problem = mnemonicProblem(mnemonic);
+  if (problem) throw new DerivationError(problem);
+  return bip39SeedAsync(normalizeMnemonic(mnemonic), passphrase);
+}
+
+/** bip39Seed on one of libuv's threads (for a phrase already valid, such as one just generated). */
+export async function bip39SeedAsync(normalizedMnemonic: string, passphrase = ""): Promise<Uint8Array> {
+  const [password, salt] = pbkdf2Inputs(normalizedMnemonic, passphrase);
+  const seed = await new Promise<Buffer>((resolve, reject) =>
+    crypto.pbkdf2(password, salt, 2048, 64, "sha512", (error, key) => (error ? reject(error) : resolve(key))),
   );
   return new Uint8Array(seed.buffer, seed.byteOffset, seed.length);
 }
@@ -193,10 +210,28 @@ export function parsePath(path: string): number[] {
 
 const formatPath = (indexes: number[]) => ["m", ...indexes.map((i) => (i >= HARDENED ? `${i - HARDENED}'` : String(i)))].join("/");
 
-// SLIP-10 for NIST P-256 (satoshilabs/slips slip-0010.md), composed from @noble/hashes (HMAC-SHA512)
-// and @noble/curves (scalar field mod n, point multiplication, SEC 1 compressed encoding): no
-// well-kept library implements it (@scure/bip32 is secp256k1 only, micro-key-producer's slip10
-// ed25519 only), so only the SLIP-10 steps are written here.
+/** The compressed P-256 public key of a valid private key, by OpenSSL (node:crypto's ECDH): ~25x
+ * @noble/curves' point multiplication here, the same SEC 1 bytes. */
+export function p256PublicKey(privateKey: Uint8Array): Uint8Array {
+  const ecdh = crypto.createECDH("prime256v1");
+  ecdh.setPrivateKey(privateKey);
+  return new Uint8Array(ecdh.getPublicKey(null, "compressed"));
+}
+
+/** The ed25519 public key of a 32-byte private key (RFC 8032's seed), by OpenSSL (node:crypto): a JWK
+ * with only `d` (as signEd25519 imports one; Node derives the public key itself). */
+export function ed25519PublicKey(privateKey: Uint8Array): Uint8Array {
+  const key = crypto.createPrivateKey({
+    key: { kty: "OKP", crv: "Ed25519", d: Buffer.from(privateKey.buffer, privateKey.byteOffset, 32).toString("base64url"), x: "" },
+    format: "jwk",
+  });
+  return new Uint8Array(Buffer.from(crypto.createPublicKey(key).export({ format: "jwk" }).x!, "base64url"));
+}
+
+// SLIP-10 for NIST P-256 (satoshilabs/slips slip-0010.md), composed from node:crypto (HMAC-SHA512,
+// and OpenSSL's P-256 public keys) and @noble/curves (the scalar field mod n): no well-kept library
+// implements it (@scure/bip32 is secp256k1 only, micro-key-producer's slip10 ed25519 only), so only
+// the SLIP-10 steps are written here.
 interface Slip10P256Key {
   scalar: bigint;
   chainCode: Uint8Array;
@@ -204,6 +239,7 @@ interface Slip10P256Key {
 
 const P256_ORDER = p256.Point.Fn.ORDER;
 const NIST256P1_SEED_KEY = utf8ToBytes("Nist256p1 seed");
+const ED25519_SEED_KEY = utf8ToBytes("ed25519 seed");
 
 function ser32(index: number): Uint8Array {
   const out = new Uint8Array(4);
@@ -215,7 +251,7 @@ function ser32(index: number): Uint8Array {
 function slip10P256Master(seed: Uint8Array): Slip10P256Key {
   let data = seed;
   for (;;) {
-    const i = hmac(sha512, NIST256P1_SEED_KEY, data);
+    const i = hmacSha512(NIST256P1_SEED_KEY, data);
     const scalar = bytesToNumberBE(i.subarray(0, 32));
     if (scalar !== 0n && scalar < P256_ORDER) return { scalar, chainCode: i.slice(32) };
     data = i;
@@ -226,13 +262,13 @@ function slip10P256Master(seed: Uint8Array): Slip10P256Key {
  * the child is 0, SLIP-10 (unlike BIP-32, which skips the index) rehashes 0x01 || I_R || ser32(i). */
 function slip10P256Child(parent: Slip10P256Key, index: number): Slip10P256Key {
   const parentBytes = p256.Point.Fn.toBytes(parent.scalar);
-  const head = index >= HARDENED ? concatBytes(new Uint8Array([0]), parentBytes) : p256.getPublicKey(parentBytes, true);
-  let i = hmac(sha512, parent.chainCode, concatBytes(head, ser32(index)));
+  const head = index >= HARDENED ? concatBytes(new Uint8Array([0]), parentBytes) : p256PublicKey(parentBytes);
+  let i = hmacSha512(parent.chainCode, head, ser32(index));
   for (;;) {
     const tweak = bytesToNumberBE(i.subarray(0, 32));
     const scalar = p256.Point.Fn.create(tweak + parent.scalar);
     if (tweak < P256_ORDER && scalar !== 0n) return { scalar, chainCode: i.slice(32) };
-    i = hmac(sha512, parent.chainCode, concatBytes(new Uint8Array([1]), i.subarray(32), ser32(index)));
+    i = hmacSha512(parent.chainCode, new Uint8Array([1]), i.subarray(32), ser32(index));
   }
 }
 
@@ -242,11 +278,74 @@ export function slip10P256Derive(seed: Uint8Array, indexes: number[]): KeyPair &
   let key = slip10P256Master(seed);
   for (const index of indexes) key = slip10P256Child(key, index);
   const privateKey = p256.Point.Fn.toBytes(key.scalar);
-  return { privateKey, publicKey: p256.getPublicKey(privateKey, true), chainCode: key.chainCode };
+  return { privateKey, publicKey: p256PublicKey(privateKey), chainCode: key.chainCode };
 }
 
-/** A node of one curve's tree: secp256k1 (@scure/bip32), ed25519 (micro-key-producer's SLIP-10), P-256 (SLIP-10 above). */
-type TreeNode = Bip32Key | Slip10Ed25519Key | Slip10P256Key;
+// BIP-32 for secp256k1 on libsecp256k1 (bitcoin/bips bip-0032.mediawiki, "Private parent key → private
+// child key"): each step is node:crypto's HMAC-SHA512 and the library's tweak-add (child = I_L + k_par
+// mod n, refused when I_L >= n or the child is zero) and, for a non-hardened step, the parent's public
+// key; no curve arithmetic here. @scure/bip32 computes the same (a property test compares them).
+interface Bip32NativeNode {
+  privateKey: Uint8Array;
+  chainCode: Uint8Array;
+  /** The compressed public key, made when a non-hardened child or the caller first needs it. */
+  publicKey?: Uint8Array;
+}
+
+/** The implementations that can add to a private key (libsecp256k1, native or WebAssembly). */
+type TweakingSecp256k1 = Secp256k1 & Required<Pick<Secp256k1, "privateKeyTweakAdd">>;
+
+const BITCOIN_SEED_KEY = Buffer.from("Bitcoin seed", "utf8");
+const hmacSha512 = (key: Uint8Array, ...data: Uint8Array[]) => {
+  const mac = crypto.createHmac("sha512", key);
+  for (const part of data) mac.update(part);
+  return new Uint8Array(mac.digest());
+};
+
+function bip32NativeMaster(lib: TweakingSecp256k1, seed: Uint8Array): Bip32NativeNode {
+  const i = hmacSha512(BITCOIN_SEED_KEY, seed);
+  const privateKey = i.slice(0, 32);
+  // I_L must be a key (1 .. n-1); adding zero checks that with the library's own range check.
+  if (!lib.privateKeyTweakAdd(privateKey, new Uint8Array(32)))
+    throw new DerivationError("BIP-32 has no master key for this seed (I_L is out of range)");
+  return { privateKey, chainCode: i.slice(32) };
+}
+
+function bip32NativePublicKey(lib: TweakingSecp256k1, node: Bip32NativeNode): Uint8Array {
+  node.publicKey ??= lib.publicKey(node.privateKey, true);
+  return node.publicKey;
+}
+
+function bip32NativeChild(lib: TweakingSecp256k1, parent: Bip32NativeNode, index: number, path: string): Bip32NativeNode {
+  const head = index >= HARDENED ? concatBytes(new Uint8Array([0]), parent.privateKey) : bip32NativePublicKey(lib, parent);
+  const i = hmacSha512(parent.chainCode, head, ser32(index));
+  const privateKey = lib.privateKeyTweakAdd(parent.privateKey, i.subarray(0, 32));
+  // Only when I_L >= n or the child is zero (odds ~2^-127); BIP-32 says skip the index.
+  if (!privateKey) throw new DerivationError(`BIP-32 has no key at ${path} (the derived key is out of range); use the next index`);
+  return { privateKey, chainCode: i.slice(32) };
+}
+
+// SLIP-10 for ed25519 (satoshilabs/slips slip-0010.md): hardened steps only, each I = HMAC-SHA512(c,
+// 0x00 ‖ k ‖ ser32(i)), the child's key I_L and chain code I_R; the public key is OpenSSL's. Every
+// step is node:crypto's: ~20x micro-key-producer's slip10 (pure JavaScript, which computes each
+// level's public key) here; micro-key-producer stays as the oracle the tests hold this to.
+interface Slip10Ed25519Node {
+  privateKey: Uint8Array;
+  chainCode: Uint8Array;
+}
+
+function slip10Ed25519Master(seed: Uint8Array): Slip10Ed25519Node {
+  const i = hmacSha512(ED25519_SEED_KEY, seed);
+  return { privateKey: i.slice(0, 32), chainCode: i.slice(32) };
+}
+
+function slip10Ed25519Child(parent: Slip10Ed25519Node, index: number): Slip10Ed25519Node {
+  const i = hmacSha512(parent.chainCode, new Uint8Array([0]), parent.privateKey, ser32(index));
+  return { privateKey: i.slice(0, 32), chainCode: i.slice(32) };
+}
+
+/** A node of one curve's tree: secp256k1 (libsecp256k1, or @scure/bip32), ed25519 and P-256 (SLIP-10 above). */
+type TreeNode = Bip32NativeNode | Bip32Key | Slip10Ed25519Node | Slip10P256Key;
 
 /**
  * One wallet seed's keys, derived along their paths with each node kept: the accounts of one request
@@ -257,17 +356,35 @@ type TreeNode = Bip32Key | Slip10Ed25519Key | Slip10P256Key;
  */
 export class HdKeyTree {
   private readonly nodes = new Map<string, TreeNode>();
+  /** The secp256k1 library that derives this tree's keys, when it can (chosen once: the nodes are its). */
+  private readonly secp256k1: TweakingSecp256k1 | undefined;
 
-  constructor(private readonly seed: Uint8Array) {
+  /** `secp256k1`: the library for secp256k1 keys; the process's choice (crypto/secp256k1.ts) by
+   * default, @scure/bip32 when that one cannot add to a key (pure JavaScript) or when `"scure"`. */
+  constructor(
+    private readonly seed: Uint8Array,
+    secp256k1: Secp256k1 | "scure" = fastSecp256k1(),
+  ) {
     if (!(seed instanceof Uint8Array) || seed.length < 16 || seed.length > 64) {
       throw new DerivationError("seed must be 16 to 64 bytes (a BIP-39 seed is 64)");
     }
+    this.secp256k1 = secp256k1 !== "scure" && secp256k1.privateKeyTweakAdd ? (secp256k1 as TweakingSecp256k1) : undefined;
   }
 
   derive(curve: Curve, path: string): KeyPair {
     const indexes = parsePath(path);
     switch (curve) {
       case "CURVE_SECP256K1": {
+        const lib = this.secp256k1;
+        if (lib) {
+          const node = this.node(
+            curve,
+            indexes,
+            () => bip32NativeMaster(lib, this.seed),
+            (parent: Bip32NativeNode, index) => bip32NativeChild(lib, parent, index, path),
+          );
+          return { privateKey: Uint8Array.from(node.privateKey), publicKey: Uint8Array.from(bip32NativePublicKey(lib, node)) };
+        }
         const key = this.node(
           curve,
           indexes,
@@ -293,13 +410,8 @@ export class HdKeyTree {
             `ed25519 derivation (SLIP-10) supports only hardened steps: write ${formatPath(indexes.map((i) => (i >= HARDENED ? i : i + HARDENED)))}`,
           );
         }
-        const key = this.node(
-          curve,
-          indexes,
-          () => Slip10Ed25519Key.fromMasterSeed(this.seed),
-          (parent: Slip10Ed25519Key, index) => parent.deriveChild(index),
-        );
-        return { privateKey: Uint8Array.from(key.privateKey), publicKey: Uint8Array.from(key.publicKeyRaw) };
+        const key = this.node(curve, indexes, () => slip10Ed25519Master(this.seed), slip10Ed25519Child);
+        return { privateKey: Uint8Array.from(key.privateKey), publicKey: ed25519PublicKey(key.privateKey) };
       }
       case "CURVE_P256": {
         // SLIP-10 nist256p1: the only standard HD scheme for P-256. The product names no scheme for
@@ -307,7 +419,7 @@ export class HdKeyTree {
         // equality with its derivation is unconfirmed; see docs/wallets.md.
         const key = this.node(curve, indexes, () => slip10P256Master(this.seed), slip10P256Child);
         const privateKey = p256.Point.Fn.toBytes(key.scalar);
-        return { privateKey, publicKey: p256.getPublicKey(privateKey, true) };
+        return { privateKey, publicKey: p256PublicKey(privateKey) };
       }
       default:
         throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
@@ -350,11 +462,11 @@ export function keyPairFromPrivateKey(curve: Curve, privateKey: Uint8Array): Key
       }
       return {
         privateKey: copy,
-        publicKey: curve === "CURVE_SECP256K1" ? fastSecp256k1().publicKey(copy) : ecdsa.getPublicKey(copy, true),
+        publicKey: curve === "CURVE_SECP256K1" ? fastSecp256k1().publicKey(copy) : p256PublicKey(copy),
       };
     }
     case "CURVE_ED25519":
-      return { privateKey: copy, publicKey: ed25519.getPublicKey(copy) };
+      return { privateKey: copy, publicKey: ed25519PublicKey(copy) };
     default:
       throw new DerivationError(`unknown curve ${String(curve)}: use CURVE_SECP256K1, CURVE_ED25519 or CURVE_P256`);
   }

@@ -32,6 +32,12 @@ export interface Secp256k1 {
   verifyDer(derSignature: Uint8Array, digest: Uint8Array, publicKey: Uint8Array): boolean;
   /** The public key of a valid private key: 33-byte compressed point (65-byte uncompressed if asked). */
   publicKey(privateKey: Uint8Array, compressed?: boolean): Uint8Array;
+  /** A SEC 1 public key (33 or 65 bytes) in the form asked; throws when it is not a point of the curve. */
+  convertPublicKey(publicKey: Uint8Array, compressed: boolean): Uint8Array;
+  /** (privateKey + tweak) mod n as a new 32-byte key, for BIP-32's child keys; undefined when the tweak
+   * is not below n or the sum is zero (BIP-32: that child does not exist). Absent where the library
+   * is pure JavaScript: HD derivation then goes through @scure/bip32 (crypto/hd.ts). */
+  privateKeyTweakAdd?(privateKey: Uint8Array, tweak: Uint8Array): Uint8Array | undefined;
 }
 
 // A public key as API keys and accounts carry it: SEC 1 compressed or uncompressed. libsecp256k1 also
@@ -74,6 +80,20 @@ function loadNative(): Secp256k1 {
       }
     },
     publicKey: (privateKey, compressed = true) => lib.publicKeyCreate(privateKey, compressed),
+    convertPublicKey(publicKey, compressed) {
+      if (!isSec1PublicKey(publicKey)) throw new Error("not a SEC 1 public key");
+      return lib.publicKeyConvert(publicKey, compressed);
+    },
+    privateKeyTweakAdd(privateKey, tweak) {
+      // The binding adds in place: on a copy, so the parent key stays as it was.
+      const child = Uint8Array.from(privateKey);
+      try {
+        return lib.privateKeyTweakAdd(child, tweak);
+      } catch {
+        child.fill(0);
+        return undefined;
+      }
+    },
   };
 }
 
@@ -103,6 +123,20 @@ function loadWasm(): Secp256k1 {
       if (!point) throw new Error("private key is not a valid secp256k1 scalar");
       return point;
     },
+    convertPublicKey(publicKey, compressed) {
+      if (!isSec1PublicKey(publicKey)) throw new Error("not a SEC 1 public key");
+      const point = lib.pointCompress(publicKey, compressed);
+      if (!lib.isPoint(point)) throw new Error("not a point of the curve");
+      return point;
+    },
+    privateKeyTweakAdd(privateKey, tweak) {
+      // Throws on a tweak not below n, answers null on a zero sum: both mean no child here.
+      try {
+        return lib.privateAdd(privateKey, tweak) ?? undefined;
+      } catch {
+        return undefined;
+      }
+    },
   };
 }
 
@@ -123,6 +157,7 @@ function loadNoble(): Secp256k1 {
       }
     },
     publicKey: (privateKey, compressed = true) => noble.getPublicKey(privateKey, compressed),
+    convertPublicKey: (publicKey, compressed) => noble.Point.fromBytes(publicKey).toBytes(compressed),
   };
 }
 

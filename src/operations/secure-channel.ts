@@ -10,6 +10,7 @@ import { serviceError } from "../errors.js";
 import { HpkeError, openWith, sealTo, uncompressedP256, type Sealed } from "../crypto/hpke.js";
 import type { BundleSigner } from "../services/service-keys.js";
 import type { ActivityContext } from "../registry/registry.js";
+import type { Keyring } from "../crypto/envelope.js";
 import type { ImportTargetsTable } from "../store/schema.js";
 import type { Tx } from "../store/handles.js";
 import { newId } from "../store/ids.js";
@@ -149,14 +150,24 @@ export async function openWithImportTarget(
   sealed: Sealed,
   field: string,
 ): Promise<Buffer> {
-  const secret = ctx.env.keyring.open(target.sealed_private_key, targetIdentity(target));
   try {
-    const plaintext = await openWith(secret, Buffer.from(target.public_key, "hex"), sealed);
+    const plaintext = await openAheadWithImportTarget(ctx.env.keyring, target, sealed);
     await ctx.trx.deleteFrom("import_targets").where("id", "=", target.id).execute();
-    return Buffer.from(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength);
+    return plaintext;
   } catch (error) {
     if (error instanceof HpkeError) throw serviceError("INVALID_IMPORT_BUNDLE", `${field}: ${error.message}`);
     throw error;
+  }
+}
+
+/** Opens the client's payload with the target without using the target up: for work before the
+ * activity's lock (an import's precheck derives the wallet's accounts), which keeps what it opens in
+ * memory only; execute opens it again with openWithImportTarget, which uses the target up. */
+export async function openAheadWithImportTarget(keyring: Keyring, target: ImportTargetsTable, sealed: Sealed): Promise<Buffer> {
+  const secret = keyring.open(target.sealed_private_key, targetIdentity(target));
+  try {
+    const plaintext = await openWith(secret, Buffer.from(target.public_key, "hex"), sealed);
+    return Buffer.from(plaintext.buffer, plaintext.byteOffset, plaintext.byteLength);
   } finally {
     secret.fill(0);
   }

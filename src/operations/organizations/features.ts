@@ -41,6 +41,16 @@ export async function requireFeature(trx: Tx, organizationId: string, feature: s
     );
 }
 
+/** The features of an organization that has none yet (one just created): one statement, where
+ * setFeatures spends two a feature replacing what is not there. */
+export async function addFeatures(trx: Tx, organizationId: string, features: Feature[], now: number): Promise<void> {
+  if (features.length === 0) return;
+  await trx
+    .insertInto("organization_features")
+    .values(features.map((f) => ({ organization_id: organizationId, name: f.name, value: f.value, created_at: now, updated_at: now })))
+    .execute();
+}
+
 /** Sets (or replaces) features of an organization. */
 export async function setFeatures(trx: Tx, organizationId: string, features: Feature[], now: number): Promise<void> {
   for (const feature of features) {

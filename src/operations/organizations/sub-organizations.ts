@@ -11,8 +11,8 @@ import { readPage, requireAtMost } from "../resources.js";
 import { newId } from "../../store/ids.js";
 import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams, type OauthProviderParams } from "../identity/users.js";
 import { createWallet, walletAhead, type WalletAhead } from "../wallets/wallets.js";
-import { createPrivateKeys } from "../wallets/private-keys.js";
-import { setFeatures, type Feature } from "./features.js";
+import { createPrivateKeys, keysAhead, type KeyAhead } from "../wallets/private-keys.js";
+import { addFeatures, type Feature } from "./features.js";
 import { checkClientSignature } from "../logins/client-signatures.js";
 import { foldEmail } from "../logins/contacts.js";
 import { spendVerificationToken } from "../logins/verification-tokens.js";
@@ -47,7 +47,13 @@ function requireLoginMethod(user: NewUserParams, p: CreateSubOrganizationParams,
   }
 }
 
-async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizationParams, type: string, walletMadeAhead?: WalletAhead) {
+async function createSubOrganization(
+  ctx: ActivityContext,
+  p: CreateSubOrganizationParams,
+  type: string,
+  walletMadeAhead?: WalletAhead,
+  keysMadeAhead?: Array<KeyAhead | undefined>,
+) {
   const parent = await ctx.trx
     .selectFrom("organizations")
     .select("parent_organization_id")
@@ -98,7 +104,9 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
     await ctx.trx.insertInto("root_quorum_members").values({ organization_id: subOrganizationId, user_id: userId }).execute();
     rootUserIds.push(userId);
   }
-  await setFeatures(ctx.trx, subOrganizationId, loginFeatures(p), ctx.now);
+  // Organization, users and wallet are new: nothing of theirs to replace or to collide with (below,
+  // createWallet's `inNewOrganization`), so no statement looks for it while the parent's lock is held.
+  await addFeatures(ctx.trx, subOrganizationId, loginFeatures(p), ctx.now);
   // A verification token (verify_otp, in this parent) proves a root user's email or phone number.
   if (p.verificationToken !== undefined) {
     const claims = await spendVerificationToken(ctx, p.verificationToken);
@@ -133,10 +141,10 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
   await assertRootQuorumReachable(ctx.trx, subOrganizationId);
 
   if (version === 3) {
-    const privateKeys = await createPrivateKeys(inSub, p.privateKeys ?? []);
+    const privateKeys = await createPrivateKeys(inSub, p.privateKeys ?? [], undefined, keysMadeAhead);
     return { subOrganizationId, privateKeys, rootUserIds };
   }
-  const wallet = version >= 4 && p.wallet ? await createWallet(inSub, p.wallet, "wallet.", undefined, walletMadeAhead) : undefined;
+  const wallet = version >= 4 && p.wallet ? await createWallet(inSub, p.wallet, "wallet.", undefined, walletMadeAhead, true) : undefined;
   return { subOrganizationId, ...(wallet ? { wallet } : {}), rootUserIds };
 }
 
@@ -388,8 +396,13 @@ export const subOrganizationOperations = [
         (p.rootUsers ?? []).flatMap((u: { userName: string; oauthProviders?: OauthProviderParams[] }) => u.oauthProviders ?? []),
         env,
       );
-      // The first wallet's mnemonic and accounts, made before the lock (wallets.ts, walletAhead).
-      return { wallet: versionOf(type) >= 4 && "wallet" in p ? await walletAhead(p.wallet) : undefined };
+      // The first wallet's mnemonic and accounts (wallets.ts, walletAhead), or V3's private keys
+      // (private-keys.ts, keysAhead), made before the lock.
+      const version = versionOf(type);
+      return {
+        wallet: version >= 4 && "wallet" in p ? await walletAhead(p.wallet) : undefined,
+        keys: version === 3 && "privateKeys" in p ? await keysAhead(p.privateKeys) : undefined,
+      };
     },
     intentOf: (p) => ({
       ...p,
@@ -401,7 +414,7 @@ export const subOrganizationOperations = [
           }
         : {}),
     }),
-    execute: (ctx, p, type, prepared) => createSubOrganization(ctx, p, type, prepared.wallet?.value),
+    execute: (ctx, p, type, prepared) => createSubOrganization(ctx, p, type, prepared.wallet?.value, prepared.keys?.value),
   }),
 
   defineActivity({

@@ -6,15 +6,22 @@
 // target. An import always targets the requesting user (the product's rule).
 import { serviceError } from "../../errors.js";
 import { detectMnemonicLanguage, keyPairFromPrivateKey, DerivationError } from "../../crypto/hd.js";
-import { defineActivity, type ActivityContext } from "../../registry/registry.js";
+import {
+  defineActivity,
+  type ActivityContext,
+  type CommittedState,
+  type OperationEnvironment,
+  type ParametersOf,
+} from "../../registry/registry.js";
 import {
   discardImportTargets,
   issueImportTargets,
+  openAheadWithImportTarget,
   openWithImportTarget,
   parseEncryptedPayload,
   requireLiveTarget,
 } from "../secure-channel.js";
-import { createWallet } from "./wallets.js";
+import { createWallet, importedWalletAhead } from "./wallets.js";
 import { createPrivateKeys, type PrivateKeyParams } from "./private-keys.js";
 
 type TargetKind = "wallet" | "private_key";
@@ -79,6 +86,30 @@ function importedMnemonic(plaintext: Buffer) {
   return { mnemonic, language };
 }
 
+/**
+ * import_wallet's precheck: the bundle opened with the user's committed target (not used up: execute
+ * opens it again under the lock and uses the target up) and the accounts derived from it, before the
+ * organization's lock is taken; only in memory (InMemoryOnly), and only used when execute opens the
+ * same mnemonic. Whatever goes wrong here is left for execute to find and answer: nothing.
+ */
+async function importAhead(p: ParametersOf<"import_wallet">, env: OperationEnvironment, committed: CommittedState) {
+  try {
+    const sealed = parseEncryptedPayload(p.encryptedBundle, "encryptedBundle", "encryptWalletToBundle");
+    const target = await committed.db
+      .selectFrom("import_targets")
+      .selectAll()
+      .where("organization_id", "=", committed.organizationId)
+      .where("user_id", "=", String(p.userId))
+      .where("kind", "=", "wallet")
+      .executeTakeFirst();
+    if (!target) return {};
+    const { mnemonic } = importedMnemonic(await openAheadWithImportTarget(env.keyring, target, sealed));
+    return { wallet: await importedWalletAhead(mnemonic, p.accounts) };
+  } catch {
+    return {};
+  }
+}
+
 export const importOperations = [
   defineActivity({
     name: "init_import_wallet",
@@ -98,11 +129,18 @@ export const importOperations = [
     // The bundle is not kept in the audit log, so the activity cannot wait for approvals.
     secretParameters: ["encryptedBundle"],
     afterFailure: (ctx, p) => discardTarget(ctx, p.userId, "wallet"),
-    async execute(ctx, p) {
+    precheck: (p, env, _type, committed) => importAhead(p, env, committed),
+    async execute(ctx, p, _type, prepared) {
       const { mnemonic, language } = importedMnemonic(await openImport(ctx, p.userId, "wallet", p.encryptedBundle));
       // The same mnemonic imported twice makes two wallets over the same keys (as in the product,
       // which says nothing against it): mnemonics are sealed with random nonces and not compared.
-      return createWallet(ctx, { walletName: p.walletName, accounts: p.accounts ?? [] }, "", { mnemonic, language });
+      return createWallet(
+        ctx,
+        { walletName: p.walletName, accounts: p.accounts ?? [] },
+        "",
+        { mnemonic, language },
+        prepared.wallet?.value,
+      );
     },
   }),
 

@@ -7,9 +7,9 @@ import type { PrivateKeysTable } from "../../store/schema.js";
 import { generateKeyPair, type KeyPair } from "../../crypto/hd.js";
 import { UnsupportedAddressError, address, type AddressFormat } from "../../crypto/addresses.js";
 import type { SecretIdentity } from "../../crypto/envelope.js";
-import { defineActivity, defineQuery, type ActivityContext, type ParametersOf } from "../../registry/registry.js";
+import { defineActivity, defineQuery, InMemoryOnly, type ActivityContext, type ParametersOf } from "../../registry/registry.js";
 import { requireName } from "../identity/credentials.js";
-import { distinct, requireAtMost, timestamp } from "../resources.js";
+import { distinct, MAX_ITEMS_PER_REQUEST, requireAtMost, timestamp } from "../resources.js";
 import { newId } from "../../store/ids.js";
 
 export type PrivateKeyParams = ParametersOf<"create_private_keys">["privateKeys"][number];
@@ -89,8 +89,41 @@ export async function requirePrivateKey(db: Db | Tx, organizationId: string, pri
   return row;
 }
 
-/** Creates private keys: fresh ones, or — for an import — the one key pair `supplied`. */
-export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyParams[], supplied?: KeyPair) {
+/** A key pair generated before the organization's lock, for the key of that place in the request. */
+export interface KeyAhead {
+  curve: PrivateKeyParams["curve"];
+  pair: KeyPair;
+}
+
+/**
+ * The key pairs of a create_private_keys request (or a sub-organization's), generated before the
+ * organization's lock is taken (a precheck's work): generating a P-256 or ed25519 key is pure
+ * JavaScript, a millisecond or so on the event loop, which on SQLite would otherwise be spent holding
+ * the database's one write lock. Between keys the event loop serves others. Nothing when execute
+ * would refuse the list anyway; a key of an unknown curve is left out (execute refuses it).
+ */
+export async function keysAhead(keys: unknown): Promise<InMemoryOnly<Array<KeyAhead | undefined>> | undefined> {
+  if (!Array.isArray(keys) || keys.length === 0 || keys.length > MAX_ITEMS_PER_REQUEST) return undefined;
+  const pairs: Array<KeyAhead | undefined> = [];
+  for (const key of keys as Partial<PrivateKeyParams>[]) {
+    try {
+      pairs.push({ curve: key.curve!, pair: generateKeyPair(key.curve!) });
+    } catch {
+      pairs.push(undefined); // execute generates it again and says what is wrong
+    }
+    await new Promise<void>((resolve) => setImmediate(resolve));
+  }
+  return new InMemoryOnly(pairs);
+}
+
+/** Creates private keys: fresh ones (`ahead`, generated before the lock, where they are of the curve
+ * asked), or — for an import — the one key pair `supplied`. */
+export async function createPrivateKeys(
+  ctx: ActivityContext,
+  keys: PrivateKeyParams[],
+  supplied?: KeyPair,
+  ahead?: Array<KeyAhead | undefined>,
+) {
   if (keys.length === 0) throw serviceError("REQUEST_INVALID", "privateKeys must list at least one key");
   requireAtMost(keys, "privateKeys");
   const created: { privateKeyId: string; addresses: StoredAddress[] }[] = [];
@@ -124,7 +157,8 @@ export async function createPrivateKeys(ctx: ActivityContext, keys: PrivateKeyPa
         throw serviceError("PRIVATE_KEY_TAG_NOT_FOUND", `${where}.privateKeyTags: private key tag ${missing} not found`);
     }
     const formats = distinct(key.addressFormats, `${where}.addressFormats`) as AddressFormat[];
-    const pair = supplied ?? generateKeyPair(key.curve);
+    const made = ahead?.[i];
+    const pair = supplied ?? (made?.curve === key.curve ? made.pair : generateKeyPair(key.curve));
     const addresses = formats.map((format) => {
       try {
         return { format, address: address(key.curve, format, pair.publicKey) };
@@ -177,8 +211,9 @@ export const privateKeyOperations = [
     summary: "Generate private keys (sealed at rest) and derive the addresses asked for.",
     resource: "PRIVATE_KEY",
     action: "CREATE",
-    async execute(ctx, p, type) {
-      const created = await createPrivateKeys(ctx, p.privateKeys);
+    precheck: async (p) => ({ keys: await keysAhead(p.privateKeys) }),
+    async execute(ctx, p, type, prepared) {
+      const created = await createPrivateKeys(ctx, p.privateKeys, undefined, prepared.keys?.value);
       // The first version answered with ids only; V2 with each key's addresses.
       return type === ActivityTypes.ACTIVITY_TYPE_CREATE_PRIVATE_KEYS
         ? { privateKeyIds: created.map((c) => c.privateKeyId) }

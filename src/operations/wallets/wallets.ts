@@ -9,6 +9,8 @@ import {
   generateMnemonic,
   HdKeyTree,
   mnemonicToSeed,
+  mnemonicToSeedAsync,
+  bip39SeedAsync,
   type KeyPair,
   type MnemonicLanguage,
   type MnemonicLength,
@@ -187,9 +189,12 @@ async function deriveAccounts(
   accounts: WalletAccountParams[],
   persist: boolean,
   ahead?: DerivedAccounts,
+  newWallet = false,
 ): Promise<string[]> {
   const addresses: string[] = [];
   let tree: HdKeyTree | undefined;
+  // A wallet created in this activity has only the accounts stored below: they are known without a statement.
+  const stored = new Set<string>();
   for (const [i, account] of accounts.entries()) {
     const where = `accounts[${i}]`;
     if (account.pathFormat !== "PATH_FORMAT_BIP32") throw serviceError("REQUEST_INVALID", `${where}.pathFormat must be PATH_FORMAT_BIP32`);
@@ -202,14 +207,18 @@ async function deriveAccounts(
     const { publicKey, privateKey, address: accountAddress } = derived;
     addresses.push(accountAddress);
     if (!persist) continue;
-    const existing = await ctx.trx
-      .selectFrom("wallet_accounts")
-      .select("id")
-      .where("wallet_id", "=", wallet.id)
-      .where("curve", "=", account.curve)
-      .where("path", "=", account.path)
-      .where("address_format", "=", account.addressFormat)
-      .executeTakeFirst();
+    if (stored.has(accountKey(account))) continue;
+    stored.add(accountKey(account));
+    const existing =
+      !newWallet &&
+      (await ctx.trx
+        .selectFrom("wallet_accounts")
+        .select("id")
+        .where("wallet_id", "=", wallet.id)
+        .where("curve", "=", account.curve)
+        .where("path", "=", account.path)
+        .where("address_format", "=", account.addressFormat)
+        .executeTakeFirst());
     if (existing) continue;
     const id = newId();
     await ctx.trx
@@ -261,7 +270,7 @@ async function accountsAhead(
   if (!wallet) return {};
   let seed: Uint8Array;
   try {
-    seed = walletSeed(env.keyring, wallet);
+    seed = await mnemonicToSeedAsync(env.keyring.open(wallet.sealed_mnemonic, mnemonicIdentity(wallet)).toString("utf8"));
   } catch {
     return {}; // execute opens it again and fails as it should
   }
@@ -280,7 +289,15 @@ export async function walletAhead(p: Partial<NewWalletParams> | undefined): Prom
   const words = p?.mnemonicLength ?? 12;
   if (!p || !derivable(p.accounts) || !MNEMONIC_LENGTHS.includes(words)) return undefined;
   const mnemonic = generateMnemonic(words as MnemonicLength);
-  return new InMemoryOnly({ mnemonic, accounts: await deriveAhead(mnemonicToSeed(mnemonic), p.accounts) });
+  // Just generated: valid and normalized, so its seed is hashed without checking it again.
+  return new InMemoryOnly({ mnemonic, accounts: await deriveAhead(await bip39SeedAsync(mnemonic), p.accounts) });
+}
+
+/** An imported wallet's accounts derived before the lock, from the mnemonic an import's precheck
+ * opened (imports.ts); execute uses them only for the same mnemonic. */
+export async function importedWalletAhead(mnemonic: string, accounts: unknown): Promise<InMemoryOnly<WalletAhead> | undefined> {
+  if (!derivable(accounts)) return undefined;
+  return new InMemoryOnly({ mnemonic, accounts: await deriveAhead(await mnemonicToSeedAsync(mnemonic), accounts) });
 }
 
 const MNEMONIC_LENGTHS = [12, 15, 18, 21, 24];
@@ -305,16 +322,25 @@ export async function createWallet(
   field = "",
   imported?: { mnemonic: string; language: MnemonicLanguage },
   ahead?: WalletAhead,
+  inNewOrganization = false,
 ): Promise<{ walletId: string; addresses: string[] }> {
   const name = requireName(p.walletName, `${field}walletName`);
   requireAtMost(p.accounts, `${field}accounts`);
   const words = p.mnemonicLength ?? 12;
   if (!imported && !MNEMONIC_LENGTHS.includes(words))
     throw serviceError("REQUEST_INVALID", `${field}mnemonicLength must be one of ${MNEMONIC_LENGTHS.join(", ")}, got ${words}`);
-  await requireUniqueWalletName(ctx, name);
+  // An organization created in this very activity has no wallet yet to share the name.
+  if (!inNewOrganization) await requireUniqueWalletName(ctx, name);
   const language: MnemonicLanguage = imported?.language ?? "MNEMONIC_LANGUAGE_ENGLISH";
-  // A mnemonic made ahead (walletAhead) is English and of the length asked, like one made here.
-  const fresh = !imported && ahead?.mnemonic.split(" ").length === words ? ahead : undefined;
+  // A mnemonic made ahead (walletAhead) is English and of the length asked, like one made here; one
+  // opened ahead (an import's precheck) is used only when it is the very one execute opened.
+  const fresh = imported
+    ? ahead?.mnemonic === imported.mnemonic
+      ? ahead
+      : undefined
+    : ahead?.mnemonic.split(" ").length === words
+      ? ahead
+      : undefined;
   const mnemonic = imported?.mnemonic ?? fresh?.mnemonic ?? generateMnemonic(words as MnemonicLength, language);
   const id = newId();
   const row: WalletsTable = {
@@ -329,7 +355,7 @@ export async function createWallet(
     updated_at: ctx.now,
   };
   await ctx.trx.insertInto("wallets").values(row).execute();
-  const addresses = await deriveAccounts(ctx, row, () => mnemonicToSeed(mnemonic), p.accounts, true, fresh?.accounts);
+  const addresses = await deriveAccounts(ctx, row, () => mnemonicToSeed(mnemonic), p.accounts, true, fresh?.accounts, true);
   return { walletId: id, addresses };
 }
 
