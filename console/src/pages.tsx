@@ -313,6 +313,16 @@ interface WebhookDelivery {
 }
 
 const DELIVERY_STATUSES = ["pending", "delivered", "failed", "cancelled"];
+
+/** A time in a narrow column: the date and the time of day each kept whole. */
+function Time({ at }: { at: { seconds?: string } }) {
+  const [date, ...time] = when(at).split(" ");
+  return (
+    <span>
+      <span class="nowrap">{date}</span> <span class="nowrap">{time.join(" ")}</span>
+    </span>
+  );
+}
 const DELIVERIES_PAGE = 20;
 
 /** The endpoints, and the delivery log (list_webhook_deliveries, a query of Sigil's own) newest first, a
@@ -410,17 +420,24 @@ export function Webhooks({ session, route }: { session: Session; route: Route })
               <tbody>
                 {deliveries.map((d) => (
                   <tr key={d.deliveryId}>
-                    <td data-label="Created">{when(d.createdAt)}</td>
+                    <td data-label="Created">
+                      <Time at={d.createdAt} />
+                    </td>
                     <td data-label="Event">
-                      {d.eventType}{" "}
-                      {d.eventOrganizationId === session.organizationId ? (
-                        <a href={href(`activities/${d.activityId}`)}>activity</a>
-                      ) : (
-                        <span class="muted">sub-organization {d.eventOrganizationId}</span>
-                      )}
+                      <div>
+                        {d.eventType}{" "}
+                        {d.eventOrganizationId === session.organizationId ? (
+                          <a href={href(`activities/${d.activityId}`)}>activity</a>
+                        ) : (
+                          <span class="muted">sub-organization {d.eventOrganizationId}</span>
+                        )}
+                      </div>
                     </td>
                     <td data-label="Endpoint">
-                      {d.endpointId ? (names.get(d.endpointId) ?? d.endpointId) : "webhook feature"} <code class="key">{d.url}</code>
+                      <div>
+                        {d.endpointId ? (names.get(d.endpointId) ?? d.endpointId) : "webhook feature"}
+                        <code class="key url">{d.url}</code>
+                      </div>
                     </td>
                     <td data-label="Status">
                       <span class={`status ${d.status}`}>{d.status}</span>
@@ -430,7 +447,13 @@ export function Webhooks({ session, route }: { session: Session; route: Route })
                       {[d.lastStatusCode ?? "", d.lastError ?? ""].filter((x) => x !== "").join(": ") || "none yet"}
                     </td>
                     <td data-label="Delivered or next attempt">
-                      {d.deliveredAt ? when(d.deliveredAt) : d.nextAttemptAt ? `next ${when(d.nextAttemptAt)}` : ""}
+                      {d.deliveredAt ? (
+                        <Time at={d.deliveredAt} />
+                      ) : d.nextAttemptAt ? (
+                        <span>
+                          next <Time at={d.nextAttemptAt} />
+                        </span>
+                      ) : null}
                     </td>
                   </tr>
                 ))}
