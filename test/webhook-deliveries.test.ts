@@ -197,8 +197,13 @@ describe("list_webhook_deliveries", () => {
     for (const status of ["DELIVERED", "sent", "", "delivered "]) {
       const refused = await refusal({ status });
       expect(refused.errorCode, status).toBe("REQUEST_INVALID");
-      expect(refused.message, status).toContain("status");
+      expect(refused.message, status).toContain('field "status"');
+      expect(refused.message, status).toContain("pending, delivered, failed, cancelled");
     }
+    expect(await refusal({ endpointId: "" })).toMatchObject({
+      errorCode: "REQUEST_INVALID",
+      message: expect.stringContaining('field "endpointId"'),
+    });
     for (const limit of ["0", "101", "ten", "-1", "1.5"]) {
       expect(await refusal({ paginationOptions: { limit } }), limit).toEqual({
         message: `paginationOptions.limit must be between 1 and 100, got "${limit}"`,
