@@ -1,7 +1,10 @@
 // `npm run screenshots`: the web console's pages at 1280 and 390 px wide, written to docs/console/
-// and shown in docs/console.md. A server on a throwaway SQLite database (its webhook endpoint on
-// loopback, where nothing listens, so that no delivery leaves the machine), an example organization made
-// through the official client, Debian's Chromium (test/helpers/console-browser.ts) signed in with API keys.
+// and shown in docs/console.md. A server on a throwaway SQLite database (its webhook endpoints on
+// loopback: one a receiver this script runs, one where nothing listens, so that no delivery leaves the
+// machine and the log shows both outcomes), an example organization made through the official client,
+// Debian's Chromium (test/helpers/console-browser.ts) signed in with API keys.
+import http from "node:http";
+import type net from "node:net";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -17,6 +20,14 @@ import { SoftwarePasskey } from "../test/helpers/passkey.js";
 
 const OUT = path.resolve("docs/console");
 const WIDTHS = [1280, 390];
+
+// The receiver of the example's "payments app" endpoint: takes every delivery.
+const hook = http.createServer((request, response) => {
+  request.resume();
+  request.on("end", () => response.writeHead(200).end());
+});
+await new Promise<void>((resolve) => hook.listen(0, "127.0.0.1", resolve));
+const hookUrl = `http://127.0.0.1:${(hook.address() as net.AddressInfo).port}/payments/sigil-events`;
 
 const dataDir = mkdtempSync(path.join(os.tmpdir(), "sigil-screenshots-"));
 const config = loadConfig({ SIGIL_LOG_LEVEL: "warn", SIGIL_WEBHOOK_ALLOW_LOOPBACK: "true" }, { host: "127.0.0.1", dataDir });
@@ -98,6 +109,7 @@ try {
       { privateKeyName: "hot signer", curve: "CURVE_SECP256K1", addressFormats: ["ADDRESS_FORMAT_ETHEREUM"], privateKeyTags: [] },
     ],
   });
+  await root.createWebhookEndpoint({ url: hookUrl, name: "payments app", subscriptions: [{ eventType: "ACTIVITY_UPDATES" }] });
   await root.createWebhookEndpoint({
     url: "http://127.0.0.1:9/acme/audit-feed",
     name: "audit feed",
@@ -116,6 +128,18 @@ try {
     ],
   });
   const pending = await sdk(org.organizationId, aliceKey).createWallet({ walletName: "payroll", accounts: [] });
+  // Until the receiver has taken every event it is owed (the audit feed's stay pending, retried).
+  for (let waited = 0; ; waited += 50) {
+    const owed = await server.store.db
+      .selectFrom("webhook_deliveries")
+      .select("id")
+      .where("url", "=", hookUrl)
+      .where("status", "=", "pending")
+      .execute();
+    if (owed.length === 0) break;
+    if (waited > 20_000) throw new Error("the example's webhook receiver was not sent its deliveries");
+    await new Promise((r) => setTimeout(r, 50));
+  }
 
   mkdirSync(OUT, { recursive: true });
   for (const width of WIDTHS) {
@@ -159,6 +183,8 @@ try {
     await open("#/sub-organizations", "Sub-organizations");
     await shot("sub-organizations");
     await open("#/webhooks", "Webhooks");
+    await page.getByRole("table", { name: "Recent deliveries" }).waitFor();
+    await page.getByRole("heading", { name: "audit feed" }).evaluate((card) => card.scrollIntoView());
     await shot("webhooks");
     await open("#/organization", "Organization");
     await page.getByRole("heading", { name: "Root quorum" }).waitFor();
@@ -170,6 +196,7 @@ try {
 } finally {
   await browser.close();
   await server.close();
+  hook.close();
   rmSync(dataDir, { recursive: true, force: true });
 }
 

@@ -10,6 +10,7 @@ import Fastify from "fastify";
 import { CONSOLE_CSP, serveConsole } from "../src/http/console.js";
 import { freePort, newKeyPair, signedRequest, startHarness, type Harness } from "./helpers/harness.js";
 import { fastPoller, organizationWith } from "./helpers/organizations.js";
+import { receiver, until } from "./helpers/webhook-receiver.js";
 import {
   consolePage,
   launchChromium,
@@ -30,7 +31,14 @@ beforeAll(async () => {
   const port = await freePort();
   consoleUrl = `http://localhost:${port}/console`;
   [h, browser] = await Promise.all([
-    startHarness({ SIGIL_PORT: String(port), SIGIL_WEBAUTHN_RP_IDS: "localhost", SIGIL_WEBAUTHN_ORIGINS: `http://localhost:${port}` }),
+    startHarness({
+      SIGIL_PORT: String(port),
+      SIGIL_WEBAUTHN_RP_IDS: "localhost",
+      SIGIL_WEBAUTHN_ORIGINS: `http://localhost:${port}`,
+      // The webhooks page's deliveries go to receivers on this machine, promptly.
+      SIGIL_WEBHOOK_ALLOW_LOOPBACK: "true",
+      SIGIL_WEBHOOK_POLL_MS: "50",
+    }),
     launchChromium(),
   ]);
 });
@@ -356,6 +364,89 @@ describe("policies", () => {
     await page.getByRole("button", { name: "Delete wallets need two" }).click();
     await page.getByRole("button", { name: "Delete wallets need two for good" }).click();
     await expect.poll(async () => (await root.getPolicies({})).policies.length).toBe(0);
+  });
+});
+
+describe("webhooks", () => {
+  it("shows real deliveries to receivers on loopback, newest first, paged, by endpoint and status", async () => {
+    const org = await h.organization("Hooks");
+    const root = h.sdk(org, org.key, fastPoller);
+    const [good, refusing] = await Promise.all([receiver(), receiver()]);
+    refusing.answers.push(...Array.from({ length: 20 }, () => 404));
+    try {
+      const { endpointId: goodId } = await root.createWebhookEndpoint({
+        url: good.url,
+        name: "audit feed",
+        subscriptions: [{ eventType: "ACTIVITY_UPDATES" }],
+      });
+      const { endpointId: refusingId } = await root.createWebhookEndpoint({
+        url: refusing.url,
+        name: "old receiver",
+        subscriptions: [{ eventType: "ACTIVITY_UPDATES" }],
+      });
+      const tags: string[] = [];
+      for (let i = 0; i < 11; i++) tags.push((await root.createUserTag({ userTagName: `hooked ${i}`, userIds: [] })).activity.id);
+      // 13 events to the feed (both endpoints' creations, 11 tags), 12 to the old receiver (its own creation, 11 tags): 25.
+      await until("every delivery made", async () => {
+        const rows = await h.server.store.db
+          .selectFrom("webhook_deliveries")
+          .select("status")
+          .where("organization_id", "=", org.organizationId)
+          .execute();
+        return rows.length === 25 && rows.every((r) => r.status !== "pending");
+      });
+      expect(good.received).toHaveLength(13);
+
+      const page = await newPage();
+      await signInWithApiKey(page, consoleUrl, org.organizationId, org.key);
+      await expect.poll(() => heading(page).textContent()).toBe("Activities");
+      await nav(page, "Webhooks").click();
+      const table = page.getByRole("table", { name: "Recent deliveries" });
+      const rows = table.locator("tbody tr");
+      const column = (n: number) => rows.locator(`td:nth-child(${n})`).allTextContents();
+      await expect.poll(() => rows.count()).toBe(20);
+      await expectAccessible(page);
+      // The newest: the last tag's deliveries, one to each endpoint, linking to the activity.
+      const newest = rows.first();
+      expect(await newest.getByRole("link", { name: "activity" }).getAttribute("href")).toBe(`#/activities/${tags[10]}`);
+      const firstPage = await table.getByRole("link", { name: "activity" }).evaluateAll((a) => a.map((x) => x.getAttribute("href")));
+      expect(firstPage.slice(0, 2)).toEqual([`#/activities/${tags[10]}`, `#/activities/${tags[10]}`]);
+      expect(new Set(await column(4))).toEqual(new Set(["delivered", "failed"]));
+      const feedRow = rows.filter({ hasText: "audit feed" }).first();
+      expect(await feedRow.locator("td:nth-child(4)").textContent()).toBe("delivered");
+      expect(await feedRow.locator("td:nth-child(6)").textContent()).toBe("200");
+      const oldRow = rows.filter({ hasText: "old receiver" }).first();
+      expect(await oldRow.locator("td:nth-child(6)").textContent()).toBe("404: the receiver answered 404");
+
+      // Readable at 390 px too: one card per delivery, nothing wider than the screen.
+      await page.setViewportSize({ width: 390, height: 900 });
+      expect(await page.evaluate(() => document.documentElement.scrollWidth)).toBeLessThanOrEqual(390);
+      await expectAccessible(page);
+      await page.setViewportSize({ width: 1280, height: 900 });
+
+      await page.getByRole("link", { name: "Older" }).click();
+      await expect.poll(() => rows.count()).toBe(5);
+      expect(await page.getByRole("link", { name: "Older" }).count()).toBe(0);
+      await page.getByRole("link", { name: "Newer" }).click();
+      await expect
+        .poll(() => table.getByRole("link", { name: "activity" }).evaluateAll((a) => a.map((x) => x.getAttribute("href"))))
+        .toEqual(firstPage);
+
+      // One endpoint's failed deliveries, from its card's link and the filters.
+      await page.getByRole("link", { name: "Deliveries to old receiver" }).click();
+      await expect.poll(() => rows.count()).toBe(12);
+      expect(page.url()).toContain(`endpoint=${refusingId}`);
+      await page.getByLabel("Delivery status").selectOption("delivered");
+      await page.getByRole("button", { name: "Show" }).click();
+      await expect.poll(() => page.getByText("No delivery.").count()).toBe(1);
+      await page.getByLabel("Endpoint").selectOption(goodId);
+      await page.getByRole("button", { name: "Show" }).click();
+      await expect.poll(() => rows.count()).toBe(13);
+      expect(new Set(await column(4))).toEqual(new Set(["delivered"]));
+      await expectAccessible(page);
+    } finally {
+      await Promise.all([good.close(), refusing.close()]);
+    }
   });
 });
 

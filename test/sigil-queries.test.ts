@@ -1,6 +1,6 @@
 // Queries of Sigil's own (defineSigilQuery): served under /sigil/v1/query/, never at a path the product's
 // API has or may add; each declares the JSON Schema of its body. The queries themselves are tested with
-// their features (the transparency log, policy dry-runs); this file holds the declaration's rules.
+// their features (the transparency log, policy dry-runs, the webhook delivery log); this file holds the declaration's rules.
 import { describe, expect, it } from "vitest";
 import { defineSigilQuery, queryPath, OWN_QUERY_PREFIX, type OwnQuerySchema } from "../src/registry/registry.js";
 import { queryOperations } from "../src/operations/catalog.js";

@@ -171,7 +171,7 @@ function Content({ session, route }: { session: Session; route: Route }) {
     case "sub-organizations":
       return <SubOrganizations session={session} route={route} />;
     case "webhooks":
-      return <Webhooks session={session} />;
+      return <Webhooks session={session} route={route} />;
     case "organization":
       return <Organization session={session} />;
     default:

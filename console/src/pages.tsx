@@ -1,7 +1,8 @@
 // The organization's resources: users, wallets, private keys, sub-organizations, webhooks and the
-// organization itself. Lists the API pages (wallet accounts, sub-organizations) are read a page at a time.
+// organization itself. Lists the API pages (wallet accounts, sub-organizations, webhook deliveries) are
+// read a page at a time.
 import { useState } from "preact/hooks";
-import { type Session, query, registerPasskey } from "./api";
+import { type Session, post, query, registerPasskey } from "./api";
 import { ErrorMessage, Json, Loading, Page, Pager, type Route, cursorPage, href, useLoad, when } from "./ui";
 
 const PAGE_SIZE = 50;
@@ -287,25 +288,78 @@ export function SubOrganizations({ session, route }: { session: Session; route: 
   );
 }
 
-export function Webhooks({ session }: { session: Session }) {
-  const loaded = useLoad(
-    () =>
-      query<{
-        webhookEndpoints: Array<{
-          endpointId: string;
-          name: string;
-          url: string;
-          isActive: boolean;
-          subscriptions?: Array<{ eventType: string; filtersJson?: string }>;
-        }>;
-      }>(session, "list_webhook_endpoints"),
-    "webhooks",
+interface WebhookEndpoint {
+  endpointId: string;
+  name: string;
+  url: string;
+  isActive: boolean;
+  subscriptions?: Array<{ eventType: string; filtersJson?: string }>;
+}
+
+interface WebhookDelivery {
+  deliveryId: string;
+  endpointId: string | null;
+  url: string;
+  eventType: string;
+  eventOrganizationId: string;
+  activityId: string;
+  status: string;
+  attempts: number;
+  lastStatusCode: number | null;
+  lastError: string | null;
+  createdAt: { seconds?: string };
+  nextAttemptAt: { seconds?: string } | null;
+  deliveredAt: { seconds?: string } | null;
+}
+
+const DELIVERY_STATUSES = ["pending", "delivered", "failed", "cancelled"];
+
+/** A time in a narrow column: the date and the time of day each kept whole. */
+function Time({ at }: { at: { seconds?: string } }) {
+  const [date, ...time] = when(at).split(" ");
+  return (
+    <span>
+      <span class="nowrap">{date}</span> <span class="nowrap">{time.join(" ")}</span>
+    </span>
   );
+}
+const DELIVERIES_PAGE = 20;
+
+/** The endpoints, and the delivery log (list_webhook_deliveries, a query of Sigil's own) newest first, a
+ * page at a time, for every endpoint or one, in any status or one: read together, so the page shows
+ * one answer (the log names endpoints by their names). */
+export function Webhooks({ session, route }: { session: Session; route: Route }) {
+  const p = route.params;
+  const endpoint = p.get("endpoint") ?? undefined;
+  const status = p.get("status") ?? undefined;
+  const after = p.get("after") ?? undefined;
+  const before = p.get("before") ?? undefined;
+  const loaded = useLoad(async () => {
+    const [{ webhookEndpoints }, { webhookDeliveries }] = await Promise.all([
+      query<{ webhookEndpoints: WebhookEndpoint[] }>(session, "list_webhook_endpoints"),
+      post<{ webhookDeliveries: WebhookDelivery[] }>(session.stamper, "/sigil/v1/query/list_webhook_deliveries", {
+        organizationId: session.organizationId,
+        ...(endpoint ? { endpointId: endpoint } : {}),
+        ...(status ? { status } : {}),
+        paginationOptions: { limit: String(DELIVERIES_PAGE + 1), ...(after ? { after } : {}), ...(before ? { before } : {}) },
+      }),
+    ]);
+    return { endpoints: webhookEndpoints, deliveries: webhookDeliveries };
+  }, `webhooks?${p.toString()}`);
+  const endpoints = loaded.data?.endpoints ?? [];
+  const { page: deliveries, back, forward } = cursorPage(loaded.data?.deliveries ?? [], { after, before }, DELIVERIES_PAGE);
+  const names = new Map(endpoints.map((e) => [e.endpointId, e.name]));
+  const filters = { endpoint, status };
+  const onFilter = (event: Event) => {
+    event.preventDefault();
+    const form = new FormData(event.currentTarget as HTMLFormElement);
+    location.hash = href("webhooks", Object.fromEntries([...form.entries()].map(([k, v]) => [k, String(v)])));
+  };
   return (
     <Page title="Webhooks">
       <Loading loaded={loaded} />
-      {loaded.data && loaded.data.webhookEndpoints.length === 0 ? <p>No webhook endpoint.</p> : null}
-      {loaded.data?.webhookEndpoints.map((w) => (
+      {loaded.data && endpoints.length === 0 ? <p>No webhook endpoint.</p> : null}
+      {endpoints.map((w) => (
         <article class="card" key={w.endpointId} aria-labelledby={`hook-${w.endpointId}`}>
           <h2 id={`hook-${w.endpointId}`}>{w.name}</h2>
           <dl class="facts">
@@ -318,8 +372,103 @@ export function Webhooks({ session }: { session: Session }) {
             <dt>Events</dt>
             <dd>{(w.subscriptions ?? []).map((s) => s.eventType).join(", ") || "none"}</dd>
           </dl>
+          <a href={href("webhooks", { endpoint: w.endpointId })}>Deliveries to {w.name}</a>
         </article>
       ))}
+      <section aria-labelledby="deliveries-title">
+        <h2 id="deliveries-title">Recent deliveries</h2>
+        <form class="filters" onSubmit={onFilter} aria-label="Filter deliveries">
+          <label>
+            Endpoint
+            <select name="endpoint" value={endpoint ?? ""}>
+              <option value="">All</option>
+              {endpoints.map((e) => (
+                <option value={e.endpointId} key={e.endpointId}>
+                  {e.name}
+                </option>
+              ))}
+            </select>
+          </label>
+          <label>
+            Delivery status
+            <select name="status" value={status ?? ""}>
+              <option value="">Any</option>
+              {DELIVERY_STATUSES.map((s) => (
+                <option value={s} key={s}>
+                  {s}
+                </option>
+              ))}
+            </select>
+          </label>
+          <button type="submit">Show</button>
+        </form>
+        {loaded.data && deliveries.length === 0 ? <p>No delivery.</p> : null}
+        {deliveries.length ? (
+          <div class="scroll">
+            <table class="stack" aria-labelledby="deliveries-title">
+              <thead>
+                <tr>
+                  <th scope="col">Created</th>
+                  <th scope="col">Event</th>
+                  <th scope="col">Endpoint</th>
+                  <th scope="col">Status</th>
+                  <th scope="col">Attempts</th>
+                  <th scope="col">Last answer</th>
+                  <th scope="col">Delivered or next attempt</th>
+                </tr>
+              </thead>
+              <tbody>
+                {deliveries.map((d) => (
+                  <tr key={d.deliveryId}>
+                    <td data-label="Created">
+                      <Time at={d.createdAt} />
+                    </td>
+                    <td data-label="Event">
+                      <div>
+                        {d.eventType}{" "}
+                        {d.eventOrganizationId === session.organizationId ? (
+                          <a href={href(`activities/${d.activityId}`)}>activity</a>
+                        ) : (
+                          <span class="muted">sub-organization {d.eventOrganizationId}</span>
+                        )}
+                      </div>
+                    </td>
+                    <td data-label="Endpoint">
+                      <div>
+                        {d.endpointId ? (names.get(d.endpointId) ?? d.endpointId) : "webhook feature"}
+                        <code class="key url">{d.url}</code>
+                      </div>
+                    </td>
+                    <td data-label="Status">
+                      <span class={`status ${d.status}`}>{d.status}</span>
+                    </td>
+                    <td data-label="Attempts">{d.attempts}</td>
+                    <td data-label="Last answer">
+                      {[d.lastStatusCode ?? "", d.lastError ?? ""].filter((x) => x !== "").join(": ") || "none yet"}
+                    </td>
+                    <td data-label="Delivered or next attempt">
+                      {d.deliveredAt ? (
+                        <Time at={d.deliveredAt} />
+                      ) : d.nextAttemptAt ? (
+                        <span>
+                          next <Time at={d.nextAttemptAt} />
+                        </span>
+                      ) : null}
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </div>
+        ) : null}
+        <Pager
+          names={["Newer", "Older"]}
+          back={back && deliveries.length ? href("webhooks", { ...filters, before: deliveries[0].deliveryId }) : undefined}
+          forward={
+            forward && deliveries.length ? href("webhooks", { ...filters, after: deliveries[deliveries.length - 1].deliveryId }) : undefined
+          }
+        />
+      </section>
     </Page>
   );
 }

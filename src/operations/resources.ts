@@ -255,7 +255,7 @@ function keysetPage(cursor: { created_at: number; id: string } | undefined, side
 export interface PagedList {
   newestFirst: boolean;
   /** Where the list's rows are, for the cursor: a row of `table` whose `scope` column is `owner`. */
-  table: "activities" | "wallet_accounts" | "organizations" | "email_events" | "secrets";
+  table: "activities" | "wallet_accounts" | "organizations" | "email_events" | "secrets" | "webhook_deliveries";
   scope: "organization_id" | "parent_organization_id";
   owner: string;
   /** What a cursor must name, for the refusal of one that does not: "an activity of this organization". */

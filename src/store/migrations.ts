@@ -931,6 +931,32 @@ const tokenDataKey: Migration = {
   },
 };
 
+/** The webhook delivery log as list_webhook_deliveries reads it, newest first, a page at a time: for an
+ * organization in one state (the failed ones, say, among many delivered), for one endpoint, and for an
+ * endpoint in one state, each by an index in that order, so a page costs its own rows, not the log's.
+ * The endpoint's index by state takes the place of the one without the order, which served only the
+ * pending deliveries a deleted endpoint cancels: it still does. */
+const webhookDeliveryLists: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .createIndex("webhook_deliveries_by_organization_status")
+      .on("webhook_deliveries")
+      .columns(["organization_id", "status", "created_at", "id"])
+      .execute();
+    await db.schema
+      .createIndex("webhook_deliveries_by_endpoint_time")
+      .on("webhook_deliveries")
+      .columns(["endpoint_id", "created_at", "id"])
+      .execute();
+    await db.schema.dropIndex("webhook_deliveries_by_endpoint").execute();
+    await db.schema
+      .createIndex("webhook_deliveries_by_endpoint")
+      .on("webhook_deliveries")
+      .columns(["endpoint_id", "status", "created_at", "id"])
+      .execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -957,6 +983,7 @@ export const migrations: Record<string, Migration> = {
   "0023_activity_request_ids": activityRequestIds,
   "0024_waiting_activities": waitingActivities,
   "0026_token_data_key": tokenDataKey,
+  "0027_webhook_delivery_lists": webhookDeliveryLists,
 };
 
 export const migrationProvider: MigrationProvider = {

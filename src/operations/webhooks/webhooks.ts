@@ -6,9 +6,9 @@ import { sql } from "kysely";
 import { serviceError } from "../../errors.js";
 import type { Db, Tx } from "../../store/handles.js";
 import { prepare, readOf, type Read, type Slots } from "../../store/prepared.js";
-import type { ActivitiesTable, WebhookEndpointsTable } from "../../store/schema.js";
-import { defineActivity, defineQuery, type ParametersOf } from "../../registry/registry.js";
-import { requireAtMost } from "../resources.js";
+import type { ActivitiesTable, WebhookDeliveriesTable, WebhookEndpointsTable } from "../../store/schema.js";
+import { defineActivity, defineQuery, defineSigilQuery, type ParametersOf } from "../../registry/registry.js";
+import { readPage, requireAtMost, timestamp, type Pagination } from "../resources.js";
 import { newId } from "../../store/ids.js";
 import { writeDeliveries } from "../../services/webhook-outbox.js";
 import { SEND_TRANSACTION_STATUS_UPDATES } from "../../services/send-status-events.js";
@@ -141,6 +141,16 @@ export async function enqueueActivityEvent(trx: Tx, activity: ActivitiesTable, r
   return destinations.length;
 }
 
+/** What a delivery may be in: waiting to be sent (or retried), sent, given up on, or cancelled. */
+const DELIVERY_STATUSES = ["pending", "delivered", "failed", "cancelled"];
+
+interface ListWebhookDeliveriesBody {
+  organizationId: string;
+  endpointId?: string;
+  status?: string;
+  paginationOptions?: Pagination;
+}
+
 export const webhookOperations = [
   defineActivity({
     name: "create_webhook_endpoint",
@@ -234,7 +244,74 @@ export const webhookOperations = [
       return { webhookEndpoints: await Promise.all(rows.map((row) => renderEndpoint(ctx.db, row))) };
     },
   }),
+
+  defineSigilQuery<ListWebhookDeliveriesBody>({
+    name: "list_webhook_deliveries",
+    summary:
+      "The organization's webhook deliveries, newest first (all its endpoints and its FEATURE_NAME_WEBHOOK URL, or one endpoint's; " +
+      "optionally in one status): event, activity, URL without its query, status, attempts, the last answer or error, times; never the body.",
+    schema: {
+      type: "object",
+      required: ["organizationId"],
+      properties: {
+        organizationId: { type: "string" },
+        endpointId: { type: "string", minLength: 1, description: "only the deliveries to this endpoint of the organization" },
+        status: { type: "string", enum: DELIVERY_STATUSES, description: "only the deliveries in this status" },
+        paginationOptions: {
+          type: "object",
+          properties: {
+            limit: { type: "string", description: "how many, 1 to 100 (10 when absent)" },
+            before: { type: "string", description: "a delivery id: the page of newer deliveries before it" },
+            after: { type: "string", description: "a delivery id: the page of older deliveries after it" },
+          },
+          additionalProperties: false,
+        },
+      },
+      additionalProperties: false,
+    },
+    async run(ctx, body) {
+      // The receiving organization's deliveries, as list_webhook_endpoints lists its endpoints: a
+      // sub-organization's activities that went to its parent's endpoints are the parent's deliveries.
+      let query = ctx.db.selectFrom("webhook_deliveries").selectAll().where("organization_id", "=", ctx.organizationId);
+      if (body.endpointId !== undefined) {
+        await requireEndpoint(ctx.db, ctx.organizationId, body.endpointId);
+        query = query.where("endpoint_id", "=", body.endpointId);
+      }
+      if (body.status !== undefined) query = query.where("status", "=", body.status);
+      const rows = await readPage(ctx.db, query, body.paginationOptions, {
+        newestFirst: true,
+        table: "webhook_deliveries",
+        scope: "organization_id",
+        owner: ctx.organizationId,
+        cursorIs: "a webhook delivery of this organization",
+      });
+      return { webhookDeliveries: rows.map(renderListedDelivery) };
+    },
+  }),
 ];
+
+/** A delivery as list_webhook_deliveries answers it: what was sent where and what came of it, never
+ * the body (an activity with its intent and result), and the URL without its query, which may carry
+ * the receiver's token. An error recorded with the whole URL is shown with it redacted too. */
+function renderListedDelivery(row: WebhookDeliveriesTable) {
+  const url = redactedUrl(row.url);
+  return {
+    deliveryId: row.id,
+    endpointId: row.endpoint_id,
+    url,
+    eventType: row.event_type,
+    eventOrganizationId: row.event_organization_id,
+    activityId: row.activity_id,
+    status: row.status,
+    attempts: Number(row.attempts),
+    lastStatusCode: row.last_status_code === null ? null : Number(row.last_status_code),
+    lastError: row.last_error === null ? null : row.last_error.replaceAll(row.url, url),
+    createdAt: timestamp(Number(row.created_at)),
+    updatedAt: timestamp(Number(row.updated_at)),
+    nextAttemptAt: row.status === "pending" ? timestamp(Number(row.next_attempt_at)) : null,
+    deliveredAt: row.delivered_at === null ? null : timestamp(Number(row.delivered_at)),
+  };
+}
 
 /** A webhook delivery as the operator's log shows it (without the body). */
 export function renderDelivery(row: {
