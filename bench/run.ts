@@ -9,9 +9,9 @@ const { runLoad } = await import("./load.js");
 await runLoad();
 // Signatures: each secp256k1 library, ed25519, and a signature inline against on a signature thread.
 await import("./signatures.js");
-// sigil policy replay on 10,000 recorded activities (docs/benchmarks.md, "Policy replay").
+// sigil policy replay on 10,000 recorded activities (docs/benchmarks.md#policy-replay).
 const { runReplayBench } = await import("./replay.js");
 await runReplayBench();
-// The web console opening a wallet of 100,000 accounts, next to one of 1,000 (docs/benchmarks.md, "Web console").
+// The web console opening a wallet of 100,000 accounts, next to one of 1,000 (docs/benchmarks.md#web-console).
 const { runConsoleBench } = await import("./console.js");
 await runConsoleBench();

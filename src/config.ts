@@ -799,7 +799,7 @@ export const settings = {
     variable: "SIGIL_DATABASE_POOL_SIZE",
     group: SERVER,
     // Each connection is a PostgreSQL backend process: a few per core of the database server serve
-    // best (docs/benchmarks.md, "Where the time goes on PostgreSQL").
+    // best (docs/benchmarks.md#prepared-statements-on-postgresql).
     kind: integer(1, 1000),
     default: 10,
     meaning:

@@ -34,6 +34,22 @@ describe("docs/metrics.md", () => {
   });
 });
 
+/** A Markdown page's heading anchors, by GitHub's rules. */
+const anchorsOf = (file: string) =>
+  new Set(
+    readFileSync(file, "utf8")
+      .split("\n")
+      .filter((line) => /^#{1,6} /.test(line))
+      .map((line) =>
+        line
+          .replace(/^#+ /, "")
+          .trim()
+          .toLowerCase()
+          .replace(/[^\p{L}\p{N} _-]/gu, "")
+          .replace(/ /g, "-"),
+      ),
+  );
+
 // Every relative link in README.md and docs/ points at a file that exists and, when it names a
 // heading (#anchor) of a Markdown page, at a heading that exists (GitHub's anchor rules).
 describe("links in README.md and docs/", () => {
@@ -43,20 +59,6 @@ describe("links in README.md and docs/", () => {
       .filter((f) => f.endsWith(".md"))
       .map((f) => `docs/${f}`),
   ];
-  const anchorsOf = (file: string) =>
-    new Set(
-      readFileSync(file, "utf8")
-        .split("\n")
-        .filter((line) => /^#{1,6} /.test(line))
-        .map((line) =>
-          line
-            .replace(/^#+ /, "")
-            .trim()
-            .toLowerCase()
-            .replace(/[^\p{L}\p{N} _-]/gu, "")
-            .replace(/ /g, "-"),
-        ),
-    );
 
   it.each(pages)("%s links only to files and headings that exist", (page) => {
     const text = readFileSync(page, "utf8").replace(/```[\s\S]*?```/g, "");
@@ -69,6 +71,25 @@ describe("links in README.md and docs/", () => {
       else if (anchor && resolved.endsWith(".md") && !anchorsOf(resolved).has(anchor))
         broken.push(`${target} (no heading #${anchor} in ${resolved})`);
     }
+    expect(broken).toEqual([]);
+  });
+});
+
+// Code and its comments cite a page's section by its anchor (`docs/benchmarks.md#statements-built-once`):
+// every such anchor names a heading of that page, by the same anchor rules as the links above.
+describe("docs/… sections cited in src/, bench/, test/ and scripts/", () => {
+  const sources = ["src", "bench", "test", "scripts"].flatMap((dir) =>
+    (readdirSync(dir, { recursive: true }) as string[]).filter((f) => /\.(ts|tsx|js|mjs)$/.test(f)).map((f) => path.join(dir, f)),
+  );
+  it("name headings that exist", () => {
+    const broken: string[] = [];
+    for (const source of sources)
+      for (const [, page, anchor] of readFileSync(source, "utf8").matchAll(/\bdocs\/([a-z0-9-]+\.md)#([a-z0-9_-]+)/g)) {
+        const file = `docs/${page}`;
+        if (!existsSync(file)) broken.push(`${source}: no file ${file}`);
+        else if (!anchorsOf(file).has(anchor!)) broken.push(`${source}: no heading #${anchor} in ${file}`);
+      }
+    expect(sources.length).toBeGreaterThan(0);
     expect(broken).toEqual([]);
   });
 });

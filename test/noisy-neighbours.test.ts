@@ -7,7 +7,7 @@
 //    wallet accounts derives them before it takes the lock (operations/wallets/wallets.ts,
 //    deriveAhead) and holds it only for its inserts.
 // The same shape of load, measured as a ratio, is the bench's noisy_neighbour scenario
-// (bench/neighbours.ts, docs/benchmarks.md).
+// (bench/neighbours.ts, docs/benchmarks.md#noisy-neighbour).
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";

@@ -2,7 +2,7 @@
 // runs (Sigil does not run it), so its choice depends on the indexes alone, not on how many rows there
 // are: a plan read on a small database is the plan of a large one. A statement that scans a table,
 // or sorts rows it found by another index, costs time in proportion to the organization's size —
-// signing with the newest of 100,000 accounts took ~9 ms that way (docs/benchmarks.md).
+// signing with the newest of 100,000 accounts took ~9 ms that way (docs/benchmarks.md#the-signer-lookups-index-and-plan).
 import { CompiledQuery } from "kysely";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, type Harness } from "./helpers/harness.js";

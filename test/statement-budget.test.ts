@@ -1,7 +1,7 @@
 // How many statements one signature sends to the database: each is a round trip on PostgreSQL (and
 // work on either database), so the count is a deterministic measure of the signing path's cost,
-// where a timing would be noise on a shared machine. docs/benchmarks.md ("Where the time goes on
-// PostgreSQL") says where each statement comes from.
+// where a timing would be noise on a shared machine. docs/benchmarks.md#statements-per-signature
+// says where each statement comes from.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, type Harness } from "./helpers/harness.js";
 import { signingOrganization, type Member } from "./helpers/organizations.js";

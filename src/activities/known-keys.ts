@@ -1,9 +1,10 @@
 // The API keys lately accepted for an organization, remembered by this process so that their next
 // signatures may be authenticated inside the activity's transaction (pipeline.ts, submit).
 //
-// On PostgreSQL every statement costs both processes CPU (docs/benchmarks.md); a signature read its
-// API key before its transaction and its credential again inside it. A key already accepted is
-// instead read once, in the statement the transaction reads ahead, under the organization's lock.
+// On PostgreSQL every statement costs both processes CPU
+// (docs/benchmarks.md#a-key-already-accepted-read-in-the-transaction); a signature read its API key
+// before its transaction and its credential again inside it. A key already accepted is instead read
+// once, in the statement the transaction reads ahead, under the organization's lock.
 // This memory decides only *where* a key is read, never whether it is accepted: a key removed or
 // expired since is refused by the read in the transaction as it would have been before it. What it
 // guards is the lock: a stamp made with a key nobody registered (anyone can make one) is refused

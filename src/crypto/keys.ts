@@ -155,8 +155,8 @@ export function verifyP256Der(publicKeyHex: string, message: Uint8Array, derSign
 /**
  * verifyP256Der on a thread of libuv's pool (node:crypto's callback form), so the event loop goes on
  * meanwhile: a P-256 verification (~70 µs) was the largest single cost of a signed request on the
- * event loop, and the other core was mostly idle (docs/benchmarks.md). Rejects what the synchronous
- * form throws on (a key not on the curve, a signature that does not decode).
+ * event loop, and the other core was mostly idle (docs/benchmarks.md#stamps-verified-off-the-event-loop).
+ * Rejects what the synchronous form throws on (a key not on the curve, a signature that does not decode).
  */
 export function verifyP256DerOffLoop(publicKeyHex: string, message: Uint8Array, derSignature: Uint8Array): Promise<boolean> {
   return verifyOnPool("sha256", message, { key: p256PublicKeyObject(publicKeyHex), dsaEncoding: "der" }, derSignature);

@@ -353,7 +353,8 @@ function openPostgres(
   };
   const pool = newPool(poolSize, false);
   // Named prepared statements: PostgreSQL parses and plans each recurring text once per connection
-  // (measured: about half of PostgreSQL's CPU per signature; docs/benchmarks.md), unless turned off.
+  // (measured: about half of PostgreSQL's CPU per signature; docs/benchmarks.md#prepared-statements-on-postgresql),
+  // unless turned off.
   const dialect = new PostgresDialect({ pool: preparingPool(pool, statements, names) });
   const db = new Kysely<Database>({ dialect });
   // Shared activities (signatures) share transactions, as on SQLite (group-commit.ts), one batch at a

@@ -7,7 +7,7 @@
 // away from it for a moment. On one pipelined connection the reads of concurrent requests are sent
 // as they come and answered in order by one backend that stays busy while there is work: measured
 // with `npm run bench`, PostgreSQL's CPU per signature fell by a quarter and the reads' throughput
-// rose (docs/benchmarks.md, "What changed (ef5c911)").
+// rose (docs/benchmarks.md#reads-outside-transactions-pipelined).
 //
 // The price: reads wait behind one another. Those Sigil makes outside transactions are indexed
 // lookups and one organization's lists; reads that must agree with each other run in a transaction

@@ -4,7 +4,7 @@
 // Kysely runs a transaction's statements one after another: each waits for the previous one's answer
 // before it is sent. A batch's members are independent of each other, so that queue only made each
 // member wait for the others' round trips — the batch connection's serial round trips were the idle
-// quarter of the server's event loop (docs/benchmarks.md, "Where the time goes (64a3ae0)").
+// quarter of the server's event loop (docs/benchmarks.md#a-batchs-statements-pipelined).
 // Here every statement is sent as soon as it is asked for (pg's pipeline mode: each statement is its
 // own extended-protocol exchange ending in Sync, answered in order).
 //

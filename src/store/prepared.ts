@@ -2,7 +2,7 @@
 //
 // Kysely builds every query as a tree of frozen nodes and compiles the tree to SQL on every call.
 // On the signing path that building and compiling cost more of the server's CPU than executing the
-// SQL did (docs/benchmarks.md, "Where the time goes"). A prepared statement is built once per
+// SQL did (docs/benchmarks.md#statements-built-once). A prepared statement is built once per
 // database dialect with *slots* in place of its values; each run puts the values into the compiled
 // parameters and executes the same SQL text — which is also what lets SQLite and PostgreSQL reuse
 // their own prepared statements (store/database.ts, store/postgres-pool.ts).
@@ -118,12 +118,13 @@ export function rowOfSlots<T>(slot: Slots<T>, columns: Record<keyof T & string, 
 }
 
 // Reading ahead: on PostgreSQL every statement is a round trip, and each costs both processes more
-// CPU than a small indexed read does (docs/benchmarks.md). Where a transaction knows, once it holds
-// its lock, several reads it will make whatever happens next — a signature's credential, root quorum,
-// signing account and webhook destinations — it sends them as one statement, each statement's rows
-// aggregated into one JSON column, and each later run of one of them with the same values in that
-// transaction is answered from those rows without a statement of its own. On SQLite a statement is a
-// function call in the same process: there is nothing to save, and nothing is read ahead.
+// CPU than a small indexed read does (docs/benchmarks.md#reads-sent-ahead-as-one-statement). Where a
+// transaction knows, once it holds its lock, several reads it will make whatever happens next — a
+// signature's credential, root quorum, signing account and webhook destinations — it sends them as
+// one statement, each statement's rows aggregated into one JSON column, and each later run of one of
+// them with the same values in that transaction is answered from those rows without a statement of
+// its own. On SQLite a statement is a function call in the same process: there is nothing to save,
+// and nothing is read ahead.
 //
 // The rows are kept for the rest of the transaction, so the caller must know they cannot change
 // before it ends: the pipeline reads ahead only for activities that hold the organization's lock

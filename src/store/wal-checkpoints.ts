@@ -4,7 +4,7 @@
 // database file — a checkpoint — from inside the commit that takes the log past 1,000 pages. That
 // commit then writes a thousand pages and syncs the file twice while the event loop waits: measured
 // under signing load (c=32), one commit in twenty took 4.7 ms instead of 0.3, 3 % of the event loop,
-// and every request in flight waited with it (docs/benchmarks.md, "What changed (64a3ae0)").
+// and every request in flight waited with it (docs/benchmarks.md#sqlite-checkpoints-on-a-thread-of-their-own).
 //
 // Here the writer's own checkpoints are moved out of the way (its threshold raised to a safety net),
 // and a worker thread with a connection of its own runs a PASSIVE checkpoint at most every
