@@ -967,7 +967,17 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
   }
   if (neighbours.length > 1) lines.push(...align(neighbours), "");
   const cost: string[][] = [
-    ["metrics_cost: sign_raw_payload", "backend", "c", "on req/s", "off req/s", "on ÷ off", "on ÷ on", "off ÷ off", "on / off server µs/req"],
+    [
+      "metrics_cost: sign_raw_payload",
+      "backend",
+      "c",
+      "on req/s",
+      "off req/s",
+      "on ÷ off",
+      "on ÷ on",
+      "off ÷ off",
+      "on / off server µs/req",
+    ],
   ];
   for (const run of summary.backends) {
     const mc = run.metrics_cost;
