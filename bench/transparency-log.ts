@@ -1,11 +1,13 @@
 // The transparency log's costs (docs/benchmarks.md#the-transparency-log), as ratios measured in the
 // same run where a ratio is the question:
-//  - commit: an activity's transaction (the organization's lock, the activity's row) with its log
-//    entry appended over the same transaction without it, alternating the two; one at a time
-//    (exclusive, as most activities) and 32 at once (shared, as signatures, in batches);
-//  - a log of BENCH_LOG_ENTRIES entries (default 1,000,000; its activities and log rows written
-//    directly, as appends would leave them): `sigil audit verify`'s check of the whole log, and an
-//    inclusion proof read (the rows get_inclusion_proof reads), against reading the activity itself.
+//  - commit: an activity's transaction (the organization's lock, the activity's row) while the log's
+//    sequencer (services/log-sequencer.ts) appends each committed activity, as a server's does, over
+//    the same transactions with no sequencer, alternating the two; one at a time (exclusive, as most
+//    activities) and 32 at once (shared, as signatures, in batches);
+//  - a log of BENCH_LOG_ENTRIES entries (default 1,000,000; its activities written directly, then
+//    appended by the sequencer's transactions: their rate is measured): `sigil audit verify`'s check
+//    of the whole log, and an inclusion proof read (the rows get_inclusion_proof reads), against
+//    reading the activity itself.
 // SQLite always; PostgreSQL on a fresh database when BENCH_DATABASE_URL or TEST_DATABASE_URL is set.
 //   node --import tsx bench/transparency-log.ts
 import crypto from "node:crypto";
@@ -16,16 +18,9 @@ import pg from "pg";
 import { openStore, lockOrganization, type Store } from "../src/store/database.js";
 import { createOrganization } from "../src/operations/organizations/organizations.js";
 import { insertActivity } from "../src/operations/activities/records.js";
-import {
-  appendOf,
-  appendToLog,
-  activityLeafHash,
-  emptyHeadRow,
-  headOf,
-  leafOfActivity,
-  readHead,
-  readProof,
-} from "../src/store/transparency-log.js";
+import pino from "pino";
+import { leafOfActivity, readHead, readProof, sequenceLog } from "../src/store/transparency-log.js";
+import { BATCH as SEQUENCER_BATCH, LogSequencer } from "../src/services/log-sequencer.js";
 import { planInclusion } from "../src/store/merkle.js";
 import { verifyStoredLog } from "../src/services/log-audit.js";
 import { generateP256KeyPair } from "../src/crypto/keys.js";
@@ -113,6 +108,7 @@ async function rate(
   concurrency: number,
 ) {
   const latencies: number[] = [];
+  const sequencer = withLog ? new LogSequencer(store, pino({ level: "silent" })) : null;
   const until = performance.now() + SECONDS * 1000;
   let n = 0;
   const loop = async () => {
@@ -122,14 +118,17 @@ async function rate(
       await store.transact(mode, async (trx) => {
         await lockOrganization(trx, store.dialect, organizationId, mode);
         await insertActivity(trx, row);
-        if (withLog) await appendToLog(trx, store.dialect, row, Date.now());
       });
+      sequencer?.notify();
       latencies.push(performance.now() - started);
     }
   };
   const started = performance.now();
   await Promise.all(Array.from({ length: concurrency }, loop));
-  return { perSecond: latencies.length / ((performance.now() - started) / 1000), p50Ms: median(latencies) };
+  const elapsed = performance.now() - started;
+  await sequencer?.flush();
+  await sequencer?.close();
+  return { perSecond: latencies.length / (elapsed / 1000), p50Ms: median(latencies) };
 }
 
 async function commitCost(store: Store, organizationId: string, userId: string) {
@@ -153,39 +152,32 @@ async function commitCost(store: Store, organizationId: string, userId: string) 
   return out;
 }
 
-/** An organization with ENTRIES final activities and their log, written directly (as appends leave them). */
+/** An organization with ENTRIES final activities written directly, then appended by the sequencer's
+ * transactions (as a server's sequencer would after a backlog): the rate of those is measured. */
 async function fill(store: Store, organizationId: string, userId: string) {
   const started = performance.now();
-  let head = headOf(emptyHeadRow(organizationId, Date.now()));
-  const existing = await readHead(store.db, organizationId);
-  if (existing && existing.size > 0) throw new Error("fill expects an empty log");
+  if ((await readHead(store.db, organizationId)).size > 0) throw new Error("fill expects an empty log");
   const BATCH = 500;
   let ids: string[] = [];
   for (let from = 0; from < ENTRIES; from += BATCH) {
     const rows = Array.from({ length: Math.min(BATCH, ENTRIES - from) }, (_, i) => activityRow(organizationId, userId, from + i));
-    const leaves: { organization_id: string; leaf_index: number; activity_id: string; leaf_hash: string }[] = [];
-    const nodes: { organization_id: string; level: number; node_index: number; hash: string }[] = [];
-    for (const row of rows) {
-      const { append, next } = appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), Date.now());
-      leaves.push({ organization_id: organizationId, leaf_index: append.leafIndex, activity_id: row.id, leaf_hash: append.leafHash });
-      for (const n of append.nodes) nodes.push({ organization_id: organizationId, ...n });
-      head = next;
-    }
     if (from % 100_000 < BATCH) ids = [...ids, ...rows.slice(0, 2).map((r) => r.id)];
-    await store.transact("exclusive", async (trx) => {
-      await trx.insertInto("activities").values(rows).execute();
-      await trx.insertInto("transparency_log_leaves").values(leaves).execute();
-      if (nodes.length) await trx.insertInto("transparency_log_nodes").values(nodes).execute();
-    });
+    await store.transact("exclusive", (trx) => trx.insertInto("activities").values(rows).execute());
   }
-  await store.transact("exclusive", (trx) =>
-    trx
-      .updateTable("transparency_log_heads")
-      .set({ size: head.size, root_hash: head.root.toString("hex"), frontier: head.frontier.hashes.map((h) => h.toString("hex")).join("") })
-      .where("organization_id", "=", organizationId)
-      .execute(),
-  );
-  return { seconds: round((performance.now() - started) / 1000, 1), sample: ids };
+  const sequencing = performance.now();
+  let appended = 0;
+  for (;;) {
+    const n = await store.transact("exclusive", (trx) => sequenceLog(trx, store.dialect, organizationId, SEQUENCER_BATCH, Date.now()));
+    appended += n;
+    if (n < SEQUENCER_BATCH) break;
+  }
+  const sequencingSeconds = (performance.now() - sequencing) / 1000;
+  if (appended !== ENTRIES) throw new Error(`the sequencer appended ${appended} of ${ENTRIES}`);
+  return {
+    seconds: round((performance.now() - started) / 1000, 1),
+    sequencedPerSecond: Math.round(appended / sequencingSeconds),
+    sample: ids,
+  };
 }
 
 async function atScale(store: Store, organizationId: string, userId: string) {
@@ -225,6 +217,7 @@ async function atScale(store: Store, organizationId: string, userId: string) {
   return {
     entries: ENTRIES,
     fillSeconds: filled.seconds,
+    sequencedPerSecond: filled.sequencedPerSecond,
     verifySeconds: round(verifySeconds, 1),
     inclusionProofP50Ms: round(median(proofMs), 3),
     inclusionProofMaxMs: round(Math.max(...proofMs), 3),

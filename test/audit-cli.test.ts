@@ -34,11 +34,13 @@ async function sigil(args: string[]) {
   );
 }
 
-/** An organization whose log has six entries (the users' creation and five more). */
+/** An organization whose log has six entries (the users' creation and five more), appended by the
+ * server's sequencer (flushed: it runs in the background). */
 async function organizationWithLog() {
   const { org, root } = await organizationWith(h, ["a"]);
   for (let i = 0; i < 5; i++)
     await root.createUsers({ users: [{ userName: `u${i}`, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] });
+  await h.server.logSequencer.flush();
   const leaves = await h.server.store.db
     .selectFrom("transparency_log_leaves")
     .selectAll()
@@ -65,12 +67,13 @@ describe("sigil audit verify of the live database", () => {
     // Deleted: an entry of the log removed.
     const deleted = await organizationWithLog();
     await db.deleteFrom("transparency_log_leaves").where("activity_id", "=", deleted.leaves[2]!.activity_id).execute();
-    // Inserted: an activity written into the database without its entry.
+    // Inserted: an activity written into the database without its entry, as a copy of entry 1's
+    // activity (its place in the log included).
     const inserted = await organizationWithLog();
     const copy = await db.selectFrom("activities").selectAll().where("id", "=", inserted.leaves[1]!.activity_id).executeTakeFirstOrThrow();
     await db
       .insertInto("activities")
-      .values({ ...copy, id: "forged-activity", fingerprint: "forged" })
+      .values({ ...copy, id: "forged-activity", fingerprint: "forged" } as never)
       .execute();
     // Reordered: two entries swapped.
     const reordered = await organizationWithLog();
@@ -91,7 +94,7 @@ describe("sigil audit verify of the live database", () => {
     const cases = [
       [changed, 3, changed.leaves[3]!.activity_id, "does not hash to the leaf hash of entry 3"],
       [deleted, 2, null, "entry 2 is missing from the log"],
-      [inserted, null, "forged-activity", "is ACTIVITY_STATUS_COMPLETED but is not in the log"],
+      [inserted, 1, "forged-activity", "(ACTIVITY_STATUS_COMPLETED) says it is entry 1 of the log, which records another activity there"],
       [reordered, 4, five.activity_id, "does not hash to the leaf hash of entry 4"],
     ] as const;
     for (const [target, leafIndex, activityId, problem] of cases) {

@@ -4,7 +4,6 @@
 // error loses the batch and every member is told, while a write that changed nothing (an insert that
 // met a conflict and did nothing) keeps it, and an organization's row lock is taken once per batch.
 // On SQLite a failed statement undoes only itself.
-import { createLog } from "../src/store/transparency-log.js";
 import { sql } from "kysely";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { lockOrganization, openStore, type Store } from "../src/store/database.js";
@@ -21,13 +20,10 @@ beforeAll(async () => {
   database = await createTestDatabase();
   store = await openStore({ databaseUrl: database.databaseUrl, dataDir: database.dataDir });
   await sql`create table scratch (k text primary key, v text not null)`.execute(store.db);
-  for (const id of ["org-a", "org-b"]) {
+  for (const id of ["org-a", "org-b"])
     await sql`insert into organizations (id, name, root_quorum_threshold, created_at, updated_at) values (${id}, ${id}, 1, 0, 0)`.execute(
       store.db,
     );
-    // Every organization has a transparency log, whose head a batch locks with the organization.
-    await createLog(store.db, id, 0);
-  }
 });
 afterAll(async () => {
   await store.close();
@@ -176,9 +172,7 @@ describe(`shared write transactions (${backend})`, () => {
       const count = (pattern: RegExp) => texts.filter((text) => pattern.test(text)).length;
       if (backend === "postgres") {
         expect(count(/for share/i)).toBe(2);
-        // The two exclusive locks, and the batch's lock of each organization's log head (with its row).
-        expect(count(/for update/i)).toBe(4);
-        expect(count(/for share of "o" skip locked for update of "h" skip locked/i)).toBe(2);
+        expect(count(/for update/i)).toBe(2);
       } else {
         // SQLite's lock is the transaction itself: nothing is sent.
         expect(count(/for (share|update)/i)).toBe(0);

@@ -80,6 +80,8 @@ describe("Go's sumdb/note and sumdb/tlog", () => {
         { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
       ],
     });
+    // Checkpoints are of the log as the server's sequencer left it (it appends after the commits).
+    await h.server.logSequencer.flush();
     const old = await query("get_log_checkpoint", { organizationId: org.organizationId }, org.key);
     for (let i = 0; i < 9; i++)
       await root.signRawPayload({
@@ -88,6 +90,7 @@ describe("Go's sumdb/note and sumdb/tlog", () => {
         encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
         hashFunction: "HASH_FUNCTION_KECCAK256",
       });
+    await h.server.logSequencer.flush();
     const latest = await query("get_log_checkpoint", { organizationId: org.organizationId }, org.key);
     const { transparencyLogVerifierKey } = (await (await fetch(`${h.url}/.well-known/sigil.json`)).json()) as any;
     expect(latest.verifierKey).toBe(transparencyLogVerifierKey);

@@ -1,6 +1,7 @@
 // Each organization's transparency log (docs/audit-log.md): the RFC 9162 tree and its proofs, every
-// activity that reaches a final status appended in its own transaction (submitted, approved, rejected,
-// refused, signatures side by side), sub-organizations' own logs, the signed checkpoints and the three
+// activity that reaches a final status appended by the sequencer after its commit (submitted,
+// approved, rejected, refused, signatures side by side), an inclusion proof asked before the sequencer
+// ran, the maximum merge delay, sub-organizations' own logs, the signed checkpoints and the three
 // queries in Sigil's namespace, and two server processes on one database keeping one log with no gap
 // and no fork.
 import crypto from "node:crypto";
@@ -11,6 +12,10 @@ import { organizationWith } from "./helpers/organizations.js";
 import { cliDeployment } from "./helpers/processes.js";
 import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
+import { createTestDatabase } from "./helpers/backend.js";
+import { createOrganization } from "../src/operations/organizations/organizations.js";
+import { oldestPending, sequenceLog } from "../src/store/transparency-log.js";
+import { MAXIMUM_MERGE_DELAY_MS } from "../src/services/log-sequencer.js";
 import {
   appendLeaf,
   EMPTY_ROOT,
@@ -99,7 +104,10 @@ async function query(name: string, body: unknown, key: ApiKeyPair) {
   return { status: res.status, json: (await res.json()) as any };
 }
 
+/** The organization's leaves, once the server's sequencer appended what was committed (it runs in the
+ * background: flushed here). */
 async function leavesOf(organizationId: string) {
+  await h.server.logSequencer.flush();
   return h.server.store.db
     .selectFrom("transparency_log_leaves")
     .select(["leaf_index", "activity_id"])
@@ -253,10 +261,13 @@ describe("an organization's log", () => {
   it("proves to an auditor holding an old checkpoint that the log only grew", async () => {
     const { org, root } = await organizationWith(h, []);
     await root.createUsers({ users: [{ userName: "u1", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] });
+    // The checkpoint is of the log as the sequencer left it: appended first.
+    await h.server.logSequencer.flush();
     const old = (await query("get_log_checkpoint", { organizationId: org.organizationId }, org.key)).json.checkpoint;
     expect(old.treeSize).toBe(1);
     for (const name of ["u2", "u3", "u4"])
       await root.createUsers({ users: [{ userName: name, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] });
+    await h.server.logSequencer.flush();
     const answer = await query("get_consistency_proof", { organizationId: org.organizationId, fromSize: 1 }, org.key);
     expect(answer.status).toBe(200);
     const latest = parseCheckpoint(openNote(answer.json.checkpoint.note, parseVerifierKey(verifierKey)));
@@ -321,6 +332,80 @@ describe("an organization's log", () => {
     const leaves = await leavesOf(org.organizationId);
     expect(leaves.map((l) => Number(l.leaf_index))).toEqual(Array.from({ length: 46 }, (_, i) => i));
     expect((await verifyStoredLog(h.server.store.db, org.organizationId, parseVerifierKey(verifierKey))).problem).toBeNull();
+  });
+});
+
+describe("the sequencer", () => {
+  it("answers an inclusion proof asked as soon as the activity completed, appending it then if it is not yet", async () => {
+    const { org } = await organizationWith(h, []);
+    const base = (await leavesOf(org.organizationId)).length;
+    for (let i = base; i < base + 5; i++) {
+      const created = await h.http(org.key).createUsers({
+        type: "ACTIVITY_TYPE_CREATE_USERS_V4",
+        timestampMs: now(),
+        organizationId: org.organizationId,
+        parameters: { users: [{ userName: `p${i}`, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] },
+      });
+      expect(created.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+      const proof = await query("get_inclusion_proof", { organizationId: org.organizationId, activityId: created.activity.id }, org.key);
+      expect(proof.status, JSON.stringify(proof.json)).toBe(200);
+      expect(proof.json.leafIndex).toBe(i);
+      const body = parseCheckpoint(openNote(proof.json.checkpoint.note, parseVerifierKey(verifierKey)));
+      expect(verifyInclusion(i, body.size, b64(proof.json.leafHash), proof.json.proof.map(b64), body.root)).toBe(true);
+    }
+  });
+});
+
+describe("the maximum merge delay", () => {
+  it("is a problem for sigil audit verify once a final activity waited longer, and pending before; sequencing clears it", async () => {
+    // A database no server sequences: what a crash, or a sequencer that stopped, leaves.
+    const database = await createTestDatabase();
+    const store = await openStore({ databaseUrl: database.databaseUrl, dataDir: database.dataDir });
+    try {
+      const { organizationId, userId } = await createOrganization(store.db, {
+        organizationName: "unsequenced",
+        userName: "u",
+        apiKeyName: "k",
+        apiPublicKey: newKeyPair().publicKey,
+      });
+      const finalAt = Date.now();
+      const activity = (id: string, status: string) => ({
+        id,
+        organization_id: organizationId,
+        type: "ACTIVITY_TYPE_CREATE_USERS_V3",
+        status,
+        intent: "{}",
+        result: "{}",
+        failure: null,
+        votes: "[]",
+        fingerprint: id,
+        timestamp_ms: String(finalAt),
+        user_id: userId,
+        created_at: finalAt,
+        updated_at: finalAt,
+        prepared: null,
+        request_id: null,
+      });
+      await store.db
+        .insertInto("activities")
+        .values([activity("a-final", "ACTIVITY_STATUS_COMPLETED"), activity("a-waiting", "ACTIVITY_STATUS_CONSENSUS_NEEDED")])
+        .execute();
+      expect(await verifyStoredLog(store.db, organizationId, null, finalAt + 1_000)).toMatchObject({ size: 0, pending: 1, problem: null });
+      expect(await verifyStoredLog(store.db, organizationId, null, finalAt + MAXIMUM_MERGE_DELAY_MS + 1_000)).toMatchObject({
+        problem: { leafIndex: null, activityId: "a-final", problem: expect.stringContaining("the maximum merge delay is 60 s") },
+      });
+      expect(await store.transact("exclusive", (trx) => sequenceLog(trx, store.dialect, organizationId, 10, Date.now()))).toBe(1);
+      // Sequenced once: a second run finds nothing, and the waiting activity is not in the log.
+      expect(await store.transact("exclusive", (trx) => sequenceLog(trx, store.dialect, organizationId, 10, Date.now()))).toBe(0);
+      expect(await verifyStoredLog(store.db, organizationId, null, finalAt + MAXIMUM_MERGE_DELAY_MS + 1_000)).toMatchObject({
+        size: 1,
+        pending: 0,
+        problem: null,
+      });
+    } finally {
+      await store.close();
+      await database.drop();
+    }
   });
 });
 
@@ -389,6 +474,9 @@ describe("two server processes on one database", () => {
       expect(answered).toHaveLength(80);
       const store = await openStore(loadConfig(env, { dataDir: database.dataDir }));
       try {
+        // The servers' sequencers append after the commits, each woken by its own and sweeping for the
+        // other's: waited for until nothing final is pending.
+        while (await oldestPending(store.db, organizationId)) await new Promise((resolve) => setTimeout(resolve, 100));
         const leaves = await store.db
           .selectFrom("transparency_log_leaves")
           .select(["leaf_index", "activity_id"])

@@ -1066,8 +1066,9 @@ async function auditExport(values: Values) {
   try {
     const { keyring } = loadKeyring(config.masterKey);
     const signer = await logSigner(store, keyring, config.transparencyLog.name);
-    if (!(await checkpointNow(store, signer, organizationId, Date.now())))
+    if (!(await store.reader.selectFrom("organizations").select("id").where("id", "=", organizationId).executeTakeFirst()))
       throw new Error(`no organization ${organizationId} in ${store.location}: nothing was written`);
+    await checkpointNow(store, signer, organizationId, Date.now());
     if (out) file = fs.createWriteStream(out, { flags: "wx", mode: 0o600 });
     const sink = file;
     const written = await exportLog(
@@ -1116,11 +1117,16 @@ async function auditVerify(values: Values) {
   try {
     const verifier = parseVerifierKey(publicKey ?? (await deploymentLogVerifier(config, store)));
     const organization = text(values, "organization");
-    const organizations = organization
-      ? [organization]
-      : (await store.reader.selectFrom("transparency_log_heads").select("organization_id").orderBy("organization_id").execute()).map(
-          (r) => r.organization_id,
-        );
+    // Every organization: one whose log was never sequenced has final activities to account for too.
+    const organizations = (
+      await store.reader
+        .selectFrom("organizations")
+        .select("id")
+        .$if(organization !== undefined, (q) => q.where("id", "=", organization!))
+        .orderBy("id")
+        .execute()
+    ).map((r) => r.id);
+    if (organization && organizations.length === 0) throw new Error(`no organization ${organization} in ${store.location}`);
     // Each log read on one snapshot, so that servers appending meanwhile do not make it look broken.
     const snapshot = <T>(work: (trx: Parameters<Parameters<Store["readSnapshot"]>[0]>[0]) => Promise<T>) =>
       store.dialect === "postgres" ? store.readSnapshot(work) : store.reader.transaction().execute(work);

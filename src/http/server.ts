@@ -30,6 +30,7 @@ import {
   type SessionSigner,
 } from "../services/service-keys.js";
 import { logSigner, startCheckpoints, transparencyLogOf, type LogSigner } from "../services/log-checkpoints.js";
+import { LogSequencer } from "../services/log-sequencer.js";
 import { WebhookDispatcher } from "../services/webhook-dispatcher.js";
 import { MessageCourier } from "../services/message-courier.js";
 import { ChainBroadcaster } from "../services/chain-broadcaster.js";
@@ -61,6 +62,8 @@ export interface RunningServer {
   url: string;
   /** Where its metrics are scraped (SIGIL_METRICS), when they are served. */
   metricsUrl?: string;
+  /** This process's sequencer of the transparency logs (its flush appends what is pending now). */
+  logSequencer: LogSequencer;
   /** Turns /ready to 503 (shutdown) while everything else is served as before: close() does it first. */
   drain(): void;
   /** The graceful stop (docs/running.md#readiness-and-shutdown): /ready answers 503, then, after
@@ -129,6 +132,8 @@ export interface ServerParts {
   identityTokens: IdentityTokenSigner;
   /** Signs the organizations' log checkpoints; its verifier key is published. */
   logSigner: LogSigner;
+  /** Appends final activities to their organizations' logs after they commit. */
+  logSequencer: LogSequencer;
   /** HMAC under the deployment's OTP key (codes are stored only as such hashes). */
   otpCodeHash: (message: string) => string;
   /** The chain nodes (SIGIL_CHAIN_RPC_URLS). */
@@ -162,6 +167,7 @@ export function buildApp(
     clientSecrets,
     identityTokens,
     logSigner,
+    logSequencer,
     otpCodeHash,
     chains,
     readiness,
@@ -207,7 +213,7 @@ export function buildApp(
     findContractAbi,
     invitations: config.invitations,
     oauth2: { providers: oauth2Providers(config.oauth2Providers), clientSecrets, issuer, identityTokens },
-    transparencyLog: transparencyLogOf(store, logSigner),
+    transparencyLog: transparencyLogOf(store, logSigner, logSequencer),
   };
   const pipeline = new Pipeline({
     store,
@@ -219,6 +225,7 @@ export function buildApp(
     onWebhookEventsQueued,
     onMessagesQueued,
     onBroadcastsQueued,
+    onFinalActivity: () => logSequencer.notify(),
     rateLimits: rateLimiter(config.rateLimits, store, logger),
     dryRun: answerDryRun,
     ...(metrics ? { metrics } : {}),
@@ -563,6 +570,7 @@ export async function startServer(config: Config, logger = createLogger(config),
   let readiness: Readiness;
   let app: FastifyInstance;
   let checkpointSigner: LogSigner;
+  let logSequencer: LogSequencer;
   let scrapes: { url: string; close(): Promise<void> } | undefined;
   /** The app once it listens: to be closed again if the start fails after that. */
   let listening: FastifyInstance | undefined;
@@ -574,6 +582,7 @@ export async function startServer(config: Config, logger = createLogger(config),
       options.clock ?? Date.now,
     );
     checkpointSigner = logSigner;
+    logSequencer = new LogSequencer(store, logger, options.clock);
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
     courier = new MessageCourier(store, keyring, config.messages, logger, options.clock);
     const chains = new ChainRpc(config.chains);
@@ -598,6 +607,7 @@ export async function startServer(config: Config, logger = createLogger(config),
         clientSecrets,
         identityTokens,
         logSigner,
+        logSequencer,
         otpCodeHash,
         onWebhookEventsQueued: () => dispatcher.notify(),
         chains,
@@ -625,6 +635,8 @@ export async function startServer(config: Config, logger = createLogger(config),
   dispatcher.start();
   courier.start();
   broadcaster.start();
+  // Final activities left unsequenced (by other processes, or before a crash) are appended from now on.
+  logSequencer.start();
   // Checkpoints of the logs that grew, signed every SIGIL_LOG_CHECKPOINT_SECONDS.
   const stopCheckpoints = startCheckpoints(store, checkpointSigner, config.transparencyLog.checkpointMs, logger);
   const address = app.server.address();
@@ -641,6 +653,7 @@ export async function startServer(config: Config, logger = createLogger(config),
     store,
     url: `http://${host}:${port}`,
     ...(metricsUrl ? { metricsUrl } : {}),
+    logSequencer,
     drain: () => readiness.drain(),
     async close() {
       readiness.drain();
@@ -654,6 +667,9 @@ export async function startServer(config: Config, logger = createLogger(config),
       await dispatcher.close();
       await courier.close();
       await broadcaster.close();
+      // After the app: the activities it committed last are appended before the database closes.
+      await logSequencer.flush().catch(() => undefined);
+      await logSequencer.close();
       await store.close();
       await signatures.close();
     },

@@ -5,7 +5,8 @@
 import type { Db, Tx } from "../store/handles.js";
 import type { ActivitiesTable } from "../store/schema.js";
 import { appendLeaf, EMPTY_ROOT, leafHash, rootOf, type Frontier, type Hash } from "../store/merkle.js";
-import { activityLeafHash, entryBytes, FINAL_STATUSES, logEntry, readHead } from "../store/transparency-log.js";
+import { activityLeafHash, entryBytes, logEntry, oldestPending, readHead } from "../store/transparency-log.js";
+import { MAXIMUM_MERGE_DELAY_MS } from "./log-sequencer.js";
 import { checkpointsOf, NoteError, openNote, originOf, parseCheckpoint, type StoredCheckpoint, type Verifier } from "./log-checkpoints.js";
 
 export interface LogProblem {
@@ -20,6 +21,8 @@ export interface LogVerification {
   size: number;
   rootHash: string;
   checkpoints: number;
+  /** Final activities not yet appended, within the maximum merge delay (not a problem). */
+  pending?: number;
   problem: LogProblem | null;
 }
 
@@ -59,8 +62,14 @@ class ComputedNodes {
   }
 }
 
-/** Checks the organization's log as stored; `verifier` (the deployment's) checks the checkpoints' signatures. */
-export async function verifyStoredLog(db: Db | Tx, organizationId: string, verifier: Verifier | null): Promise<LogVerification> {
+/** Checks the organization's log as stored; `verifier` (the deployment's) checks the checkpoints'
+ * signatures; a final activity not appended `MAXIMUM_MERGE_DELAY_MS` after `now` is a problem. */
+export async function verifyStoredLog(
+  db: Db | Tx,
+  organizationId: string,
+  verifier: Verifier | null,
+  now = Date.now(),
+): Promise<LogVerification> {
   const head = await readHead(db, organizationId);
   const checkpoints = await checkpointsOf(db, organizationId);
   const result = (size: number, root: Hash, problem: LogProblem | null): LogVerification => ({
@@ -70,8 +79,6 @@ export async function verifyStoredLog(db: Db | Tx, organizationId: string, verif
     checkpoints: checkpoints.length,
     problem,
   });
-  if (!head)
-    return result(0, EMPTY_ROOT, { leafIndex: null, activityId: null, problem: `organization ${organizationId} has no transparency log` });
   let frontier: Frontier = { size: 0, hashes: [] };
   const nodes = new ComputedNodes(head.size);
   let nextCheckpoint = 0;
@@ -109,6 +116,7 @@ export async function verifyStoredLog(db: Db | Tx, organizationId: string, verif
         "a.timestamp_ms",
         "a.created_at",
         "a.updated_at",
+        "a.log_index",
       ])
       .where("l.organization_id", "=", organizationId)
       .where("l.leaf_index", ">=", from)
@@ -138,6 +146,10 @@ export async function verifyStoredLog(db: Db | Tx, organizationId: string, verif
       if (!computed.equals(leaf))
         return at(
           `the activity as stored does not hash to the leaf hash of entry ${index}: it (or the leaf) was changed after it was logged, or the entries were reordered`,
+        );
+      if (row.log_index === null || Number(row.log_index) !== index)
+        return at(
+          `the activity of entry ${index} says it is ${row.log_index === null ? "in no entry" : `entry ${row.log_index}`}: it or the log was changed`,
         );
       const appended = appendLeaf(frontier, leaf);
       frontier = appended.frontier;
@@ -203,24 +215,54 @@ export async function verifyStoredLog(db: Db | Tx, organizationId: string, verif
     const last = page[page.length - 1]!;
     after = { level: Number(last.level), index: Number(last.node_index) };
   }
-  // Every final activity of the organization is an entry.
-  const unlogged = await db
-    .selectFrom("activities as a")
-    .select(["a.id", "a.status"])
-    .where("a.organization_id", "=", organizationId)
-    .where("a.status", "in", [...FINAL_STATUSES])
-    .where(({ not, exists, selectFrom }) =>
-      not(exists(selectFrom("transparency_log_leaves as l").select("l.leaf_index").whereRef("l.activity_id", "=", "a.id"))),
-    )
-    .limit(1)
-    .executeTakeFirst();
-  if (unlogged)
+  // Every final activity of the organization is an entry, or waits for the sequencer (not longer than
+  // the maximum merge delay); no other activity claims a place in the log.
+  const claimed = await db
+    .selectFrom("activities")
+    .select((eb) => eb.fn.countAll<number>().as("n"))
+    .where("organization_id", "=", organizationId)
+    .where("log_index", "is not", null)
+    .executeTakeFirstOrThrow();
+  if (Number(claimed.n) !== frontier.size) {
+    // Which one: an activity whose place is not its entry's (read only now: it scans the log's activities).
+    const stray = await db
+      .selectFrom("activities as a")
+      .leftJoin("transparency_log_leaves as l", "l.activity_id", "a.id")
+      .select(["a.id", "a.log_index", "a.status"])
+      .where("a.organization_id", "=", organizationId)
+      .where("a.log_index", "is not", null)
+      .where((eb) => eb.or([eb("l.leaf_index", "is", null), eb("l.leaf_index", "!=", eb.ref("a.log_index"))]))
+      .limit(1)
+      .executeTakeFirst();
+    return result(frontier.size, root, {
+      leafIndex: stray ? Number(stray.log_index) : null,
+      activityId: stray?.id ?? null,
+      problem: stray
+        ? `activity ${stray.id} (${stray.status}) says it is entry ${stray.log_index} of the log, which records another activity there: it was inserted into the database, or changed`
+        : `${claimed.n} activities say they are in the log, which holds ${frontier.size} entries: entries were removed`,
+    });
+  }
+  const oldest = await oldestPending(db, organizationId);
+  if (oldest && oldest.updated_at < now - MAXIMUM_MERGE_DELAY_MS)
     return result(frontier.size, root, {
       leafIndex: null,
-      activityId: unlogged.id,
-      problem: `activity ${unlogged.id} is ${unlogged.status} but is not in the log: it was inserted into the database, or its entry removed`,
+      activityId: oldest.id,
+      problem: `activity ${oldest.id} became final ${Math.round((now - oldest.updated_at) / 1000)} s ago but is not in the log (the maximum merge delay is ${MAXIMUM_MERGE_DELAY_MS / 1000} s): it was inserted into the database, its entry removed, or no server is sequencing`,
     });
-  return result(frontier.size, root, null);
+  const pending = oldest
+    ? Number(
+        (
+          await db
+            .selectFrom("activities")
+            .select((eb) => eb.fn.countAll<number>().as("n"))
+            .where("organization_id", "=", organizationId)
+            .where("log_index", "is", null)
+            .where("status", "in", ["ACTIVITY_STATUS_COMPLETED", "ACTIVITY_STATUS_FAILED", "ACTIVITY_STATUS_REJECTED"])
+            .executeTakeFirstOrThrow()
+        ).n,
+      )
+    : 0;
+  return { ...result(frontier.size, root, null), pending };
 }
 
 // ---- the export file: JSON lines ----------------------------------------------------------------
@@ -239,7 +281,6 @@ export async function exportLog(
   write: (line: string) => Promise<void> | void,
 ): Promise<{ treeSize: number; entries: number; checkpoints: number }> {
   const head = await readHead(db, organizationId);
-  if (!head) throw new Error(`organization ${organizationId} has no transparency log`);
   const checkpoints = (await checkpointsOf(db, organizationId)).filter((c) => c.treeSize <= head.size);
   await write(
     JSON.stringify({

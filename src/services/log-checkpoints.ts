@@ -17,6 +17,7 @@ import type { Store } from "../store/database.js";
 import type { Keyring } from "../crypto/envelope.js";
 import { readHead } from "../store/transparency-log.js";
 import { logSigningKey } from "./service-keys.js";
+import type { LogSequencer } from "./log-sequencer.js";
 
 /** The signature type byte of Ed25519 in signed notes. */
 const ED25519 = 0x01;
@@ -147,14 +148,8 @@ const fromRow = (r: {
  * one, signed and stored (several processes making the same one store it once: the note of a tree
  * size is the same text signed by the same key, and Ed25519 signatures are deterministic).
  */
-export async function checkpointNow(
-  store: Store,
-  signer: LogSigner,
-  organizationId: string,
-  now: number,
-): Promise<StoredCheckpoint | undefined> {
+export async function checkpointNow(store: Store, signer: LogSigner, organizationId: string, now: number): Promise<StoredCheckpoint> {
   const head = await readHead(store.db, organizationId);
-  if (!head) return undefined;
   const stored = await store.db
     .selectFrom("transparency_log_checkpoints")
     .selectAll()
@@ -219,14 +214,17 @@ export function startCheckpoints(store: Store, signer: LogSigner, intervalMs: nu
   return () => clearInterval(timer);
 }
 
-/** What the queries of the log are given: the signer, and checkpoints made on demand. */
+/** What the queries of the log are given: the signer, checkpoints made on demand, and the sequencer. */
 export interface TransparencyLog {
   signer: LogSigner;
   /** A checkpoint of the organization's log as committed now (checkpointNow). */
-  checkpoint(organizationId: string, now: number): Promise<StoredCheckpoint | undefined>;
+  checkpoint(organizationId: string, now: number): Promise<StoredCheckpoint>;
+  /** Appends the organization's final activities not yet in its log, now; whether none is left. */
+  sequence(organizationId: string): Promise<boolean>;
 }
 
-export const transparencyLogOf = (store: Store, signer: LogSigner): TransparencyLog => ({
+export const transparencyLogOf = (store: Store, signer: LogSigner, sequencer: LogSequencer): TransparencyLog => ({
   signer,
   checkpoint: (organizationId, now) => checkpointNow(store, signer, organizationId, now),
+  sequence: (organizationId) => sequencer.sequenceOrganization(organizationId),
 });

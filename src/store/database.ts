@@ -36,7 +36,6 @@ import {
   type WriteTx,
 } from "./handles.js";
 import { prepare, type Slots } from "./prepared.js";
-import { organizationAndLogAtOnce, organizationWithoutLogAtOnce, rememberHead, rememberLockedHead } from "./transparency-log.js";
 import { WalFlush } from "./wal-flush.js";
 import { beginPipelined } from "./pipelined-transaction.js";
 import { PipelinedReadsDriver } from "./pipelined-reads.js";
@@ -580,17 +579,7 @@ export async function lockOrganization(
   mode: "exclusive" | "shared" = "exclusive",
 ): Promise<void> {
   if (dialect === "sqlite") return;
-  if (mode === "exclusive") {
-    // The log's head is read with the lock: no other transaction appends to the organization's log
-    // while it is held, so the activity's append starts from it (store/transparency-log.ts).
-    // Both rows locked: a lock waited for is taken on the rows as the transaction that held it left
-    // them (a row merely joined would be read as it was before that transaction committed).
-    const row = await organizationAndLogLock.first(trx, { organizationId });
-    if (row) rememberLockedHead(trx, organizationId, row);
-    // An organization whose log has no head yet (made outside Sigil's paths): its lock alone.
-    else await organizationLock.first(trx, { organizationId });
-    return;
-  }
+  if (mode === "exclusive") return void (await organizationLock.first(trx, { organizationId }));
   const held = sharedLocksHeld(trx);
   if (!held) return void (await organizationSharedLock.first(trx, { organizationId }));
   // A signature sharing a batch's transaction (group-commit.ts) that already holds this lock holds it
@@ -599,13 +588,7 @@ export async function lockOrganization(
   // apart from the batch (openPostgres, sharedApart).
   let taking = held.get(organizationId);
   if (!taking) {
-    // The log's head is locked with it (FOR UPDATE): a signature's append to the log must not wait
-    // either (store/transparency-log.ts), and the head read here is where the batch's first append starts.
-    taking = organizationAndLogAtOnce(trx, organizationId).then(async (row) => {
-      if (!row) return organizationWithoutLogAtOnce(trx, organizationId);
-      rememberHead(held, organizationId, row);
-      return true;
-    });
+    taking = organizationSharedLockAtOnce.first(trx, { organizationId }).then((row) => row !== undefined);
     held.set(organizationId, taking);
   }
   if (!(await taking)) throw new OrganizationBusy(organizationId);
@@ -614,16 +597,11 @@ export async function lockOrganization(
 const organizationLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
   db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forUpdate(),
 );
-const organizationAndLogLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
-  db
-    .selectFrom("organizations as o")
-    .innerJoin("transparency_log_heads as h", "h.organization_id", "o.id")
-    .select(["h.size", "h.root_hash", "h.frontier"])
-    .where("o.id", "=", slot("organizationId"))
-    .forUpdate(["o", "h"]),
-);
 const organizationSharedLock = prepare((db, slot: Slots<{ organizationId: string }>) =>
   db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forShare(),
+);
+const organizationSharedLockAtOnce = prepare((db, slot: Slots<{ organizationId: string }>) =>
+  db.selectFrom("organizations").select("id").where("id", "=", slot("organizationId")).forShare().skipLocked(),
 );
 
 /** A second activity with the same fingerprint, inserted by a transaction running beside this one. */

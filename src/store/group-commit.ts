@@ -108,23 +108,10 @@ interface Batch {
   /** The organizations whose row the batch's transaction holds FOR SHARE or is taking, each resolving
    * to whether it got it (PostgreSQL). */
   sharedLocks: Map<string, Promise<boolean>>;
-  /** Writes the members left to the batch, made once for all of them (BatchWrites). */
-  writes: Map<symbol, BatchWrites>;
 }
 
-/**
- * Writes shared members hand to their batch instead of making them one by one: what several members
- * add to the same rows (an organization's transparency log: its leaves, and a head that only the last
- * of them needs to write) costs a few statements per batch rather than a few per member. `flush`
- * writes what is pending and forgets it; the batch calls it before its COMMIT, and before an exclusive
- * member runs (that member reads the rows as the database has them). A failed flush loses the batch.
- */
-export interface BatchWrites {
-  flush(trx: Tx): Promise<void>;
-}
-
-/** Each shared member's handle on its batch's transaction, to its batch. */
-const batchOfMember = new WeakMap<object, Batch>();
+/** Each shared member's handle on its batch's transaction, to the organization locks that transaction holds. */
+const sharedLocksOfMember = new WeakMap<object, Map<string, Promise<boolean>>>();
 
 /**
  * The organizations whose row lock (FOR SHARE) the transaction behind `trx` holds, each with the
@@ -133,23 +120,7 @@ const batchOfMember = new WeakMap<object, Batch>();
  * its organization's lock needs no statement of its own. Undefined for any other handle.
  */
 export function sharedLocksHeld(trx: object): Map<string, Promise<boolean>> | undefined {
-  return batchOfMember.get(trx)?.sharedLocks;
-}
-
-/**
- * The batch writes of kind `kind` of the batch `trx` (a shared member's handle) belongs to, made by
- * `make` for the first member that asks; undefined for any other handle (the caller writes at once).
- */
-export function batchWrites<W extends BatchWrites>(trx: object, kind: symbol, make: () => W): W | undefined {
-  const batch = batchOfMember.get(trx);
-  if (!batch) return undefined;
-  let writes = batch.writes.get(kind);
-  if (!writes) batch.writes.set(kind, (writes = make()));
-  return writes as W;
-}
-
-async function flushBatchWrites(batch: Batch): Promise<void> {
-  for (const writes of batch.writes.values()) await writes.flush(batch.transaction.handle);
+  return sharedLocksOfMember.get(trx);
 }
 
 export interface GroupCommitOptions {
@@ -226,17 +197,6 @@ export class GroupCommit {
 
   /** An exclusive member: alone in the batch, in a savepoint of its own. */
   private async alone<T>(batch: Batch, work: (trx: OpenTx) => Promise<T>): Promise<T> {
-    // What shared members left to the batch is written first, outside the savepoint: this member
-    // reads those rows, and its failure must not undo them.
-    try {
-      await flushBatchWrites(batch);
-    } catch (error) {
-      batch.poisoned ??= new BatchRolledBack(
-        `a write transaction shared by several activities was rolled back: ${error instanceof Error ? error.message : String(error)}`,
-        { cause: error },
-      );
-      throw batch.poisoned;
-    }
     const name = `member_${batch.admitted}`;
     const savepoint = (await controlled(batch.transaction.handle).savepoint(name).execute()) as unknown as OpenTx;
     try {
@@ -256,7 +216,7 @@ export class GroupCommit {
     const tracker = new WriteTracker();
     try {
       const member = markShared(batch.transaction.handle.withPlugin(tracker));
-      batchOfMember.set(member, batch);
+      sharedLocksOfMember.set(member, batch.sharedLocks);
       return await work(member);
     } catch (error) {
       const aborted = this.options.abortsTransaction?.(error) ?? false;
@@ -312,7 +272,6 @@ export class GroupCommit {
       done,
       settle,
       sharedLocks: new Map(),
-      writes: new Map(),
     };
     this.batch = batch;
     return batch;
@@ -346,7 +305,6 @@ export class GroupCommit {
         await batch.transaction.rollback();
         batch.settle(batch.poisoned);
       } else {
-        await flushBatchWrites(batch);
         await batch.transaction.commit();
         committed = true;
         batch.settle();

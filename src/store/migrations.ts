@@ -2,8 +2,6 @@
 // produces SQLite and PostgreSQL DDL. Append new migrations; never edit a released one.
 import crypto from "node:crypto";
 import { PostgresAdapter, sql, type Kysely, type Migration, type MigrationProvider } from "kysely";
-import type { ActivitiesTable } from "./schema.js";
-import { activityLeafHash, appendOf, emptyHeadRow, FINAL_STATUSES, headOf } from "./transparency-log.js";
 
 const initial: Migration = {
   async up(db: Kysely<any>) {
@@ -906,8 +904,11 @@ const activityRequestIds: Migration = {
 
 /**
  * Each organization's transparency log (store/transparency-log.ts, docs/audit-log.md): heads, leaves,
- * the complete subtrees above them, and signed checkpoints. The activities already final when it runs
- * become the first leaves of their organizations' logs, in the order they became final.
+ * the complete subtrees above them, and signed checkpoints; each activity's place in its log
+ * (`log_index`, set by the sequencer), and a partial index of the final activities not yet in their
+ * log, which the sequencer reads (it holds only those: an activity leaves it when it is sequenced).
+ * The activities already final when it runs are pending, and the first sequencing appends them in the
+ * order they became final. Numbered after 0026, which shipped first: migrations run in name order.
  */
 const transparencyLog: Migration = {
   async up(db: Kysely<any>) {
@@ -944,48 +945,12 @@ const transparencyLog: Migration = {
       .addColumn("created_at", "bigint", (c) => c.notNull())
       .addPrimaryKeyConstraint("transparency_log_checkpoints_pk", ["organization_id", "tree_size"])
       .execute();
-    const now = Date.now();
-    const organizations = await db.selectFrom("organizations").select("id").execute();
-    for (const { id } of organizations) {
-      let head = headOf(emptyHeadRow(id, now));
-      const rows = (await db
-        .selectFrom("activities")
-        .selectAll()
-        .where("organization_id", "=", id)
-        .where("status", "in", [...FINAL_STATUSES])
-        .orderBy("updated_at")
-        .orderBy("created_at")
-        .orderBy("id")
-        .execute()) as ActivitiesTable[];
-      const leaves: Record<string, unknown>[] = [];
-      const nodes: Record<string, unknown>[] = [];
-      for (const row of rows) {
-        const { append, next } = appendOf(id, head, row.id, activityLeafHash(row, head.size), now);
-        leaves.push({ organization_id: id, leaf_index: append.leafIndex, activity_id: row.id, leaf_hash: append.leafHash });
-        for (const n of append.nodes) nodes.push({ organization_id: id, ...n });
-        head = next;
-      }
-      for (let i = 0; i < leaves.length; i += 500)
-        await db
-          .insertInto("transparency_log_leaves")
-          .values(leaves.slice(i, i + 500))
-          .execute();
-      for (let i = 0; i < nodes.length; i += 500)
-        await db
-          .insertInto("transparency_log_nodes")
-          .values(nodes.slice(i, i + 500))
-          .execute();
-      await db
-        .insertInto("transparency_log_heads")
-        .values({
-          organization_id: id,
-          size: head.size,
-          root_hash: head.root.toString("hex"),
-          frontier: head.frontier.hashes.map((h) => h.toString("hex")).join(""),
-          updated_at: now,
-        })
-        .execute();
-    }
+    await db.schema.alterTable("activities").addColumn("log_index", "bigint").execute();
+    // The predicate's statuses are written as the sequencer's queries write them (store/transparency-log.ts).
+    await sql`create index activities_unsequenced on activities (organization_id, updated_at, created_at, id)
+      where log_index is null and status in ('ACTIVITY_STATUS_COMPLETED', 'ACTIVITY_STATUS_FAILED', 'ACTIVITY_STATUS_REJECTED')`.execute(
+      db,
+    );
   },
 };
 
@@ -1043,8 +1008,8 @@ export const migrations: Record<string, Migration> = {
   "0022_rate_limits": rateLimits,
   "0023_activity_request_ids": activityRequestIds,
   "0024_waiting_activities": waitingActivities,
-  "0025_transparency_log": transparencyLog,
   "0026_token_data_key": tokenDataKey,
+  "0027_transparency_log": transparencyLog,
 };
 
 export const migrationProvider: MigrationProvider = {

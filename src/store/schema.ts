@@ -423,6 +423,13 @@ export interface ActivitiesTable {
   request_id: string | null;
 }
 
+/** The activities table as stored: an activity's columns, and its leaf index in its organization's
+ * transparency log once the sequencer appended it (store/transparency-log.ts); null while it is not
+ * final, or final and not yet appended. Never written with the activity: only the sequencer sets it. */
+export interface StoredActivitiesTable extends ActivitiesTable {
+  log_index: ColumnType<number | null, never, number>;
+}
+
 export interface PoliciesTable {
   id: string;
   organization_id: string;
@@ -651,7 +658,7 @@ export interface Database {
   oauth_providers: OauthProvidersTable;
   tags: TagsTable;
   user_tag_members: UserTagMembersTable;
-  activities: ActivitiesTable;
+  activities: StoredActivitiesTable;
   policies: PoliciesTable;
   policy_evaluations: PolicyEvaluationsTable;
   mfa_policies: MfaPoliciesTable;

@@ -1,23 +1,26 @@
 // Each organization's transparency log (docs/audit-log.md): every activity that reaches a final status
-// (completed, failed, rejected) becomes the next leaf of its organization's RFC 9162 Merkle tree, in
-// the very transaction that records that status, so the log and the activities never disagree.
+// (completed, failed, rejected) becomes a leaf of its organization's RFC 9162 Merkle tree.
 //
-// Stored per organization: the head (size, root, and the right edge of the tree, from which a leaf's
-// new nodes are computed without reading any other row), one row per leaf (the activity and its
+// Appending is a *sequencer*'s work, outside the activity's commit (as Trillian's sequencer, and
+// Certificate Transparency's maximum merge delay): an activity's transaction writes nothing for the
+// log. A final activity whose `log_index` is null is pending; a partial index holds exactly those
+// (migration 0027), so finding them reads no more rows than there are. The sequencer
+// (services/log-sequencer.ts) takes an organization's pending activities in one transaction that
+// holds its log's head (FOR UPDATE on PostgreSQL; SQLite's one writer), gives them the next leaf
+// indexes in a deterministic order, and writes their leaves, the subtrees they complete, the new head
+// and their `log_index` in a few statements for the whole batch.
+//
+// Stored per organization: the head (size, root, and the right edge of the tree, from which the next
+// leaves' nodes are computed without reading any other row), one row per leaf (the activity and its
 // entry's leaf hash), and the hash of every complete subtree above the leaves, so that an inclusion or
-// consistency proof is O(log n) rows read (merkle.ts plans them). An append writes the leaf, the
-// subtrees it completes (one on average) and the head.
+// consistency proof is O(log n) rows read (merkle.ts plans them).
 //
-// No gap and no fork: an organization's appends are one after another. Across transactions the head
-// row's lock orders them (FOR UPDATE; an exclusive activity already holds the organization's lock, a
-// shared one — a signature — takes the head's with its organization's: database.ts, lockOrganization);
-// inside one transaction shared by several activities (group-commit.ts), appends to one log are
-// chained in the order they ask, each reading what the previous one wrote.
+// No gap and no fork: the head's row lock orders the sequencers of every process, and a sequencer
+// reads the pending activities after taking it, so what an earlier one sequenced is no longer pending.
 import crypto from "node:crypto";
 import { sql } from "kysely";
-import type { ActivitiesTable, TransparencyLogHeadsTable, TransparencyLogLeavesTable, TransparencyLogNodesTable } from "./schema.js";
+import type { ActivitiesTable, TransparencyLogHeadsTable } from "./schema.js";
 import type { Db, Dialect, Tx } from "./handles.js";
-import { batchWrites, type BatchWrites, sharedLocksHeld } from "./group-commit.js";
 import {
   appendLeaf,
   EMPTY_ROOT,
@@ -136,15 +139,6 @@ export const emptyHeadRow = (organizationId: string, now: number): TransparencyL
   updated_at: now,
 });
 
-/** Makes the (empty) log of a new organization, so the row whose lock orders its appends exists. */
-export async function createLog(trx: Tx | Db, organizationId: string, now: number): Promise<void> {
-  await trx
-    .insertInto("transparency_log_heads")
-    .values(emptyHeadRow(organizationId, now))
-    .onConflict((c) => c.column("organization_id").doNothing())
-    .execute();
-}
-
 const headColumns = ["size", "root_hash", "frontier"] as const;
 
 const headForUpdate = prepare((db, slot: Slots<{ organizationId: string }>) =>
@@ -154,290 +148,168 @@ const headPlain = prepare((db, slot: Slots<{ organizationId: string }>) =>
   db.selectFrom("transparency_log_heads").select(headColumns).where("organization_id", "=", slot("organizationId")),
 );
 
-/**
- * PostgreSQL, a batch of shared activities (group-commit.ts): the organization's row FOR SHARE and
- * its log's head FOR UPDATE in one statement, neither waited for (SKIP LOCKED): no row means one of
- * them is held by another transaction (or the log has no head yet), and the member runs apart.
- */
-export async function organizationAndLogAtOnce(
-  trx: Tx,
-  organizationId: string,
-): Promise<Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier"> | undefined> {
-  // Two locking clauses, one per table, which Kysely's builder does not write: added at the end of a
-  // select it builds (a select, so the group commit does not count it as a write).
-  return trx
-    .selectFrom("organizations as o")
-    .innerJoin("transparency_log_heads as h", "h.organization_id", "o.id")
-    .select(["h.size", "h.root_hash", "h.frontier"])
-    .where("o.id", "=", organizationId)
-    .modifyEnd(sql`for share of "o" skip locked for update of "h" skip locked`)
-    .executeTakeFirst();
-}
-
-/** PostgreSQL, a batch whose organizationAndLogAtOnce found no row: the organization's row FOR SHARE
- * (not waited for) if its log has no head at all (an organization made by a path that makes none), in
- * which case its first append makes the head. No row: the organization or its log is held elsewhere. */
-export async function organizationWithoutLogAtOnce(trx: Tx, organizationId: string): Promise<boolean> {
-  const row = await trx
-    .selectFrom("organizations as o")
-    .select("o.id")
-    .where("o.id", "=", organizationId)
-    .where(({ not, exists, selectFrom }) =>
-      not(exists(selectFrom("transparency_log_heads as h").select("h.size").whereRef("h.organization_id", "=", "o.id"))),
-    )
-    .modifyEnd(sql`for share of "o" skip locked`)
-    .executeTakeFirst();
-  return row !== undefined;
-}
-
-/** Appends this process made outside shared transactions, per organization: a head a shared transaction
- * keeps in memory is good only while this count is what it was when the head was read (on SQLite an
- * exclusive activity may join the same transaction between two shared ones, and append). */
-const appendsApart = new Map<string, number>();
-
-interface HeldHead {
-  /** The head after the last append this transaction computed (resolves once the first read is done). */
-  head: Promise<LogHead>;
-  appendsApart: number;
-}
-
-/** Per shared transaction (its shared-locks map) and organization: the head as its last append left it. */
-const heldHeads = new WeakMap<object, Map<string, HeldHead>>();
-
-function heldHeadsOf(batch: object): Map<string, HeldHead> {
-  let heads = heldHeads.get(batch);
-  if (!heads) heldHeads.set(batch, (heads = new Map()));
-  return heads;
-}
-
-/** Notes the head a batch read when it locked the log (PostgreSQL): its first append starts from it. */
-export function rememberHead(
-  batch: object,
-  organizationId: string,
-  row: Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier">,
-) {
-  const heads = heldHeadsOf(batch);
-  if (!heads.has(organizationId))
-    heads.set(organizationId, { head: Promise.resolve(headOf(row)), appendsApart: appendsApart.get(organizationId) ?? 0 });
-}
-
-export type LockedHeadRow = Pick<TransparencyLogHeadsTable, "size" | "root_hash" | "frontier">;
-
-/** Per transaction holding an organization's row lock exclusively (PostgreSQL): the log's head read with it. */
-const lockedHeads = new WeakMap<object, Map<string, LogHead>>();
-
-/** Notes the head read with the organization's exclusive lock (database.ts, lockOrganization). */
-export function rememberLockedHead(trx: object, organizationId: string, row: LockedHeadRow) {
-  let heads = lockedHeads.get(trx);
-  if (!heads) lockedHeads.set(trx, (heads = new Map()));
-  heads.set(organizationId, headOf(row));
-}
-
 /** The head, locked for this transaction (PostgreSQL; SQLite's one writer needs no lock), made if missing. */
 async function lockedHead(trx: Tx, dialect: Dialect, organizationId: string, now: number): Promise<LogHead> {
   const read = dialect === "postgres" ? headForUpdate : headPlain;
   let row = await read.first(trx, { organizationId });
   if (!row) {
-    await createLog(trx, organizationId, now);
+    // An organization's first sequencing makes its head; two processes making it at once make one.
+    await trx
+      .insertInto("transparency_log_heads")
+      .values(emptyHeadRow(organizationId, now))
+      .onConflict((c) => c.column("organization_id").doNothing())
+      .execute();
     row = await read.first(trx, { organizationId });
   }
   return headOf(row!);
 }
 
-/** What one append writes: the leaf, the subtrees it completes, the new head. */
+/** What one append writes: the leaf, the subtrees it completes. */
 interface Append {
-  organizationId: string;
   leafIndex: number;
   activityId: string;
   leafHash: string;
   nodes: { level: number; node_index: number; hash: string }[];
-  /** The head after it (its root is computed only for the head that is written). */
-  head: LogHead;
-  updatedAt: number;
 }
 
-/** The head row an append leaves. */
-const headRow = (a: Append): TransparencyLogHeadsTable => ({
-  organization_id: a.organizationId,
-  size: a.head.size,
-  root_hash: a.head.root.toString("hex"),
-  frontier: a.head.frontier.hashes.map((h) => h.toString("hex")).join(""),
-  updated_at: a.updatedAt,
-});
-
-/** The rows of several appends: every leaf and subtree, and each log's head as the last of them left it. */
-function rowsOf(appends: Append[]) {
-  const last = new Map<string, Append>();
-  for (const a of appends) if ((last.get(a.organizationId)?.head.size ?? -1) < a.head.size) last.set(a.organizationId, a);
-  const heads = [...last.values()].map(headRow);
+/** The append of `leaf` to the tree whose right edge is `frontier`. */
+export function appendOf(frontier: Frontier, activityId: string, leaf: Hash): { append: Append; next: Frontier } {
+  const appended = appendLeaf(frontier, leaf);
   return {
-    leaves: appends.map((a) => ({
-      organization_id: a.organizationId,
-      leaf_index: a.leafIndex,
-      activity_id: a.activityId,
-      leaf_hash: a.leafHash,
-    })),
-    nodes: appends.flatMap((a) => a.nodes.map((n) => ({ organization_id: a.organizationId, ...n }))),
-    heads,
+    next: appended.frontier,
+    append: {
+      leafIndex: frontier.size,
+      activityId,
+      leafHash: leaf.toString("hex"),
+      nodes: appended.completed.map((c) => ({ level: c.subtree.level, node_index: c.subtree.index, hash: c.hash.toString("hex") })),
+    },
   };
 }
 
-// PostgreSQL: any number of appends in one statement (one round trip). A head only ever moves forward.
-async function writeAppendsPostgres(trx: Tx, appends: Append[]): Promise<void> {
-  const { leaves, nodes, heads } = rowsOf(appends);
-  await sql`with "leaves" as (
-      insert into "transparency_log_leaves" ("organization_id", "leaf_index", "activity_id", "leaf_hash")
-      select "l"."organization_id", "l"."leaf_index", "l"."activity_id", "l"."leaf_hash"
-      from json_to_recordset(${JSON.stringify(leaves)}::json)
-        as "l"("organization_id" text, "leaf_index" bigint, "activity_id" text, "leaf_hash" text)
-    ), "nodes" as (
-      insert into "transparency_log_nodes" ("organization_id", "level", "node_index", "hash")
-      select "n"."organization_id", "n"."level", "n"."node_index", "n"."hash"
-      from json_to_recordset(${JSON.stringify(nodes)}::json)
-        as "n"("organization_id" text, "level" integer, "node_index" bigint, "hash" text)
-    )
-    update "transparency_log_heads" as "h" set "size" = "x"."size", "root_hash" = "x"."root_hash",
-      "frontier" = "x"."frontier", "updated_at" = "x"."updated_at"
-    from json_to_recordset(${JSON.stringify(heads)}::json)
-      as "x"("organization_id" text, "size" bigint, "root_hash" text, "frontier" text, "updated_at" bigint)
-    where "h"."organization_id" = "x"."organization_id" and "h"."size" < "x"."size"`.execute(trx);
+/** The statuses as SQL literals, matching the partial index's predicate word for word (SQLite uses a
+ * partial index only for a query whose WHERE holds the index's terms as written). */
+const FINAL_SQL = sql.raw(FINAL_STATUSES.map((s) => `'${s}'`).join(", "));
+
+/** The organizations with final activities not yet in their log (read from the partial index alone). */
+export async function organizationsPending(db: Db | Tx): Promise<string[]> {
+  const { rows } = await sql<{ organization_id: string }>`select distinct "organization_id" from "activities"
+    where "log_index" is null and "status" in (${FINAL_SQL})`.execute(db);
+  return rows.map((r) => r.organization_id);
 }
 
-const leafInsert = prepare((db, slot: Slots<TransparencyLogLeavesTable>) =>
-  db.insertInto("transparency_log_leaves").values({
-    organization_id: slot("organization_id"),
-    leaf_index: slot("leaf_index"),
-    activity_id: slot("activity_id"),
-    leaf_hash: slot("leaf_hash"),
-  }),
-);
-const nodeInsert = prepare((db, slot: Slots<TransparencyLogNodesTable>) =>
-  db.insertInto("transparency_log_nodes").values({
-    organization_id: slot("organization_id"),
-    level: slot("level"),
-    node_index: slot("node_index"),
-    hash: slot("hash"),
-  }),
+/** The oldest final activity not in its organization's log (any organization when none is given). */
+export async function oldestPending(
+  db: Db | Tx,
+  organizationId?: string,
+): Promise<{ id: string; organization_id: string; updated_at: number } | undefined> {
+  const { rows } = await sql<{ id: string; organization_id: string; updated_at: number }>`select "id", "organization_id", "updated_at"
+    from "activities" where "log_index" is null and "status" in (${FINAL_SQL})
+    ${organizationId === undefined ? sql`` : sql`and "organization_id" = ${organizationId}`}
+    order by "updated_at", "id" limit 1`.execute(db);
+  const row = rows[0];
+  return row ? { ...row, updated_at: Number(row.updated_at) } : undefined;
+}
+
+/**
+ * Sequences up to `limit` of the organization's pending final activities, in the transaction `trx`
+ * (which must be an exclusive one: store.transact("exclusive")): locks its log's head, takes them in
+ * the order they became final (updated_at, then created_at, then id: the same order in every process),
+ * and writes their leaves, the subtrees they complete, the head and their log_index. Resolves with how
+ * many it appended (fewer than `limit`: none is left that was committed when it looked).
+ */
+export async function sequenceLog(trx: Tx, dialect: Dialect, organizationId: string, limit: number, now: number): Promise<number> {
+  const head = await lockedHead(trx, dialect, organizationId, now);
+  // Read after the head's lock is held: on PostgreSQL a statement sees what was committed when it
+  // began, so the activities a sequencer that held the lock before marked are not pending any more.
+  const { rows } = await sql<ActivitiesTable>`select * from "activities"
+    where "organization_id" = ${organizationId} and "log_index" is null and "status" in (${FINAL_SQL})
+    order by "updated_at", "created_at", "id" limit ${limit}`.execute(trx);
+  if (rows.length === 0) return 0;
+  let frontier = head.frontier;
+  const appends: Append[] = [];
+  for (const row of rows) {
+    const { append, next } = appendOf(frontier, row.id, activityLeafHash(row, frontier.size));
+    appends.push(append);
+    frontier = next;
+  }
+  const headRow: TransparencyLogHeadsTable = {
+    organization_id: organizationId,
+    size: frontier.size,
+    root_hash: foldFrontier(frontier).toString("hex"),
+    frontier: frontier.hashes.map((h) => h.toString("hex")).join(""),
+    updated_at: now,
+  };
+  await (dialect === "postgres" ? writePostgres : writeSqlite)(trx, organizationId, appends, headRow);
+  return rows.length;
+}
+
+// PostgreSQL: the whole batch in one statement (one round trip).
+async function writePostgres(trx: Tx, organizationId: string, appends: Append[], head: TransparencyLogHeadsTable): Promise<void> {
+  const leaves = appends.map((a) => ({ i: a.leafIndex, a: a.activityId, h: a.leafHash }));
+  const nodes = appends.flatMap((a) => a.nodes.map((n) => ({ l: n.level, i: n.node_index, h: n.hash })));
+  await sql`with "leaves" as (
+      insert into "transparency_log_leaves" ("organization_id", "leaf_index", "activity_id", "leaf_hash")
+      select ${organizationId}, "x"."i", "x"."a", "x"."h"
+      from json_to_recordset(${JSON.stringify(leaves)}::json) as "x"("i" bigint, "a" text, "h" text)
+    ), "nodes" as (
+      insert into "transparency_log_nodes" ("organization_id", "level", "node_index", "hash")
+      select ${organizationId}, "x"."l", "x"."i", "x"."h"
+      from json_to_recordset(${JSON.stringify(nodes)}::json) as "x"("l" integer, "i" bigint, "h" text)
+    ), "marked" as (
+      update "activities" as "t" set "log_index" = "x"."i"
+      from json_to_recordset(${JSON.stringify(leaves)}::json) as "x"("i" bigint, "a" text, "h" text)
+      where "t"."id" = "x"."a"
+    )
+    update "transparency_log_heads" set "size" = ${head.size}, "root_hash" = ${head.root_hash},
+      "frontier" = ${head.frontier}, "updated_at" = ${head.updated_at}
+    where "organization_id" = ${organizationId}`.execute(trx);
+}
+
+const markSequenced = prepare((db, slot: Slots<{ id: string; log_index: number }>) =>
+  db
+    .updateTable("activities")
+    .set({ log_index: slot("log_index") })
+    .where("id", "=", slot("id")),
 );
 const headUpdate = prepare((db, slot: Slots<TransparencyLogHeadsTable>) =>
   db
     .updateTable("transparency_log_heads")
     .set({ size: slot("size"), root_hash: slot("root_hash"), frontier: slot("frontier"), updated_at: slot("updated_at") })
-    .where("organization_id", "=", slot("organization_id"))
-    .where("size", "<", slot("size")),
+    .where("organization_id", "=", slot("organization_id")),
 );
 
-// SQLite: statements cost no round trip. One append: its statements prepared once (store/prepared.ts);
-// several: one insert of all their leaves, one of all their subtrees, one update per log's head.
-async function writeAppendsSqlite(trx: Tx, appends: Append[]): Promise<void> {
-  const { leaves, nodes, heads } = rowsOf(appends);
-  if (appends.length === 1) {
-    await leafInsert.run(trx, leaves[0]!);
-    for (const n of nodes) await nodeInsert.run(trx, n);
-  } else {
-    await trx.insertInto("transparency_log_leaves").values(leaves).execute();
-    if (nodes.length > 0) await trx.insertInto("transparency_log_nodes").values(nodes).execute();
-  }
-  for (const head of heads) await headUpdate.run(trx, head);
+/** Rows per multi-row insert on SQLite: 4 values each, well under its 32,766 bound variables. */
+const SQLITE_ROWS = 2_000;
+
+// SQLite: statements cost no round trip, but each is work on the one writer: multi-row inserts for the
+// leaves and subtrees, one prepared update per activity (by its primary key), one for the head.
+async function writeSqlite(trx: Tx, organizationId: string, appends: Append[], head: TransparencyLogHeadsTable): Promise<void> {
+  const leaves = appends.map((a) => ({
+    organization_id: organizationId,
+    leaf_index: a.leafIndex,
+    activity_id: a.activityId,
+    leaf_hash: a.leafHash,
+  }));
+  const nodes = appends.flatMap((a) => a.nodes.map((n) => ({ organization_id: organizationId, ...n })));
+  for (let i = 0; i < leaves.length; i += SQLITE_ROWS)
+    await trx
+      .insertInto("transparency_log_leaves")
+      .values(leaves.slice(i, i + SQLITE_ROWS))
+      .execute();
+  for (let i = 0; i < nodes.length; i += SQLITE_ROWS)
+    await trx
+      .insertInto("transparency_log_nodes")
+      .values(nodes.slice(i, i + SQLITE_ROWS))
+      .execute();
+  for (const a of appends) await markSequenced.run(trx, { id: a.activityId, log_index: a.leafIndex });
+  await headUpdate.run(trx, head);
 }
 
-const writeAppends = (trx: Tx, dialect: Dialect, appends: Append[]) =>
-  dialect === "postgres" ? writeAppendsPostgres(trx, appends) : writeAppendsSqlite(trx, appends);
-
-/** The appends a shared transaction's members computed, written together before it commits (group-commit.ts). */
-class PendingAppends implements BatchWrites {
-  private appends: Append[] = [];
-  constructor(private readonly dialect: Dialect) {}
-
-  add(append: Append): void {
-    this.appends.push(append);
-  }
-
-  async flush(trx: Tx): Promise<void> {
-    if (this.appends.length === 0) return;
-    const appends = this.appends;
-    this.appends = [];
-    await writeAppends(trx, this.dialect, appends);
-  }
-}
-
-const PENDING_APPENDS = Symbol("transparency log appends");
-
-/** The append of `leaf` to `head`, as rows. */
-export function appendOf(
-  organizationId: string,
-  head: LogHead,
-  activityId: string,
-  leaf: Hash,
-  now: number,
-): { append: Append; next: LogHead } {
-  const { frontier, completed } = appendLeaf(head.frontier, leaf);
-  // The root folds the whole right edge (a hash per level): only the head that is written needs it,
-  // once per transaction and log however many appends it holds.
-  let root: Hash | undefined;
-  const next: LogHead = {
-    size: frontier.size,
-    frontier,
-    get root() {
-      root ??= foldFrontier(frontier);
-      return root;
-    },
-  };
-  return {
-    next,
-    append: {
-      organizationId,
-      leafIndex: head.size,
-      activityId,
-      leafHash: leaf.toString("hex"),
-      nodes: completed.map((c) => ({ level: c.subtree.level, node_index: c.subtree.index, hash: c.hash.toString("hex") })),
-      head: next,
-      updatedAt: now,
-    },
-  };
-}
-
-/**
- * Appends the activity `row`, which has just reached a final status, as the next leaf of its
- * organization's log, in the transaction `trx` that records it. Resolves with its leaf index.
- */
-export async function appendToLog(trx: Tx, dialect: Dialect, row: ActivitiesTable, now: number): Promise<number> {
-  const organizationId = row.organization_id;
-  const batch = sharedLocksHeld(trx);
-  const pending = batchWrites(trx, PENDING_APPENDS, () => new PendingAppends(dialect));
-  if (!batch || !pending) {
-    // Read with the organization's exclusive lock, when this transaction took it (one round trip fewer).
-    const known = lockedHeads.get(trx)?.get(organizationId);
-    const head = known ?? (await lockedHead(trx, dialect, organizationId, now));
-    const { append, next } = appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), now);
-    await writeAppends(trx, dialect, [append]);
-    if (known) lockedHeads.get(trx)!.set(organizationId, next);
-    appendsApart.set(organizationId, (appendsApart.get(organizationId) ?? 0) + 1);
-    return append.leafIndex;
-  }
-  // Several activities share this transaction, which holds the log (the head's row lock on PostgreSQL,
-  // the one writer on SQLite): each append is computed from the head the previous one left, in the
-  // order they ask, and handed to the transaction, which writes them all before it commits (a few
-  // statements per batch instead of three per activity; a batch's appends are never read before then,
-  // as an exclusive member makes the batch write them first: group-commit.ts, BatchWrites).
-  const heads = heldHeadsOf(batch);
-  const apart = appendsApart.get(organizationId) ?? 0;
-  let held = heads.get(organizationId);
-  if (!held || held.appendsApart !== apart) {
-    held = { head: (held?.head ?? Promise.resolve()).then(() => lockedHead(trx, dialect, organizationId, now)), appendsApart: apart };
-    heads.set(organizationId, held);
-  }
-  const computed = held.head.then((head) => appendOf(organizationId, head, row.id, activityLeafHash(row, head.size), now));
-  held.head = computed.then((c) => c.next);
-  const { append } = await computed;
-  pending.add(append);
-  return append.leafIndex;
-}
-
-/** The log's head as committed (no lock): what a checkpoint or a proof is made of. */
-export async function readHead(db: Db | Tx, organizationId: string): Promise<LogHead | undefined> {
+/** The log's head as committed (no lock): what a checkpoint or a proof is made of. An organization
+ * whose log was never sequenced has the empty log. */
+export async function readHead(db: Db | Tx, organizationId: string): Promise<LogHead> {
   const row = await headPlain.first(db, { organizationId });
-  return row ? headOf(row) : undefined;
+  return headOf(row ?? emptyHeadRow(organizationId, 0));
 }
 
 /** The hashes of complete subtrees, read in at most two statements (leaves, and the nodes above them). */

@@ -5,7 +5,7 @@
 import { defineSigilQuery, type QueryContext } from "../../registry/registry.js";
 import { serviceError } from "../../errors.js";
 import { foldRange, planConsistency, planInclusion, rangeSubtrees, type Hash } from "../../store/merkle.js";
-import { entryBytes, leafOfActivity, logEntry, readHead, readProof, readSubtrees } from "../../store/transparency-log.js";
+import { entryBytes, isFinal, leafOfActivity, logEntry, readHead, readProof, readSubtrees } from "../../store/transparency-log.js";
 import { originOf } from "../../services/log-checkpoints.js";
 import { requireActivity } from "./records.js";
 
@@ -21,11 +21,9 @@ async function checkpointAt(
   const log = ctx.transparencyLog;
   if (treeSize === undefined) {
     const made = await log.checkpoint(ctx.organizationId, ctx.now);
-    if (!made) throw serviceError("LOG_SIZE_INVALID", `organization ${ctx.organizationId} has no transparency log`);
     return { treeSize: made.treeSize, rootHash: made.rootHash, note: made.note };
   }
-  const head = await readHead(ctx.db, ctx.organizationId);
-  const current = head?.size ?? 0;
+  const current = (await readHead(ctx.db, ctx.organizationId)).size;
   if (treeSize > current)
     throw serviceError("LOG_SIZE_INVALID", `treeSize ${treeSize} is larger than the organization's log, which has ${current} entries`);
   const stored = await ctx.db
@@ -78,12 +76,23 @@ export const transparencyLogQueries = [
     },
     async run(ctx, body) {
       const activity = await requireActivity(ctx.db, ctx.organizationId, body.activityId);
-      const leaf = await leafOfActivity(ctx.db, ctx.organizationId, activity.id);
-      if (!leaf)
+      let leaf = await leafOfActivity(ctx.db, ctx.organizationId, activity.id);
+      if (!leaf && !isFinal(activity.status))
         throw serviceError(
           "LOG_ENTRY_NOT_FOUND",
           `activity ${activity.id} is not in the transparency log: it is ${activity.status}, and only activities that have reached a final status are`,
         );
+      if (!leaf) {
+        // Final, and not appended yet (the sequencer runs just after the commit): appended now, so that
+        // whoever asks right after their activity completed gets its proof.
+        await ctx.transparencyLog.sequence(ctx.organizationId);
+        leaf = await leafOfActivity(ctx.db, ctx.organizationId, activity.id);
+        if (!leaf)
+          throw serviceError(
+            "LOG_ENTRY_PENDING",
+            `activity ${activity.id} is ${activity.status} but not in the transparency log yet: ask again (it is appended within the maximum merge delay)`,
+          );
+      }
       const checkpoint = await checkpointAt(ctx, body.treeSize);
       if (leaf.leafIndex >= checkpoint.treeSize)
         throw serviceError(

@@ -1,5 +1,4 @@
 // Organizations: creation (bootstrap), the root quorum's safety rule, and whoami.
-import { createLog } from "../../store/transparency-log.js";
 import type { Db, Tx } from "../../store/handles.js";
 import { serviceError } from "../../errors.js";
 import { validatePublicKey, type ApiKeyCurve } from "../../crypto/keys.js";
@@ -39,7 +38,6 @@ export async function createOrganization(db: Db, input: NewOrganization, now = D
         updated_at: now,
       })
       .execute();
-    await createLog(trx, organizationId, now);
     await trx
       .insertInto("users")
       .values({

@@ -2,7 +2,6 @@
 // its own root users, policies, wallets and audit log. The parent reads them (authentication accepts
 // a parent's credential for queries) but cannot write in them; a sub-organization sees neither its
 // parent nor its siblings. A sub-organization cannot have sub-organizations of its own.
-import { createLog } from "../../store/transparency-log.js";
 import { sql } from "kysely";
 import { decodeJwt } from "jose";
 import { serviceError } from "../../errors.js";
@@ -90,7 +89,6 @@ async function createSubOrganization(ctx: ActivityContext, p: CreateSubOrganizat
       updated_at: ctx.now,
     })
     .execute();
-  await createLog(ctx.trx, subOrganizationId, ctx.now);
   // Everything below is created in the sub-organization, within this one activity.
   const inSub: ActivityContext = { ...ctx, organizationId: subOrganizationId };
   const rootUserIds: string[] = [];
