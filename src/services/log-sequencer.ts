@@ -13,15 +13,17 @@ import type pino from "pino";
 import type { Store } from "../store/database.js";
 import { oldestPending, organizationsPending, sequenceLog } from "../store/transparency-log.js";
 
-/** How long after a final activity's commit this process's sequencer runs. */
-export const WAKE_DELAY_MS = 20;
+/** How long after a final activity's commit this process's sequencer runs: long enough that one of its
+ * transactions appends many activities (on SQLite each one rewrites the pages of the rows it marks),
+ * short enough that a checkpoint asked for soon after holds them. */
+export const WAKE_DELAY_MS = 100;
 /** How often the sequencer looks for activities other processes (or a crash) left pending. */
 export const SWEEP_MS = 1_000;
 /** The most activities appended in one transaction. */
 export const BATCH = 1_000;
 /**
  * The maximum merge delay: how long a final activity may wait for its leaf. Sequencing runs within
- * tens of milliseconds of a commit and a sweep each second; this bound leaves room for a loaded
+ * a tenth of a second of a commit and a sweep each second; this bound leaves room for a loaded
  * server and a database's failover. `sigil audit verify` reports an activity pending for longer.
  */
 export const MAXIMUM_MERGE_DELAY_MS = 60_000;

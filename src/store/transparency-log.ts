@@ -265,12 +265,6 @@ async function writePostgres(trx: Tx, organizationId: string, appends: Append[],
     where "organization_id" = ${organizationId}`.execute(trx);
 }
 
-const markSequenced = prepare((db, slot: Slots<{ id: string; log_index: number }>) =>
-  db
-    .updateTable("activities")
-    .set({ log_index: slot("log_index") })
-    .where("id", "=", slot("id")),
-);
 const headUpdate = prepare((db, slot: Slots<TransparencyLogHeadsTable>) =>
   db
     .updateTable("transparency_log_heads")
@@ -278,30 +272,19 @@ const headUpdate = prepare((db, slot: Slots<TransparencyLogHeadsTable>) =>
     .where("organization_id", "=", slot("organization_id")),
 );
 
-/** Rows per multi-row insert on SQLite: 4 values each, well under its 32,766 bound variables. */
-const SQLITE_ROWS = 2_000;
-
-// SQLite: statements cost no round trip, but each is work on the one writer: multi-row inserts for the
-// leaves and subtrees, one prepared update per activity (by its primary key), one for the head.
+// SQLite: statements cost no round trip, but each is work on the one writer, and a statement whose
+// text changes with the batch's size is prepared anew every time. So each write is one statement of
+// fixed text, whatever the number of rows, which reads them from a JSON array (json_each): the leaves,
+// the subtrees, every activity's log_index (by its primary key), and the head.
 async function writeSqlite(trx: Tx, organizationId: string, appends: Append[], head: TransparencyLogHeadsTable): Promise<void> {
-  const leaves = appends.map((a) => ({
-    organization_id: organizationId,
-    leaf_index: a.leafIndex,
-    activity_id: a.activityId,
-    leaf_hash: a.leafHash,
-  }));
-  const nodes = appends.flatMap((a) => a.nodes.map((n) => ({ organization_id: organizationId, ...n })));
-  for (let i = 0; i < leaves.length; i += SQLITE_ROWS)
-    await trx
-      .insertInto("transparency_log_leaves")
-      .values(leaves.slice(i, i + SQLITE_ROWS))
-      .execute();
-  for (let i = 0; i < nodes.length; i += SQLITE_ROWS)
-    await trx
-      .insertInto("transparency_log_nodes")
-      .values(nodes.slice(i, i + SQLITE_ROWS))
-      .execute();
-  for (const a of appends) await markSequenced.run(trx, { id: a.activityId, log_index: a.leafIndex });
+  const leaves = JSON.stringify(appends.map((a) => [a.leafIndex, a.activityId, a.leafHash]));
+  const nodes = JSON.stringify(appends.flatMap((a) => a.nodes.map((n) => [n.level, n.node_index, n.hash])));
+  await sql`insert into "transparency_log_leaves" ("organization_id", "leaf_index", "activity_id", "leaf_hash")
+    select ${organizationId}, "value" ->> 0, "value" ->> 1, "value" ->> 2 from json_each(${leaves})`.execute(trx);
+  await sql`insert into "transparency_log_nodes" ("organization_id", "level", "node_index", "hash")
+    select ${organizationId}, "value" ->> 0, "value" ->> 1, "value" ->> 2 from json_each(${nodes})`.execute(trx);
+  await sql`update "activities" set "log_index" = "j"."value" ->> 0
+    from json_each(${leaves}) as "j" where "activities"."id" = "j"."value" ->> 1`.execute(trx);
   await headUpdate.run(trx, head);
 }
 
