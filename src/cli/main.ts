@@ -231,7 +231,8 @@ export const commands: Record<string, CommandSpec> = {
       "With --file, checks a file of `sigil audit export` offline, with no database: every entry against its leaf hash and " +
       "place, the tree against every checkpoint, each checkpoint's signature against --public-key (the verifier key, " +
       "transparencyLogVerifierKey). Without --file, checks the live database: every entry against the activity it records, " +
-      "the stored tree, every stored checkpoint, and that every final activity is logged; one organization's log, or every " +
+      "the stored tree, every stored checkpoint, and that every final activity is logged (or waits for the sequencer for less " +
+      "than the maximum merge delay, 60 s: counted as pending); one organization's log, or every " +
       "organization's. Prints one JSON line per log; exits 0 when intact, and 1 naming the first broken entry (its leaf " +
       "index, its activity, what does not match). " +
       readOnlyNote,
