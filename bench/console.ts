@@ -3,7 +3,6 @@
 // accounts, on SQLite. The page reads accounts a page at a time (list_wallet_accounts with a limit),
 // so the two should be alike: the ratio is the figure. Accounts past the first are written straight
 // into the table, as bench/load.ts does (deriving 100,000 keys would measure derivation, not reads).
-import crypto from "node:crypto";
 import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -14,6 +13,7 @@ import { startServer } from "../src/http/server.js";
 import { createOrganization } from "../src/operations/organizations/organizations.js";
 import { generateP256KeyPair } from "../src/crypto/keys.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
+import { insertAccounts } from "./accounts.js";
 import { CHROMIUM, consolePage, launchChromium, signInWithApiKey } from "../test/helpers/console-browser.js";
 
 const ACCOUNTS = Number(process.env.BENCH_CONSOLE_ACCOUNTS ?? 100_000);
@@ -50,34 +50,8 @@ export async function runConsoleBench() {
       ],
     });
     const { keyring } = loadKeyring(config.masterKey);
-    const fill = async (target: number, existing: number) => {
-      const now = Date.now();
-      for (let start = existing; start < target; start += 1000) {
-        const rows = Array.from({ length: Math.min(1000, target - start) }, (_, i) => {
-          const id = crypto.randomUUID();
-          return {
-            id,
-            organization_id: org.organizationId,
-            wallet_id: walletId,
-            curve: "CURVE_SECP256K1",
-            path_format: "PATH_FORMAT_BIP32",
-            path: `m/44'/60'/0'/0/${start + i + 1}`,
-            address_format: "ADDRESS_FORMAT_ETHEREUM",
-            address: `0x${crypto.randomBytes(20).toString("hex")}`,
-            public_key: `02${crypto.randomBytes(32).toString("hex")}`,
-            sealed_private_key: keyring.seal(crypto.randomBytes(32), {
-              organizationId: org.organizationId,
-              kind: "wallet_account.private_key",
-              resourceId: id,
-            }),
-            name: null,
-            created_at: now + start + i,
-            updated_at: now + start + i,
-          };
-        });
-        await server.store.db.transaction().execute((trx) => trx.insertInto("wallet_accounts").values(rows).execute());
-      }
-    };
+    const fill = (target: number, existing: number) =>
+      insertAccounts(server.store.db, keyring, org.organizationId, walletId, target, existing);
     const consoleUrl = `http://localhost:${new URL(server.url).port}/console`;
     /** Median milliseconds from asking for the wallet's page to its 50 accounts shown, signed in afresh each run. */
     const openWallet = async () => {

@@ -22,6 +22,7 @@ import { generateP256KeyPair } from "../src/crypto/keys.js";
 import { apiKey, Client, type Key, load, type RunResult, type Scenario, signRawPayloadParameters } from "./generator.js";
 import type { RecoverableSigner } from "./signers.js";
 import { noisyNeighbour } from "./neighbours.js";
+import { insertAccounts } from "./accounts.js";
 
 /** BENCH_CLI=/other/checkout/bin/sigil.js loads another build (another commit's, to compare two in the
  * same way); the references and ceilings are still this checkout's. */
@@ -268,28 +269,7 @@ async function fillAccounts(
   const { keyring } = loadKeyring(config.masterKey);
   const store = await openStore(config);
   try {
-    const now = Date.now();
-    for (let start = existing; start < target; start += 1000) {
-      const rows = Array.from({ length: Math.min(1000, target - start) }, (_, i) => {
-        const id = crypto.randomUUID();
-        return {
-          id,
-          organization_id: organizationId,
-          wallet_id: walletId,
-          curve: "CURVE_SECP256K1",
-          path_format: "PATH_FORMAT_BIP32",
-          path: `m/44'/60'/0'/0/${start + i + 1}`,
-          address_format: "ADDRESS_FORMAT_ETHEREUM",
-          address: `0x${crypto.randomBytes(20).toString("hex")}`,
-          public_key: `02${crypto.randomBytes(32).toString("hex")}`,
-          sealed_private_key: keyring.seal(crypto.randomBytes(32), { organizationId, kind: "wallet_account.private_key", resourceId: id }),
-          name: null,
-          created_at: now + start + i,
-          updated_at: now + start + i,
-        };
-      });
-      await store.db.transaction().execute((trx) => trx.insertInto("wallet_accounts").values(rows).execute());
-    }
+    await insertAccounts(store.db, keyring, organizationId, walletId, target, existing);
     // What autovacuum / a periodic ANALYZE does in production after a bulk load: fresh statistics.
     if (store.dialect === "postgres") await sql`analyze wallet_accounts`.execute(store.db);
   } finally {
