@@ -989,6 +989,34 @@ describe("sign-up and contact proof with verification tokens", () => {
     expect(parseSession(session).userId).toBe(rootUserIds![0]);
   });
 
+  it("two sign-ups sent at once with one token: one is created, the other refused as the token already used", async () => {
+    // Sign-ups into one parent run side by side (they hold its lock shared): only the conditional
+    // update that spends the token keeps it to one use.
+    const email = `twice.${Date.now()}@example.com`;
+    const { verificationToken, sessionKey } = await tokenFor(email);
+    const usage = getClientSignatureMessageForSignup({ verificationToken, email });
+    const signature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(
+      usage.message,
+      SignatureFormat.Raw,
+    );
+    const signUp = (name: string) =>
+      parentSdk.createSubOrganization({
+        subOrganizationName: name,
+        rootQuorumThreshold: 1,
+        rootUsers: [{ userName: "twice", userEmail: email, apiKeys: [], authenticators: [], oauthProviders: [] }],
+        verificationToken,
+        clientSignature: { message: usage.message, publicKey: usage.publicKey, signature, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256" },
+      });
+    const outcomes = await Promise.allSettled([signUp("twice a"), signUp("twice b")]);
+    const created = outcomes.filter((o) => o.status === "fulfilled");
+    const refused = outcomes.filter((o): o is PromiseRejectedResult => o.status === "rejected");
+    expect(created).toHaveLength(1);
+    expect(refused).toHaveLength(1);
+    expect(String(refused[0]!.reason?.message ?? refused[0]!.reason)).toContain("VERIFICATION_TOKEN_ALREADY_USED");
+    const { organizationIds } = await parentSdk.getSubOrgIds({ filterType: "EMAIL", filterValue: email });
+    expect(organizationIds).toEqual([(created[0] as PromiseFulfilledResult<{ subOrganizationId: string }>).value.subOrganizationId]);
+  });
+
   it("update_user_email takes a token for the new address as proof; a token for another address is refused", async () => {
     const own = await h.organization("Own users");
     const sdk = h.sdk(own, own.key, fastPoller);

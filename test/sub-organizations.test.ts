@@ -1,7 +1,9 @@
 // Sub-organizations and organization features, through @turnkey/sdk-server (and @turnkey/http for
 // the older activity versions): creation in every version, the parent's read-only view, isolation,
 // whoami through the parent, delegated access, listing with filters, deletion, and features.
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { backend } from "./helpers/backend.js";
 import { startOidcIssuer, type TestIssuer } from "./helpers/oidc-issuer.js";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
@@ -634,5 +636,66 @@ describe("organization features", () => {
     } finally {
       await parentSdk.removeOrganizationFeature({ name: "FEATURE_NAME_WEBAUTHN_ORIGINS" });
     }
+  });
+});
+
+describe("the parent's lock during sign-ups", () => {
+  /** Resolves once a PostgreSQL backend waits for a row lock on the organizations table (a statement
+   * stuck behind the holder's lock), the observable sign that a request is queued behind it. */
+  async function someoneWaitsBehind(holder: pg.Client, settled: () => boolean) {
+    for (;;) {
+      const { rows } = await holder.query(
+        "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query ilike '%from \"organizations\"%for%'",
+      );
+      if (rows[0].n > 0) return;
+      if (settled()) throw new Error("the request was answered instead of waiting for the holder");
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+
+  it("on PostgreSQL, a sign-up holds its parent's row shared: it completes while another transaction shares the row, and waits while one holds it exclusively", async () => {
+    // SQLite has one write lock for every organization and activity: there is no row to share.
+    if (backend !== "postgres") return;
+    const holder = new pg.Client({ connectionString: h.database.databaseUrl! });
+    await holder.connect();
+    try {
+      // Held shared (as a concurrent sign-up holds it): a sign-up goes through, but a change to the
+      // parent (a policy) waits for the holder.
+      await holder.query("begin");
+      await holder.query("select id from organizations where id = $1 for share", [parent.organizationId]);
+      const outcome = await Promise.race([
+        subOrganization("Beside a shared holder").then(() => "signed up while the parent's row was held shared"),
+        new Promise((resolve) => setTimeout(resolve, 10_000, "the sign-up waited for the shared holder")),
+      ]);
+      expect(outcome).toBe("signed up while the parent's row was held shared");
+      let policyDone = false;
+      const policy = parentSdk
+        .createPolicy({ policyName: "while held", effect: "EFFECT_DENY", condition: "activity.resource == 'POLICY'", notes: "" })
+        .finally(() => (policyDone = true));
+      await someoneWaitsBehind(holder, () => policyDone);
+      await holder.query("rollback");
+      expect((await policy).policyId).toMatch(/^[0-9a-f-]{36}$/);
+
+      // Held exclusively (as a policy change holds it): the sign-up waits, then completes.
+      await holder.query("begin");
+      await holder.query("select id from organizations where id = $1 for update", [parent.organizationId]);
+      let signUpDone = false;
+      const signUp = subOrganization("Behind an exclusive holder").finally(() => (signUpDone = true));
+      await someoneWaitsBehind(holder, () => signUpDone);
+      await holder.query("rollback");
+      expect((await signUp).subOrganizationId).toMatch(/^[0-9a-f-]{36}$/);
+    } finally {
+      await holder.query("rollback").catch(() => undefined);
+      await holder.end();
+    }
+  });
+
+  it("sign-ups sent at once into one parent all complete, each with its own sub-organization", async () => {
+    const created = await Promise.all(Array.from({ length: 8 }, (_, i) => subOrganization(`At once ${i}`, { wallet: true })));
+    const ids = new Set(created.map((c) => c.subOrganizationId));
+    expect(ids.size).toBe(8);
+    const { organizationIds } = await parentSdk.getSubOrgIds({ filterType: "NAME", filterValue: "At once 3" });
+    expect(organizationIds).toEqual([created[3]!.subOrganizationId]);
+    for (const c of created) expect((await c.sdk.getWallets({ organizationId: c.subOrganizationId })).wallets).toHaveLength(1);
   });
 });

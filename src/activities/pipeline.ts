@@ -839,6 +839,9 @@ export class Pipeline {
     const fingerprint = fingerprintOf(raw);
     const { store } = this.options;
     const lock = operation.leavesOrganizationUnchanged ? "shared" : "exclusive";
+    // A sign-up writes in a transaction of its own but holds its parent's row shared (registry.ts,
+    // addsOnlyNewOrganization): sign-ups into one parent do not wait for each other on PostgreSQL.
+    const rowLock = lock === "shared" || operation.addsOnlyNewOrganization ? "shared" : "exclusive";
     // A signature on PostgreSQL by a key lately accepted for this organization is authenticated in its
     // transaction, its key read in the statement read ahead (known-keys.ts says why and what it guards).
     const stamp = request.stamp;
@@ -875,7 +878,7 @@ export class Pipeline {
     }
     const precheck = await this.precheck(operation, envelope);
     try {
-      return await this.inOrganization(envelope.organizationId, lock, async (trx, now) => {
+      return await this.inOrganization(envelope.organizationId, lock, rowLock, async (trx, now) => {
         let confirmation: Confirmation;
         if (knownStamp) {
           // The authority guessed: the organization named (a key of its parent reads its quorum itself).
@@ -1087,11 +1090,14 @@ export class Pipeline {
 
   /** Runs `work` in one transaction holding the organization's lock, with the clock read under it,
    * so an organization's activities are timestamped in the order they are applied (those holding it
-   * shared — signatures — run side by side and may commit in another order among themselves).
+   * shared — signatures, sign-ups — run side by side and may commit in another order among
+   * themselves). `lock` is the transaction's kind (shared: a batch's; exclusive: one of its own),
+   * `rowLock` how it holds the organization's row on PostgreSQL (a sign-up: exclusive, shared).
    * `work` returns the response to send once the transaction has committed. */
   private async inOrganization<M extends LockMode>(
     organizationId: string,
     lock: M,
+    rowLock: LockMode,
     work: (trx: WriteTx<M>, now: number) => Promise<PipelineResponse | (() => PipelineResponse)>,
   ): Promise<PipelineResponse> {
     const { store, metrics } = this.options;
@@ -1102,7 +1108,7 @@ export class Pipeline {
     let worked = 0;
     try {
       const outcome = await store.transact(lock, async (trx) => {
-        await lockOrganization(trx, store.dialect, organizationId, lock);
+        await lockOrganization(trx, store.dialect, organizationId, rowLock);
         metrics?.step("organization_lock", asked);
         const answer = await work(trx, this.clock());
         worked = performance.now();
@@ -1214,7 +1220,7 @@ export class Pipeline {
     const fingerprint = String(envelope.parameters.fingerprint ?? "");
     const precheck =
       operation.selection === "VOTE_SELECTION_APPROVED" ? await this.precheckPending(envelope.organizationId, fingerprint) : undefined;
-    return this.inOrganization(envelope.organizationId, "exclusive", async (trx, now) => {
+    return this.inOrganization(envelope.organizationId, "exclusive", "exclusive", async (trx, now) => {
       await confirmCredential(trx, principal, now);
       const row = await trx
         .selectFrom("activities")
@@ -1390,7 +1396,7 @@ export class Pipeline {
     await enforceIpAllowlist(store.reader, organizationId, ORGANIZATION_LIST, client);
     const parentKey = await readParentKeyLists(store.reader, organizationId, publicKey, "API_KEY_CURVE_P256");
     if (parentKey) applyIpAllowlists(parentKey.lists, parentKey.organizationId, parentKey.apiKeyId, client);
-    return this.inOrganization(organizationId, "exclusive", async (trx, now) => {
+    return this.inOrganization(organizationId, "exclusive", "exclusive", async (trx, now) => {
       const activityId = newId();
       const pending: Principal = {
         organizationId,

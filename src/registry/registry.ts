@@ -297,6 +297,14 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
    * such activities hold the organization's lock shared, so on PostgreSQL they run side by side
    * (every other activity waits for them, and they for it), and skip the root-quorum check. */
   leavesOrganizationUnchanged?: boolean;
+  /** It changes nothing the organization's other activities read or write — it only creates a new
+   * sub-organization and what is in it (a sign-up) — so it holds the organization's lock shared, and
+   * on PostgreSQL sign-ups into one parent run side by side (anything that changes the parent still
+   * waits for them, and they for it). Unlike a signature it writes: it has a transaction of its own
+   * (on SQLite, the write lock alone), its savepoint and the root-quorum check. Every statement it
+   * sends about existing rows must be one that concurrent sign-ups cannot race: a single-use
+   * verification token is spent by a conditional update (verification-tokens.ts). */
+  addsOnlyNewOrganization?: boolean;
   /** The prepared reads `execute` (or `policyContext`) will make with these parameters, sent ahead in
    * the one statement the pipeline reads with once it holds the lock (store/prepared.ts, readAhead).
    * Only an operation that leaves the organization unchanged reads ahead. */

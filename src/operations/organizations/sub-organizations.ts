@@ -388,6 +388,9 @@ export const subOrganizationOperations = [
       "Create a sub-organization with its root users (API keys, passkeys, OAuth identities), root quorum and, optionally, a wallet or private keys.",
     resource: "ORGANIZATION",
     action: "CREATE",
+    // Everything it writes is new, but the activity record and a spent verification token (a
+    // conditional update): sign-ups into one parent hold its lock shared, side by side.
+    addsOnlyNewOrganization: true,
     // A verification token is spendable by whoever reads it: never kept (the request then cannot
     // wait for approvals).
     secretParameters: ["verificationToken"],
