@@ -227,11 +227,13 @@ export async function verifyStoredLog(
     // Which one: an activity whose place is not its entry's (read only now: it scans the log's activities).
     const stray = await db
       .selectFrom("activities as a")
-      .leftJoin("transparency_log_leaves as l", "l.activity_id", "a.id")
+      .leftJoin("transparency_log_leaves as l", (join) =>
+        join.onRef("l.organization_id", "=", "a.organization_id").onRef("l.leaf_index", "=", "a.log_index"),
+      )
       .select(["a.id", "a.log_index", "a.status"])
       .where("a.organization_id", "=", organizationId)
       .where("a.log_index", "is not", null)
-      .where((eb) => eb.or([eb("l.leaf_index", "is", null), eb("l.leaf_index", "!=", eb.ref("a.log_index"))]))
+      .where((eb) => eb.or([eb("l.activity_id", "is", null), eb("l.activity_id", "!=", eb.ref("a.id"))]))
       .limit(1)
       .executeTakeFirst();
     return result(frontier.size, root, {

@@ -967,6 +967,11 @@ const webhookDeliveryLists: Migration = {
  */
 const transparencyLog: Migration = {
   async up(db: Kysely<any>) {
+    // The leaves and the subtrees are read and written by their primary key only: on SQLite each is one
+    // b-tree ordered by it (WITHOUT ROWID), not a table and an index beside it, so an append writes
+    // half the pages. An activity's leaf is found from the activity (its log_index), so the leaves need
+    // no index by activity: each append would write that index's pages too.
+    const clusteredOnSqlite = db.getExecutor().adapter instanceof PostgresAdapter ? sql`` : sql`without rowid`;
     await db.schema
       .createTable("transparency_log_heads")
       .addColumn("organization_id", "text", (c) => c.primaryKey())
@@ -979,9 +984,10 @@ const transparencyLog: Migration = {
       .createTable("transparency_log_leaves")
       .addColumn("organization_id", "text", (c) => c.notNull())
       .addColumn("leaf_index", "bigint", (c) => c.notNull())
-      .addColumn("activity_id", "text", (c) => c.notNull().unique())
+      .addColumn("activity_id", "text", (c) => c.notNull())
       .addColumn("leaf_hash", "text", (c) => c.notNull())
       .addPrimaryKeyConstraint("transparency_log_leaves_pk", ["organization_id", "leaf_index"])
+      .modifyEnd(clusteredOnSqlite)
       .execute();
     await db.schema
       .createTable("transparency_log_nodes")
@@ -990,6 +996,7 @@ const transparencyLog: Migration = {
       .addColumn("node_index", "bigint", (c) => c.notNull())
       .addColumn("hash", "text", (c) => c.notNull())
       .addPrimaryKeyConstraint("transparency_log_nodes_pk", ["organization_id", "level", "node_index"])
+      .modifyEnd(clusteredOnSqlite)
       .execute();
     await db.schema
       .createTable("transparency_log_checkpoints")

@@ -332,13 +332,18 @@ export async function readProof(db: Db | Tx, organizationId: string, plan: Proof
   return plan.assemble(await readSubtrees(db, organizationId, plan.subtrees));
 }
 
-/** The leaf recording `activityId`, if it is in its organization's log. */
+/** The leaf recording `activityId`, if it is in its organization's log: found from the activity's
+ * log_index (the leaves are keyed by their index only), and only if that leaf records this activity. */
 export async function leafOfActivity(db: Db | Tx, organizationId: string, activityId: string) {
   const row = await db
-    .selectFrom("transparency_log_leaves")
-    .select(["leaf_index", "leaf_hash"])
-    .where("organization_id", "=", organizationId)
-    .where("activity_id", "=", activityId)
+    .selectFrom("activities as a")
+    .innerJoin("transparency_log_leaves as l", (join) =>
+      join.onRef("l.organization_id", "=", "a.organization_id").onRef("l.leaf_index", "=", "a.log_index"),
+    )
+    .select(["l.leaf_index", "l.leaf_hash"])
+    .where("a.id", "=", activityId)
+    .where("a.organization_id", "=", organizationId)
+    .where("l.activity_id", "=", activityId)
     .executeTakeFirst();
   return row ? { leafIndex: Number(row.leaf_index), leafHash: Buffer.from(row.leaf_hash, "hex") } : undefined;
 }
