@@ -3,7 +3,7 @@
 // activity costs the log nothing (store/transparency-log.ts has the append itself).
 //
 // Each server process runs one. It is woken shortly after this process commits a final activity
-// (WAKE_DELAY_MS, so that the activities committed meanwhile are appended together), and sweeps every
+// (wakeDelayMs, so that the activities committed meanwhile are appended together), and sweeps every
 // SWEEP_MS for the activities other processes committed and those a crash left pending. Per
 // organization it appends in transactions of at most BATCH activities, each short: on SQLite it shares
 // the one writer with the activities, so a backlog is appended a batch at a time, the activities'
@@ -14,16 +14,20 @@ import type { Store } from "../store/database.js";
 import { oldestPending, organizationsPending, sequenceLog } from "../store/transparency-log.js";
 
 /** How long after a final activity's commit this process's sequencer runs: long enough that one of its
- * transactions appends many activities (on SQLite each one rewrites the pages of the rows it marks),
- * short enough that a checkpoint asked for soon after holds them. */
-export const WAKE_DELAY_MS = 100;
+ * transactions appends many activities, short enough that a checkpoint asked for soon after holds them
+ * (an inclusion proof asked for sooner appends its activity then). PostgreSQL: 100 ms. SQLite: 1 s,
+ * as often as the sweep: each of its commits writes whole pages to the write-ahead log (the head's, the
+ * right edges of the leaves and subtrees, those of the activity rows it marks) and again at the next
+ * checkpoint, so fewer, larger appends write less per activity and take less CPU (docs/benchmarks.md,
+ * The transparency log). */
+export const WAKE_DELAY_MS = { postgres: 100, sqlite: 1_000 } as const;
 /** How often the sequencer looks for activities other processes (or a crash) left pending. */
 export const SWEEP_MS = 1_000;
 /** The most activities appended in one transaction. */
 export const BATCH = 1_000;
 /**
  * The maximum merge delay: how long a final activity may wait for its leaf. Sequencing runs within
- * a tenth of a second of a commit and a sweep each second; this bound leaves room for a loaded
+ * WAKE_DELAY_MS of a commit and a sweep each second; this bound leaves room for a loaded
  * server and a database's failover. `sigil audit verify` reports an activity pending for longer.
  */
 export const MAXIMUM_MERGE_DELAY_MS = 60_000;
@@ -51,7 +55,7 @@ export class LogSequencer {
   }
 
   /** A final activity was committed: appends it (and whatever else is pending) shortly. */
-  notify(delayMs = WAKE_DELAY_MS): void {
+  notify(delayMs: number = WAKE_DELAY_MS[this.store.dialect]): void {
     if (this.closed || this.wake || this.queued) return;
     this.wake = setTimeout(() => {
       this.wake = undefined;
