@@ -3,7 +3,7 @@
 // activity costs the log nothing (store/transparency-log.ts has the append itself).
 //
 // Each server process runs one. It is woken shortly after this process commits a final activity
-// (wakeDelayMs, so that the activities committed meanwhile are appended together), and sweeps every
+// (WAKE_DELAY_MS, so that the activities committed meanwhile are appended together), and sweeps every
 // SWEEP_MS for the activities other processes committed and those a crash left pending. Per
 // organization it appends in transactions of at most BATCH activities, each short: on SQLite it shares
 // the one writer with the activities, so a backlog is appended a batch at a time, the activities'
@@ -15,12 +15,12 @@ import { oldestPending, organizationsPending, sequenceLog } from "../store/trans
 
 /** How long after a final activity's commit this process's sequencer runs: long enough that one of its
  * transactions appends many activities, short enough that a checkpoint asked for soon after holds them
- * (an inclusion proof asked for sooner appends its activity then). PostgreSQL: 100 ms. SQLite: 1 s,
- * as often as the sweep: each of its commits writes whole pages to the write-ahead log (the head's, the
- * right edges of the leaves and subtrees, those of the activity rows it marks) and again at the next
- * checkpoint, so fewer, larger appends write less per activity and take less CPU (docs/benchmarks.md,
- * The transparency log). */
-export const WAKE_DELAY_MS = { postgres: 100, sqlite: 1_000 } as const;
+ * (an inclusion proof asked for sooner appends its activity then). Each append costs its statements
+ * and, on SQLite, whole pages written twice (the write-ahead log, then the checkpoint: the head's, the
+ * right edges of the leaves and subtrees, those of the activity rows it marks) however few activities
+ * it appends, so fewer, larger appends cost less per activity: at 100 ms they cost both databases
+ * measurably more than at 1 s (docs/benchmarks.md, The transparency log). */
+export const WAKE_DELAY_MS = 1_000;
 /** How often the sequencer looks for activities other processes (or a crash) left pending. */
 export const SWEEP_MS = 1_000;
 /** The most activities appended in one transaction. */
@@ -55,7 +55,7 @@ export class LogSequencer {
   }
 
   /** A final activity was committed: appends it (and whatever else is pending) shortly. */
-  notify(delayMs: number = WAKE_DELAY_MS[this.store.dialect]): void {
+  notify(delayMs = WAKE_DELAY_MS): void {
     if (this.closed || this.wake || this.queued) return;
     this.wake = setTimeout(() => {
       this.wake = undefined;

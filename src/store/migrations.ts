@@ -969,8 +969,9 @@ const transparencyLog: Migration = {
   async up(db: Kysely<any>) {
     // The leaves and the subtrees are read and written by their primary key only: on SQLite each is one
     // b-tree ordered by it (WITHOUT ROWID), not a table and an index beside it, so an append writes
-    // half the pages. An activity's leaf is found from the activity (its log_index), so the leaves need
-    // no index by activity: each append would write that index's pages too.
+    // fewer pages (docs/benchmarks.md, The transparency log). An activity's leaf is found from the
+    // activity (its log_index), so the leaves need no index by activity, whose pages each append
+    // would write too.
     const clusteredOnSqlite = db.getExecutor().adapter instanceof PostgresAdapter ? sql`` : sql`without rowid`;
     await db.schema
       .createTable("transparency_log_heads")
