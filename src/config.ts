@@ -14,7 +14,16 @@ import { SECP256K1_CHOICES, type Secp256k1Choice } from "./crypto/secp256k1.js";
 import { defaultSignatureThreads } from "./crypto/signature-threads.js";
 import { checkDatabaseUrl } from "./store/database-url.js";
 
+/** Each organization's transparency log (docs/audit-log.md). */
+export interface TransparencyLogConfig {
+  /** The signed notes' key name and the origins' first part; null: derived from the log key (`sigil-<hash>`). */
+  name: string | null;
+  /** How often checkpoints are signed (ms); 0: only on demand. */
+  checkpointMs: number;
+}
+
 export interface Config {
+  transparencyLog: TransparencyLogConfig;
   host: string;
   port: number;
   /** Server processes `sigil serve` runs on the one port (node:cluster); 1 runs the server in the
@@ -729,6 +738,13 @@ const WEBHOOKS = "Webhooks";
 const CHAINS = "Chain nodes";
 const INVITATIONS = "Invitations";
 const RATE_LIMITS = "Rate limits";
+const AUDIT_LOG = "Transparency log";
+
+/** A note's key name (C2SP signed-note): printable, without spaces or `+`. */
+const logName: Kind<string> = {
+  accepts: "a name of 1 to 200 printable ASCII characters without spaces or `+`, such as `sigil.example.com`",
+  parse: (raw, reading) => (/^[!-*,-~]{1,200}$/.test(raw) ? raw : reading.refuse()),
+};
 
 /**
  * Every setting, in the order docs/configuration.md lists them. To add one: declare it here (a test fails
@@ -1435,6 +1451,26 @@ export const settings = {
       "how long an invitation's link may be accepted (see [Invitations](invitations.md)); after that it stays listed as " +
       "`INVITATION_STATUS_CREATED` but is refused with `INVITATION_EXPIRED`",
   }),
+  logName: setting({
+    variable: "SIGIL_LOG_NAME",
+    group: AUDIT_LOG,
+    kind: logName,
+    default: null,
+    defaultText: "*(unset: the host and path of SIGIL_PUBLIC_URL, else `sigil-` and 16 hex digits of the log key's hash)*",
+    meaning:
+      "the name this deployment signs its organizations' log checkpoints with: the key name of the signed notes and the start " +
+      "of each log's origin line, `<name>/organizations/<organization id>` (see [The audit log](audit-log.md#checkpoints)); " +
+      "choose it once, as auditors' verifier keys carry it",
+  }),
+  logCheckpointSeconds: setting({
+    variable: "SIGIL_LOG_CHECKPOINT_SECONDS",
+    group: AUDIT_LOG,
+    kind: integer(0, DURATION_MAX_SECONDS),
+    default: 3600,
+    meaning:
+      "how often a server signs a checkpoint of every organization's log that grew since its last one; 0: only on demand " +
+      "(`get_log_checkpoint`, `sigil audit export`)",
+  }),
 };
 
 type Settings = typeof settings;
@@ -1630,6 +1666,17 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, flags: ConfigFl
     },
     // Without its trailing slash, so a path is appended to it as `${publicUrl}/invitations/accept`.
     invitations: { publicUrl: s.publicUrl?.replace(/\/+$/, "") ?? null, lifetimeMs: s.invitationSeconds * 1000 },
+    transparencyLog: {
+      name:
+        s.logName ??
+        (s.publicUrl
+          ? s.publicUrl
+              .replace(/^https?:\/\//, "")
+              .replace(/\/+$/, "")
+              .replace(/[^!-*,-~]/g, "-")
+          : null),
+      checkpointMs: s.logCheckpointSeconds * 1000,
+    },
     oauth2Providers: {
       x: { tokenUrl: s.oauth2XTokenUrl, userInfoUrl: s.oauth2XUserInfoUrl },
       discord: { tokenUrl: s.oauth2DiscordTokenUrl, userInfoUrl: s.oauth2DiscordUserInfoUrl },

@@ -569,6 +569,22 @@ export const ERROR_CATALOG = {
     meaning: "signWith is neither a wallet account address, a private key id nor a private key address of the organization",
   },
   ACTIVITY_NOT_FOUND: { status: "NotFound", meaning: "no activity with that id (or, for a vote, that fingerprint) in the organization" },
+  LOG_ENTRY_NOT_FOUND: {
+    status: "NotFound",
+    meaning:
+      "get_inclusion_proof: the activity is not in its organization's transparency log (yet): only an activity that has reached a final status is",
+  },
+  LOG_ENTRY_PENDING: {
+    status: "Unavailable",
+    meaning:
+      "get_inclusion_proof: the activity is final but the sequencer has not appended it to the log yet, and could not at once " +
+      "(thousands of activities wait before it, or the database failed): ask again; every final activity is appended within the " +
+      "maximum merge delay (docs/audit-log.md#sequencing)",
+  },
+  LOG_SIZE_INVALID: {
+    status: "InvalidArgument",
+    meaning: "get_inclusion_proof, get_consistency_proof: a tree size the log does not have (larger than the log, or not after the leaf)",
+  },
   IP_ALLOWLIST_NOT_FOUND: {
     status: "NotFound",
     meaning: "remove_ip_allowlist: the organization (or the API key named by publicKey) has no IP allowlist",

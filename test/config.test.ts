@@ -79,6 +79,7 @@ describe("the catalog", () => {
 
 describe("defaults", () => {
   const today = (): Config => ({
+    transparencyLog: { name: null, checkpointMs: 3_600_000 },
     host: "127.0.0.1",
     port: 8080,
     workers: 1,
@@ -238,6 +239,8 @@ describe("accepted values", () => {
     SIGIL_CHAIN_ASSETS: "test/fixtures/chain-assets.json",
     SIGIL_PUBLIC_URL: "https://wallet.example.com/sigil/",
     SIGIL_INVITATION_SECONDS: "3600",
+    SIGIL_LOG_NAME: "audit.wallet.example.com",
+    SIGIL_LOG_CHECKPOINT_SECONDS: "600",
     SIGIL_RATE_LIMITS: "false",
     SIGIL_RATE_LIMIT_KEY_ACTIVITIES: "5/6",
     SIGIL_RATE_LIMIT_SUB_ORGANIZATION_ACTIVITIES: "0.5/2",
@@ -294,6 +297,7 @@ describe("accepted values", () => {
       metrics: { serve: "listener", host: "127.0.0.1", port: 9464 },
       // The trailing slash goes: links are built as `${publicUrl}/invitations/accept`.
       invitations: { publicUrl: "https://wallet.example.com/sigil", lifetimeMs: 3_600_000 },
+      transparencyLog: { name: "audit.wallet.example.com", checkpointMs: 600_000 },
       messages: { smtpFrom: "Wallet <no-reply@example.com>", smsToken: "sms-token", timeoutMs: 500 },
       chains: {
         rpcUrls: { "eip155:11155111": "http://127.0.0.1:8545", "eip155:1": "https://node.example.com/v3/key" },
@@ -525,6 +529,9 @@ describe("refused values: the message names the variable and what is expected", 
       `SIGIL_PUBLIC_URL must be ${PUBLIC_URL}, got "https://admin:pw@wallet.example.com" (no user name or password)`,
     ],
     [{ SIGIL_INVITATION_SECONDS: "0" }, /^SIGIL_INVITATION_SECONDS must be a whole number from 1 to \d+, got "0"$/],
+    [{ SIGIL_LOG_NAME: "my log" }, /^SIGIL_LOG_NAME must be .* without spaces or `\+`.*, got "my log"$/],
+    [{ SIGIL_LOG_NAME: "a+b" }, /^SIGIL_LOG_NAME must be .*, got "a\+b"$/],
+    [{ SIGIL_LOG_CHECKPOINT_SECONDS: "-1" }, /^SIGIL_LOG_CHECKPOINT_SECONDS must be a whole number from 0 to \d+, got "-1"$/],
     [
       { SIGIL_WEBAUTHN_ORIGINS: "https://app.example.com/" },
       /^SIGIL_WEBAUTHN_ORIGINS must be .* an origin .*: item 1 "https:\/\/app.example.com\/" is not \(write it as https:\/\/app.example.com\)$/,

@@ -89,8 +89,11 @@ class Deployment {
     }
   }
 
-  /** Every row of every table but Kysely's and the rate limiter's. */
-  snapshot(): Promise<string> {
+  /** Every row of every table but Kysely's and the rate limiter's. A running server's transparency log
+   * sequencer appends what it committed first (it would, any moment: services/log-sequencer.ts), so two
+   * snapshots differ only by what happened between them. */
+  async snapshot(): Promise<string> {
+    await this.server?.logSequencer.flush();
     return this.withDb(async (db) => {
       const tables = (await db.introspection.getTables())
         .map((t) => t.name)

@@ -28,6 +28,7 @@ import type { Store } from "../store/database.js";
 import { controlled, type Dialect, type LockMode, type OpenTx, type Tx, type WriteTx } from "../store/handles.js";
 import { isDuplicateFingerprint, lockOrganization } from "../store/database.js";
 import { isLostConnection } from "../store/lost-connections.js";
+import { isFinal } from "../store/transparency-log.js";
 import { outageError } from "../services/database-outages.js";
 import { readAhead, type Read } from "../store/prepared.js";
 import { ServiceError, serviceError, type ErrorBody } from "../errors.js";
@@ -146,6 +147,8 @@ export interface PipelineOptions {
   onMessagesQueued?: () => void;
   /** Told after an activity that may have queued signed transactions committed (the broadcaster sends them). */
   onBroadcastsQueued?: () => void;
+  /** Told after an activity that reached a final status committed (the log's sequencer appends it). */
+  onFinalActivity?: () => void;
   /** Counts each request against its credential's and organizations' buckets; none: not counted (SIGIL_RATE_LIMITS=false). */
   rateLimits?: RateLimiter;
   /** Told the time of each step and what was committed (SIGIL_METRICS); none: nothing is measured. */
@@ -1189,6 +1192,9 @@ export class Pipeline {
       if (queued) this.options.onWebhookEventsQueued?.();
       if (publication.messagesQueued) this.options.onMessagesQueued?.();
       if (publication.broadcastsQueued) this.options.onBroadcastsQueued?.();
+      // A final activity is appended to its organization's transparency log after its commit, by the
+      // sequencer (services/log-sequencer.ts): its transaction writes nothing for the log.
+      if (isFinal(recorded.status)) this.options.onFinalActivity?.();
       const { metrics } = this.options;
       if (metrics) {
         if (publication.announce) metrics.activity(recorded.type, recorded.status);
@@ -1520,7 +1526,17 @@ export class Pipeline {
       return this.options.dryRun(store, env.chains, organizationId, principal, request, now);
     };
     const result = await operation.run(
-      { db: store.reader, readSnapshot, organizationId, principal, now, votingRights, chains: this.options.env.chains, wouldBeAnswered },
+      {
+        db: store.reader,
+        readSnapshot,
+        organizationId,
+        principal,
+        now,
+        votingRights,
+        chains: this.options.env.chains,
+        transparencyLog: this.options.env.transparencyLog,
+        wouldBeAnswered,
+      },
       body,
     );
     if ("activity" in result) return { status: 200, body: result };

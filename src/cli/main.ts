@@ -157,7 +157,8 @@ export const commands: Record<string, CommandSpec> = {
     summary: "prints the deployment's public keys as one JSON line",
     description:
       "Prints the database's location and the deployment's public keys as one JSON line: signerPublicKey (what clients " +
-      "pass as dangerouslyOverrideSignerPublicKey), the webhook signing key and the session signing key. It also says which " +
+      "pass as dangerouslyOverrideSignerPublicKey), the webhook signing key, the session signing key and the verifier key of " +
+      "the organizations' transparency log checkpoints (transparencyLogVerifierKey, docs/audit-log.md). It also says which " +
       "master key this configuration names (masterKey: where it is, its key id, whether it opens the database's secrets; null, " +
       "with the reason on stderr, where there is none) and the key ids the database's secrets are sealed under " +
       "(databaseKeyIds): the servers need a key holding those. It reads the key but needs none, and never makes one. " +
@@ -208,6 +209,40 @@ export const commands: Record<string, CommandSpec> = {
       "data-dir": dataDirOption,
     },
     run: webhooks,
+  },
+  "audit export": {
+    masterKey: "uses",
+    summary: "writes an organization's transparency log, with its checkpoints, as JSON lines (docs/audit-log.md)",
+    description:
+      "Writes the organization's transparency log as JSON lines: a header, its signed checkpoints (one signed now for the " +
+      "whole log, which needs the servers' master key), and one line per entry, in order. To standard output, or with --out " +
+      "to a new file (never overwritten). `sigil audit verify --file` checks the file with no database (docs/audit-log.md).",
+    options: {
+      organization: { value: "ID", summary: "the organization whose log is written", required: true },
+      out: { value: "F", summary: "write to F, which must not exist yet, instead of standard output" },
+      "data-dir": dataDirOption,
+    },
+    run: auditExport,
+  },
+  "audit verify": {
+    masterKey: "none",
+    summary: "checks a transparency log: an exported file offline, or the live database; exit 0 when intact",
+    description:
+      "With --file, checks a file of `sigil audit export` offline, with no database: every entry against its leaf hash and " +
+      "place, the tree against every checkpoint, each checkpoint's signature against --public-key (the verifier key, " +
+      "transparencyLogVerifierKey). Without --file, checks the live database: every entry against the activity it records, " +
+      "the stored tree, every stored checkpoint, and that every final activity is logged (or waits for the sequencer for less " +
+      "than the maximum merge delay, 60 s: counted as pending); one organization's log, or every " +
+      "organization's. Prints one JSON line per log; exits 0 when intact, and 1 naming the first broken entry (its leaf " +
+      "index, its activity, what does not match). " +
+      readOnlyNote,
+    options: {
+      file: { value: "F", summary: "an exported log to check offline (needs --public-key)" },
+      "public-key": { value: "K", summary: "the verifier key the checkpoints must be signed with (signed-note form)" },
+      organization: { value: "ID", summary: "the live database: only this organization's log (default: every organization's)" },
+      "data-dir": dataDirOption,
+    },
+    run: auditVerify,
   },
   backup: {
     masterKey: "none",
@@ -759,7 +794,9 @@ async function rotateMasterKey(values: Values) {
 /** The deployment's public keys (made by the first `sigil serve`), as /.well-known/sigil.json shows them. */
 async function info(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const { BUNDLE_SIGNER, SESSION_SIGNER, TLS_FETCHER_ENCRYPT, WEBHOOK_SIGNING } = await import("../services/service-keys.js");
+  const { BUNDLE_SIGNER, SESSION_SIGNER, TLS_FETCHER_ENCRYPT, TRANSPARENCY_LOG_SIGNING, WEBHOOK_SIGNING } = await import(
+    "../services/service-keys.js"
+  );
   const { selectSecp256k1 } = await import("../crypto/secp256k1.js");
   const { signatureLibraries } = await import("../crypto/sign.js");
   const { keyIdsInUse } = await import("../services/sealed-secrets.js");
@@ -787,12 +824,21 @@ async function info(values: Values) {
       sessionSigningPublicKey: of(SESSION_SIGNER),
       // What clients pass to encryptOauth2ClientSecret (create_oauth2_credential).
       tlsFetcherEncryptPublicKey: of(TLS_FETCHER_ENCRYPT),
+      transparencyLogVerifierKey: await logVerifierKey(config, of(TRANSPARENCY_LOG_SIGNING)),
       signatures,
     };
     process.stdout.write(JSON.stringify(line) + "\n");
   } finally {
     await store.close();
   }
+}
+
+/** The transparency logs' verifier key (signed-note text form) as the servers publish it; null before the first start. */
+async function logVerifierKey(config: Config, publicKeyHex: string | null): Promise<string | null> {
+  if (!publicKeyHex) return null;
+  const { defaultLogName, verifierKeyOf } = await import("../services/log-checkpoints.js");
+  const publicKey = Buffer.from(publicKeyHex, "hex");
+  return verifierKeyOf(config.transparencyLog.name ?? defaultLogName(publicKey), publicKey);
 }
 
 /**
@@ -987,6 +1033,108 @@ async function restore(values: Values) {
     `restored the database of ${manifest.createdAt} into ${database}. The master key is not in a backup: start \`sigil serve --data-dir ${path.dirname(database)}\` ` +
       `with ${keys}: copy its master.key into that directory, or name it with SIGIL_MASTER_KEY_FILE or SIGIL_MASTER_KEY\n`,
   );
+}
+
+// ---- sigil audit -------------------------------------------------------------------------------
+
+/** The deployment's log verifier, as the servers publish it: from the stored key and SIGIL_LOG_NAME. */
+async function deploymentLogVerifier(config: Config, store: Store) {
+  const { TRANSPARENCY_LOG_SIGNING } = await import("../services/service-keys.js");
+  const row = await store.reader
+    .selectFrom("service_keys")
+    .select("public_key")
+    .where("purpose", "=", TRANSPARENCY_LOG_SIGNING)
+    .executeTakeFirst();
+  if (!row) throw new Error("no transparency log key yet: it is made when `sigil serve` first starts");
+  return logVerifierKey(config, row.public_key) as Promise<string>;
+}
+
+/** Writes an organization's log as JSON lines, with a checkpoint of the whole log signed now. */
+async function auditExport(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { loadKeyring } = await import("../crypto/master-key.js");
+  const { logSigner, checkpointNow } = await import("../services/log-checkpoints.js");
+  const { exportLog } = await import("../services/log-audit.js");
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const organizationId = text(values, "organization")!;
+  const out = text(values, "out");
+  if (!config.masterKey.key && !fs.existsSync(config.masterKey.file))
+    throw new Error(
+      `no master key at ${config.masterKey.file}: the export signs a checkpoint with the servers' key (SIGIL_MASTER_KEY or SIGIL_MASTER_KEY_FILE)`,
+    );
+  const store = await openDatabase(config, "existing", readOnlyAdvice);
+  let file: fs.WriteStream | undefined;
+  try {
+    const { keyring } = loadKeyring(config.masterKey);
+    const signer = await logSigner(store, keyring, config.transparencyLog.name);
+    if (!(await store.reader.selectFrom("organizations").select("id").where("id", "=", organizationId).executeTakeFirst()))
+      throw new Error(`no organization ${organizationId} in ${store.location}: nothing was written`);
+    await checkpointNow(store, signer, organizationId, Date.now());
+    if (out) file = fs.createWriteStream(out, { flags: "wx", mode: 0o600 });
+    const sink = file;
+    const written = await exportLog(
+      store.reader,
+      organizationId,
+      signer,
+      (line) =>
+        new Promise<void>((resolve, reject) => (sink ?? process.stdout).write(`${line}\n`, (error) => (error ? reject(error) : resolve()))),
+    );
+    process.stderr.write(
+      `exported ${written.entries} entries and ${written.checkpoints} checkpoints of organization ${organizationId}'s log${out ? ` to ${out}` : ""}\n`,
+    );
+  } finally {
+    await new Promise((resolve) => (file ? file.end(resolve) : resolve(undefined)));
+    await store.close();
+  }
+}
+
+/** Checks a log: an exported file offline, or the live database's logs. Exit 1 at the first broken entry. */
+async function auditVerify(values: Values) {
+  const { loadConfig } = await import("../config.js");
+  const { parseVerifierKey } = await import("../services/log-checkpoints.js");
+  const { verifyExport, verifyStoredLog } = await import("../services/log-audit.js");
+  const file = text(values, "file");
+  const publicKey = text(values, "public-key");
+  const report = (verification: { problem: unknown }) => {
+    process.stdout.write(JSON.stringify({ ...verification, intact: verification.problem === null }) + "\n");
+    if (verification.problem) process.exitCode = 1;
+  };
+  if (file) {
+    if (!publicKey) throw new Error("sigil audit verify --file needs --public-key: the verifier key the checkpoints are signed with");
+    if (text(values, "organization"))
+      throw new Error("sigil audit verify --file checks the file's one log: --organization is for the live database");
+    const { createInterface } = await import("node:readline");
+    const verifier = parseVerifierKey(publicKey);
+    const input = fs.createReadStream(file);
+    try {
+      report(await verifyExport(createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY }), verifier));
+    } finally {
+      input.close();
+    }
+    return;
+  }
+  const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
+  const store = await openDatabase(config, "read-only", readOnlyAdvice);
+  try {
+    const verifier = parseVerifierKey(publicKey ?? (await deploymentLogVerifier(config, store)));
+    const organization = text(values, "organization");
+    // Every organization: one whose log was never sequenced has final activities to account for too.
+    const organizations = (
+      await store.reader
+        .selectFrom("organizations")
+        .select("id")
+        .$if(organization !== undefined, (q) => q.where("id", "=", organization!))
+        .orderBy("id")
+        .execute()
+    ).map((r) => r.id);
+    if (organization && organizations.length === 0) throw new Error(`no organization ${organization} in ${store.location}`);
+    // Each log read on one snapshot, so that servers appending meanwhile do not make it look broken.
+    const snapshot = <T>(work: (trx: Parameters<Parameters<Store["readSnapshot"]>[0]>[0]) => Promise<T>) =>
+      store.dialect === "postgres" ? store.readSnapshot(work) : store.reader.transaction().execute(work);
+    for (const id of organizations) report(await snapshot((trx) => verifyStoredLog(trx, id, verifier)));
+  } finally {
+    await store.close();
+  }
 }
 
 /** `sigil policy test`: the cases decided, a table printed; exit 1 on a failed case, 2 on an unusable file. */

@@ -29,6 +29,8 @@ import {
   type ServiceSigningKey,
   type SessionSigner,
 } from "../services/service-keys.js";
+import { logSigner, startCheckpoints, transparencyLogOf, type LogSigner } from "../services/log-checkpoints.js";
+import { LogSequencer } from "../services/log-sequencer.js";
 import { WebhookDispatcher } from "../services/webhook-dispatcher.js";
 import { MessageCourier } from "../services/message-courier.js";
 import { ChainBroadcaster } from "../services/chain-broadcaster.js";
@@ -60,6 +62,8 @@ export interface RunningServer {
   url: string;
   /** Where its metrics are scraped (SIGIL_METRICS), when they are served. */
   metricsUrl?: string;
+  /** This process's sequencer of the transparency logs (its flush appends what is pending now). */
+  logSequencer: LogSequencer;
   /** Turns /ready to 503 (shutdown) while everything else is served as before: close() does it first. */
   drain(): void;
   /** The graceful stop (docs/running.md#readiness-and-shutdown): /ready answers 503, then, after
@@ -126,6 +130,10 @@ export interface ServerParts {
   clientSecrets: ClientSecretKey;
   /** Signs the OIDC tokens oauth2_authenticate issues; published in Sigil's issuer JWKS. */
   identityTokens: IdentityTokenSigner;
+  /** Signs the organizations' log checkpoints; its verifier key is published. */
+  logSigner: LogSigner;
+  /** Appends final activities to their organizations' logs after they commit. */
+  logSequencer: LogSequencer;
   /** HMAC under the deployment's OTP key (codes are stored only as such hashes). */
   otpCodeHash: (message: string) => string;
   /** The chain nodes (SIGIL_CHAIN_RPC_URLS). */
@@ -158,6 +166,8 @@ export function buildApp(
     sessions,
     clientSecrets,
     identityTokens,
+    logSigner,
+    logSequencer,
     otpCodeHash,
     chains,
     readiness,
@@ -203,6 +213,7 @@ export function buildApp(
     findContractAbi,
     invitations: config.invitations,
     oauth2: { providers: oauth2Providers(config.oauth2Providers), clientSecrets, issuer, identityTokens },
+    transparencyLog: transparencyLogOf(store, logSigner, logSequencer),
   };
   const pipeline = new Pipeline({
     store,
@@ -214,6 +225,7 @@ export function buildApp(
     onWebhookEventsQueued,
     onMessagesQueued,
     onBroadcastsQueued,
+    onFinalActivity: () => logSequencer.notify(),
     rateLimits: rateLimiter(config.rateLimits, store, logger),
     dryRun: answerDryRun,
     ...(metrics ? { metrics } : {}),
@@ -298,6 +310,9 @@ export function buildApp(
     webhookVerificationKeys: [webhookVerificationKey],
     sessionJwks,
     tlsFetcherEncryptPublicKey: clientSecrets.publicKey,
+    // The key the organizations' log checkpoints are signed with, as a signed-note verifier key
+    // (docs/audit-log.md): what an auditor opens checkpoints with.
+    transparencyLogVerifierKey: logSigner.verifierKey,
   }));
   // Sigil as an OIDC issuer (the tokens oauth2_authenticate issues): the discovery document at
   // <SIGIL_PUBLIC_URL>/.well-known/openid-configuration, where verifiers (Sigil's own included) find
@@ -493,7 +508,7 @@ async function openTokenDeployment(
 
 /** The deployment's own keys, made (sealed) on the first start, and the expired import targets
  * dropped: what any start does once before serving. */
-async function deploymentKeys(store: Store, keyring: Keyring, clock: () => number) {
+async function deploymentKeys(config: Config, store: Store, keyring: Keyring, clock: () => number) {
   const keys = {
     webhookKey: await serviceSigningKey(store, keyring),
     bundles: await bundleSigner(store, keyring),
@@ -501,6 +516,7 @@ async function deploymentKeys(store: Store, keyring: Keyring, clock: () => numbe
     otpCodeHash: await otpCodeHasher(store, keyring),
     clientSecrets: await clientSecretKey(store, keyring),
     identityTokens: await identityTokenSigner(store, keyring),
+    logSigner: await logSigner(store, keyring, config.transparencyLog.name),
   };
   // Import targets that expired while no server ran are of no use to anyone: drop them.
   await store.transact("exclusive", (trx) => purgeExpiredImportTargets(trx, clock()));
@@ -525,7 +541,7 @@ export async function prepareDeployment(config: Config, logger: pino.Logger): Pr
   chooseSignatureLibraries(config, logger, "info");
   const { store, keyring, source, created } = await openDeployment(config, logger, "create");
   try {
-    await deploymentKeys(store, keyring, Date.now);
+    await deploymentKeys(config, store, keyring, Date.now);
   } finally {
     await store.close();
   }
@@ -553,15 +569,20 @@ export async function startServer(config: Config, logger = createLogger(config),
   let broadcaster: ChainBroadcaster;
   let readiness: Readiness;
   let app: FastifyInstance;
+  let checkpointSigner: LogSigner;
+  let logSequencer: LogSequencer;
   let scrapes: { url: string; close(): Promise<void> } | undefined;
   /** The app once it listens: to be closed again if the start fails after that. */
   let listening: FastifyInstance | undefined;
   try {
-    const { webhookKey, bundles, sessions, otpCodeHash, clientSecrets, identityTokens } = await deploymentKeys(
+    const { webhookKey, bundles, sessions, otpCodeHash, clientSecrets, identityTokens, logSigner } = await deploymentKeys(
+      config,
       store,
       keyring,
       options.clock ?? Date.now,
     );
+    checkpointSigner = logSigner;
+    logSequencer = new LogSequencer(store, logger, options.clock);
     dispatcher = new WebhookDispatcher(store, webhookKey, config.webhooks, logger, options.clock);
     courier = new MessageCourier(store, keyring, config.messages, logger, options.clock);
     const chains = new ChainRpc(config.chains);
@@ -585,6 +606,8 @@ export async function startServer(config: Config, logger = createLogger(config),
         sessions,
         clientSecrets,
         identityTokens,
+        logSigner,
+        logSequencer,
         otpCodeHash,
         onWebhookEventsQueued: () => dispatcher.notify(),
         chains,
@@ -612,6 +635,10 @@ export async function startServer(config: Config, logger = createLogger(config),
   dispatcher.start();
   courier.start();
   broadcaster.start();
+  // Final activities left unsequenced (by other processes, or before a crash) are appended from now on.
+  logSequencer.start();
+  // Checkpoints of the logs that grew, signed every SIGIL_LOG_CHECKPOINT_SECONDS.
+  const stopCheckpoints = startCheckpoints(store, checkpointSigner, config.transparencyLog.checkpointMs, logger);
   const address = app.server.address();
   const port = typeof address === "object" && address ? address.port : config.port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
@@ -626,6 +653,7 @@ export async function startServer(config: Config, logger = createLogger(config),
     store,
     url: `http://${host}:${port}`,
     ...(metricsUrl ? { metricsUrl } : {}),
+    logSequencer,
     drain: () => readiness.drain(),
     async close() {
       readiness.drain();
@@ -633,11 +661,15 @@ export async function startServer(config: Config, logger = createLogger(config),
         logger.info({ delayMs: config.shutdownDelayMs }, "shutting down: /ready answers 503; requests are served until the delay ends");
         await new Promise((resolve) => setTimeout(resolve, config.shutdownDelayMs));
       }
+      stopCheckpoints();
       await scrapes?.close();
       await app.close();
       await dispatcher.close();
       await courier.close();
       await broadcaster.close();
+      // After the app: the activities it committed last are appended before the database closes.
+      await logSequencer.flush().catch(() => undefined);
+      await logSequencer.close();
       await store.close();
       await signatures.close();
     },

@@ -33,6 +33,7 @@ import { oauth2Operations } from "./logins/oauth2.js";
 import { emailCredentialOperations } from "./logins/email-credentials.js";
 import { emailEventOperations } from "./logins/email-events.js";
 import { activityQueries } from "./activities/queries.js";
+import { transparencyLogQueries } from "./activities/transparency-log.js";
 import { voteOperations } from "./activities/votes.js";
 import { contractInterfaceOperations } from "./contracts/interfaces.js";
 
@@ -70,6 +71,7 @@ export const operations: Operation[] = [
   ...webhookOperations,
   ...voteOperations,
   ...activityQueries,
+  ...transparencyLogQueries,
   ...policyDryRunQueries,
 ];
 

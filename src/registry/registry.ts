@@ -15,6 +15,7 @@ import type { OtpSettings, SessionSettings } from "../services/login-settings.js
 import type { OidcVerifier } from "../auth/oidc.js";
 import type { ChainRpc, ContractAbiLookup } from "../services/chain-rpc.js";
 import type { Keyring } from "../crypto/envelope.js";
+import type { TransparencyLog } from "../services/log-checkpoints.js";
 import type { InvitationConfig } from "../config.js";
 import type { ActivityTypeShapes, QueryShapes, SubmitActivityTypes } from "../api/types.js";
 
@@ -129,6 +130,8 @@ export interface OperationEnvironment {
   invitations: InvitationConfig;
   /** OAuth 2.0 providers (oauth2_authenticate) and the credentials kept for them. */
   oauth2: Oauth2Environment;
+  /** The organizations' transparency logs (services/log-checkpoints.ts). */
+  transparencyLog: TransparencyLog;
 }
 
 export interface Oauth2Environment {
@@ -184,6 +187,8 @@ export interface QueryContext {
   votingRights(activity: ActivitiesTable): Promise<VotingRights>;
   /** The chain nodes (get_nonces asks one). */
   chains: ChainRpc;
+  /** The organizations' transparency logs: their signer, and checkpoints made on demand. */
+  transparencyLog: TransparencyLog;
   /** The policy dry run (evaluate_policies): what a submit of `request` by the caller, or by its
    * acting user, would be answered, decided by the submit's own code on the organization's policies.
    * It reads only: no activity is recorded, no fingerprint consumed. */

@@ -185,3 +185,26 @@ export async function identityTokenSigner(store: Store, keyring: Keyring): Promi
     sign: (claims) => signEs256Jwt(privateKey, claims, { kid: keyId }),
   };
 }
+
+export const TRANSPARENCY_LOG_SIGNING = "transparency_log_signing";
+
+/** The Ed25519 key the organizations' log checkpoints are signed with (services/log-checkpoints.ts). */
+export interface LogSigningKey {
+  /** 32 bytes. */
+  publicKey: Buffer;
+  sign(message: Uint8Array): Buffer;
+}
+
+export async function logSigningKey(store: Store, keyring: Keyring): Promise<LogSigningKey> {
+  const { row, secret } = await serviceKey(store, keyring, TRANSPARENCY_LOG_SIGNING, () => {
+    const seed = ed25519.utils.randomSecretKey();
+    return { secret: seed, publicKey: Buffer.from(ed25519.getPublicKey(seed)).toString("hex") };
+  });
+  const publicKey = Buffer.from(row.public_key, "hex");
+  const privateKey = crypto.createPrivateKey({
+    key: { kty: "OKP", crv: "Ed25519", d: secret.toString("base64url"), x: publicKey.toString("base64url") },
+    format: "jwk",
+  });
+  secret.fill(0);
+  return { publicKey, sign: (message) => crypto.sign(null, message, privateKey) };
+}

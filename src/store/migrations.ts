@@ -957,6 +957,66 @@ const webhookDeliveryLists: Migration = {
   },
 };
 
+/**
+ * Each organization's transparency log (store/transparency-log.ts, docs/audit-log.md): heads, leaves,
+ * the complete subtrees above them, and signed checkpoints; each activity's place in its log
+ * (`log_index`, set by the sequencer), and a partial index of the final activities not yet in their
+ * log, which the sequencer reads (it holds only those: an activity leaves it when it is sequenced).
+ * The activities already final when it runs are pending, and the first sequencing appends them in the
+ * order they became final. Numbered after 0027, which shipped first: migrations run in name order.
+ */
+const transparencyLog: Migration = {
+  async up(db: Kysely<any>) {
+    // The leaves and the subtrees are read and written by their primary key only: on SQLite each is one
+    // b-tree ordered by it (WITHOUT ROWID), not a table and an index beside it, so an append writes
+    // fewer pages (docs/benchmarks.md, The transparency log). An activity's leaf is found from the
+    // activity (its log_index), so the leaves need no index by activity, whose pages each append
+    // would write too.
+    const clusteredOnSqlite = db.getExecutor().adapter instanceof PostgresAdapter ? sql`` : sql`without rowid`;
+    await db.schema
+      .createTable("transparency_log_heads")
+      .addColumn("organization_id", "text", (c) => c.primaryKey())
+      .addColumn("size", "bigint", (c) => c.notNull())
+      .addColumn("root_hash", "text", (c) => c.notNull())
+      .addColumn("frontier", "text", (c) => c.notNull())
+      .addColumn("updated_at", "bigint", (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createTable("transparency_log_leaves")
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("leaf_index", "bigint", (c) => c.notNull())
+      .addColumn("activity_id", "text", (c) => c.notNull())
+      .addColumn("leaf_hash", "text", (c) => c.notNull())
+      .addPrimaryKeyConstraint("transparency_log_leaves_pk", ["organization_id", "leaf_index"])
+      .modifyEnd(clusteredOnSqlite)
+      .execute();
+    await db.schema
+      .createTable("transparency_log_nodes")
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("level", "integer", (c) => c.notNull())
+      .addColumn("node_index", "bigint", (c) => c.notNull())
+      .addColumn("hash", "text", (c) => c.notNull())
+      .addPrimaryKeyConstraint("transparency_log_nodes_pk", ["organization_id", "level", "node_index"])
+      .modifyEnd(clusteredOnSqlite)
+      .execute();
+    await db.schema
+      .createTable("transparency_log_checkpoints")
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("tree_size", "bigint", (c) => c.notNull())
+      .addColumn("root_hash", "text", (c) => c.notNull())
+      .addColumn("note", "text", (c) => c.notNull())
+      .addColumn("created_at", "bigint", (c) => c.notNull())
+      .addPrimaryKeyConstraint("transparency_log_checkpoints_pk", ["organization_id", "tree_size"])
+      .execute();
+    await db.schema.alterTable("activities").addColumn("log_index", "bigint").execute();
+    // The predicate's statuses are written as the sequencer's queries write them (store/transparency-log.ts).
+    await sql`create index activities_unsequenced on activities (organization_id, updated_at, created_at, id)
+      where log_index is null and status in ('ACTIVITY_STATUS_COMPLETED', 'ACTIVITY_STATUS_FAILED', 'ACTIVITY_STATUS_REJECTED')`.execute(
+      db,
+    );
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -984,6 +1044,7 @@ export const migrations: Record<string, Migration> = {
   "0024_waiting_activities": waitingActivities,
   "0026_token_data_key": tokenDataKey,
   "0027_webhook_delivery_lists": webhookDeliveryLists,
+  "0028_transparency_log": transparencyLog,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -423,6 +423,13 @@ export interface ActivitiesTable {
   request_id: string | null;
 }
 
+/** The activities table as stored: an activity's columns, and its leaf index in its organization's
+ * transparency log once the sequencer appended it (store/transparency-log.ts); null while it is not
+ * final, or final and not yet appended. Never written with the activity: only the sequencer sets it. */
+export interface StoredActivitiesTable extends ActivitiesTable {
+  log_index: ColumnType<number | null, never, number>;
+}
+
 export interface PoliciesTable {
   id: string;
   organization_id: string;
@@ -598,7 +605,50 @@ export interface NonceReservationsTable {
   updated_at: number;
 }
 
+/** An organization's transparency log as it stands (store/transparency-log.ts): its size, its root and
+ * the right edge of its Merkle tree, from which the next leaf's new nodes are computed without a read. */
+export interface TransparencyLogHeadsTable {
+  organization_id: string;
+  size: number;
+  /** Hex SHA-256: the RFC 9162 root of the log's `size` leaves (that of the empty string when empty). */
+  root_hash: string;
+  /** The hashes of the complete subtrees along the right edge, largest first: hex, concatenated. */
+  frontier: string;
+  updated_at: number;
+}
+
+/** One leaf of an organization's transparency log: the activity it records, and the hash of its entry. */
+export interface TransparencyLogLeavesTable {
+  organization_id: string;
+  leaf_index: number;
+  activity_id: string;
+  /** Hex SHA-256(0x00 ‖ entry): RFC 9162's leaf hash of the activity's canonical entry. */
+  leaf_hash: string;
+}
+
+/** The hash of each complete subtree of 2^level leaves (level ≥ 1) of a log: what makes a proof O(log n) reads. */
+export interface TransparencyLogNodesTable {
+  organization_id: string;
+  level: number;
+  node_index: number;
+  hash: string;
+}
+
+/** A signed checkpoint of a log (C2SP tlog-checkpoint in a signed note). */
+export interface TransparencyLogCheckpointsTable {
+  organization_id: string;
+  tree_size: number;
+  root_hash: string;
+  /** The signed note, as served. */
+  note: string;
+  created_at: number;
+}
+
 export interface Database {
+  transparency_log_heads: TransparencyLogHeadsTable;
+  transparency_log_leaves: TransparencyLogLeavesTable;
+  transparency_log_nodes: TransparencyLogNodesTable;
+  transparency_log_checkpoints: TransparencyLogCheckpointsTable;
   organizations: OrganizationsTable;
   root_quorum_members: RootQuorumMembersTable;
   users: UsersTable;
@@ -608,7 +658,7 @@ export interface Database {
   oauth_providers: OauthProvidersTable;
   tags: TagsTable;
   user_tag_members: UserTagMembersTable;
-  activities: ActivitiesTable;
+  activities: StoredActivitiesTable;
   policies: PoliciesTable;
   policy_evaluations: PolicyEvaluationsTable;
   mfa_policies: MfaPoliciesTable;

@@ -1,0 +1,124 @@
+// The transparency log's sequencer (docs/audit-log.md#sequencing): appends the final activities to
+// their organizations' logs after they commit, never inside an activity's transaction, so recording an
+// activity costs the log nothing (store/transparency-log.ts has the append itself).
+//
+// Each server process runs one. It is woken shortly after this process commits a final activity
+// (WAKE_DELAY_MS, so that the activities committed meanwhile are appended together), and sweeps every
+// SWEEP_MS for the activities other processes committed and those a crash left pending. Per
+// organization it appends in transactions of at most BATCH activities, each short: on SQLite it shares
+// the one writer with the activities, so a backlog is appended a batch at a time, the activities'
+// batches running between. Only one sequencing runs at a time in a process; across processes the
+// log's head lock orders them.
+import type pino from "pino";
+import type { Store } from "../store/database.js";
+import { oldestPending, organizationsPending, sequenceLog } from "../store/transparency-log.js";
+
+/** How long after a final activity's commit this process's sequencer runs: long enough that one of its
+ * transactions appends many activities, short enough that a checkpoint asked for soon after holds them
+ * (an inclusion proof asked for sooner appends its activity then). Each append costs its statements
+ * and, on SQLite, whole pages written twice (the write-ahead log, then the checkpoint: the head's, the
+ * right edges of the leaves and subtrees, those of the activity rows it marks) however few activities
+ * it appends, so fewer, larger appends cost less per activity: at 100 ms they cost both databases
+ * measurably more than at 1 s (docs/benchmarks.md, The transparency log). */
+export const WAKE_DELAY_MS = 1_000;
+/** How often the sequencer looks for activities other processes (or a crash) left pending. */
+export const SWEEP_MS = 1_000;
+/** The most activities appended in one transaction. */
+export const BATCH = 1_000;
+/**
+ * The maximum merge delay: how long a final activity may wait for its leaf. Sequencing runs within
+ * WAKE_DELAY_MS of a commit and a sweep each second; this bound leaves room for a loaded
+ * server and a database's failover. `sigil audit verify` reports an activity pending for longer.
+ */
+export const MAXIMUM_MERGE_DELAY_MS = 60_000;
+
+export class LogSequencer {
+  private wake: NodeJS.Timeout | undefined;
+  private sweep: NodeJS.Timeout | undefined;
+  /** The sequencings of this process, one after another. */
+  private chain: Promise<unknown> = Promise.resolve();
+  /** A sweep is queued and has not begun: another wake-up adds nothing. */
+  private queued = false;
+  private closed = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly logger: pino.Logger,
+    private readonly clock: () => number = Date.now,
+  ) {}
+
+  start(): void {
+    this.sweep = setInterval(() => this.notify(0), SWEEP_MS);
+    this.sweep.unref();
+    // What is pending since before this start (another process's, or this one's before a crash).
+    this.notify(0);
+  }
+
+  /** A final activity was committed: appends it (and whatever else is pending) shortly. */
+  notify(delayMs = WAKE_DELAY_MS): void {
+    if (this.closed || this.wake || this.queued) return;
+    this.wake = setTimeout(() => {
+      this.wake = undefined;
+      this.all().catch((error: unknown) =>
+        this.logger.warn({ err: error }, "the transparency log's sequencer failed; it tries again at its next sweep"),
+      );
+    }, delayMs);
+    this.wake.unref();
+  }
+
+  /** Appends everything pending now; resolves once it is committed (rejects with its failure). */
+  flush(): Promise<void> {
+    // It appends what every wake-up asked so far was for: a pending one would find nothing.
+    clearTimeout(this.wake);
+    this.wake = undefined;
+    return this.enqueue(() => this.sequenceAll());
+  }
+
+  /**
+   * Appends the organization's pending activities now (an inclusion proof asked for one not yet
+   * appended), after the sequencing in progress. Resolves with whether none is left.
+   */
+  sequenceOrganization(organizationId: string): Promise<boolean> {
+    return this.enqueue(() => this.sequenceOne(organizationId, 10));
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    clearTimeout(this.wake);
+    clearInterval(this.sweep);
+    await this.chain.catch(() => undefined);
+  }
+
+  private all(): Promise<void> {
+    if (this.queued) return Promise.resolve();
+    this.queued = true;
+    return this.enqueue(() => {
+      this.queued = false;
+      return this.sequenceAll();
+    });
+  }
+
+  private enqueue<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.chain.catch(() => undefined).then(work);
+    this.chain = next;
+    return next;
+  }
+
+  private async sequenceAll(): Promise<void> {
+    for (const organizationId of await organizationsPending(this.store.reader)) {
+      if (this.closed) return;
+      await this.sequenceOne(organizationId, Number.POSITIVE_INFINITY);
+    }
+  }
+
+  /** Appends the organization's pending activities in at most `rounds` transactions; whether none is left. */
+  private async sequenceOne(organizationId: string, rounds: number): Promise<boolean> {
+    for (let round = 0; round < rounds; round++) {
+      const appended = await this.store.transact("exclusive", (trx) =>
+        sequenceLog(trx, this.store.dialect, organizationId, BATCH, this.clock()),
+      );
+      if (appended < BATCH) return true;
+    }
+    return (await oldestPending(this.store.reader, organizationId)) === undefined;
+  }
+}

@@ -1,0 +1,511 @@
+// Each organization's transparency log (docs/audit-log.md): the RFC 9162 tree and its proofs, every
+// activity that reaches a final status appended by the sequencer after its commit (submitted,
+// approved, rejected, refused, signatures side by side), an inclusion proof asked before the sequencer
+// ran, the maximum merge delay, sub-organizations' own logs, the signed checkpoints and the three
+// queries in Sigil's namespace, and two server processes on one database keeping one log with no gap
+// and no fork.
+import crypto from "node:crypto";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { toHex } from "viem";
+import { startHarness, newKeyPair, signedRequest, type Harness, type ApiKeyPair } from "./helpers/harness.js";
+import { organizationWith } from "./helpers/organizations.js";
+import { cliDeployment } from "./helpers/processes.js";
+import { loadConfig } from "../src/config.js";
+import { openStore } from "../src/store/database.js";
+import { createTestDatabase } from "./helpers/backend.js";
+import { createOrganization } from "../src/operations/organizations/organizations.js";
+import { oldestPending, sequenceLog } from "../src/store/transparency-log.js";
+import { MAXIMUM_MERGE_DELAY_MS } from "../src/services/log-sequencer.js";
+import {
+  appendLeaf,
+  EMPTY_ROOT,
+  leafHash,
+  nodeHash,
+  planConsistency,
+  planInclusion,
+  rootOf,
+  subtreeKey,
+  verifyConsistency,
+  verifyInclusion,
+  type Frontier,
+  type Hash,
+} from "../src/store/merkle.js";
+import { verifyStoredLog } from "../src/services/log-audit.js";
+import { openNote, parseCheckpoint, parseVerifierKey } from "../src/services/log-checkpoints.js";
+
+/** MTH straight from RFC 9162's definition, over the leaves' hashes. */
+function referenceRoot(leaves: Hash[]): Hash {
+  if (leaves.length === 0) return EMPTY_ROOT;
+  if (leaves.length === 1) return leaves[0]!;
+  let k = 1;
+  while (k * 2 < leaves.length) k *= 2;
+  return nodeHash(referenceRoot(leaves.slice(0, k)), referenceRoot(leaves.slice(k)));
+}
+
+describe("the RFC 9162 tree", () => {
+  const leaves = Array.from({ length: 37 }, (_, i) => leafHash(Buffer.from(`entry ${i}`)));
+  // Every complete subtree, as a store keeps them.
+  const subtrees = new Map<string, Hash>();
+  let frontier: Frontier = { size: 0, hashes: [] };
+  const roots: Hash[] = [EMPTY_ROOT];
+  for (const [i, leaf] of leaves.entries()) {
+    subtrees.set(subtreeKey({ level: 0, index: i }), leaf);
+    const appended = appendLeaf(frontier, leaf);
+    frontier = appended.frontier;
+    for (const c of appended.completed) subtrees.set(subtreeKey(c.subtree), c.hash);
+    roots.push(rootOf(frontier));
+  }
+
+  it("keeps the root of every size as the RFC defines it, and the hash of every complete subtree", () => {
+    for (let n = 0; n <= leaves.length; n++) expect(roots[n]!.equals(referenceRoot(leaves.slice(0, n))), `size ${n}`).toBe(true);
+    expect(subtrees.get("5/0")!.equals(referenceRoot(leaves.slice(0, 32)))).toBe(true);
+    expect(subtrees.get("2/8")!.equals(referenceRoot(leaves.slice(32, 36)))).toBe(true);
+  });
+
+  it("makes inclusion and consistency proofs that verify, and that fail for another leaf, size or root", () => {
+    for (let n = 1; n <= leaves.length; n++) {
+      for (let m = 0; m < n; m++) {
+        const proof = planInclusion(m, n).assemble(subtrees);
+        expect(verifyInclusion(m, n, leaves[m]!, proof, roots[n]!), `leaf ${m} of ${n}`).toBe(true);
+        expect(verifyInclusion(m, n, leaves[(m + 1) % n]!, proof, roots[n]!) && n > 1).toBe(false);
+        if (proof.length > 0) {
+          const altered = proof.map((p, i) => (i === 0 ? Buffer.from(p.map((b) => b ^ 1)) : p));
+          expect(verifyInclusion(m, n, leaves[m]!, altered, roots[n]!)).toBe(false);
+        }
+      }
+      for (let m = 0; m <= n; m++) {
+        const proof = planConsistency(m, n).assemble(subtrees);
+        expect(verifyConsistency(m, n, roots[m]!, roots[n]!, proof), `${m} to ${n}`).toBe(true);
+        if (m > 0 && m < n) expect(verifyConsistency(m, n, roots[m - 1]!, roots[n]!, proof)).toBe(false);
+      }
+    }
+    expect(() => planInclusion(5, 5)).toThrow("leaf 5 is not in a tree of 5");
+    expect(() => planConsistency(6, 5)).toThrow("no consistency proof from 6 to 5");
+  });
+});
+
+let h: Harness;
+let verifierKey: string;
+
+beforeAll(async () => {
+  h = await startHarness();
+  verifierKey = ((await (await fetch(`${h.url}/.well-known/sigil.json`)).json()) as { transparencyLogVerifierKey: string })
+    .transparencyLogVerifierKey;
+});
+afterAll(() => h.close());
+
+async function query(name: string, body: unknown, key: ApiKeyPair) {
+  const request = signedRequest(body, key);
+  const res = await fetch(`${h.url}/sigil/v1/query/${name}`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...request.headers },
+    body: request.body,
+  });
+  return { status: res.status, json: (await res.json()) as any };
+}
+
+/** The organization's leaves, once the server's sequencer appended what was committed (it runs in the
+ * background: flushed here). */
+async function leavesOf(organizationId: string) {
+  await h.server.logSequencer.flush();
+  return h.server.store.db
+    .selectFrom("transparency_log_leaves")
+    .select(["leaf_index", "activity_id"])
+    .where("organization_id", "=", organizationId)
+    .orderBy("leaf_index")
+    .execute();
+}
+
+const now = () => String(Date.now());
+const b64 = (text: string) => Buffer.from(text, "base64");
+
+describe("an organization's log", () => {
+  it("appends each activity when it reaches a final status — completed, failed, rejected, or completed by an approval — and no other", async () => {
+    const { org, root, members } = await organizationWith(h, ["alice", "bob"]);
+    const logged: string[] = [];
+    const lastActivity = async () =>
+      (
+        await h.server.store.db
+          .selectFrom("activities")
+          .select(["id", "status"])
+          .where("organization_id", "=", org.organizationId)
+          .orderBy("created_at", "desc")
+          .orderBy("id", "desc")
+          .executeTakeFirstOrThrow()
+      ).id;
+    logged.push(await lastActivity()); // the users' creation
+    await root.updateRootQuorum({ threshold: 2, userIds: [org.userId, members.bob!.userId] });
+    logged.push(await lastActivity());
+    const createUser = (userName: string) =>
+      h.http(org.key).createUsers({
+        type: "ACTIVITY_TYPE_CREATE_USERS_V4",
+        timestampMs: now(),
+        organizationId: org.organizationId,
+        parameters: { users: [{ userName, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] },
+      });
+    const waiting = (await createUser("carol")).activity;
+    expect(waiting.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    expect((await leavesOf(org.organizationId)).map((l) => l.activity_id)).toEqual(logged);
+    const pendingProof = await query("get_inclusion_proof", { organizationId: org.organizationId, activityId: waiting.id }, org.key);
+    expect(pendingProof.status).toBe(404);
+    expect(pendingProof.json.details[0].turnkeyErrorCode).toBe("LOG_ENTRY_NOT_FOUND");
+    expect(pendingProof.json.message).toContain("it is ACTIVITY_STATUS_CONSENSUS_NEEDED");
+
+    const bob = h.http(members.bob!.key);
+    const rejected = await bob.rejectActivity({
+      type: "ACTIVITY_TYPE_REJECT_ACTIVITY",
+      timestampMs: now(),
+      organizationId: org.organizationId,
+      parameters: { fingerprint: waiting.fingerprint },
+    });
+    expect(rejected.activity.status).toBe("ACTIVITY_STATUS_REJECTED");
+    logged.push(waiting.id);
+    const second = (await createUser("dave")).activity;
+    const approved = await bob.approveActivity({
+      type: "ACTIVITY_TYPE_APPROVE_ACTIVITY",
+      timestampMs: now(),
+      organizationId: org.organizationId,
+      parameters: { fingerprint: second.fingerprint },
+    });
+    expect(approved.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+    logged.push(second.id);
+    // alice has no policy allowing her anything: her activity is recorded FAILED.
+    await expect(
+      members.alice!.client.createUsers({
+        users: [{ userName: "eve", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }],
+      }),
+    ).rejects.toThrow();
+    const failed = await h.server.store.db
+      .selectFrom("activities")
+      .select(["id", "status"])
+      .where("organization_id", "=", org.organizationId)
+      .where("user_id", "=", members.alice!.userId)
+      .executeTakeFirstOrThrow();
+    expect(failed.status).toBe("ACTIVITY_STATUS_FAILED");
+    logged.push(failed.id);
+
+    const leaves = await leavesOf(org.organizationId);
+    expect(leaves.map((l) => l.activity_id)).toEqual(logged);
+    expect(leaves.map((l) => Number(l.leaf_index))).toEqual([0, 1, 2, 3, 4]);
+    const verified = await verifyStoredLog(h.server.store.db, org.organizationId, parseVerifierKey(verifierKey));
+    expect(verified).toMatchObject({ size: 5, problem: null });
+
+    // Every entry proves its inclusion in a checkpoint the published key signed.
+    const checkpoint = await query("get_log_checkpoint", { organizationId: org.organizationId }, org.key);
+    expect(checkpoint.status).toBe(200);
+    expect(checkpoint.json.verifierKey).toBe(verifierKey);
+    const body = parseCheckpoint(openNote(checkpoint.json.checkpoint.note, parseVerifierKey(verifierKey)));
+    expect(body).toMatchObject({ origin: `${verifierKey.split("+")[0]}/organizations/${org.organizationId}`, size: 5 });
+    expect(body.root.toString("base64")).toBe(verified.rootHash);
+    for (const [i, id] of logged.entries()) {
+      const proof = await query("get_inclusion_proof", { organizationId: org.organizationId, activityId: id }, members.alice!.key);
+      expect(proof.status).toBe(200);
+      expect(proof.json.leafIndex).toBe(i);
+      const entry = JSON.parse(proof.json.entry);
+      expect(entry).toMatchObject({ id, leafIndex: i, organizationId: org.organizationId });
+      // The stamps' public keys are there; the voters' names and emails, and the signed bodies, are not.
+      expect(entry.votes[0].publicKey).toMatch(/^0[23][0-9a-f]{64}$/);
+      for (const vote of entry.votes)
+        expect(Object.keys(vote).sort()).toEqual([
+          "createdAt",
+          "credentialId",
+          "credentialType",
+          "id",
+          "messageSha256",
+          "publicKey",
+          "scheme",
+          "selection",
+          "signature",
+          "userId",
+        ]);
+      const leaf = leafHash(Buffer.from(proof.json.entry, "utf8"));
+      expect(leaf.toString("base64")).toBe(proof.json.leafHash);
+      expect(verifyInclusion(i, 5, leaf, proof.json.proof.map(b64), body.root)).toBe(true);
+    }
+  });
+
+  it("refuses a proof for a size the log does not have, an unknown activity and an unknown field, changing nothing", async () => {
+    const { org } = await organizationWith(h, ["frank"]);
+    const [first] = await leavesOf(org.organizationId);
+    const checkpoints = () => h.server.store.db.selectFrom("transparency_log_checkpoints").selectAll().execute();
+    const before = [await h.snapshot(), await checkpoints()];
+    const cases: [string, Record<string, unknown>, number, string, string][] = [
+      [
+        "get_inclusion_proof",
+        { activityId: first!.activity_id, treeSize: 2 },
+        400,
+        "LOG_SIZE_INVALID",
+        "larger than the organization's log",
+      ],
+      [
+        "get_inclusion_proof",
+        { activityId: first!.activity_id, treeSize: 0 },
+        400,
+        "LOG_SIZE_INVALID",
+        "a tree of 0 entries does not hold it",
+      ],
+      ["get_inclusion_proof", { activityId: "no-such-activity" }, 404, "ACTIVITY_NOT_FOUND", "activity no-such-activity not found"],
+      ["get_consistency_proof", { fromSize: 3, toSize: 1 }, 400, "LOG_SIZE_INVALID", "fromSize 3 is larger than toSize 1"],
+      ["get_consistency_proof", { fromSize: -1 }, 400, "REQUEST_INVALID", "fromSize"],
+      ["get_log_checkpoint", { since: 1 }, 400, "REQUEST_INVALID", "since"],
+    ];
+    for (const [name, body, status, code, message] of cases) {
+      const answer = await query(name, { organizationId: org.organizationId, ...body }, org.key);
+      expect(answer.status, `${name} ${JSON.stringify(body)}`).toBe(status);
+      expect(answer.json.details[0].turnkeyErrorCode).toBe(code);
+      expect(answer.json.message).toContain(message);
+    }
+    expect([await h.snapshot(), await checkpoints()]).toEqual(before);
+  });
+
+  it("proves to an auditor holding an old checkpoint that the log only grew", async () => {
+    const { org, root } = await organizationWith(h, []);
+    await root.createUsers({ users: [{ userName: "u1", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] });
+    // The checkpoint is of the log as the sequencer left it: appended first.
+    await h.server.logSequencer.flush();
+    const old = (await query("get_log_checkpoint", { organizationId: org.organizationId }, org.key)).json.checkpoint;
+    expect(old.treeSize).toBe(1);
+    for (const name of ["u2", "u3", "u4"])
+      await root.createUsers({ users: [{ userName: name, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] });
+    await h.server.logSequencer.flush();
+    const answer = await query("get_consistency_proof", { organizationId: org.organizationId, fromSize: 1 }, org.key);
+    expect(answer.status).toBe(200);
+    const latest = parseCheckpoint(openNote(answer.json.checkpoint.note, parseVerifierKey(verifierKey)));
+    expect(latest.size).toBe(4);
+    expect(verifyConsistency(1, 4, b64(old.rootHash), latest.root, answer.json.proof.map(b64))).toBe(true);
+    // The same proof does not make a different old root consistent.
+    expect(verifyConsistency(1, 4, leafHash(Buffer.from("forged")), latest.root, answer.json.proof.map(b64))).toBe(false);
+    // A size between checkpoints has a root too (the server's word, no note).
+    const at3 = await query("get_consistency_proof", { organizationId: org.organizationId, fromSize: 1, toSize: 3 }, org.key);
+    expect(at3.json.checkpoint).toMatchObject({ treeSize: 3, note: null });
+    expect(verifyConsistency(1, 3, b64(old.rootHash), b64(at3.json.checkpoint.rootHash), at3.json.proof.map(b64))).toBe(true);
+  });
+
+  it("gives a sub-organization a log of its own", async () => {
+    const { org, root } = await organizationWith(h, []);
+    const key = newKeyPair();
+    const sub = await root.createSubOrganization({
+      subOrganizationName: "sub",
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        {
+          userName: "owner",
+          apiKeys: [{ apiKeyName: "k", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
+    await h
+      .sdk({ organizationId: sub.subOrganizationId }, key)
+      .createUsers({ users: [{ userName: "in sub", apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] });
+    expect(await leavesOf(org.organizationId)).toHaveLength(1);
+    expect(await leavesOf(sub.subOrganizationId)).toHaveLength(1);
+    expect((await verifyStoredLog(h.server.store.db, sub.subOrganizationId, null)).problem).toBeNull();
+    // The parent reads the sub-organization's log, as it reads its activities.
+    const checkpoint = await query("get_log_checkpoint", { organizationId: sub.subOrganizationId }, org.key);
+    expect(checkpoint.json.checkpoint.origin).toBe(`${verifierKey.split("+")[0]}/organizations/${sub.subOrganizationId}`);
+  });
+
+  it("keeps one log with no gap while signatures run side by side with other activities", async () => {
+    const { org, root } = await organizationWith(h, []);
+    const wallet = await root.createWallet({
+      walletName: "w",
+      accounts: [
+        { curve: "CURVE_SECP256K1", pathFormat: "PATH_FORMAT_BIP32", path: "m/44'/60'/0'/0/0", addressFormat: "ADDRESS_FORMAT_ETHEREUM" },
+      ],
+    });
+    const signWith = wallet.addresses[0]!;
+    await Promise.all([
+      ...Array.from({ length: 40 }, (_, i) =>
+        root.signRawPayload({
+          signWith,
+          payload: toHex(`payload ${i}`).slice(2),
+          encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+          hashFunction: "HASH_FUNCTION_KECCAK256",
+        }),
+      ),
+      ...Array.from({ length: 5 }, (_, i) =>
+        root.createUsers({ users: [{ userName: `c${i}`, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] }),
+      ),
+    ]);
+    const leaves = await leavesOf(org.organizationId);
+    expect(leaves.map((l) => Number(l.leaf_index))).toEqual(Array.from({ length: 46 }, (_, i) => i));
+    expect((await verifyStoredLog(h.server.store.db, org.organizationId, parseVerifierKey(verifierKey))).problem).toBeNull();
+  });
+});
+
+describe("the sequencer", () => {
+  it("answers an inclusion proof asked as soon as the activity completed, appending it then if it is not yet", async () => {
+    const { org } = await organizationWith(h, []);
+    const base = (await leavesOf(org.organizationId)).length;
+    for (let i = base; i < base + 5; i++) {
+      const created = await h.http(org.key).createUsers({
+        type: "ACTIVITY_TYPE_CREATE_USERS_V4",
+        timestampMs: now(),
+        organizationId: org.organizationId,
+        parameters: { users: [{ userName: `p${i}`, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] },
+      });
+      expect(created.activity.status).toBe("ACTIVITY_STATUS_COMPLETED");
+      const proof = await query("get_inclusion_proof", { organizationId: org.organizationId, activityId: created.activity.id }, org.key);
+      expect(proof.status, JSON.stringify(proof.json)).toBe(200);
+      expect(proof.json.leafIndex).toBe(i);
+      const body = parseCheckpoint(openNote(proof.json.checkpoint.note, parseVerifierKey(verifierKey)));
+      expect(verifyInclusion(i, body.size, b64(proof.json.leafHash), proof.json.proof.map(b64), body.root)).toBe(true);
+    }
+  });
+});
+
+describe("the maximum merge delay", () => {
+  it("is a problem for sigil audit verify once a final activity waited longer, and pending before; sequencing clears it", async () => {
+    // A database no server sequences: what a crash, or a sequencer that stopped, leaves.
+    const database = await createTestDatabase();
+    const store = await openStore({ databaseUrl: database.databaseUrl, dataDir: database.dataDir });
+    try {
+      const { organizationId, userId } = await createOrganization(store.db, {
+        organizationName: "unsequenced",
+        userName: "u",
+        apiKeyName: "k",
+        apiPublicKey: newKeyPair().publicKey,
+      });
+      const finalAt = Date.now();
+      const activity = (id: string, status: string) => ({
+        id,
+        organization_id: organizationId,
+        type: "ACTIVITY_TYPE_CREATE_USERS_V3",
+        status,
+        intent: "{}",
+        result: "{}",
+        failure: null,
+        votes: "[]",
+        fingerprint: id,
+        timestamp_ms: String(finalAt),
+        user_id: userId,
+        created_at: finalAt,
+        updated_at: finalAt,
+        prepared: null,
+        request_id: null,
+      });
+      await store.db
+        .insertInto("activities")
+        .values([activity("a-final", "ACTIVITY_STATUS_COMPLETED"), activity("a-waiting", "ACTIVITY_STATUS_CONSENSUS_NEEDED")])
+        .execute();
+      expect(await verifyStoredLog(store.db, organizationId, null, finalAt + 1_000)).toMatchObject({ size: 0, pending: 1, problem: null });
+      expect(await verifyStoredLog(store.db, organizationId, null, finalAt + MAXIMUM_MERGE_DELAY_MS + 1_000)).toMatchObject({
+        problem: { leafIndex: null, activityId: "a-final", problem: expect.stringContaining("the maximum merge delay is 60 s") },
+      });
+      expect(await store.transact("exclusive", (trx) => sequenceLog(trx, store.dialect, organizationId, 10, Date.now()))).toBe(1);
+      // Sequenced once: a second run finds nothing, and the waiting activity is not in the log.
+      expect(await store.transact("exclusive", (trx) => sequenceLog(trx, store.dialect, organizationId, 10, Date.now()))).toBe(0);
+      expect(await verifyStoredLog(store.db, organizationId, null, finalAt + MAXIMUM_MERGE_DELAY_MS + 1_000)).toMatchObject({
+        size: 1,
+        pending: 0,
+        problem: null,
+      });
+    } finally {
+      await store.close();
+      await database.drop();
+    }
+  });
+});
+
+describe("two server processes on one database", () => {
+  it("keep one log per organization, with no gap and no fork", async () => {
+    const deployment = await cliDeployment();
+    const { database, env, key, organizationId } = deployment;
+    try {
+      const servers = [await deployment.start(), await deployment.start()];
+      const post = async (url: string, operation: string, body: unknown) => {
+        const request = signedRequest(body, key);
+        const res = await fetch(`${url}/public/v1/submit/${operation}`, {
+          method: "POST",
+          headers: { "content-type": "application/json", ...request.headers },
+          body: request.body,
+        });
+        return { status: res.status, json: (await res.json()) as any };
+      };
+      const created = await post(servers[0]!.url, "create_wallet", {
+        type: "ACTIVITY_TYPE_CREATE_WALLET",
+        timestampMs: now(),
+        organizationId,
+        parameters: {
+          walletName: "w",
+          accounts: [
+            {
+              curve: "CURVE_SECP256K1",
+              pathFormat: "PATH_FORMAT_BIP32",
+              path: "m/44'/60'/0'/0/0",
+              addressFormat: "ADDRESS_FORMAT_ETHEREUM",
+            },
+          ],
+        },
+      });
+      const signWith = created.json.activity.result.createWalletResult.addresses[0];
+      let sent = 0;
+      const answered: string[] = [];
+      const worker = async (w: number) => {
+        while (sent < 80) {
+          const n = sent++;
+          const url = servers[(w + n) % 2]!.url;
+          const response =
+            n % 10 === 0
+              ? await post(url, "create_users", {
+                  type: "ACTIVITY_TYPE_CREATE_USERS_V3",
+                  timestampMs: now(),
+                  organizationId,
+                  parameters: { users: [{ userName: `u${n}`, apiKeys: [], authenticators: [], oauthProviders: [], userTags: [] }] },
+                })
+              : await post(url, "sign_raw_payload", {
+                  type: "ACTIVITY_TYPE_SIGN_RAW_PAYLOAD_V2",
+                  timestampMs: now(),
+                  organizationId,
+                  parameters: {
+                    signWith,
+                    payload: toHex(`two processes ${n}`).slice(2),
+                    encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+                    hashFunction: "HASH_FUNCTION_KECCAK256",
+                  },
+                });
+          expect(response.status).toBe(200);
+          answered.push(response.json.activity.id);
+        }
+      };
+      await Promise.all(Array.from({ length: 12 }, (_, w) => worker(w)));
+      expect(answered).toHaveLength(80);
+      const store = await openStore(loadConfig(env, { dataDir: database.dataDir }));
+      try {
+        // The servers' sequencers append after the commits, each woken by its own and sweeping for the
+        // other's: waited for until nothing final is pending.
+        while (await oldestPending(store.db, organizationId)) await new Promise((resolve) => setTimeout(resolve, 100));
+        const leaves = await store.db
+          .selectFrom("transparency_log_leaves")
+          .select(["leaf_index", "activity_id"])
+          .where("organization_id", "=", organizationId)
+          .orderBy("leaf_index")
+          .execute();
+        expect(leaves.map((l) => Number(l.leaf_index))).toEqual(Array.from({ length: 81 }, (_, i) => i));
+        expect(new Set(leaves.map((l) => l.activity_id))).toEqual(new Set([created.json.activity.id, ...answered]));
+        const verified = await verifyStoredLog(store.db, organizationId, null);
+        expect(verified).toMatchObject({ size: 81, problem: null });
+      } finally {
+        await store.close();
+      }
+    } finally {
+      await deployment.stop();
+    }
+    // Two servers and their start on a shared 2-core machine: minutes under a heavy load, not seconds.
+  }, 120_000);
+});
+
+// The hashes are SHA-256 as node:crypto computes them.
+it("hashes leaves and nodes with RFC 9162's domain separation", () => {
+  expect(
+    leafHash(Buffer.from("x")).equals(
+      crypto
+        .createHash("sha256")
+        .update(Buffer.from([0, 0x78]))
+        .digest(),
+    ),
+  ).toBe(true);
+  expect(EMPTY_ROOT.toString("hex")).toBe("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+});
