@@ -23,6 +23,7 @@ import { apiKey, Client, type Key, load, type RunResult, type Scenario, signRawP
 import type { RecoverableSigner } from "./signers.js";
 import { noisyNeighbour } from "./neighbours.js";
 import { insertAccounts } from "./accounts.js";
+import { MILLION_ENV, millionEndUsers, SUB_ORGANIZATIONS } from "./million.js";
 
 /** BENCH_CLI=/other/checkout/bin/sigil.js loads another build (another commit's, to compare two in the
  * same way); the references and ceilings are still this checkout's. */
@@ -186,10 +187,13 @@ function peakRss(pid: number) {
   return { totalMb: processes.reduce((sum, p) => sum + p.mb, 0), processes };
 }
 
-function healthy(url: string): Promise<boolean> {
+const healthy = (url: string) => answers(`${url}/health`);
+
+/** Whether GET `url` answers 200. */
+function answers(url: string): Promise<boolean> {
   return new Promise((resolve) => {
     // A connection of its own (agent: false), closed after: it must not linger next to the generator's.
-    const request = http.get(`${url}/health`, { agent: false }, (response) => {
+    const request = http.get(url, { agent: false }, (response) => {
       response.resume();
       resolve(response.statusCode === 200);
     });
@@ -530,6 +534,7 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
     SIGIL_LOG_LEVEL: "info",
     SIGIL_MAX_CONNECTIONS_PER_ADDRESS: "0",
     ...UNREACHED_RATE_LIMITS,
+    ...(selected("million") ? MILLION_ENV : {}),
   };
   delete env.SIGIL_MASTER_KEY;
   delete env.SIGIL_DATABASE_URL;
@@ -544,13 +549,17 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
   if (boot.status !== 0) throw new Error(`bootstrap failed: ${boot.stderr}`);
   const { organizationId } = JSON.parse(boot.stdout);
   let server: Started;
+  const serve = (port: number) => [
+    CLI,
+    "serve",
+    "--port",
+    String(port),
+    "--data-dir",
+    dataDir,
+    ...(workers > 1 ? ["--workers", String(workers)] : []),
+  ];
   try {
-    server = await startProcess(
-      (port) => [CLI, "serve", "--port", String(port), "--data-dir", dataDir, ...(workers > 1 ? ["--workers", String(workers)] : [])],
-      env,
-      workers > 1 ? workers + 1 : 1,
-      path.join(dataDir, "server.log"),
-    );
+    server = await startProcess(serve, env, workers > 1 ? workers + 1 : 1, path.join(dataDir, "server.log"));
   } catch (error) {
     fs.rmSync(dataDir, { recursive: true, force: true });
     if (workers > 1) return { backend, workers, skipped: (error as Error).message };
@@ -687,6 +696,31 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
           p50RatioLargeToSmall: round(large[c]!.p50Ms.median / small[name]![c]!.p50Ms.median),
         };
       }
+    }
+    // An app's end users at scale, last: it leaves a large database and restarts the server
+    // (bench/million.ts). One server process: the cost measured is in the SQL.
+    if (selected("million") && workers > 1) results.million = "measured with one server process only";
+    if (selected("million") && workers === 1) {
+      const appKey = generateP256KeyPair();
+      const app = spawnSync(
+        process.execPath,
+        [CLI, "bootstrap", "--data-dir", dataDir, "--org-name", "app", "--user-name", "app", "--api-public-key", appKey.publicKey],
+        { env, encoding: "utf8" },
+      );
+      if (app.status !== 0) throw new Error(`bootstrap of the app's organization failed: ${app.stderr}`);
+      results.million = await millionEndUsers({
+        url: server.url,
+        parent: { organizationId: JSON.parse(app.stdout).organizationId, key: appKey },
+        env,
+        dataDir,
+        restart: async () => {
+          await server.stop();
+          const start = performance.now();
+          server = await startProcess(serve, env, 1, path.join(dataDir, "server-restarted.log"));
+          while (!(await answers(`${server.url}/ready`))) await new Promise((r) => setTimeout(r, 10));
+          return { url: server.url, readyMs: Math.round(performance.now() - start) };
+        },
+      });
     }
     return { backend, workers, ...results, peakRss: peakRss(server.pid) };
   } finally {
@@ -978,6 +1012,30 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     }
   }
   if (cost.length > 1) lines.push(...align(cost), "");
+  const million: string[][] = [
+    ["million: one request at a time", "backend", "p50 ms at 1,000", `p50 ms at ${SUB_ORGANIZATIONS.toLocaleString("en-US")}`, "ratio"],
+  ];
+  const notes: string[] = [];
+  for (const run of summary.backends) {
+    const m = run.million;
+    if (!m || typeof m === "string") continue;
+    const [small, large] = [m.p50Ms[`at${m.subOrganizations.small}`], m.p50Ms[`at${m.subOrganizations.large}`]];
+    for (const op of Object.keys(small))
+      million.push([op, `${run.backend} ×${run.workers}`, n(small[op]), n(large[op]), n(m.p50RatioLargeToSmall[op])]);
+    notes.push(
+      `million, ${run.backend}: ${m.subOrganizations.counted.toLocaleString("en-US")} sub-organizations, filled at ${n(m.fill.perSecond)}/s; ` +
+        `${n(m.storage.bytesPerSubOrganization)} bytes per sub-organization (${n(m.storage.marginalBytesPerSubOrganization)} each past 1,000): ` +
+        m.storage.byTable
+          .slice(0, 8)
+          .map(
+            (t: { table: string; tableBytesPerSubOrganization: number; indexBytesPerSubOrganization: number }) =>
+              `${t.table} ${t.tableBytesPerSubOrganization}+${t.indexBytesPerSubOrganization}`,
+          )
+          .join(", ") +
+        ` (rows+indexes); restart to /ready ${n(m.restartToReadyMs)} ms`,
+    );
+  }
+  if (million.length > 1) lines.push(...align(million), ...notes, "");
   return lines.join("\n");
 }
 

@@ -71,7 +71,6 @@ const literally = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
 /** Reads the rows one real sign-up of `parentId` wrote for `subOrganizationId`, and opens its secrets. */
 export async function readSignUpTemplate(db: Db, keyring: Keyring, parentId: string, subOrganizationId: string): Promise<SignUpTemplate> {
-  // biome-ignore lint/suspicious/noExplicitAny: the tables are named at run time
   const dynamic = db as unknown as Kysely<any>;
   const rows: Record<string, Row[]> = {};
   for (const table of SUB_ORGANIZATION_TABLES)

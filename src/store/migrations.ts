@@ -963,10 +963,11 @@ const webhookDeliveryLists: Migration = {
  * not null`): PostgreSQL's ANALYZE then keeps no statistics of the expression, and planned without them
  * it read organizations whole. A plain CREATE INDEX: it
  * runs with the other migrations in their one transaction, which CREATE INDEX CONCURRENTLY cannot join,
- * and on PostgreSQL it blocks writes to users while it builds (docs/storage.md#migrations-on-a-large-database). */
+ * and on PostgreSQL it blocks writes to users while it builds; `if not exists`, so that an operator may
+ * build it beforehand with CREATE INDEX CONCURRENTLY (docs/storage.md#migrations-on-a-large-database). */
 const usersByEmail: Migration = {
   async up(db: Kysely<any>) {
-    await sql`create index users_by_email on users (lower(email), organization_id)`.execute(db);
+    await sql`create index if not exists users_by_email on users (lower(email), organization_id)`.execute(db);
   },
 };
 
