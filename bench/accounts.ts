@@ -23,7 +23,12 @@ export async function insertRows(trx: Db, table: string, rows: Array<Record<stri
     let n = 0;
     const tuples = chunk.map(() => `(${columns.map(() => (postgres ? `$${++n}` : "?")).join(", ")})`);
     const text = `insert into "${table}" (${columns.map((c) => `"${c}"`).join(", ")}) values ${tuples.join(", ")}`;
-    await trx.executeQuery(CompiledQuery.raw(text, chunk.flatMap((row) => columns.map((c) => row[c]))));
+    await trx.executeQuery(
+      CompiledQuery.raw(
+        text,
+        chunk.flatMap((row) => columns.map((c) => row[c])),
+      ),
+    );
   }
 }
 

@@ -50,6 +50,8 @@ if (SIGNUP_LEVELS.length === 0 || SIGNUP_LEVELS.some((c) => !Number.isInteger(c)
 /** BENCH_SCRAPE_MS=1000 (the default): how often metrics_cost scrapes /metrics of the server that collects them
  * (Prometheus's usual interval is 15 s: this is harsher). */
 const SCRAPE_MS = Number(process.env.BENCH_SCRAPE_MS ?? 1000);
+/** BENCH_BACKENDS=sqlite,postgres (the default): the backends to run (PostgreSQL only with a URL). */
+const BACKENDS = (process.env.BENCH_BACKENDS ?? "sqlite,postgres").split(",").filter(Boolean);
 /** BENCH_PG_WORKERS=1,2 (the default): the PostgreSQL runs, by server processes (`sigil serve --workers N` above 1). */
 const PG_WORKERS = (process.env.BENCH_PG_WORKERS ?? "1,2").split(",").filter(Boolean).map(Number);
 /** Before its first measurement each server is loaded briefly at the highest concurrency: the code is
@@ -780,9 +782,10 @@ export async function runLoad() {
   let floorPeakRss: ReturnType<typeof peakRss>;
   try {
     await load(floorClient, WARM_UP_CONCURRENCY, floorScenario, WARM_UP_SECONDS, sizer.ahead("floor/warm-up", WARM_UP_CONCURRENCY));
-    backends.push(await backendRun("sqlite", 1, refs));
+    if (!BACKENDS.includes("sqlite")) backends.push({ backend: "sqlite", workers: 1, skipped: "BENCH_BACKENDS names no sqlite" });
+    else backends.push(await backendRun("sqlite", 1, refs));
     const pgUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
-    if (pgUrl) {
+    if (pgUrl && BACKENDS.includes("postgres")) {
       const takesWorkers = serveTakesWorkers();
       for (const workers of PG_WORKERS) {
         if (workers > 1 && !takesWorkers) {
