@@ -23,6 +23,7 @@ import { apiKey, Client, type Key, load, type RunResult, type Scenario, signRawP
 import type { RecoverableSigner } from "./signers.js";
 import { noisyNeighbour } from "./neighbours.js";
 import { insertAccounts } from "./accounts.js";
+import { MILLION_ENV, millionEndUsers, SUB_ORGANIZATIONS } from "./million.js";
 
 /** BENCH_CLI=/other/checkout/bin/sigil.js loads another build (another commit's, to compare two in the
  * same way); the references and ceilings are still this checkout's. */
@@ -49,6 +50,8 @@ if (SIGNUP_LEVELS.length === 0 || SIGNUP_LEVELS.some((c) => !Number.isInteger(c)
 /** BENCH_SCRAPE_MS=1000 (the default): how often metrics_cost scrapes /metrics of the server that collects them
  * (Prometheus's usual interval is 15 s: this is harsher). */
 const SCRAPE_MS = Number(process.env.BENCH_SCRAPE_MS ?? 1000);
+/** BENCH_BACKENDS=sqlite,postgres (the default): the backends to run (PostgreSQL only with a URL). */
+const BACKENDS = (process.env.BENCH_BACKENDS ?? "sqlite,postgres").split(",").filter(Boolean);
 /** BENCH_PG_WORKERS=1,2 (the default): the PostgreSQL runs, by server processes (`sigil serve --workers N` above 1). */
 const PG_WORKERS = (process.env.BENCH_PG_WORKERS ?? "1,2").split(",").filter(Boolean).map(Number);
 /** Before its first measurement each server is loaded briefly at the highest concurrency: the code is
@@ -186,10 +189,13 @@ function peakRss(pid: number) {
   return { totalMb: processes.reduce((sum, p) => sum + p.mb, 0), processes };
 }
 
-function healthy(url: string): Promise<boolean> {
+const healthy = (url: string) => answers(`${url}/health`);
+
+/** Whether GET `url` answers 200. */
+function answers(url: string): Promise<boolean> {
   return new Promise((resolve) => {
     // A connection of its own (agent: false), closed after: it must not linger next to the generator's.
-    const request = http.get(`${url}/health`, { agent: false }, (response) => {
+    const request = http.get(url, { agent: false }, (response) => {
       response.resume();
       resolve(response.statusCode === 200);
     });
@@ -530,6 +536,7 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
     SIGIL_LOG_LEVEL: "info",
     SIGIL_MAX_CONNECTIONS_PER_ADDRESS: "0",
     ...UNREACHED_RATE_LIMITS,
+    ...(selected("million") ? MILLION_ENV : {}),
   };
   delete env.SIGIL_MASTER_KEY;
   delete env.SIGIL_DATABASE_URL;
@@ -544,13 +551,17 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
   if (boot.status !== 0) throw new Error(`bootstrap failed: ${boot.stderr}`);
   const { organizationId } = JSON.parse(boot.stdout);
   let server: Started;
+  const serve = (port: number) => [
+    CLI,
+    "serve",
+    "--port",
+    String(port),
+    "--data-dir",
+    dataDir,
+    ...(workers > 1 ? ["--workers", String(workers)] : []),
+  ];
   try {
-    server = await startProcess(
-      (port) => [CLI, "serve", "--port", String(port), "--data-dir", dataDir, ...(workers > 1 ? ["--workers", String(workers)] : [])],
-      env,
-      workers > 1 ? workers + 1 : 1,
-      path.join(dataDir, "server.log"),
-    );
+    server = await startProcess(serve, env, workers > 1 ? workers + 1 : 1, path.join(dataDir, "server.log"));
   } catch (error) {
     fs.rmSync(dataDir, { recursive: true, force: true });
     if (workers > 1) return { backend, workers, skipped: (error as Error).message };
@@ -688,6 +699,31 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
         };
       }
     }
+    // An app's end users at scale, last: it leaves a large database and restarts the server
+    // (bench/million.ts). One server process: the cost measured is in the SQL.
+    if (selected("million") && workers > 1) results.million = "measured with one server process only";
+    if (selected("million") && workers === 1) {
+      const appKey = generateP256KeyPair();
+      const app = spawnSync(
+        process.execPath,
+        [CLI, "bootstrap", "--data-dir", dataDir, "--org-name", "app", "--user-name", "app", "--api-public-key", appKey.publicKey],
+        { env, encoding: "utf8" },
+      );
+      if (app.status !== 0) throw new Error(`bootstrap of the app's organization failed: ${app.stderr}`);
+      results.million = await millionEndUsers({
+        url: server.url,
+        parent: { organizationId: JSON.parse(app.stdout).organizationId, key: appKey },
+        env,
+        dataDir,
+        restart: async () => {
+          await server.stop();
+          const start = performance.now();
+          server = await startProcess(serve, env, 1, path.join(dataDir, "server-restarted.log"));
+          while (!(await answers(`${server.url}/ready`))) await new Promise((r) => setTimeout(r, 10));
+          return { url: server.url, readyMs: Math.round(performance.now() - start) };
+        },
+      });
+    }
     return { backend, workers, ...results, peakRss: peakRss(server.pid) };
   } finally {
     client.close();
@@ -746,9 +782,10 @@ export async function runLoad() {
   let floorPeakRss: ReturnType<typeof peakRss>;
   try {
     await load(floorClient, WARM_UP_CONCURRENCY, floorScenario, WARM_UP_SECONDS, sizer.ahead("floor/warm-up", WARM_UP_CONCURRENCY));
-    backends.push(await backendRun("sqlite", 1, refs));
+    if (!BACKENDS.includes("sqlite")) backends.push({ backend: "sqlite", workers: 1, skipped: "BENCH_BACKENDS names no sqlite" });
+    else backends.push(await backendRun("sqlite", 1, refs));
     const pgUrl = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL;
-    if (pgUrl) {
+    if (pgUrl && BACKENDS.includes("postgres")) {
       const takesWorkers = serveTakesWorkers();
       for (const workers of PG_WORKERS) {
         if (workers > 1 && !takesWorkers) {
@@ -978,6 +1015,30 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     }
   }
   if (cost.length > 1) lines.push(...align(cost), "");
+  const million: string[][] = [
+    ["million: one request at a time", "backend", "p50 ms at 1,000", `p50 ms at ${SUB_ORGANIZATIONS.toLocaleString("en-US")}`, "ratio"],
+  ];
+  const notes: string[] = [];
+  for (const run of summary.backends) {
+    const m = run.million;
+    if (!m || typeof m === "string") continue;
+    const [small, large] = [m.p50Ms[`at${m.subOrganizations.small}`], m.p50Ms[`at${m.subOrganizations.large}`]];
+    for (const op of Object.keys(small))
+      million.push([op, `${run.backend} ×${run.workers}`, n(small[op]), n(large[op]), n(m.p50RatioLargeToSmall[op])]);
+    notes.push(
+      `million, ${run.backend}: ${m.subOrganizations.counted.toLocaleString("en-US")} sub-organizations, filled at ${n(m.fill.perSecond)}/s; ` +
+        `${n(m.storage.bytesPerSubOrganization)} bytes per sub-organization (${n(m.storage.marginalBytesPerSubOrganization)} each past 1,000): ` +
+        m.storage.byTable
+          .slice(0, 8)
+          .map(
+            (t: { table: string; tableBytesPerSubOrganization: number; indexBytesPerSubOrganization: number }) =>
+              `${t.table} ${t.tableBytesPerSubOrganization}+${t.indexBytesPerSubOrganization}`,
+          )
+          .join(", ") +
+        ` (rows+indexes); restart to /ready ${n(m.restartToReadyMs)} ms`,
+    );
+  }
+  if (million.length > 1) lines.push(...align(million), ...notes, "");
   return lines.join("\n");
 }
 

@@ -4,6 +4,7 @@
 // or sorts rows it found by another index, costs time in proportion to the organization's size —
 // signing with the newest of 100,000 accounts took ~9 ms that way (docs/benchmarks.md#the-signer-lookups-index-and-plan).
 import { CompiledQuery } from "kysely";
+import { sqlitePlanOf, statementsOf } from "./helpers/query-plans.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startHarness, type Harness } from "./helpers/harness.js";
 import { signingOrganization, type Member } from "./helpers/organizations.js";
@@ -20,39 +21,22 @@ beforeAll(async () => {
 afterAll(() => h.close());
 
 let n = 0;
-/** The SELECT statements one signature by `client` sends. The server's pollers (webhooks, courier,
- * broadcaster) read now and then too: what three signatures in a row all sent is the signature's own.
- * The transparency log's sequencer, which appends each signature after its commit, runs between them. */
-async function selectsOfSignature(client: Member["client"]): Promise<string[]> {
-  const tally = h.server.store.statements;
-  let common: Set<string> | undefined;
-  try {
-    for (let attempt = 0; attempt < 3; attempt++) {
-      tally.texts = [];
-      await client.signRawPayload({
+/** The SELECT statements one signature by `client` sends (test/helpers/query-plans.ts, statementsOf). */
+const selectsOfSignature = (client: Member["client"]) =>
+  statementsOf(
+    h,
+    () =>
+      client.signRawPayload({
         signWith,
         payload: Buffer.from(`plans ${n++}`).toString("hex"),
         encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
         hashFunction: "HASH_FUNCTION_KECCAK256",
-      });
-      const selects = new Set(tally.texts.filter((text) => text.startsWith("select")));
-      // The log's sequencer appends the signature after its commit: let it, uncounted.
-      tally.texts = null;
-      await h.server.logSequencer.flush();
-      common = common ? new Set([...common].filter((text) => selects.has(text))) : selects;
-    }
-  } finally {
-    tally.texts = null;
-  }
-  return [...common!];
-}
+      }),
+    3,
+    /^select/,
+  );
 
-/** SQLite's plan of a statement, one line per step ("SEARCH t USING INDEX …", "SCAN t", …). */
-async function planOf(text: string): Promise<string[]> {
-  const parameters = Array.from(text.matchAll(/\?/g), () => null);
-  const { rows } = await h.server.store.db.executeQuery<{ detail: string }>(CompiledQuery.raw(`explain query plan ${text}`, parameters));
-  return rows.map((row) => row.detail);
-}
+const planOf = (text: string) => sqlitePlanOf(h, text);
 
 // How each table of a signature is reached: by these indexes only, each with the columns the
 // statement knows (a statement that names an account's address and organization must not settle for

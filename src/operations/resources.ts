@@ -244,7 +244,12 @@ function keysetPage(cursor: { created_at: number; id: string } | undefined, side
     filter: cursor
       ? // biome-ignore lint/suspicious/noExplicitAny: the keyset filter applies to any table with created_at and id, which Kysely cannot name generically
         (eb: ExpressionBuilder<any, any>) =>
-          eb.or([eb("created_at", op, cursor.created_at), eb.and([eb("created_at", "=", cursor.created_at), eb("id", op, cursor.id)])])
+          eb.and([
+            // Redundant with the next condition, but an index on (owner, created_at, id) serves it as
+            // a range, where it served the OR alone as a filter on every row before the cursor.
+            eb("created_at", `${op}=`, cursor.created_at),
+            eb.or([eb("created_at", op, cursor.created_at), eb.and([eb("created_at", "=", cursor.created_at), eb("id", op, cursor.id)])]),
+          ])
       : undefined,
     direction: (descending ? "desc" : "asc") as "desc" | "asc",
     reverse: !forward,

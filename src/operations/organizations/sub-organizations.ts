@@ -273,10 +273,15 @@ async function listSubOrganizations(db: Db, body: ListSubOrganizationsBody, allo
       "REQUEST_INVALID",
       `filterType (${allowed.join(" or ")}) and filterValue are needed: verified sub-organizations are found by a verified contact`,
     );
+  // Filtered by email, the users with that email are found first (users_by_email), then their
+  // sub-organizations: the parent's own index must not serve, or SQLite (which keeps no statistics)
+  // walks every sub-organization of the parent in order and tries each. `parent || ''` is the same
+  // condition that no index serves, on both databases.
+  const byEmail = filterType === "EMAIL";
   let query = db
     .selectFrom("organizations as o")
     .select(["o.id", "o.created_at"])
-    .where("o.parent_organization_id", "=", body.organizationId)
+    .where(byEmail ? sql<string>`o.parent_organization_id || ''` : sql.ref<string>("o.parent_organization_id"), "=", body.organizationId)
     .where("o.deleted_at", "is", null);
   // Filters look for a match inside each candidate sub-organization (correlated subqueries).
   const outerOrganization = sql.ref<string>("o.id");
@@ -288,17 +293,11 @@ async function listSubOrganizations(db: Db, body: ListSubOrganizationsBody, allo
     case "USERNAME":
       query = query.where(({ exists }) => exists(users().where("u.name", "=", value)));
       break;
-    case "EMAIL":
-      query = query.where(({ exists }) =>
-        exists(
-          (verifiedOnly ? users().where("u.email_verified_at", "is not", null) : users()).where(
-            sql`lower(u.email)`,
-            "=",
-            value.toLowerCase(),
-          ),
-        ),
-      );
+    case "EMAIL": {
+      const withEmail = db.selectFrom("users as u").select("u.organization_id").where(sql`lower(u.email)`, "=", value.toLowerCase());
+      query = query.where("o.id", "in", verifiedOnly ? withEmail.where("u.email_verified_at", "is not", null) : withEmail);
       break;
+    }
     case "PHONE_NUMBER":
       query = query.where(({ exists }) =>
         exists((verifiedOnly ? users().where("u.phone_verified_at", "is not", null) : users()).where("u.phone_number", "=", value)),

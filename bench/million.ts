@@ -1,0 +1,292 @@
+// million: an app's end users at scale (docs/benchmarks.md#a-million-end-users). One parent organization
+// (bootstrapped by the caller) signs up one end user through the API — the template — and
+// bench/sub-organizations.ts copies that sign-up straight into the store, to 1,000 sub-organizations
+// and then to BENCH_SUB_ORGANIZATIONS (1,000,000). At each size, through @turnkey/sdk-server, one request
+// at a time: a sign-up, the end user's sign_raw_payload, whoami and get_wallets in its own
+// sub-organization, list_suborgs a page deep in the parent's list (after a cursor halfway), list_suborgs
+// filtered by an end user's email, and an OTP login (init_otp to an end user's email, the code read
+// from the local outbox, verify_otp, otp_login; the time is the three requests'). Then the database's
+// bytes per sub-organization (after VACUUM or a WAL checkpoint), by table and index, and the time a
+// restarted server takes to answer /ready with 200 on the large database.
+import fs from "node:fs";
+import path from "node:path";
+import { sql } from "kysely";
+import { Turnkey } from "@turnkey/sdk-server";
+import { ApiKeyStamper, SignatureFormat } from "@turnkey/api-key-stamper";
+import { encryptOtpCodeToBundle, generateP256KeyPair as clientKeyPair } from "@turnkey/crypto";
+import { getClientSignatureMessageForLogin } from "@turnkey/core/dist/utils.js";
+import { loadConfig } from "../src/config.js";
+import { loadKeyring } from "../src/crypto/master-key.js";
+import { generateP256KeyPair } from "../src/crypto/keys.js";
+import { openStore, SQLITE_FILE_NAME, type Store } from "../src/store/database.js";
+import { fillerEmail, insertSubOrganizations, readSignUpTemplate } from "./sub-organizations.js";
+
+/** BENCH_SUB_ORGANIZATIONS=1000000 (the default): the large size, against 1,000. */
+export const SUB_ORGANIZATIONS = Number(process.env.BENCH_SUB_ORGANIZATIONS ?? 1_000_000);
+const SMALL = 1_000;
+/** Requests of each operation at each size (the OTP login's three requests: a fifth of these). */
+const ITERATIONS = Number(process.env.BENCH_MILLION_ITERATIONS ?? 100);
+
+/** What the server needs for this scenario: OTP emails kept in the local outbox (no SMTP relay), the
+ * OTP budgets of one parent sending many codes out of reach. */
+export const MILLION_ENV = {
+  SIGIL_EMAIL_ALLOWED_DOMAINS: "example.com",
+  SIGIL_OTP_PER_ORGANIZATION_LIMIT: "1000000",
+  SIGIL_OTP_PER_CREDENTIAL_LIMIT: "1000000",
+};
+
+const round = (n: number, places = 2) => Math.round(n * 10 ** places) / 10 ** places;
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[sorted.length >> 1]!;
+};
+
+interface Parent {
+  organizationId: string;
+  key: { publicKey: string; privateKey: string };
+}
+
+type Sdk = ReturnType<Turnkey["apiClient"]>;
+const sdkFor = (url: string, organizationId: string, key: Parent["key"]): Sdk =>
+  new Turnkey({
+    apiBaseUrl: url,
+    apiPublicKey: key.publicKey,
+    apiPrivateKey: key.privateKey,
+    defaultOrganizationId: organizationId,
+  }).apiClient();
+
+const ethereum = {
+  curve: "CURVE_SECP256K1",
+  pathFormat: "PATH_FORMAT_BIP32",
+  path: "m/44'/60'/0'/0/0",
+  addressFormat: "ADDRESS_FORMAT_ETHEREUM",
+} as const;
+let signUps = 0;
+const signUp = (parent: Sdk, email: string, publicKey: string) =>
+  parent.createSubOrganization({
+    subOrganizationName: `bench sign-up ${signUps++}`,
+    rootQuorumThreshold: 1,
+    rootUsers: [
+      {
+        userName: "owner",
+        userEmail: email,
+        apiKeys: [{ apiKeyName: "device", publicKey, curveType: "API_KEY_CURVE_P256" }],
+        authenticators: [],
+        oauthProviders: [],
+      },
+    ],
+    wallet: { walletName: "default", accounts: [ethereum] },
+  });
+
+/** Median milliseconds of `request` over `times` runs, after a tenth as many (at least five) not counted. */
+async function timed(times: number, request: (i: number) => Promise<number | undefined>): Promise<number> {
+  for (let i = 0; i < Math.max(5, times / 10); i++) await request(-1 - i);
+  const ms: number[] = [];
+  for (let i = 0; i < times; i++) {
+    const start = performance.now();
+    const own = await request(i);
+    ms.push(own ?? performance.now() - start);
+  }
+  return round(median(ms), 3);
+}
+
+/** The database's bytes, in all and by table (its rows and its indexes), after VACUUM (PostgreSQL) or a
+ * checkpoint that empties the write-ahead log (SQLite). */
+async function sizes(store: Store, dataDir: string) {
+  const byTable: Record<string, { tableBytes: number; indexBytes: number }> = {};
+  let total: number;
+  if (store.dialect === "postgres") {
+    await sql`vacuum`.execute(store.db);
+    const { rows } = await sql<{ name: string; table_bytes: string; index_bytes: string }>`
+      select relname as name, pg_table_size(oid) as table_bytes, pg_indexes_size(oid) as index_bytes
+      from pg_class where relkind = 'r' and relnamespace = 'public'::regnamespace`.execute(store.db);
+    for (const r of rows) byTable[r.name] = { tableBytes: Number(r.table_bytes), indexBytes: Number(r.index_bytes) };
+    const { rows: db } = await sql<{ bytes: string }>`select pg_database_size(current_database()) as bytes`.execute(store.db);
+    total = Number(db[0]!.bytes);
+  } else {
+    await sql`pragma wal_checkpoint(TRUNCATE)`.execute(store.db);
+    const file = path.join(dataDir, SQLITE_FILE_NAME);
+    total = fs.statSync(file).size + (fs.existsSync(`${file}-wal`) ? fs.statSync(`${file}-wal`).size : 0);
+    try {
+      const { rows } = await sql<{ name: string; tbl_name: string; type: string; bytes: number }>`
+        select s.name, m.tbl_name, m.type, sum(s.pgsize) as bytes from dbstat s
+        left join sqlite_schema m on m.name = s.name group by s.name`.execute(store.db);
+      for (const r of rows) {
+        const entry = (byTable[r.tbl_name ?? r.name] ??= { tableBytes: 0, indexBytes: 0 });
+        if (r.type === "index") entry.indexBytes += Number(r.bytes);
+        else entry.tableBytes += Number(r.bytes);
+      }
+    } catch {
+      // SQLite built without the dbstat table: the total only.
+    }
+  }
+  return { totalBytes: total, byTable };
+}
+
+export interface MillionOptions {
+  url: string;
+  parent: Parent;
+  env: NodeJS.ProcessEnv;
+  dataDir: string;
+  /** Stops the server, starts it again on the same database, and resolves with its new URL and the
+   * milliseconds from the start until /ready answered 200. */
+  restart: () => Promise<{ url: string; readyMs: number }>;
+}
+
+export async function millionEndUsers({ url, parent, env, dataDir, restart }: MillionOptions) {
+  const config = loadConfig(env, { dataDir });
+  const { keyring } = loadKeyring(config.masterKey);
+  const store = await openStore(config);
+  const parentSdk = sdkFor(url, parent.organizationId, parent.key);
+  try {
+    await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
+    const endUserKey = generateP256KeyPair();
+    const made = await signUp(parentSdk, "bench.end.user@example.com", endUserKey.publicKey);
+    const endUser = sdkFor(url, made.subOrganizationId, endUserKey);
+    const signWith = made.wallet!.addresses[0]!;
+    const template = await readSignUpTemplate(store.db, keyring, parent.organizationId, made.subOrganizationId);
+    let payloads = 0;
+    let otpUser = 0;
+
+    /** The code init_otp queued for `email` in the local outbox, opened as the courier would. */
+    const codeFor = async (email: string) => {
+      const row = await store.db
+        .selectFrom("outbound_messages")
+        .select(["id", "organization_id", "sealed_message"])
+        .where("recipient", "=", email)
+        .orderBy("created_at", "desc")
+        .executeTakeFirstOrThrow();
+      const content = keyring
+        .open(row.sealed_message!, { organizationId: row.organization_id, kind: "outbound_message", resourceId: row.id })
+        .toString("utf8");
+      return /verification code is ([0-9A-Z]{6,9})/.exec(content)![1]!;
+    };
+
+    const measure = async (size: number) => {
+      // A cursor halfway through the parent's list, read once (not timed).
+      const middle = await store.db
+        .selectFrom("organizations")
+        .select("id")
+        .where("parent_organization_id", "=", parent.organizationId)
+        .orderBy("created_at")
+        .orderBy("id")
+        .limit(1)
+        .offset(Math.floor(size / 2))
+        .executeTakeFirstOrThrow();
+      const signerPublicKey = ((await (await fetch(`${url}/.well-known/sigil.json`)).json()) as { signerPublicKey: string })
+        .signerPublicKey;
+      const ms: Record<string, number> = {};
+      ms.create_sub_organization = await timed(Math.ceil(ITERATIONS / 2), async () => {
+        await signUp(parentSdk, `bench.${size}.${signUps}@example.com`, generateP256KeyPair().publicKey);
+        return undefined;
+      });
+      ms.sign_raw_payload = await timed(ITERATIONS, async () => {
+        await endUser.signRawPayload({
+          signWith,
+          payload: Buffer.from(`million ${payloads++}`).toString("hex"),
+          encoding: "PAYLOAD_ENCODING_HEXADECIMAL",
+          hashFunction: "HASH_FUNCTION_KECCAK256",
+        });
+        return undefined;
+      });
+      ms.whoami = await timed(ITERATIONS, async () => void (await endUser.getWhoami({})));
+      ms.get_wallets = await timed(ITERATIONS, async () => void (await endUser.getWallets({})));
+      ms.list_suborgs_page = await timed(
+        ITERATIONS,
+        async () => void (await parentSdk.getSubOrgIds({ paginationOptions: { limit: "10", after: middle.id } })),
+      );
+      ms.list_suborgs_by_email = await timed(ITERATIONS, async (i) => {
+        const found = await parentSdk.getSubOrgIds({ filterType: "EMAIL", filterValue: fillerEmail(Math.abs(i * 7919) % size) });
+        if (found.organizationIds.length !== 1) throw new Error("list_suborgs by email found no single sub-organization");
+        return undefined;
+      });
+      ms.otp_login = await timed(Math.ceil(ITERATIONS / 5), async () => {
+        // A different end user each time (the per-contact budget), among the copies.
+        const email = fillerEmail((otpUser++ * 104729) % size);
+        const sessionKey = clientKeyPair();
+        let start = performance.now();
+        const { otpId, otpEncryptionTargetBundle } = await parentSdk.initOtp({
+          otpType: "OTP_TYPE_EMAIL",
+          contact: email,
+          appName: "Bench",
+        });
+        let spent = performance.now() - start;
+        const code = await codeFor(email);
+        const encryptedOtpBundle = await encryptOtpCodeToBundle(code, otpEncryptionTargetBundle, sessionKey.publicKey, signerPublicKey);
+        start = performance.now();
+        const { verificationToken } = await parentSdk.verifyOtp({ otpId, encryptedOtpBundle });
+        spent += performance.now() - start;
+        const login = getClientSignatureMessageForLogin({ verificationToken });
+        const signature = await new ApiKeyStamper({ apiPublicKey: sessionKey.publicKey, apiPrivateKey: sessionKey.privateKey }).sign(
+          login.message,
+          SignatureFormat.Raw,
+        );
+        const organizationId = (await parentSdk.getSubOrgIds({ filterType: "EMAIL", filterValue: email })).organizationIds[0]!;
+        start = performance.now();
+        await parentSdk.otpLogin({
+          organizationId,
+          verificationToken,
+          publicKey: sessionKey.publicKey,
+          clientSignature: { message: login.message, publicKey: login.publicKey, scheme: "CLIENT_SIGNATURE_SCHEME_API_P256", signature },
+        });
+        return spent + performance.now() - start;
+      });
+      return ms;
+    };
+
+    const fill = async (target: number, existing: number) => {
+      const start = performance.now();
+      await insertSubOrganizations(store.db, keyring, template, target, existing);
+      const seconds = (performance.now() - start) / 1000;
+      // What autovacuum's ANALYZE does on PostgreSQL after a bulk load: statistics for the planner.
+      if (store.dialect === "postgres") await sql`analyze`.execute(store.db);
+      return { subOrganizations: target - existing, seconds: round(seconds, 1), perSecond: Math.round((target - existing) / seconds) };
+    };
+
+    const counted = async () =>
+      Number(
+        (
+          await store.db
+            .selectFrom("organizations")
+            .select((eb) => eb.fn.countAll<number>().as("n"))
+            .where("parent_organization_id", "=", parent.organizationId)
+            .executeTakeFirstOrThrow()
+        ).n,
+      );
+    await fill(SMALL, 0);
+    const small = await measure(SMALL);
+    const smallSize = await sizes(store, dataDir);
+    const smallCount = await counted();
+    const filled = await fill(SUB_ORGANIZATIONS, SMALL);
+    const large = await measure(SUB_ORGANIZATIONS);
+    const largeSize = await sizes(store, dataDir);
+    const count = await counted();
+    await store.close();
+    const restarted = await restart();
+    const byTable = Object.entries(largeSize.byTable)
+      .map(([table, s]) => ({
+        table,
+        bytesPerSubOrganization: round((s.tableBytes + s.indexBytes) / count, 0),
+        tableBytesPerSubOrganization: round(s.tableBytes / count, 0),
+        indexBytesPerSubOrganization: round(s.indexBytes / count, 0),
+      }))
+      .filter((t) => t.bytesPerSubOrganization >= 1)
+      .sort((a, b) => b.bytesPerSubOrganization - a.bytesPerSubOrganization);
+    return {
+      subOrganizations: { small: SMALL, large: SUB_ORGANIZATIONS, counted: count },
+      fill: filled,
+      p50Ms: { [`at${SMALL}`]: small, [`at${SUB_ORGANIZATIONS}`]: large },
+      p50RatioLargeToSmall: Object.fromEntries(Object.keys(small).map((op) => [op, round(large[op]! / small[op]!)])),
+      storage: {
+        totalBytes: largeSize.totalBytes,
+        bytesPerSubOrganization: round(largeSize.totalBytes / count, 0),
+        // What one more sub-organization costs, between the two sizes (the fixed part left out).
+        marginalBytesPerSubOrganization: round((largeSize.totalBytes - smallSize.totalBytes) / (count - smallCount), 0),
+        byTable,
+      },
+      restartToReadyMs: restarted.readyMs,
+    };
+  } finally {
+    await store.close().catch(() => undefined);
+  }
+}
