@@ -644,6 +644,9 @@ describe("the parent's lock during sign-ups", () => {
    * stuck behind the holder's lock), the observable sign that a request is queued behind it. */
   async function someoneWaitsBehind(holder: pg.Client, settled: () => boolean) {
     for (;;) {
+      // The holder is inside its transaction, where PostgreSQL keeps the first read of the activity
+      // statistics until the transaction ends: each look asks for a fresh one.
+      await holder.query("select pg_stat_clear_snapshot()");
       const { rows } = await holder.query(
         "select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query ilike '%from \"organizations\"%for%'",
       );
