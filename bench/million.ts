@@ -19,7 +19,7 @@ import { loadConfig } from "../src/config.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
 import { generateP256KeyPair } from "../src/crypto/keys.js";
 import { openStore, SQLITE_FILE_NAME, type Store } from "../src/store/database.js";
-import { fillerEmail, insertSubOrganizations, readSignUpTemplate } from "./sub-organizations.js";
+import { fillerEmail, insertSubOrganizations, readSignUpTemplate, signUpParameters } from "./sub-organizations.js";
 
 /** BENCH_SUB_ORGANIZATIONS=1000000 (the default): the large size, against 1,000. */
 export const SUB_ORGANIZATIONS = Number(process.env.BENCH_SUB_ORGANIZATIONS ?? 1_000_000);
@@ -55,28 +55,9 @@ const sdkFor = (url: string, organizationId: string, key: Parent["key"]): Sdk =>
     defaultOrganizationId: organizationId,
   }).apiClient();
 
-const ethereum = {
-  curve: "CURVE_SECP256K1",
-  pathFormat: "PATH_FORMAT_BIP32",
-  path: "m/44'/60'/0'/0/0",
-  addressFormat: "ADDRESS_FORMAT_ETHEREUM",
-} as const;
 let signUps = 0;
 const signUp = (parent: Sdk, email: string, publicKey: string) =>
-  parent.createSubOrganization({
-    subOrganizationName: `bench sign-up ${signUps++}`,
-    rootQuorumThreshold: 1,
-    rootUsers: [
-      {
-        userName: "owner",
-        userEmail: email,
-        apiKeys: [{ apiKeyName: "device", publicKey, curveType: "API_KEY_CURVE_P256" }],
-        authenticators: [],
-        oauthProviders: [],
-      },
-    ],
-    wallet: { walletName: "default", accounts: [ethereum] },
-  });
+  parent.createSubOrganization(signUpParameters(`bench sign-up ${signUps++}`, email, publicKey));
 
 /** Median milliseconds of `request` over `times` runs, after a tenth as many (at least five) not counted. */
 async function timed(times: number, request: (i: number) => Promise<number | undefined>): Promise<number> {

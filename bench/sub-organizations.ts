@@ -25,7 +25,7 @@ import { insertRows, randomAccountMaterial } from "./accounts.js";
 type Row = Record<string, unknown>;
 
 /** The tables a sign-up writes in the new sub-organization (by organization_id; `organizations` by id). */
-const SUB_ORGANIZATION_TABLES = [
+export const SUB_ORGANIZATION_TABLES = [
   "organizations",
   "users",
   "api_keys",
@@ -44,6 +44,33 @@ const UNIQUE_COLUMNS: Record<string, string[]> = {
 };
 
 const TIME_COLUMNS = new Set(["created_at", "updated_at", "timestamp_ms"]);
+
+/** An app's sign-up as the official client sends it: a root user with an email and an API key, a
+ * wallet with one Ethereum account (the bench's million scenario and test/sub-organization-plans.test.ts). */
+export const signUpParameters = (name: string, email: string, publicKey: string) => ({
+  subOrganizationName: name,
+  rootQuorumThreshold: 1,
+  rootUsers: [
+    {
+      userName: "owner",
+      userEmail: email,
+      apiKeys: [{ apiKeyName: "device", publicKey, curveType: "API_KEY_CURVE_P256" as const }],
+      authenticators: [],
+      oauthProviders: [],
+    },
+  ],
+  wallet: {
+    walletName: "default",
+    accounts: [
+      {
+        curve: "CURVE_SECP256K1" as const,
+        pathFormat: "PATH_FORMAT_BIP32" as const,
+        path: "m/44'/60'/0'/0/0",
+        addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const,
+      },
+    ],
+  },
+});
 
 /** The email of the root user of copy `i`, which list_suborgs (filterType EMAIL) finds it by. */
 export const fillerEmail = (i: number) => `end-user-${i}@example.com`;

@@ -17,7 +17,13 @@ import { fastPoller } from "./helpers/organizations.js";
 import { startSmtp, until, type TestSmtp } from "./helpers/smtp.js";
 import { nodesOf, postgresPlanOf, sqlitePlanOf, statementsOf, type PostgresPlanNode } from "./helpers/query-plans.js";
 import { loadKeyring } from "../src/crypto/master-key.js";
-import { fillerEmail, insertSubOrganizations, readSignUpTemplate } from "../bench/sub-organizations.js";
+import {
+  fillerEmail,
+  insertSubOrganizations,
+  readSignUpTemplate,
+  SUB_ORGANIZATION_TABLES,
+  signUpParameters,
+} from "../bench/sub-organizations.js";
 
 /** Enough that PostgreSQL's planner prefers an index to reading a table whole wherever one serves. */
 const SUB_ORGANIZATIONS = 20_000;
@@ -31,29 +37,10 @@ let parentSdk: ReturnType<Harness["sdk"]>;
 let endUser: { subOrganizationId: string; userId: string; email: string; signWith: string; sdk: ReturnType<Harness["sdk"]> };
 let signerPublicKey: string;
 
-const ethereum = {
-  curve: "CURVE_SECP256K1",
-  pathFormat: "PATH_FORMAT_BIP32",
-  path: "m/44'/60'/0'/0/0",
-  addressFormat: "ADDRESS_FORMAT_ETHEREUM",
-} as const;
 let signUps = 0;
 /** An app's sign-up: a root user with an email and an API key, a wallet with one Ethereum account. */
 const signUp = (email: string, publicKey: string) =>
-  parentSdk.createSubOrganization({
-    subOrganizationName: `sign-up ${signUps++}`,
-    rootQuorumThreshold: 1,
-    rootUsers: [
-      {
-        userName: "owner",
-        userEmail: email,
-        apiKeys: [{ apiKeyName: "device", publicKey, curveType: "API_KEY_CURVE_P256" }],
-        authenticators: [],
-        oauthProviders: [],
-      },
-    ],
-    wallet: { walletName: "default", accounts: [ethereum] },
-  });
+  parentSdk.createSubOrganization(signUpParameters(`sign-up ${signUps++}`, email, publicKey));
 
 beforeAll(async () => {
   smtp = await startSmtp();
@@ -162,17 +149,7 @@ function postgresProblems(plan: PostgresPlanNode, large: Set<string>): string[] 
 }
 
 /** The tables that grow with the number of sub-organizations: what a sign-up writes. */
-const GROWING = [
-  "organizations",
-  "users",
-  "api_keys",
-  "root_quorum_members",
-  "organization_features",
-  "wallets",
-  "wallet_accounts",
-  "activities",
-  "policy_evaluations",
-];
+const GROWING: readonly string[] = [...SUB_ORGANIZATION_TABLES, "activities", "policy_evaluations"];
 
 /** What is wrong with a SQLite plan: a growing table read whole, or the parent's sub-organizations
  * walked (by organizations_by_parent) other than alone in index order — a page up to its LIMIT — so
