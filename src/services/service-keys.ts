@@ -57,9 +57,10 @@ async function serviceKey(store: Store, keyring: Keyring, purpose: string, gener
   return { row, secret: keyring.open(row.sealed_private_key, identity(row)) };
 }
 
-/** The Ed25519 key webhook deliveries are signed with. */
-export async function serviceSigningKey(store: Store, keyring: Keyring): Promise<ServiceSigningKey> {
-  const { row, secret } = await serviceKey(store, keyring, WEBHOOK_SIGNING, () => {
+/** The service's Ed25519 key for `purpose` (made and sealed on first use), opened into a node:crypto
+ * key that signs; the seed is wiped once the key object holds it. */
+async function ed25519ServiceKey(store: Store, keyring: Keyring, purpose: string) {
+  const { row, secret } = await serviceKey(store, keyring, purpose, () => {
     const seed = ed25519.utils.randomSecretKey();
     return { secret: seed, publicKey: Buffer.from(ed25519.getPublicKey(seed)).toString("hex") };
   });
@@ -69,10 +70,16 @@ export async function serviceSigningKey(store: Store, keyring: Keyring): Promise
     format: "jwk",
   });
   secret.fill(0);
+  return { row, publicKey, sign: (message: Uint8Array) => crypto.sign(null, message, privateKey) };
+}
+
+/** The Ed25519 key webhook deliveries are signed with. */
+export async function serviceSigningKey(store: Store, keyring: Keyring): Promise<ServiceSigningKey> {
+  const { row, publicKey, sign } = await ed25519ServiceKey(store, keyring, WEBHOOK_SIGNING);
   return {
     keyId: `whk_${crypto.createHash("sha256").update(publicKey).digest("hex").slice(0, 16)}`,
     publicKey: row.public_key,
-    sign: (message) => crypto.sign(null, message, privateKey),
+    sign,
   };
 }
 
@@ -196,15 +203,6 @@ export interface LogSigningKey {
 }
 
 export async function logSigningKey(store: Store, keyring: Keyring): Promise<LogSigningKey> {
-  const { row, secret } = await serviceKey(store, keyring, TRANSPARENCY_LOG_SIGNING, () => {
-    const seed = ed25519.utils.randomSecretKey();
-    return { secret: seed, publicKey: Buffer.from(ed25519.getPublicKey(seed)).toString("hex") };
-  });
-  const publicKey = Buffer.from(row.public_key, "hex");
-  const privateKey = crypto.createPrivateKey({
-    key: { kty: "OKP", crv: "Ed25519", d: secret.toString("base64url"), x: publicKey.toString("base64url") },
-    format: "jwk",
-  });
-  secret.fill(0);
-  return { publicKey, sign: (message) => crypto.sign(null, message, privateKey) };
+  const { publicKey, sign } = await ed25519ServiceKey(store, keyring, TRANSPARENCY_LOG_SIGNING);
+  return { publicKey, sign };
 }
