@@ -348,11 +348,12 @@ describe("nonces", () => {
     try {
       ({ sendTransactionStatusId: id } = await send(sdk, sender, [{ to: RECIPIENT, value: "14" }]));
       hash = (await statusReaches(sdk, id, "BROADCASTING")).eth!.txHash as Hex;
-      // The node drops it, and its next block's base fee is above what the transaction pays: mining at
-      // once again, it refuses the rebroadcast.
-      await node.test.dropTransaction({ hash });
+      // The node's next block's base fee goes above what the transaction pays and it mines at once again;
+      // only then does it drop the transaction, so the broadcaster's next look (which may come at any
+      // moment) hands it over to a node that refuses it, never to one still pooling without mining.
       await node.client.request({ method: "hardhat_setNextBlockBaseFeePerGas", params: ["0xe8d4a51000"] } as never);
       await node.test.setAutomine(true);
+      await node.test.dropTransaction({ hash });
       const looked = (await sentRow(id)).attempts;
       while ((await sentRow(id)).attempts < looked + 3) await new Promise((r) => setTimeout(r, 20));
       expect(await sentRow(id)).toMatchObject({ status: "BROADCASTING", broadcasts: 1 });
