@@ -5,10 +5,6 @@
 // in through oauth_login, verified through Sigil's discovery document like any issuer's; the bearer
 // token bundle; then every way the request can be wrong, each leaving only its failed activity.
 import crypto from "node:crypto";
-import path from "node:path";
-import BetterSqlite3 from "better-sqlite3";
-import { Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { decodeJwt, decodeProtectedHeader } from "jose";
 import { decryptCredentialBundle, encryptOauth2ClientSecret, generateP256KeyPair } from "@turnkey/crypto";
@@ -25,8 +21,7 @@ import { fastPoller, organizationWith } from "./helpers/organizations.js";
 import { errorOf } from "./helpers/logins.js";
 import { pkcePair, startOauth2Provider, type Provider, type SentToken, type TestOauth2Provider } from "./helpers/oauth2-provider.js";
 import { oauth2Providers } from "../src/services/oauth2-providers.js";
-import { migrations } from "../src/store/migrations.js";
-import { createTestDatabase } from "./helpers/backend.js";
+import { migrationDatabase } from "./helpers/migration-database.js";
 import { receiver } from "./helpers/webhook-receiver.js";
 
 let provider: TestOauth2Provider;
@@ -977,18 +972,7 @@ describe("secrets", () => {
 
 describe("migration 0020_oauth2_envelope_digests", () => {
   it("gives the credentials kept before it the digest of their envelope's bytes, whatever its spelling", async () => {
-    const database = await createTestDatabase();
-    // biome-ignore lint/suspicious/noExplicitAny: the schema as of migration 0019, not today's typed one
-    const db = new Kysely<any>({
-      dialect: database.databaseUrl
-        ? new PostgresDialect({ pool: new pg.Pool({ connectionString: database.databaseUrl, max: 1 }) })
-        : new SqliteDialect({ database: new BetterSqlite3(path.join(database.dataDir, "migration.db")) }),
-    });
-    const migrateThrough = async (last: string) => {
-      const chosen = Object.fromEntries(Object.entries(migrations).filter(([name]) => name <= last));
-      const { error } = await new Migrator({ db, provider: { getMigrations: async () => chosen } }).migrateToLatest();
-      expect(error).toBeUndefined();
-    };
+    const { db, migrateThrough, close } = await migrationDatabase();
     try {
       await migrateThrough("0019_mfa_policies");
       await db
@@ -1021,8 +1005,7 @@ describe("migration 0020_oauth2_envelope_digests", () => {
         { id: "prefixed", encrypted_client_secret_digest: digest },
       ]);
     } finally {
-      await db.destroy();
-      await database.drop();
+      await close();
     }
   });
 });

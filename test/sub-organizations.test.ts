@@ -7,6 +7,7 @@ import { backend } from "./helpers/backend.js";
 import { startOidcIssuer, type TestIssuer } from "./helpers/oidc-issuer.js";
 import { startHarness, newKeyPair, signedRequest, type Harness, type TestOrganization, type ApiKeyPair } from "./helpers/harness.js";
 import { fastPoller } from "./helpers/organizations.js";
+import { migrationDatabase } from "./helpers/migration-database.js";
 import { encryptOauth2ClientSecret } from "@turnkey/crypto";
 import { SoftwarePasskey } from "./helpers/passkey.js";
 
@@ -532,6 +533,84 @@ describe("organization features", () => {
     expect(configs.configs.features).toEqual(removed.features);
   });
 
+  it("a sign-up's login features are bits of its organization's row; given a value a login feature is a row and keeps it", async () => {
+    const sub = await subOrganization("Feature bits");
+    const db = h.server.store.db;
+    const stored = async () => ({
+      bits: Number(
+        (await db.selectFrom("organizations").select("login_features").where("id", "=", sub.subOrganizationId).executeTakeFirstOrThrow())
+          .login_features,
+      ),
+      rows: await db
+        .selectFrom("organization_features")
+        .select(["name", "value"])
+        .where("organization_id", "=", sub.subOrganizationId)
+        .execute(),
+    });
+    // The four defaults: no row of organization_features, four bits.
+    expect(await stored()).toEqual({ bits: 15, rows: [] });
+    const set = await sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_SMS_AUTH", value: "on" });
+    expect(set.features).toContainEqual({ name: "FEATURE_NAME_SMS_AUTH", value: "on" });
+    expect(set.features.filter((f) => f.name === "FEATURE_NAME_SMS_AUTH")).toHaveLength(1);
+    expect(await stored()).toEqual({ bits: 7, rows: [{ name: "FEATURE_NAME_SMS_AUTH", value: "on" }] });
+    const again = await sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_SMS_AUTH", value: "" });
+    expect(again.features.map((f) => f.name)).toEqual([
+      "FEATURE_NAME_EMAIL_AUTH",
+      "FEATURE_NAME_EMAIL_RECOVERY",
+      "FEATURE_NAME_OTP_EMAIL_AUTH",
+      "FEATURE_NAME_SMS_AUTH",
+    ]);
+    expect(await stored()).toEqual({ bits: 15, rows: [] });
+    await sub.sdk.setOrganizationFeature({ name: "FEATURE_NAME_EMAIL_RECOVERY", value: "kept" });
+    const removed = await sub.sdk.removeOrganizationFeature({ name: "FEATURE_NAME_EMAIL_RECOVERY" });
+    expect(removed.features.map((f) => f.name)).not.toContain("FEATURE_NAME_EMAIL_RECOVERY");
+    await sub.sdk.removeOrganizationFeature({ name: "FEATURE_NAME_SMS_AUTH" });
+    expect(await stored()).toEqual({ bits: 5, rows: [] });
+    // Removed twice: refused, and nothing changed.
+    const before = await h.snapshot();
+    await expect(sub.sdk.removeOrganizationFeature({ name: "FEATURE_NAME_SMS_AUTH" })).rejects.toThrow(/FEATURE_NOT_FOUND|not set/);
+    const after = JSON.parse(await h.snapshot());
+    for (const [table, rows] of Object.entries(JSON.parse(before)))
+      if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(rows);
+    const configs = await parentSdk.getOrganizationConfigs({ organizationId: sub.subOrganizationId });
+    expect(configs.configs.features).toEqual([
+      { name: "FEATURE_NAME_EMAIL_AUTH", value: "" },
+      { name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" },
+    ]);
+  });
+
+  it("a root user reachable only by email keeps the organization from turning off the last email login, bit or row", async () => {
+    const key = newKeyPair();
+    // The owner's only lasting way in is its email: its API key expires.
+    const created = await parentSdk.createSubOrganization({
+      subOrganizationName: "Email only",
+      rootQuorumThreshold: 1,
+      rootUsers: [
+        {
+          userName: "email owner",
+          userEmail: "email-only@example.com",
+          apiKeys: [{ apiKeyName: "session", publicKey: key.publicKey, curveType: "API_KEY_CURVE_P256", expirationSeconds: "3600" }],
+          authenticators: [],
+          oauthProviders: [],
+        },
+      ],
+    });
+    const sdk = h.sdk({ organizationId: created.subOrganizationId }, key, fastPoller);
+    await sdk.removeOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH" });
+    // EMAIL_AUTH as a row with a value still serves the email.
+    await sdk.setOrganizationFeature({ name: "FEATURE_NAME_EMAIL_AUTH", value: "row" });
+    const before = await h.snapshot();
+    await expect(sdk.removeOrganizationFeature({ name: "FEATURE_NAME_EMAIL_AUTH" })).rejects.toThrow(/ROOT_QUORUM_UNREACHABLE|locked out/);
+    const after = JSON.parse(await h.snapshot());
+    for (const [table, rows] of Object.entries(JSON.parse(before)))
+      if (table !== "activities" && table !== "policy_evaluations") expect(after[table], table).toEqual(rows);
+    // As a bit, the same.
+    await sdk.setOrganizationFeature({ name: "FEATURE_NAME_EMAIL_AUTH", value: "" });
+    await expect(sdk.removeOrganizationFeature({ name: "FEATURE_NAME_EMAIL_AUTH" })).rejects.toThrow(/ROOT_QUORUM_UNREACHABLE|locked out/);
+    const configs = await parentSdk.getOrganizationConfigs({ organizationId: created.subOrganizationId });
+    expect(configs.configs.features?.map((f) => f.name)).toContain("FEATURE_NAME_EMAIL_AUTH");
+  });
+
   it("refuses malformed values, unknown features, and a non-root user even with a policy allowing it", async () => {
     const sub = await subOrganization("Feature rules");
     const before = await h.snapshot();
@@ -700,5 +779,50 @@ describe("the parent's lock during sign-ups", () => {
     const { organizationIds } = await parentSdk.getSubOrgIds({ filterType: "NAME", filterValue: "At once 3" });
     expect(organizationIds).toEqual([created[3]!.subOrganizationId]);
     for (const c of created) expect((await c.sdk.getWallets({ organizationId: c.subOrganizationId })).wallets).toHaveLength(1);
+  });
+});
+
+describe("migration 0031_login_feature_bits", () => {
+  it("folds the login features set without a value into their organization's bits and keeps every other feature as it was", async () => {
+    const { db, migrateThrough, close } = await migrationDatabase();
+    try {
+      await migrateThrough("0029_users_by_email");
+      for (const id of ["sub", "valued", "none"])
+        await db.insertInto("organizations").values({ id, name: id, root_quorum_threshold: 1, created_at: 1, updated_at: 1 }).execute();
+      const feature = (organization_id: string, name: string, value: string) => ({
+        organization_id,
+        name,
+        value,
+        created_at: 1,
+        updated_at: 1,
+      });
+      await db
+        .insertInto("organization_features")
+        .values([
+          feature("sub", "FEATURE_NAME_EMAIL_AUTH", ""),
+          feature("sub", "FEATURE_NAME_EMAIL_RECOVERY", ""),
+          feature("sub", "FEATURE_NAME_OTP_EMAIL_AUTH", ""),
+          feature("sub", "FEATURE_NAME_SMS_AUTH", ""),
+          feature("sub", "FEATURE_NAME_WEBHOOK", "https://hooks.example/sub"),
+          feature("valued", "FEATURE_NAME_OTP_EMAIL_AUTH", ""),
+          feature("valued", "FEATURE_NAME_SMS_AUTH", "kept"),
+        ])
+        .execute();
+      await migrateThrough("0031_login_feature_bits");
+      const organizations = await db.selectFrom("organizations").select(["id", "login_features"]).orderBy("id").execute();
+      expect(organizations.map((o) => [o.id, Number(o.login_features)])).toEqual([
+        ["none", 0],
+        ["sub", 15],
+        ["valued", 4],
+      ]);
+      expect(
+        await db.selectFrom("organization_features").select(["organization_id", "name", "value"]).orderBy("organization_id").execute(),
+      ).toEqual([
+        { organization_id: "sub", name: "FEATURE_NAME_WEBHOOK", value: "https://hooks.example/sub" },
+        { organization_id: "valued", name: "FEATURE_NAME_SMS_AUTH", value: "kept" },
+      ]);
+    } finally {
+      await close();
+    }
   });
 });

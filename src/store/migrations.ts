@@ -2,6 +2,7 @@
 // produces SQLite and PostgreSQL DDL. Append new migrations; never edit a released one.
 import crypto from "node:crypto";
 import { PostgresAdapter, sql, type Kysely, type Migration, type MigrationProvider } from "kysely";
+import { LOGIN_FEATURE_BITS } from "./schema.js";
 
 const initial: Migration = {
   async up(db: Kysely<any>) {
@@ -1031,6 +1032,30 @@ const usersByEmail: Migration = {
   },
 };
 
+/**
+ * The login features set without a value become bits of `organizations.login_features`
+ * (schema.ts, LOGIN_FEATURE_BITS): their rows of organization_features are folded into the
+ * organization's row and removed. Only organizations that have such rows are rewritten.
+ */
+const loginFeatureBits: Migration = {
+  async up(db: Kysely<any>) {
+    await db.schema
+      .alterTable("organizations")
+      .addColumn("login_features", "integer", (c) => c.notNull().defaultTo(0))
+      .execute();
+    const names = Object.keys(LOGIN_FEATURE_BITS);
+    const bitOf = sql.join(
+      names.map((name) => sql`when ${sql.lit(name)} then ${sql.lit(LOGIN_FEATURE_BITS[name]!)}`),
+      sql` `,
+    );
+    const folded = sql`"f"."organization_id" = "organizations"."id" and "f"."value" = '' and "f"."name" in (${sql.join(names.map((n) => sql.lit(n)))})`;
+    await sql`update "organizations" set "login_features" = (
+        select coalesce(sum(case "f"."name" ${bitOf} end), 0) from "organization_features" as "f" where ${folded})
+      where exists (select 1 from "organization_features" as "f" where ${folded})`.execute(db);
+    await sql`delete from "organization_features" where "value" = '' and "name" in (${sql.join(names.map((n) => sql.lit(n)))})`.execute(db);
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -1060,6 +1085,7 @@ export const migrations: Record<string, Migration> = {
   "0027_webhook_delivery_lists": webhookDeliveryLists,
   "0028_transparency_log": transparencyLog,
   "0029_users_by_email": usersByEmail,
+  "0031_login_feature_bits": loginFeatureBits,
 };
 
 export const migrationProvider: MigrationProvider = {

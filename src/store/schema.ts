@@ -12,7 +12,22 @@ export interface OrganizationsTable {
   updated_at: number;
   /** Set when a sub-organization is deleted: the row and its audit log stay, nothing else does. */
   deleted_at: ColumnType<number | null, number | null | undefined, number | null>;
+  /** The login features (LOGIN_FEATURE_BITS) set without a value, one bit each. */
+  login_features: ColumnType<number, number | undefined, number>;
 }
+
+/**
+ * The login features every sub-organization has unless its sign-up turns them off (the product's
+ * default), kept as bits of `organizations.login_features` while they are set without a value: as
+ * rows of organization_features they were four rows, about 800 bytes with their index, per end user
+ * (docs/storage.md). Set with a value, a login feature is a row like any other feature.
+ */
+export const LOGIN_FEATURE_BITS: Readonly<Record<string, number>> = {
+  FEATURE_NAME_EMAIL_AUTH: 1,
+  FEATURE_NAME_EMAIL_RECOVERY: 2,
+  FEATURE_NAME_OTP_EMAIL_AUTH: 4,
+  FEATURE_NAME_SMS_AUTH: 8,
+};
 
 /** FEATURE_NAME_* settings of an organization (set_organization_feature). */
 export interface OrganizationFeaturesTable {

@@ -2,7 +2,9 @@
 // organization's configuration. Some change how the service behaves for the organization: the
 // WebAuthn origins its passkeys may stamp from (a parent's setting covers its sub-organizations) and
 // the webhook URL its activities are delivered to.
+import { sql } from "kysely";
 import type { Db, Tx } from "../../store/handles.js";
+import { LOGIN_FEATURE_BITS } from "../../store/schema.js";
 import { serviceError } from "../../errors.js";
 import { defineActivity, defineQuery } from "../../registry/registry.js";
 import { rootQuorumUserIds } from "./organizations.js";
@@ -17,32 +19,46 @@ export interface Feature {
 }
 
 export async function featuresOf(db: Db | Tx, organizationId: string): Promise<Feature[]> {
-  const rows = await db
-    .selectFrom("organization_features")
-    .select(["name", "value"])
-    .where("organization_id", "=", organizationId)
-    .orderBy("name")
-    .execute();
-  return rows.map((r) => ({ name: r.name, value: r.value }));
+  const [rows, organization] = await Promise.all([
+    db.selectFrom("organization_features").select(["name", "value"]).where("organization_id", "=", organizationId).execute(),
+    db.selectFrom("organizations").select("login_features").where("id", "=", organizationId).executeTakeFirst(),
+  ]);
+  const bits = Number(organization?.login_features ?? 0);
+  const features = rows.map((r) => ({ name: r.name, value: r.value }));
+  for (const [name, bit] of Object.entries(LOGIN_FEATURE_BITS)) if (bits & bit) features.push({ name, value: "" });
+  return features.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
 /** Refuses (FEATURE_NOT_ENABLED) unless the organization has the feature set; `what` names what needs it. */
 export async function requireFeature(trx: Tx, organizationId: string, feature: string, what: string): Promise<void> {
   const row = await trx
-    .selectFrom("organization_features")
-    .select("name")
-    .where("organization_id", "=", organizationId)
-    .where("name", "=", feature)
+    .selectFrom("organizations as o")
+    .leftJoin("organization_features as f", (join) => join.onRef("f.organization_id", "=", "o.id").on("f.name", "=", feature))
+    .select(["o.login_features", "f.name"])
+    .where("o.id", "=", organizationId)
     .executeTakeFirst();
-  if (!row)
+  if (!row || !(row.name || Number(row.login_features) & (LOGIN_FEATURE_BITS[feature] ?? 0)))
     throw serviceError(
       "FEATURE_NOT_ENABLED",
       `${what} is not enabled in organization ${organizationId}: its root quorum enables it with set_organization_feature ${feature}`,
     );
 }
 
-/** The features of an organization that has none yet (one just created): one statement, where
- * setFeatures spends two a feature replacing what is not there. */
+/** The bits of `organizations.login_features` for the login features of `features` set without a
+ * value, and the features that are rows. */
+export function splitLoginFeatures(features: Feature[]): { bits: number; rows: Feature[] } {
+  let bits = 0;
+  const rows: Feature[] = [];
+  for (const f of features) {
+    const bit = f.value === "" ? LOGIN_FEATURE_BITS[f.name] : undefined;
+    if (bit) bits |= bit;
+    else rows.push(f);
+  }
+  return { bits, rows };
+}
+
+/** The features of an organization that has none yet (one just created) but its login features'
+ * bits: one statement for those that are rows, where setFeatures spends several a feature. */
 export async function addFeatures(trx: Tx, organizationId: string, features: Feature[], now: number): Promise<void> {
   if (features.length === 0) return;
   await trx
@@ -51,15 +67,49 @@ export async function addFeatures(trx: Tx, organizationId: string, features: Fea
     .execute();
 }
 
-/** Sets (or replaces) features of an organization. */
+/** Sets (or replaces) features of an organization: a login feature without a value as its bit, any
+ * other as a row (and a login feature given a value loses its bit). */
 export async function setFeatures(trx: Tx, organizationId: string, features: Feature[], now: number): Promise<void> {
   for (const feature of features) {
     await trx.deleteFrom("organization_features").where("organization_id", "=", organizationId).where("name", "=", feature.name).execute();
+    const bit = LOGIN_FEATURE_BITS[feature.name];
+    if (bit && feature.value === "") {
+      await trx
+        .updateTable("organizations")
+        .set({ login_features: sql<number>`"login_features" | ${bit}` })
+        .where("id", "=", organizationId)
+        .execute();
+      continue;
+    }
+    if (bit) await clearLoginFeature(trx, organizationId, bit);
     await trx
       .insertInto("organization_features")
       .values({ organization_id: organizationId, name: feature.name, value: feature.value, created_at: now, updated_at: now })
       .execute();
   }
+}
+
+/** Clears a login feature's bit; whether it was set. */
+async function clearLoginFeature(trx: Tx, organizationId: string, bit: number): Promise<boolean> {
+  const cleared = await trx
+    .updateTable("organizations")
+    .set({ login_features: sql<number>`"login_features" - ${bit}` })
+    .where("id", "=", organizationId)
+    .where(sql<boolean>`("login_features" & ${bit}) <> 0`)
+    .executeTakeFirst();
+  return Number(cleared.numUpdatedRows) > 0;
+}
+
+/** Removes a feature (its row, or a login feature's bit); whether it was set. */
+async function removeFeature(trx: Tx, organizationId: string, name: string): Promise<boolean> {
+  const removed = await trx
+    .deleteFrom("organization_features")
+    .where("organization_id", "=", organizationId)
+    .where("name", "=", name)
+    .executeTakeFirst();
+  const bit = LOGIN_FEATURE_BITS[name];
+  const cleared = bit ? await clearLoginFeature(trx, organizationId, bit) : false;
+  return Number(removed.numDeletedRows) > 0 || cleared;
 }
 
 /** The origins of a FEATURE_NAME_WEBAUTHN_ORIGINS value: comma-separated, each exactly an origin. */
@@ -119,12 +169,7 @@ export const featureOperations = [
     action: "UPDATE",
     rootOnly: true,
     async execute(ctx, p) {
-      const removed = await ctx.trx
-        .deleteFrom("organization_features")
-        .where("organization_id", "=", ctx.organizationId)
-        .where("name", "=", p.name)
-        .executeTakeFirst();
-      if (Number(removed.numDeletedRows) === 0)
+      if (!(await removeFeature(ctx.trx, ctx.organizationId, p.name)))
         throw serviceError("FEATURE_NOT_FOUND", `feature ${p.name} is not set in this organization`);
       if (p.name === WEBHOOK) {
         await ctx.trx

@@ -1,5 +1,7 @@
 // Organizations: creation (bootstrap), the root quorum's safety rule, and whoami.
+import { sql } from "kysely";
 import type { Db, Tx } from "../../store/handles.js";
+import { LOGIN_FEATURE_BITS } from "../../store/schema.js";
 import { serviceError } from "../../errors.js";
 import { validatePublicKey, type ApiKeyCurve } from "../../crypto/keys.js";
 import { defineActivity, defineQuery } from "../../registry/registry.js";
@@ -105,16 +107,27 @@ export async function assertRootQuorumReachable(trx: Tx, organizationId: string)
               w
                 .selectFrom("users as u")
                 .innerJoin("organizations as uo", "uo.id", "u.organization_id")
-                .innerJoin("organization_features as f", "f.organization_id", "u.organization_id")
                 .select("u.id")
                 .whereRef("u.id", "=", "m.user_id")
                 .where("uo.parent_organization_id", "is not", null)
-                .where((c) =>
-                  c.or([
-                    c.and([c("u.email", "is not", null), c("f.name", "in", ["FEATURE_NAME_OTP_EMAIL_AUTH", "FEATURE_NAME_EMAIL_AUTH"])]),
-                    c.and([c("u.phone_number", "is not", null), c("f.name", "=", "FEATURE_NAME_SMS_AUTH")]),
-                  ]),
-                ),
+                .where((c) => {
+                  // A login feature is set as its bit (LOGIN_FEATURE_BITS) or, given a value, as a row.
+                  const loginBy = (names: string[]) =>
+                    c.or([
+                      sql<boolean>`("uo"."login_features" & ${names.reduce((bits, n) => bits | LOGIN_FEATURE_BITS[n]!, 0)}) <> 0`,
+                      c.exists(
+                        c
+                          .selectFrom("organization_features as f")
+                          .select("f.name")
+                          .whereRef("f.organization_id", "=", "uo.id")
+                          .where("f.name", "in", names),
+                      ),
+                    ]);
+                  return c.or([
+                    c.and([c("u.email", "is not", null), loginBy(["FEATURE_NAME_OTP_EMAIL_AUTH", "FEATURE_NAME_EMAIL_AUTH"])]),
+                    c.and([c("u.phone_number", "is not", null), loginBy(["FEATURE_NAME_SMS_AUTH"])]),
+                  ]);
+                }),
             ),
           ]),
         )

@@ -12,7 +12,7 @@ import { newId } from "../../store/ids.js";
 import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams, type OauthProviderParams } from "../identity/users.js";
 import { createWallet, walletAhead, type WalletAhead } from "../wallets/wallets.js";
 import { createPrivateKeys, keysAhead, type KeyAhead } from "../wallets/private-keys.js";
-import { addFeatures, type Feature } from "./features.js";
+import { addFeatures, splitLoginFeatures, type Feature } from "./features.js";
 import { checkClientSignature } from "../logins/client-signatures.js";
 import { foldEmail } from "../logins/contacts.js";
 import { spendVerificationToken } from "../logins/verification-tokens.js";
@@ -84,6 +84,7 @@ async function createSubOrganization(
   rootUsers.forEach((user, i) => requireLoginMethod(user, p, `rootUsers[${i}]`));
 
   const subOrganizationId = newId();
+  const features = splitLoginFeatures(loginFeatures(p));
   await ctx.trx
     .insertInto("organizations")
     .values({
@@ -93,6 +94,7 @@ async function createSubOrganization(
       root_quorum_threshold: threshold,
       created_at: ctx.now,
       updated_at: ctx.now,
+      login_features: features.bits,
     })
     .execute();
   // Everything below is created in the sub-organization, within this one activity.
@@ -106,7 +108,7 @@ async function createSubOrganization(
   }
   // Organization, users and wallet are new: nothing of theirs to replace or to collide with (below,
   // createWallet's `inNewOrganization`), so no statement looks for it while the parent's lock is held.
-  await addFeatures(ctx.trx, subOrganizationId, loginFeatures(p), ctx.now);
+  await addFeatures(ctx.trx, subOrganizationId, features.rows, ctx.now);
   // A verification token (verify_otp, in this parent) proves a root user's email or phone number.
   if (p.verificationToken !== undefined) {
     const claims = await spendVerificationToken(ctx, p.verificationToken);
@@ -229,7 +231,11 @@ async function deleteSubOrganization(ctx: ActivityContext, deleteWithoutExport: 
   await trx.deleteFrom("authenticators").where("organization_id", "=", id).execute();
   await trx.deleteFrom("oauth_providers").where("organization_id", "=", id).execute();
   await trx.deleteFrom("users").where("organization_id", "=", id).execute();
-  await trx.updateTable("organizations").set({ deleted_at: ctx.now, updated_at: ctx.now }).where("id", "=", id).execute();
+  await trx
+    .updateTable("organizations")
+    .set({ deleted_at: ctx.now, updated_at: ctx.now, login_features: 0 })
+    .where("id", "=", id)
+    .execute();
   return { subOrganizationUuid: id };
 }
 

@@ -100,7 +100,7 @@ const activityDestinations = prepare((db, slot: Slots<{ organizationId: string }
   const parent = db.selectFrom("organizations").select("parent_organization_id").where("id", "=", organizationId);
   // One list of the two owners, `in (?, (select parent …))`, rather than `= ? or in (select …)`: both
   // databases then search the index by each, where PostgreSQL read the OR of a subquery as a filter
-  // over every row of organization_features (four rows per sub-organization; test/sub-organization-plans.test.ts).
+  // over every row of organization_features (test/sub-organization-plans.test.ts).
   // biome-ignore lint/suspicious/noExplicitAny: one filter for two aliased joins; Kysely's builder type for a column chosen by the caller would need both join shapes
   const owners = (column: "e.organization_id" | "f.organization_id") => (eb: any) => eb(column, "in", [organizationId, parent]);
   return db
