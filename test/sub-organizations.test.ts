@@ -252,6 +252,20 @@ describe("create_sub_organization", () => {
         },
         "INVALID_DERIVATION_PATH",
       ],
+      // One public key for two root users, or twice for one: checked within the request (the new
+      // organization has no keys of its own to collide with).
+      [
+        { subOrganizationName: "t", rootUsers: [owner, { ...owner, userName: "second" }], rootQuorumThreshold: 1 },
+        "API_KEY_ALREADY_EXISTS",
+      ],
+      [
+        {
+          subOrganizationName: "t",
+          rootUsers: [{ ...owner, apiKeys: [owner.apiKeys[0], { ...owner.apiKeys[0], apiKeyName: "again" }] }],
+          rootQuorumThreshold: 1,
+        },
+        "API_KEY_ALREADY_EXISTS",
+      ],
     ];
     for (const [parameters, code] of cases) {
       const request = signedRequest(

@@ -1155,7 +1155,9 @@ export class Pipeline {
     try {
       const prepared = run.precheck?.kind === "passed" ? run.precheck.prepared : undefined;
       const result = await subject.operation.execute(ctx, subject.parameters, subject.type, prepared);
-      if (undoable) await assertRootQuorumReachable(trx, subject.organizationId);
+      // An activity that only adds a new organization (a sign-up) leaves its own organization's root
+      // quorum as it was; the new one's is checked where it is made.
+      if (undoable && !subject.operation.addsOnlyNewOrganization) await assertRootQuorumReachable(trx, subject.organizationId);
       await savepoint?.releaseSavepoint("operation").execute();
       return { kind: "completed", result };
     } catch (error) {

@@ -306,7 +306,8 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
    * sub-organization and what is in it (a sign-up) — so it holds the organization's lock shared, and
    * on PostgreSQL sign-ups into one parent run side by side (anything that changes the parent still
    * waits for them, and they for it). Unlike a signature it writes: it has a transaction of its own
-   * (on SQLite, the write lock alone), its savepoint and the root-quorum check. Every statement it
+   * (on SQLite, the write lock alone) and its savepoint; the root-quorum check is the new
+   * organization's, made where it is created (its own organization's quorum is as it was). Every statement it
    * sends about existing rows must be one that concurrent sign-ups cannot race: a single-use
    * verification token is spent by a conditional update (verification-tokens.ts). */
   addsOnlyNewOrganization?: boolean;

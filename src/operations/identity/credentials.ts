@@ -26,8 +26,17 @@ export function requireName(value: string, field: string): string {
   return trimmed;
 }
 
-export async function addApiKeys(ctx: ActivityContext, userId: string, keys: ApiKeyParams[], field = "apiKeys"): Promise<string[]> {
-  const seen = new Set<string>();
+/** Adds API keys to a user. `inNewOrganization`, when given, holds every public key added so far to an
+ * organization this activity creates: nothing in the database can collide with them, so the keys are
+ * checked against it alone, with no statement. */
+export async function addApiKeys(
+  ctx: ActivityContext,
+  userId: string,
+  keys: ApiKeyParams[],
+  field = "apiKeys",
+  inNewOrganization?: Set<string>,
+): Promise<string[]> {
+  const seen = inNewOrganization ?? new Set<string>();
   const ids: string[] = [];
   for (const [i, key] of keys.entries()) {
     const name = requireName(key.apiKeyName, `${field}[${i}].apiKeyName`);
@@ -36,12 +45,14 @@ export async function addApiKeys(ctx: ActivityContext, userId: string, keys: Api
     if (problem) throw serviceError("INVALID_PUBLIC_KEY", `${field}[${i}].publicKey: ${problem}`);
     const publicKey = key.publicKey.toLowerCase();
     const expirationSeconds = parseExpirationSeconds(key.expirationSeconds, `${field}[${i}].expirationSeconds`);
-    const existing = await ctx.trx
-      .selectFrom("api_keys")
-      .select("id")
-      .where("organization_id", "=", ctx.organizationId)
-      .where("public_key", "=", publicKey)
-      .executeTakeFirst();
+    const existing =
+      !inNewOrganization &&
+      (await ctx.trx
+        .selectFrom("api_keys")
+        .select("id")
+        .where("organization_id", "=", ctx.organizationId)
+        .where("public_key", "=", publicKey)
+        .executeTakeFirst());
     if (existing || seen.has(publicKey)) {
       throw serviceError(
         "API_KEY_ALREADY_EXISTS",

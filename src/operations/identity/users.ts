@@ -195,12 +195,14 @@ async function withContactProof(
   return out;
 }
 
-/** A user of `ctx.organizationId` with its credentials (API keys, passkeys, OAuth identities). */
+/** A user of `ctx.organizationId` with its credentials (API keys, passkeys, OAuth identities);
+ * `keysInNewOrganization`: see addApiKeys. */
 export async function createUser(
   ctx: ActivityContext,
   user: NewUserParams,
   field: string,
   vouched?: ClaimsVouched | null,
+  keysInNewOrganization?: Set<string>,
 ): Promise<string> {
   const id = newId();
   await ctx.trx
@@ -215,7 +217,7 @@ export async function createUser(
       updated_at: ctx.now,
     })
     .execute();
-  await addApiKeys(ctx, id, user.apiKeys ?? [], `${field}.apiKeys`);
+  await addApiKeys(ctx, id, user.apiKeys ?? [], `${field}.apiKeys`, keysInNewOrganization);
   await addAuthenticators(ctx, id, user.authenticators ?? [], `${field}.authenticators`);
   await addOauthProviders(ctx, id, user.oauthProviders ?? [], `${field}.oauthProviders`, vouched);
   return id;

@@ -100,9 +100,10 @@ async function createSubOrganization(
   // Everything below is created in the sub-organization, within this one activity.
   const inSub: ActivityContext = { ...ctx, organizationId: subOrganizationId };
   const rootUserIds: string[] = [];
+  const apiKeys = new Set<string>();
   for (const [i, user] of rootUsers.entries()) {
     // The parent's backend vouches for the identities it links to the users it signs up.
-    const userId = await createUser(inSub, user, `rootUsers[${i}]`, "by-parent");
+    const userId = await createUser(inSub, user, `rootUsers[${i}]`, "by-parent", apiKeys);
     await ctx.trx.insertInto("root_quorum_members").values({ organization_id: subOrganizationId, user_id: userId }).execute();
     rootUserIds.push(userId);
   }
