@@ -55,7 +55,7 @@ const ACCESS_PATHS = [
   "SEARCH m USING COVERING INDEX sqlite_autoindex_root_quorum_members_1 (organization_id=?) LEFT-JOIN",
   "SEARCH policies USING INDEX policies_by_organization (organization_id=?)",
   "SEARCH user_tag_members USING INDEX user_tag_members_by_user (user_id=?)",
-  "SEARCH wallet_accounts USING INDEX wallet_accounts_by_address (organization_id=? AND address=?)",
+  "SEARCH wallet_accounts USING INDEX wallet_accounts_by_address_owner (address=? AND organization_id=?)",
   "SEARCH wallets USING INDEX sqlite_autoindex_wallets_1 (id=?)",
   "SEARCH e USING INDEX webhook_endpoints_by_organization (organization_id=?)",
   "SEARCH s USING INDEX sqlite_autoindex_webhook_subscriptions_1 (endpoint_id=? AND event_type=?)",
@@ -87,7 +87,7 @@ describe("the plans of a signature's statements (SQLite)", () => {
     // The same statement with the index it had before: SQLite then walks the organization's accounts.
     const db = h.server.store.db;
     const text = (await selectsOfSignature(root)).find((t) => t.includes('from "wallet_accounts"'))!;
-    await db.executeQuery(CompiledQuery.raw("drop index wallet_accounts_by_address"));
+    await db.executeQuery(CompiledQuery.raw("drop index wallet_accounts_by_address_owner"));
     try {
       await db.executeQuery(CompiledQuery.raw("create index wallet_accounts_by_address on wallet_accounts (organization_id, address)"));
       const steps = await planOf(text);
@@ -96,7 +96,7 @@ describe("the plans of a signature's statements (SQLite)", () => {
     } finally {
       await db.executeQuery(CompiledQuery.raw("drop index wallet_accounts_by_address"));
       await db.executeQuery(
-        CompiledQuery.raw("create index wallet_accounts_by_address on wallet_accounts (organization_id, address, created_at)"),
+        CompiledQuery.raw("create index wallet_accounts_by_address_owner on wallet_accounts (address, organization_id, created_at)"),
       );
     }
   });

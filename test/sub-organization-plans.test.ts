@@ -34,7 +34,14 @@ let h: Harness;
 let smtp: TestSmtp;
 let parent: TestOrganization;
 let parentSdk: ReturnType<Harness["sdk"]>;
-let endUser: { subOrganizationId: string; userId: string; email: string; signWith: string; sdk: ReturnType<Harness["sdk"]> };
+let endUser: {
+  subOrganizationId: string;
+  userId: string;
+  email: string;
+  publicKey: string;
+  signWith: string;
+  sdk: ReturnType<Harness["sdk"]>;
+};
 let signerPublicKey: string;
 
 let signUps = 0;
@@ -67,6 +74,7 @@ beforeAll(async () => {
     subOrganizationId: made.subOrganizationId,
     userId: made.rootUserIds![0]!,
     email,
+    publicKey: key.publicKey,
     signWith: made.wallet!.addresses[0]!,
     sdk: h.sdk({ organizationId: made.subOrganizationId }, key, fastPoller),
   };
@@ -75,6 +83,15 @@ afterAll(async () => {
   await h?.close();
   await smtp?.close();
 });
+
+/** An identity token naming an issuer, a subject and an audience: list_suborgs reads them unverified. */
+const UNSIGNED_OIDC_TOKEN = [
+  { alg: "none", typ: "JWT" },
+  { iss: "https://accounts.example.com", sub: "end-user-1", aud: "app" },
+]
+  .map((part) => Buffer.from(JSON.stringify(part)).toString("base64url"))
+  .concat("")
+  .join(".");
 
 let n = 0;
 /** init_otp to the end user's email, the code read from the mail, verify_otp, otp_login. */
@@ -121,6 +138,14 @@ const OPERATIONS: Record<string, () => Promise<unknown>> = {
     return parentSdk.getSubOrgIds({ paginationOptions: { limit: "10", after: first.organizationIds.at(-1)! } });
   },
   list_suborgs_by_email: () => parentSdk.getSubOrgIds({ filterType: "EMAIL", filterValue: fillerEmail(SUB_ORGANIZATIONS / 2) }),
+  // The lookups of an app's logins: by the end user's API key (a wallet login), its address, a phone
+  // number, a passkey's credential id and an OAuth identity (none of the last three held by anyone).
+  list_suborgs_by_public_key: () => parentSdk.getSubOrgIds({ filterType: "PUBLIC_KEY", filterValue: endUser.publicKey }),
+  list_suborgs_by_address: () => parentSdk.getSubOrgIds({ filterType: "WALLET_ACCOUNT_ADDRESS", filterValue: endUser.signWith }),
+  list_suborgs_by_phone_number: () => parentSdk.getSubOrgIds({ filterType: "PHONE_NUMBER", filterValue: "+15550001234" }),
+  list_verified_suborgs_by_phone_number: () => parentSdk.getVerifiedSubOrgIds({ filterType: "PHONE_NUMBER", filterValue: "+15550001234" }),
+  list_suborgs_by_credential_id: () => parentSdk.getSubOrgIds({ filterType: "CREDENTIAL_ID", filterValue: "Y3JlZGVudGlhbA" }),
+  list_suborgs_by_oidc_token: () => parentSdk.getSubOrgIds({ filterType: "OIDC_TOKEN", filterValue: UNSIGNED_OIDC_TOKEN }),
   otp_login: otpLogin,
 };
 
@@ -184,6 +209,13 @@ describe(`the plans of an app's requests with ${SUB_ORGANIZATIONS.toLocaleString
     expect(Number(count.n)).toBeGreaterThanOrEqual(SUB_ORGANIZATIONS + 1);
     const wallets = await parentSdk.getWallets({ organizationId: found.organizationIds[0]! });
     expect(wallets.wallets).toHaveLength(1);
+    // The end user is found by its API key and by its address, and nobody by a value nobody holds.
+    for (const filter of [
+      { filterType: "PUBLIC_KEY", filterValue: endUser.publicKey },
+      { filterType: "WALLET_ACCOUNT_ADDRESS", filterValue: endUser.signWith },
+    ])
+      expect((await parentSdk.getSubOrgIds(filter)).organizationIds, filter.filterType).toEqual([endUser.subOrganizationId]);
+    expect((await parentSdk.getSubOrgIds({ filterType: "PHONE_NUMBER", filterValue: "+15550001234" })).organizationIds).toEqual([]);
   });
 
   for (const [name, request] of Object.entries(OPERATIONS))

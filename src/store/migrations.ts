@@ -1064,6 +1064,33 @@ const apiKeysByUserDropped: Migration = {
   },
 };
 
+/**
+ * `list_suborgs` filtered by a value few sub-organizations share finds the rows holding it first
+ * (operations/organizations/sub-organizations.ts), each by an index on the value: a phone number
+ * (only users that have one are in the index), a passkey's or a wallet account's public key, an
+ * OAuth identity, and an address (wallet_accounts_by_address_owner, which also serves signing's
+ * look-up by organization and address, oldest first, in place of migration 0021's index). On a large database each
+ * build blocks writes to its table until it is done (docs/storage.md).
+ */
+const subOrganizationLookups: Migration = {
+  async up(db: Kysely<any>) {
+    // `if not exists`: an operator may build them beforehand without blocking writes (docs/storage.md).
+    await sql`create index if not exists users_by_phone on users (phone_number, organization_id) where phone_number is not null`.execute(
+      db,
+    );
+    await db.schema.createIndex("authenticators_by_public_key").ifNotExists().on("authenticators").columns(["public_key"]).execute();
+    await db.schema.createIndex("wallet_accounts_by_public_key").ifNotExists().on("wallet_accounts").columns(["public_key"]).execute();
+    await db.schema.createIndex("oauth_providers_by_identity").ifNotExists().on("oauth_providers").columns(["subject", "issuer"]).execute();
+    await db.schema
+      .createIndex("wallet_accounts_by_address_owner")
+      .ifNotExists()
+      .on("wallet_accounts")
+      .columns(["address", "organization_id", "created_at"])
+      .execute();
+    await db.schema.dropIndex("wallet_accounts_by_address").execute();
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -1095,6 +1122,7 @@ export const migrations: Record<string, Migration> = {
   "0029_users_by_email": usersByEmail,
   "0031_login_feature_bits": loginFeatureBits,
   "0032_api_keys_by_user_dropped": apiKeysByUserDropped,
+  "0033_sub_organization_lookups": subOrganizationLookups,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -280,100 +280,78 @@ async function listSubOrganizations(db: Db, body: ListSubOrganizationsBody, allo
       "REQUEST_INVALID",
       `filterType (${allowed.join(" or ")}) and filterValue are needed: verified sub-organizations are found by a verified contact`,
     );
-  // Filtered by email, the users with that email are found first (users_by_email), then their
-  // sub-organizations: the parent's own index must not serve, or SQLite (which keeps no statistics)
-  // walks every sub-organization of the parent in order and tries each. `parent || ''` is the same
-  // condition that no index serves, on both databases.
-  const byEmail = filterType === "EMAIL";
+  // A filter by a contact, a credential, a key, an address or a login identity names few
+  // sub-organizations: the rows holding that value are found first, each by an index on the value
+  // (users_by_email, users_by_phone, authenticators_by_credential_id, api_keys_by_public_key,
+  // authenticators_by_public_key, wallet_accounts_by_public_key, wallet_accounts_by_address_owner,
+  // oauth_providers_by_identity), then their sub-organizations by id. The parent's own index must not
+  // serve then, or SQLite (which keeps no statistics) walks every sub-organization of the parent in
+  // order and tries each: `parent || ''` is the same condition that no index serves, on both
+  // databases. By name or user name (values many sub-organizations may share) the parent's
+  // sub-organizations are walked in order and each tried, up to the page.
+  const byValue = filterType !== undefined && filterType !== "NAME" && filterType !== "USERNAME";
   let query = db
     .selectFrom("organizations as o")
     .select(["o.id", "o.created_at"])
-    .where(byEmail ? sql<string>`o.parent_organization_id || ''` : sql.ref<string>("o.parent_organization_id"), "=", body.organizationId)
+    .where(byValue ? sql<string>`o.parent_organization_id || ''` : sql.ref<string>("o.parent_organization_id"), "=", body.organizationId)
     .where("o.deleted_at", "is", null);
-  // Filters look for a match inside each candidate sub-organization (correlated subqueries).
-  const outerOrganization = sql.ref<string>("o.id");
-  const users = () => db.selectFrom("users as u").select("u.id").where("u.organization_id", "=", outerOrganization);
   switch (filterType as FilterType | undefined) {
-    case "NAME":
-      query = query.where("o.name", "=", value);
-      break;
-    case "USERNAME":
-      query = query.where(({ exists }) => exists(users().where("u.name", "=", value)));
-      break;
     case "EMAIL": {
       const withEmail = db.selectFrom("users as u").select("u.organization_id").where(sql`lower(u.email)`, "=", value.toLowerCase());
       query = query.where("o.id", "in", verifiedOnly ? withEmail.where("u.email_verified_at", "is not", null) : withEmail);
       break;
     }
-    case "PHONE_NUMBER":
-      query = query.where(({ exists }) =>
-        exists((verifiedOnly ? users().where("u.phone_verified_at", "is not", null) : users()).where("u.phone_number", "=", value)),
-      );
+    case "PHONE_NUMBER": {
+      const withPhone = db.selectFrom("users as u").select("u.organization_id").where("u.phone_number", "=", value);
+      query = query.where("o.id", "in", verifiedOnly ? withPhone.where("u.phone_verified_at", "is not", null) : withPhone);
       break;
+    }
     case "CREDENTIAL_ID":
-      query = query.where(({ exists }) =>
-        exists(
-          db
-            .selectFrom("authenticators as a")
-            .select("a.id")
-            .where("a.organization_id", "=", outerOrganization)
-            .where("a.credential_id", "=", value),
-        ),
+      query = query.where(
+        "o.id",
+        "in",
+        db.selectFrom("authenticators as a").select("a.organization_id").where("a.credential_id", "=", value),
       );
       break;
     case "PUBLIC_KEY":
-      query = query.where(({ exists, or }) =>
-        or([
-          exists(
-            db
-              .selectFrom("api_keys as k")
-              .select("k.id")
-              .where("k.organization_id", "=", outerOrganization)
-              .where("k.public_key", "=", value.toLowerCase()),
-          ),
-          exists(
-            db
-              .selectFrom("authenticators as a")
-              .select("a.id")
-              .where("a.organization_id", "=", outerOrganization)
-              .where("a.public_key", "=", value),
-          ),
-          exists(
-            db
-              .selectFrom("wallet_accounts as w")
-              .select("w.id")
-              .where("w.organization_id", "=", outerOrganization)
-              .where("w.public_key", "=", value.toLowerCase()),
-          ),
-        ]),
+      query = query.where(
+        "o.id",
+        "in",
+        db
+          .selectFrom("api_keys as k")
+          .select("k.organization_id")
+          .where("k.public_key", "=", value.toLowerCase())
+          .union(db.selectFrom("authenticators as a").select("a.organization_id").where("a.public_key", "=", value))
+          .union(db.selectFrom("wallet_accounts as w").select("w.organization_id").where("w.public_key", "=", value.toLowerCase())),
       );
       break;
     case "WALLET_ACCOUNT_ADDRESS":
-      query = query.where(({ exists }) =>
-        exists(
-          db
-            .selectFrom("wallet_accounts as w")
-            .select("w.id")
-            .where("w.organization_id", "=", outerOrganization)
-            .where("w.address", "=", value),
-        ),
-      );
+      query = query.where("o.id", "in", db.selectFrom("wallet_accounts as w").select("w.organization_id").where("w.address", "=", value));
       break;
     case "OIDC_TOKEN": {
       const identity = oidcIdentityOf(value);
-      query = query.where(({ exists }) =>
-        exists(
-          db
-            .selectFrom("oauth_providers as p")
-            .select("p.id")
-            .where("p.organization_id", "=", outerOrganization)
-            .where("p.issuer", "=", identity.iss)
-            .where("p.subject", "=", identity.sub)
-            .where("p.audience", "=", identity.aud),
-        ),
+      query = query.where(
+        "o.id",
+        "in",
+        db
+          .selectFrom("oauth_providers as p")
+          .select("p.organization_id")
+          .where("p.subject", "=", identity.sub)
+          .where("p.issuer", "=", identity.iss)
+          .where("p.audience", "=", identity.aud),
       );
       break;
     }
+    case "NAME":
+      query = query.where("o.name", "=", value);
+      break;
+    case "USERNAME":
+      query = query.where(({ exists }) =>
+        exists(
+          db.selectFrom("users as u").select("u.id").where("u.organization_id", "=", sql.ref<string>("o.id")).where("u.name", "=", value),
+        ),
+      );
+      break;
     case undefined:
       break;
   }
