@@ -7,7 +7,7 @@ import type { Worker } from "node:worker_threads";
 import { PostgresAdapter, sql } from "kysely";
 import type { Db, Tx } from "../store/handles.js";
 import type { ActivitiesTable } from "../store/schema.js";
-import { appendLeaf, leafHash, rangeSubtrees, rootOf, type Frontier, type Hash } from "../store/merkle.js";
+import { appendLeaf, leafHashOfText, rangeSubtrees, rootOf, type Frontier, type Hash } from "../store/merkle.js";
 import { startModuleWorker } from "../store/module-worker.js";
 import { entryBytes, logEntry, oldestPending, readHead } from "../store/transparency-log.js";
 import {
@@ -590,7 +590,7 @@ export async function verifyExport(lines: AsyncIterable<string>, verifier: Verif
       );
     if (typeof line.entry !== "string")
       return fileProblem(`entry ${index} has no text: its activity was missing at export`, index, activityId);
-    const leaf = leafHash(Buffer.from(line.entry, "utf8"));
+    const leaf = leafHashOfText(line.entry);
     if (leaf.toString("base64") !== line.leafHash)
       return fileProblem(`entry ${index} does not hash to its leaf hash: it was changed`, index, activityId);
     let recorded: { leafIndex?: unknown; id?: unknown };
