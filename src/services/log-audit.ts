@@ -313,12 +313,15 @@ export async function verifyStoredLog(
   try {
     const inFlight: Promise<CheckedPage>[] = [];
     let nextPage = 0;
-    let readAll = false;
+    // The next page's read is sent before this one is checked: PostgreSQL reads it meanwhile.
+    let reading: Promise<string[]> | null = readLeafRows(db, organizationId, 0);
     for (;;) {
-      while (!readAll && inFlight.length <= checkers.count) {
+      while (reading && inFlight.length <= checkers.count) {
         const start = nextPage++ * PAGE_LEAVES;
-        const rows = await readLeafRows(db, organizationId, start);
-        if (rows.length < PAGE_LEAVES) readAll = true;
+        const rows: string[] = await reading;
+        reading = rows.length < PAGE_LEAVES ? null : readLeafRows(db, organizationId, start + PAGE_LEAVES);
+        // A read no longer wanted (a broken entry found first) must not fail unheard.
+        reading?.catch(() => undefined);
         inFlight.push(checkers.check(rows, start, organizationId));
       }
       if (inFlight.length === 0) break;
