@@ -131,7 +131,8 @@ describe("sigil audit verify of the live database", () => {
       .map((l) => JSON.parse(l));
     expect(lines.find((l) => l.organizationId === intact.organizationId)).toMatchObject({ intact: true });
     expect(lines.find((l) => l.organizationId === changed.organizationId)).toMatchObject({ intact: false });
-  });
+    // Fifteen processes of the command, some starting threads: on a loaded 2-core machine, a minute or more.
+  }, 180_000);
 });
 
 describe("sigil audit export, then verify --file offline", () => {
