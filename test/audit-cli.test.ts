@@ -98,12 +98,29 @@ describe("sigil audit verify of the live database", () => {
       [reordered, 4, five.activity_id, "does not hash to the leaf hash of entry 4"],
     ] as const;
     for (const [target, leafIndex, activityId, problem] of cases) {
-      const broken = await sigil(["audit", "verify", "--organization", target.organizationId]);
-      expect(broken.code, problem).toBe(1);
-      expect(verdict(broken.stdout)).toMatchObject({
-        intact: false,
-        problem: { leafIndex, activityId, problem: expect.stringContaining(problem) },
-      });
+      // Checked on this thread (a log this small is by default), and on two worker threads.
+      for (const threads of [[], ["--threads", "2"]]) {
+        const broken = await sigil(["audit", "verify", "--organization", target.organizationId, ...threads]);
+        expect(broken.code, problem).toBe(1);
+        expect(verdict(broken.stdout)).toMatchObject({
+          intact: false,
+          problem: { leafIndex, activityId, problem: expect.stringContaining(problem) },
+        });
+      }
+    }
+    const onThreads = await sigil(["audit", "verify", "--organization", intact.organizationId, "--threads", "2"]);
+    expect(onThreads.code, onThreads.stderr).toBe(0);
+    expect(verdict(onThreads.stdout)).toEqual(verdict(ok.stdout));
+    // A thread count out of range, or not a number, or for a file: refused (exit 2), nothing checked.
+    for (const [args, reason] of [
+      [["--threads", "65"], '--threads must be a whole number from 0 to 64, got "65"'],
+      [["--threads", "two"], '--threads must be a whole number from 0 to 64, got "two"'],
+      [["--file", "x.jsonl", "--public-key", verifierKey, "--threads", "2"], "--threads is for the live database"],
+    ] as const) {
+      const refused = await sigil(["audit", "verify", ...args]);
+      expect(refused.code, reason).not.toBe(0);
+      expect(refused.stdout).toBe("");
+      expect(refused.stderr).toContain(reason);
     }
     // Every organization at once: one line each, exit 1 since some are broken.
     const all = await sigil(["audit", "verify"]);
@@ -114,7 +131,8 @@ describe("sigil audit verify of the live database", () => {
       .map((l) => JSON.parse(l));
     expect(lines.find((l) => l.organizationId === intact.organizationId)).toMatchObject({ intact: true });
     expect(lines.find((l) => l.organizationId === changed.organizationId)).toMatchObject({ intact: false });
-  });
+    // Fifteen processes of the command, some starting threads: on a loaded 2-core machine, a minute or more.
+  }, 180_000);
 });
 
 describe("sigil audit export, then verify --file offline", () => {

@@ -541,6 +541,7 @@ describe("every option that takes a number or one of a list refuses any other va
       "rotate-master-key --to",
       "webhooks --status",
       "webhooks --limit",
+      "audit verify --threads",
       "policy replay --last",
     ]);
   });

@@ -2,10 +2,23 @@
 // leaf against the activity it records, the tree against its stored subtrees and head, the signed
 // checkpoints against the tree, and every final activity against the log. The first thing that does
 // not match is named: its leaf index, its activity, and what is wrong.
+import os from "node:os";
+import type { Worker } from "node:worker_threads";
+import { PostgresAdapter, sql } from "kysely";
 import type { Db, Tx } from "../store/handles.js";
 import type { ActivitiesTable } from "../store/schema.js";
-import { appendLeaf, EMPTY_ROOT, leafHash, rootOf, type Frontier, type Hash } from "../store/merkle.js";
-import { activityLeafHash, entryBytes, logEntry, oldestPending, readHead } from "../store/transparency-log.js";
+import { appendLeaf, leafHashOfText, rangeSubtrees, rootOf, type Frontier, type Hash } from "../store/merkle.js";
+import { startModuleWorker } from "../store/module-worker.js";
+import { entryBytes, logEntry, oldestPending, readHead } from "../store/transparency-log.js";
+import {
+  checkLeafPage,
+  LEAF_ROW_COLUMNS,
+  PAGE_LEAVES,
+  PAGE_LEVELS,
+  type CheckedPage,
+  type LeafPageAnswer,
+  type LeafPageTask,
+} from "./log-audit-leaves.js";
 import { MAXIMUM_MERGE_DELAY_MS } from "./log-sequencer.js";
 import { checkpointsOf, NoteError, openNote, originOf, parseCheckpoint, type StoredCheckpoint, type Verifier } from "./log-checkpoints.js";
 
@@ -27,6 +40,84 @@ export interface LogVerification {
 }
 
 const PAGE = 5_000;
+
+/** Threads checking a large log's leaves: one per core (the verifying thread mostly waits for the
+ * database meanwhile), at most eight. */
+export const defaultVerifyThreads = () => Math.min(8, os.availableParallelism());
+
+/** Threads that check pages of leaves (log-audit-worker.ts), handed pages in turn; with none, each page
+ * is checked on this thread as it is handed over. */
+class LeafCheckers {
+  private readonly workers: Worker[] = [];
+  private readonly pending = new Map<number, { resolve(page: CheckedPage): void; reject(error: Error): void }>();
+  private nextId = 0;
+  private closed = false;
+
+  constructor(readonly count: number) {
+    for (let i = 0; i < count; i++) {
+      const worker = startModuleWorker(import.meta.url, "log-audit-worker", null);
+      worker.on("message", (answer: LeafPageAnswer) => {
+        const task = this.pending.get(answer.id);
+        this.pending.delete(answer.id);
+        if ("error" in answer) task?.reject(new Error(`a leaf-checking thread: ${answer.error}`));
+        else task?.resolve(answer.page);
+      });
+      const fail = (error: Error) => {
+        if (this.closed) return;
+        for (const task of this.pending.values()) task.reject(new Error(`a leaf-checking thread stopped: ${error.message}`));
+        this.pending.clear();
+      };
+      worker.on("error", fail);
+      worker.on("exit", (code) => fail(new Error(`exit code ${code}`)));
+      this.workers.push(worker);
+    }
+  }
+
+  check(rows: string[], start: number, organizationId: string): Promise<CheckedPage> {
+    if (this.workers.length === 0) return Promise.resolve(checkLeafPage(rows, start, organizationId));
+    const id = this.nextId++;
+    const worker = this.workers[id % this.workers.length]!;
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      worker.postMessage({ id, rows, start, organizationId } satisfies LeafPageTask);
+    });
+  }
+
+  /** Stops the threads; pages still being checked are not answered (their verdict is no longer wanted). */
+  async close(): Promise<void> {
+    this.closed = true;
+    this.pending.clear();
+    await Promise.all(this.workers.map((w) => w.terminate()));
+  }
+}
+
+/** The page of leaves from entry `start` (PAGE_LEAVES of them, fewer at the log's end or where some
+ * are missing), each row with its activity as one JSON array of LEAF_ROW_COLUMNS (one string to hand
+ * to a thread), in leaf order. */
+async function readLeafRows(db: Db | Tx, organizationId: string, start: number): Promise<string[]> {
+  const postgres = db.getExecutor().adapter instanceof PostgresAdapter;
+  const columns = sql.raw(LEAF_ROW_COLUMNS.join(", "));
+  // PostgreSQL's json would be parsed by the driver on this thread: it is read as text.
+  const row = postgres ? sql`json_build_array(${columns})::text` : sql`json_array(${columns})`;
+  const { rows } = await sql<{ r: string }>`select ${row} as "r"
+    from "transparency_log_leaves" as "l" left join "activities" as "a" on "a"."id" = "l"."activity_id"
+    where "l"."organization_id" = ${organizationId} and "l"."leaf_index" >= ${start} and "l"."leaf_index" < ${start + PAGE_LEAVES}
+    order by "l"."leaf_index"`.execute(db);
+  return rows.map((r) => r.r);
+}
+
+/** The first leaf stored from entry `from` on, if any. */
+async function nextLeafIndex(db: Db | Tx, organizationId: string, from: number): Promise<number | null> {
+  const row = await db
+    .selectFrom("transparency_log_leaves")
+    .select("leaf_index")
+    .where("organization_id", "=", organizationId)
+    .where("leaf_index", ">=", from)
+    .orderBy("leaf_index")
+    .limit(1)
+    .executeTakeFirst();
+  return row ? Number(row.leaf_index) : null;
+}
 
 /** A checkpoint's note checked against the verifier: its origin, size and root, as signed. */
 export function checkNote(
@@ -54,12 +145,106 @@ class ComputedNodes {
     for (let level = 1; size >> level > 0; level++) this.levels.push(Buffer.alloc((size >> level) * 32));
   }
   set(level: number, index: number, hash: Hash) {
-    hash.copy(this.levels[level - 1]!, index * 32);
-  }
-  get(level: number, index: number): Buffer | undefined {
     const packed = this.levels[level - 1];
-    return packed && (index + 1) * 32 <= packed.length ? packed.subarray(index * 32, index * 32 + 32) : undefined;
+    if (packed && index * 32 < packed.length) hash.copy(packed, index * 32);
   }
+  /** A checked page's complete subtrees, up to its first broken leaf. */
+  setPage(page: CheckedPage) {
+    for (let level = 1; level <= page.nodes.length; level++) {
+      const packed = this.levels[level - 1];
+      const at = (page.start >> level) * 32;
+      if (packed && at < packed.length) packed.set(page.nodes[level - 1]!.subarray(0, packed.length - at), at);
+    }
+  }
+  private readonly hex: string[] = [];
+  /** How many complete subtrees of `level` the leaves make. */
+  count(level: number): number {
+    return level >= 1 ? (this.levels[level - 1]?.length ?? 0) / 32 : 0;
+  }
+  private hexOf(level: number): string {
+    return (this.hex[level - 1] ??= this.levels[level - 1]!.toString("hex"));
+  }
+  /** Whether `hashes` (hex) are the hashes of the `count` subtrees of `level` from `from` on, one after another. */
+  spell(level: number, from: number, count: number, hashes: string): boolean {
+    return hashes.length === count * 64 && from + count <= this.count(level) && this.hexOf(level).startsWith(hashes, from * 64);
+  }
+  /** Whether `hash` (hex, as stored) is the hash of the subtree (level, index) the leaves make. */
+  matches(level: number, index: number, hash: string): boolean {
+    const packed = this.levels[level - 1];
+    if (!packed || index < 0 || (index + 1) * 32 > packed.length) return false;
+    // Compared as text, with no buffer made per node (a million of them at a million entries); hex
+    // written otherwise (upper case) is compared as the bytes it stands for.
+    return (
+      (hash.length === 64 && this.hexOf(level).startsWith(hash, index * 64)) ||
+      packed.subarray(index * 32, index * 32 + 32).equals(Buffer.from(hash, "hex"))
+    );
+  }
+}
+
+const SUBTREES_AT_ONCE = 32_768;
+
+/** The first stored subtree, in order of level and index, that is not one the leaves make (`nodes`). A
+ * level is read in ranges of indexes, each as one string of its hashes in order: a range whose stored
+ * subtrees are the whole range and spell the hashes made is right, with no row read; any other is
+ * read row by row, for the first that is wrong. */
+async function storedSubtreeProblem(
+  db: Db | Tx,
+  organizationId: string,
+  nodes: ComputedNodes,
+): Promise<{ level: number; index: number } | null> {
+  const ofLog = db.selectFrom("transparency_log_nodes").where("organization_id", "=", organizationId);
+  // The lowest and the highest level, each one step down the primary key.
+  const lowest = await ofLog.select("level").orderBy("level").limit(1).executeTakeFirst();
+  const highest = await ofLog.select("level").orderBy("level", "desc").limit(1).executeTakeFirst();
+  if (!lowest || !highest) return null;
+  // SQLite concatenates in the order it reads the range (its primary key's); an ORDER BY would sort
+  // the range again. Should the order ever differ, the range is read row by row.
+  const postgres = db.getExecutor().adapter instanceof PostgresAdapter;
+  const hashes = postgres ? sql<string>`string_agg("hash", '' order by "node_index")` : sql<string>`group_concat("hash", '')`;
+  const firstWrong = async (level: number, from: number, to: number | null) => {
+    const rows = await ofLog
+      .select(["node_index", "hash"])
+      .where("level", "=", level)
+      .where("node_index", ">=", from)
+      .$if(to !== null, (q) => q.where("node_index", "<", to!))
+      .orderBy("node_index")
+      .execute();
+    const wrong = rows.find((r) => !nodes.matches(level, Number(r.node_index), r.hash));
+    return wrong ? { level, index: Number(wrong.node_index) } : null;
+  };
+  for (let level = Number(lowest.level); level <= Number(highest.level); level++) {
+    const made = nodes.count(level);
+    const below = await ofLog
+      .select("node_index")
+      .where("level", "=", level)
+      .where("node_index", "<", 0)
+      .orderBy("node_index")
+      .limit(1)
+      .executeTakeFirst();
+    if (below) return { level, index: Number(below.node_index) };
+    for (let from = 0; from < made; from += SUBTREES_AT_ONCE) {
+      const to = Math.min(made, from + SUBTREES_AT_ONCE);
+      const range = await ofLog
+        .select((eb) => [eb.fn.countAll<number>().as("n"), eb.fn.min("node_index").as("lowest"), hashes.as("hashes")])
+        .where("level", "=", level)
+        .where("node_index", ">=", from)
+        .where("node_index", "<", to)
+        .executeTakeFirstOrThrow();
+      const n = Number(range.n);
+      if (n === 0 || (n === to - from && nodes.spell(level, from, n, String(range.hashes)))) continue;
+      const wrong = await firstWrong(level, from, to);
+      if (wrong) return wrong;
+    }
+    const beyond = await ofLog
+      .select("node_index")
+      .where("level", "=", level)
+      .where("node_index", ">=", made)
+      .orderBy("node_index")
+      .limit(1)
+      .executeTakeFirst();
+    if (beyond) return { level, index: Number(beyond.node_index) };
+  }
+  return null;
 }
 
 /** Checks the organization's log as stored; `verifier` (the deployment's) checks the checkpoints'
@@ -69,6 +254,7 @@ export async function verifyStoredLog(
   organizationId: string,
   verifier: Verifier | null,
   now = Date.now(),
+  options: { threads?: number } = {},
 ): Promise<LogVerification> {
   const head = await readHead(db, organizationId);
   const checkpoints = await checkpointsOf(db, organizationId);
@@ -79,8 +265,22 @@ export async function verifyStoredLog(
     checkpoints: checkpoints.length,
     problem,
   });
-  let frontier: Frontier = { size: 0, hashes: [] };
   const nodes = new ComputedNodes(head.size);
+  // The tree as far as the pages checked so far reach (`pages.size` leaves, a multiple of a page), and
+  // the page being added: the right edge at any size within it is the pages' edge and the page's own
+  // complete subtrees (the page starts at a multiple of its size, a power of two).
+  let pages: Frontier = { size: 0, hashes: [] };
+  let page: CheckedPage | null = null;
+  const frontierAt = (size: number): Frontier => {
+    if (!page || size <= page.start) return pages;
+    const hashes = [...pages.hashes];
+    for (const s of rangeSubtrees(page.start, size)) {
+      const local = s.index - (page.start >> s.level);
+      const packed = s.level === 0 ? page.leaves : page.nodes[s.level - 1]!;
+      hashes.push(Buffer.from(packed.buffer, packed.byteOffset + local * 32, 32));
+    }
+    return { size, hashes };
+  };
   let nextCheckpoint = 0;
   const checkpointProblem = (c: StoredCheckpoint, root: Hash): LogProblem | null => {
     if (!c.rootHash.equals(root))
@@ -94,74 +294,73 @@ export async function verifyStoredLog(
       ? { leafIndex: c.treeSize - 1, activityId: null, problem: `the signed checkpoint of ${c.treeSize} entries: ${wrong}` }
       : null;
   };
-  while (nextCheckpoint < checkpoints.length && checkpoints[nextCheckpoint]!.treeSize === 0) {
-    const problem = checkpointProblem(checkpoints[nextCheckpoint++]!, EMPTY_ROOT);
-    if (problem) return result(0, EMPTY_ROOT, problem);
-  }
-  for (let from = 0; ; ) {
-    const page = await db
-      .selectFrom("transparency_log_leaves as l")
-      .leftJoin("activities as a", "a.id", "l.activity_id")
-      .select(["l.leaf_index", "l.activity_id", "l.leaf_hash"])
-      .select([
-        "a.id",
-        "a.organization_id",
-        "a.type",
-        "a.status",
-        "a.intent",
-        "a.result",
-        "a.failure",
-        "a.votes",
-        "a.fingerprint",
-        "a.timestamp_ms",
-        "a.created_at",
-        "a.updated_at",
-        "a.log_index",
-      ])
-      .where("l.organization_id", "=", organizationId)
-      .where("l.leaf_index", ">=", from)
-      .orderBy("l.leaf_index")
-      .limit(PAGE)
-      .execute();
-    for (const row of page) {
-      const index = frontier.size;
-      const at = (problem: string): LogVerification =>
-        result(frontier.size, rootOf(frontier), { leafIndex: index, activityId: row.activity_id, problem });
-      if (Number(row.leaf_index) !== index)
-        return result(frontier.size, rootOf(frontier), {
-          leafIndex: index,
-          activityId: null,
-          problem: `entry ${index} is missing from the log (the next stored entry is ${row.leaf_index}): it was removed`,
-        });
-      if (!row.id) return at(`the activity of entry ${index} is not in the database: it was removed`);
-      if (row.organization_id !== organizationId)
-        return at(`the activity of entry ${index} belongs to organization ${row.organization_id}`);
-      const leaf = Buffer.from(row.leaf_hash, "hex");
-      let computed: Hash;
-      try {
-        computed = activityLeafHash(row as unknown as ActivitiesTable, index);
-      } catch {
-        return at(`the activity of entry ${index} is not readable as recorded (its JSON columns were changed)`);
-      }
-      if (!computed.equals(leaf))
-        return at(
-          `the activity as stored does not hash to the leaf hash of entry ${index}: it (or the leaf) was changed after it was logged, or the entries were reordered`,
-        );
-      if (row.log_index === null || Number(row.log_index) !== index)
-        return at(
-          `the activity of entry ${index} says it is ${row.log_index === null ? "in no entry" : `entry ${row.log_index}`}: it or the log was changed`,
-        );
-      const appended = appendLeaf(frontier, leaf);
-      frontier = appended.frontier;
-      for (const c of appended.completed) nodes.set(c.subtree.level, c.subtree.index, c.hash);
-      while (nextCheckpoint < checkpoints.length && checkpoints[nextCheckpoint]!.treeSize === frontier.size) {
-        const problem = checkpointProblem(checkpoints[nextCheckpoint++]!, rootOf(frontier));
-        if (problem) return result(frontier.size, rootOf(frontier), problem);
-      }
+  /** The checkpoints of sizes up to `size` against the tree at their size: the first that does not match. */
+  const checkpointsUpTo = (size: number): LogVerification | null => {
+    while (nextCheckpoint < checkpoints.length && checkpoints[nextCheckpoint]!.treeSize <= size) {
+      const c = checkpoints[nextCheckpoint++]!;
+      const root = rootOf(frontierAt(c.treeSize));
+      const problem = checkpointProblem(c, root);
+      if (problem) return result(c.treeSize, root, problem);
     }
-    if (page.length < PAGE) break;
-    from = Number(page[page.length - 1]!.leaf_index) + 1;
+    return null;
+  };
+  const early = checkpointsUpTo(0);
+  if (early) return early;
+  // Pages are read ahead while earlier ones are checked (on threads when the log is large), and their
+  // answers taken in order: the first broken leaf is the one a check leaf by leaf would name.
+  const checkers = new LeafCheckers(options.threads ?? (head.size >= 4 * PAGE_LEAVES ? defaultVerifyThreads() : 0));
+  let size = 0;
+  try {
+    const inFlight: Promise<CheckedPage>[] = [];
+    let nextPage = 0;
+    // The next page's read is sent before this one is checked: PostgreSQL reads it meanwhile.
+    let reading: Promise<string[]> | null = readLeafRows(db, organizationId, 0);
+    for (;;) {
+      while (reading && inFlight.length <= checkers.count) {
+        const start = nextPage++ * PAGE_LEAVES;
+        const rows: string[] = await reading;
+        reading = rows.length < PAGE_LEAVES ? null : readLeafRows(db, organizationId, start + PAGE_LEAVES);
+        // A read no longer wanted (a broken entry found first) must not fail unheard.
+        reading?.catch(() => undefined);
+        inFlight.push(checkers.check(rows, start, organizationId));
+      }
+      if (inFlight.length === 0) break;
+      page = await inFlight.shift()!;
+      const reached = page.start + page.valid;
+      nodes.setPage(page);
+      const unmatched = checkpointsUpTo(reached);
+      if (unmatched) return unmatched;
+      size = reached;
+      if (page.problem)
+        return result(size, rootOf(frontierAt(size)), {
+          leafIndex: size,
+          activityId: page.problem.activityId,
+          problem: page.problem.problem,
+        });
+      if (page.rows < PAGE_LEAVES) {
+        // The page ends short: the log ends here, or entries are missing before the next one stored.
+        const next = await nextLeafIndex(db, organizationId, size);
+        if (next !== null)
+          return result(size, rootOf(frontierAt(size)), {
+            leafIndex: size,
+            activityId: null,
+            problem: `entry ${size} is missing from the log (the next stored entry is ${next}): it was removed`,
+          });
+        break;
+      }
+      // A whole page: its root joins the tree above the pages, completing the subtrees it completes.
+      const appended = appendLeaf(
+        { size: pages.size / PAGE_LEAVES, hashes: pages.hashes },
+        Buffer.from(page.nodes[PAGE_LEVELS - 1]!.buffer, page.nodes[PAGE_LEVELS - 1]!.byteOffset, 32),
+      );
+      pages = { size: pages.size + PAGE_LEAVES, hashes: appended.frontier.hashes };
+      for (const c of appended.completed) nodes.set(c.subtree.level + PAGE_LEVELS, c.subtree.index, c.hash);
+      page = null;
+    }
+  } finally {
+    await checkers.close();
   }
+  const frontier = frontierAt(size);
   const root = rootOf(frontier);
   if (frontier.size < head.size)
     return result(frontier.size, root, {
@@ -190,31 +389,13 @@ export async function verifyStoredLog(
     });
   }
   // The stored subtrees, which proofs are read from, against those the entries make.
-  for (let after = { level: 0, index: -1 }; ; ) {
-    const page = await db
-      .selectFrom("transparency_log_nodes")
-      .select(["level", "node_index", "hash"])
-      .where("organization_id", "=", organizationId)
-      .where((eb) => eb.or([eb("level", ">", after.level), eb.and([eb("level", "=", after.level), eb("node_index", ">", after.index)])]))
-      .orderBy("level")
-      .orderBy("node_index")
-      .limit(PAGE * 4)
-      .execute();
-    for (const n of page) {
-      const level = Number(n.level);
-      const index = Number(n.node_index);
-      const expected = nodes.get(level, index);
-      if (!expected || !expected.equals(Buffer.from(n.hash, "hex")))
-        return result(frontier.size, root, {
-          leafIndex: index * 2 ** level,
-          activityId: null,
-          problem: `the stored subtree of entries ${index * 2 ** level} to ${(index + 1) * 2 ** level - 1} does not match them: proofs read from it would not verify`,
-        });
-    }
-    if (page.length < PAGE * 4) break;
-    const last = page[page.length - 1]!;
-    after = { level: Number(last.level), index: Number(last.node_index) };
-  }
+  const stray = await storedSubtreeProblem(db, organizationId, nodes);
+  if (stray)
+    return result(frontier.size, root, {
+      leafIndex: stray.index * 2 ** stray.level,
+      activityId: null,
+      problem: `the stored subtree of entries ${stray.index * 2 ** stray.level} to ${(stray.index + 1) * 2 ** stray.level - 1} does not match them: proofs read from it would not verify`,
+    });
   // Every final activity of the organization is an entry, or waits for the sequencer (not longer than
   // the maximum merge delay); no other activity claims a place in the log.
   const claimed = await db
@@ -412,7 +593,7 @@ export async function verifyExport(lines: AsyncIterable<string>, verifier: Verif
       );
     if (typeof line.entry !== "string")
       return fileProblem(`entry ${index} has no text: its activity was missing at export`, index, activityId);
-    const leaf = leafHash(Buffer.from(line.entry, "utf8"));
+    const leaf = leafHashOfText(line.entry);
     if (leaf.toString("base64") !== line.leafHash)
       return fileProblem(`entry ${index} does not hash to its leaf hash: it was changed`, index, activityId);
     let recorded: { leafIndex?: unknown; id?: unknown };

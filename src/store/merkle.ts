@@ -27,6 +27,19 @@ export function leafHash(entry: Uint8Array): Hash {
   return sha256(Buffer.concat([LEAF_PREFIX, entry]));
 }
 
+// The leaf hashes of many entries, each encoded into this one buffer (grown as needed) rather than into
+// a new buffer and a new copy with its prefix.
+let leafInput = Buffer.alloc(4096);
+
+/** leafHash of the UTF-8 encoding of `text`. */
+export function leafHashOfText(text: string): Hash {
+  const most = 1 + 3 * text.length;
+  if (leafInput.length < most) leafInput = Buffer.alloc(2 * most);
+  leafInput[0] = LEAF_PREFIX[0]!;
+  const length = leafInput.write(text, 1, "utf8");
+  return sha256(leafInput.subarray(0, 1 + length));
+}
+
 /** RFC 9162 interior node: SHA-256(0x01 ‖ left ‖ right). */
 export function nodeHash(left: Hash, right: Hash): Hash {
   return sha256(Buffer.concat([NODE_PREFIX, left, right], 65));

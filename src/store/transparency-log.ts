@@ -24,7 +24,7 @@ import type { Db, Dialect, Tx } from "./handles.js";
 import {
   appendLeaf,
   EMPTY_ROOT,
-  leafHash,
+  leafHashOfText,
   rootOf as foldFrontier,
   type Frontier,
   type Hash,
@@ -41,7 +41,10 @@ export const isFinal = (status: string) => FINAL_STATUSES.includes(status);
 /** JSON with every object's keys in code-point order and no whitespace (RFC 8785 for the values Sigil
  * stores: strings, integers, booleans, null), so one record is one byte string wherever it is rebuilt. */
 export function canonicalJson(value: unknown): string {
-  // Written as loops over strings: every activity that completes is hashed through here on the write path.
+  // Written as loops over strings: every activity that completes is hashed through here on the write
+  // path, and every entry again by `sigil audit verify`. Keys come mostly in a few shapes: their
+  // quoted forms are kept, and keys already in order are not sorted again.
+  if (typeof value === "string") return JSON.stringify(value);
   if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
   if (Array.isArray(value)) {
     let out = "[";
@@ -49,13 +52,30 @@ export function canonicalJson(value: unknown): string {
     return `${out}]`;
   }
   const object = value as Record<string, unknown>;
+  const keys = Object.keys(object);
+  for (let i = 1; i < keys.length; i++)
+    if (keys[i - 1]! > keys[i]!) {
+      keys.sort();
+      break;
+    }
   let out = "{";
-  for (const key of Object.keys(object).sort()) {
+  for (const key of keys) {
     const item = object[key];
     if (item === undefined) continue;
-    out += `${out.length === 1 ? "" : ","}${JSON.stringify(key)}:${canonicalJson(item)}`;
+    out += `${out.length === 1 ? "" : ","}${quotedKey(key)}:${canonicalJson(item)}`;
   }
   return `${out}}`;
+}
+
+const quotedKeys = new Map<string, string>();
+function quotedKey(key: string): string {
+  let quoted = quotedKeys.get(key);
+  if (quoted === undefined) {
+    quoted = JSON.stringify(key);
+    // Bounded: keys come from stored JSON, which any caller could fill with new ones.
+    if (quotedKeys.size < 10_000) quotedKeys.set(key, quoted);
+  }
+  return quoted;
 }
 
 interface VoteAsStored {
@@ -115,7 +135,7 @@ const sha256Hex = (text: string) => crypto.hash("sha256", text, "hex");
 export const entryBytes = (entry: Record<string, unknown>) => Buffer.from(canonicalJson(entry), "utf8");
 
 /** RFC 9162 leaf hash of the activity `row` recorded at `leafIndex`. */
-export const activityLeafHash = (row: ActivitiesTable, leafIndex: number): Hash => leafHash(entryBytes(logEntry(row, leafIndex)));
+export const activityLeafHash = (row: ActivitiesTable, leafIndex: number): Hash => leafHashOfText(canonicalJson(logEntry(row, leafIndex)));
 
 /** A log's head as read. */
 export interface LogHead {
