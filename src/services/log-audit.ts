@@ -5,7 +5,7 @@
 import type { Db, Tx } from "../store/handles.js";
 import type { ActivitiesTable } from "../store/schema.js";
 import { appendLeaf, EMPTY_ROOT, leafHash, rootOf, type Frontier, type Hash } from "../store/merkle.js";
-import { activityLeafHash, entryBytes, logEntry, oldestPending, readHead } from "../store/transparency-log.js";
+import { activityLeafHash, entryBytes, FINAL_STATUSES, logEntry, oldestPending, readHead } from "../store/transparency-log.js";
 import { MAXIMUM_MERGE_DELAY_MS } from "./log-sequencer.js";
 import { checkpointsOf, NoteError, openNote, originOf, parseCheckpoint, type StoredCheckpoint, type Verifier } from "./log-checkpoints.js";
 
@@ -116,7 +116,6 @@ export async function verifyStoredLog(
         "a.timestamp_ms",
         "a.created_at",
         "a.updated_at",
-        "a.log_index",
       ])
       .where("l.organization_id", "=", organizationId)
       .where("l.leaf_index", ">=", from)
@@ -146,10 +145,6 @@ export async function verifyStoredLog(
       if (!computed.equals(leaf))
         return at(
           `the activity as stored does not hash to the leaf hash of entry ${index}: it (or the leaf) was changed after it was logged, or the entries were reordered`,
-        );
-      if (row.log_index === null || Number(row.log_index) !== index)
-        return at(
-          `the activity of entry ${index} says it is ${row.log_index === null ? "in no entry" : `entry ${row.log_index}`}: it or the log was changed`,
         );
       const appended = appendLeaf(frontier, leaf);
       frontier = appended.frontier;
@@ -216,32 +211,57 @@ export async function verifyStoredLog(
     after = { level: Number(last.level), index: Number(last.node_index) };
   }
   // Every final activity of the organization is an entry, or waits for the sequencer (not longer than
-  // the maximum merge delay); no other activity claims a place in the log.
-  const claimed = await db
-    .selectFrom("activities")
-    .select((eb) => eb.fn.countAll<number>().as("n"))
-    .where("organization_id", "=", organizationId)
-    .where("log_index", "is not", null)
-    .executeTakeFirstOrThrow();
-  if (Number(claimed.n) !== frontier.size) {
-    // Which one: an activity whose place is not its entry's (read only now: it scans the log's activities).
+  // the maximum merge delay), and is only one of them: the entries (each an activity of this
+  // organization, final as hashed) and the pending rows add up to its final activities.
+  const [finals, waiting] = await Promise.all([
+    db
+      .selectFrom("activities")
+      .select((eb) => eb.fn.countAll<number>().as("n"))
+      .where("organization_id", "=", organizationId)
+      .where("status", "in", FINAL_STATUSES)
+      .executeTakeFirstOrThrow(),
+    db
+      .selectFrom("transparency_log_pending")
+      .select((eb) => eb.fn.countAll<number>().as("n"))
+      .where("organization_id", "=", organizationId)
+      .executeTakeFirstOrThrow(),
+  ]);
+  const pending = Number(waiting.n);
+  if (Number(finals.n) !== frontier.size + pending) {
+    // Which one: a final activity neither an entry nor waiting (read only now: it scans the organization's activities).
     const stray = await db
       .selectFrom("activities as a")
-      .leftJoin("transparency_log_leaves as l", (join) =>
-        join.onRef("l.organization_id", "=", "a.organization_id").onRef("l.leaf_index", "=", "a.log_index"),
-      )
-      .select(["a.id", "a.log_index", "a.status"])
+      .select(["a.id", "a.status"])
       .where("a.organization_id", "=", organizationId)
-      .where("a.log_index", "is not", null)
-      .where((eb) => eb.or([eb("l.activity_id", "is", null), eb("l.activity_id", "!=", eb.ref("a.id"))]))
+      .where("a.status", "in", FINAL_STATUSES)
+      .where(({ not, exists, selectFrom }) =>
+        not(
+          exists(
+            selectFrom("transparency_log_leaves as l")
+              .select("l.leaf_index")
+              .where("l.organization_id", "=", organizationId)
+              .whereRef("l.activity_id", "=", "a.id"),
+          ),
+        ),
+      )
+      .where(({ not, exists, selectFrom }) =>
+        not(
+          exists(
+            selectFrom("transparency_log_pending as p")
+              .select("p.activity_id")
+              .where("p.organization_id", "=", organizationId)
+              .whereRef("p.activity_id", "=", "a.id"),
+          ),
+        ),
+      )
       .limit(1)
       .executeTakeFirst();
     return result(frontier.size, root, {
-      leafIndex: stray ? Number(stray.log_index) : null,
+      leafIndex: null,
       activityId: stray?.id ?? null,
       problem: stray
-        ? `activity ${stray.id} (${stray.status}) says it is entry ${stray.log_index} of the log, which records another activity there: it was inserted into the database, or changed`
-        : `${claimed.n} activities say they are in the log, which holds ${frontier.size} entries: entries were removed`,
+        ? `activity ${stray.id} (${stray.status}) is final but neither an entry of the log nor waiting for one: it was inserted into the database, or its entry removed`
+        : `the organization has ${finals.n} final activities, but the log holds ${frontier.size} entries and ${pending} wait for one: an activity is in more than one entry, or waits though it is one`,
     });
   }
   const oldest = await oldestPending(db, organizationId);
@@ -251,19 +271,6 @@ export async function verifyStoredLog(
       activityId: oldest.id,
       problem: `activity ${oldest.id} became final ${Math.round((now - oldest.updated_at) / 1000)} s ago but is not in the log (the maximum merge delay is ${MAXIMUM_MERGE_DELAY_MS / 1000} s): it was inserted into the database, its entry removed, or no server is sequencing`,
     });
-  const pending = oldest
-    ? Number(
-        (
-          await db
-            .selectFrom("activities")
-            .select((eb) => eb.fn.countAll<number>().as("n"))
-            .where("organization_id", "=", organizationId)
-            .where("log_index", "is", null)
-            .where("status", "in", ["ACTIVITY_STATUS_COMPLETED", "ACTIVITY_STATUS_FAILED", "ACTIVITY_STATUS_REJECTED"])
-            .executeTakeFirstOrThrow()
-        ).n,
-      )
-    : 0;
   return { ...result(frontier.size, root, null), pending };
 }
 
