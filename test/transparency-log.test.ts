@@ -18,7 +18,7 @@ import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
 import { createTestDatabase } from "./helpers/backend.js";
 import { createOrganization } from "../src/operations/organizations/organizations.js";
-import { activityLeafHash, appendOf, leafOfActivity, oldestPending, sequenceLog } from "../src/store/transparency-log.js";
+import { activityLeafHash, appendOf, canonicalJson, leafOfActivity, oldestPending, sequenceLog } from "../src/store/transparency-log.js";
 import { migrations } from "../src/store/migrations.js";
 import type { Db } from "../src/store/handles.js";
 import { MAXIMUM_MERGE_DELAY_MS } from "../src/services/log-sequencer.js";
@@ -486,7 +486,16 @@ describe("migration 0034_transparency_log_pending", () => {
       .execute();
     for (const [i, id] of ["a-0", "a-1"].entries())
       await db.updateTable("activities").set({ log_index: places[i] }).where("id", "=", id).execute();
-    return { database, db, dialect, migrateThrough, close: async () => (await db.destroy(), await database.drop()) };
+    return {
+      database,
+      db,
+      dialect,
+      migrateThrough,
+      close: async () => {
+        await db.destroy();
+        await database.drop();
+      },
+    };
   }
 
   it("carries an existing log over: its entries, the final activities not yet appended, and nothing in the activity rows", async () => {
@@ -627,6 +636,20 @@ describe("two server processes on one database", () => {
 });
 
 // The hashes are SHA-256 as node:crypto computes them.
+it("writes an entry's JSON with every object's keys in order, those that read as array indexes and __proto__ too", () => {
+  const value = JSON.parse(
+    '{"b":1,"a":{"x":[{"z":null,"__proto__":1,"\u00e9":"\u2028"},true],"10":1,"2":-2.5,"02":0},"__proto__":{"y":1,"u":"\\\\"}}',
+  );
+  expect(canonicalJson(value)).toBe(
+    '{"__proto__":{"u":"\\\\","y":1},"a":{"02":0,"10":1,"2":-2.5,"x":[{"__proto__":1,"z":null,"\u00e9":"\u2028"},true]},"b":1}',
+  );
+  // Without a key that reads as an index: JSON.stringify with the keys put in order.
+  expect(canonicalJson({ b: [{ d: 1, c: "x" }], a: undefined, __proto__: null })).toBe('{"b":[{"c":"x","d":1}]}');
+  expect(canonicalJson(JSON.parse('{"z":[1,{"b":2,"a":1}],"__proto__":{"b":2,"a":1}}'))).toBe(
+    '{"__proto__":{"a":1,"b":2},"z":[1,{"a":1,"b":2}]}',
+  );
+});
+
 it("hashes leaves and nodes with RFC 9162's domain separation", () => {
   expect(
     leafHash(Buffer.from("x")).equals(

@@ -40,13 +40,41 @@ export const FINAL_STATUSES: readonly string[] = ["ACTIVITY_STATUS_COMPLETED", "
 export const isFinal = (status: string) => FINAL_STATUSES.includes(status);
 
 /** JSON with every object's keys in code-point order and no whitespace (RFC 8785 for the values Sigil
- * stores: strings, integers, booleans, null), so one record is one byte string wherever it is rebuilt. */
+ * stores: strings, integers, booleans, null), so one record is one byte string wherever it is rebuilt.
+ * Every activity that completes is hashed through here on the write path, so it is JSON.stringify's
+ * native walk with each object's keys put in order by a replacer; an object with a key that reads as an
+ * array index, which JavaScript would put first whatever the order of insertion, is written by the
+ * plain recursive walk instead. */
 export function canonicalJson(value: unknown): string {
-  // Written as loops over strings: every activity that completes is hashed through here on the write path.
+  try {
+    return JSON.stringify(value, sortedKeys) ?? "null";
+  } catch (error) {
+    if (error !== INDEX_KEY) throw error;
+    return walked(value);
+  }
+}
+
+const INDEX_KEY = new Error("a key that reads as an array index");
+const ARRAY_INDEX = /^(?:0|[1-9]\d*)$/;
+
+function sortedKeys(_key: string, value: unknown): unknown {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
+  const keys = Object.keys(value).sort();
+  // No prototype: a key "__proto__" is then a property like any other.
+  const sorted: Record<string, unknown> = Object.create(null);
+  for (const key of keys) {
+    const first = key.charCodeAt(0);
+    if (first >= 48 && first <= 57 && ARRAY_INDEX.test(key)) throw INDEX_KEY;
+    sorted[key] = (value as Record<string, unknown>)[key];
+  }
+  return sorted;
+}
+
+function walked(value: unknown): string {
   if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
   if (Array.isArray(value)) {
     let out = "[";
-    for (let i = 0; i < value.length; i++) out += (i === 0 ? "" : ",") + canonicalJson(value[i]);
+    for (let i = 0; i < value.length; i++) out += (i === 0 ? "" : ",") + walked(value[i]);
     return `${out}]`;
   }
   const object = value as Record<string, unknown>;
@@ -54,7 +82,7 @@ export function canonicalJson(value: unknown): string {
   for (const key of Object.keys(object).sort()) {
     const item = object[key];
     if (item === undefined) continue;
-    out += `${out.length === 1 ? "" : ","}${JSON.stringify(key)}:${canonicalJson(item)}`;
+    out += `${out.length === 1 ? "" : ","}${JSON.stringify(key)}:${walked(item)}`;
   }
   return `${out}}`;
 }
