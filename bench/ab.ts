@@ -23,7 +23,8 @@ async function start(root: string, name: string) {
   const env: NodeJS.ProcessEnv = { ...process.env, SIGIL_METRICS: "on", SIGIL_LOG_LEVEL: "warn" };
   delete env.SIGIL_DATABASE_URL;
   if (process.env.AB_PG) {
-    const db = `ab_${name}`;
+    // AB_PG_PREFIX: the databases' names, so that two people comparing at once on one server do not share them.
+    const db = `${process.env.AB_PG_PREFIX ?? "ab"}_${name}`;
     spawnSync("psql", ["-h", "127.0.0.1", "-U", "postgres", "-qc", `drop database if exists ${db}`]);
     spawnSync("psql", ["-h", "127.0.0.1", "-U", "postgres", "-qc", `create database ${db}`]);
     env.SIGIL_DATABASE_URL = `postgres://postgres@127.0.0.1:5432/${db}`;

@@ -68,13 +68,17 @@ describe("sigil audit verify of the live database", () => {
     const deleted = await organizationWithLog();
     await db.deleteFrom("transparency_log_leaves").where("activity_id", "=", deleted.leaves[2]!.activity_id).execute();
     // Inserted: an activity written into the database without its entry, as a copy of entry 1's
-    // activity (its place in the log included).
+    // activity, and not left waiting for one (its pending row, which the database writes with it,
+    // deleted in the same transaction: the server's sequencer never sees it).
     const inserted = await organizationWithLog();
     const copy = await db.selectFrom("activities").selectAll().where("id", "=", inserted.leaves[1]!.activity_id).executeTakeFirstOrThrow();
-    await db
-      .insertInto("activities")
-      .values({ ...copy, id: "forged-activity", fingerprint: "forged" } as never)
-      .execute();
+    await db.transaction().execute(async (trx) => {
+      await trx
+        .insertInto("activities")
+        .values({ ...copy, id: "forged-activity", fingerprint: "forged" })
+        .execute();
+      await trx.deleteFrom("transparency_log_pending").where("activity_id", "=", "forged-activity").execute();
+    });
     // Reordered: two entries swapped.
     const reordered = await organizationWithLog();
     const [four, five] = [reordered.leaves[4]!, reordered.leaves[5]!];
@@ -94,7 +98,7 @@ describe("sigil audit verify of the live database", () => {
     const cases = [
       [changed, 3, changed.leaves[3]!.activity_id, "does not hash to the leaf hash of entry 3"],
       [deleted, 2, null, "entry 2 is missing from the log"],
-      [inserted, 1, "forged-activity", "(ACTIVITY_STATUS_COMPLETED) says it is entry 1 of the log, which records another activity there"],
+      [inserted, null, "forged-activity", "(ACTIVITY_STATUS_COMPLETED) is final but neither an entry of the log nor waiting for one"],
       [reordered, 4, five.activity_id, "does not hash to the leaf hash of entry 4"],
     ] as const;
     for (const [target, leafIndex, activityId, problem] of cases) {

@@ -213,14 +213,12 @@ function writeLoad(client: Client, signWith: string) {
   };
 }
 
-/** The activity rows with these ids, keyed by id, read without writing. Without their place in the
- * transparency log, which the sequencer sets after the commit: a backup may hold an activity acknowledged
- * but not yet appended (the restored server's sequencer appends it). */
+/** The activity rows with these ids, keyed by id, read without writing. */
 async function activityRows(where: { dataDir: string; databaseUrl: string | null }, ids: string[]) {
   const store = await openStore({ ...where, mode: "read-only" });
   try {
     const rows = await store.db.selectFrom("activities").selectAll().where("id", "in", ids).execute();
-    return new Map(rows.map(({ log_index: _, ...row }) => [row.id, row]));
+    return new Map(rows.map((row) => [row.id, row]));
   } finally {
     await store.close();
   }

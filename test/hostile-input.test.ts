@@ -93,27 +93,12 @@ async function snapshotWithChanges() {
  */
 /**
  * The changes without the transparency log's sequencer's: it appends final activities after their
- * commit, in the background (services/log-sequencer.ts), so its writes — the log's tables, and an
- * activity's row changed in nothing but its log_index — land in whichever request's changes are
- * taken next. They are the log's, not the request's.
+ * commit, in the background (services/log-sequencer.ts), so its writes to the log's tables land in
+ * whichever request's changes are taken next. They are the log's, not the request's (an activity's own
+ * pending row, written with it, is left out with them).
  */
 function withoutSequencing(changes: TableChanges): TableChanges {
-  const out: TableChanges = {};
-  for (const [table, diff] of Object.entries(changes)) {
-    if (table.startsWith("transparency_log_")) continue;
-    if (table !== "activities") {
-      out[table] = diff;
-      continue;
-    }
-    const unplaced = (row: string) => {
-      const { log_index: _, ...rest } = JSON.parse(row) as Record<string, unknown>;
-      return JSON.stringify(rest);
-    };
-    const removed = new Map(diff.removed.map((row) => [unplaced(row), row]));
-    const added = diff.added.filter((row) => !removed.delete(unplaced(row)));
-    if (added.length || removed.size) out[table] = { added, removed: [...removed.values()] };
-  }
-  return out;
+  return Object.fromEntries(Object.entries(changes).filter(([table]) => !table.startsWith("transparency_log_")));
 }
 
 function unexpectedChanges(all: TableChanges): string | undefined {

@@ -187,13 +187,16 @@ describe("sigil audit verify of a log of several pages, on threads and on the ve
 
   it("names the first of two entries swapped across pages", async () => {
     const result = await broken(
+      // Through a placeholder: a leaf names its activity once (the leaves' unique index by activity).
       async () => {
-        await setActivityId(3, activityAt[2000]!);
+        await setActivityId(3, "placeholder");
         await setActivityId(2000, activityAt[3]!);
+        await setActivityId(3, activityAt[2000]!);
       },
       async () => {
-        await setActivityId(3, activityAt[3]!);
+        await setActivityId(3, "placeholder");
         await setActivityId(2000, activityAt[2000]!);
+        await setActivityId(3, activityAt[3]!);
       },
     );
     expect(result).toMatchObject({
@@ -203,29 +206,6 @@ describe("sigil audit verify of a log of several pages, on threads and on the ve
         activityId: activityAt[2000],
         problem: expect.stringContaining("does not hash to the leaf hash of entry 3"),
       },
-    });
-  });
-
-  it("names an activity that says it is another entry", async () => {
-    const id = activityAt[1800]!;
-    const result = await broken(
-      () =>
-        store.db
-          .updateTable("activities")
-          .set({ log_index: 7 } as never)
-          .where("id", "=", id)
-          .execute(),
-      () =>
-        store.db
-          .updateTable("activities")
-          .set({ log_index: 1800 } as never)
-          .where("id", "=", id)
-          .execute(),
-    );
-    expect(result.problem).toEqual({
-      leafIndex: 1800,
-      activityId: id,
-      problem: "the activity of entry 1800 says it is entry 7: it or the log was changed",
     });
   });
 
@@ -277,19 +257,26 @@ describe("sigil audit verify of a log of several pages, on threads and on the ve
     ).toMatchObject({ problem: { leafIndex: ENTRIES * 16, problem: expect.stringContaining("does not match them") } });
   });
 
-  it("names an activity inserted with a place in the log", async () => {
+  it("names an activity inserted as final with no entry and not waiting for one", async () => {
     const copy = await store.db.selectFrom("activities").selectAll().where("id", "=", activityAt[2100]!).executeTakeFirstOrThrow();
     const result = await broken(
-      () =>
-        store.db
+      async () => {
+        await store.db
           .insertInto("activities")
           .values({ ...copy, id: "forged", fingerprint: "forged" } as never)
-          .execute(),
+          .execute();
+        // The database's own trigger marks it as waiting for the log; the forger removes that too.
+        await store.db.deleteFrom("transparency_log_pending").where("activity_id", "=", "forged").execute();
+      },
       () => store.db.deleteFrom("activities").where("id", "=", "forged").execute(),
     );
     expect(result).toMatchObject({
       size: ENTRIES,
-      problem: { leafIndex: 2100, activityId: "forged", problem: expect.stringContaining("says it is entry 2100 of the log") },
+      problem: {
+        leafIndex: null,
+        activityId: "forged",
+        problem: expect.stringContaining("is final but neither an entry of the log nor waiting for one"),
+      },
     });
   });
 });

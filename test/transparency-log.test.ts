@@ -5,6 +5,10 @@
 // queries in Sigil's namespace, and two server processes on one database keeping one log with no gap
 // and no fork.
 import crypto from "node:crypto";
+import path from "node:path";
+import BetterSqlite3 from "better-sqlite3";
+import { Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { toHex } from "viem";
 import { startHarness, newKeyPair, signedRequest, type Harness, type ApiKeyPair } from "./helpers/harness.js";
@@ -14,7 +18,9 @@ import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
 import { createTestDatabase } from "./helpers/backend.js";
 import { createOrganization } from "../src/operations/organizations/organizations.js";
-import { oldestPending, sequenceLog } from "../src/store/transparency-log.js";
+import { activityLeafHash, appendOf, canonicalJson, leafOfActivity, oldestPending, sequenceLog } from "../src/store/transparency-log.js";
+import { migrations } from "../src/store/migrations.js";
+import type { Db } from "../src/store/handles.js";
 import { MAXIMUM_MERGE_DELAY_MS } from "../src/services/log-sequencer.js";
 import {
   appendLeaf,
@@ -409,6 +415,138 @@ describe("the maximum merge delay", () => {
   });
 });
 
+describe("migration 0034_transparency_log_pending", () => {
+  /** A database migrated through 0033, holding a log as the sequencer of 0028 kept it: entries 0 and 1
+   * (each activity's log_index set), one final activity not yet appended, one waiting for votes. */
+  async function logBefore0034(places: [number, number]) {
+    const database = await createTestDatabase();
+    // biome-ignore lint/suspicious/noExplicitAny: the schema as of migration 0033, not today's typed one
+    const db = new Kysely<any>({
+      dialect: database.databaseUrl
+        ? new PostgresDialect({ pool: new pg.Pool({ connectionString: database.databaseUrl, max: 1 }) })
+        : new SqliteDialect({ database: new BetterSqlite3(path.join(database.dataDir, "migration.db")) }),
+    });
+    const dialect = database.databaseUrl ? ("postgres" as const) : ("sqlite" as const);
+    const migrateThrough = async (last: string) => {
+      const chosen = Object.fromEntries(Object.entries(migrations).filter(([name]) => name <= last));
+      return (await new Migrator({ db, provider: { getMigrations: async () => chosen } }).migrateToLatest()).error;
+    };
+    expect(await migrateThrough("0033_sub_organization_lookups")).toBeUndefined();
+    await db
+      .insertInto("organizations")
+      .values({ id: "org", name: "before", root_quorum_threshold: 1, created_at: 1, updated_at: 1 })
+      .execute();
+    const activity = (id: string, status: string, at: number) => ({
+      id,
+      organization_id: "org",
+      type: "ACTIVITY_TYPE_CREATE_USERS_V3",
+      status,
+      intent: `{"createUsersIntentV3":{"n":"${id}"}}`,
+      result: "{}",
+      failure: null,
+      votes: "[]",
+      fingerprint: id,
+      timestamp_ms: String(at),
+      user_id: null,
+      created_at: at,
+      updated_at: at,
+      prepared: null,
+      request_id: null,
+    });
+    const rows = [
+      activity("a-0", "ACTIVITY_STATUS_COMPLETED", 1_000),
+      activity("a-1", "ACTIVITY_STATUS_FAILED", 2_000),
+      activity("a-2", "ACTIVITY_STATUS_COMPLETED", 3_000),
+      activity("a-3", "ACTIVITY_STATUS_CONSENSUS_NEEDED", 4_000),
+    ];
+    await db.insertInto("activities").values(rows).execute();
+    let frontier: Frontier = { size: 0, hashes: [] };
+    for (const row of rows.slice(0, 2)) {
+      const { append, next } = appendOf(frontier, row.id, activityLeafHash(row, frontier.size));
+      await db
+        .insertInto("transparency_log_leaves")
+        .values({ organization_id: "org", leaf_index: append.leafIndex, activity_id: row.id, leaf_hash: append.leafHash })
+        .execute();
+      for (const n of append.nodes)
+        await db
+          .insertInto("transparency_log_nodes")
+          .values({ organization_id: "org", ...n })
+          .execute();
+      frontier = next;
+    }
+    await db
+      .insertInto("transparency_log_heads")
+      .values({
+        organization_id: "org",
+        size: 2,
+        root_hash: rootOf(frontier).toString("hex"),
+        frontier: frontier.hashes.map((x) => x.toString("hex")).join(""),
+        updated_at: 2_000,
+      })
+      .execute();
+    for (const [i, id] of ["a-0", "a-1"].entries())
+      await db.updateTable("activities").set({ log_index: places[i] }).where("id", "=", id).execute();
+    return {
+      database,
+      db,
+      dialect,
+      migrateThrough,
+      close: async () => {
+        await db.destroy();
+        await database.drop();
+      },
+    };
+  }
+
+  it("carries an existing log over: its entries, the final activities not yet appended, and nothing in the activity rows", async () => {
+    const { db, dialect, migrateThrough, close } = await logBefore0034([0, 1]);
+    try {
+      expect(await migrateThrough("0034_transparency_log_pending")).toBeUndefined();
+      expect(await db.selectFrom("transparency_log_pending").selectAll().execute()).toEqual([
+        { organization_id: "org", activity_id: "a-2" },
+      ]);
+      expect(Object.keys(await db.selectFrom("activities").selectAll().where("id", "=", "a-0").executeTakeFirstOrThrow())).not.toContain(
+        "log_index",
+      );
+      const store = db as unknown as Db;
+      expect((await leafOfActivity(store, "org", "a-1"))?.leafIndex).toBe(1);
+      expect(await leafOfActivity(store, "org", "a-2")).toBeUndefined();
+      expect(await verifyStoredLog(store, "org", null, 4_000)).toMatchObject({ size: 2, pending: 1, problem: null });
+      // The carried-over pending activity is appended as entry 2; the waiting one, once final (the
+      // trigger marks it pending in the same statement), as entry 3.
+      expect(await db.transaction().execute((trx) => sequenceLog(trx, dialect, "org", 10, 5_000))).toBe(1);
+      await db.updateTable("activities").set({ status: "ACTIVITY_STATUS_REJECTED", updated_at: 6_000 }).where("id", "=", "a-3").execute();
+      expect(await db.selectFrom("transparency_log_pending").select("activity_id").execute()).toEqual([{ activity_id: "a-3" }]);
+      expect(await db.transaction().execute((trx) => sequenceLog(trx, dialect, "org", 10, 7_000))).toBe(1);
+      expect((await leafOfActivity(store, "org", "a-3"))?.leafIndex).toBe(3);
+      expect(await verifyStoredLog(store, "org", null, 8_000)).toMatchObject({ size: 4, pending: 0, problem: null });
+    } finally {
+      await close();
+    }
+  });
+
+  it("stops, changing nothing, where an activity says it is an entry that records another", async () => {
+    const { db, migrateThrough, close } = await logBefore0034([0, 0]);
+    try {
+      const error = await migrateThrough("0034_transparency_log_pending");
+      expect(String(error)).toContain("1 activities say they are an entry of their transparency log that records another activity");
+      const places = await db.selectFrom("activities").select(["id", "log_index"]).orderBy("id").execute();
+      expect(places.map((r) => [r.id, r.log_index === null ? null : Number(r.log_index)])).toEqual([
+        ["a-0", 0],
+        ["a-1", 0],
+        ["a-2", null],
+        ["a-3", null],
+      ]);
+      expect((await db.introspection.getTables()).map((t) => t.name)).not.toContain("transparency_log_pending");
+      expect((await db.selectFrom("kysely_migration").select("name").execute()).map((r) => r.name)).not.toContain(
+        "0034_transparency_log_pending",
+      );
+    } finally {
+      await close();
+    }
+  });
+});
+
 describe("two server processes on one database", () => {
   it("keep one log per organization, with no gap and no fork", async () => {
     const deployment = await cliDeployment();
@@ -498,6 +636,20 @@ describe("two server processes on one database", () => {
 });
 
 // The hashes are SHA-256 as node:crypto computes them.
+it("writes an entry's JSON with every object's keys in order, those that read as array indexes and __proto__ too", () => {
+  const value = JSON.parse(
+    '{"b":1,"a":{"x":[{"z":null,"__proto__":1,"\u00e9":"\u2028"},true],"10":1,"2":-2.5,"02":0},"__proto__":{"y":1,"u":"\\\\"}}',
+  );
+  expect(canonicalJson(value)).toBe(
+    '{"__proto__":{"u":"\\\\","y":1},"a":{"02":0,"10":1,"2":-2.5,"x":[{"__proto__":1,"z":null,"\u00e9":"\u2028"},true]},"b":1}',
+  );
+  // Without a key that reads as an index: JSON.stringify with the keys put in order.
+  expect(canonicalJson({ b: [{ d: 1, c: "x" }], a: undefined, __proto__: null })).toBe('{"b":[{"c":"x","d":1}]}');
+  expect(canonicalJson(JSON.parse('{"z":[1,{"b":2,"a":1}],"__proto__":{"b":2,"a":1}}'))).toBe(
+    '{"__proto__":{"a":1,"b":2},"z":[1,{"a":1,"b":2}]}',
+  );
+});
+
 it("hashes leaves and nodes with RFC 9162's domain separation", () => {
   expect(
     leafHash(Buffer.from("x")).equals(

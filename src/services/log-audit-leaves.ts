@@ -13,8 +13,7 @@ export const PAGE_LEAVES = 2 ** PAGE_LEVELS;
 
 /**
  * One leaf and its activity as the database returns it: a JSON array of these columns, in this order
- * (log-audit.ts builds it in SQL, so that a row crosses to a thread as one string). `log_index` is
- * the activity's own word about its place in the log (checked by placeProblem).
+ * (log-audit.ts builds it in SQL, so that a row crosses to a thread as one string).
  */
 export const LEAF_ROW_COLUMNS = [
   "l.leaf_index",
@@ -32,7 +31,6 @@ export const LEAF_ROW_COLUMNS = [
   "a.timestamp_ms",
   "a.created_at",
   "a.updated_at",
-  "a.log_index",
 ] as const;
 
 type LeafRow = [
@@ -51,7 +49,6 @@ type LeafRow = [
   timestampMs: string,
   createdAt: number,
   updatedAt: number,
-  logIndex: number | string | null,
 ];
 
 /** The first leaf of a page found broken: its offset in the page, its activity, what is wrong. */
@@ -84,13 +81,6 @@ export interface LeafPageTask {
 }
 export type LeafPageAnswer = { id: number } & ({ page: CheckedPage } | { error: string });
 
-/** Whether an activity's own record of its place in the log agrees with the entry `index` it is in. */
-export function placeProblem(logIndex: number | string | null, index: number): string | null {
-  return logIndex === null || Number(logIndex) !== index
-    ? `the activity of entry ${index} says it is ${logIndex === null ? "in no entry" : `entry ${logIndex}`}: it or the log was changed`
-    : null;
-}
-
 /** The problem of the leaf `row` recorded as entry `index`, or null with its hash written to `out` at `at`. */
 function leafProblem(row: LeafRow, index: number, organizationId: string, out: Uint8Array, at: number): Omit<PageProblem, "offset"> | null {
   const activityId = row[1];
@@ -112,8 +102,6 @@ function leafProblem(row: LeafRow, index: number, organizationId: string, out: U
       activityId,
       problem: `the activity as stored does not hash to the leaf hash of entry ${index}: it (or the leaf) was changed after it was logged, or the entries were reordered`,
     };
-  const misplaced = placeProblem(row[15], index);
-  if (misplaced) return { activityId, problem: misplaced };
   out.set(computed, at);
   return null;
 }

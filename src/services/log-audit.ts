@@ -9,7 +9,7 @@ import type { Db, Tx } from "../store/handles.js";
 import type { ActivitiesTable } from "../store/schema.js";
 import { appendLeaf, leafHashOfText, rangeSubtrees, rootOf, type Frontier, type Hash } from "../store/merkle.js";
 import { startModuleWorker } from "../store/module-worker.js";
-import { entryBytes, logEntry, oldestPending, readHead } from "../store/transparency-log.js";
+import { entryBytes, FINAL_STATUSES, logEntry, oldestPending, readHead } from "../store/transparency-log.js";
 import {
   checkLeafPage,
   LEAF_ROW_COLUMNS,
@@ -397,32 +397,57 @@ export async function verifyStoredLog(
       problem: `the stored subtree of entries ${stray.index * 2 ** stray.level} to ${(stray.index + 1) * 2 ** stray.level - 1} does not match them: proofs read from it would not verify`,
     });
   // Every final activity of the organization is an entry, or waits for the sequencer (not longer than
-  // the maximum merge delay); no other activity claims a place in the log.
-  const claimed = await db
-    .selectFrom("activities")
-    .select((eb) => eb.fn.countAll<number>().as("n"))
-    .where("organization_id", "=", organizationId)
-    .where("log_index", "is not", null)
-    .executeTakeFirstOrThrow();
-  if (Number(claimed.n) !== frontier.size) {
-    // Which one: an activity whose place is not its entry's (read only now: it scans the log's activities).
+  // the maximum merge delay), and is only one of them: the entries (each an activity of this
+  // organization, final as hashed) and the pending rows add up to its final activities.
+  const [finals, waiting] = await Promise.all([
+    db
+      .selectFrom("activities")
+      .select((eb) => eb.fn.countAll<number>().as("n"))
+      .where("organization_id", "=", organizationId)
+      .where("status", "in", FINAL_STATUSES)
+      .executeTakeFirstOrThrow(),
+    db
+      .selectFrom("transparency_log_pending")
+      .select((eb) => eb.fn.countAll<number>().as("n"))
+      .where("organization_id", "=", organizationId)
+      .executeTakeFirstOrThrow(),
+  ]);
+  const pending = Number(waiting.n);
+  if (Number(finals.n) !== frontier.size + pending) {
+    // Which one: a final activity neither an entry nor waiting (read only now: it scans the organization's activities).
     const stray = await db
       .selectFrom("activities as a")
-      .leftJoin("transparency_log_leaves as l", (join) =>
-        join.onRef("l.organization_id", "=", "a.organization_id").onRef("l.leaf_index", "=", "a.log_index"),
-      )
-      .select(["a.id", "a.log_index", "a.status"])
+      .select(["a.id", "a.status"])
       .where("a.organization_id", "=", organizationId)
-      .where("a.log_index", "is not", null)
-      .where((eb) => eb.or([eb("l.activity_id", "is", null), eb("l.activity_id", "!=", eb.ref("a.id"))]))
+      .where("a.status", "in", FINAL_STATUSES)
+      .where(({ not, exists, selectFrom }) =>
+        not(
+          exists(
+            selectFrom("transparency_log_leaves as l")
+              .select("l.leaf_index")
+              .where("l.organization_id", "=", organizationId)
+              .whereRef("l.activity_id", "=", "a.id"),
+          ),
+        ),
+      )
+      .where(({ not, exists, selectFrom }) =>
+        not(
+          exists(
+            selectFrom("transparency_log_pending as p")
+              .select("p.activity_id")
+              .where("p.organization_id", "=", organizationId)
+              .whereRef("p.activity_id", "=", "a.id"),
+          ),
+        ),
+      )
       .limit(1)
       .executeTakeFirst();
     return result(frontier.size, root, {
-      leafIndex: stray ? Number(stray.log_index) : null,
+      leafIndex: null,
       activityId: stray?.id ?? null,
       problem: stray
-        ? `activity ${stray.id} (${stray.status}) says it is entry ${stray.log_index} of the log, which records another activity there: it was inserted into the database, or changed`
-        : `${claimed.n} activities say they are in the log, which holds ${frontier.size} entries: entries were removed`,
+        ? `activity ${stray.id} (${stray.status}) is final but neither an entry of the log nor waiting for one: it was inserted into the database, or its entry removed`
+        : `the organization has ${finals.n} final activities, but the log holds ${frontier.size} entries and ${pending} wait for one: an activity is in more than one entry, or waits though it is one`,
     });
   }
   const oldest = await oldestPending(db, organizationId);
@@ -432,19 +457,6 @@ export async function verifyStoredLog(
       activityId: oldest.id,
       problem: `activity ${oldest.id} became final ${Math.round((now - oldest.updated_at) / 1000)} s ago but is not in the log (the maximum merge delay is ${MAXIMUM_MERGE_DELAY_MS / 1000} s): it was inserted into the database, its entry removed, or no server is sequencing`,
     });
-  const pending = oldest
-    ? Number(
-        (
-          await db
-            .selectFrom("activities")
-            .select((eb) => eb.fn.countAll<number>().as("n"))
-            .where("organization_id", "=", organizationId)
-            .where("log_index", "is", null)
-            .where("status", "in", ["ACTIVITY_STATUS_COMPLETED", "ACTIVITY_STATUS_FAILED", "ACTIVITY_STATUS_REJECTED"])
-            .executeTakeFirstOrThrow()
-        ).n,
-      )
-    : 0;
   return { ...result(frontier.size, root, null), pending };
 }
 

@@ -17,9 +17,9 @@ import { oldestPending, organizationsPending, sequenceLog } from "../store/trans
  * transactions appends many activities, short enough that a checkpoint asked for soon after holds them
  * (an inclusion proof asked for sooner appends its activity then). Each append costs its statements
  * and, on SQLite, whole pages written twice (the write-ahead log, then the checkpoint: the head's, the
- * right edges of the leaves and subtrees, those of the activity rows it marks) however few activities
- * it appends, so fewer, larger appends cost less per activity: at 100 ms they cost both databases
- * measurably more than at 1 s (docs/benchmarks.md, The transparency log). */
+ * right edges of the leaves, their index by activity and the subtrees, the pending rows it deletes)
+ * however few activities it appends, so fewer, larger appends cost less per activity: at 100 ms they
+ * cost both databases measurably more than at 1 s (docs/benchmarks.md, The transparency log). */
 export const WAKE_DELAY_MS = 1_000;
 /** How often the sequencer looks for activities other processes (or a crash) left pending. */
 export const SWEEP_MS = 1_000;

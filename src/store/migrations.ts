@@ -1091,6 +1091,81 @@ const subOrganizationLookups: Migration = {
   },
 };
 
+/**
+ * An activity's place in its organization's transparency log kept out of its row, so that appending
+ * it rewrites none of the activity's pages (docs/benchmarks.md, The transparency log): the final
+ * activities waiting for their leaf are rows of `transparency_log_pending` (organization, activity;
+ * on SQLite one b-tree by that key, WITHOUT ROWID), written in the activity's own transaction by a
+ * trigger whenever an activity is inserted final or its status becomes final, however it is written,
+ * and deleted by the sequencer as it appends them; an activity's leaf is found by the leaves' index by
+ * (organization, activity), which also keeps an activity to one leaf. The partial index of pending
+ * activities and `activities.log_index` go.
+ *
+ * An existing log is carried over: the activities final and not yet appended become pending rows, and
+ * each leaf already names its activity, which `log_index` only repeated. A database where the two
+ * disagree (an activity says it is an entry that records another) was changed by hand: the migration
+ * stops rather than drop the evidence (`sigil audit verify` of the version before names the entry).
+ * Dropping the column rewrites the activities table on SQLite (docs/storage.md).
+ */
+const transparencyLogPending: Migration = {
+  async up(db: Kysely<any>) {
+    const postgres = db.getExecutor().adapter instanceof PostgresAdapter;
+    const { rows } = await sql<{ n: number | string }>`select count(*) as "n" from "activities" as "a"
+      where "a"."log_index" is not null and not exists (select 1 from "transparency_log_leaves" as "l"
+        where "l"."organization_id" = "a"."organization_id" and "l"."leaf_index" = "a"."log_index" and "l"."activity_id" = "a"."id")`.execute(
+      db,
+    );
+    if (Number(rows[0]!.n) > 0)
+      throw new Error(
+        `${rows[0]!.n} activities say they are an entry of their transparency log that records another activity: the database was changed by hand. Run \`sigil audit verify\` with the version before this one, which names the entry, and restore a backup`,
+      );
+    await db.schema
+      .createTable("transparency_log_pending")
+      .addColumn("organization_id", "text", (c) => c.notNull())
+      .addColumn("activity_id", "text", (c) => c.notNull())
+      .addPrimaryKeyConstraint("transparency_log_pending_pk", ["organization_id", "activity_id"])
+      .modifyEnd(postgres ? sql`` : sql`without rowid`)
+      .execute();
+    await sql`insert into transparency_log_pending (organization_id, activity_id)
+      select organization_id, id from activities
+      where log_index is null and status in ('ACTIVITY_STATUS_COMPLETED', 'ACTIVITY_STATUS_FAILED', 'ACTIVITY_STATUS_REJECTED')`.execute(
+      db,
+    );
+    await db.schema
+      .createIndex("transparency_log_leaves_by_activity")
+      .unique()
+      .on("transparency_log_leaves")
+      .columns(["organization_id", "activity_id"])
+      .execute();
+    await db.schema.dropIndex("activities_unsequenced").execute();
+    await db.schema.alterTable("activities").dropColumn("log_index").execute();
+    // The statuses are FINAL_STATUSES (store/transparency-log.ts).
+    const final = sql.raw(`('ACTIVITY_STATUS_COMPLETED', 'ACTIVITY_STATUS_FAILED', 'ACTIVITY_STATUS_REJECTED')`);
+    if (postgres) {
+      await sql`create function transparency_log_enqueue() returns trigger language plpgsql as $$
+        begin
+          insert into transparency_log_pending (organization_id, activity_id) values (new.organization_id, new.id)
+            on conflict do nothing;
+          return null;
+        end $$`.execute(db);
+      await sql`create trigger activities_final_inserted after insert on activities for each row
+        when (new.status in ${final}) execute function transparency_log_enqueue()`.execute(db);
+      await sql`create trigger activities_final_updated after update of status on activities for each row
+        when (new.status in ${final} and old.status not in ${final}) execute function transparency_log_enqueue()`.execute(db);
+    } else {
+      await sql`create trigger activities_final_inserted after insert on activities when new.status in ${final}
+        begin
+          insert or ignore into transparency_log_pending (organization_id, activity_id) values (new.organization_id, new.id);
+        end`.execute(db);
+      await sql`create trigger activities_final_updated after update of status on activities
+        when new.status in ${final} and old.status not in ${final}
+        begin
+          insert or ignore into transparency_log_pending (organization_id, activity_id) values (new.organization_id, new.id);
+        end`.execute(db);
+    }
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -1123,6 +1198,7 @@ export const migrations: Record<string, Migration> = {
   "0031_login_feature_bits": loginFeatureBits,
   "0032_api_keys_by_user_dropped": apiKeysByUserDropped,
   "0033_sub_organization_lookups": subOrganizationLookups,
+  "0034_transparency_log_pending": transparencyLogPending,
 };
 
 export const migrationProvider: MigrationProvider = {

@@ -438,13 +438,6 @@ export interface ActivitiesTable {
   request_id: string | null;
 }
 
-/** The activities table as stored: an activity's columns, and its leaf index in its organization's
- * transparency log once the sequencer appended it (store/transparency-log.ts); null while it is not
- * final, or final and not yet appended. Never written with the activity: only the sequencer sets it. */
-export interface StoredActivitiesTable extends ActivitiesTable {
-  log_index: ColumnType<number | null, never, number>;
-}
-
 export interface PoliciesTable {
   id: string;
   organization_id: string;
@@ -659,7 +652,15 @@ export interface TransparencyLogCheckpointsTable {
   created_at: number;
 }
 
+/** A final activity waiting for its leaf: written with the activity (a trigger, migration 0034), deleted
+ * by the sequencer that appends it (store/transparency-log.ts). */
+export interface TransparencyLogPendingTable {
+  organization_id: string;
+  activity_id: string;
+}
+
 export interface Database {
+  transparency_log_pending: TransparencyLogPendingTable;
   transparency_log_heads: TransparencyLogHeadsTable;
   transparency_log_leaves: TransparencyLogLeavesTable;
   transparency_log_nodes: TransparencyLogNodesTable;
@@ -673,7 +674,7 @@ export interface Database {
   oauth_providers: OauthProvidersTable;
   tags: TagsTable;
   user_tag_members: UserTagMembersTable;
-  activities: StoredActivitiesTable;
+  activities: ActivitiesTable;
   policies: PoliciesTable;
   policy_evaluations: PolicyEvaluationsTable;
   mfa_policies: MfaPoliciesTable;

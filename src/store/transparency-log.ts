@@ -2,13 +2,14 @@
 // (completed, failed, rejected) becomes a leaf of its organization's RFC 9162 Merkle tree.
 //
 // Appending is a *sequencer*'s work, outside the activity's commit (as Trillian's sequencer, and
-// Certificate Transparency's maximum merge delay): an activity's transaction writes nothing for the
-// log. A final activity whose `log_index` is null is pending; a partial index holds exactly those
-// (migration 0028), so finding them reads no more rows than there are. The sequencer
-// (services/log-sequencer.ts) takes an organization's pending activities in one transaction that
-// holds its log's head (FOR UPDATE on PostgreSQL; SQLite's one writer), gives them the next leaf
-// indexes in a deterministic order, and writes their leaves, the subtrees they complete, the new head
-// and their `log_index` in a few statements for the whole batch.
+// Certificate Transparency's maximum merge delay): an activity's transaction only marks it pending, a
+// row of `transparency_log_pending` (organization, activity) that a trigger writes as the activity
+// becomes final (migration 0034). The sequencer (services/log-sequencer.ts) takes an organization's
+// pending rows in one transaction that holds its log's head (FOR UPDATE on PostgreSQL; SQLite's one
+// writer), gives their activities the next leaf indexes in a deterministic order, and writes their
+// leaves, the subtrees they complete and the new head, and deletes the pending rows, in a few
+// statements for the whole batch. It writes nothing to the activity rows: an activity's place in the
+// log is its leaf, found by the leaves' index by (organization, activity).
 //
 // Stored per organization: the head (size, root, and the right edge of the tree, from which the next
 // leaves' nodes are computed without reading any other row), one row per leaf (the activity and its
@@ -16,7 +17,7 @@
 // consistency proof is O(log n) rows read (merkle.ts plans them).
 //
 // No gap and no fork: the head's row lock orders the sequencers of every process, and a sequencer
-// reads the pending activities after taking it, so what an earlier one sequenced is no longer pending.
+// reads the pending rows after taking it, so what an earlier one sequenced is no longer pending.
 import crypto from "node:crypto";
 import { sql } from "kysely";
 import type { ActivitiesTable, TransparencyLogHeadsTable } from "./schema.js";
@@ -39,16 +40,41 @@ export const FINAL_STATUSES: readonly string[] = ["ACTIVITY_STATUS_COMPLETED", "
 export const isFinal = (status: string) => FINAL_STATUSES.includes(status);
 
 /** JSON with every object's keys in code-point order and no whitespace (RFC 8785 for the values Sigil
- * stores: strings, integers, booleans, null), so one record is one byte string wherever it is rebuilt. */
+ * stores: strings, integers, booleans, null), so one record is one byte string wherever it is rebuilt.
+ * Every activity that completes is hashed through here on the write path, so it is JSON.stringify's
+ * native walk with each object's keys put in order by a replacer; an object with a key that reads as an
+ * array index, which JavaScript would put first whatever the order of insertion, is written by the
+ * plain recursive walk instead. */
 export function canonicalJson(value: unknown): string {
-  // Written as loops over strings: every activity that completes is hashed through here on the write
-  // path, and every entry again by `sigil audit verify`. Keys come mostly in a few shapes: their
-  // quoted forms are kept, and keys already in order are not sorted again.
-  if (typeof value === "string") return JSON.stringify(value);
+  try {
+    return JSON.stringify(value, sortedKeys) ?? "null";
+  } catch (error) {
+    if (error !== INDEX_KEY) throw error;
+    return walked(value);
+  }
+}
+
+const INDEX_KEY = new Error("a key that reads as an array index");
+const ARRAY_INDEX = /^(?:0|[1-9]\d*)$/;
+
+function sortedKeys(_key: string, value: unknown): unknown {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return value;
+  const keys = Object.keys(value).sort();
+  // No prototype: a key "__proto__" is then a property like any other.
+  const sorted: Record<string, unknown> = Object.create(null);
+  for (const key of keys) {
+    const first = key.charCodeAt(0);
+    if (first >= 48 && first <= 57 && ARRAY_INDEX.test(key)) throw INDEX_KEY;
+    sorted[key] = (value as Record<string, unknown>)[key];
+  }
+  return sorted;
+}
+
+function walked(value: unknown): string {
   if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
   if (Array.isArray(value)) {
     let out = "[";
-    for (let i = 0; i < value.length; i++) out += (i === 0 ? "" : ",") + canonicalJson(value[i]);
+    for (let i = 0; i < value.length; i++) out += (i === 0 ? "" : ",") + walked(value[i]);
     return `${out}]`;
   }
   const object = value as Record<string, unknown>;
@@ -62,20 +88,9 @@ export function canonicalJson(value: unknown): string {
   for (const key of keys) {
     const item = object[key];
     if (item === undefined) continue;
-    out += `${out.length === 1 ? "" : ","}${quotedKey(key)}:${canonicalJson(item)}`;
+    out += `${out.length === 1 ? "" : ","}${JSON.stringify(key)}:${walked(item)}`;
   }
   return `${out}}`;
-}
-
-const quotedKeys = new Map<string, string>();
-function quotedKey(key: string): string {
-  let quoted = quotedKeys.get(key);
-  if (quoted === undefined) {
-    quoted = JSON.stringify(key);
-    // Bounded: keys come from stored JSON, which any caller could fill with new ones.
-    if (quotedKeys.size < 10_000) quotedKeys.set(key, quoted);
-  }
-  return quoted;
 }
 
 interface VoteAsStored {
@@ -206,48 +221,78 @@ export function appendOf(frontier: Frontier, activityId: string, leaf: Hash): { 
   };
 }
 
-/** The statuses as SQL literals, matching the partial index's predicate word for word (SQLite uses a
- * partial index only for a query whose WHERE holds the index's terms as written). */
-const FINAL_SQL = sql.raw(FINAL_STATUSES.map((s) => `'${s}'`).join(", "));
-
-/** The organizations with final activities not yet in their log (read from the partial index alone). */
+/** The organizations with final activities not yet in their log (read from the pending rows' key alone). */
 export async function organizationsPending(db: Db | Tx): Promise<string[]> {
-  const { rows } = await sql<{ organization_id: string }>`select distinct "organization_id" from "activities"
-    where "log_index" is null and "status" in (${FINAL_SQL})`.execute(db);
+  const { rows } = await sql<{ organization_id: string }>`select distinct "organization_id" from "transparency_log_pending"`.execute(db);
   return rows.map((r) => r.organization_id);
 }
 
-/** The oldest final activity not in its organization's log (any organization when none is given). */
+/** The final activity that has waited longest for its organization's log (any organization when none
+ * is given): the pending rows are few (the sequencer deletes them as it appends), so sorting them is cheap. */
 export async function oldestPending(
   db: Db | Tx,
   organizationId?: string,
 ): Promise<{ id: string; organization_id: string; updated_at: number } | undefined> {
-  const { rows } = await sql<{ id: string; organization_id: string; updated_at: number }>`select "id", "organization_id", "updated_at"
-    from "activities" where "log_index" is null and "status" in (${FINAL_SQL})
-    ${organizationId === undefined ? sql`` : sql`and "organization_id" = ${organizationId}`}
-    order by "updated_at", "id" limit 1`.execute(db);
+  const { rows } = await sql<{
+    id: string;
+    organization_id: string;
+    updated_at: number;
+  }>`select "a"."id", "a"."organization_id", "a"."updated_at"
+    from "transparency_log_pending" as "p" inner join "activities" as "a" on "a"."id" = "p"."activity_id"
+    ${organizationId === undefined ? sql`` : sql`where "p"."organization_id" = ${organizationId}`}
+    order by "a"."updated_at", "a"."id" limit 1`.execute(db);
   const row = rows[0];
   return row ? { ...row, updated_at: Number(row.updated_at) } : undefined;
 }
 
+/** What a leaf's entry is made of (logEntry): an activity's columns but the user, what was prepared and the request. */
+const ENTRY_COLUMNS = sql.raw(
+  [
+    "id",
+    "organization_id",
+    "type",
+    "status",
+    "intent",
+    "result",
+    "failure",
+    "votes",
+    "fingerprint",
+    "timestamp_ms",
+    "created_at",
+    "updated_at",
+  ]
+    .map((c) => `"a"."${c}"`)
+    .join(", "),
+);
+
 /**
  * Sequences up to `limit` of the organization's pending final activities, in the transaction `trx`
- * (which must be an exclusive one: store.transact("exclusive")): locks its log's head, takes them in
- * the order they became final (updated_at, then created_at, then id: the same order in every process),
- * and writes their leaves, the subtrees they complete, the head and their log_index. Resolves with how
- * many it appended (fewer than `limit`: none is left that was committed when it looked).
+ * (which must be an exclusive one: store.transact("exclusive")): locks its log's head, takes the
+ * pending rows in the order of their activities' ids (UUIDv7: the order they were made), appends them
+ * in the order they became final (updated_at, then created_at, then id: the same order in every
+ * process), and writes their leaves, the subtrees they complete and the head, and deletes their
+ * pending rows; no activity row is written. A pending row whose activity is missing, not final or
+ * already a leaf (none is, but by a hand's change) is deleted without an entry. Resolves with how many
+ * pending rows it took (fewer than `limit`: none is left that was committed when it looked).
  */
 export async function sequenceLog(trx: Tx, dialect: Dialect, organizationId: string, limit: number, now: number): Promise<number> {
   const head = await lockedHead(trx, dialect, organizationId, now);
   // Read after the head's lock is held: on PostgreSQL a statement sees what was committed when it
-  // began, so the activities a sequencer that held the lock before marked are not pending any more.
-  const { rows } = await sql<ActivitiesTable>`select * from "activities"
-    where "organization_id" = ${organizationId} and "log_index" is null and "status" in (${FINAL_SQL})
-    order by "updated_at", "created_at", "id" limit ${limit}`.execute(trx);
+  // began, so the pending rows a sequencer that held the lock before deleted are gone.
+  const { rows } = await sql<ActivitiesTable & { pending_id: string; leaf_index: number | null }>`select "p"."activity_id" as "pending_id",
+      "l"."leaf_index", ${ENTRY_COLUMNS}
+    from "transparency_log_pending" as "p"
+    left join "activities" as "a" on "a"."id" = "p"."activity_id" and "a"."organization_id" = "p"."organization_id"
+    left join "transparency_log_leaves" as "l" on "l"."organization_id" = "p"."organization_id" and "l"."activity_id" = "p"."activity_id"
+    where "p"."organization_id" = ${organizationId}
+    order by "p"."activity_id" limit ${limit}`.execute(trx);
   if (rows.length === 0) return 0;
+  const appended = rows
+    .filter((r) => r.id !== null && r.leaf_index === null && isFinal(r.status))
+    .sort((a, b) => Number(a.updated_at) - Number(b.updated_at) || Number(a.created_at) - Number(b.created_at) || (a.id < b.id ? -1 : 1));
   let frontier = head.frontier;
   const appends: Append[] = [];
-  for (const row of rows) {
+  for (const row of appended) {
     const { append, next } = appendOf(frontier, row.id, activityLeafHash(row, frontier.size));
     appends.push(append);
     frontier = next;
@@ -259,12 +304,19 @@ export async function sequenceLog(trx: Tx, dialect: Dialect, organizationId: str
     frontier: frontier.hashes.map((h) => h.toString("hex")).join(""),
     updated_at: now,
   };
-  await (dialect === "postgres" ? writePostgres : writeSqlite)(trx, organizationId, appends, headRow);
+  const taken = rows.map((r) => r.pending_id);
+  await (dialect === "postgres" ? writePostgres : writeSqlite)(trx, organizationId, appends, taken, headRow);
   return rows.length;
 }
 
 // PostgreSQL: the whole batch in one statement (one round trip).
-async function writePostgres(trx: Tx, organizationId: string, appends: Append[], head: TransparencyLogHeadsTable): Promise<void> {
+async function writePostgres(
+  trx: Tx,
+  organizationId: string,
+  appends: Append[],
+  taken: string[],
+  head: TransparencyLogHeadsTable,
+): Promise<void> {
   const leaves = appends.map((a) => ({ i: a.leafIndex, a: a.activityId, h: a.leafHash }));
   const nodes = appends.flatMap((a) => a.nodes.map((n) => ({ l: n.level, i: n.node_index, h: n.hash })));
   await sql`with "leaves" as (
@@ -275,10 +327,9 @@ async function writePostgres(trx: Tx, organizationId: string, appends: Append[],
       insert into "transparency_log_nodes" ("organization_id", "level", "node_index", "hash")
       select ${organizationId}, "x"."l", "x"."i", "x"."h"
       from json_to_recordset(${JSON.stringify(nodes)}::json) as "x"("l" integer, "i" bigint, "h" text)
-    ), "marked" as (
-      update "activities" as "t" set "log_index" = "x"."i"
-      from json_to_recordset(${JSON.stringify(leaves)}::json) as "x"("i" bigint, "a" text, "h" text)
-      where "t"."id" = "x"."a"
+    ), "taken" as (
+      delete from "transparency_log_pending"
+      where "organization_id" = ${organizationId} and "activity_id" = any(${taken}::text[])
     )
     update "transparency_log_heads" set "size" = ${head.size}, "root_hash" = ${head.root_hash},
       "frontier" = ${head.frontier}, "updated_at" = ${head.updated_at}
@@ -295,16 +346,26 @@ const headUpdate = prepare((db, slot: Slots<TransparencyLogHeadsTable>) =>
 // SQLite: statements cost no round trip, but each is work on the one writer, and a statement whose
 // text changes with the batch's size is prepared anew every time. So each write is one statement of
 // fixed text, whatever the number of rows, which reads them from a JSON array (json_each): the leaves,
-// the subtrees, every activity's log_index (by its primary key), and the head.
-async function writeSqlite(trx: Tx, organizationId: string, appends: Append[], head: TransparencyLogHeadsTable): Promise<void> {
+// the subtrees, the pending rows taken (by their primary key), and the head.
+async function writeSqlite(
+  trx: Tx,
+  organizationId: string,
+  appends: Append[],
+  taken: string[],
+  head: TransparencyLogHeadsTable,
+): Promise<void> {
   const leaves = JSON.stringify(appends.map((a) => [a.leafIndex, a.activityId, a.leafHash]));
   const nodes = JSON.stringify(appends.flatMap((a) => a.nodes.map((n) => [n.level, n.node_index, n.hash])));
-  await sql`insert into "transparency_log_leaves" ("organization_id", "leaf_index", "activity_id", "leaf_hash")
-    select ${organizationId}, "value" ->> 0, "value" ->> 1, "value" ->> 2 from json_each(${leaves})`.execute(trx);
-  await sql`insert into "transparency_log_nodes" ("organization_id", "level", "node_index", "hash")
-    select ${organizationId}, "value" ->> 0, "value" ->> 1, "value" ->> 2 from json_each(${nodes})`.execute(trx);
-  await sql`update "activities" set "log_index" = "j"."value" ->> 0
-    from json_each(${leaves}) as "j" where "activities"."id" = "j"."value" ->> 1`.execute(trx);
+  if (appends.length > 0) {
+    await sql`insert into "transparency_log_leaves" ("organization_id", "leaf_index", "activity_id", "leaf_hash")
+      select ${organizationId}, "value" ->> 0, "value" ->> 1, "value" ->> 2 from json_each(${leaves})`.execute(trx);
+    await sql`insert into "transparency_log_nodes" ("organization_id", "level", "node_index", "hash")
+      select ${organizationId}, "value" ->> 0, "value" ->> 1, "value" ->> 2 from json_each(${nodes})`.execute(trx);
+  }
+  await sql`delete from "transparency_log_pending"
+    where "organization_id" = ${organizationId} and "activity_id" in (select "value" from json_each(${JSON.stringify(taken)}))`.execute(
+    trx,
+  );
   await headUpdate.run(trx, head);
 }
 
@@ -352,18 +413,13 @@ export async function readProof(db: Db | Tx, organizationId: string, plan: Proof
   return plan.assemble(await readSubtrees(db, organizationId, plan.subtrees));
 }
 
-/** The leaf recording `activityId`, if it is in its organization's log: found from the activity's
- * log_index (the leaves are keyed by their index only), and only if that leaf records this activity. */
+/** The leaf recording `activityId`, if it is in its organization's log (the leaves' index by activity). */
 export async function leafOfActivity(db: Db | Tx, organizationId: string, activityId: string) {
   const row = await db
-    .selectFrom("activities as a")
-    .innerJoin("transparency_log_leaves as l", (join) =>
-      join.onRef("l.organization_id", "=", "a.organization_id").onRef("l.leaf_index", "=", "a.log_index"),
-    )
-    .select(["l.leaf_index", "l.leaf_hash"])
-    .where("a.id", "=", activityId)
-    .where("a.organization_id", "=", organizationId)
-    .where("l.activity_id", "=", activityId)
+    .selectFrom("transparency_log_leaves")
+    .select(["leaf_index", "leaf_hash"])
+    .where("organization_id", "=", organizationId)
+    .where("activity_id", "=", activityId)
     .executeTakeFirst();
   return row ? { leafIndex: Number(row.leaf_index), leafHash: Buffer.from(row.leaf_hash, "hex") } : undefined;
 }
