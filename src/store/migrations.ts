@@ -1048,11 +1048,12 @@ const loginFeatureBits: Migration = {
       names.map((name) => sql`when ${sql.lit(name)} then ${sql.lit(LOGIN_FEATURE_BITS[name]!)}`),
       sql` `,
     );
-    const folded = sql`"f"."organization_id" = "organizations"."id" and "f"."value" = '' and "f"."name" in (${sql.join(names.map((n) => sql.lit(n)))})`;
+    const nameList = sql.join(names.map((n) => sql.lit(n)));
+    const folded = sql`"f"."organization_id" = "organizations"."id" and "f"."value" = '' and "f"."name" in (${nameList})`;
     await sql`update "organizations" set "login_features" = (
         select coalesce(sum(case "f"."name" ${bitOf} end), 0) from "organization_features" as "f" where ${folded})
       where exists (select 1 from "organization_features" as "f" where ${folded})`.execute(db);
-    await sql`delete from "organization_features" where "value" = '' and "name" in (${sql.join(names.map((n) => sql.lit(n)))})`.execute(db);
+    await sql`delete from "organization_features" where "value" = '' and "name" in (${nameList})`.execute(db);
   },
 };
 
