@@ -900,8 +900,9 @@ export class Pipeline {
           }
           this.rememberKey(knownStamp, principal, envelope.organizationId);
         } else {
-          // Built only where they are sent: on SQLite each step's statement costs no round trip.
-          if (lock === "shared" && store.dialect === "postgres")
+          // Built only where they are sent: on SQLite each step's statement costs no round trip. A
+          // sign-up reads ahead too: it writes only its new organization's rows, which none of these read.
+          if (rowLock === "shared" && store.dialect === "postgres")
             await readAhead(trx, [
               ...credentialReadAhead(principal!),
               // The authority: the requester's organization (a parent's, when it acts in a sub-organization).

@@ -313,7 +313,8 @@ export interface ActivityOperation<P = unknown, T extends string = string, R = u
   addsOnlyNewOrganization?: boolean;
   /** The prepared reads `execute` (or `policyContext`) will make with these parameters, sent ahead in
    * the one statement the pipeline reads with once it holds the lock (store/prepared.ts, readAhead).
-   * Only an operation that leaves the organization unchanged reads ahead. */
+   * Only an operation that leaves the organization unchanged, or adds only a new organization, reads
+   * ahead: what it writes, none of these reads. */
   readsAhead?(parameters: P, organizationId: string): Read[];
   /** It may queue emails or SMS (one-time passwords): the couriers are told after it commits. */
   queuesMessages?: boolean;

@@ -128,7 +128,9 @@ export function rowOfSlots<T>(slot: Slots<T>, columns: Record<keyof T & string, 
 //
 // The rows are kept for the rest of the transaction, so the caller must know they cannot change
 // before it ends: the pipeline reads ahead only for activities that hold the organization's lock
-// shared, which write nothing but their own records (registry.ts, leavesOrganizationUnchanged).
+// shared, which write nothing but their own records (registry.ts, leavesOrganizationUnchanged) or
+// only the rows of the new organization they create, which no statement read ahead reads
+// (addsOnlyNewOrganization).
 // Values a JSON column carries come back as pg gives them (text, numbers, booleans, null): the
 // statements read ahead select no dates, binary or numeric columns (test/read-ahead.test.ts compares
 // each one's rows both ways).

@@ -9,6 +9,8 @@ import type { Db } from "../../store/handles.js";
 import { defineActivity, defineQuery, type ActivityContext, type ParametersOf, type QueryBodyOf } from "../../registry/registry.js";
 import { readPage, requireAtMost } from "../resources.js";
 import { newId } from "../../store/ids.js";
+import { deferInserts } from "../../store/deferred-inserts.js";
+import { prepare, readOf, type Slots } from "../../store/prepared.js";
 import { createUser, oauthProviderAsRecorded, warmOidcKeys, type NewUserParams, type OauthProviderParams } from "../identity/users.js";
 import { createWallet, walletAhead, type WalletAhead } from "../wallets/wallets.js";
 import { createPrivateKeys, keysAhead, type KeyAhead } from "../wallets/private-keys.js";
@@ -47,6 +49,11 @@ function requireLoginMethod(user: NewUserParams, p: CreateSubOrganizationParams,
   }
 }
 
+/** An organization's parent, read ahead with the requester's credential once the lock is held (PostgreSQL). */
+const organizationParent = prepare((db, slot: Slots<{ organizationId: string }>) =>
+  db.selectFrom("organizations").select("parent_organization_id").where("id", "=", slot("organizationId")),
+);
+
 async function createSubOrganization(
   ctx: ActivityContext,
   p: CreateSubOrganizationParams,
@@ -54,16 +61,29 @@ async function createSubOrganization(
   walletMadeAhead?: WalletAhead,
   keysMadeAhead?: Array<KeyAhead | undefined>,
 ) {
-  const parent = await ctx.trx
-    .selectFrom("organizations")
-    .select("parent_organization_id")
-    .where("id", "=", ctx.organizationId)
-    .executeTakeFirstOrThrow();
-  if (parent.parent_organization_id)
+  const parent = await organizationParent.first(ctx.trx, { organizationId: ctx.organizationId });
+  if (parent?.parent_organization_id)
     throw serviceError(
       "NESTED_SUB_ORGANIZATION",
       `organization ${ctx.organizationId} is itself a sub-organization, and sub-organizations cannot have their own`,
     );
+  // On PostgreSQL the new organization's rows (the organization, its users and their API keys, its
+  // root quorum, a wallet and its accounts: rows nobody else can read before the commit) go out as
+  // one statement when the activity next reads, not one round trip each (store/deferred-inserts.ts).
+  const deferred = ctx.dialect === "postgres" ? deferInserts(ctx.trx) : undefined;
+  const created = await createInNewOrganization(deferred ? { ...ctx, trx: deferred.handle } : ctx, p, type, walletMadeAhead, keysMadeAhead);
+  await deferred?.flush();
+  return created;
+}
+
+/** What create_sub_organization makes, in a parent that may have sub-organizations. */
+async function createInNewOrganization(
+  ctx: ActivityContext,
+  p: CreateSubOrganizationParams,
+  type: string,
+  walletMadeAhead?: WalletAhead,
+  keysMadeAhead?: Array<KeyAhead | undefined>,
+) {
   const version = versionOf(type);
   const name = (version === 1 ? p.name : p.subOrganizationName)?.trim() ?? "";
   if (!name) throw serviceError("REQUEST_INVALID", `${version === 1 ? "name" : "subOrganizationName"} must not be empty`);
@@ -139,16 +159,17 @@ async function createSubOrganization(
       .where("id", "=", rootUserIds[index]!)
       .execute();
   }
+  const made =
+    version === 3
+      ? { privateKeys: await createPrivateKeys(inSub, p.privateKeys ?? [], undefined, keysMadeAhead) }
+      : version >= 4 && p.wallet
+        ? { wallet: await createWallet(inSub, p.wallet, "wallet.", undefined, walletMadeAhead, true) }
+        : {};
   // A root user known by an email or phone number alone can log in by a one-time password the parent
   // starts (when that login is enabled here); otherwise enough root users must hold a credential.
+  // Checked last, once every row is written: its read is the one statement the rows go out before.
   await assertRootQuorumReachable(ctx.trx, subOrganizationId);
-
-  if (version === 3) {
-    const privateKeys = await createPrivateKeys(inSub, p.privateKeys ?? [], undefined, keysMadeAhead);
-    return { subOrganizationId, privateKeys, rootUserIds };
-  }
-  const wallet = version >= 4 && p.wallet ? await createWallet(inSub, p.wallet, "wallet.", undefined, walletMadeAhead, true) : undefined;
-  return { subOrganizationId, ...(wallet ? { wallet } : {}), rootUserIds };
+  return { subOrganizationId, ...made, rootUserIds };
 }
 
 /** Deletes a sub-organization's users, credentials, keys, policies and features; its row and its
@@ -375,6 +396,7 @@ export const subOrganizationOperations = [
     // Everything it writes is new, but the activity record and a spent verification token (a
     // conditional update): sign-ups into one parent hold its lock shared, side by side.
     addsOnlyNewOrganization: true,
+    readsAhead: (_p, organizationId) => [readOf(organizationParent, { organizationId })],
     // A verification token is spendable by whoever reads it: never kept (the request then cannot
     // wait for approvals).
     secretParameters: ["verificationToken"],
