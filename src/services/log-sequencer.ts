@@ -19,7 +19,7 @@ import { oldestPending, organizationsPending, sequenceLog } from "../store/trans
  * and, on SQLite, whole pages written twice (the write-ahead log, then the checkpoint: the head's, the
  * right edges of the leaves, their index by activity and the subtrees, the pending rows it deletes)
  * however few activities it appends, so fewer, larger appends cost less per activity: at 100 ms they
- * cost both databases measurably more than at 1 s (docs/benchmarks.md, The transparency log). */
+ * cost both databases measurably more than at 1 s (docs/benchmarks.md#the-sequencers-wake-delay). */
 export const WAKE_DELAY_MS = 1_000;
 /** How often the sequencer looks for activities other processes (or a crash) left pending. */
 export const SWEEP_MS = 1_000;

@@ -970,7 +970,7 @@ const transparencyLog: Migration = {
   async up(db: Kysely<any>) {
     // The leaves and the subtrees are read and written by their primary key only: on SQLite each is one
     // b-tree ordered by it (WITHOUT ROWID), not a table and an index beside it, so an append writes
-    // fewer pages (docs/benchmarks.md, The transparency log). An activity's leaf is found from the
+    // fewer pages (docs/benchmarks.md#the-transparency-logs-cost). An activity's leaf is found from the
     // activity (its log_index), so the leaves need no index by activity, whose pages each append
     // would write too.
     const clusteredOnSqlite = db.getExecutor().adapter instanceof PostgresAdapter ? sql`` : sql`without rowid`;
@@ -1094,7 +1094,8 @@ const subOrganizationLookups: Migration = {
 
 /**
  * An activity's place in its organization's transparency log kept out of its row, so that appending
- * it rewrites none of the activity's pages (docs/benchmarks.md, The transparency log): the final
+ * it rewrites none of the activity's pages
+ * (docs/benchmarks.md#the-transparency-logs-place-out-of-the-activity-row): the final
  * activities waiting for their leaf are rows of `transparency_log_pending` (organization, activity;
  * on SQLite one b-tree by that key, WITHOUT ROWID), written in the activity's own transaction by a
  * trigger whenever an activity is inserted final or its status becomes final, however it is written,
