@@ -1026,7 +1026,7 @@ function table(summary: { runs: number; references: any; backends: any[] }): str
     for (const op of Object.keys(small))
       million.push([op, `${run.backend} ×${run.workers}`, n(small[op]), n(large[op]), n(m.p50RatioLargeToSmall[op])]);
     notes.push(
-      `million, ${run.backend}: ${m.subOrganizations.counted.toLocaleString("en-US")} sub-organizations, filled at ${n(m.fill.perSecond)}/s; ` +
+      `million, ${run.backend}: ${m.subOrganizations.counted.toLocaleString("en-US")} sub-organizations, filled at ${n(m.fill.perSecond)}/s, the log caught up ${n(m.fill.logCaughtUpSeconds)} s after; ` +
         `${n(m.storage.bytesPerSubOrganization)} bytes per sub-organization (${n(m.storage.marginalBytesPerSubOrganization)} each past 1,000): ` +
         m.storage.byTable
           .slice(0, 8)
