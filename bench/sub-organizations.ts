@@ -11,9 +11,9 @@
 // Secrets are sealed like real ones (the server's Keyring, bound to each copy's own row): the wallet's
 // mnemonic is the template's, opened once and sealed again for each copy, and the account's key is a
 // random one (bench/accounts.ts, randomAccountMaterial) with a random address and public key of the
-// real sizes. So the mnemonic does not derive the account: deriving costs ~4 ms a sign-up (PBKDF2 and
-// BIP-32; docs/benchmarks.md#sign-up-cost), more than an hour for a million, and would measure the
-// derivation, not the store. Sealing costs a few microseconds and is done for every row.
+// real sizes. So the mnemonic does not derive the account: deriving costs 1.3–1.7 ms a sign-up (PBKDF2
+// 1.1–1.5 ms and BIP-32 on libsecp256k1 ~0.2 ms; docs/benchmarks.md#sign-up-cost), about half an hour
+// of one core for a million, and would measure the derivation, not the store. Sealing costs a few microseconds and is done for every row.
 import crypto from "node:crypto";
 import type { Kysely } from "kysely";
 import type { Keyring } from "../src/crypto/envelope.js";
