@@ -21,7 +21,8 @@ import { createOrganization } from "../src/operations/organizations/organization
 import { activityLeafHash, appendOf, canonicalJson, leafOfActivity, oldestPending, sequenceLog } from "../src/store/transparency-log.js";
 import { migrations } from "../src/store/migrations.js";
 import type { Db } from "../src/store/handles.js";
-import { MAXIMUM_MERGE_DELAY_MS } from "../src/services/log-sequencer.js";
+import { BATCH, MAXIMUM_MERGE_DELAY_MS } from "../src/services/log-sequencer.js";
+import { newId } from "../src/store/ids.js";
 import {
   appendLeaf,
   EMPTY_ROOT,
@@ -359,6 +360,48 @@ describe("the sequencer", () => {
       const body = parseCheckpoint(openNote(proof.json.checkpoint.note, parseVerifierKey(verifierKey)));
       expect(verifyInclusion(i, body.size, b64(proof.json.leafHash), proof.json.proof.map(b64), body.root)).toBe(true);
     }
+  });
+});
+
+describe("the sequencer's transactions", () => {
+  it("appends a backlog in transactions of at most BATCH activities, so that none holds the event loop (and SQLite's writer) long", async () => {
+    const { org } = await organizationWith(h, []);
+    await h.server.logSequencer.flush();
+    const base = (await leavesOf(org.organizationId)).length;
+    const backlog = 2 * BATCH + 50;
+    const tally = h.server.store.statements;
+    tally.texts = [];
+    try {
+      // A backlog made at once (as a bulk import or a busy second makes one): final activities written
+      // straight into the store in one transaction, each made pending by the trigger.
+      const rows = Array.from({ length: backlog }, (_, i) => {
+        const id = newId();
+        return {
+          id,
+          organization_id: org.organizationId,
+          type: "ACTIVITY_TYPE_CREATE_USERS_V4",
+          status: "ACTIVITY_STATUS_COMPLETED",
+          intent: JSON.stringify({ n: i }),
+          result: "{}",
+          failure: null,
+          votes: "[]",
+          fingerprint: `backlog-${id}`,
+          timestamp_ms: String(Date.now()),
+          user_id: null,
+          created_at: Date.now(),
+          updated_at: Date.now(),
+        };
+      });
+      await h.server.store.db.insertInto("activities").values(rows).execute();
+      await h.server.logSequencer.flush();
+      // Whoever appended them (a sweep, or the flush): one delete of pending rows per transaction.
+      const appends = tally.texts.filter((text) => text.includes('delete from "transparency_log_pending"')).length;
+      expect(appends).toBe(Math.ceil(backlog / BATCH));
+    } finally {
+      tally.texts = null;
+    }
+    expect((await leavesOf(org.organizationId)).length).toBe(base + backlog);
+    expect(BATCH).toBeLessThanOrEqual(100);
   });
 });
 
