@@ -26,12 +26,12 @@ import {
   type ConnectionProvider,
   type DatabaseConnection,
   type Dialect,
-  type Driver,
   type QueryResult,
   type RootOperationNode,
 } from "kysely";
 import type { Database } from "./schema.js";
 import type { Tx } from "./handles.js";
+import { noDriver } from "./pipelined-transaction.js";
 
 /** PostgreSQL's limit on a statement's parameters: held inserts beyond it go out as several statements. */
 const MAX_PARAMETERS = 65_535;
@@ -151,16 +151,7 @@ class Deferring implements DatabaseConnection {
   }
 }
 
-/** The handle's own driver and dialect are never used: its executor runs every statement. */
-const noDriver: Driver = {
-  init: async () => undefined,
-  acquireConnection: () => Promise.reject(new Error("a handle holding inserts back opens no connection")),
-  beginTransaction: () => Promise.reject(new Error("a handle holding inserts back begins no transaction")),
-  commitTransaction: () => Promise.reject(new Error("a handle holding inserts back commits nothing: its transaction's owner does")),
-  rollbackTransaction: () => Promise.reject(new Error("a handle holding inserts back rolls nothing back: its transaction's owner does")),
-  releaseConnection: async () => undefined,
-  destroy: async () => undefined,
-};
+/** The handle's own dialect is never used: its executor runs every statement. */
 const noDialect: Dialect = {
   createAdapter: () => {
     throw new Error("a handle holding inserts back uses its transaction's adapter");

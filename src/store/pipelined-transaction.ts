@@ -48,13 +48,14 @@ class AtOnce implements ConnectionProvider {
   }
 }
 
-/** A transaction's handle opens nothing of its own. */
-const noDriver: Driver = {
+/** The driver of a handle on a transaction someone else began: it opens, begins, commits and rolls back
+ * nothing (its executor runs every statement; the transaction's owner ends it). Also deferred-inserts.ts's. */
+export const noDriver: Driver = {
   init: async () => undefined,
-  acquireConnection: () => Promise.reject(new Error("a shared transaction's handle opens no connection")),
-  beginTransaction: () => Promise.reject(new Error("a shared transaction's handle begins no transaction")),
-  commitTransaction: () => Promise.reject(new Error("a shared transaction is committed by its batch")),
-  rollbackTransaction: () => Promise.reject(new Error("a shared transaction is rolled back by its batch")),
+  acquireConnection: () => Promise.reject(new Error("a handle on a transaction opens no connection")),
+  beginTransaction: () => Promise.reject(new Error("a handle on a transaction begins no other")),
+  commitTransaction: () => Promise.reject(new Error("a handle on a transaction commits nothing: the transaction's owner does")),
+  rollbackTransaction: () => Promise.reject(new Error("a handle on a transaction rolls nothing back: the transaction's owner does")),
   releaseConnection: async () => undefined,
   destroy: async () => undefined,
 };
