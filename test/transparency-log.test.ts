@@ -6,9 +6,11 @@
 // and no fork.
 import crypto from "node:crypto";
 import path from "node:path";
+import { Worker } from "node:worker_threads";
 import BetterSqlite3 from "better-sqlite3";
 import { Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
 import pg from "pg";
+import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { toHex } from "viem";
 import { startHarness, newKeyPair, signedRequest, type Harness, type ApiKeyPair } from "./helpers/harness.js";
@@ -16,12 +18,22 @@ import { organizationWith } from "./helpers/organizations.js";
 import { cliDeployment } from "./helpers/processes.js";
 import { loadConfig } from "../src/config.js";
 import { openStore } from "../src/store/database.js";
-import { createTestDatabase } from "./helpers/backend.js";
+import { backend, createTestDatabase } from "./helpers/backend.js";
 import { createOrganization } from "../src/operations/organizations/organizations.js";
-import { activityLeafHash, appendOf, canonicalJson, leafOfActivity, oldestPending, sequenceLog } from "../src/store/transparency-log.js";
+import {
+  activityLeafHash,
+  appendOf,
+  canonicalJson,
+  commitPlan,
+  leafOfActivity,
+  oldestPending,
+  planBatch,
+  sequenceLog,
+} from "../src/store/transparency-log.js";
+import { LogPlanThread } from "../src/store/log-plan-thread.js";
 import { migrations } from "../src/store/migrations.js";
 import type { Db } from "../src/store/handles.js";
-import { BATCH, MAXIMUM_MERGE_DELAY_MS } from "../src/services/log-sequencer.js";
+import { BATCH, LogSequencer, MAXIMUM_MERGE_DELAY_MS } from "../src/services/log-sequencer.js";
 import { newId } from "../src/store/ids.js";
 import {
   appendLeaf,
@@ -703,4 +715,126 @@ it("hashes leaves and nodes with RFC 9162's domain separation", () => {
     ),
   ).toBe(true);
   expect(EMPTY_ROOT.toString("hex")).toBe("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+});
+
+describe("the log's planning thread", () => {
+  /** A database no server sequences, with an organization and `count` final activities written straight into it. */
+  async function unsequenced() {
+    const database = await createTestDatabase();
+    const store = await openStore({ databaseUrl: database.databaseUrl, dataDir: database.dataDir });
+    const { organizationId } = await createOrganization(store.db, {
+      organizationName: "planned",
+      userName: "u",
+      apiKeyName: "k",
+      apiPublicKey: newKeyPair().publicKey,
+    });
+    const addFinal = async (count: number) => {
+      const rows = Array.from({ length: count }, (_, i) => {
+        const id = newId();
+        return {
+          id,
+          organization_id: organizationId,
+          type: "ACTIVITY_TYPE_CREATE_USERS_V4",
+          status: "ACTIVITY_STATUS_COMPLETED",
+          intent: JSON.stringify({ n: i }),
+          result: "{}",
+          failure: null,
+          votes: "[]",
+          fingerprint: `planned-${id}`,
+          timestamp_ms: String(Date.now()),
+          user_id: null,
+          created_at: Date.now(),
+          updated_at: Date.now(),
+        };
+      });
+      await store.db.insertInto("activities").values(rows).execute();
+    };
+    // Every table, the log's included.
+    const everything = async () => {
+      const out: Record<string, string[]> = {};
+      for (const { name } of await store.db.introspection.getTables())
+        if (!name.startsWith("kysely_"))
+          out[name] = (
+            await store.db
+              .selectFrom(name as "users")
+              .selectAll()
+              .execute()
+          )
+            .map((r) => JSON.stringify(r))
+            .sort();
+      return out;
+    };
+    const close = async () => {
+      await store.close();
+      await database.drop();
+    };
+    return { store, organizationId, addFinal, everything, close };
+  }
+
+  it("writes a plan only onto the head it was made from: overtaken by another sequencing, it writes nothing", async () => {
+    const { store, organizationId, addFinal, everything, close } = await unsequenced();
+    try {
+      await addFinal(3);
+      const overtaken = await planBatch(store.reader, organizationId, BATCH, Date.now());
+      expect(overtaken?.appends.length).toBe(3);
+      // Another sequencing (another process, or this one's in-process fallback) appends them first.
+      expect(await store.transact("exclusive", (trx) => sequenceLog(trx, store.dialect, organizationId, BATCH, Date.now()))).toBe(3);
+      await addFinal(2);
+      const before = await everything();
+      expect(await store.transact("exclusive", (trx) => commitPlan(trx, store.dialect, overtaken!))).toBe("stale");
+      expect(await everything()).toEqual(before);
+      // A plan made from the head as it is now is written, and the log verifies.
+      const current = await planBatch(store.reader, organizationId, BATCH, Date.now());
+      expect(current?.from.size).toBe(3);
+      expect(await store.transact("exclusive", (trx) => commitPlan(trx, store.dialect, current!))).toBe(2);
+      expect(await planBatch(store.reader, organizationId, BATCH, Date.now())).toBeNull();
+      expect(await verifyStoredLog(store.db, organizationId, null, Date.now())).toMatchObject({ size: 5, pending: 0, problem: null });
+    } finally {
+      await close();
+    }
+  });
+
+  it("fails over to appending on the event loop when the thread fails, and says so once", async () => {
+    const { store, organizationId, addFinal, close } = await unsequenced();
+    const lines: string[] = [];
+    const logger = pino({ level: "info" }, { write: (line: string) => void lines.push(line) });
+    const failing = new LogPlanThread("unused", () => new Worker("throw new Error('no thread here')", { eval: true }));
+    const sequencer = new LogSequencer(store, logger, Date.now, { planner: failing });
+    try {
+      await addFinal(3);
+      await sequencer.flush();
+      await addFinal(2);
+      await sequencer.flush();
+      expect(await verifyStoredLog(store.db, organizationId, null, Date.now())).toMatchObject({ size: 5, pending: 0, problem: null });
+      expect(failing.failed).toContain("no thread here");
+      const warnings = lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg.includes("planning thread"));
+      expect(warnings).toHaveLength(1);
+      expect(warnings[0].err.message).toContain("no thread here");
+    } finally {
+      await sequencer.close();
+      await close();
+    }
+  });
+
+  it(`reads and hashes a batch off the event loop's connections on SQLite, and on them on PostgreSQL (${backend})`, async () => {
+    const { org, root } = await organizationWith(h, []);
+    await h.server.logSequencer.flush();
+    const tally = h.server.store.statements;
+    tally.texts = [];
+    try {
+      await root.createPolicy({ policyName: "planned", effect: "EFFECT_ALLOW", consensus: "true", condition: "false", notes: "" });
+      await h.server.logSequencer.flush();
+      const batchReads = tally.texts.filter((text) => text.includes('"pending_id"'));
+      const appends = tally.texts.filter((text) => text.includes('delete from "transparency_log_pending"'));
+      expect(appends.length).toBeGreaterThan(0);
+      expect(batchReads.length).toBe(h.server.store.dialect === "sqlite" ? 0 : appends.length);
+    } finally {
+      tally.texts = null;
+    }
+    const leaves = await leavesOf(org.organizationId);
+    expect(await verifyStoredLog(h.server.store.db, org.organizationId, null, Date.now())).toMatchObject({
+      size: leaves.length,
+      problem: null,
+    });
+  });
 });

@@ -9,9 +9,15 @@
 // the one writer with the activities, so a backlog is appended a batch at a time, the activities'
 // batches running between. Only one sequencing runs at a time in a process; across processes the
 // log's head lock orders them.
+//
+// On SQLite a batch is read and hashed on a thread of its own (store/log-plan-thread.ts) and only
+// written on the event loop, in a transaction that checks the head has not moved; should the thread
+// fail, or another process's sequencing overtake its plan, the batch is appended in-process as on
+// PostgreSQL: read, hashed and written in one transaction holding the head.
 import type pino from "pino";
 import type { Store } from "../store/database.js";
-import { oldestPending, organizationsPending, sequenceLog } from "../store/transparency-log.js";
+import { LogPlanThread } from "../store/log-plan-thread.js";
+import { commitPlan, oldestPending, organizationsPending, sequenceLog } from "../store/transparency-log.js";
 
 /** How long after a final activity's commit this process's sequencer runs: long enough that one of its
  * transactions appends many activities, short enough that a checkpoint asked for soon after holds them
@@ -23,10 +29,11 @@ import { oldestPending, organizationsPending, sequenceLog } from "../store/trans
 export const WAKE_DELAY_MS = 1_000;
 /** How often the sequencer looks for activities other processes (or a crash) left pending. */
 export const SWEEP_MS = 1_000;
-/** The most activities appended in one transaction. Each costs the event loop its canonical record
- * and hashes (40–50 µs), and on SQLite the one writer is held meanwhile: at 1,000 a transaction held
- * every request for ~50 ms once a second and made the signing p99 4–5 × its p50 on both databases; at
- * 100, 2.1–2.6 × at the same throughput (docs/benchmarks.md#the-transparency-logs-cost). */
+/** The most activities appended in one transaction. Each costs its canonical record and hashes
+ * (40–50 µs): on PostgreSQL on the event loop, inside the transaction holding the head; on SQLite on
+ * the planning thread, before the transaction. At 1,000 a transaction held every request for ~50 ms once
+ * a second and made the signing p99 4–5 × its p50 on both databases; at 100, 2.1–2.6 × at the same
+ * throughput (docs/benchmarks.md#the-transparency-logs-cost). */
 export const BATCH = 100;
 /**
  * The maximum merge delay: how long a final activity may wait for its leaf. Sequencing runs within
@@ -43,12 +50,23 @@ export class LogSequencer {
   /** A sweep is queued and has not begun: another wake-up adds nothing. */
   private queued = false;
   private closed = false;
+  /** SQLite's planning thread; null on PostgreSQL, and on a read-only store (which appends nothing). */
+  private readonly planner: LogPlanThread | null;
+  private plannerFailureLogged = false;
 
   constructor(
     private readonly store: Store,
     private readonly logger: pino.Logger,
     private readonly clock: () => number = Date.now,
-  ) {}
+    options: { planner?: LogPlanThread | null } = {},
+  ) {
+    this.planner =
+      options.planner !== undefined
+        ? options.planner
+        : store.dialect === "sqlite" && store.checkpoints
+          ? new LogPlanThread(store.location)
+          : null;
+  }
 
   start(): void {
     this.sweep = setInterval(() => this.notify(0), SWEEP_MS);
@@ -92,6 +110,7 @@ export class LogSequencer {
     clearTimeout(this.wake);
     clearInterval(this.sweep);
     await this.chain.catch(() => undefined);
+    await this.planner?.close();
   }
 
   private all(): Promise<void> {
@@ -118,12 +137,37 @@ export class LogSequencer {
 
   /** Appends the organization's pending activities in at most `rounds` transactions; whether none is left. */
   private async sequenceOne(organizationId: string, rounds: number): Promise<boolean> {
-    for (let round = 0; round < rounds; round++) {
-      const appended = await this.store.transact("exclusive", (trx) =>
-        sequenceLog(trx, this.store.dialect, organizationId, BATCH, this.clock()),
-      );
-      if (appended < BATCH) return true;
-    }
+    for (let round = 0; round < rounds; round++) if ((await this.appendBatch(organizationId)) < BATCH) return true;
     return (await oldestPending(this.store.reader, organizationId)) === undefined;
+  }
+
+  /** Appends the organization's next batch; resolves with how many pending rows it took. */
+  private async appendBatch(organizationId: string): Promise<number> {
+    const plan = await this.plannedBatch(organizationId);
+    if (plan === null) return 0;
+    if (plan !== undefined) {
+      const taken = await this.store.transact("exclusive", (trx) => commitPlan(trx, this.store.dialect, plan));
+      // Stale: another process's sequencing appended since the plan's snapshot; appended below instead.
+      if (taken !== "stale") return taken;
+    }
+    return this.store.transact("exclusive", (trx) => sequenceLog(trx, this.store.dialect, organizationId, BATCH, this.clock()));
+  }
+
+  /** The planning thread's plan of the next batch (null: nothing pending); undefined when there is no
+   * thread or it has failed, and the batch is appended in-process. */
+  private async plannedBatch(organizationId: string) {
+    if (!this.planner || this.planner.failed || this.closed) return undefined;
+    try {
+      return await this.planner.plan(organizationId, BATCH, this.clock());
+    } catch (error) {
+      if (!this.plannerFailureLogged) {
+        this.plannerFailureLogged = true;
+        this.logger.warn(
+          { err: error },
+          "the transparency log's planning thread failed; the log is appended on the event loop from now on",
+        );
+      }
+      return undefined;
+    }
   }
 }

@@ -200,7 +200,7 @@ async function lockedHead(trx: Tx, dialect: Dialect, organizationId: string, now
 }
 
 /** What one append writes: the leaf, the subtrees it completes. */
-interface Append {
+export interface Append {
   leafIndex: number;
   activityId: string;
   leafHash: string;
@@ -279,19 +279,77 @@ export async function sequenceLog(trx: Tx, dialect: Dialect, organizationId: str
   const head = await lockedHead(trx, dialect, organizationId, now);
   // Read after the head's lock is held: on PostgreSQL a statement sees what was committed when it
   // began, so the pending rows a sequencer that held the lock before deleted are gone.
-  // The batch's pending rows are taken first, then each one's activity and leaf by its keys: every
-  // look-up an index search whatever the statistics say. (A join of the pending rows with the leaves,
-  // planned while the leaves' statistics still counted a few, read every leaf of the organization once
-  // per pending row: a backlog of 300,000 was appended at a hundred a second.)
-  const { rows } = await sql<ActivitiesTable & { pending_id: string; leaf_index: number | null }>`select "p"."activity_id" as "pending_id",
+  const plan = planAppends(organizationId, head, await readBatch(trx, organizationId, limit), now);
+  if (plan.taken.length > 0) await writePlan(trx, dialect, plan);
+  return plan.taken.length;
+}
+
+/**
+ * What sequencing a batch writes, worked out from a head and the batch's rows as read: made under the
+ * head's lock (sequenceLog), or beforehand from a snapshot, off the writer and the event loop
+ * (log-plan-thread.ts), and then written by commitPlan only if the head is still the one it started from.
+ */
+export interface AppendPlan {
+  organizationId: string;
+  /** The head it appends to: its size and root (hex). */
+  from: { size: number; root: string };
+  appends: Append[];
+  /** The pending rows it deletes (activity ids): every one read, appended or not. */
+  taken: string[];
+  /** The head after it. */
+  head: TransparencyLogHeadsTable;
+}
+
+/**
+ * The plan of the organization's next batch of at most `limit` pending activities, read from `db`
+ * without any lock (in a read transaction, for one snapshot); null when none is pending. Its head may
+ * have moved by the time it is written: commitPlan checks.
+ */
+export async function planBatch(db: Db | Tx, organizationId: string, limit: number, now: number): Promise<AppendPlan | null> {
+  const head = await readHead(db, organizationId);
+  const rows = await readBatch(db, organizationId, limit);
+  return rows.length === 0 ? null : planAppends(organizationId, head, rows, now);
+}
+
+/**
+ * Writes `plan` in the exclusive transaction `trx` if the organization's head is still the one it was
+ * made from, and resolves with how many pending rows it took; "stale" (nothing written) if another
+ * sequencing appended meanwhile. Pending rows only leave by a sequencing, which moves the head unless
+ * none of them was appendable: so a head that has not moved means every row the plan read is still
+ * pending and none of its activities has a leaf yet.
+ */
+export async function commitPlan(trx: Tx, dialect: Dialect, plan: AppendPlan): Promise<number | "stale"> {
+  const head = await lockedHead(trx, dialect, plan.organizationId, plan.head.updated_at);
+  if (head.size !== plan.from.size || head.root.toString("hex") !== plan.from.root) return "stale";
+  await writePlan(trx, dialect, plan);
+  return plan.taken.length;
+}
+
+// The batch's pending rows are taken first, then each one's activity and leaf by its keys: every
+// look-up an index search whatever the statistics say. (A join of the pending rows with the leaves,
+// planned while the leaves' statistics still counted a few, read every leaf of the organization once
+// per pending row: a backlog of 300,000 was appended at a hundred a second.)
+async function readBatch(db: Db | Tx, organizationId: string, limit: number) {
+  return (await batchRead(organizationId, limit).execute(db)).rows;
+}
+
+/** The statement that reads a batch (exported for the test of its plan). */
+export const batchRead = (organizationId: string, limit: number) =>
+  sql<ActivitiesTable & { pending_id: string; leaf_index: number | null }>`select "p"."activity_id" as "pending_id",
       (select "l"."leaf_index" from "transparency_log_leaves" as "l"
         where "l"."organization_id" = "p"."organization_id" and "l"."activity_id" = "p"."activity_id") as "leaf_index",
       ${ENTRY_COLUMNS}
     from (select "organization_id", "activity_id" from "transparency_log_pending"
       where "organization_id" = ${organizationId} order by "activity_id" limit ${limit}) as "p"
     left join "activities" as "a" on "a"."id" = "p"."activity_id" and "a"."organization_id" = "p"."organization_id"
-    order by "p"."activity_id"`.execute(trx);
-  if (rows.length === 0) return 0;
+    order by "p"."activity_id"`;
+
+function planAppends(
+  organizationId: string,
+  head: LogHead,
+  rows: (ActivitiesTable & { pending_id: string; leaf_index: number | null })[],
+  now: number,
+): AppendPlan {
   const appended = rows
     .filter((r) => r.id !== null && r.leaf_index === null && isFinal(r.status))
     .sort((a, b) => Number(a.updated_at) - Number(b.updated_at) || Number(a.created_at) - Number(b.created_at) || (a.id < b.id ? -1 : 1));
@@ -302,17 +360,23 @@ export async function sequenceLog(trx: Tx, dialect: Dialect, organizationId: str
     appends.push(append);
     frontier = next;
   }
-  const headRow: TransparencyLogHeadsTable = {
-    organization_id: organizationId,
-    size: frontier.size,
-    root_hash: foldFrontier(frontier).toString("hex"),
-    frontier: frontier.hashes.map((h) => h.toString("hex")).join(""),
-    updated_at: now,
+  return {
+    organizationId,
+    from: { size: head.size, root: head.root.toString("hex") },
+    appends,
+    taken: rows.map((r) => r.pending_id),
+    head: {
+      organization_id: organizationId,
+      size: frontier.size,
+      root_hash: foldFrontier(frontier).toString("hex"),
+      frontier: frontier.hashes.map((h) => h.toString("hex")).join(""),
+      updated_at: now,
+    },
   };
-  const taken = rows.map((r) => r.pending_id);
-  await (dialect === "postgres" ? writePostgres : writeSqlite)(trx, organizationId, appends, taken, headRow);
-  return rows.length;
 }
+
+const writePlan = (trx: Tx, dialect: Dialect, plan: AppendPlan) =>
+  (dialect === "postgres" ? writePostgres : writeSqlite)(trx, plan.organizationId, plan.appends, plan.taken, plan.head);
 
 // PostgreSQL: the whole batch in one statement (one round trip).
 async function writePostgres(
