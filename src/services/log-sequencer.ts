@@ -5,12 +5,12 @@
 // Each server process runs one. It is woken shortly after this process commits a final activity
 // (WAKE_DELAY_MS, so that the activities committed meanwhile are appended together), and sweeps every
 // SWEEP_MS for the activities other processes committed and those a crash left pending. Per
-// organization it appends in transactions of at most BATCH activities, each short: on SQLite it shares
+// organization it appends in transactions of at most BATCH (PLANNED_BATCH) activities, each short: on SQLite it shares
 // the one writer with the activities, so a backlog is appended a batch at a time, the activities'
 // batches running between. Only one sequencing runs at a time in a process; across processes the
 // log's head lock orders them.
 //
-// On SQLite a batch is read and hashed on a thread of its own (store/log-plan-thread.ts) and only
+// On SQLite a batch is read and hashed on a thread of its own (store/log-plan-thread.ts), and only
 // written on the event loop, in a transaction that checks the head has not moved; should the thread
 // fail, or another process's sequencing overtake its plan, the batch is appended in-process as on
 // PostgreSQL: read, hashed and written in one transaction holding the head.
@@ -29,12 +29,17 @@ import { commitPlan, oldestPending, organizationsPending, sequenceLog } from "..
 export const WAKE_DELAY_MS = 1_000;
 /** How often the sequencer looks for activities other processes (or a crash) left pending. */
 export const SWEEP_MS = 1_000;
-/** The most activities appended in one transaction. Each costs its canonical record and hashes
- * (40–50 µs): on PostgreSQL on the event loop, inside the transaction holding the head; on SQLite on
- * the planning thread, before the transaction. At 1,000 a transaction held every request for ~50 ms once
- * a second and made the signing p99 4–5 × its p50 on both databases; at 100, 2.1–2.6 × at the same
- * throughput (docs/benchmarks.md#the-transparency-logs-cost). */
+/** The most activities appended in one transaction when the event loop reads and hashes them (on
+ * PostgreSQL; on SQLite should its planning thread fail). Each costs its canonical record and hashes
+ * (40–50 µs) inside the transaction holding the head, and on SQLite the one writer too: at 1,000 a
+ * transaction held every request for ~50 ms once a second and made the signing p99 4–5 × its p50 on
+ * both databases; at 100, 2.1–2.6 × at the same throughput (docs/benchmarks.md#the-transparency-logs-cost). */
 export const BATCH = 100;
+/** The most activities appended in one transaction planned on SQLite's planning thread: the event loop
+ * only writes them (a few milliseconds for 1,000), and each transaction writes the log's right edge
+ * (a page per level of the tree) once, whatever its size: at 1,000 rather than 100, 2–3 kB less written
+ * a signature and no longer tail (docs/benchmarks.md#the-transparency-logs-cost). */
+export const PLANNED_BATCH = 1_000;
 /**
  * The maximum merge delay: how long a final activity may wait for its leaf. Sequencing runs within
  * WAKE_DELAY_MS of a commit and a sweep each second; this bound leaves room for a loaded
@@ -100,8 +105,8 @@ export class LogSequencer {
    * appended), after the sequencing in progress. Resolves with whether none is left.
    */
   sequenceOrganization(organizationId: string): Promise<boolean> {
-    // Up to 10,000 activities before the proof is answered: a backlog longer than that is appended by
-    // the sweeps, and the proof asked again finds its activity.
+    // Up to 100 batches (10,000 activities in-process, 100,000 planned) before the proof is answered: a
+    // backlog longer than that is appended by the sweeps, and the proof asked again finds its activity.
     return this.enqueue(() => this.sequenceOne(organizationId, 100));
   }
 
@@ -137,20 +142,24 @@ export class LogSequencer {
 
   /** Appends the organization's pending activities in at most `rounds` transactions; whether none is left. */
   private async sequenceOne(organizationId: string, rounds: number): Promise<boolean> {
-    for (let round = 0; round < rounds; round++) if ((await this.appendBatch(organizationId)) < BATCH) return true;
+    for (let round = 0; round < rounds; round++) if (await this.appendBatch(organizationId)) return true;
     return (await oldestPending(this.store.reader, organizationId)) === undefined;
   }
 
-  /** Appends the organization's next batch; resolves with how many pending rows it took. */
-  private async appendBatch(organizationId: string): Promise<number> {
+  /** Appends the organization's next batch; resolves with whether it was the last (it took fewer
+   * pending rows than it could: none was left that was committed when it looked). */
+  private async appendBatch(organizationId: string): Promise<boolean> {
     const plan = await this.plannedBatch(organizationId);
-    if (plan === null) return 0;
+    if (plan === null) return true;
     if (plan !== undefined) {
       const taken = await this.store.transact("exclusive", (trx) => commitPlan(trx, this.store.dialect, plan));
       // Stale: another process's sequencing appended since the plan's snapshot; appended below instead.
-      if (taken !== "stale") return taken;
+      if (taken !== "stale") return taken < PLANNED_BATCH;
     }
-    return this.store.transact("exclusive", (trx) => sequenceLog(trx, this.store.dialect, organizationId, BATCH, this.clock()));
+    const taken = await this.store.transact("exclusive", (trx) =>
+      sequenceLog(trx, this.store.dialect, organizationId, BATCH, this.clock()),
+    );
+    return taken < BATCH;
   }
 
   /** The planning thread's plan of the next batch (null: nothing pending); undefined when there is no
@@ -158,7 +167,7 @@ export class LogSequencer {
   private async plannedBatch(organizationId: string) {
     if (!this.planner || this.planner.failed || this.closed) return undefined;
     try {
-      return await this.planner.plan(organizationId, BATCH, this.clock());
+      return await this.planner.plan(organizationId, PLANNED_BATCH, this.clock());
     } catch (error) {
       if (!this.plannerFailureLogged) {
         this.plannerFailureLogged = true;
