@@ -808,6 +808,7 @@ describe("the log's planning thread", () => {
       await sequencer.flush();
       expect(await verifyStoredLog(store.db, organizationId, null, Date.now())).toMatchObject({ size: 5, pending: 0, problem: null });
       expect(failing.failed).toContain("no thread here");
+      expect(sequencer.hashing).toBe("event loop");
       const warnings = lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg.includes("planning thread"));
       expect(warnings).toHaveLength(1);
       expect(warnings[0].err.message).toContain("no thread here");
@@ -817,7 +818,7 @@ describe("the log's planning thread", () => {
     }
   });
 
-  it(`reads and hashes a batch off the event loop's connections on SQLite, and on them on PostgreSQL (${backend})`, async () => {
+  it(`hashes a batch on the thread, which on SQLite reads it too, off the event loop's connections (${backend})`, async () => {
     const { org, root } = await organizationWith(h, []);
     await h.server.logSequencer.flush();
     const tally = h.server.store.statements;
@@ -829,6 +830,8 @@ describe("the log's planning thread", () => {
       const appends = tally.texts.filter((text) => text.includes('delete from "transparency_log_pending"'));
       expect(appends.length).toBeGreaterThan(0);
       expect(batchReads.length).toBe(h.server.store.dialect === "sqlite" ? 0 : appends.length);
+      // Hashed on the thread on both databases (had it failed, the event loop would have).
+      expect(h.server.logSequencer.hashing).toBe("planning thread");
     } finally {
       tally.texts = null;
     }

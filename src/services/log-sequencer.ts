@@ -10,14 +10,15 @@
 // batches running between. Only one sequencing runs at a time in a process; across processes the
 // log's head lock orders them.
 //
-// On SQLite a batch is read and hashed on a thread of its own (store/log-plan-thread.ts), and only
-// written on the event loop, in a transaction that checks the head has not moved; should the thread
-// fail, or another process's sequencing overtake its plan, the batch is appended in-process as on
-// PostgreSQL: read, hashed and written in one transaction holding the head.
+// A batch's entries are hashed on a thread of its own (store/log-plan-thread.ts). On SQLite the thread
+// reads the batch too, and the event loop only writes it, in a transaction that checks the head has
+// not moved; should another process's sequencing overtake its plan, the batch is appended as on
+// PostgreSQL: read and written in one transaction holding the head, the thread hashing between.
+// Should the thread fail, the event loop hashes, as it would with no thread at all.
 import type pino from "pino";
 import type { Store } from "../store/database.js";
 import { LogPlanThread } from "../store/log-plan-thread.js";
-import { commitPlan, oldestPending, organizationsPending, sequenceLog } from "../store/transparency-log.js";
+import { commitPlan, oldestPending, organizationsPending, type PlanRows, planRowsHere, sequenceLog } from "../store/transparency-log.js";
 
 /** How long after a final activity's commit this process's sequencer runs: long enough that one of its
  * transactions appends many activities, short enough that a checkpoint asked for soon after holds them
@@ -29,11 +30,12 @@ import { commitPlan, oldestPending, organizationsPending, sequenceLog } from "..
 export const WAKE_DELAY_MS = 1_000;
 /** How often the sequencer looks for activities other processes (or a crash) left pending. */
 export const SWEEP_MS = 1_000;
-/** The most activities appended in one transaction when the event loop reads and hashes them (on
- * PostgreSQL; on SQLite should its planning thread fail). Each costs its canonical record and hashes
- * (40–50 µs) inside the transaction holding the head, and on SQLite the one writer too: at 1,000 a
- * transaction held every request for ~50 ms once a second and made the signing p99 4–5 × its p50 on
- * both databases; at 100, 2.1–2.6 × at the same throughput (docs/benchmarks.md#the-transparency-logs-cost). */
+/** The most activities appended in one transaction that reads its batch itself (PostgreSQL; SQLite
+ * when a plan was overtaken): it holds the head while its entries are hashed (40–50 µs each), on the
+ * planning thread or, should that fail, on the event loop, where on SQLite it holds the one writer too:
+ * at 1,000 hashed there a transaction held every request for ~50 ms once a second and made the signing
+ * p99 4–5 × its p50 on both databases; at 100, 2.1–2.6 × at the same throughput
+ * (docs/benchmarks.md#the-transparency-logs-cost). */
 export const BATCH = 100;
 /** The most activities appended in one transaction planned on SQLite's planning thread: the event loop
  * only writes them (a few milliseconds for 1,000), and each transaction writes the log's right edge
@@ -55,7 +57,7 @@ export class LogSequencer {
   /** A sweep is queued and has not begun: another wake-up adds nothing. */
   private queued = false;
   private closed = false;
-  /** SQLite's planning thread; null on PostgreSQL, and on a read-only store (which appends nothing). */
+  /** The planning thread (reading the batches itself on SQLite); null on a read-only store, which appends nothing. */
   private readonly planner: LogPlanThread | null;
   private plannerFailureLogged = false;
 
@@ -65,12 +67,16 @@ export class LogSequencer {
     private readonly clock: () => number = Date.now,
     options: { planner?: LogPlanThread | null } = {},
   ) {
-    this.planner =
-      options.planner !== undefined
-        ? options.planner
-        : store.dialect === "sqlite" && store.checkpoints
-          ? new LogPlanThread(store.location)
-          : null;
+    // On PostgreSQL the thread reads no database (the rows are handed to it); a read-only SQLite
+    // store (a CLI command) appends nothing. The thread starts with the first batch.
+    if (options.planner !== undefined) this.planner = options.planner;
+    else if (store.dialect === "postgres") this.planner = new LogPlanThread(null);
+    else this.planner = store.checkpoints ? new LogPlanThread(store.location) : null;
+  }
+
+  /** Where batches are hashed now: on the planning thread, or on the event loop (no thread, or it failed). */
+  get hashing(): "planning thread" | "event loop" {
+    return this.planner && !this.planner.failed ? "planning thread" : "event loop";
   }
 
   start(): void {
@@ -149,34 +155,48 @@ export class LogSequencer {
   /** Appends the organization's next batch; resolves with whether it was the last (it took fewer
    * pending rows than it could: none was left that was committed when it looked). */
   private async appendBatch(organizationId: string): Promise<boolean> {
-    const plan = await this.plannedBatch(organizationId);
-    if (plan === null) return true;
-    if (plan !== undefined) {
-      const taken = await this.store.transact("exclusive", (trx) => commitPlan(trx, this.store.dialect, plan));
-      // Stale: another process's sequencing appended since the plan's snapshot; appended below instead.
-      if (taken !== "stale") return taken < PLANNED_BATCH;
+    if (this.store.dialect === "sqlite") {
+      const plan = await this.plannedBatch(organizationId);
+      if (plan === null) return true;
+      if (plan !== undefined) {
+        const taken = await this.store.transact("exclusive", (trx) => commitPlan(trx, this.store.dialect, plan));
+        // Stale: another process's sequencing appended since the plan's snapshot; appended below instead.
+        if (taken !== "stale") return taken < PLANNED_BATCH;
+      }
     }
     const taken = await this.store.transact("exclusive", (trx) =>
-      sequenceLog(trx, this.store.dialect, organizationId, BATCH, this.clock()),
+      sequenceLog(trx, this.store.dialect, organizationId, BATCH, this.clock(), this.planRows),
     );
     return taken < BATCH;
   }
 
-  /** The planning thread's plan of the next batch (null: nothing pending); undefined when there is no
-   * thread or it has failed, and the batch is appended in-process. */
+  /** The planning thread's plan of the next batch it reads (null: nothing pending); undefined when
+   * there is no thread or it has failed. */
   private async plannedBatch(organizationId: string) {
     if (!this.planner || this.planner.failed || this.closed) return undefined;
     try {
       return await this.planner.plan(organizationId, PLANNED_BATCH, this.clock());
     } catch (error) {
-      if (!this.plannerFailureLogged) {
-        this.plannerFailureLogged = true;
-        this.logger.warn(
-          { err: error },
-          "the transparency log's planning thread failed; the log is appended on the event loop from now on",
-        );
-      }
+      this.plannerFailed(error);
       return undefined;
     }
+  }
+
+  /** Rows read in-process planned on the thread; on the event loop when there is none, or it fails. */
+  private readonly planRows: PlanRows = async (organizationId, head, rows, now) => {
+    if (this.planner && !this.planner.failed && !this.closed) {
+      try {
+        return await this.planner.planRows(organizationId, head, rows, now);
+      } catch (error) {
+        this.plannerFailed(error);
+      }
+    }
+    return planRowsHere(organizationId, head, rows, now);
+  };
+
+  private plannerFailed(error: unknown): void {
+    if (this.plannerFailureLogged) return;
+    this.plannerFailureLogged = true;
+    this.logger.warn({ err: error }, "the transparency log's planning thread failed; the log is hashed on the event loop from now on");
   }
 }

@@ -1,20 +1,24 @@
-// The transparency log's planning on a thread of its own, for SQLite.
+// The transparency log's planning on a thread of its own.
 //
-// Appending a batch to an organization's log reads its activities back, rebuilds each one's canonical
-// record and hashes it, and computes the subtrees it completes: 40–50 µs an activity, all of it on the
-// event loop, and on SQLite all of it while the one writer is held, so no request's commit could go
-// on meanwhile (docs/benchmarks.md#the-transparency-logs-cost). Here a worker thread with a read-only
-// connection of its own (a WAL reader never waits for the writer) does that reading and hashing from
-// a snapshot, and the event loop only writes the plan it answers, in a short exclusive transaction
-// that first checks that the head is still the one the plan was made from (commitPlan): a plan
-// overtaken by another sequencing is dropped, nothing written.
-//
-// PostgreSQL needs none of this: the pool's connections read without the event loop, and its rows
-// lock one organization's head, not the database.
+// Appending a batch to an organization's log rebuilds each activity's canonical record and hashes
+// it, and computes the subtrees it completes: 40–50 µs an activity (docs/benchmarks.md#the-transparency-logs-cost),
+// which on the event loop every request waits behind. Here a worker thread does it:
+// - On SQLite, where the event loop also holds the one writer meanwhile, the thread reads the batch
+//   too, on a read-only connection of its own (a WAL reader never waits for the writer), from a
+//   snapshot; the event loop only writes the plan it answers, in a short exclusive transaction that
+//   first checks that the head is still the one the plan was made from (commitPlan): a plan overtaken
+//   by another sequencing is dropped, nothing written.
+// - On PostgreSQL the sequencer's transaction holds the head's row lock and reads the batch on a
+//   pooled connection (off the event loop already), hands the rows to the thread, and writes the plan
+//   it answers; the lock is held a few milliseconds longer, which delays no one but another process's
+//   sequencer of the same organization.
 import type { Worker } from "node:worker_threads";
 import type { LogPlanAnswer, LogPlanRequest, LogPlanWorkerData } from "./log-plan-worker.js";
 import { startModuleWorker } from "./module-worker.js";
-import type { AppendPlan } from "./transparency-log.js";
+import type { TransparencyLogHeadsTable } from "./schema.js";
+import type { AppendPlan, BatchRow } from "./transparency-log.js";
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 export class LogPlanThread {
   private worker: Worker | null = null;
@@ -25,7 +29,8 @@ export class LogPlanThread {
   private closed = false;
 
   constructor(
-    private readonly file: string,
+    /** The SQLite file the thread reads batches from; null when they are handed to it (PostgreSQL). */
+    private readonly file: string | null,
     /** Starts the thread (tests start one that fails). Default: log-plan-worker.ts. */
     private readonly startWorker: (data: LogPlanWorkerData) => Worker = (data) =>
       startModuleWorker(import.meta.url, "log-plan-worker", data),
@@ -36,8 +41,18 @@ export class LogPlanThread {
     return this.failure;
   }
 
-  /** The plan of the organization's next batch (transparency-log.ts, planBatch); rejects once the thread has failed. */
+  /** The plan of the organization's next batch, read by the thread (transparency-log.ts, planBatch);
+   * rejects once the thread has failed. */
   plan(organizationId: string, limit: number, now: number): Promise<AppendPlan | null> {
+    return this.ask({ kind: "read", organizationId, limit, now });
+  }
+
+  /** The plan of `rows` appended to `head` (transparency-log.ts, PlanRows); rejects once the thread has failed. */
+  planRows(organizationId: string, head: TransparencyLogHeadsTable, rows: BatchRow[], now: number): Promise<AppendPlan> {
+    return this.ask({ kind: "rows", organizationId, head, rows, now }) as Promise<AppendPlan>;
+  }
+
+  private ask(request: DistributiveOmit<LogPlanRequest, "id">): Promise<AppendPlan | null> {
     if (this.closed) return Promise.reject(new Error("the log's planning thread is closed"));
     if (this.failure) return Promise.reject(new Error(this.failure));
     const worker = (this.worker ??= this.start());
@@ -46,7 +61,7 @@ export class LogPlanThread {
     if (this.waiting.size === 0) worker.ref();
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
-      worker.postMessage({ id, organizationId, limit, now } satisfies LogPlanRequest);
+      worker.postMessage({ ...request, id } as LogPlanRequest);
     });
   }
 

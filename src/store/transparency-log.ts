@@ -275,14 +275,41 @@ const ENTRY_COLUMNS = sql.raw(
  * already a leaf (none is, but by a hand's change) is deleted without an entry. Resolves with how many
  * pending rows it took (fewer than `limit`: none is left that was committed when it looked).
  */
-export async function sequenceLog(trx: Tx, dialect: Dialect, organizationId: string, limit: number, now: number): Promise<number> {
+export async function sequenceLog(
+  trx: Tx,
+  dialect: Dialect,
+  organizationId: string,
+  limit: number,
+  now: number,
+  plan: PlanRows = planRowsHere,
+): Promise<number> {
   const head = await lockedHead(trx, dialect, organizationId, now);
   // Read after the head's lock is held: on PostgreSQL a statement sees what was committed when it
   // began, so the pending rows a sequencer that held the lock before deleted are gone.
-  const plan = planAppends(organizationId, head, await readBatch(trx, organizationId, limit), now);
-  if (plan.taken.length > 0) await writePlan(trx, dialect, plan);
-  return plan.taken.length;
+  const rows = await readBatch(trx, organizationId, limit);
+  if (rows.length === 0) return 0;
+  const planned = await plan(organizationId, headRowOf(head, organizationId, now), rows, now);
+  await writePlan(trx, dialect, planned);
+  return planned.taken.length;
 }
+
+/** A batch's rows as read (readBatch): the pending row's activity id, its activity's columns (null
+ * when the activity is missing) and its leaf index, if it already has one. */
+export type BatchRow = ActivitiesTable & { pending_id: string; leaf_index: number | null };
+
+/** Works out the plan of `rows` appended to the head `head` (as its row: plain strings and numbers,
+ * so that it can be handed to a thread): here (planRowsHere), or on the log's planning thread. */
+export type PlanRows = (organizationId: string, head: TransparencyLogHeadsTable, rows: BatchRow[], now: number) => Promise<AppendPlan>;
+
+export const planRowsHere: PlanRows = async (organizationId, head, rows, now) => planAppends(organizationId, headOf(head), rows, now);
+
+const headRowOf = (head: LogHead, organizationId: string, now: number): TransparencyLogHeadsTable => ({
+  organization_id: organizationId,
+  size: head.size,
+  root_hash: head.root.toString("hex"),
+  frontier: head.frontier.hashes.map((h) => h.toString("hex")).join(""),
+  updated_at: now,
+});
 
 /**
  * What sequencing a batch writes, worked out from a head and the batch's rows as read: made under the
@@ -335,7 +362,7 @@ async function readBatch(db: Db | Tx, organizationId: string, limit: number) {
 
 /** The statement that reads a batch (exported for the test of its plan). */
 export const batchRead = (organizationId: string, limit: number) =>
-  sql<ActivitiesTable & { pending_id: string; leaf_index: number | null }>`select "p"."activity_id" as "pending_id",
+  sql<BatchRow>`select "p"."activity_id" as "pending_id",
       (select "l"."leaf_index" from "transparency_log_leaves" as "l"
         where "l"."organization_id" = "p"."organization_id" and "l"."activity_id" = "p"."activity_id") as "leaf_index",
       ${ENTRY_COLUMNS}
@@ -344,12 +371,7 @@ export const batchRead = (organizationId: string, limit: number) =>
     left join "activities" as "a" on "a"."id" = "p"."activity_id" and "a"."organization_id" = "p"."organization_id"
     order by "p"."activity_id"`;
 
-function planAppends(
-  organizationId: string,
-  head: LogHead,
-  rows: (ActivitiesTable & { pending_id: string; leaf_index: number | null })[],
-  now: number,
-): AppendPlan {
+function planAppends(organizationId: string, head: LogHead, rows: BatchRow[], now: number): AppendPlan {
   const appended = rows
     .filter((r) => r.id !== null && r.leaf_index === null && isFinal(r.status))
     .sort((a, b) => Number(a.updated_at) - Number(b.updated_at) || Number(a.created_at) - Number(b.created_at) || (a.id < b.id ? -1 : 1));
