@@ -125,6 +125,29 @@ async function query(name: string, body: unknown, key: ApiKeyPair) {
 
 /** The organization's leaves, once the server's sequencer appended what was committed (it runs in the
  * background: flushed here). */
+/** `count` completed activities of the organization, as rows to write straight into the store (each
+ * made pending by the trigger): a backlog as a bulk import or a busy second makes one. */
+function finalActivityRows(organizationId: string, count: number) {
+  return Array.from({ length: count }, (_, i) => {
+    const id = newId();
+    return {
+      id,
+      organization_id: organizationId,
+      type: "ACTIVITY_TYPE_CREATE_USERS_V4",
+      status: "ACTIVITY_STATUS_COMPLETED",
+      intent: JSON.stringify({ n: i }),
+      result: "{}",
+      failure: null,
+      votes: "[]",
+      fingerprint: `final-${id}`,
+      timestamp_ms: String(Date.now()),
+      user_id: null,
+      created_at: Date.now(),
+      updated_at: Date.now(),
+    };
+  });
+}
+
 async function leavesOf(organizationId: string) {
   await h.server.logSequencer.flush();
   return h.server.store.db
@@ -387,25 +410,7 @@ describe("the sequencer's transactions", () => {
     try {
       // A backlog made at once (as a bulk import or a busy second makes one): final activities written
       // straight into the store in one transaction, each made pending by the trigger.
-      const rows = Array.from({ length: backlog }, (_, i) => {
-        const id = newId();
-        return {
-          id,
-          organization_id: org.organizationId,
-          type: "ACTIVITY_TYPE_CREATE_USERS_V4",
-          status: "ACTIVITY_STATUS_COMPLETED",
-          intent: JSON.stringify({ n: i }),
-          result: "{}",
-          failure: null,
-          votes: "[]",
-          fingerprint: `backlog-${id}`,
-          timestamp_ms: String(Date.now()),
-          user_id: null,
-          created_at: Date.now(),
-          updated_at: Date.now(),
-        };
-      });
-      await h.server.store.db.insertInto("activities").values(rows).execute();
+      await h.server.store.db.insertInto("activities").values(finalActivityRows(org.organizationId, backlog)).execute();
       await h.server.logSequencer.flush();
       // Whoever appended them (a sweep, or the flush): one delete of pending rows per transaction.
       const appends = tally.texts.filter((text) => text.includes('delete from "transparency_log_pending"')).length;
@@ -730,25 +735,7 @@ describe("the log's planning thread", () => {
       apiPublicKey: newKeyPair().publicKey,
     });
     const addFinal = async (count: number) => {
-      const rows = Array.from({ length: count }, (_, i) => {
-        const id = newId();
-        return {
-          id,
-          organization_id: organizationId,
-          type: "ACTIVITY_TYPE_CREATE_USERS_V4",
-          status: "ACTIVITY_STATUS_COMPLETED",
-          intent: JSON.stringify({ n: i }),
-          result: "{}",
-          failure: null,
-          votes: "[]",
-          fingerprint: `planned-${id}`,
-          timestamp_ms: String(Date.now()),
-          user_id: null,
-          created_at: Date.now(),
-          updated_at: Date.now(),
-        };
-      });
-      await store.db.insertInto("activities").values(rows).execute();
+      await store.db.insertInto("activities").values(finalActivityRows(organizationId, count)).execute();
     };
     // Every table, the log's included.
     const everything = async () => {
