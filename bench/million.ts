@@ -73,8 +73,6 @@ async function timed(times: number, request: (i: number) => Promise<number | und
   return round(median(ms), 3);
 }
 
-/** The database's bytes, in all and by table (its rows and its indexes), after VACUUM (PostgreSQL) or a
- * checkpoint that empties the write-ahead log (SQLite). */
 /** Checkpoints the database (PostgreSQL's CHECKPOINT; SQLite's write-ahead log copied into the file
  * and emptied) and has the operating system write out every dirty page (sync). */
 async function settle(store: Store): Promise<void> {
@@ -83,6 +81,8 @@ async function settle(store: Store): Promise<void> {
   spawnSync("sync");
 }
 
+/** The database's bytes, in all and by table (its rows and its indexes), after VACUUM (PostgreSQL) or a
+ * checkpoint that empties the write-ahead log (SQLite). */
 async function sizes(store: Store, dataDir: string) {
   const byTable: Record<string, { tableBytes: number; indexBytes: number }> = {};
   let total: number;

@@ -5,9 +5,9 @@
 // Each server process runs one. It is woken shortly after this process commits a final activity
 // (WAKE_DELAY_MS, so that the activities committed meanwhile are appended together), and sweeps every
 // SWEEP_MS for the activities other processes committed and those a crash left pending. Per
-// organization it appends in transactions of at most BATCH (PLANNED_BATCH) activities, each short: on SQLite it shares
-// the one writer with the activities, so a backlog is appended a batch at a time, the activities'
-// batches running between. Only one sequencing runs at a time in a process; across processes the
+// organization it appends in transactions of at most BATCH (PLANNED_BATCH when planned) activities,
+// each short: on SQLite it shares the one writer with the activities, so a backlog is appended a
+// batch at a time, the activities' batches running between. Only one sequencing runs at a time in a process; across processes the
 // log's head lock orders them.
 //
 // A batch's entries are hashed on a thread of its own (store/log-plan-thread.ts). On SQLite the thread

@@ -69,7 +69,6 @@ export class LogPlanThread {
     const worker = this.startWorker({ file: this.file });
     this.exited = new Promise((resolve) => worker.once("exit", () => resolve()));
     worker.on("message", (answer: LogPlanAnswer) => {
-      if ("ready" in answer) return;
       const waiter = this.waiting.get(answer.id);
       if (!waiter) return;
       this.waiting.delete(answer.id);

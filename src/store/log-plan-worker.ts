@@ -17,8 +17,8 @@ export type LogPlanRequest =
   | { id: number; kind: "read"; organizationId: string; limit: number; now: number }
   | { id: number; kind: "rows"; organizationId: string; head: TransparencyLogHeadsTable; rows: BatchRow[]; now: number };
 
-/** What the thread answers: once when it is ready, then once per request, by its id. */
-export type LogPlanAnswer = { ready: true } | { id: number; plan: AppendPlan | null } | { id: number; error: string };
+/** What the thread answers, once per request, by its id. */
+export type LogPlanAnswer = { id: number; plan: AppendPlan | null } | { id: number; error: string };
 
 const port = parentPort!;
 const { file } = workerData as LogPlanWorkerData;
@@ -53,4 +53,3 @@ port.on("message", (message: LogPlanRequest | "close") => {
         port.postMessage({ id: message.id, error: error instanceof Error ? error.message : String(error) } satisfies LogPlanAnswer),
     );
 });
-port.postMessage({ ready: true } satisfies LogPlanAnswer);

@@ -387,13 +387,7 @@ function planAppends(organizationId: string, head: LogHead, rows: BatchRow[], no
     from: { size: head.size, root: head.root.toString("hex") },
     appends,
     taken: rows.map((r) => r.pending_id),
-    head: {
-      organization_id: organizationId,
-      size: frontier.size,
-      root_hash: foldFrontier(frontier).toString("hex"),
-      frontier: frontier.hashes.map((h) => h.toString("hex")).join(""),
-      updated_at: now,
-    },
+    head: headRowOf({ size: frontier.size, root: foldFrontier(frontier), frontier }, organizationId, now),
   };
 }
 
