@@ -45,6 +45,13 @@ const UNIQUE_COLUMNS: Record<string, string[]> = {
 
 const TIME_COLUMNS = new Set(["created_at", "updated_at", "timestamp_ms"]);
 
+/** Copy `i`'s times are the template's less this, plus i milliseconds: every copy lists before the
+ * template, and copies are written in the order of their times, as an app's sign-ups are. Written
+ * newest first (times counting down), each index ordered by time took its keys in descending order and
+ * PostgreSQL split its pages half and half, leaving them about half full: up to 400 bytes a
+ * sub-organization that real sign-ups do not cost (docs/benchmarks.md#bytes-per-sub-organization). */
+const COPIES_BEFORE_TEMPLATE_MS = 100_000_000;
+
 /** An app's sign-up as the official client sends it: a root user with an email and an API key, a
  * wallet with one Ethereum account (the bench's million scenario and test/sub-organization-plans.test.ts). */
 export const signUpParameters = (name: string, email: string, publicKey: string) => ({
@@ -186,7 +193,7 @@ function copyOf(template: SignUpTemplate, keyring: Keyring, index: number): Reco
     out[table] = list.map((row, i) => {
       const made: Row = {};
       for (const [column, value] of Object.entries(row)) {
-        if (TIME_COLUMNS.has(column) && value !== null) made[column] = Number(value) - (index + 1);
+        if (TIME_COLUMNS.has(column) && value !== null) made[column] = Number(value) - COPIES_BEFORE_TEMPLATE_MS + index;
         else made[column] = typeof value === "string" ? replace(value) : value;
       }
       for (const { table: t, column, kind } of SECRET_COLUMNS) {
@@ -204,8 +211,9 @@ function copyOf(template: SignUpTemplate, keyring: Keyring, index: number): Reco
 /**
  * Adds copies `existing` … `target - 1` of the template sign-up: `perTransaction` sub-organizations
  * (about 12 rows each) a transaction, each table's rows as multi-row INSERTs. Copy `i` is named
- * `end user i`, its root user's email is fillerEmail(i), and its times are the template's less i + 1
- * milliseconds (so the copies list before the template, in the order made).
+ * `end user i`, its root user's email is fillerEmail(i), and its times are i milliseconds after
+ * COPIES_BEFORE_TEMPLATE_MS before the template's (so the copies list before the template, in the
+ * order made, and are written in that order).
  */
 export async function insertSubOrganizations(
   db: Db,
@@ -215,6 +223,7 @@ export async function insertSubOrganizations(
   existing: number,
   perTransaction = 2000,
 ): Promise<void> {
+  if (target > COPIES_BEFORE_TEMPLATE_MS) throw new Error(`at most ${COPIES_BEFORE_TEMPLATE_MS} copies list before the template`);
   for (let start = existing; start < target; start += perTransaction) {
     const byTable: Record<string, Row[]> = {};
     for (let index = start; index < Math.min(target, start + perTransaction); index++)
