@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { TurnkeyClient } from "@turnkey/http";
 import { WebauthnStamper } from "@turnkey/webauthn-stamper";
-import { startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
+import { refusedLeavingOnlyItsActivity, startHarness, type Harness, type TestOrganization } from "./helpers/harness.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
 
 let h: Harness;
@@ -138,6 +138,34 @@ describe("passkey stamps", () => {
     const after = await h.server.store.db.selectFrom("authenticators").select("id").execute();
     expect(after).toEqual(before);
   });
+
+  // A "none" attestation is signed by nobody, so its key is used for the first time by a later stamp:
+  // it is checked at registration as every registered key is.
+  const P256_P = Buffer.from("ffffffff00000001000000000000000000000000ffffffffffffffffffffffff", "hex");
+  const offCurve: Array<[string, { x: Buffer; y: Buffer }]> = [
+    ["not on the curve", { x: Buffer.alloc(32, 1), y: Buffer.alloc(32, 1) }],
+    ["all zeros", { x: Buffer.alloc(32), y: Buffer.alloc(32) }],
+    ["x of 31 bytes", { x: Buffer.alloc(31, 1), y: Buffer.alloc(32, 1) }],
+    ["x past the field's prime", { x: P256_P, y: Buffer.alloc(32, 1) }],
+  ];
+  for (const [why, point] of offCurve)
+    it(`refuses a registration whose public key is ${why}, and stores nothing but its failed activity`, async () => {
+      const registration = new SoftwarePasskey().register(undefined, point);
+      const refused = await refusedLeavingOnlyItsActivity(
+        h,
+        () =>
+          h.sdk(org, org.key).createAuthenticators({
+            userId,
+            authenticators: [{ authenticatorName: "bad", challenge: registration.challenge, attestation: registration.attestation as any }],
+          }),
+        {
+          code: 3,
+          message: expect.stringContaining("the passkey's public key is not a point on P-256"),
+          details: [expect.objectContaining({ turnkeyErrorCode: "INVALID_ATTESTATION" })],
+        },
+      );
+      expect(refused.failure).toMatchObject({ code: 3, message: expect.stringContaining("not a point on P-256") });
+    });
 });
 
 describe("passkey stamps with configured origins and relying-party ids", () => {

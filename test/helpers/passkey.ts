@@ -30,15 +30,15 @@ export class SoftwarePasskey {
     return crypto.createHash("sha256").update(this.rpId).digest();
   }
 
-  private coseKey(): Uint8Array {
+  private coseKey(point?: { x: Buffer; y: Buffer }): Uint8Array {
     const jwk = this.keyPair.publicKey.export({ format: "jwk" });
     return isoCBOR.encode(
       new Map<number, number | Uint8Array>([
         [1, 2], // kty: EC2
         [3, -7], // alg: ES256
         [-1, 1], // crv: P-256
-        [-2, Buffer.from(jwk.x!, "base64url")],
-        [-3, Buffer.from(jwk.y!, "base64url")],
+        [-2, point?.x ?? Buffer.from(jwk.x!, "base64url")],
+        [-3, point?.y ?? Buffer.from(jwk.y!, "base64url")],
       ]),
     );
   }
@@ -50,8 +50,9 @@ export class SoftwarePasskey {
     return compressP256(uncompressed);
   }
 
-  /** A registration for `challenge` (base64url), in the v1Attestation shape of the API. */
-  register(challenge = crypto.randomBytes(32).toString("base64url")) {
+  /** A registration for `challenge` (base64url), in the v1Attestation shape of the API; `point`
+   * puts other coordinates in its public key (a broken or malicious authenticator). */
+  register(challenge = crypto.randomBytes(32).toString("base64url"), point?: { x: Buffer; y: Buffer }) {
     const clientDataJson = Buffer.from(JSON.stringify({ type: "webauthn.create", challenge, origin: this.origin, crossOrigin: false }));
     const flags = 0x01 | 0x04 | 0x40; // user present, user verified, attested credential data
     const authData = Buffer.concat([
@@ -61,7 +62,7 @@ export class SoftwarePasskey {
       Buffer.alloc(16), // aaguid
       Buffer.from([this.credentialId.length >> 8, this.credentialId.length & 0xff]),
       this.credentialId,
-      Buffer.from(this.coseKey()),
+      Buffer.from(this.coseKey(point)),
     ]);
     const attestationObject = Buffer.from(
       isoCBOR.encode(
