@@ -269,22 +269,50 @@ describe("sigil CLI", () => {
     expect(userIds).toHaveLength(1);
   });
 
-  it("bootstrap refuses a public key that is not a P-256 point", async () => {
+  it("bootstrap refuses a value the organization cannot take as a usage error naming its option, before any database is opened", async () => {
     const before = await snapshot();
-    const notAPoint = "02" + "ff".repeat(32);
-    const failure = await sigil([
-      "bootstrap",
-      "--data-dir",
-      database.dataDir,
-      "--org-name",
-      "X",
-      "--user-name",
-      "x",
-      "--api-public-key",
-      notAPoint,
-    ]);
-    expect(failure.code).toBe(1);
-    expect(failure.stderr).toMatch(/public key/);
+    const key = newKeyPair();
+    const cases: Array<[string, string[], RegExp]> = [
+      [
+        "not a P-256 point",
+        ["--api-public-key", "02" + "ff".repeat(32)],
+        /^sigil bootstrap: --api-public-key: public key is not a valid point on P256/,
+      ],
+      ["not hex", ["--api-public-key", "zz"], /^sigil bootstrap: --api-public-key: public key must be hex/],
+      ["uncompressed", ["--api-public-key", "04" + "11".repeat(64)], /^sigil bootstrap: --api-public-key: public key must be 33 bytes/],
+      ["a blank organization name", ["--org-name", "  "], /^sigil bootstrap: --org-name: must not be empty/],
+      ["a blank user name", ["--user-name", " "], /^sigil bootstrap: --user-name: must not be empty/],
+    ];
+    const good = { "--org-name": "X", "--user-name": "x", "--api-public-key": key.publicKey };
+    const line = (change: string[]) => Object.entries({ ...good, [change[0]!]: change[1]! }).flat();
+    // On the servers' database, and with --create where there is none yet: nothing is opened or made.
+    const fresh = await createTestDatabase();
+    try {
+      const freshEnv = { ...env, ...(fresh.databaseUrl ? { SIGIL_DATABASE_URL: fresh.databaseUrl } : {}) };
+      for (const [label, change, message] of cases) {
+        for (const outcome of [
+          await sigil(["bootstrap", "--data-dir", database.dataDir, ...line(change)]),
+          await sigil(["bootstrap", "--create", "--data-dir", fresh.dataDir, ...line(change)], { env: freshEnv }),
+        ]) {
+          expect(outcome.code, label).toBe(2);
+          expect(outcome.stderr, label).toMatch(message);
+          expect(outcome.stderr, label).toContain("usage: sigil bootstrap");
+          expect(outcome.stdout, label).toBe("");
+        }
+      }
+      expect(fs.readdirSync(fresh.dataDir)).toEqual([]);
+      if (fresh.databaseUrl) {
+        const client = new pg.Client({ connectionString: fresh.databaseUrl });
+        await client.connect();
+        try {
+          expect((await client.query("select 1 from pg_tables where schemaname = 'public'")).rowCount).toBe(0);
+        } finally {
+          await client.end();
+        }
+      }
+    } finally {
+      await fresh.drop();
+    }
     expect(await snapshot()).toBe(before);
   });
 

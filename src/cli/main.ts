@@ -640,9 +640,22 @@ async function keygen(values: Values) {
   process.stdout.write(JSON.stringify({ publicKey: pair.publicKey, file }) + "\n");
 }
 
+/** The bootstrap option each of the new organization's values comes from. */
+const BOOTSTRAP_OPTIONS = { apiPublicKey: "api-public-key", organizationName: "org-name", userName: "user-name" } as const;
+
 async function bootstrap(values: Values) {
   const { loadConfig } = await import("../config.js");
-  const { createOrganization } = await import("../operations/organizations/organizations.js");
+  const { createOrganization, newOrganizationProblem } = await import("../operations/organizations/organizations.js");
+  const input = {
+    organizationName: text(values, "org-name")!,
+    userName: text(values, "user-name")!,
+    userEmail: text(values, "user-email"),
+    apiPublicKey: text(values, "api-public-key")!,
+    apiKeyName: text(values, "api-key-name") ?? "bootstrap",
+  };
+  // A value the organization cannot take is a usage error, found before any database is opened or made.
+  const wrong = newOrganizationProblem(input);
+  if (wrong) throw new UsageError(`sigil bootstrap: --${BOOTSTRAP_OPTIONS[wrong.field]}: ${wrong.problem}`, shortUsage("bootstrap"));
   const config = loadConfig(process.env, { dataDir: text(values, "data-dir") });
   const store = await openDatabase(
     config,
@@ -650,13 +663,7 @@ async function bootstrap(values: Values) {
     "Point --data-dir / SIGIL_DATABASE_URL at the servers' database, or pass --create to make a new one there.",
   );
   try {
-    const created = await createOrganization(store.db, {
-      organizationName: text(values, "org-name")!,
-      userName: text(values, "user-name")!,
-      userEmail: text(values, "user-email"),
-      apiPublicKey: text(values, "api-public-key")!,
-      apiKeyName: text(values, "api-key-name") ?? "bootstrap",
-    });
+    const created = await createOrganization(store.db, input);
     if (store.created) process.stderr.write(`created a new Sigil database at ${store.location}\n`);
     process.stdout.write(JSON.stringify({ ...created, database: store.location }) + "\n");
   } finally {

@@ -18,13 +18,26 @@ export interface NewOrganization {
   apiKeyCurve?: ApiKeyCurve;
 }
 
+/** The input's first value that createOrganization would refuse, and why; null when there is none.
+ * Asked before anything is opened or written: `sigil bootstrap` refuses its command line with it
+ * before it opens (or creates) a database. */
+export function newOrganizationProblem(
+  input: NewOrganization,
+): { field: "apiPublicKey" | "organizationName" | "userName"; problem: string } | null {
+  const problem = validatePublicKey(input.apiKeyCurve ?? "API_KEY_CURVE_P256", input.apiPublicKey);
+  if (problem) return { field: "apiPublicKey", problem };
+  if (!input.organizationName.trim()) return { field: "organizationName", problem: "must not be empty" };
+  if (!input.userName.trim()) return { field: "userName", problem: "must not be empty" };
+  return null;
+}
+
+const FIELD_NAMES = { apiPublicKey: "api public key:", organizationName: "organization name", userName: "user name" } as const;
+
 /** Creates an organization whose root quorum is one user (threshold 1) holding one API key. */
 export async function createOrganization(db: Db, input: NewOrganization, now = Date.now()) {
+  const wrong = newOrganizationProblem(input);
+  if (wrong) throw serviceError("REQUEST_INVALID", `${FIELD_NAMES[wrong.field]} ${wrong.problem}`);
   const curve = input.apiKeyCurve ?? "API_KEY_CURVE_P256";
-  const problem = validatePublicKey(curve, input.apiPublicKey);
-  if (problem) throw serviceError("REQUEST_INVALID", `api public key: ${problem}`);
-  if (!input.organizationName.trim()) throw serviceError("REQUEST_INVALID", "organization name must not be empty");
-  if (!input.userName.trim()) throw serviceError("REQUEST_INVALID", "user name must not be empty");
   const organizationId = newId();
   const userId = newId();
   const apiKeyId = newId();
