@@ -622,6 +622,19 @@ describe("hardening (review findings)", () => {
     expect(userTags.map((t) => t.tagName)).toEqual(["approvers"]);
   });
 
+  it("a request whose user was deleted since fails at the next approval (REQUESTING_CREDENTIAL_GONE); nothing of it runs", async () => {
+    const { root, members } = await tagged(["ann", "ben", "cat", "dan"]);
+    // dan is not tagged: his request waits for two tagged approvals.
+    const pending = await members.dan!.client.createUserTag({ userTagName: "orphaned", userIds: [] });
+    expect(pending.activity.status).toBe("ACTIVITY_STATUS_CONSENSUS_NEEDED");
+    await root.deleteUsers({ userIds: [members.dan!.userId] });
+    const approved = await members.ann!.client.approveActivity({ fingerprint: pending.activity.fingerprint });
+    expect(approved.activity.status).toBe("ACTIVITY_STATUS_FAILED");
+    expect(JSON.stringify(approved.activity.failure)).toContain("REQUESTING_CREDENTIAL_GONE");
+    const { userTags } = await root.listUserTags({});
+    expect(userTags.map((t) => t.tagName)).toEqual(["approvers"]);
+  });
+
   it("a user given the approvers' tag while an activity waits may then vote, and the approval counts", async () => {
     const { root, members, userTagId } = await tagged(["ann", "ben", "cat", "dan"]);
     const pending = await members.ann!.client.createUserTag({ userTagName: "t", userIds: [] });

@@ -107,6 +107,41 @@ const completed = (answer: Answer) => {
   return answer.json;
 };
 
+describe("the default limits", () => {
+  let h: Harness;
+  let org: TestOrganization;
+  beforeAll(async () => {
+    // No rate-limit setting: what a deployment gets when its operator sets none.
+    h = await startHarness();
+    org = await h.organization();
+  });
+  afterAll(() => h.close());
+
+  it("refuse a flood of activities from one key beyond its burst and rate (100, then 50 a second), recording none of the refused", async () => {
+    const flood = 400;
+    const activitiesBefore = (
+      await h.server.store.db.selectFrom("activities").select("id").where("organization_id", "=", org.organizationId).execute()
+    ).length;
+    const started = performance.now();
+    const answers: Answer[] = [];
+    // 400 activities, 50 in flight at a time: several hundred a second here.
+    for (let i = 0; i < flood; i += 50)
+      answers.push(...(await Promise.all(Array.from({ length: 50 }, () => post(h.url, TAG, userTag(org.organizationId), org.key)))));
+    const seconds = (performance.now() - started) / 1000;
+    const admitted = answers.filter((a) => a.status === 200).length;
+    for (const refused of answers.filter((a) => a.status !== 200))
+      expect(refused.json.details[0].turnkeyErrorCode, JSON.stringify(refused.json)).toBe("REQUEST_RATE_LIMITED");
+    // The key's bucket (SIGIL_RATE_LIMIT_KEY_ACTIVITIES, 50 a second, burst 100) admits at most its burst
+    // and what it got back meanwhile, however fast or slow the requests came.
+    expect(admitted, `${admitted} admitted in ${seconds.toFixed(2)} s`).toBeLessThanOrEqual(Math.floor(100 + 50 * seconds) + 1);
+    expect(admitted).toBeGreaterThanOrEqual(100);
+    const activitiesAfter = (
+      await h.server.store.db.selectFrom("activities").select("id").where("organization_id", "=", org.organizationId).execute()
+    ).length;
+    expect(activitiesAfter - activitiesBefore).toBe(admitted);
+  });
+});
+
 describe("a key's bucket", () => {
   let h: Harness;
   let org: TestOrganization;
