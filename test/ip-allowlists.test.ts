@@ -668,6 +668,30 @@ describe("enforcement", () => {
       }
     });
 
+    it("a vote it stamps naming the sub-organization is held to the parent's list too", async () => {
+      // Refused for its address before the activity it names is looked for.
+      const vote = () => {
+        const { body, headers } = signedRequest(
+          {
+            type: "ACTIVITY_TYPE_APPROVE_ACTIVITY",
+            timestampMs: String(Date.now()),
+            organizationId: subOrganizationId,
+            parameters: { fingerprint: "ab".repeat(32) },
+          },
+          delegated,
+        );
+        return h.post("/public/v1/submit/approve_activity", body, headers);
+      };
+      await lockTo(org, ["127.0.0.1/32"]);
+      try {
+        const allowed = await fromAddress("127.0.0.1", vote);
+        expect(allowed.json.details?.[0]?.turnkeyErrorCode, JSON.stringify(allowed.json)).not.toBe("IP_NOT_ALLOWED");
+        await refusedFrom("127.0.0.2", vote);
+      } finally {
+        await fromAddress("127.0.0.1", () => client(org, org.key).removeIpAllowlist({}));
+      }
+    });
+
     it("a read-only session the key opened in the sub-organization is held to the parent's list too", async () => {
       const { body, headers } = signedRequest(
         {
