@@ -46,10 +46,9 @@ const UNIQUE_COLUMNS: Record<string, string[]> = {
 const TIME_COLUMNS = new Set(["created_at", "updated_at", "timestamp_ms"]);
 
 /** Copy `i`'s times are the template's less this, plus i milliseconds: every copy lists before the
- * template, and copies are written in the order of their times, as an app's sign-ups are. Written
- * newest first (times counting down), each index ordered by time took its keys in descending order and
- * PostgreSQL split its pages half and half, leaving them about half full: up to 400 bytes a
- * sub-organization that real sign-ups do not cost (docs/benchmarks.md#bytes-per-sub-organization). */
+ * template, and copies are written in the order of their times, as an app's sign-ups are (written
+ * newest first, every index ordered by time took its keys in descending order, which PostgreSQL's
+ * B-trees split half and half). */
 const COPIES_BEFORE_TEMPLATE_MS = 100_000_000;
 
 /** An app's sign-up as the official client sends it: a root user with an email and an API key, a
