@@ -1,8 +1,8 @@
 // An activity's intent stored once (docs/storage.md#an-activitys-intent): "" in the row when its
 // requester's vote holds the signed body whose parameters give the very same text back, the text
-// itself otherwise. Every reader — the API's get_activity and get_activities, the transparency log's
+// itself otherwise. Every reader — the API's get_activity and list_activities, the transparency log's
 // entries and `sigil audit verify` — reads the same intent either way, and a row written with its
-// intent whole (before, or by hand) reads as it did. (What draftActivity stores: pipeline-steps.test.ts.)
+// intent whole (by an earlier version, or by hand) reads as it did. (What draftActivity stores: pipeline-steps.test.ts.)
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serializeTransaction } from "viem";
 import { startHarness, newKeyPair, signedRequest, type Harness } from "./helpers/harness.js";
