@@ -13,6 +13,7 @@ import { fastPoller } from "./helpers/organizations.js";
 import { errorOf, keyFromBundle } from "./helpers/logins.js";
 import { SoftwarePasskey } from "./helpers/passkey.js";
 import { startSmtp, until, type Refusal, type TestSmtp } from "./helpers/smtp.js";
+import { intentText } from "../src/store/activity-intent.js";
 
 let smtp: TestSmtp;
 /** Addresses already deferred once (a "defer-" address is refused with 451 the first time only). */
@@ -550,11 +551,11 @@ describe("init_user_email_recovery → recover_user", () => {
     // Both refusals are recorded (in no particular order: they may share a millisecond).
     const activities = await h.server.store.db
       .selectFrom("activities")
-      .select(["type", "intent"])
+      .select(["type", "intent", "votes"])
       .where("organization_id", "=", optedOut.subOrganizationId)
       .where("type", "=", "ACTIVITY_TYPE_INIT_USER_EMAIL_RECOVERY_V2")
       .execute();
-    expect(activities.map((a) => JSON.parse(a.intent).email).sort()).toEqual([optedOut.email, "bad"].sort());
+    expect(activities.map((a) => JSON.parse(intentText(a)).email).sort()).toEqual([optedOut.email, "bad"].sort());
     const own = await h.organization("Own recovery");
     const ownSdk = client(own.organizationId, own.key);
     const email = `own.${Date.now()}@example.com`;

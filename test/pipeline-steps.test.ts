@@ -15,6 +15,7 @@ import {
   type Execution,
 } from "../src/activities/pipeline.js";
 import { operationByActivityType } from "../src/operations/catalog.js";
+import { intentText } from "../src/store/activity-intent.js";
 import type { Principal } from "../src/auth/authenticate.js";
 import { serviceError, ServiceError } from "../src/errors.js";
 import { startHarness, newKeyPair, signedRequest, type Harness } from "./helpers/harness.js";
@@ -149,6 +150,9 @@ describe("draftActivity", () => {
       message: req.raw.toString("utf8"),
       activityId: draft.row.id,
     });
+    // The intent is those very parameters: kept once, in the vote (store/activity-intent.ts).
+    expect(draft.row.intent).toBe("");
+    expect(intentText(draft.row)).toBe(JSON.stringify({ userTagName: "t", userIds: [] }));
     expect(draft.row).toMatchObject({
       status: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
       result: "{}",
@@ -163,6 +167,7 @@ describe("draftActivity", () => {
   it("records a secret parameter as <redacted> and keeps no signed body that holds it", () => {
     const req = request("ACTIVITY_TYPE_OTP_LOGIN", "org", { verificationToken: "secret-token", publicKey: "02".padEnd(66, "b") });
     const draft = draftActivity(activityOperation("ACTIVITY_TYPE_OTP_LOGIN"), req, principal("org", "u"), "fp", 5);
+    // The intent is not what was signed: kept whole.
     expect(JSON.parse(draft.row.intent).verificationToken).toBe("<redacted>");
     expect(draft.vote.message).toBe("");
     expect(JSON.stringify([draft.row, draft.vote])).not.toContain("secret-token");

@@ -78,6 +78,7 @@ import {
 } from "../registry/validation.js";
 import { assertRootQuorumReachable } from "../operations/organizations/organizations.js";
 import { newId } from "../store/ids.js";
+import { intentText, storedIntent } from "../store/activity-intent.js";
 import {
   decideActivity,
   denialError,
@@ -488,7 +489,8 @@ export function draftActivity(
     organization_id: envelope.organizationId,
     type: envelope.type,
     status: "ACTIVITY_STATUS_CONSENSUS_NEEDED",
-    intent: JSON.stringify(intent),
+    // Kept once: "" when the vote's signed body gives this very text back (store/activity-intent.ts).
+    intent: storedIntent(JSON.stringify(intent), vote.message),
     result: "{}",
     failure: null,
     votes: JSON.stringify([vote]),
@@ -783,7 +785,7 @@ function pendingSubject(
     organizationId: row.organization_id,
     type: row.type,
     operation,
-    parameters: JSON.parse(row.intent),
+    parameters: JSON.parse(intentText(row, votes)),
     requesterId: row.user_id ?? "",
     votes,
     now,
@@ -1369,14 +1371,14 @@ export class Pipeline {
   private async precheckPending(organizationId: string, fingerprint: string): Promise<Precheck | undefined> {
     const row = await this.options.store.reader
       .selectFrom("activities")
-      .select(["type", "intent", "status"])
+      .select(["type", "intent", "votes", "status"])
       .where("organization_id", "=", organizationId)
       .where("fingerprint", "=", fingerprint)
       .executeTakeFirst();
     if (row?.status !== "ACTIVITY_STATUS_CONSENSUS_NEEDED" && row?.status !== "ACTIVITY_STATUS_AUTHENTICATORS_NEEDED") return undefined;
     const target = operationByActivityType.get(row.type);
     if (target?.kind !== "activity" || !target.precheck) return undefined;
-    return this.precheck(target, { parameters: JSON.parse(row.intent), type: row.type, organizationId });
+    return this.precheck(target, { parameters: JSON.parse(intentText(row)), type: row.type, organizationId });
   }
 
   /**

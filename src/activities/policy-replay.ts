@@ -7,6 +7,7 @@
 // removed) is reported with the activity rather than guessed.
 import type { Db, Tx } from "../store/handles.js";
 import type { ActivitiesTable } from "../store/schema.js";
+import { intentText } from "../store/activity-intent.js";
 import type { Effect, PolicySource } from "../policy/engine.js";
 import { operationByActivityType } from "../operations/catalog.js";
 import type { StoredVote } from "../operations/activities/records.js";
@@ -176,7 +177,7 @@ export async function replayActivities(
       notReplayed.push({ activityId: row.id, type: row.type, why: "it records no requester (no request vote)" });
       return;
     }
-    const parameters = JSON.parse(row.intent) as Record<string, unknown>;
+    const parameters = JSON.parse(intentText(row, votes)) as Record<string, unknown>;
     const requesterOrganization = users.get(row.user_id);
     const subject: ActivitySubject = {
       organizationId: row.organization_id,

@@ -415,7 +415,8 @@ export interface ActivitiesTable {
   organization_id: string;
   type: string;
   status: string;
-  /** JSON: { <intentKey>: parameters } */
+  /** JSON: the parameters as recorded (without secret ones), or "" when they are those of the body
+   * its requester signed, kept in the first vote (read them with store/activity-intent.ts intentText). */
   intent: string;
   /** JSON: { <resultKey>: result }, "{}" until completed */
   result: string;

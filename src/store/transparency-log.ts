@@ -33,6 +33,7 @@ import {
   type Subtree,
 } from "./merkle.js";
 import { prepare, type Slots } from "./prepared.js";
+import { intentText } from "./activity-intent.js";
 
 /** The statuses after which an activity never changes again: each is a leaf of the log. */
 export const FINAL_STATUSES: readonly string[] = ["ACTIVITY_STATUS_COMPLETED", "ACTIVITY_STATUS_FAILED", "ACTIVITY_STATUS_REJECTED"];
@@ -114,7 +115,8 @@ interface VoteAsStored {
  * database row holds nothing more (prepared reads and the request id are left out).
  */
 export function logEntry(row: ActivitiesTable, leafIndex: number): Record<string, unknown> {
-  const votes = (JSON.parse(row.votes) as VoteAsStored[]).map((v) => ({
+  const stored = JSON.parse(row.votes) as VoteAsStored[];
+  const votes = stored.map((v) => ({
     id: v.id,
     userId: v.userId,
     selection: v.selection,
@@ -133,7 +135,8 @@ export function logEntry(row: ActivitiesTable, leafIndex: number): Record<string
     organizationId: row.organization_id,
     type: row.type,
     status: row.status,
-    intent: JSON.parse(row.intent),
+    // The intent whole, wherever the row keeps it: a leaf hashes the same entry either way.
+    intent: JSON.parse(intentText(row, stored)),
     result: JSON.parse(row.result),
     failure: row.failure ? JSON.parse(row.failure) : null,
     votes,

@@ -7,6 +7,7 @@ import { prepare, rowOfSlots, type Slots } from "../../store/prepared.js";
 import { keysOf, type VotingRights } from "../../registry/registry.js";
 import { timestamp } from "../resources.js";
 import { newId } from "../../store/ids.js";
+import { intentText } from "../../store/activity-intent.js";
 import type { Principal } from "../../auth/authenticate.js";
 import type { PolicyVerdict } from "../../policy/engine.js";
 import { serviceError, type ErrorBody } from "../../errors.js";
@@ -69,7 +70,8 @@ function renderVote(vote: StoredVote) {
 /** The activity object of the API, with the spec's nested `result.activity` beside the result key. */
 export function renderActivity(row: ActivitiesTable, rights: VotingRights = { canApprove: false, canReject: false }) {
   const keys = keysOf(row.type);
-  const intent = keyed(keys.intentKeys, JSON.parse(row.intent));
+  const votes = JSON.parse(row.votes) as StoredVote[];
+  const intent = keyed(keys.intentKeys, JSON.parse(intentText(row, votes)));
   const resultBody = row.status === "ACTIVITY_STATUS_COMPLETED" ? keyed(keys.resultKeys, JSON.parse(row.result)) : {};
   const failure = row.failure ? (JSON.parse(row.failure) as ErrorBody) : undefined;
   return {
@@ -79,7 +81,7 @@ export function renderActivity(row: ActivitiesTable, rights: VotingRights = { ca
     type: row.type,
     intent,
     result: { ...resultBody, activity: { type: row.type, intent, result: resultBody } },
-    votes: (JSON.parse(row.votes) as StoredVote[]).map(renderVote),
+    votes: votes.map(renderVote),
     fingerprint: row.fingerprint,
     canApprove: rights.canApprove,
     canReject: rights.canReject,
