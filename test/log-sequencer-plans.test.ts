@@ -10,7 +10,8 @@ import { startHarness, type Harness, type TestOrganization } from "./helpers/har
 import { backend } from "./helpers/backend.js";
 import { nodesOf, sqlitePlanOf, type PostgresPlanNode } from "./helpers/query-plans.js";
 import { newId } from "../src/store/ids.js";
-import { batchRead as batchReadStatement } from "../src/store/transparency-log.js";
+import { batchRead as batchReadStatement, pendingDelete } from "../src/store/transparency-log.js";
+import { PLANNED_EACH_RUN } from "../src/store/postgres-pool.js";
 
 let h: Harness;
 let org: TestOrganization;
@@ -91,3 +92,53 @@ describe(`the sequencer's batch read on a log larger than its statistics (${back
     }
   });
 });
+
+// PostgreSQL keeps a prepared statement's generic plan for the connection's life; SQLite plans each
+// statement when it is prepared, reading no statistics the queue's size could outgrow.
+if (backend === "postgres")
+  describe("the sequencer's statements over the pending rows (postgres)", () => {
+    it("delete the rows a batch took by a range of the queue's primary key, on a backlog its statistics never saw", async () => {
+      const db = h.server.store.db;
+      // Statistics taken while the queue was empty, then a bulk load's backlog (activities not in the
+      // activities table: the sequencer takes such rows and appends nothing).
+      await sql`analyze transparency_log_pending`.execute(db);
+      const backlog = Array.from({ length: 20_000 }, () => ({ organization_id: org.organizationId, activity_id: newId() }));
+      for (let start = 0; start < backlog.length; start += 5_000)
+        await db
+          .insertInto("transparency_log_pending")
+          .values(backlog.slice(start, start + 5_000))
+          .execute();
+      const taken = backlog.slice(10_000, 10_100).map((row) => row.activity_id);
+      const compiled = pendingDelete(org.organizationId, taken).compile(db);
+      const { rows } = await db.executeQuery<{ "QUERY PLAN": Array<{ Plan: PostgresPlanNode }> }>(
+        CompiledQuery.raw(`explain (format json) ${compiled.sql}`, [...compiled.parameters]),
+      );
+      const plan = rows[0]!["QUERY PLAN"][0]!.Plan;
+      const described = JSON.stringify(plan, null, 1);
+      const scans = [...nodesOf(plan)]
+        .map(([node]) => node)
+        .filter((node) => node["Relation Name"] === "transparency_log_pending" && node["Node Type"] !== "ModifyTable");
+      expect(scans.length, described).toBe(1);
+      expect(scans[0]!["Node Type"], described).toMatch(/^Index (Only )?Scan$/);
+      expect(scans[0]!["Index Cond"], described).toMatch(/organization_id = .*activity_id >= .*activity_id <= /);
+      await h.server.logSequencer.flush();
+    });
+
+    it("are planned on every run, never prepared: the queue swings from empty to a bulk load's backlog", async () => {
+      const sdk = h.sdk(org, org.key);
+      await sdk.createPolicy({ policyName: "queued", effect: "EFFECT_ALLOW", consensus: "true", condition: "false", notes: "" });
+      const tally = h.server.store.statements;
+      tally.texts = [];
+      let texts: string[];
+      try {
+        await h.server.logSequencer.flush();
+        texts = tally.texts;
+      } finally {
+        tally.texts = null;
+      }
+      const overTheQueue = texts.filter((text) => text.includes('"transparency_log_pending"'));
+      // The sweep's look-up of the organizations pending, the batch's read and its write.
+      expect(overTheQueue.length).toBeGreaterThanOrEqual(3);
+      for (const text of overTheQueue) expect(text.startsWith(PLANNED_EACH_RUN), text).toBe(true);
+    });
+  });

@@ -9,6 +9,17 @@ import { tally, type StatementTally } from "./handles.js";
 import { DatabaseUnreachable, endsConnection, markLost } from "./lost-connections.js";
 
 /**
+ * The start of a statement text that is planned on every run and never prepared. A prepared
+ * statement's generic plan is made once, from the sizes the tables had then, and kept for the
+ * connection's life; PostgreSQL makes a new one only when the table is analyzed again, which, with
+ * autovacuum off or not yet come round, may be never. That is right for tables that grow steadily, and
+ * wrong for a queue that is empty most of the time and a backlog of a million rows after a bulk load
+ * (the transparency log's pending rows): a plan made while it was empty scanned the whole backlog for
+ * each batch of a hundred taken from it (docs/benchmarks.md#a-million-end-users).
+ */
+export const PLANNED_EACH_RUN = "/* planned each run */ ";
+
+/**
  * Which SQL texts are prepared, by name. A text is named once it has run a few times (so a text made
  * once, like a migration's, is not kept prepared), and at most MAX_NAMED texts ever are: PostgreSQL
  * keeps a connection's prepared statements until it closes, and some texts vary (an IN list of
@@ -25,6 +36,7 @@ export class StatementNames {
 
   /** The name `text` runs under, or undefined to run it unnamed. */
   nameOf(text: string): string | undefined {
+    if (text.startsWith(PLANNED_EACH_RUN)) return undefined;
     const name = this.named.get(text);
     if (name !== undefined || this.named.size >= this.maxNamed) return name;
     const runs = (this.seen.get(text) ?? 0) + 1;

@@ -34,6 +34,11 @@ import {
 } from "./merkle.js";
 import { prepare, type Slots } from "./prepared.js";
 import { intentText } from "./activity-intent.js";
+import { PLANNED_EACH_RUN } from "./postgres-pool.js";
+
+/** The statements over the pending rows are planned on each run with the queue's size at that moment,
+ * never from a plan made while it was empty: it swings from none to a bulk load's backlog. */
+const queued = sql.raw(PLANNED_EACH_RUN);
 
 /** The statuses after which an activity never changes again: each is a leaf of the log. */
 export const FINAL_STATUSES: readonly string[] = ["ACTIVITY_STATUS_COMPLETED", "ACTIVITY_STATUS_FAILED", "ACTIVITY_STATUS_REJECTED"];
@@ -226,7 +231,9 @@ export function appendOf(frontier: Frontier, activityId: string, leaf: Hash): { 
 
 /** The organizations with final activities not yet in their log (read from the pending rows' key alone). */
 export async function organizationsPending(db: Db | Tx): Promise<string[]> {
-  const { rows } = await sql<{ organization_id: string }>`select distinct "organization_id" from "transparency_log_pending"`.execute(db);
+  const { rows } = await sql<{
+    organization_id: string;
+  }>`${queued}select distinct "organization_id" from "transparency_log_pending"`.execute(db);
   return rows.map((r) => r.organization_id);
 }
 
@@ -240,7 +247,7 @@ export async function oldestPending(
     id: string;
     organization_id: string;
     updated_at: number;
-  }>`select "a"."id", "a"."organization_id", "a"."updated_at"
+  }>`${queued}select "a"."id", "a"."organization_id", "a"."updated_at"
     from "transparency_log_pending" as "p" inner join "activities" as "a" on "a"."id" = "p"."activity_id"
     ${organizationId === undefined ? sql`` : sql`where "p"."organization_id" = ${organizationId}`}
     order by "a"."updated_at", "a"."id" limit 1`.execute(db);
@@ -365,7 +372,7 @@ async function readBatch(db: Db | Tx, organizationId: string, limit: number) {
 
 /** The statement that reads a batch (exported for the test of its plan). */
 export const batchRead = (organizationId: string, limit: number) =>
-  sql<BatchRow>`select "p"."activity_id" as "pending_id",
+  sql<BatchRow>`${queued}select "p"."activity_id" as "pending_id",
       (select "l"."leaf_index" from "transparency_log_leaves" as "l"
         where "l"."organization_id" = "p"."organization_id" and "l"."activity_id" = "p"."activity_id") as "leaf_index",
       ${ENTRY_COLUMNS}
@@ -397,6 +404,18 @@ function planAppends(organizationId: string, head: LogHead, rows: BatchRow[], no
 const writePlan = (trx: Tx, dialect: Dialect, plan: AppendPlan) =>
   (dialect === "postgres" ? writePostgres : writeSqlite)(trx, plan.organizationId, plan.appends, plan.taken, plan.head);
 
+/**
+ * The statement that deletes the pending rows a batch took (exported for the test of its plan): by
+ * their keys, and also as the range of the primary key they span (in the column's own order), a range
+ * the planner searches whatever it believes of the queue's size. With the list alone, a plan made from
+ * statistics taken while the queue was empty read the whole backlog for each batch of a hundred.
+ */
+export const pendingDelete = (organizationId: string, taken: string[]) =>
+  sql`delete from "transparency_log_pending"
+      where "organization_id" = ${organizationId}
+        and "activity_id" between (select min("t") from unnest(${taken}::text[]) as "t") and (select max("t") from unnest(${taken}::text[]) as "t")
+        and "activity_id" = any(${taken}::text[])`;
+
 // PostgreSQL: the whole batch in one statement (one round trip).
 async function writePostgres(
   trx: Tx,
@@ -407,7 +426,7 @@ async function writePostgres(
 ): Promise<void> {
   const leaves = appends.map((a) => ({ i: a.leafIndex, a: a.activityId, h: a.leafHash }));
   const nodes = appends.flatMap((a) => a.nodes.map((n) => ({ l: n.level, i: n.node_index, h: n.hash })));
-  await sql`with "leaves" as (
+  await sql`${queued}with "leaves" as (
       insert into "transparency_log_leaves" ("organization_id", "leaf_index", "activity_id", "leaf_hash")
       select ${organizationId}, "x"."i", "x"."a", "x"."h"
       from json_to_recordset(${JSON.stringify(leaves)}::json) as "x"("i" bigint, "a" text, "h" text)
@@ -416,8 +435,7 @@ async function writePostgres(
       select ${organizationId}, "x"."l", "x"."i", "x"."h"
       from json_to_recordset(${JSON.stringify(nodes)}::json) as "x"("l" integer, "i" bigint, "h" text)
     ), "taken" as (
-      delete from "transparency_log_pending"
-      where "organization_id" = ${organizationId} and "activity_id" = any(${taken}::text[])
+      ${pendingDelete(organizationId, taken)}
     )
     update "transparency_log_heads" set "size" = ${head.size}, "root_hash" = ${head.root_hash},
       "frontier" = ${head.frontier}, "updated_at" = ${head.updated_at}
