@@ -14,6 +14,7 @@ import { leafHash } from "../src/store/merkle.js";
 import { verifyStoredLog } from "../src/services/log-audit.js";
 import { parseVerifierKey } from "../src/services/log-checkpoints.js";
 import type { ActivitiesTable } from "../src/store/schema.js";
+import { signUpParameters } from "../bench/sub-organizations.js";
 
 /** A signed body as a client sends it, and the vote a row would keep of it. */
 const bodyWith = (parameters: unknown) =>
@@ -98,30 +99,7 @@ async function checkLeaf(row: ActivitiesTable, parameters: unknown) {
 describe(`an activity's intent as the API and the log read it (${backend})`, () => {
   it("stores a sign-up's and a signature's intent once and serves it as sent, as it did a row written with its intent whole", async () => {
     const { org, root, address } = await ethereumAccountOrganization(h, "intent once");
-    const signUp = {
-      subOrganizationName: "end user",
-      rootQuorumThreshold: 1,
-      rootUsers: [
-        {
-          userName: "owner",
-          userEmail: "owner@example.com",
-          apiKeys: [{ apiKeyName: "device", publicKey: newKeyPair().publicKey, curveType: "API_KEY_CURVE_P256" as const }],
-          authenticators: [],
-          oauthProviders: [],
-        },
-      ],
-      wallet: {
-        walletName: "default",
-        accounts: [
-          {
-            curve: "CURVE_SECP256K1" as const,
-            pathFormat: "PATH_FORMAT_BIP32" as const,
-            path: "m/44'/60'/0'/0/0",
-            addressFormat: "ADDRESS_FORMAT_ETHEREUM" as const,
-          },
-        ],
-      },
-    };
+    const signUp = signUpParameters("end user", "owner@example.com", newKeyPair().publicKey);
     await root.createSubOrganization(signUp);
     const signature = {
       signWith: address,
