@@ -3,7 +3,7 @@
 import { verifyRegistrationResponse } from "@simplewebauthn/server";
 import { decodeClientDataJSON, parseAuthenticatorData, decodeCredentialPublicKey, cose } from "@simplewebauthn/server/helpers";
 import { serviceError } from "../errors.js";
-import { compressP256, validatePublicKey, verifyP256DerOffLoop, sha256 } from "../crypto/keys.js";
+import { compressP256, verifyP256DerOffLoop, sha256 } from "../crypto/keys.js";
 import type { WebauthnStamp } from "./stamps.js";
 
 export interface WebauthnPolicy {
@@ -121,7 +121,7 @@ export async function verifyPasskeyRegistration(input: RegistrationInput, policy
     throw serviceError("INVALID_ATTESTATION", "only P-256 (ES256) passkeys are supported");
   }
   // An attestation of format "none" carries no signature by the key, so nothing above has used it:
-  // it is checked here as every other registered key is (crypto/keys.ts, validatePublicKey).
+  // it is checked here: a point of P-256, as every other registered key is (crypto/keys.ts).
   const publicKey = x.length === 32 && y.length === 32 ? p256PointOf(Buffer.concat([Buffer.from([4]), x, y])) : null;
   if (!publicKey) throw serviceError("INVALID_ATTESTATION", "the passkey's public key is not a point on P-256 (x and y of 32 bytes each)");
   return {
@@ -133,12 +133,11 @@ export async function verifyPasskeyRegistration(input: RegistrationInput, policy
   };
 }
 
-/** The compressed form of an uncompressed P-256 point, or null when it is not a point of the curve
- * (OpenSSL refuses it) or its compressed form is not a key validatePublicKey accepts. */
+/** The compressed form of an uncompressed P-256 point, or null when OpenSSL finds it is not a point
+ * of the curve (its compressed form is then one every registered key's rule accepts). */
 function p256PointOf(uncompressed: Buffer): string | null {
   try {
-    const compressed = compressP256(uncompressed);
-    return validatePublicKey("API_KEY_CURVE_P256", compressed) ? null : compressed;
+    return compressP256(uncompressed);
   } catch {
     return null;
   }
