@@ -8,7 +8,7 @@ import crypto from "node:crypto";
 import path from "node:path";
 import { Worker } from "node:worker_threads";
 import BetterSqlite3 from "better-sqlite3";
-import { Kysely, Migrator, PostgresDialect, SqliteDialect } from "kysely";
+import { CompiledQuery, Kysely, Migrator, PostgresDialect, SqliteDialect, sql } from "kysely";
 import pg from "pg";
 import pino from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -28,7 +28,9 @@ import {
   leafOfActivity,
   oldestPending,
   planBatch,
+  batchRead,
   sequenceLog,
+  vacuumPending,
 } from "../src/store/transparency-log.js";
 import { LogPlanThread } from "../src/store/log-plan-thread.js";
 import { migrations } from "../src/store/migrations.js";
@@ -723,42 +725,47 @@ it("hashes leaves and nodes with RFC 9162's domain separation", () => {
   expect(EMPTY_ROOT.toString("hex")).toBe("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 });
 
-describe("the log's planning thread", () => {
-  /** A database no server sequences, with an organization and `count` final activities written straight into it. */
-  async function unsequenced() {
-    const database = await createTestDatabase();
-    const store = await openStore({ databaseUrl: database.databaseUrl, dataDir: database.dataDir });
-    const { organizationId } = await createOrganization(store.db, {
-      organizationName: "planned",
-      userName: "u",
-      apiKeyName: "k",
-      apiPublicKey: newKeyPair().publicKey,
-    });
-    const addFinal = async (count: number) => {
-      await store.db.insertInto("activities").values(finalActivityRows(organizationId, count)).execute();
-    };
-    // Every table, the log's included.
-    const everything = async () => {
-      const out: Record<string, string[]> = {};
-      for (const { name } of await store.db.introspection.getTables())
-        if (!name.startsWith("kysely_"))
-          out[name] = (
-            await store.db
-              .selectFrom(name as "users")
-              .selectAll()
-              .execute()
-          )
-            .map((r) => JSON.stringify(r))
-            .sort();
-      return out;
-    };
-    const close = async () => {
-      await store.close();
-      await database.drop();
-    };
-    return { store, organizationId, addFinal, everything, close };
-  }
+/** A database no server sequences, with an organization and `count` final activities written straight into it. */
+async function unsequenced() {
+  const database = await createTestDatabase();
+  const store = await openStore({ databaseUrl: database.databaseUrl, dataDir: database.dataDir });
+  const { organizationId } = await createOrganization(store.db, {
+    organizationName: "planned",
+    userName: "u",
+    apiKeyName: "k",
+    apiPublicKey: newKeyPair().publicKey,
+  });
+  const addFinal = async (count: number) => {
+    // A thousand at a time: SQLite binds at most 32,766 values to a statement.
+    for (let added = 0; added < count; added += 1_000)
+      await store.db
+        .insertInto("activities")
+        .values(finalActivityRows(organizationId, Math.min(1_000, count - added)))
+        .execute();
+  };
+  // Every table, the log's included.
+  const everything = async () => {
+    const out: Record<string, string[]> = {};
+    for (const { name } of await store.db.introspection.getTables())
+      if (!name.startsWith("kysely_"))
+        out[name] = (
+          await store.db
+            .selectFrom(name as "users")
+            .selectAll()
+            .execute()
+        )
+          .map((r) => JSON.stringify(r))
+          .sort();
+    return out;
+  };
+  const close = async () => {
+    await store.close();
+    await database.drop();
+  };
+  return { store, organizationId, addFinal, everything, close };
+}
 
+describe("the log's planning thread", () => {
   it("writes a plan only onto the head it was made from: overtaken by another sequencing, it writes nothing", async () => {
     const { store, organizationId, addFinal, everything, close } = await unsequenced();
     try {
@@ -827,5 +834,79 @@ describe("the log's planning thread", () => {
       size: leaves.length,
       problem: null,
     });
+  });
+});
+
+describe(`the pending rows a backlog leaves behind (${backend})`, () => {
+  /** What the next batch read costs once a backlog of `backlog` was appended by a sequencer that
+   * vacuums after `vacuumAfter` deleted rows: the buffers PostgreSQL's plan touched (SQLite: none asked). */
+  async function afterBacklog(backlog: number, vacuumAfter: number) {
+    const { store, organizationId, addFinal, close } = await unsequenced();
+    const sequencer = new LogSequencer(store, pino({ level: "silent" }), Date.now, { vacuumAfter });
+    const tally = store.statements;
+    tally.texts = [];
+    try {
+      await addFinal(backlog);
+      await sequencer.flush();
+      expect(await verifyStoredLog(store.db, organizationId, null, Date.now())).toMatchObject({ size: backlog, pending: 0, problem: null });
+      const vacuums = tally.texts.filter((text) => /vacuum/i.test(text)).length;
+      if (store.dialect === "sqlite") return { vacuums, buffers: 0 };
+      const read = batchRead(organizationId, BATCH).compile(store.db);
+      const { rows } = await store.db.executeQuery<{ "QUERY PLAN": Array<{ Plan: Record<string, number> }> }>(
+        CompiledQuery.raw(`explain (analyze, buffers, format json) ${read.sql}`, [...read.parameters]),
+      );
+      const plan = rows[0]!["QUERY PLAN"][0]!.Plan;
+      return { vacuums, buffers: plan["Shared Hit Blocks"]! + plan["Shared Read Blocks"]! };
+    } finally {
+      tally.texts = null;
+      await sequencer.close();
+      await close();
+    }
+  }
+
+  it("are vacuumed on PostgreSQL as they are deleted, so the next read does not walk them (SQLite deletes them outright)", async () => {
+    const vacuumed = await afterBacklog(3_000, 1_000);
+    const kept = await afterBacklog(3_000, Number.POSITIVE_INFINITY);
+    expect(kept.vacuums).toBe(0);
+    if (backend === "postgres") {
+      // Once after every 1,000 deleted.
+      expect(vacuumed.vacuums).toBe(3);
+      // The 3,000 deleted keys, unvacuumed, are some forty pages of the primary key walked by every
+      // read; vacuumed, the read finds the empty queue in a page or two of it.
+      expect(kept.buffers).toBeGreaterThan(30);
+      expect(vacuumed.buffers).toBeLessThan(10);
+    } else {
+      expect(vacuumed.vacuums).toBe(0);
+    }
+  });
+
+  it("are rewritten on PostgreSQL to the few rows left once a large backlog has drained", async () => {
+    // SQLite frees a deleted row's page at once: there is nothing to rewrite.
+    if (backend !== "postgres") return;
+    const { store, organizationId, addFinal, close } = await unsequenced();
+    const sequencer = new LogSequencer(store, pino({ level: "silent" }), Date.now, { vacuumAfter: Number.POSITIVE_INFINITY });
+    const pagesOf = async () =>
+      (await sql<{ pages: string }>`select pg_relation_size('transparency_log_pending') / 8192 as "pages"`.execute(store.db)).rows[0]!
+        .pages;
+    try {
+      await addFinal(3_000);
+      await sequencer.flush();
+      // Five arrive after the backlog drained: the table's last pages hold them, so no vacuum can cut it short.
+      await addFinal(5);
+      const grown = Number(await pagesOf());
+      expect(grown).toBeGreaterThan(30);
+      // A table under the size that is rewritten is only vacuumed.
+      expect(await vacuumPending(store.db)).toBe(false);
+      expect(Number(await pagesOf())).toBe(grown);
+      // Of at least 10 pages with fewer live rows than pages: rewritten to its live rows, which stay pending.
+      expect(await vacuumPending(store.db, 10)).toBe(true);
+      expect(Number(await pagesOf())).toBe(1);
+      expect((await planBatch(store.reader, organizationId, BATCH, Date.now()))?.appends).toHaveLength(5);
+      await sequencer.flush();
+      expect(await verifyStoredLog(store.db, organizationId, null, Date.now())).toMatchObject({ size: 3_005, pending: 0, problem: null });
+    } finally {
+      await sequencer.close();
+      await close();
+    }
   });
 });

@@ -18,7 +18,15 @@
 import type pino from "pino";
 import type { Store } from "../store/database.js";
 import { LogPlanThread } from "../store/log-plan-thread.js";
-import { commitPlan, oldestPending, organizationsPending, type PlanRows, planRowsHere, sequenceLog } from "../store/transparency-log.js";
+import {
+  commitPlan,
+  oldestPending,
+  organizationsPending,
+  type PlanRows,
+  planRowsHere,
+  sequenceLog,
+  vacuumPending,
+} from "../store/transparency-log.js";
 
 /** How long after a final activity's commit this process's sequencer runs: long enough that one of its
  * transactions appends many activities, short enough that a checkpoint asked for soon after holds them
@@ -48,6 +56,13 @@ export const PLANNED_BATCH = 1_000;
  * server and a database's failover. `sigil audit verify` reports an activity pending for longer.
  */
 export const MAXIMUM_MERGE_DELAY_MS = 60_000;
+/**
+ * PostgreSQL: how many pending rows this process's sequencer deletes between two vacuums of their
+ * table (vacuumPending). Each batch read walks the deleted keys not yet vacuumed, so this bounds the
+ * walk (to well under a millisecond) whatever autovacuum does; each vacuum reads the table's pages
+ * written since the last and its primary key, milliseconds while the queue is short.
+ */
+export const VACUUM_AFTER = 10_000;
 
 export class LogSequencer {
   private wake: NodeJS.Timeout | undefined;
@@ -59,14 +74,20 @@ export class LogSequencer {
   private closed = false;
   /** The planning thread (reading the batches itself on SQLite); null on a read-only store, which appends nothing. */
   private readonly planner: LogPlanThread | null;
+  /** PostgreSQL: pending rows deleted between two vacuums of their table (VACUUM_AFTER; tests set fewer). */
+  private readonly vacuumAfter: number;
   private plannerFailureLogged = false;
+  /** PostgreSQL: pending rows this process deleted since it last vacuumed their table. */
+  private deletedSinceVacuum = 0;
+  private vacuumFailureLogged = false;
 
   constructor(
     private readonly store: Store,
     private readonly logger: pino.Logger,
     private readonly clock: () => number = Date.now,
-    options: { planner?: LogPlanThread | null } = {},
+    options: { planner?: LogPlanThread | null; vacuumAfter?: number } = {},
   ) {
+    this.vacuumAfter = options.vacuumAfter ?? VACUUM_AFTER;
     // On PostgreSQL the thread reads no database (the rows are handed to it); a read-only SQLite
     // store (a CLI command) appends nothing. The thread starts with the first batch.
     if (options.planner !== undefined) this.planner = options.planner;
@@ -148,7 +169,11 @@ export class LogSequencer {
 
   /** Appends the organization's pending activities in at most `rounds` transactions; whether none is left. */
   private async sequenceOne(organizationId: string, rounds: number): Promise<boolean> {
-    for (let round = 0; round < rounds; round++) if (await this.appendBatch(organizationId)) return true;
+    for (let round = 0; round < rounds; round++) {
+      const last = await this.appendBatch(organizationId);
+      if (this.deletedSinceVacuum >= this.vacuumAfter) await this.vacuumPending();
+      if (last) return true;
+    }
     return (await oldestPending(this.store.reader, organizationId)) === undefined;
   }
 
@@ -167,7 +192,22 @@ export class LogSequencer {
     const taken = await this.store.transact("exclusive", (trx) =>
       sequenceLog(trx, this.store.dialect, organizationId, BATCH, this.clock(), this.planRows),
     );
+    if (this.store.dialect === "postgres") this.deletedSinceVacuum += taken;
     return taken < BATCH;
+  }
+
+  /** PostgreSQL: vacuums the pending rows' table (vacuumPending); a failure (a role that does not own
+   * it) is logged once, and the sequencer goes on without. */
+  private async vacuumPending(): Promise<void> {
+    this.deletedSinceVacuum = 0;
+    try {
+      if (await vacuumPending(this.store.db))
+        this.logger.info("the transparency log's pending rows were rewritten to the few left once a backlog was appended");
+    } catch (error) {
+      if (this.vacuumFailureLogged) return;
+      this.vacuumFailureLogged = true;
+      this.logger.warn({ err: error }, "the transparency log's sequencer could not vacuum its pending rows; it relies on autovacuum");
+    }
   }
 
   /** The planning thread's plan of the next batch it reads (null: nothing pending); undefined when

@@ -416,6 +416,49 @@ export const pendingDelete = (organizationId: string, taken: string[]) =>
         and "activity_id" between (select min("t") from unnest(${taken}::text[]) as "t") and (select max("t") from unnest(${taken}::text[]) as "t")
         and "activity_id" = any(${taken}::text[])`;
 
+/** PostgreSQL: a pending table of at least this many pages (8 kB each) holding fewer live rows than
+ * pages (a page holds some 75) is rewritten by vacuumPending. */
+export const COMPACT_FROM_PAGES = 1_000;
+/** How long vacuumPending waits for the table's lock to rewrite it before leaving it for next time:
+ * the activities that would add a pending row meanwhile wait behind it. */
+export const COMPACT_LOCK_TIMEOUT_MS = 100;
+
+/**
+ * PostgreSQL: vacuums the pending rows' table (docs/audit-log.md#the-pending-queue-on-postgresql),
+ * removing the versions the sequencer's deletes left and their keys in its primary key, which every
+ * batch read walks until a vacuum removes them: once a backlog of 1,000,000 was appended, each read
+ * walked them all, 75-350 ms once a second. Autovacuum removes them in its own time, or never where it
+ * is turned off; PostgreSQL skips an index's clean-up when few of the table's pages hold dead rows, so
+ * it is asked for. It waits for no lock (another process's vacuum in progress makes it a no-op).
+ *
+ * A vacuum frees pages but keeps them, and the planner reads a table by its pages: once a backlog has
+ * drained, the few rows left made every read (and the sweep's list of organizations) a scan of the
+ * backlog's pages, 30-45 ms each for 13,000 pages. So a table of COMPACT_FROM_PAGES or more holding
+ * fewer live rows than pages is rewritten to its live rows (vacuum full: 165 ms for 13,000 pages),
+ * waiting at most COMPACT_LOCK_TIMEOUT_MS for its lock. Resolves with whether it was rewritten.
+ */
+export async function vacuumPending(db: Db, compactFromPages = COMPACT_FROM_PAGES): Promise<boolean> {
+  await sql`${queued}vacuum (index_cleanup on, skip_locked) "transparency_log_pending"`.execute(db);
+  const { rows } = await sql<{ pages: number; live: number }>`${queued}select "relpages" as "pages", "reltuples" as "live"
+    from "pg_class" where "oid" = '"transparency_log_pending"'::regclass`.execute(db);
+  const { pages, live } = rows[0]!;
+  if (pages < compactFromPages || live >= pages) return false;
+  // On one connection: the lock's timeout is the session's, set for this statement alone.
+  return db.connection().execute(async (connection) => {
+    await sql`${queued}set lock_timeout = ${sql.lit(`${COMPACT_LOCK_TIMEOUT_MS}ms`)}`.execute(connection);
+    try {
+      await sql`${queued}vacuum (full) "transparency_log_pending"`.execute(connection);
+      return true;
+    } catch (error) {
+      // Its lock was not had in time (lock_not_available): the next vacuum tries again.
+      if ((error as { code?: string }).code === "55P03") return false;
+      throw error;
+    } finally {
+      await sql`${queued}reset lock_timeout`.execute(connection);
+    }
+  });
+}
+
 // PostgreSQL: the whole batch in one statement (one round trip).
 async function writePostgres(
   trx: Tx,
