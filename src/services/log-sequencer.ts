@@ -196,8 +196,8 @@ export class LogSequencer {
     return taken < BATCH;
   }
 
-  /** PostgreSQL: vacuums the pending rows' table (vacuumPending); a failure (a role that does not own
-   * it) is logged once, and the sequencer goes on without. */
+  /** PostgreSQL: vacuums the pending rows' table (vacuumPending). A role that does not own it is only
+   * warned by PostgreSQL; a failure (a lost connection) is logged once, and the sequencer goes on. */
   private async vacuumPending(): Promise<void> {
     this.deletedSinceVacuum = 0;
     try {
