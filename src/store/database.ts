@@ -609,6 +609,7 @@ const organizationSharedLockAtOnce = prepare((db, slot: Slots<{ organizationId: 
 export function isDuplicateFingerprint(error: unknown): boolean {
   if (error instanceof DuplicateFingerprint) return true;
   const e = error as { code?: string; constraint?: string; message?: string } | undefined;
-  if (e?.code === "23505") return (e.constraint ?? "").includes("fingerprint");
+  // 23P01: the fingerprint's exclusion constraint on PostgreSQL (migration 0035); 23505 before it.
+  if (e?.code === "23505" || e?.code === "23P01") return (e.constraint ?? "").includes("fingerprint");
   return e?.code === "SQLITE_CONSTRAINT_UNIQUE" && (e.message ?? "").includes("activities.fingerprint");
 }

@@ -1168,6 +1168,47 @@ const transparencyLogPending: Migration = {
   },
 };
 
+/**
+ * PostgreSQL only: the indexes searched only by equality on a long value that does not arrive in
+ * order (a public key, an address, an email, a request's fingerprint, an activity's id in its
+ * organization's log) become hash indexes, and the sub-organizations' index by parent leaves out the
+ * organizations that have none. What each sub-organization costs on disk, measured at 1,000,000 in
+ * docs/benchmarks.md#bytes-per-sub-organization:
+ * - A b-tree holds each key whole (65 to 90 bytes with its tuple's header), in pages that random keys
+ *   leave about 70 % full; a hash index holds a 4-byte hash code per row, and searches by equality as
+ *   fast. None of these is read in order or by range.
+ * - The fingerprint and the leaf's activity must stay unique: an exclusion constraint over a hash
+ *   index keeps them so, as a unique index did (a second row with the same value is refused, or waits
+ *   for the transaction that wrote the first), under the same constraint names. An activity's leaf
+ *   is now unique by the activity alone, which is unique in every organization.
+ * - The root organizations (no parent, NULL) sorted last in `organizations_by_parent`, so a parent's
+ *   new sub-organizations were never added at its end, where PostgreSQL fills a page before it splits
+ *   it: elsewhere it splits pages in half, and the index stayed half full. Without them a parent's
+ *   sub-organizations go to its end (while it is the parent most recently made). Every search of it
+ *   names a parent, which implies the index's condition.
+ * SQLite has no hash indexes and keeps its b-trees. Each index is rebuilt, blocking writes to its table
+ * meanwhile (docs/storage.md#migrations-on-a-large-database).
+ */
+const equalityLookupsHashed: Migration = {
+  async up(db: Kysely<any>) {
+    if (!(db.getExecutor().adapter instanceof PostgresAdapter)) return;
+    await sql`drop index wallet_accounts_by_public_key`.execute(db);
+    await sql`create index wallet_accounts_by_public_key on wallet_accounts using hash (public_key)`.execute(db);
+    await sql`drop index wallet_accounts_by_address_owner`.execute(db);
+    await sql`create index wallet_accounts_by_address_owner on wallet_accounts using hash (address)`.execute(db);
+    await sql`drop index users_by_email`.execute(db);
+    await sql`create index users_by_email on users using hash (lower(email))`.execute(db);
+    await sql`drop index transparency_log_leaves_by_activity`.execute(db);
+    await sql`alter table transparency_log_leaves
+      add constraint transparency_log_leaves_by_activity exclude using hash (activity_id with =)`.execute(db);
+    await sql`alter table activities drop constraint activities_fingerprint_key`.execute(db);
+    await sql`alter table activities add constraint activities_fingerprint_key exclude using hash (fingerprint with =)`.execute(db);
+    await sql`drop index organizations_by_parent`.execute(db);
+    await sql`create index organizations_by_parent on organizations (parent_organization_id, created_at, id)
+      where parent_organization_id is not null`.execute(db);
+  },
+};
+
 export const migrations: Record<string, Migration> = {
   "0001_initial": initial,
   "0002_policies": policies,
@@ -1201,6 +1242,7 @@ export const migrations: Record<string, Migration> = {
   "0032_api_keys_by_user_dropped": apiKeysByUserDropped,
   "0033_sub_organization_lookups": subOrganizationLookups,
   "0034_transparency_log_pending": transparencyLogPending,
+  "0035_equality_lookups_hashed": equalityLookupsHashed,
 };
 
 export const migrationProvider: MigrationProvider = {

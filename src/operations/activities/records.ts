@@ -127,14 +127,16 @@ type ActivityWithEvaluation = ActivitiesTable & {
 // PostgreSQL: both rows in one statement (a data-modifying WITH), one round trip fewer per activity.
 // A fingerprint already recorded inserts neither (ON CONFLICT DO NOTHING: no error, which on
 // PostgreSQL would abort the whole transaction — every activity of a shared one, group-commit.ts);
-// the caller learns it from the count of rows written.
+// the caller learns it from the count of rows written. The conflict names no arbiter: the
+// fingerprint's is an exclusion constraint (migration 0035), which ON CONFLICT accepts only so; the
+// one other constraint the row could meet, its id's key, holds a fresh UUIDv7.
 const activityWithEvaluationInsert = prepare((db, slot: Slots<ActivityWithEvaluation>) =>
   db
     .with("activity", (db) =>
       db
         .insertInto("activities")
         .values(rowOfSlots(slot as Slots<ActivitiesTable>, ACTIVITY_COLUMNS))
-        .onConflict((conflict) => conflict.column("fingerprint").doNothing())
+        .onConflict((conflict) => conflict.doNothing())
         .returning(["id", "organization_id"]),
     )
     .insertInto("policy_evaluations")
