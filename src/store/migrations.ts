@@ -1176,7 +1176,8 @@ const transparencyLogPending: Migration = {
  * docs/benchmarks.md#bytes-per-sub-organization:
  * - A b-tree holds each key whole (65 to 90 bytes with its tuple's header), in pages that random keys
  *   leave about 70 % full; a hash index holds a 4-byte hash code per row, and searches by equality as
- *   fast. None of these is read in order or by range.
+ *   fast. None of these is read in order or by range. (An address is searched with its organization:
+ *   one row in practice; a key imported into many organizations has a row in each, all read.)
  * - The fingerprint and the leaf's activity must stay unique: an exclusion constraint over a hash
  *   index keeps them so, as a unique index did (a second row with the same value is refused, or waits
  *   for the transaction that wrote the first), under the same constraint names. An activity's leaf

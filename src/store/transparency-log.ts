@@ -9,7 +9,8 @@
 // writer), gives their activities the next leaf indexes in a deterministic order, and writes their
 // leaves, the subtrees they complete and the new head, and deletes the pending rows, in a few
 // statements for the whole batch. It writes nothing to the activity rows: an activity's place in the
-// log is its leaf, found by the leaves' index by (organization, activity).
+// log is its leaf, found by the leaves' index by activity (by organization and activity on SQLite; a
+// hash index of the activity on PostgreSQL, store/migrations.ts 0035).
 //
 // Stored per organization: the head (size, root, and the right edge of the tree, from which the next
 // leaves' nodes are computed without reading any other row), one row per leaf (the activity and its
