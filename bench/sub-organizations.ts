@@ -45,11 +45,12 @@ const UNIQUE_COLUMNS: Record<string, string[]> = {
 
 const TIME_COLUMNS = new Set(["created_at", "updated_at", "timestamp_ms"]);
 
-/** Copy `i`'s times are the template's less this, plus i milliseconds: every copy lists before the
- * template, and copies are written in the order of their times, as an app's sign-ups are (written
- * newest first, every index ordered by time took its keys in descending order, which PostgreSQL's
- * B-trees split half and half). */
-const COPIES_BEFORE_TEMPLATE_MS = 100_000_000;
+/** A copy's times are when it is made (never before the copy made before it): copies list after
+ * everything made before them, in the order they are written, as an app's sign-ups arrive. (Written
+ * in any other order, an index ordered by time takes each key short of its group's end, where
+ * PostgreSQL's B-trees split pages half and half; at its end, they fill a page before splitting it.) */
+let lastCopyTime = 0;
+const copyTime = () => (lastCopyTime = Math.max(Date.now(), lastCopyTime));
 
 /** An app's sign-up as the official client sends it: a root user with an email and an API key, a
  * wallet with one Ethereum account (the bench's million scenario and test/sub-organization-plans.test.ts). */
@@ -175,6 +176,7 @@ function randomLike(value: string): string {
 
 /** The rows of copy `index`, by table. */
 function copyOf(template: SignUpTemplate, keyring: Keyring, index: number): Record<string, Row[]> {
+  const madeAt = copyTime();
   const ids = new Map<string, string>();
   for (const list of Object.values(template.rows)) for (const row of list) if (typeof row.id === "string") ids.set(row.id, newId());
   const organizationId = ids.get(template.subOrganizationId)!;
@@ -192,7 +194,7 @@ function copyOf(template: SignUpTemplate, keyring: Keyring, index: number): Reco
     out[table] = list.map((row, i) => {
       const made: Row = {};
       for (const [column, value] of Object.entries(row)) {
-        if (TIME_COLUMNS.has(column) && value !== null) made[column] = Number(value) - COPIES_BEFORE_TEMPLATE_MS + index;
+        if (TIME_COLUMNS.has(column) && value !== null) made[column] = madeAt;
         else made[column] = typeof value === "string" ? replace(value) : value;
       }
       for (const { table: t, column, kind } of SECRET_COLUMNS) {
@@ -210,9 +212,7 @@ function copyOf(template: SignUpTemplate, keyring: Keyring, index: number): Reco
 /**
  * Adds copies `existing` … `target - 1` of the template sign-up: `perTransaction` sub-organizations
  * (about 12 rows each) a transaction, each table's rows as multi-row INSERTs. Copy `i` is named
- * `end user i`, its root user's email is fillerEmail(i), and its times are i milliseconds after
- * COPIES_BEFORE_TEMPLATE_MS before the template's (so the copies list before the template, in the
- * order made, and are written in that order).
+ * `end user i`, its root user's email is fillerEmail(i), and its times are when it is made (copyTime).
  */
 export async function insertSubOrganizations(
   db: Db,
@@ -222,7 +222,6 @@ export async function insertSubOrganizations(
   existing: number,
   perTransaction = 2000,
 ): Promise<void> {
-  if (target > COPIES_BEFORE_TEMPLATE_MS) throw new Error(`at most ${COPIES_BEFORE_TEMPLATE_MS} copies list before the template`);
   for (let start = existing; start < target; start += perTransaction) {
     const byTable: Record<string, Row[]> = {};
     for (let index = start; index < Math.min(target, start + perTransaction); index++)

@@ -1,6 +1,6 @@
 // Migration 0035 (store/migrations.ts): on PostgreSQL the indexes only ever searched by equality on a
 // long value are hash indexes, the fingerprint and a leaf's activity stay unique under exclusion
-// constraints of the same names, and organizations_by_parent leaves out the root organizations.
+// constraints of the same names, an API key's public key in its organization under one of its own, and organizations_by_parent leaves out the root organizations.
 // SQLite keeps its b-trees. On both, a second row with a recorded fingerprint or a second leaf for an
 // activity is refused and nothing changes, and each lookup still finds its row.
 import { sql } from "kysely";
@@ -91,6 +91,33 @@ describe(`hashed equality lookups (${backend})`, () => {
     expect(await h.snapshot()).toBe(before);
   });
 
+  it("refuses a second API key with a public key already in its organization, and changes nothing; takes it in another", async () => {
+    const db = h.server.store.db;
+    const key = await db.selectFrom("api_keys").selectAll().where("id", "=", org.apiKeyId).executeTakeFirstOrThrow();
+    const before = await h.snapshot();
+    const error = await failureOf(() =>
+      db
+        .insertInto("api_keys")
+        .values({ ...key, id: newId() })
+        .execute(),
+    );
+    expect(error).toBeDefined();
+    expect(error!.code).toBe(backend === "postgres" ? "23P01" : "SQLITE_CONSTRAINT_UNIQUE");
+    expect(await h.snapshot()).toBe(before);
+    // The same key in another organization is another row (an organization's prefix ends at its first "/").
+    const other = await h.organization("Another");
+    const { id: otherUser } = await db
+      .selectFrom("users")
+      .select("id")
+      .where("organization_id", "=", other.organizationId)
+      .executeTakeFirstOrThrow();
+    const copy = { ...key, id: newId(), organization_id: other.organizationId, user_id: otherUser };
+    await db.insertInto("api_keys").values(copy).execute();
+    expect(await db.selectFrom("api_keys").select("id").where("public_key", "=", key.public_key).orderBy("id").execute()).toEqual(
+      [{ id: key.id }, { id: copy.id }].sort((a, b) => (a.id < b.id ? -1 : 1)),
+    );
+  });
+
   it("still finds each row by the value it is searched by", async () => {
     const db = h.server.store.db;
     const account = await db
@@ -115,11 +142,15 @@ if (backend === "postgres")
       const { rows } = await sql<{ indexname: string; indexdef: string }>`
         select indexname, indexdef from pg_indexes where schemaname = current_schema() and indexname in (
           'wallet_accounts_by_public_key', 'wallet_accounts_by_address_owner', 'users_by_email',
-          'transparency_log_leaves_by_activity', 'activities_fingerprint_key', 'organizations_by_parent')
+          'transparency_log_leaves_by_activity', 'activities_fingerprint_key', 'organizations_by_parent',
+          'api_keys_by_public_key', 'api_keys_unique_in_organization')
         order by indexname`.execute(db);
       const definitions = Object.fromEntries(rows.map((r) => [r.indexname, r.indexdef.replace(/ ON [\w.]+ /, " ON ")]));
       expect(definitions).toEqual({
         activities_fingerprint_key: "CREATE INDEX activities_fingerprint_key ON USING hash (fingerprint)",
+        api_keys_by_public_key: "CREATE INDEX api_keys_by_public_key ON USING hash (public_key)",
+        api_keys_unique_in_organization:
+          "CREATE INDEX api_keys_unique_in_organization ON USING hash ((((organization_id || '/'::text) || public_key)))",
         organizations_by_parent:
           "CREATE INDEX organizations_by_parent ON USING btree (parent_organization_id, created_at, id) WHERE (parent_organization_id IS NOT NULL)",
         transparency_log_leaves_by_activity: "CREATE INDEX transparency_log_leaves_by_activity ON USING hash (activity_id)",
@@ -129,9 +160,11 @@ if (backend === "postgres")
       });
       const { rows: constraints } = await sql<{ conname: string; contype: string }>`
         select conname, contype from pg_constraint
-        where conname in ('activities_fingerprint_key', 'transparency_log_leaves_by_activity') order by conname`.execute(db);
+        where conname in ('activities_fingerprint_key', 'transparency_log_leaves_by_activity', 'api_keys_unique_in_organization')
+        order by conname`.execute(db);
       expect(constraints).toEqual([
         { conname: "activities_fingerprint_key", contype: "x" },
+        { conname: "api_keys_unique_in_organization", contype: "x" },
         { conname: "transparency_log_leaves_by_activity", contype: "x" },
       ]);
     });

@@ -1171,8 +1171,8 @@ const transparencyLogPending: Migration = {
 /**
  * PostgreSQL only: the indexes searched only by equality on a long value that does not arrive in
  * order (a public key, an address, an email, a request's fingerprint, an activity's id in its
- * organization's log) become hash indexes, and the sub-organizations' index by parent leaves out the
- * organizations that have none. What each sub-organization costs on disk, measured at 1,000,000 in
+ * organization's log, an API key's public key) become hash indexes, and the sub-organizations' index
+ * by parent leaves out the organizations that have none. What each sub-organization costs on disk, measured at 1,000,000 in
  * docs/benchmarks.md#bytes-per-sub-organization:
  * - A b-tree holds each key whole (65 to 90 bytes with its tuple's header), in pages that random keys
  *   leave about 70 % full; a hash index holds a 4-byte hash code per row, and searches by equality as
@@ -1181,7 +1181,10 @@ const transparencyLogPending: Migration = {
  * - The fingerprint and the leaf's activity must stay unique: an exclusion constraint over a hash
  *   index keeps them so, as a unique index did (a second row with the same value is refused, or waits
  *   for the transaction that wrote the first), under the same constraint names. An activity's leaf
- *   is now unique by the activity alone, which is unique in every organization.
+ *   is now unique by the activity alone, which is unique in every organization. An API key's public
+ *   key is unique in its organization: a hash index takes one column, so the constraint's is of the
+ *   organization and the key joined by "/", which no organization id holds (the first "/" ends it), and
+ *   searches by the key alone use a hash index of it.
  * - The root organizations (no parent, NULL) sorted last in `organizations_by_parent`, so a parent's
  *   new sub-organizations were never added at its end, where PostgreSQL fills a page before it splits
  *   it: elsewhere it splits pages in half, and the index stayed half full. Without them a parent's
@@ -1204,6 +1207,10 @@ const equalityLookupsHashed: Migration = {
       add constraint transparency_log_leaves_by_activity exclude using hash (activity_id with =)`.execute(db);
     await sql`alter table activities drop constraint activities_fingerprint_key`.execute(db);
     await sql`alter table activities add constraint activities_fingerprint_key exclude using hash (fingerprint with =)`.execute(db);
+    await sql`drop index api_keys_by_public_key`.execute(db);
+    await sql`create index api_keys_by_public_key on api_keys using hash (public_key)`.execute(db);
+    await sql`alter table api_keys
+      add constraint api_keys_unique_in_organization exclude using hash ((organization_id || '/' || public_key) with =)`.execute(db);
     await sql`drop index organizations_by_parent`.execute(db);
     await sql`create index organizations_by_parent on organizations (parent_organization_id, created_at, id)
       where parent_organization_id is not null`.execute(db);
