@@ -45,31 +45,33 @@ afterAll(async () => {
   await h?.close();
 });
 
-/** The error a statement fails with (or undefined when it does not). */
-async function failureOf(run: () => Promise<unknown>): Promise<{ code?: string; constraint?: string; message?: string } | undefined> {
+/** Runs an insert the database must refuse as a second equal row (PostgreSQL: an exclusion
+ * constraint's 23P01; SQLite: a unique index), checks that nothing changed, and returns the error. */
+async function refusedAsDuplicate(insert: () => Promise<unknown>): Promise<unknown> {
+  const before = await h.snapshot();
+  let error: { code?: string } | undefined;
   try {
-    await run();
-  } catch (error) {
-    return error as { code?: string };
+    await insert();
+  } catch (caught) {
+    error = caught as { code?: string };
   }
-  return undefined;
+  expect(error).toBeDefined();
+  expect(error!.code).toBe(backend === "postgres" ? "23P01" : "SQLITE_CONSTRAINT_UNIQUE");
+  expect(await h.snapshot()).toBe(before);
+  return error;
 }
 
 describe(`hashed equality lookups (${backend})`, () => {
   it("refuses a second activity row with a recorded fingerprint, as a duplicate fingerprint, and changes nothing", async () => {
     const db = h.server.store.db;
     const original = await db.selectFrom("activities").selectAll().where("id", "=", signed.activityId).executeTakeFirstOrThrow();
-    const before = await h.snapshot();
-    const error = await failureOf(() =>
+    const error = await refusedAsDuplicate(() =>
       db
         .insertInto("activities")
         .values({ ...original, id: newId(), status: "ACTIVITY_STATUS_PENDING" })
         .execute(),
     );
-    expect(error).toBeDefined();
-    expect(error!.code).toBe(backend === "postgres" ? "23P01" : "SQLITE_CONSTRAINT_UNIQUE");
     expect(isDuplicateFingerprint(error)).toBe(true);
-    expect(await h.snapshot()).toBe(before);
   });
 
   it("refuses a second leaf for an activity already in its organization's log, and changes nothing", async () => {
@@ -79,31 +81,23 @@ describe(`hashed equality lookups (${backend})`, () => {
       .selectAll()
       .where("activity_id", "=", signed.activityId)
       .executeTakeFirstOrThrow();
-    const before = await h.snapshot();
-    const error = await failureOf(() =>
+    await refusedAsDuplicate(() =>
       db
         .insertInto("transparency_log_leaves")
         .values({ ...leaf, leaf_index: Number(leaf.leaf_index) + 1_000_000 })
         .execute(),
     );
-    expect(error).toBeDefined();
-    expect(error!.code).toBe(backend === "postgres" ? "23P01" : "SQLITE_CONSTRAINT_UNIQUE");
-    expect(await h.snapshot()).toBe(before);
   });
 
   it("refuses a second API key with a public key already in its organization, and changes nothing; takes it in another", async () => {
     const db = h.server.store.db;
     const key = await db.selectFrom("api_keys").selectAll().where("id", "=", org.apiKeyId).executeTakeFirstOrThrow();
-    const before = await h.snapshot();
-    const error = await failureOf(() =>
+    await refusedAsDuplicate(() =>
       db
         .insertInto("api_keys")
         .values({ ...key, id: newId() })
         .execute(),
     );
-    expect(error).toBeDefined();
-    expect(error!.code).toBe(backend === "postgres" ? "23P01" : "SQLITE_CONSTRAINT_UNIQUE");
-    expect(await h.snapshot()).toBe(before);
     // The same key in another organization is another row (an organization's prefix ends at its first "/").
     const other = await h.organization("Another");
     const { id: otherUser } = await db
