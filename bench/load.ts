@@ -710,25 +710,84 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
         { env, encoding: "utf8" },
       );
       if (app.status !== 0) throw new Error(`bootstrap of the app's organization failed: ${app.stderr}`);
-      results.million = await millionEndUsers({
-        url: server.url,
-        parent: { organizationId: JSON.parse(app.stdout).organizationId, key: appKey },
-        env,
-        dataDir,
-        restart: async () => {
-          await server.stop();
-          const start = performance.now();
-          server = await startProcess(serve, env, 1, path.join(dataDir, "server-restarted.log"));
-          while (!(await answers(`${server.url}/ready`))) await new Promise((r) => setTimeout(r, 10));
-          return { url: server.url, readyMs: Math.round(performance.now() - start) };
-        },
-      });
+      const small = await millionSmallSide(env, dataDir, databaseUrl);
+      try {
+        results.million = await millionEndUsers({
+          large: { url: server.url, parent: { organizationId: JSON.parse(app.stdout).organizationId, key: appKey }, env, dataDir },
+          small: small.side,
+          restart: async () => {
+            await server.stop();
+            const start = performance.now();
+            server = await startProcess(serve, env, 1, path.join(dataDir, "server-restarted.log"));
+            while (!(await answers(`${server.url}/ready`))) await new Promise((r) => setTimeout(r, 10));
+            return { url: server.url, readyMs: Math.round(performance.now() - start) };
+          },
+        });
+      } finally {
+        await small.stop();
+      }
     }
     return { backend, workers, ...results, peakRss: peakRss(server.pid) };
   } finally {
     client.close();
     await server.stop();
     fs.rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * `million`'s small side: a server of its own on a database of its own, beside the run's (a data
+ * directory inside the run's; on PostgreSQL a second database in the same cluster, dropped when the
+ * side stops), with an app's organization as the parent of its end users.
+ */
+async function millionSmallSide(env: NodeJS.ProcessEnv, runDataDir: string, databaseUrl?: string) {
+  const dataDir = path.join(runDataDir, "million-small");
+  fs.mkdirSync(dataDir);
+  const sideEnv: NodeJS.ProcessEnv = { ...env };
+  let database: { adminUrl: string; name: string } | undefined;
+  const admin = async (statement: string) => {
+    const client = new pg.Client({ connectionString: database!.adminUrl });
+    await client.connect();
+    try {
+      await client.query(statement);
+    } finally {
+      await client.end();
+    }
+  };
+  if (databaseUrl) {
+    const url = new URL(databaseUrl);
+    database = { adminUrl: databaseUrl, name: `${url.pathname.slice(1)}_small` };
+    await admin(`CREATE DATABASE ${database.name}`);
+    url.pathname = `/${database.name}`;
+    sideEnv.SIGIL_DATABASE_URL = url.toString();
+  }
+  const dropDatabase = async () => {
+    if (database) await admin(`DROP DATABASE IF EXISTS ${database.name} WITH (FORCE)`);
+  };
+  try {
+    const key = generateP256KeyPair();
+    const boot = spawnSync(
+      process.execPath,
+      [CLI, "bootstrap", "--create", "--data-dir", dataDir, "--org-name", "app", "--user-name", "app", "--api-public-key", key.publicKey],
+      { env: sideEnv, encoding: "utf8" },
+    );
+    if (boot.status !== 0) throw new Error(`bootstrap of the small side's organization failed: ${boot.stderr}`);
+    const server = await startProcess(
+      (port) => [CLI, "serve", "--port", String(port), "--data-dir", dataDir],
+      sideEnv,
+      1,
+      path.join(dataDir, "server.log"),
+    );
+    return {
+      side: { url: server.url, parent: { organizationId: JSON.parse(boot.stdout).organizationId as string, key }, env: sideEnv, dataDir },
+      stop: async () => {
+        await server.stop();
+        await dropDatabase();
+      },
+    };
+  } catch (error) {
+    await dropDatabase();
+    throw error;
   }
 }
 
