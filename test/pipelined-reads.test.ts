@@ -3,6 +3,7 @@
 // read that fails leaves the others and the connection as they were, the connection is replaced when
 // the server ends it, and no transaction can be begun on it. On SQLite the reader is a second,
 // read-only connection whose statements run one at a time.
+import net from "node:net";
 import { sql } from "kysely";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -53,6 +54,43 @@ describe(`reads outside transactions (${backend})`, () => {
     expect((results[1] as PromiseRejectedResult).reason.message).toMatch(/no_such_table/);
     expect(results.flatMap((r) => (r.status === "fulfilled" ? (r.value.rows as { n: number }[]).map((row) => row.n) : []))).toEqual([1, 3]);
     if (backend === "postgres") expect(await readerBackend()).toBe(before);
+  });
+
+  it("writes the reads asked for in one turn of the event loop to PostgreSQL at once, and answers each", async () => {
+    await sql`select 0 as n`.execute(store.reader);
+    // Every write of a socket to the database's port, counted (one per writev once corked, or per write).
+    const port = Number(new URL(process.env.TEST_DATABASE_URL ?? "postgres://localhost:5432").port || 5432);
+    const socket = net.Socket.prototype as unknown as Record<"_write" | "_writev", (...args: unknown[]) => unknown>;
+    const original = { _write: socket._write, _writev: socket._writev };
+    let writes = 0;
+    for (const method of ["_write", "_writev"] as const)
+      socket[method] = function (this: net.Socket, ...args: unknown[]) {
+        if (this.remotePort === port) writes++;
+        return original[method].apply(this, args);
+      };
+    try {
+      const together = await Promise.allSettled([
+        sql<{ n: number }>`select 1 as n`.execute(store.reader),
+        sql`select * from no_such_table`.execute(store.reader),
+        sql<{ n: number }>`select 3 as n`.execute(store.reader),
+        sql<{ n: number }>`select 4 as n`.execute(store.reader),
+      ]);
+      const writesTogether = writes;
+      writes = 0;
+      const apart: number[] = [];
+      for (const n of [5, 6, 7]) apart.push((await sql<{ n: number }>`select cast(${n} as integer) as n`.execute(store.reader)).rows[0]!.n);
+      const writesApart = writes;
+      expect(together.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled", "fulfilled"]);
+      expect((together[1] as PromiseRejectedResult).reason.message).toMatch(/no_such_table/);
+      expect(together.flatMap((r) => (r.status === "fulfilled" ? (r.value.rows as { n: number }[]).map((row) => row.n) : []))).toEqual([
+        1, 3, 4,
+      ]);
+      expect(apart).toEqual([5, 6, 7]);
+      // SQLite writes to no socket.
+      expect([writesTogether, writesApart]).toEqual(backend === "postgres" ? [1, 3] : [0, 0]);
+    } finally {
+      Object.assign(socket, original);
+    }
   });
 
   it("takes a new connection once the database has ended its own (PostgreSQL)", async () => {

@@ -11,17 +11,44 @@
 // PostgreSQL runs pipelined statements in the order they arrive, in the one transaction: a failed
 // statement aborts the transaction as it would unpipelined, and every later one fails with it (the
 // group commit then loses the batch; its `abortsTransaction`).
+import type { Writable } from "node:stream";
 import { Transaction, type ConnectionProvider, type DatabaseConnection, type Dialect, type Driver, type QueryResult } from "kysely";
 import type { PooledConnection } from "./postgres-pool.js";
 import type { Database } from "./schema.js";
 import type { Db, Tx } from "./handles.js";
 import { CommitOutcomeUnknown, isLostConnection } from "./lost-connections.js";
 
-/** A connection handing every statement to pg at once (on a client of a pool made with `pipeline: true`). */
+/**
+ * A connection handing every statement to pg at once (on a client of a pool made with `pipeline: true`),
+ * and writing the statements asked for in one turn of the event loop to the socket together.
+ *
+ * pg writes each pipelined statement as soon as it is asked for, one `writev` each. Every write to a
+ * backend on the same machine wakes it, and the kernel often runs it at once in the event loop's
+ * place: that write was the event loop's largest single cost on the batch connection
+ * (docs/benchmarks.md#statements-written-together). A batch's members ask for their statements in
+ * the same turns (they start together, and one read of the socket answers several of them), so the
+ * socket is corked at a turn's first statement and uncorked in the turn's check phase (setImmediate,
+ * after the I/O callbacks of the turn): one write for all of them, sent before the loop next waits.
+ */
 export class PipelinedConnection implements DatabaseConnection {
+  private corked = false;
+
   constructor(private readonly client: PooledConnection) {}
 
+  private writeWithTheTurn(): void {
+    if (this.corked) return;
+    const socket = (this.client.raw as unknown as { connection?: { stream?: Writable } }).connection?.stream;
+    if (!socket || typeof socket.cork !== "function") return;
+    this.corked = true;
+    socket.cork();
+    setImmediate(() => {
+      this.corked = false;
+      socket.uncork();
+    });
+  }
+
   async executeQuery<R>(compiled: { sql: string; parameters: readonly unknown[] }): Promise<QueryResult<R>> {
+    this.writeWithTheTurn();
     const { command, rowCount, rows } = (await this.client.query(compiled.sql, [...compiled.parameters])) as unknown as {
       command: string;
       rowCount: number | null;
