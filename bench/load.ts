@@ -724,7 +724,8 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
           },
         });
       } finally {
-        await small.stop();
+        // Not in place of the scenario's own error, if it failed.
+        await small.stop().catch((error: Error) => console.error(`million: the small side did not stop cleanly: ${error.message}`));
       }
     }
     return { backend, workers, ...results, peakRss: peakRss(server.pid) };

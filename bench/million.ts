@@ -155,10 +155,20 @@ async function timedBeside(times: number, small: Timed, large: Timed): Promise<{
 
 /** A side opened for the scenario: its store (for the fill and the outbox), its parent's client, and
  * one end user signed up through the API, whose sign-up is the template of the copies. */
-async function openSide({ url, parent, env, dataDir }: MillionSide) {
-  const config = loadConfig(env, { dataDir });
+async function openSide(side: MillionSide) {
+  const config = loadConfig(side.env, { dataDir: side.dataDir });
   const { keyring } = loadKeyring(config.masterKey);
   const store = await openStore(config);
+  try {
+    return await sideOn(store, keyring, side);
+  } catch (error) {
+    await store.close().catch(() => undefined);
+    throw error;
+  }
+}
+
+/** openSide's work once its store is open. */
+async function sideOn(store: Store, keyring: ReturnType<typeof loadKeyring>["keyring"], { url, parent, dataDir }: MillionSide) {
   const parentSdk = sdkFor(url, parent.organizationId, parent.key);
   await parentSdk.setOrganizationFeature({ name: "FEATURE_NAME_OTP_EMAIL_AUTH", value: "" });
   const endUserKey = generateP256KeyPair();

@@ -57,15 +57,18 @@ describe(`reads outside transactions (${backend})`, () => {
   });
 
   it("writes the reads asked for in one turn of the event loop to PostgreSQL at once, and answers each", async () => {
-    await sql`select 0 as n`.execute(store.reader);
-    // Every write of a socket to the database's port, counted (one per writev once corked, or per write).
-    const port = Number(new URL(process.env.TEST_DATABASE_URL ?? "postgres://localhost:5432").port || 5432);
+    // The reader's own socket, by its local port (PostgreSQL's inet_client_port; SQLite has none):
+    // every write of that socket is counted (one per writev once corked, or per write), and no other's.
+    const port =
+      backend === "postgres"
+        ? (await sql<{ port: number }>`select inet_client_port() as port`.execute(store.reader)).rows[0]!.port
+        : undefined;
     const socket = net.Socket.prototype as unknown as Record<"_write" | "_writev", (...args: unknown[]) => unknown>;
     const original = { _write: socket._write, _writev: socket._writev };
     let writes = 0;
     for (const method of ["_write", "_writev"] as const)
       socket[method] = function (this: net.Socket, ...args: unknown[]) {
-        if (this.remotePort === port) writes++;
+        if (port !== undefined && this.localPort === port) writes++;
         return original[method].apply(this, args);
       };
     try {
