@@ -710,23 +710,26 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
         { env, encoding: "utf8" },
       );
       if (app.status !== 0) throw new Error(`bootstrap of the app's organization failed: ${app.stderr}`);
-      const small = await millionSmallSide(env, dataDir, databaseUrl);
-      try {
-        results.million = await millionEndUsers({
-          large: { url: server.url, parent: { organizationId: JSON.parse(app.stdout).organizationId, key: appKey }, env, dataDir },
-          small: small.side,
-          restart: async () => {
-            await server.stop();
-            const start = performance.now();
-            server = await startProcess(serve, env, 1, path.join(dataDir, "server-restarted.log"));
-            while (!(await answers(`${server.url}/ready`))) await new Promise((r) => setTimeout(r, 10));
-            return { url: server.url, readyMs: Math.round(performance.now() - start) };
-          },
-        });
-      } finally {
-        // Not in place of the scenario's own error, if it failed.
-        await small.stop().catch((error: Error) => console.error(`million: the small side did not stop cleanly: ${error.message}`));
-      }
+      // The small side's database: on PostgreSQL a fresh one in the same cluster, dropped after.
+      const onSmallDatabase = <T>(run: (url?: string) => Promise<T>) => (databaseUrl ? withFreshPostgres(databaseUrl, run) : run());
+      results.million = await onSmallDatabase(async (smallDatabaseUrl) => {
+        const small = await millionSmallSide(env, dataDir, smallDatabaseUrl);
+        try {
+          return await millionEndUsers({
+            large: { url: server.url, parent: { organizationId: JSON.parse(app.stdout).organizationId, key: appKey }, env, dataDir },
+            small: small.side,
+            restart: async () => {
+              await server.stop();
+              const start = performance.now();
+              server = await startProcess(serve, env, 1, path.join(dataDir, "server-restarted.log"));
+              while (!(await answers(`${server.url}/ready`))) await new Promise((r) => setTimeout(r, 10));
+              return { url: server.url, readyMs: Math.round(performance.now() - start) };
+            },
+          });
+        } finally {
+          await small.stop();
+        }
+      });
     }
     return { backend, workers, ...results, peakRss: peakRss(server.pid) };
   } finally {
@@ -738,58 +741,30 @@ async function backendRun(backend: "sqlite" | "postgres", workers: number, refs:
 
 /**
  * `million`'s small side: a server of its own on a database of its own, beside the run's (a data
- * directory inside the run's; on PostgreSQL a second database in the same cluster, dropped when the
- * side stops), with an app's organization as the parent of its end users.
+ * directory inside the run's; on PostgreSQL `databaseUrl`, a database the caller made for it), with an
+ * app's organization as the parent of its end users.
  */
 async function millionSmallSide(env: NodeJS.ProcessEnv, runDataDir: string, databaseUrl?: string) {
   const dataDir = path.join(runDataDir, "million-small");
   fs.mkdirSync(dataDir);
-  const sideEnv: NodeJS.ProcessEnv = { ...env };
-  let database: { adminUrl: string; name: string } | undefined;
-  const admin = async (statement: string) => {
-    const client = new pg.Client({ connectionString: database!.adminUrl });
-    await client.connect();
-    try {
-      await client.query(statement);
-    } finally {
-      await client.end();
-    }
+  const sideEnv: NodeJS.ProcessEnv = { ...env, ...(databaseUrl ? { SIGIL_DATABASE_URL: databaseUrl } : {}) };
+  const key = generateP256KeyPair();
+  const boot = spawnSync(
+    process.execPath,
+    [CLI, "bootstrap", "--create", "--data-dir", dataDir, "--org-name", "app", "--user-name", "app", "--api-public-key", key.publicKey],
+    { env: sideEnv, encoding: "utf8" },
+  );
+  if (boot.status !== 0) throw new Error(`bootstrap of the small side's organization failed: ${boot.stderr}`);
+  const server = await startProcess(
+    (port) => [CLI, "serve", "--port", String(port), "--data-dir", dataDir],
+    sideEnv,
+    1,
+    path.join(dataDir, "server.log"),
+  );
+  return {
+    side: { url: server.url, parent: { organizationId: JSON.parse(boot.stdout).organizationId as string, key }, env: sideEnv, dataDir },
+    stop: () => server.stop(),
   };
-  if (databaseUrl) {
-    const url = new URL(databaseUrl);
-    database = { adminUrl: databaseUrl, name: `${url.pathname.slice(1)}_small` };
-    await admin(`CREATE DATABASE ${database.name}`);
-    url.pathname = `/${database.name}`;
-    sideEnv.SIGIL_DATABASE_URL = url.toString();
-  }
-  const dropDatabase = async () => {
-    if (database) await admin(`DROP DATABASE IF EXISTS ${database.name} WITH (FORCE)`);
-  };
-  try {
-    const key = generateP256KeyPair();
-    const boot = spawnSync(
-      process.execPath,
-      [CLI, "bootstrap", "--create", "--data-dir", dataDir, "--org-name", "app", "--user-name", "app", "--api-public-key", key.publicKey],
-      { env: sideEnv, encoding: "utf8" },
-    );
-    if (boot.status !== 0) throw new Error(`bootstrap of the small side's organization failed: ${boot.stderr}`);
-    const server = await startProcess(
-      (port) => [CLI, "serve", "--port", String(port), "--data-dir", dataDir],
-      sideEnv,
-      1,
-      path.join(dataDir, "server.log"),
-    );
-    return {
-      side: { url: server.url, parent: { organizationId: JSON.parse(boot.stdout).organizationId as string, key }, env: sideEnv, dataDir },
-      stop: async () => {
-        await server.stop();
-        await dropDatabase();
-      },
-    };
-  } catch (error) {
-    await dropDatabase();
-    throw error;
-  }
 }
 
 async function withFreshPostgres<T>(adminUrl: string, run: (url: string) => Promise<T>): Promise<T> {

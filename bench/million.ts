@@ -314,7 +314,7 @@ async function sideOn(store: Store, keyring: ReturnType<typeof loadKeyring>["key
       ).n,
     );
 
-  return { store, operations, fill, counted, sizes: () => sizes(store, dataDir), close: () => store.close() };
+  return { operations, fill, counted, sizes: () => sizes(store, dataDir), close: () => store.close() };
 }
 
 export async function millionEndUsers({ large, small, restart }: MillionOptions) {

@@ -31,20 +31,14 @@ import { CommitOutcomeUnknown, isLostConnection } from "./lost-connections.js";
  * after the I/O callbacks of the turn): one write for all of them, sent before the loop next waits.
  */
 export class PipelinedConnection implements DatabaseConnection {
-  private corked = false;
-
   constructor(private readonly client: PooledConnection) {}
 
   private writeWithTheTurn(): void {
-    if (this.corked) return;
     const socket = (this.client.raw as unknown as { connection?: { stream?: Writable } }).connection?.stream;
-    if (!socket || typeof socket.cork !== "function") return;
-    this.corked = true;
+    // Corked already: by this turn's first statement (pg's own cork lasts only inside its submit).
+    if (!socket || typeof socket.cork !== "function" || socket.writableCorked > 0) return;
     socket.cork();
-    setImmediate(() => {
-      this.corked = false;
-      socket.uncork();
-    });
+    setImmediate(() => socket.uncork());
   }
 
   async executeQuery<R>(compiled: { sql: string; parameters: readonly unknown[] }): Promise<QueryResult<R>> {
